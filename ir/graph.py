@@ -1,0 +1,293 @@
+"""The model-graph IR: a networkx DiGraph of op nodes connected by typed tensors.
+
+One graph describes one model step over ``T`` tokens of one sequence (prefill chunk: T = chunk length;
+decode: T = 1). Shapes are tuples whose entries are ints or the symbol ``"T"`` (the token extent).
+
+* **Tensors** (:class:`TensorSpec`) are the values flowing between ops; each has exactly one producer
+  (an op, or the graph inputs ``tokens`` and ``positions``).
+* **Params** (:class:`ParamSpec`) are checkpoint weights, referenced by ops by IR name.
+* **States** (:class:`StateSpec`) persist across steps of one sequence: the KV cache of every attention
+  layer, the conv window and fp32 recurrent matrix of every Gated DeltaNet layer.
+* **Ops** (:class:`Op`) are nodes of the networkx graph, keyed by their unique name; an edge u -> v
+  carries ``tensor=<name>`` for every tensor v reads from u. Op kinds and their contracts are in
+  :mod:`ninferc.ir.ops`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import networkx as nx
+
+Dim = int | str
+#: bytes per element of the IR dtypes
+DTYPE_BYTES = {"f32": 4, "bf16": 2, "i32": 4, "i8": 1, "u8": 1}
+GRAPH_INPUT = "<input>"
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A value of the graph: ``shape`` (ints and ``"T"``), ``dtype`` in :data:`DTYPE_BYTES`."""
+
+    name: str
+    shape: tuple[Dim, ...]
+    dtype: str = "f32"
+
+    def concrete(self, tokens: int) -> tuple[int, ...]:
+        """Shape with ``"T"`` replaced by ``tokens``."""
+        return tuple(tokens if d == "T" else int(d) for d in self.shape)
+
+    def row_elems(self) -> int:
+        """Elements per token (product of the non-T dims)."""
+        n = 1
+        for d in self.shape:
+            if d != "T":
+                n *= int(d)
+        return n
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """A checkpoint weight as the IR expects it: IR ``name``, ``shape``, stored ``dtype``, and ``group``
+    (tensor class: embedding, lm_head, attention, gdn, mlp, norm) used by weight-format recipes."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str = "bf16"
+    group: str = "other"
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * DTYPE_BYTES[self.dtype]
+
+
+@dataclass(frozen=True)
+class StateSpec:
+    """Per-sequence persistent state. ``kind``: ``kv`` (shape per token of context: (2, kv_heads,
+    head_dim)), ``conv`` (channels, width-1) or ``recurrent`` (v_heads, k_dim, v_dim); dtype as stored."""
+
+    name: str
+    layer: int
+    kind: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes per sequence (``kv``: per token of context)."""
+        n = DTYPE_BYTES[self.dtype]
+        for d in self.shape:
+            n *= d
+        return n
+
+
+@dataclass
+class Op:
+    """One node: ``kind`` (see :mod:`ninferc.ir.ops`), ordered ``inputs``/``outputs`` tensor names,
+    ``params`` (role -> IR param name, or tuple of names concatenated along the output dim), ``attrs``
+    (kind-specific scalars), ``states`` (role -> state name) and ``layer`` (-1 outside decoder layers)."""
+
+    name: str
+    kind: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    params: dict = field(default_factory=dict)
+    attrs: dict = field(default_factory=dict)
+    states: dict = field(default_factory=dict)
+    layer: int = -1
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name, "kind": self.kind, "inputs": list(self.inputs), "outputs": list(self.outputs),
+            "params": {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.params.items()},
+            "attrs": _jsonable(self.attrs), "states": dict(self.states), "layer": self.layer,
+        }
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    return x
+
+
+class Graph:
+    """A model step as a DAG of :class:`Op` nodes (networkx ``DiGraph``) plus tensor/param/state tables.
+
+    Attributes:
+        g: the networkx DiGraph; node key = op name, node attr ``op`` = :class:`Op`.
+        tensors: name -> :class:`TensorSpec`, including the graph inputs ``tokens`` [T] i32 and
+            ``positions`` [T] i32.
+        params, states: name -> spec.
+        outputs: names of graph outputs (``logits``).
+        meta: free-form dict (the model config as a dict, applied passes).
+    """
+
+    def __init__(self) -> None:
+        self.g = nx.DiGraph()
+        self.tensors: dict[str, TensorSpec] = {}
+        self.params: dict[str, ParamSpec] = {}
+        self.states: dict[str, StateSpec] = {}
+        self.inputs: tuple[str, ...] = ()
+        self.outputs: tuple[str, ...] = ()
+        self.meta: dict = {}
+        self._producer: dict[str, str] = {}
+
+    # ---- construction ----------------------------------------------------------------------
+    def add_input(self, spec: TensorSpec) -> str:
+        """Declare a graph input tensor; returns its name."""
+        self._add_tensor(spec)
+        self._producer[spec.name] = GRAPH_INPUT
+        self.inputs = self.inputs + (spec.name,)
+        return spec.name
+
+    def add_param(self, spec: ParamSpec) -> str:
+        if spec.name in self.params:
+            raise ValueError(f"param {spec.name!r} declared twice")
+        self.params[spec.name] = spec
+        return spec.name
+
+    def add_state(self, spec: StateSpec) -> str:
+        if spec.name in self.states:
+            raise ValueError(f"state {spec.name!r} declared twice")
+        self.states[spec.name] = spec
+        return spec.name
+
+    def _add_tensor(self, spec: TensorSpec) -> None:
+        if spec.name in self.tensors:
+            raise ValueError(f"tensor {spec.name!r} defined twice")
+        self.tensors[spec.name] = spec
+
+    def add_op(self, op: Op, out_specs: Iterable[TensorSpec]) -> Op:
+        """Insert ``op`` producing ``out_specs`` (same order as ``op.outputs``) and wire its edges.
+
+        Raises:
+            ValueError: unknown input tensor, duplicate op or tensor name, outputs mismatch.
+        """
+        out_specs = list(out_specs)
+        if [s.name for s in out_specs] != list(op.outputs):
+            raise ValueError(f"op {op.name}: out_specs {[s.name for s in out_specs]} != outputs {op.outputs}")
+        if op.name in self.g:
+            raise ValueError(f"op {op.name!r} defined twice")
+        for t in op.inputs:
+            if t not in self._producer:
+                raise ValueError(f"op {op.name}: input tensor {t!r} has no producer")
+        for s in out_specs:
+            self._add_tensor(s)
+            self._producer[s.name] = op.name
+        self.g.add_node(op.name, op=op)
+        self._wire(op)
+        return op
+
+    def _wire(self, op: Op) -> None:
+        for t in op.inputs:
+            p = self._producer[t]
+            if p != GRAPH_INPUT:
+                if self.g.has_edge(p, op.name):
+                    self.g.edges[p, op.name]["tensors"].add(t)
+                else:
+                    self.g.add_edge(p, op.name, tensors={t})
+
+    def remove_op(self, name: str, *, drop_outputs: bool = True) -> Op:
+        """Remove an op node (and, by default, the tensors it produced)."""
+        op = self.op(name)
+        self.g.remove_node(name)
+        if drop_outputs:
+            for t in op.outputs:
+                self.tensors.pop(t, None)
+                self._producer.pop(t, None)
+        return op
+
+    def replace_input(self, op_name: str, old: str, new: str) -> None:
+        """Make op ``op_name`` read tensor ``new`` wherever it read ``old`` (edges are rebuilt)."""
+        op = self.op(op_name)
+        for p in list(self.g.predecessors(op_name)):
+            self.g.remove_edge(p, op_name)
+        op.inputs = tuple(new if t == old else t for t in op.inputs)
+        self._wire(op)
+
+    # ---- queries -----------------------------------------------------------------------------
+    def op(self, name: str) -> Op:
+        return self.g.nodes[name]["op"]
+
+    def ops(self) -> Iterator[Op]:
+        """Ops in a deterministic topological order (ties broken by insertion order)."""
+        order = {n: i for i, n in enumerate(self.g.nodes)}
+        for n in nx.lexicographical_topological_sort(self.g, key=lambda n: order[n]):
+            yield self.g.nodes[n]["op"]
+
+    def producer(self, tensor: str) -> Op | None:
+        """The op producing ``tensor`` (None for graph inputs)."""
+        p = self._producer[tensor]
+        return None if p == GRAPH_INPUT else self.op(p)
+
+    def consumers(self, tensor: str) -> list[Op]:
+        """Ops reading ``tensor``, in topological order."""
+        return [op for op in self.ops() if tensor in op.inputs]
+
+    def count_ops(self) -> dict[str, int]:
+        """Op kind -> count."""
+        out: dict[str, int] = {}
+        for op in self.ops():
+            out[op.kind] = out.get(op.kind, 0) + 1
+        return dict(sorted(out.items()))
+
+    def fresh_name(self, base: str) -> str:
+        """An op/tensor name not used yet, derived from ``base``."""
+        name, i = base, 1
+        while name in self.g or name in self.tensors:
+            name = f"{base}.{i}"
+            i += 1
+        return name
+
+    def copy(self) -> "Graph":
+        """Deep copy (passes transform copies, never the input)."""
+        return copy.deepcopy(self)
+
+    # ---- serialisation ---------------------------------------------------------------------
+    def to_json(self) -> dict:
+        """A JSON-able dump (ops in topological order with their tensors' specs)."""
+        return {
+            "meta": _jsonable(self.meta),
+            "inputs": list(self.inputs),
+            "outputs": list(self.outputs),
+            "ops": [op.to_json() for op in self.ops()],
+            "tensors": {n: {"shape": list(s.shape), "dtype": s.dtype} for n, s in self.tensors.items()},
+            "params": {n: {"shape": list(p.shape), "dtype": p.dtype, "group": p.group} for n, p in self.params.items()},
+            "states": {n: {"layer": s.layer, "kind": s.kind, "shape": list(s.shape), "dtype": s.dtype}
+                       for n, s in self.states.items()},
+        }
+
+    def dump(self, path: str | Path) -> None:
+        """Write :meth:`to_json` plus a readable one-line-per-op text file next to it (``.txt``)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_json(), indent=1))
+        lines = []
+        for op in self.ops():
+            ins = ", ".join(f"{t}{list(self.tensors[t].shape)}" for t in op.inputs)
+            outs = ", ".join(f"{t}{list(self.tensors[t].shape)}:{self.tensors[t].dtype}" for t in op.outputs)
+            extra = ""
+            if op.params:
+                extra += " params=" + ",".join(f"{k}={v}" for k, v in op.params.items())
+            if op.attrs:
+                extra += " attrs=" + json.dumps(_jsonable(op.attrs), sort_keys=True)
+            lines.append(f"{op.name}: {op.kind}({ins}) -> {outs}{extra}")
+        path.with_suffix(".txt").write_text("\n".join(lines) + "\n")
+
+
+def with_attrs(op: Op, **attrs) -> Op:
+    """A copy of ``op`` with ``attrs`` merged in."""
+    return replace(op, attrs={**op.attrs, **attrs})

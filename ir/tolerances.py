@@ -1,0 +1,57 @@
+"""Named numeric tolerances: the one place tests (CPU and GPU) take their bounds from.
+
+Each preset states what is compared and why the bound is what it is. Never loosen one to make a
+test pass; if a bound is wrong, fix it here with the measurement that justifies it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """``atol`` on absolute error (max over elements) and/or ``rel`` on ‖out − ref‖₂ / ‖ref‖₂."""
+
+    name: str
+    atol: float | None = None
+    rel: float | None = None
+    why: str = ""
+
+    def check(self, out, ref, what: str = "") -> None:
+        """Assert ``out`` matches ``ref`` (arrays of equal shape); NaN or Inf in ``out`` always fails.
+
+        Raises:
+            AssertionError: naming the preset, the measured error and the bound.
+        """
+        out = np.asarray(out, dtype=np.float64)
+        ref = np.asarray(ref, dtype=np.float64)
+        assert out.shape == ref.shape, f"{what}: shape {out.shape} != reference {ref.shape}"
+        assert np.all(np.isfinite(out)), f"{what}: {int(np.sum(~np.isfinite(out)))} non-finite values"
+        if self.atol is not None:
+            err = float(np.max(np.abs(out - ref))) if out.size else 0.0
+            assert err <= self.atol, f"{what}: max |err| {err:.3g} > {self.name}.atol {self.atol:g}"
+        if self.rel is not None:
+            den = float(np.linalg.norm(ref)) or 1.0
+            err = float(np.linalg.norm(out - ref)) / den
+            assert err <= self.rel, f"{what}: rel err {err:.3g} > {self.name}.rel {self.rel:g}"
+
+
+#: fp32 numpy reference vs the HF fp32 goldens (top-5 logits). The goldens' own cross-check between two
+#: torch builds differs by at most 6e-5 (models/README.md); our reference measured 5.8e-5 on goldens.json.
+REFERENCE_LOGITS = Tolerance("REFERENCE_LOGITS", atol=5e-4, why="fp32 vs fp32, reduction order only")
+#: two fp32 evaluations of the same function in different orders (chunked vs recurrent GDN, split vs
+#: unsplit prefill, prefill+decode vs full forward)
+FP32_REORDER = Tolerance("FP32_REORDER", atol=2e-4, rel=2e-5, why="fp32 reassociation")
+#: a bf16 elementwise kernel (inputs bf16-exact, output rounded to bf16: 2^-8 relative)
+BF16_ELEMENTWISE = Tolerance("BF16_ELEMENTWISE", rel=4e-3, why="one bf16 rounding of the output")
+#: GEMV/GEMM with bf16 operands and fp32 accumulation vs fp64 math on the same bf16 values
+GEMM = Tolerance("GEMM", rel=2e-3, why="fp32 accumulation order over K up to 17408")
+#: attention (fp32 softmax, bf16 KV) vs the fp32 reference on the same bf16-rounded K/V
+ATTENTION = Tolerance("ATTENTION", rel=3e-3, why="fp32 online softmax; bf16 P·V operands")
+#: GDN recurrent state kept in fp32 on the GPU vs the fp32 reference
+GDN_STATE = Tolerance("GDN_STATE", rel=1e-4, why="fp32 state, fp32 arithmetic, different order")
+#: greedy tokens are compared only where the golden top-1 margin exceeds this
+GREEDY_MARGIN = 0.05

@@ -1,0 +1,5 @@
+"""`python -m ninferc` = the `ninferc` command."""
+
+from ninferc.cli import main
+
+main()

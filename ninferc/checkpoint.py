@@ -1,0 +1,144 @@
+"""Hugging Face checkpoint directory -> ModelConfig + lazily read weights under IR names.
+
+Tensors are read with `safetensors` (`safe_open(..., framework="np")`, memory-mapped, one tensor at a
+time); bf16 tensors come back as `ml_dtypes.bfloat16` numpy arrays. HF names map to IR names through
+:func:`ninferc.ir.qwen3_5.hf_name`; ``mtp.*`` (multi-token prediction) and vision-tower tensors are
+recognised and skipped with a notice.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+import ml_dtypes  # noqa: F401  (registers numpy's bfloat16, which safetensors' numpy backend needs)
+import numpy as np
+from safetensors import safe_open
+
+from ninferc.errors import CheckpointError
+from ninferc.ir.config import ModelConfig
+from ninferc.ir.graph import ParamSpec
+from ninferc.ir.qwen3_5 import hf_name, param_specs
+
+#: checkpoint name prefixes that belong to parts ninferc does not run yet (skipped with a notice)
+SKIPPED_PREFIXES = {
+    "mtp.": "multi-token-prediction head",
+    "model.visual.": "vision tower",
+    "visual.": "vision tower",
+    "model.mtp.": "multi-token-prediction head",
+}
+_DTYPES = {"bfloat16": "bf16", "float32": "f32"}
+
+
+class Checkpoint(Mapping):
+    """A checkpoint directory seen as a read-only mapping IR param name -> numpy array.
+
+    Args:
+        model_dir: directory with ``config.json`` and ``*.safetensors`` (sharded with
+            ``model.safetensors.index.json`` or a single ``model.safetensors``).
+        validate: check every tensor against the shape the config implies (default True).
+        notice: where to print the skipped-tensor notice (default stderr; None for silence).
+
+    Raises:
+        ConfigError: see :meth:`ModelConfig.from_dir`.
+        CheckpointError: no safetensors files, an unreadable file, or (when validating) missing,
+            unexpected or misshapen tensors — all problems listed in one message.
+    """
+
+    def __init__(self, model_dir: str | Path, *, validate: bool = True, notice=sys.stderr):
+        self.dir = Path(model_dir)
+        self.config = ModelConfig.from_dir(self.dir)
+        self.specs: dict[str, ParamSpec] = param_specs(self.config)
+        self._files: dict[str, object] = {}
+        self._where: dict[str, Path] = {}  # HF name -> file
+        files = sorted(self.dir.glob("*.safetensors"))
+        if not files:
+            raise CheckpointError(f"{str(self.dir)!r} has no *.safetensors files")
+        index = self.dir / "model.safetensors.index.json"
+        if index.is_file():
+            try:
+                wm = json.loads(index.read_text())["weight_map"]
+            except (json.JSONDecodeError, KeyError) as exc:
+                raise CheckpointError(f"{index}: unreadable index ({exc})") from None
+            for name, fname in wm.items():
+                self._where[name] = self.dir / fname
+        else:
+            for f in files:
+                for name in self._open(f).keys():
+                    self._where[name] = f
+        self.skipped: dict[str, int] = {}
+        for name in list(self._where):
+            for pre, what in SKIPPED_PREFIXES.items():
+                if name.startswith(pre):
+                    self.skipped[what] = self.skipped.get(what, 0) + 1
+                    del self._where[name]
+                    break
+        if self.skipped and notice is not None:
+            parts = ", ".join(f"{n} tensors of the {w}" for w, n in self.skipped.items())
+            print(f"notice: skipping {parts} (not supported yet)", file=notice)
+        self._ir_to_hf = {ir: hf_name(ir, self.config) for ir in self.specs}
+        if validate:
+            self.validate()
+
+    def _open(self, path: Path):
+        key = str(path)
+        if key not in self._files:
+            try:
+                self._files[key] = safe_open(key, framework="np")
+            except Exception as exc:  # safetensors raises its own error types
+                raise CheckpointError(f"{path}: cannot read safetensors file ({exc})") from None
+        return self._files[key]
+
+    def validate(self) -> None:
+        """Check names, shapes and dtypes of every tensor against :func:`param_specs`.
+
+        Raises:
+            CheckpointError: listing every missing, unexpected and misshapen tensor together.
+        """
+        problems = []
+        expected_hf = set(self._ir_to_hf.values())
+        for ir, hf in self._ir_to_hf.items():
+            spec = self.specs[ir]
+            if hf not in self._where:
+                problems.append(f"missing {hf} (IR {ir}, expected shape {list(spec.shape)})")
+                continue
+            sl = self._open(self._where[hf]).get_slice(hf)
+            shape = tuple(sl.get_shape())
+            want = spec.shape
+            if ir.endswith(".gdn.conv"):
+                want = (spec.shape[0], 1, spec.shape[1])
+            if shape != want:
+                problems.append(f"misshapen {hf}: found {list(shape)}, config implies {list(want)}")
+            dt = sl.get_dtype()
+            if dt not in ("BF16", "F32", "F16"):
+                problems.append(f"unsupported dtype {dt} for {hf} (expected BF16, F16 or F32)")
+        for hf in sorted(set(self._where) - expected_hf):
+            if hf == "lm_head.weight" and self.config.tie_word_embeddings:
+                continue  # a tied checkpoint may still carry the copy
+            problems.append(f"unexpected {hf}")
+        if problems:
+            head = f"checkpoint {str(self.dir)!r} does not match its config ({len(problems)} problems):"
+            raise CheckpointError("\n  ".join([head] + problems))
+
+    # ---- Mapping interface --------------------------------------------------------------------
+    def __getitem__(self, ir_name: str) -> np.ndarray:
+        """The tensor for IR param ``ir_name`` as stored (bf16 -> ml_dtypes.bfloat16), conv weight
+        squeezed to [C, W]. Raises KeyError for an unknown name."""
+        hf = self._ir_to_hf[ir_name]
+        arr = self._open(self._where[hf]).get_tensor(hf)
+        if ir_name.endswith(".gdn.conv") and arr.ndim == 3:
+            arr = arr[:, 0, :]
+        return arr
+
+    def __iter__(self):
+        return iter(self.specs)
+
+    def __len__(self) -> int:
+        return len(self.specs)
+
+    def stored_dtype(self, ir_name: str) -> str:
+        """'bf16', 'f16' or 'f32' as stored in the file."""
+        hf = self._ir_to_hf[ir_name]
+        return {"BF16": "bf16", "F32": "f32", "F16": "f16"}[self._open(self._where[hf]).get_slice(hf).get_dtype()]

@@ -1,0 +1,48 @@
+"""The `ninferc` command line (click). Each subcommand lives in its own module and is registered here."""
+
+import sys
+
+import click
+
+from ninferc import __version__
+from ninferc.errors import NinfercError
+
+
+class _Group(click.Group):
+    """A click group that turns :class:`NinfercError` into a one-line message and exit status 2."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except NinfercError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+
+
+@click.group(cls=_Group)
+@click.version_option(__version__, prog_name="ninferc")
+def main():
+    """ninferc: compile a Qwen3.5/3.6/3.8 hybrid checkpoint for one NVIDIA target and run it."""
+
+
+def _register():
+    """Import the subcommand modules and attach their commands (kept lazy-safe and explicit)."""
+    import importlib
+
+    for mod_name, cmd_name in [
+        ("ninferc.cmd_inspect", "inspect_cmd"),
+        ("ninferc.cmd_run", "run_cmd"),
+        ("ninferc.cmd_plan", "plan_cmd"),
+        ("ninferc.cmd_compile", "compile_cmd"),
+        ("ninferc.cmd_bench", "bench_cmd"),
+    ]:
+        try:
+            mod = importlib.import_module(mod_name)
+        except ModuleNotFoundError as exc:  # a subcommand not written yet
+            if exc.name == mod_name:
+                continue
+            raise
+        main.add_command(getattr(mod, cmd_name))
+
+
+_register()

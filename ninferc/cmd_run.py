@@ -1,0 +1,94 @@
+"""`ninferc run MODEL_DIR | FILE.ninfer --prompt ...`: generate text (stdout) with timings (stderr)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ninferc.errors import NinfercError
+from ninferc.sampling import SamplingParams
+
+
+def open_backend(path: Path, backend: str | None, *, max_context: int, cuda_graph: bool, prefill_chunk: int,
+                 log=None):
+    """(backend object, tokenizer, model config) for a checkpoint dir or an artifact.
+
+    ``backend`` None picks ``cuda`` for an artifact and ``reference`` for a checkpoint directory.
+
+    Raises:
+        NinfercError: path missing; ``cuda`` asked for a checkpoint directory (compile it first).
+    """
+    from ninferc.reference_backend import ReferenceBackend
+    from ninferc.tokenizer import Tokenizer
+
+    if not path.exists():
+        raise NinfercError(f"{str(path)!r} does not exist (expected a checkpoint directory or a .ninfer file)")
+    if path.is_dir():
+        from ninferc.checkpoint import Checkpoint
+
+        backend = backend or "reference"
+        if backend != "reference":
+            raise NinfercError(
+                f"--backend {backend} needs a compiled artifact; run `ninferc compile {path} --target ARCH -o "
+                "model.ninfer` first, or use --backend reference")
+        ck = Checkpoint(path)
+        return ReferenceBackend(ck.config, ck), Tokenizer.from_dir(path), ck.config
+    from ninferc.artifact import Artifact
+
+    art = Artifact.open(path)
+    tok = art.tokenizer()
+    backend = backend or "cuda"
+    if backend == "reference":
+        return ReferenceBackend(art.config, art.weights()), tok, art.config
+    from ninferc.runtime.engine import Engine
+
+    eng = Engine.from_artifact(art, max_context=max_context, cuda_graph=cuda_graph, prefill_chunk=prefill_chunk,
+                               log=log)
+    return eng.session(), tok, art.config
+
+
+@click.command("run")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--prompt", required=True, help="the prompt text")
+@click.option("--max-new", default=128, show_default=True, help="tokens to generate at most")
+@click.option("--max-context", default=4096, show_default=True, help="KV capacity per sequence (tokens)")
+@click.option("--prefill-chunk", default=1024, show_default=True, help="prompt tokens per prefill step")
+@click.option("--greedy", is_flag=True, help="argmax decoding (the default unless --temperature > 0)")
+@click.option("--temperature", default=0.0, show_default=True, help="0 = greedy")
+@click.option("--top-p", default=1.0, show_default=True)
+@click.option("--top-k", default=0, show_default=True, help="0 = off")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--no-cuda-graph", is_flag=True, help="launch the decode step eagerly instead of replaying a graph")
+@click.option("--backend", type=click.Choice(["cuda", "reference"]), default=None,
+              help="default: cuda for a .ninfer artifact, reference for a checkpoint directory")
+@click.option("--ignore-eos", is_flag=True, help="keep generating past the end-of-sequence token")
+def run_cmd(path, prompt, max_new, max_context, prefill_chunk, greedy, temperature, top_p, top_k, seed,
+            no_cuda_graph, backend, ignore_eos):
+    """Generate a continuation of --prompt: text on stdout, timings on stderr."""
+    from ninferc.generate import generate
+
+    if greedy and temperature:
+        raise NinfercError(f"--greedy conflicts with --temperature {temperature}")
+    params = SamplingParams(temperature=0.0 if greedy else temperature, top_k=top_k, top_p=top_p, seed=seed)
+
+    def log(msg):
+        click.echo(msg, err=True)
+
+    be, tok, cfg = open_backend(path, backend, max_context=max_context, cuda_graph=not no_cuda_graph,
+                                prefill_chunk=prefill_chunk, log=log)
+    ids = tok.encode(prompt)
+    stream = tok.stream()
+
+    def on_token(t):
+        sys.stdout.write(stream.step(t))
+        sys.stdout.flush()
+
+    stop = () if ignore_eos else tuple(cfg.eos_token_ids)
+    res = generate(be, ids, max_new=max_new, params=params, prefill_chunk=prefill_chunk, stop_ids=stop,
+                   on_token=on_token)
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    log(f"prompt {res.prompt_tokens} tokens, generated {len(res.ids)} ({res.stopped_by}); "
+        f"TTFT {res.ttft_s * 1e3:.1f} ms, prefill {res.prefill_tok_s:.1f} tok/s, decode {res.decode_tok_s:.1f} tok/s")

@@ -1,0 +1,46 @@
+"""The CPU backend: the numpy reference executor behind the :class:`~ninferc.generate.Backend` API."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from ninferc.ir.config import ModelConfig
+from ninferc.ir.qwen3_5 import build_graph
+from ninferc.ir.reference import ReferenceExecutor
+from ninferc.sampling import HostSampler, SamplingParams
+
+
+class ReferenceBackend:
+    """One sequence on the numpy reference executor (fp32 math on the stored weights).
+
+    Args:
+        config: the model config.
+        weights: IR param name -> array (a Checkpoint or an artifact's tensors).
+        gdn_mode: see :class:`ReferenceExecutor`.
+    """
+
+    def __init__(self, config: ModelConfig, weights: Mapping[str, np.ndarray], *, gdn_mode: str = "auto"):
+        self.config = config
+        self.exec = ReferenceExecutor(build_graph(config, lm_rows="last"), weights, gdn_mode=gdn_mode)
+        self.state = self.exec.new_state()
+        self.logits: np.ndarray | None = None
+        self._sampler: HostSampler | None = None
+
+    def prefill(self, ids: list[int], chunk: int) -> None:
+        self.state = self.exec.new_state()
+        self._sampler = None
+        for s in range(0, len(ids), chunk):
+            self.logits = self.exec.forward(ids[s:s + chunk], self.state)[-1]
+
+    def decode(self, token: int) -> None:
+        self.logits = self.exec.forward([token], self.state)[-1]
+
+    def sample(self, params: SamplingParams) -> int:
+        if self._sampler is None or self._sampler.params != params:
+            self._sampler = HostSampler(params)
+        return self._sampler(self.logits)
+
+    def synchronize(self) -> None:
+        pass

@@ -1,0 +1,145 @@
+"""Model config parsing, the 27B preset, and clear errors for bad checkpoint directories."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from ninferc.checkpoint import Checkpoint
+from ninferc.cli import main
+from ninferc.errors import CheckpointError, ConfigError
+from ninferc.ir.config import ModelConfig, preset
+from ninferc.ir.qwen3_5 import param_specs
+from ninferc.ir.summary import param_summary, state_summary
+
+
+def test_preset_27b_shape_and_counts():
+    cfg = preset("qwen3.8-27b")
+    assert cfg.num_hidden_layers == 65
+    assert len(cfg.gdn_layers) == 49 and len(cfg.attention_layers) == 16
+    assert cfg.attention_layers == tuple(i for i in range(65) if (i + 1) % 4 == 0)
+    # parameter count by formula (independent of param_specs)
+    H, I, V = 5120, 17408, 248320
+    attn = H * (24 * 256 * 2) + 2 * H * (4 * 256) + (24 * 256) * H + 2 * 256
+    qkv = 2 * 16 * 128 + 48 * 128
+    gdn = H * qkv + H * 48 * 128 + 2 * H * 48 + qkv * 4 + 2 * 48 + 128 + 48 * 128 * H
+    per_layer = 2 * H + 3 * H * I
+    total = 2 * V * H + H + 65 * per_layer + 16 * attn + 49 * gdn
+    s = param_summary(cfg)
+    assert s["count"] == total == 27_279_271_648
+    assert s["bytes_by_dtype"] == {"bf16": 2 * total}
+    st = state_summary(cfg)
+    assert st["kv_bytes_per_token"] == 16 * 2 * 4 * 256 * 2
+    assert st["fixed_bytes"] == 49 * (qkv * 3 * 4 + 48 * 128 * 128 * 4)
+
+
+def test_inspect_preset_cli():
+    r = CliRunner().invoke(main, ["inspect", "--preset", "qwen3.8-27b"])
+    assert r.exit_code == 0, r.output
+    assert "65 (49 gated-deltanet, 16 full attention)" in r.output
+    assert "27,279,271,648" in r.output and "54,558,543,296 bytes" in r.output
+
+
+def test_tiny_fixture_matches_index_metadata(tiny_dir, tiny_ckpt):
+    meta = json.loads((tiny_dir / "model.safetensors.index.json").read_text())["metadata"]
+    assert param_summary(tiny_ckpt.config)["count"] == meta["total_parameters"]
+    assert tiny_ckpt["L0.gdn.conv"].shape == (2 * 128 + 384, 4)
+
+
+def _base():
+    return json.loads(json.dumps({
+        "model_type": "qwen3_5_text", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
+        "vocab_size": 100, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8,
+        "linear_value_head_dim": 8, "rope_parameters": {"rope_theta": 1e6, "partial_rotary_factor": 0.25},
+    }))
+
+
+def test_layer_types_default_interval_rule():
+    cfg = ModelConfig.from_hf_dict(_base())
+    assert cfg.layer_types == ("linear_attention",) * 3 + ("full_attention",)
+
+
+def test_qwen3_5_with_text_config_uses_language_model_prefix():
+    cfg = ModelConfig.from_hf_dict({"model_type": "qwen3_5", "text_config": _base(), "tie_word_embeddings": True})
+    assert cfg.weight_prefix == "model.language_model." and cfg.tie_word_embeddings
+    assert "lm_head" not in param_specs(cfg)
+
+
+@pytest.mark.parametrize("mutate,needle", [
+    (lambda d: d.update(model_type="llama"), "model_type 'llama' is not supported"),
+    (lambda d: d.pop("hidden_size"), "'hidden_size' is missing"),
+    (lambda d: d.update(linear_num_value_heads=5), "linear_num_value_heads (5) is not a multiple of linear_num_key_heads (2)"),
+    (lambda d: d.update(num_key_value_heads=3), "num_attention_heads (4) is not a multiple of num_key_value_heads (3)"),
+    (lambda d: d.update(layer_types=["linear_attention"] * 3), "layer_types has 3 entries but num_hidden_layers is 4"),
+    (lambda d: d.update(layer_types=["linear_attention"] * 3 + ["sliding"]), "layer_types[3] is 'sliding'"),
+    (lambda d: d.update(hidden_act="gelu"), "hidden_act 'gelu' is not supported"),
+])
+def test_bad_config_errors_name_field_and_value(mutate, needle):
+    d = _base()
+    mutate(d)
+    with pytest.raises(ConfigError) as e:
+        ModelConfig.from_hf_dict(d)
+    assert needle in str(e.value)
+
+
+def test_qwen3_5_without_text_config():
+    with pytest.raises(ConfigError, match="needs a 'text_config'"):
+        ModelConfig.from_hf_dict({"model_type": "qwen3_5"})
+
+
+def test_missing_dir_and_missing_config(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        Checkpoint(tmp_path / "nope")
+    with pytest.raises(ConfigError, match="has no config.json"):
+        Checkpoint(tmp_path)
+
+
+def test_checkpoint_problems_reported_together(tmp_path, tiny_dir):
+    """Missing, unexpected and misshapen tensors are all listed in one error."""
+    from safetensors.numpy import save_file
+    import ml_dtypes
+
+    d = tmp_path / "ck"
+    d.mkdir()
+    shutil.copy(tiny_dir / "config.json", d / "config.json")
+    ck = Checkpoint(tiny_dir, notice=None)
+    tensors = {}
+    from ninferc.ir.qwen3_5 import hf_name
+    for ir in ck:
+        arr = np.asarray(ck[ir])
+        if ir == "L0.gdn.conv":
+            arr = arr[:, None, :]
+        tensors[hf_name(ir, ck.config)] = arr
+    del tensors["model.layers.2.mlp.up_proj.weight"]
+    tensors["model.layers.1.mlp.down_proj.weight"] = np.zeros((256, 700), ml_dtypes.bfloat16)
+    tensors["model.layers.0.extra.weight"] = np.zeros((2,), ml_dtypes.bfloat16)
+    tensors["mtp.fc.weight"] = np.zeros((2,), ml_dtypes.bfloat16)
+    for ir in ck:
+        if ir.endswith(".gdn.conv") and ir != "L0.gdn.conv":
+            tensors[hf_name(ir, ck.config)] = np.asarray(ck[ir])[:, None, :]
+    save_file(tensors, str(d / "model.safetensors"))
+    with pytest.raises(CheckpointError) as e:
+        Checkpoint(d, notice=None)
+    msg = str(e.value)
+    assert "3 problems" in msg
+    assert "missing model.layers.2.mlp.up_proj.weight" in msg
+    assert "misshapen model.layers.1.mlp.down_proj.weight: found [256, 700], config implies [256, 704]" in msg
+    assert "unexpected model.layers.0.extra.weight" in msg
+    assert "mtp" not in msg  # recognised and skipped
+
+
+def test_mtp_tensors_skipped_with_notice(tmp_path, tiny_dir, capsys):
+    from safetensors.numpy import save_file
+    import ml_dtypes, io
+
+    d = tmp_path / "ck"
+    shutil.copytree(tiny_dir, d)
+    save_file({"mtp.fc.weight": np.zeros((2,), ml_dtypes.bfloat16)}, str(d / "mtp.safetensors"))
+    (d / "model.safetensors.index.json").unlink()  # force a scan of every file
+    buf = io.StringIO()
+    ck = Checkpoint(d, notice=buf)
+    assert ck.skipped == {"multi-token-prediction head": 1}
+    assert "skipping 1 tensors of the multi-token-prediction head" in buf.getvalue()
