@@ -59,6 +59,8 @@ class ParamSpec:
     shape: tuple[int, ...]
     dtype: str = "bf16"
     group: str = "other"
+    #: a fused parameter is the concatenation of these specs along dim 0 (pass FuseSiblingLinears)
+    parts: tuple["ParamSpec", ...] = ()
 
     @property
     def numel(self) -> int:
@@ -189,6 +191,15 @@ class Graph:
             self._producer[s.name] = op.name
         self.g.add_node(op.name, op=op)
         self._wire(op)
+        # re-attach consumers that already read these tensors (a pass replacing a producer)
+        outs = set(op.outputs)
+        for n in self.g.nodes:
+            other = self.g.nodes[n]["op"]
+            if other is not op and outs.intersection(other.inputs):
+                if self.g.has_edge(op.name, n):
+                    self.g.edges[op.name, n]["tensors"].update(outs.intersection(other.inputs))
+                else:
+                    self.g.add_edge(op.name, n, tensors=outs.intersection(other.inputs))
         return op
 
     def _wire(self, op: Op) -> None:
@@ -265,7 +276,8 @@ class Graph:
             "outputs": list(self.outputs),
             "ops": [op.to_json() for op in self.ops()],
             "tensors": {n: {"shape": list(s.shape), "dtype": s.dtype} for n, s in self.tensors.items()},
-            "params": {n: {"shape": list(p.shape), "dtype": p.dtype, "group": p.group} for n, p in self.params.items()},
+            "params": {n: {"shape": list(p.shape), "dtype": p.dtype, "group": p.group,
+                           "parts": [q.name for q in p.parts]} for n, p in self.params.items()},
             "states": {n: {"layer": s.layer, "kind": s.kind, "shape": list(s.shape), "dtype": s.dtype}
                        for n, s in self.states.items()},
         }

@@ -40,6 +40,15 @@ Kinds (``attrs`` in parentheses):
   HF `Qwen3_5Attention` + `eager_attention_forward`.
 * ``SwiGLU``: (g[T, I], u[T, I]) -> silu(g) * u.  HF `Qwen3_5MLP`.
 * ``ResidualAdd``: (x, y) -> x + y.
+* ``GatedDeltaNet`` (Hk, Hv, dk, dv, width, eps, scale, chunk, cols): proj[T, Dp] -> y[T, Hv*dv]; the whole
+  GDN mixer between its input projection and out_proj (pass FuseGatedDeltaNet): causal conv + SiLU over
+  proj[:, q|k|v], L2Norm(q), L2Norm(k), GDNGating(a, b), GatedDeltaRule, GatedRMSNorm(o, z).  ``cols``
+  gives the [start, stop) columns of q, k, v, z, b, a in proj.  params: conv, A_log, dt_bias, norm;
+  states: conv, recurrent.
+* ``GatedAttentionBlock`` (Hq, Hkv, hd, eps, rotary_dim, theta, scale, cols): (proj[T, Dp], positions[T]) ->
+  y[T, Hq*hd]; the attention mixer between its projection and o_proj (pass FuseGatedAttention): q/gate
+  split, Q/K RMSNorm (1 + w), partial RoPE, GatedAttention.  ``cols``: [start, stop) of the per-head
+  interleaved q|gate block, of k and of v in proj.  params: q_norm, k_norm; states: kv.
 * ``LMHead`` (rows: ``all`` | ``last``): x[T, H] -> logits[T or 1, V] = x @ W^T.  params: weight [V, H]
   (the embedding when tied).
 """
@@ -213,6 +222,27 @@ def _infer_add(g, op):
     return [(a, "f32")]
 
 
+def _infer_gdn_block(g, op):
+    (s,) = (_shape(g, t) for t in op.inputs)
+    a = op.attrs
+    _need(len(s) == 2, op, f"proj must be [T, Dp], found {s}")
+    for name, (c0, c1) in a["cols"].items():
+        _need(0 <= c0 < c1 <= s[1], op, f"column window {name}=[{c0},{c1}) outside proj width {s[1]}")
+    C, W = g.params[op.params["conv"]].shape
+    _need(C == 2 * a["Hk"] * a["dk"] + a["Hv"] * a["dv"] and W == a["width"], op,
+          f"conv weight {[C, W]} does not match dims")
+    return [((s[0], a["Hv"] * a["dv"]), "f32")]
+
+
+def _infer_attn_block(g, op):
+    s, p = (_shape(g, t) for t in op.inputs)
+    a = op.attrs
+    _need(len(s) == 2 and p == ("T",), op, f"proj {s} must be [T, Dp], positions {p} must be [T]")
+    for name, (c0, c1) in a["cols"].items():
+        _need(0 <= c0 < c1 <= s[1], op, f"column window {name}=[{c0},{c1}) outside proj width {s[1]}")
+    return [((s[0], a["Hq"] * a["hd"]), "f32")]
+
+
 def _infer_lm_head(g, op):
     s = _shape(g, op.inputs[0])
     V, H = _param_shape(g, op)
@@ -252,6 +282,8 @@ OPS: dict[str, OpDef] = {
         OpDef("SwiGLU", 2, 1, _infer_swiglu),
         OpDef("ResidualAdd", 2, 1, _infer_add),
         OpDef("LMHead", 1, 1, _infer_lm_head),
+        OpDef("GatedDeltaNet", 1, 1, _infer_gdn_block, ("conv", "recurrent")),
+        OpDef("GatedAttentionBlock", 2, 1, _infer_attn_block, ("kv",)),
     ]
 }
 

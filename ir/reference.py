@@ -281,16 +281,21 @@ class ReferenceExecutor:
             lazily, once per name.
         gdn_mode: ``"auto"`` (HF's choice: recurrent for a 1-token step with state, chunked otherwise),
             ``"recurrent"`` or ``"chunked"``.
+        emulate_storage: round every tensor the graph annotates as bf16 (GEMM inputs after
+            ChooseFormats, the KV cache) to bf16 after it is produced — the CUDA engine's storage
+            numerics, so its deviation from the fp32 goldens can be predicted on the CPU.
 
     Raises:
         KeyError: a param the graph needs is missing from ``weights``.
         ValueError: unknown op kind or gdn_mode.
     """
 
-    def __init__(self, graph: Graph, weights: Mapping[str, np.ndarray], *, gdn_mode: str = "auto"):
+    def __init__(self, graph: Graph, weights: Mapping[str, np.ndarray], *, gdn_mode: str = "auto",
+                 emulate_storage: bool = False):
         if gdn_mode not in ("auto", "recurrent", "chunked"):
             raise ValueError(f"gdn_mode must be auto|recurrent|chunked, found {gdn_mode!r}")
         self.graph, self.weights, self.gdn_mode = graph, weights, gdn_mode
+        self.emulate_storage = emulate_storage
         self._w: dict = {}
         self._ops = list(graph.ops())
 
@@ -332,6 +337,8 @@ class ReferenceExecutor:
         for op in self._ops:
             outs = self._run(op, [env[t] for t in op.inputs], state, T)
             for name, val in zip(op.outputs, outs):
+                if self.emulate_storage and self.graph.tensors[name].dtype == "bf16":
+                    val = _round_bf16(val)
                 env[name] = val
         state.length += T
         logits = env[self.graph.outputs[0]]
@@ -381,6 +388,8 @@ class ReferenceExecutor:
             K, V = st.kv[name]
             K = np.concatenate([K, kk.astype(F32)], axis=0)
             V = np.concatenate([V, vv.astype(F32)], axis=0)
+            if self.emulate_storage:
+                K[-T:], V[-T:] = _round_bf16(K[-T:]), _round_bf16(V[-T:])
             st.kv[name] = (K, V)
             positions = np.arange(st.length, st.length + T)
             o = ref_attention(q, K, V, positions, a["scale"], a["groups"])
@@ -389,7 +398,62 @@ class ReferenceExecutor:
             return [ref_swiglu(xs[0], xs[1])]
         if k == "ResidualAdd":
             return [(xs[0] + xs[1]).astype(F32)]
+        if k == "GatedDeltaNet":
+            return [self._gdn_block(op, xs[0], st, T)]
+        if k == "GatedAttentionBlock":
+            return [self._attn_block(op, xs[0], xs[1], st, T)]
         if k == "LMHead":
             x = xs[0] if a.get("rows", "all") == "all" else xs[0][-1:]
             return [ref_linear(x, self.w(p["weight"]))]
         raise ValueError(f"reference executor: unknown op kind {k!r} (op {op.name})")
+
+    def _gdn_block(self, op: Op, proj: np.ndarray, st: SequenceState, T: int) -> np.ndarray:
+        """The fused GatedDeltaNet op, composed from the unfused references (same numerics)."""
+        a, p, c = op.attrs, op.params, op.attrs["cols"]
+        cols = lambda n: proj[:, c[n][0]:c[n][1]]  # noqa: E731
+        qkv = np.concatenate([cols("q"), cols("k"), cols("v")], axis=1)
+        cname = op.states["conv"]
+        conv, st.conv[cname] = ref_causal_conv1d(qkv, self.w(p["conv"]), st.conv[cname])
+        kd = a["Hk"] * a["dk"]
+        q = ref_l2norm(conv[:, :kd].reshape(T, a["Hk"], a["dk"]), a["l2_eps"])
+        k = ref_l2norm(conv[:, kd:2 * kd].reshape(T, a["Hk"], a["dk"]), a["l2_eps"])
+        v = conv[:, 2 * kd:].reshape(T, a["Hv"], a["dv"])
+        g, beta = ref_gdn_gating(cols("a"), cols("b"), self.w(p["A_log"]), self.w(p["dt_bias"]))
+        rname = op.states["recurrent"]
+        mode = self.gdn_mode
+        if mode == "auto":
+            mode = "recurrent" if (T == 1 and st.length > 0) else "chunked"
+        if mode == "recurrent":
+            o, st.recurrent[rname] = ref_gated_delta_rule_recurrent(q, k, v, g, beta, st.recurrent[rname], a["scale"])
+        else:
+            o, st.recurrent[rname] = ref_gated_delta_rule_chunked(q, k, v, g, beta, st.recurrent[rname], a["scale"],
+                                                                  chunk=a["chunk"])
+        z = cols("z").reshape(T, a["Hv"], a["dv"])
+        return ref_gated_rmsnorm(o, z, self.w(p["norm"]), a["eps"]).reshape(T, -1)
+
+    def _attn_block(self, op: Op, proj: np.ndarray, positions: np.ndarray, st: SequenceState, T: int) -> np.ndarray:
+        """The fused GatedAttentionBlock op, composed from the unfused references."""
+        a, p, c = op.attrs, op.params, op.attrs["cols"]
+        Hq, Hkv, hd = a["Hq"], a["Hkv"], a["hd"]
+        qg = proj[:, c["qg"][0]:c["qg"][1]].reshape(T, Hq, 2 * hd)
+        q, gate = qg[..., :hd], qg[..., hd:]
+        k = proj[:, c["k"][0]:c["k"][1]].reshape(T, Hkv, hd)
+        v = proj[:, c["v"][0]:c["v"][1]].reshape(T, Hkv, hd)
+        q = ref_partial_rope(ref_rmsnorm(q, self.w(p["q_norm"]), a["eps"], True), positions, a["rotary_dim"], a["theta"])
+        k = ref_partial_rope(ref_rmsnorm(k, self.w(p["k_norm"]), a["eps"], True), positions, a["rotary_dim"], a["theta"])
+        name = op.states["kv"]
+        K, V = st.kv[name]
+        K = np.concatenate([K, k.astype(F32)], axis=0)
+        V = np.concatenate([V, v.astype(F32)], axis=0)
+        if self.emulate_storage:
+            K[-T:], V[-T:] = _round_bf16(K[-T:]), _round_bf16(V[-T:])
+        st.kv[name] = (K, V)
+        o = ref_attention(q, K, V, positions, a["scale"], a["groups"])
+        return (o.reshape(T, -1) * _sigmoid(gate.reshape(T, -1))).astype(F32)
+
+
+def _round_bf16(x: np.ndarray) -> np.ndarray:
+    """Round fp32 values to the nearest bf16 (ties to even) and back to fp32."""
+    import ml_dtypes
+
+    return np.asarray(x, F32).astype(ml_dtypes.bfloat16).astype(F32)

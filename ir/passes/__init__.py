@@ -1,1 +1,51 @@
-"""placeholder"""
+"""Target-independent IR passes, one per file (CamelCase names in ``graph.meta['passes']``).
+
+Each pass takes a graph and returns a transformed copy; a pass that does not apply returns the graph
+unchanged (but for its mark). :func:`run_pipeline` is the one list of passes ``ninferc compile`` runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from ninferc.ir.graph import Graph
+from ninferc.ir.passes.choose_formats import choose_formats
+from ninferc.ir.passes.fuse_add_norm import fuse_add_rmsnorm
+from ninferc.ir.passes.fuse_gate_up import fuse_gate_up_swiglu
+from ninferc.ir.passes.fuse_linear import fuse_sibling_linears
+from ninferc.ir.passes.fuse_mixers import fuse_gated_attention, fuse_gated_deltanet
+from ninferc.ir.passes.plan_memory import plan_memory
+from ninferc.ir.passes.validate import validate_shapes
+
+__all__ = ["PIPELINE", "run_pipeline", "validate_shapes", "fuse_gate_up_swiglu", "fuse_sibling_linears",
+           "fuse_gated_deltanet", "fuse_gated_attention", "fuse_add_rmsnorm", "choose_formats", "plan_memory"]
+
+
+def _pipeline(weights: str) -> list[tuple[str, Callable[[Graph], Graph]]]:
+    return [
+        ("ValidateShapes", validate_shapes),            # the builder's graph honours every op contract
+        ("FuseGateUpSwiGLU", fuse_gate_up_swiglu),      # gate|up stacked, SwiGLU as the GEMM epilogue
+        ("FuseSiblingLinears", fuse_sibling_linears),   # q|k|v and GDN qkv|z|b|a: one GEMM per mixer input
+        ("FuseGatedDeltaNet", fuse_gated_deltanet),     # conv..gated-norm: one op, kernels chosen per mode
+        ("FuseGatedAttention", fuse_gated_attention),   # qk-norm, rope, paged attention, gate: one op
+        ("FuseAddRMSNorm", fuse_add_rmsnorm),           # residual add + next norm: one pass over the row
+        ("ChooseFormats", lambda g: choose_formats(g, weights=weights)),  # bf16 GEMM inputs, fp32 small params
+        ("PlanMemory", plan_memory),                    # activation arena by liveness; state inventory
+        ("ValidateShapes", validate_shapes),            # the result still honours every contract
+    ]
+
+
+PIPELINE = [name for name, _ in _pipeline("bf16")]
+
+
+def run_pipeline(graph: Graph, *, weights: str = "bf16", dump_dir: str | Path | None = None) -> Graph:
+    """Run the compile pipeline on ``graph``; with ``dump_dir``, write the graph before the first pass
+    (``00-input.json``/``.txt``) and after each pass (``NN-<Pass>.json``/``.txt``)."""
+    if dump_dir is not None:
+        graph.dump(Path(dump_dir) / "00-input.json")
+    for i, (name, fn) in enumerate(_pipeline(weights), start=1):
+        graph = fn(graph)
+        if dump_dir is not None:
+            graph.dump(Path(dump_dir) / f"{i:02d}-{name}.json")
+    return graph

@@ -1,0 +1,136 @@
+"""Load and launch ninferc kernels on the running GPU through CuPy.
+
+The kernel source is compiled with :func:`ninferc.targets.nvrtc.compile_cubin` for the *device's* arch
+(same options the plan used) and the exact cubin is loaded with ``cupy.cuda.function.Module.load``
+(CuPy's RawModule would add its own NVRTC options and change register counts; see
+../shared/notes/cubin-resources.md). After loading, the driver's view of the function (registers,
+static shared memory, local bytes, max threads) is read back so the plan can be re-derived and checked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ninferc.errors import PlanError, TargetError
+
+
+def cupy():
+    """Import CuPy or raise TargetError saying how to install it."""
+    try:
+        import cupy as cp
+    except ImportError:
+        raise TargetError(
+            "the CUDA backend needs CuPy: pip install 'ninferc[cuda13]' (or [cuda12])"
+        ) from None
+    return cp
+
+
+def device_arch() -> str:
+    """NVRTC arch of the current device, e.g. 'sm_90' (cc 9.0) or 'sm_120a' (cc 12.0).
+
+    Raises:
+        TargetError: no CUDA device, or a compute capability ninferc has no target for.
+    """
+    cp = cupy()
+    try:
+        cc = cp.cuda.Device().compute_capability  # e.g. '90'
+    except Exception as exc:
+        raise TargetError(f"no usable CUDA device ({exc})") from None
+    major, minor = int(cc[:-1]), int(cc[-1])
+    if (major, minor) >= (12, 0):
+        return f"sm_{major}{minor}a"
+    return f"sm_{major}{minor}"
+
+
+def device_sm_count() -> int:
+    """Number of SMs of the current device (cudaDevAttrMultiProcessorCount)."""
+    cp = cupy()
+    return int(cp.cuda.Device().attributes["MultiProcessorCount"])
+
+
+@dataclass(frozen=True)
+class DriverAttributes:
+    """The driver's view of a loaded function (cuFuncGetAttribute): registers per thread, static shared
+    bytes (the driver's SHARED_SIZE_BYTES), local bytes per thread, max threads per CTA."""
+
+    registers: int
+    static_smem_bytes: int
+    local_bytes: int
+    max_threads: int
+
+
+class DeviceKernel:
+    """One compiled and loaded kernel.
+
+    Args:
+        source: rendered CUDA C.
+        entry: the ``extern "C"`` function name.
+        name: a readable identity (the kernel URI) for messages and the compile cache.
+        options: NVRTC options (the plan's; default :data:`ninferc.targets.nvrtc.DEFAULT_OPTIONS`).
+        arch: compile target; default the device's own arch.
+
+    Raises:
+        CompileError: NVRTC failed (log included).
+        TargetError: no CuPy / no device.
+    """
+
+    def __init__(self, source: str, entry: str, name: str, options: tuple[str, ...] | None = None,
+                 arch: str | None = None):
+        from ninferc.targets.nvrtc import DEFAULT_OPTIONS, compile_cubin
+
+        cp = cupy()
+        self.name, self.entry = name, entry
+        self.arch = arch or device_arch()
+        self.compiled = compile_cubin(source, self.arch, name=name,
+                                      options=DEFAULT_OPTIONS if options is None else tuple(options))
+        self.module = cp.cuda.function.Module()
+        self.module.load(self.compiled.cubin)
+        self.function = self.module.get_function(entry)
+        self._dyn_smem_optin = 0
+
+    @classmethod
+    def from_spec(cls, spec, options: tuple[str, ...] | None = None) -> "DeviceKernel":
+        """Compile and load a :class:`ninferc.targets.plan.KernelSpec` for the device."""
+        return cls(spec.render(), spec.entry, spec.uri, options)
+
+    def attributes(self) -> DriverAttributes:
+        """Registers / shared / local / max threads as the driver reports them."""
+        f = self.function
+        return DriverAttributes(int(f.num_regs), int(f.shared_size_bytes), int(f.local_size_bytes),
+                                int(f.max_threads_per_block))
+
+    def driver_occupancy(self, threads: int, dynamic_smem: int = 0) -> int:
+        """cuOccupancyMaxActiveBlocksPerMultiprocessor for this function (resident CTAs per SM)."""
+        cp = cupy()
+        self.set_dynamic_smem(dynamic_smem)
+        return int(cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(self.function.ptr, threads,
+                                                                             dynamic_smem))
+
+    def set_dynamic_smem(self, nbytes: int) -> None:
+        """Opt in to ``nbytes`` of dynamic shared memory when above the 48 KiB default
+        (cudaFuncAttributeMaxDynamicSharedMemorySize)."""
+        if nbytes > 48 * 1024 and nbytes > self._dyn_smem_optin:
+            self.function.max_dynamic_shared_size_bytes = int(nbytes)
+            self._dyn_smem_optin = nbytes
+
+    def launch(self, grid, block, args, *, smem: int = 0, cooperative: bool = False, stream=None) -> None:
+        """Launch with ``args`` (CuPy arrays, numpy scalars such as ``np.int32(5)``, or raw ints as device
+        pointers wrapped by :func:`ptr`).
+
+        Raises:
+            PlanError: a zero-sized grid or block (never launched silently).
+        """
+        grid = tuple(int(g) for g in (tuple(grid) + (1, 1))[:3])
+        block = tuple(int(b) for b in (tuple(block) + (1, 1))[:3])
+        if min(grid) < 1 or min(block) < 1:
+            raise PlanError(f"kernel {self.name}: empty launch grid={grid} block={block}")
+        self.set_dynamic_smem(smem)
+        self.function(grid, block, tuple(args), shared_mem=int(smem), stream=stream,
+                      enable_cooperative_groups=bool(cooperative))
+
+
+def ptr(address: int):
+    """A raw device address as a kernel argument (for views into a larger allocation)."""
+    return np.uint64(address)
