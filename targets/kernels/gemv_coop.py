@@ -1,0 +1,280 @@
+"""Cooperative split-K GEMV for decode-size token counts (template ``gemv_coop.cu.j2``).
+
+Contract
+--------
+``acc[T, N_w] = X[T, K] (bf16, row-major) @ W[N_w, K]^T (bf16, row-major, nn.Linear layout)`` with fp32
+accumulation, then an epilogue into ``Y[T, N]`` (dtypes per templates/README.md: Linear outputs fp32,
+the SwiGLU output -- down_proj's input -- bf16):
+
+* ``store``         ``Y = acc``, fp32                                   (N_w = N)
+* ``residual_add``  ``Y += acc``, fp32 (Y is the residual stream)         (N_w = N)
+* ``swiglu``        W stacks [gate; up] (N_w = 2N): ``Y[:, i] = bf16(silu(acc[:, i]) * acc[:, N + i])``
+
+K must be a multiple of 8 (16-byte weight loads). Inputs 16-byte aligned.
+
+Kernel shape
+------------
+A warp owns ``rows_per_warp`` W rows (for swiglu: half gate rows, the matching half up rows) and
+streams them along K, 8 bf16 per lane per step (a warp reads 512 contiguous bytes per row per step);
+a CTA of ``threads`` owns ``threads/32 * outputs_per_warp`` outputs (a row block). A CTA handles up
+to ``max_tokens`` tokens (a token chunk). The grid is 1-D:
+``row_blocks * splits * token_chunks`` CTAs (nothing on y/z, so no 65535 limit applies).
+
+Routes (chosen here, by the plan -- the kernel has no launch constants)
+------------------------------------------------------------------------
+* ``coop_splitk``: the ``mode=coop`` variant, launched cooperatively. Each CTA reduces one K slice
+  into an fp32 workspace ``[splits, T, N_w]``; a grid barrier (``ninfer::grid_barrier``, counter left
+  reusable) separates that from the in-kernel reduction + epilogue. ``splits`` = the largest number
+  such that ``base * splits <= cap`` where ``base = row_blocks * token_chunks`` and ``cap`` = resident
+  CTAs/SM x SMs of that variant, capped at ``K/8/32`` (every lane gets at least one 16-byte step), so
+  the grid fills one wave of resident CTAs. Used when that gives ``splits >= 2``.
+* ``plain``: the ``mode=plain`` variant, non-cooperative, one split, epilogue from registers, no
+  workspace and no barrier. Used as soon as no variant fits two splits -- i.e. exactly at the T (or N)
+  where ``2 * base > cap`` for every thread-count variant.
+
+Among candidates of the chosen route the variant with the best SM fill wins (coop: ``grid / cap``;
+plain: ``grid / (waves * cap)``), ties to fewer threads.
+
+Runtime arguments (:meth:`GemvCoopFamily.arg_names`, :func:`kernel_args`): ``w, x, y, ws, barrier, k,
+n_out, t_total, splits`` -- pointers then int32.
+The barrier counter is one zero-initialised uint32 per stream (left reusable by the kernel); ``ws`` is
+``Launch.workspace_bytes`` of scratch (no initialisation needed), unused by ``plain``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from ninferc.errors import PlanError
+from ninferc.targets.plan import KernelSpec, Launch, PlanContext
+
+EPILOGUES = ("store", "residual_add", "swiglu")
+MODES = ("coop", "plain")
+WARP = 32  # threads per warp on every CUDA architecture
+VEC = 8    # bf16 elements per 16-byte load
+
+
+@dataclass(frozen=True)
+class GemvProblem:
+    """One GEMV instance.
+
+    Attributes:
+        k: reduction length (columns of X and W); multiple of 8.
+        n: output features (columns of Y). For swiglu W has 2n rows ([gate; up]).
+        epilogue: ``"store" | "residual_add" | "swiglu"``.
+
+    Raises:
+        PlanError: k not a positive multiple of 8, n not positive, or an unknown epilogue.
+    """
+
+    k: int
+    n: int
+    epilogue: str = "store"
+
+    def __post_init__(self):
+        if self.k <= 0 or self.k % VEC:
+            raise PlanError(
+                f"gemv_coop: K = {self.k} must be a positive multiple of {VEC} (16-byte bf16 weight loads)"
+            )
+        if self.n <= 0:
+            raise PlanError(f"gemv_coop: N = {self.n} must be positive")
+        if self.epilogue not in EPILOGUES:
+            raise PlanError(f"gemv_coop: unknown epilogue {self.epilogue!r}; supported: {', '.join(EPILOGUES)}")
+
+    @property
+    def w_rows(self) -> int:
+        """Rows of W: 2n for swiglu, else n."""
+        return 2 * self.n if self.epilogue == "swiglu" else self.n
+
+
+class GemvCoopFamily:
+    """The ``gemv_coop`` kernel family (see module docstring).
+
+    Args:
+        threads: thread-count variants (multiples of 32, each <= 1024).
+        max_tokens: tokens per CTA (template parameter; larger T adds token chunks to the grid).
+        rows_per_warp: W rows a warp accumulates at once (even).
+    """
+
+    name = "gemv_coop"
+    template = "gemv_coop.cu.j2"
+
+    def __init__(self, threads: tuple[int, ...] = (256, 512), max_tokens: int = 4, rows_per_warp: int = 4):
+        if any(t % WARP or t <= 0 for t in threads) or rows_per_warp % 2 or max_tokens < 1:
+            raise PlanError(
+                f"gemv_coop: bad family parameters threads={threads} (multiples of {WARP}), "
+                f"rows_per_warp={rows_per_warp} (even), max_tokens={max_tokens} (>= 1)"
+            )
+        self.threads = tuple(threads)
+        self.max_tokens = int(max_tokens)
+        self.rows_per_warp = int(rows_per_warp)
+
+    # ---- identity ------------------------------------------------------------------------------
+
+    def spec(self, problem: GemvProblem, threads: int, mode: str) -> KernelSpec:
+        """The kernel for (epilogue, threads, mode); K and N are runtime arguments, not identity."""
+        if mode not in MODES:
+            raise PlanError(f"gemv_coop: unknown mode {mode!r}; supported: {', '.join(MODES)}")
+        params = {
+            "threads": threads,
+            "max_tokens": self.max_tokens,
+            "rows_per_warp": self.rows_per_warp,
+            "epilogue": problem.epilogue,
+            "mode": mode,
+        }
+        return KernelSpec.make(self.name, self.template, params, threads, cooperative=(mode == "coop"))
+
+    def arg_names(self, problem: GemvProblem) -> tuple[str, ...]:
+        """Kernel parameters in order (templates/README.md ABI): pointers w (bf16 [N_w, K]), x (bf16
+        [T, K]), y (fp32 [T, N], bf16 for swiglu), ws (fp32 scratch, ``Launch.workspace_bytes``), barrier
+        (uint32 counter, zero-initialised once); int32 k, n_out (= N), t_total (= T), splits
+        (= ``Launch.split_k``)."""
+        return ("w", "x", "y", "ws", "barrier", "k", "n_out", "t_total", "splits")
+
+    def variants(self, problem: GemvProblem) -> list[KernelSpec]:
+        """Every kernel a launch for ``problem`` may use: each thread count x {coop, plain}."""
+        return [self.spec(problem, t, m) for t in self.threads for m in MODES]
+
+    def sample_problems(self) -> list[GemvProblem]:
+        """One small problem per epilogue (covers every template parameter value)."""
+        return [GemvProblem(256, 704, e) for e in EPILOGUES]
+
+    # ---- geometry ------------------------------------------------------------------------------
+
+    def outputs_per_cta(self, problem: GemvProblem, threads: int) -> int:
+        """Outputs (columns of Y) one CTA produces."""
+        per_warp = self.rows_per_warp // 2 if problem.epilogue == "swiglu" else self.rows_per_warp
+        return threads // WARP * per_warp
+
+    def row_blocks(self, problem: GemvProblem, threads: int) -> int:
+        """CTAs along N: ceil(n / outputs_per_cta)."""
+        return -(-problem.n // self.outputs_per_cta(problem, threads))
+
+    def token_chunks(self, tokens: int) -> int:
+        """CTAs along T: ceil(T / max_tokens)."""
+        return -(-tokens // self.max_tokens)
+
+    def max_splits(self, problem: GemvProblem) -> int:
+        """Most K splits that still give every lane at least one 16-byte step per split."""
+        return max(1, problem.k // VEC // WARP)
+
+    def workspace_bytes(self, problem: GemvProblem, tokens: int, splits: int) -> int:
+        """Bytes of fp32 partial sums [splits, T, w_rows] a coop launch needs."""
+        return 4 * splits * tokens * problem.w_rows
+
+    # ---- route selection -----------------------------------------------------------------------
+
+    def launch(self, problem: GemvProblem, tokens: int, ctx: PlanContext) -> Launch:
+        """The launch for T = ``tokens`` on ``ctx`` (see module docstring for the route rule).
+
+        Raises:
+            PlanError: T < 1, or no variant can be resident at all on this target.
+        """
+        if tokens < 1:
+            raise PlanError(f"gemv_coop: T = {tokens} must be at least 1")
+        chunks = self.token_chunks(tokens)
+        coop, plain = [], []
+        for th in self.threads:
+            base = self.row_blocks(problem, th) * chunks
+            cspec = self.spec(problem, th, "coop")
+            cap = ctx.cap(cspec)
+            splits = min(cap // base, self.max_splits(problem))
+            if splits >= 2:
+                coop.append((base * splits / cap, -th, cspec, base, splits))
+            pspec = self.spec(problem, th, "plain")
+            pcap = ctx.cap(pspec)
+            if pcap > 0:
+                w = -(-base // pcap)
+                plain.append((base / (w * pcap), -th, pspec, base, 1))
+        if coop:
+            _, _, spec, base, splits = max(coop, key=lambda c: (c[0], c[1]))
+            return ctx.make_launch(spec, base * splits, route="coop_splitk", tokens=tokens, split_k=splits,
+                                   workspace_bytes=self.workspace_bytes(problem, tokens, splits))
+        if plain:
+            _, _, spec, base, _ = max(plain, key=lambda c: (c[0], c[1]))
+            return ctx.make_launch(spec, base, route="plain", tokens=tokens)
+        raise PlanError(
+            f"gemv_coop (K={problem.k}, N={problem.n}, {problem.epilogue}) on {ctx.arch.name}: no variant "
+            f"({', '.join(map(str, self.threads))} threads) has a resident CTA per SM"
+        )
+
+    def launch_variant(self, problem: GemvProblem, tokens: int, ctx: PlanContext, threads: int, mode: str,
+                       splits: int | None = None) -> Launch:
+        """A launch of one forced variant, bypassing route selection (tests and benchmarks).
+
+        ``coop``: ``splits`` defaults to the most that fit the cooperative cap (may be 1); ``plain``:
+        always one split.
+
+        Raises:
+            PlanError: the cooperative grid cannot fit even with one split, or ``splits`` exceeds the cap.
+        """
+        base = self.row_blocks(problem, threads) * self.token_chunks(tokens)
+        spec = self.spec(problem, threads, mode)
+        if mode == "plain":
+            return ctx.make_launch(spec, base, route="plain", tokens=tokens)
+        cap = ctx.cap(spec)
+        if splits is None:
+            splits = min(cap // base, self.max_splits(problem))
+        if splits < 1 or base * splits > cap:
+            raise PlanError(
+                f"{spec.uri} on {ctx.arch.name}: cooperative grid of {base} x {splits} splits = "
+                f"{base * max(splits, 1)} CTAs exceeds the cooperative cap of {cap} CTAs"
+            )
+        return ctx.make_launch(spec, base * splits, route="coop_splitk", tokens=tokens, split_k=splits,
+                               workspace_bytes=self.workspace_bytes(problem, tokens, splits))
+
+
+def kernel_args(problem: GemvProblem, launch: Launch, w, x, y, ws=None, barrier=None) -> tuple:
+    """Kernel argument tuple in :meth:`GemvCoopFamily.arg_names` order:
+    ``w, x, y, ws, barrier, k, n_out, t_total, splits``.
+
+    Pointers are passed through (device arrays); an unused ``ws``/``barrier`` (plain route) becomes a
+    64-bit null (``np.uint64(0)``, pointer-sized). Sizes become ``np.int32``.
+    """
+    null = np.uint64(0)
+    return (w, x, y, ws if ws is not None else null, barrier if barrier is not None else null,
+            np.int32(problem.k), np.int32(problem.n), np.int32(launch.tokens), np.int32(launch.split_k))
+
+
+# ------------------------------------------------------------------------------------------------
+# numpy reference (fp32 math on bf16 values)
+# ------------------------------------------------------------------------------------------------
+
+
+def _f32(a) -> np.ndarray:
+    return np.asarray(a, dtype=np.float32)  # no copy when already fp32
+
+
+def reference(problem: GemvProblem, x, w, y_in=None) -> np.ndarray:
+    """Reference output of the GEMV + epilogue.
+
+    Args:
+        problem: the instance.
+        x: [T, K] bf16 (``ml_dtypes.bfloat16``) or any float array holding bf16 values.
+        w: [w_rows, K] same.
+        y_in: [T, N] fp32 residual stream (``residual_add`` only).
+
+    Returns:
+        [T, N]: ``acc`` (fp32), ``y_in + acc`` (fp32) or ``bf16(silu(gate) * up)`` (``ml_dtypes.bfloat16``),
+        with ``acc = x @ w.T`` computed in fp32.
+    """
+    x32, w32 = _f32(x), _f32(w)
+    if x32.shape[1] != problem.k or w32.shape != (problem.w_rows, problem.k):
+        raise PlanError(
+            f"gemv_coop reference: expected x [T, {problem.k}] and w [{problem.w_rows}, {problem.k}], "
+            f"got {x32.shape} and {w32.shape}"
+        )
+    acc = x32 @ w32.T
+    if problem.epilogue == "store":
+        return acc
+    if problem.epilogue == "residual_add":
+        return _f32(y_in) + acc
+    gate, up = acc[:, : problem.n], acc[:, problem.n:]
+    return ((gate / (np.float32(1) + np.exp(-gate))) * up).astype(ml_dtypes.bfloat16)
+
+
+FAMILY = GemvCoopFamily()
+"""The registered instance (discovered by :mod:`ninferc.targets.kernels`)."""

@@ -1,0 +1,603 @@
+"""Launch plans: pure functions (arch, SM count, kernel resources, problem shape) -> launch geometry.
+
+Types the lowering and the runtime code against:
+
+* :class:`KernelSpec` -- one compilable kernel: template + parameters (its identity, named in ``uri``).
+* :class:`KernelResources` -- what the compiled cubin (or the driver) says the kernel uses.
+* :class:`Launch` -- grid, block, dynamic shared memory, cooperative flag, route, split-K, and the
+  occupancy numbers it was derived from (CTAs/SM, limiter, cooperative cap, waves).
+* :class:`KernelFamily` -- protocol of a kernel family (``targets/kernels/*.py``): the variants a problem
+  may launch, and the launch for a token count T. Route selection lives in the family.
+* :class:`PlanContext` -- what a family sees: arch, SM count, resources per variant, and the occupancy
+  calculator (:mod:`ninferc.targets.occupancy`, the only one).
+* :func:`check_launch` -- plan-time launch limits; each violation is a :class:`PlanError` naming kernel,
+  target, value and limit.
+* :func:`make_plan` -> :class:`Plan` (``to_json()``, ``table()``).
+
+Formulas (DESIGN.md section 4): cooperative cap = resident CTAs/SM x SMs; waves = ceil(grid CTAs /
+(CTAs/SM x SMs)).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+
+from ninferc.errors import PlanError
+from ninferc.targets.arch import Arch, get_arch
+from ninferc.targets.nvrtc import DEFAULT_OPTIONS, CompileResult, compile_cubin, nvrtc_version
+from ninferc.targets.occupancy import Occupancy, occupancy
+from ninferc.targets.render import render_template
+from ninferc.targets.skus import Sku, get_sku
+
+DEFAULT_TOKENS: tuple[int, ...] = (1, 4, 16, 128, 1024)
+"""Token counts T a plan is evaluated at unless told otherwise: decode (1), one full token chunk or
+small batch (4), larger batches (16) and prefill chunks (128, 1024)."""
+
+# Short names used in URIs; a parameter without one is written as its own name.
+_URI_ABBREV = {"threads": "th", "max_tokens": "tok", "rows_per_warp": "rw", "epilogue": "", "mode": ""}
+
+
+# ------------------------------------------------------------------------------------------------
+# kernel identity and resources
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One compilable kernel: a template rendered with fixed parameters.
+
+    Attributes:
+        family: kernel family name (``"gemv_coop"``).
+        template: template file in ``ninferc.templates`` (``"gemv_coop.cu.j2"``).
+        entry: ``extern "C"`` symbol of the kernel (derived from the URI by :meth:`make`).
+        params: sorted tuple of (name, value) -- the kernel's identity; passed to the template.
+        threads: threads per CTA the kernel is built for (its ``__launch_bounds__``).
+        cooperative: the kernel contains a grid barrier and must be launched cooperatively.
+    """
+
+    family: str
+    template: str
+    entry: str
+    params: tuple[tuple[str, Any], ...]
+    threads: int
+    cooperative: bool
+
+    @classmethod
+    def make(cls, family: str, template: str, params: Mapping[str, Any], threads: int,
+             cooperative: bool) -> "KernelSpec":
+        """Build a spec; sorts ``params`` and derives ``entry`` from the URI."""
+        items = tuple(sorted(params.items()))
+        uri = _make_uri(family, items)
+        return cls(family, template, re.sub(r"\W", "_", uri), items, int(threads), bool(cooperative))
+
+    @property
+    def uri(self) -> str:
+        """Readable unique identity naming every specialisation parameter, e.g.
+        ``gemv_coop__store_tok4_coop_rw4_th256`` (FlashInfer-style)."""
+        return _make_uri(self.family, self.params)
+
+    def param(self, name: str) -> Any:
+        """Value of one template parameter (KeyError if absent)."""
+        return dict(self.params)[name]
+
+    def render(self) -> str:
+        """The kernel's self-contained CUDA C source (template + inlined headers)."""
+        return render_template(self.template, {**dict(self.params), "entry": self.entry})
+
+
+def _make_uri(family: str, params: tuple[tuple[str, Any], ...]) -> str:
+    parts = []
+    for name, value in params:
+        abbr = _URI_ABBREV.get(name, name)
+        if isinstance(value, str):
+            parts.append(f"{abbr}-{value}" if abbr else value)
+        elif isinstance(value, bool):
+            parts.append(f"{abbr}{int(value)}")
+        else:
+            parts.append(f"{abbr}{value}")
+    return f"{family}__" + "_".join(parts)
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    """Resources one compiled kernel uses (from the cubin via :func:`ninferc.targets.cubin.read_resources`,
+    or from the driver's function attributes at run time).
+
+    Attributes:
+        registers: 32-bit registers per thread.
+        static_smem_bytes: static shared memory per CTA, bytes (excluding the driver's reserved 1 KiB).
+        local_bytes: local memory (stack frame incl. spills) per thread, bytes.
+        max_threads: max threads per CTA from ``__launch_bounds__``/reqntid, or None if unbounded.
+        uses_grid_sync: the kernel calls cooperative_groups ``grid.sync()`` (cubin says so).
+        barriers: named CTA barriers used (0 if the kernel never calls ``__syncthreads``).
+    """
+
+    registers: int
+    static_smem_bytes: int
+    local_bytes: int
+    max_threads: int | None
+    uses_grid_sync: bool
+    barriers: int
+
+    def to_json(self) -> dict:
+        """Plain-dict form (for artifacts and goldens)."""
+        return {
+            "registers": self.registers,
+            "static_smem_bytes": self.static_smem_bytes,
+            "local_bytes": self.local_bytes,
+            "max_threads": self.max_threads,
+            "uses_grid_sync": self.uses_grid_sync,
+            "barriers": self.barriers,
+        }
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch of a plan, for one token count T.
+
+    Attributes:
+        kernel: the kernel launched.
+        grid: (x, y, z) CTAs. block: (x, y, z) threads.
+        dynamic_smem_bytes: dynamic shared memory per CTA, bytes (opt-in needed above 48 KiB total).
+        cooperative: launch with ``cuLaunchCooperativeKernel`` (grid must be <= ``coop_cap``).
+        route: the family's route name (e.g. ``"coop_splitk"``, ``"plain"``).
+        split_k: K splits (1 = none). tokens: T this launch serves.
+        ctas_per_sm: resident CTAs/SM from the occupancy calculator; limiter: what limits it.
+        coop_cap: CTAs/SM x SMs (the largest co-resident grid; binding only for cooperative launches).
+        waves: ceil(grid CTAs / coop_cap).
+        workspace_bytes: global scratch the launch needs (fp32 partials etc.), bytes.
+    """
+
+    kernel: KernelSpec
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    dynamic_smem_bytes: int
+    cooperative: bool
+    route: str
+    split_k: int
+    tokens: int
+    ctas_per_sm: int
+    limiter: str
+    coop_cap: int
+    waves: int
+    workspace_bytes: int = 0
+
+    @property
+    def ctas(self) -> int:
+        """Total CTAs in the grid."""
+        return self.grid[0] * self.grid[1] * self.grid[2]
+
+    @property
+    def threads(self) -> int:
+        """Threads per CTA."""
+        return self.block[0] * self.block[1] * self.block[2]
+
+
+class PlanContext:
+    """What a :class:`KernelFamily` sees while planning: the target, the SM count, the resources of
+    each variant (by URI) and the occupancy calculator.
+
+    Args:
+        arch: target.
+        sms: SM count of the SKU or device.
+        resources: URI -> :class:`KernelResources` for every variant the family declared.
+    """
+
+    def __init__(self, arch: str | Arch, sms: int, resources: Mapping[str, KernelResources]):
+        self.arch = get_arch(arch)
+        if int(sms) <= 0:
+            raise PlanError(f"plan for {self.arch.name}: SM count must be positive, got {sms}")
+        self.sms = int(sms)
+        self.resources = dict(resources)
+
+    def resources_of(self, spec: KernelSpec) -> KernelResources:
+        """Resources of ``spec``. Raises PlanError if the family did not declare it as a variant."""
+        try:
+            return self.resources[spec.uri]
+        except KeyError:
+            raise PlanError(
+                f"{spec.uri} on {self.arch.name}: no resources (not among the family's variants)"
+            ) from None
+
+    def occupancy(self, spec: KernelSpec, dynamic_smem: int = 0, threads: int | None = None) -> Occupancy:
+        """Occupancy of ``spec`` launched with ``threads`` (default its own) and ``dynamic_smem``."""
+        r = self.resources_of(spec)
+        return occupancy(
+            self.arch, threads or spec.threads, r.registers, r.static_smem_bytes, dynamic_smem, barriers=r.barriers
+        )
+
+    def cap(self, spec: KernelSpec, dynamic_smem: int = 0) -> int:
+        """Cooperative cap of ``spec``: resident CTAs/SM x SMs."""
+        return self.occupancy(spec, dynamic_smem).ctas_per_sm * self.sms
+
+    def make_launch(
+        self,
+        spec: KernelSpec,
+        grid: tuple[int, int, int] | int,
+        *,
+        route: str,
+        tokens: int,
+        split_k: int = 1,
+        dynamic_smem: int = 0,
+        workspace_bytes: int = 0,
+    ) -> Launch:
+        """Assemble a :class:`Launch`, filling CTAs/SM, limiter, cap and waves from the calculator."""
+        g = (int(grid), 1, 1) if isinstance(grid, int) else tuple(int(v) for v in grid)
+        occ = self.occupancy(spec, dynamic_smem)
+        cap = occ.ctas_per_sm * self.sms
+        ctas = g[0] * g[1] * g[2]
+        return Launch(
+            kernel=spec,
+            grid=g,
+            block=(spec.threads, 1, 1),
+            dynamic_smem_bytes=int(dynamic_smem),
+            cooperative=spec.cooperative,
+            route=route,
+            split_k=int(split_k),
+            tokens=int(tokens),
+            ctas_per_sm=occ.ctas_per_sm,
+            limiter=occ.limiter,
+            coop_cap=cap,
+            waves=-(-ctas // cap) if cap > 0 else 0,
+            workspace_bytes=int(workspace_bytes),
+        )
+
+
+@runtime_checkable
+class KernelFamily(Protocol):
+    """A kernel family (one template, many specialisations) -- implemented in ``targets/kernels/``.
+
+    Attributes:
+        name: family name (URI prefix). template: template file name.
+    """
+
+    name: str
+    template: str
+
+    def variants(self, problem: Any) -> list[KernelSpec]:
+        """Every kernel that may be launched for ``problem`` (compiled and analysed up front)."""
+
+    def launch(self, problem: Any, tokens: int, ctx: PlanContext) -> Launch:
+        """The launch for ``tokens`` (T) on ``ctx``'s target; picks the route (at exactly the
+        boundary where the current route stops fitting) and raises PlanError when nothing fits."""
+
+    def sample_problems(self) -> list[Any]:
+        """Small problems whose variants cover every template parameter value (for CI compiles)."""
+
+
+# ------------------------------------------------------------------------------------------------
+# checks
+# ------------------------------------------------------------------------------------------------
+
+
+def check_launch(launch: Launch, arch: str | Arch, resources: KernelResources, sms: int | None = None) -> None:
+    """Verify a launch against the target's limits and the kernel's resources.
+
+    Checks (CUDA C Programming Guide technical-specification table; cooperative rule from its "Grid
+    Synchronization" section): block within max threads/CTA, per-dimension block limits and the
+    kernel's launch bounds; grid x <= 2^31-1, y/z <= 65535; static shared <= 48 KiB; static + dynamic
+    shared <= the arch's opt-in maximum; at least 1 resident CTA/SM; the launch's CTAs/SM equal the
+    calculator's for these resources; a cooperative grid <= CTAs/SM x SMs; a grid-barrier kernel is
+    launched cooperatively.
+
+    Args:
+        launch: the launch to check.
+        arch: the target.
+        resources: the kernel's resources (cubin or driver).
+        sms: SM count; default derived from ``launch.coop_cap / launch.ctas_per_sm``.
+
+    Raises:
+        PlanError: the first violation found; the message names kernel (URI), target, value and limit.
+    """
+    a = get_arch(arch)
+    who = f"{launch.kernel.uri} on {a.name}"
+
+    threads = launch.threads
+    if threads > a.max_threads_per_cta:
+        raise PlanError(
+            f"{who}: block of {threads} threads exceeds the limit of {a.max_threads_per_cta} threads per CTA"
+        )
+    for axis, (v, lim) in enumerate(zip(launch.block, a.max_block_dims)):
+        if v > lim:
+            raise PlanError(f"{who}: block dimension {'xyz'[axis]} = {v} exceeds the limit of {lim}")
+    if resources.max_threads is not None and threads > resources.max_threads:
+        raise PlanError(
+            f"{who}: block of {threads} threads exceeds the kernel's launch bounds of {resources.max_threads} threads"
+        )
+    for axis, (v, lim) in enumerate(zip(launch.grid, a.max_grid_dims)):
+        if v < 1:
+            raise PlanError(f"{who}: grid dimension {'xyz'[axis]} = {v} must be at least 1")
+        if v > lim:
+            hint = "; fold it onto x" if axis else ""
+            raise PlanError(f"{who}: grid dimension {'xyz'[axis]} = {v} exceeds the limit of {lim}{hint}")
+    if resources.static_smem_bytes > a.max_static_smem_per_cta:
+        raise PlanError(
+            f"{who}: static shared memory {resources.static_smem_bytes} B exceeds the limit of "
+            f"{a.max_static_smem_per_cta} B (48 KiB; use dynamic shared memory with the opt-in)"
+        )
+    total_smem = resources.static_smem_bytes + launch.dynamic_smem_bytes
+    if total_smem > a.max_smem_per_cta_optin:
+        raise PlanError(
+            f"{who}: shared memory per CTA {total_smem} B (dynamic {launch.dynamic_smem_bytes} B + static "
+            f"{resources.static_smem_bytes} B) exceeds the opt-in maximum of {a.max_smem_per_cta_optin} B"
+        )
+    occ = occupancy(a, threads, resources.registers, resources.static_smem_bytes, launch.dynamic_smem_bytes,
+                    barriers=resources.barriers)
+    if occ.ctas_per_sm == 0:
+        lim = {k: v for k, v in occ.limits.items() if v == 0}
+        raise PlanError(
+            f"{who}: 0 resident CTAs per SM (limited by {', '.join(lim)}: {threads} threads, "
+            f"{resources.registers} registers, {occ.smem_per_cta} B shared per CTA); the limit is at least 1"
+        )
+    if occ.ctas_per_sm != launch.ctas_per_sm:
+        raise PlanError(
+            f"{who}: launch assumes {launch.ctas_per_sm} resident CTAs/SM but the kernel's resources give "
+            f"{occ.ctas_per_sm} (limit: {occ.limiter}); re-plan"
+        )
+    if sms is None:
+        sms = launch.coop_cap // launch.ctas_per_sm if launch.ctas_per_sm else 0
+    cap = occ.ctas_per_sm * sms
+    if launch.kernel.cooperative and not launch.cooperative:
+        raise PlanError(f"{who}: kernel has a grid barrier but the launch is not cooperative (limit: cooperative only)")
+    if resources.uses_grid_sync and not launch.cooperative:
+        raise PlanError(f"{who}: kernel calls grid.sync() but the launch is not cooperative (limit: cooperative only)")
+    if launch.cooperative:
+        if not a.cooperative_launch:
+            raise PlanError(f"{who}: cooperative launch not supported on {a.name}")
+        if launch.ctas > cap:
+            raise PlanError(
+                f"{who}: cooperative grid of {launch.ctas} CTAs exceeds the cooperative cap of {cap} CTAs "
+                f"({occ.ctas_per_sm} CTAs/SM x {sms} SMs, limited by {occ.limiter})"
+            )
+
+
+# ------------------------------------------------------------------------------------------------
+# plans
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    """A full plan for one target and SM count.
+
+    Attributes:
+        target: arch name. sku: the SKU (or None when planned for a bare SM count). sms: SM count.
+        tokens: the T values evaluated.
+        instances: (instance name, family name, problem) in model order.
+        kernels: URI -> KernelSpec; resources: URI -> KernelResources; compiled: URI -> CompileResult.
+        launches: instance name -> one :class:`Launch` per T (same order as ``tokens``).
+        options: NVRTC options used (``-arch`` excluded); nvrtc: (major, minor).
+    """
+
+    target: str
+    sku: Sku | None
+    sms: int
+    tokens: tuple[int, ...]
+    instances: list[tuple[str, str, Any]]
+    kernels: dict[str, KernelSpec]
+    resources: dict[str, KernelResources]
+    compiled: dict[str, CompileResult] = field(repr=False)
+    launches: dict[str, list[Launch]]
+    options: tuple[str, ...]
+    nvrtc: tuple[int, int]
+
+    def records(self) -> list[dict]:
+        """One record per (instance, kernel URI) in model order, with the grids where it is used."""
+        out = []
+        for name, _family, _problem in self.instances:
+            by_uri: dict[str, list[Launch]] = {}
+            for ln in self.launches[name]:
+                by_uri.setdefault(ln.kernel.uri, []).append(ln)
+            for uri, lns in by_uri.items():
+                r = self.resources[uri]
+                first = lns[0]
+                out.append({
+                    "kernel": name,
+                    "uri": uri,
+                    "threads_per_cta": first.threads,
+                    "registers": r.registers,
+                    "static_smem_bytes": r.static_smem_bytes,
+                    "dynamic_smem_bytes": max(ln.dynamic_smem_bytes for ln in lns),
+                    "local_bytes": r.local_bytes,
+                    "ctas_per_sm": first.ctas_per_sm,
+                    "limiter": first.limiter,
+                    "cooperative": first.cooperative,
+                    "coop_cap": first.coop_cap,
+                    "grids": [
+                        {"tokens": ln.tokens, "ctas": ln.ctas, "waves": ln.waves, "route": ln.route,
+                         "split_k": ln.split_k, "workspace_bytes": ln.workspace_bytes}
+                        for ln in lns
+                    ],
+                })
+        return out
+
+    def to_json(self) -> dict:
+        """``{"target", "sku", "sms", "nvrtc", "options", "tokens", "kernels": [record...]}``; each record has
+        kernel (instance name), uri, threads_per_cta, registers, static_smem_bytes, dynamic_smem_bytes,
+        local_bytes, ctas_per_sm, limiter, cooperative, coop_cap and grids [{tokens, ctas, waves, route,
+        split_k, workspace_bytes}]."""
+        return {
+            "target": self.target,
+            "sku": self.sku.key if self.sku else None,
+            "sms": self.sms,
+            "nvrtc": f"{self.nvrtc[0]}.{self.nvrtc[1]}",
+            "options": list(self.options),
+            "tokens": list(self.tokens),
+            "kernels": self.records(),
+        }
+
+    def dumps(self) -> str:
+        """``to_json()`` as stable JSON text, one grid per line (used for goldens and ``--json``)."""
+        return _dump_json(self.to_json(), 0) + "\n"
+
+    def sources(self) -> dict[str, str]:
+        """URI -> rendered source of every kernel in the plan (what the artifact stores)."""
+        return {uri: spec.render() for uri, spec in self.kernels.items()}
+
+    def table(self) -> str:
+        """Human table: kernel, block, regs, smem, local, CTAs/SM, limiter, grid@T..., cap, waves, route.
+        A grid cell is ``ctas`` or ``ctas=base*kK`` for split-K; ``-`` where another kernel serves that T."""
+        head = ["kernel", "block", "regs", "smem", "local", "CTAs/SM", "limiter"]
+        head += [f"grid@{t}" for t in self.tokens] + ["cap", "waves", "route"]
+        rows = [head]
+        for rec in self.records():
+            by_t = {g["tokens"]: g for g in rec["grids"]}
+            cells = []
+            for t in self.tokens:
+                g = by_t.get(t)
+                if g is None:
+                    cells.append("-")
+                elif g["split_k"] > 1:
+                    cells.append(f"{g['ctas']}=k{g['split_k']}")
+                else:
+                    cells.append(str(g["ctas"]))
+            wv = "/".join(str(by_t[t]["waves"]) if t in by_t else "-" for t in self.tokens)
+            routes = "/".join(dict.fromkeys(g["route"] for g in rec["grids"]))
+            smem = rec["static_smem_bytes"] + rec["dynamic_smem_bytes"]
+            rows.append([
+                f"{rec['kernel']} [{rec['uri']}]", str(rec["threads_per_cta"]), str(rec["registers"]), str(smem),
+                str(rec["local_bytes"]), str(rec["ctas_per_sm"]), rec["limiter"], *cells,
+                str(rec["coop_cap"]), wv, routes,
+            ])
+        widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+        sku = f" ({self.sku.name})" if self.sku else ""
+        lines = [f"target {self.target}{sku}, {self.sms} SMs, NVRTC {self.nvrtc[0]}.{self.nvrtc[1]}"]
+        for i, r in enumerate(rows):
+            lines.append("  ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))))
+            if i == 0:
+                lines.append("  ".join("-" * w for w in widths))
+        return "\n".join(lines) + "\n"
+
+
+def _dump_json(obj: Any, level: int) -> str:
+    """Indented JSON where dicts/lists of scalars stay on one line (readable golden diffs)."""
+    scalar = (str, int, float, bool, type(None))
+    if isinstance(obj, dict) and not all(isinstance(v, scalar) for v in obj.values()):
+        pad = " " * (level + 1)
+        items = [f"{pad}{json.dumps(k)}: {_dump_json(v, level + 1)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + " " * level + "}"
+    if isinstance(obj, list) and not all(isinstance(v, scalar) for v in obj):
+        pad = " " * (level + 1)
+        return "[\n" + ",\n".join(pad + _dump_json(v, level + 1) for v in obj) + "\n" + " " * level + "]"
+    return json.dumps(obj)
+
+
+def compile_variants(specs: Sequence[KernelSpec], arch: str | Arch, *, options: tuple[str, ...] = DEFAULT_OPTIONS,
+                     jobs: int | None = None) -> dict[str, tuple[CompileResult, KernelResources]]:
+    """Render, compile (disk-cached) and analyse kernels for one target.
+
+    Args:
+        specs: kernels (duplicates by URI are compiled once).
+        arch: target.
+        options: NVRTC options besides ``-arch``.
+        jobs: parallel NVRTC calls (threads; NVRTC releases the GIL); default min(8, len(specs)).
+
+    Returns:
+        URI -> (CompileResult, KernelResources of the spec's entry).
+
+    Raises:
+        CompileError: NVRTC failure; PlanError: the cubin lacks the expected entry point.
+    """
+    from ninferc.targets.cubin import read_resources
+
+    a = get_arch(arch)
+    unique = {s.uri: s for s in specs}
+
+    def one(spec: KernelSpec):
+        res = compile_cubin(spec.render(), a.name, name=spec.uri, options=options)
+        kernels = read_resources(res.cubin, a.name, res.ptx)
+        if spec.entry not in kernels:
+            raise PlanError(f"{spec.uri} on {a.name}: cubin has no entry {spec.entry!r} (has {sorted(kernels)})")
+        return spec.uri, (res, kernels[spec.entry])
+
+    n = jobs or min(8, max(1, len(unique)))
+    if n == 1 or len(unique) <= 1:
+        return dict(one(s) for s in unique.values())
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        return dict(pool.map(one, unique.values()))
+
+
+def make_plan(
+    instances: Sequence[tuple[str, KernelFamily, Any]],
+    arch: str | Arch,
+    sms: int | None = None,
+    sku: str | Sku | None = None,
+    tokens: Sequence[int] = DEFAULT_TOKENS,
+    *,
+    options: tuple[str, ...] = DEFAULT_OPTIONS,
+    jobs: int | None = None,
+) -> Plan:
+    """Plan every instance for one target.
+
+    Args:
+        instances: (instance name, family, problem) in model order; names must be unique.
+        arch: target.
+        sms: SM count (required unless ``sku`` is given; must agree with the SKU when both are).
+        sku: SKU name or :class:`Sku` of ``arch``.
+        tokens: T values to plan (positive ints).
+        options: NVRTC options besides ``-arch``.
+        jobs: parallel compiles.
+
+    Returns:
+        :class:`Plan` with every launch checked by :func:`check_launch`.
+
+    Raises:
+        PlanError: no SM count, SKU/SM mismatch, bad tokens, duplicate names, or a launch that does not fit.
+        TargetError: unknown arch/SKU or SKU of another arch. CompileError: NVRTC failure.
+    """
+    a = get_arch(arch)
+    sku_obj = sku if isinstance(sku, Sku) else (get_sku(sku, a.name) if sku else None)
+    if sku_obj is not None and sku_obj.arch != a.name:
+        sku_obj = get_sku(sku_obj.key, a.name)  # raises the cross-arch TargetError
+    if sms is None:
+        if sku_obj is None:
+            raise PlanError(f"plan for {a.name}: give a SKU or an SM count (neither was given)")
+        sms = sku_obj.sms
+    elif sku_obj is not None and int(sms) != sku_obj.sms:
+        raise PlanError(f"plan for {a.name}: --sms {sms} contradicts SKU {sku_obj.name} ({sku_obj.sms} SMs)")
+    toks = tuple(int(t) for t in tokens)
+    if not toks or any(t <= 0 for t in toks):
+        raise PlanError(f"plan for {a.name}: token counts must be positive integers, got {list(tokens)}")
+    names = [n for n, _, _ in instances]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise PlanError(f"plan for {a.name}: duplicate instance names {dup}")
+
+    specs = [s for _, fam, prob in instances for s in fam.variants(prob)]
+    built = compile_variants(specs, a, options=options, jobs=jobs)
+    resources = {uri: r for uri, (_, r) in built.items()}
+    ctx = PlanContext(a, int(sms), resources)
+
+    launches: dict[str, list[Launch]] = {}
+    used: dict[str, KernelSpec] = {}
+    for name, fam, prob in instances:
+        lst = []
+        for t in toks:
+            ln = fam.launch(prob, t, ctx)
+            check_launch(ln, a, ctx.resources_of(ln.kernel), ctx.sms)
+            used[ln.kernel.uri] = ln.kernel
+            lst.append(ln)
+        launches[name] = lst
+    return Plan(
+        target=a.name,
+        sku=sku_obj,
+        sms=int(sms),
+        tokens=toks,
+        instances=[(n, fam.name, p) for n, fam, p in instances],
+        kernels=used,
+        resources={u: resources[u] for u in used},
+        compiled={u: built[u][0] for u in used},
+        launches=launches,
+        options=tuple(options),
+        nvrtc=nvrtc_version(),
+    )
+
+
+__all__ = [
+    "DEFAULT_TOKENS", "KernelSpec", "KernelResources", "Launch", "PlanContext", "KernelFamily",
+    "check_launch", "compile_variants", "make_plan", "Plan",
+]

@@ -1,0 +1,158 @@
+// ninfer_common.cuh -- device helpers shared by every ninferc kernel template.
+//
+// House rules for this header (and every template that includes it):
+//   * No #include of CUDA or C headers: NVRTC from the pip wheels ships none. Everything here uses
+//     NVRTC built-ins (uint4, __shfl_xor_sync, atomics, expf...) or inline PTX (sm_80+ syntax; every
+//     ninferc target is sm_86 or newer).
+//   * No SM counts, resident-CTA counts or other per-arch numbers: launch geometry comes from the
+//     plan (ninferc.targets), never from constants here. tests/targets/test_no_magic_numbers.py
+//     enforces this.
+//   * The header is inlined into each rendered kernel source by ninferc.targets.render, so the
+//     rendered-source hash covers it. Keep additions in a section of their own, documented.
+//
+// Contents:
+//   1. basic constants and integer helpers
+//   2. bf16 <-> fp32 (bit-exact conversions, no cuda_bf16.h)
+//   3. global-memory loads (16-byte vector, read-only / streaming / L1-bypassing)
+//   4. warp reductions
+//   5. grid-wide barrier for cooperative launches
+//   6. activations
+#pragma once
+
+namespace ninfer {
+
+// ---------------------------------------------------------------------------------------------
+// 1. basic constants and integer helpers
+// ---------------------------------------------------------------------------------------------
+
+// Threads per warp: the same on every CUDA architecture (CUDA C++ Programming Guide, "Warp size").
+constexpr int kWarpSize = 32;
+constexpr unsigned int kFullMask = 0xffffffffu;
+
+__device__ __forceinline__ int ceil_div(int a, int b) { return (a + b - 1) / b; }
+__device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
+
+// ---------------------------------------------------------------------------------------------
+// 2. bf16 <-> fp32. A bf16 is the high half of an fp32, so widening is a shift; values are packed
+//    two per 32-bit word, element 2i in the low half (little-endian memory order).
+// ---------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ float bf16_lo(unsigned int packed) { return __uint_as_float(packed << 16); }
+__device__ __forceinline__ float bf16_hi(unsigned int packed) { return __uint_as_float(packed & 0xffff0000u); }
+
+// fp32 -> bf16, round to nearest even, NaN preserved (PTX cvt.rn.bf16.f32, sm_80+).
+__device__ __forceinline__ unsigned short f32_to_bf16(float f) {
+  unsigned short h;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+
+// Unpack 8 bf16 held in a uint4 (one 16-byte load) into fp32.
+__device__ __forceinline__ void bf16x8_to_f32(const uint4& v, float (&f)[8]) {
+  f[0] = bf16_lo(v.x); f[1] = bf16_hi(v.x);
+  f[2] = bf16_lo(v.y); f[3] = bf16_hi(v.y);
+  f[4] = bf16_lo(v.z); f[5] = bf16_hi(v.z);
+  f[6] = bf16_lo(v.w); f[7] = bf16_hi(v.w);
+}
+
+// Dot product of 8 bf16 (packed in a uint4) with 8 fp32, accumulated in fp32.
+__device__ __forceinline__ float dot_bf16x8(const uint4& w, const float (&x)[8], float acc) {
+  acc = fmaf(bf16_lo(w.x), x[0], acc); acc = fmaf(bf16_hi(w.x), x[1], acc);
+  acc = fmaf(bf16_lo(w.y), x[2], acc); acc = fmaf(bf16_hi(w.y), x[3], acc);
+  acc = fmaf(bf16_lo(w.z), x[4], acc); acc = fmaf(bf16_hi(w.z), x[5], acc);
+  acc = fmaf(bf16_lo(w.w), x[6], acc); acc = fmaf(bf16_hi(w.w), x[7], acc);
+  return acc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. global-memory loads. Pointers must be 16-byte aligned for the v4 forms.
+// ---------------------------------------------------------------------------------------------
+
+// Read-only 16-byte load through the non-coherent path, cached in L1 (activations reused by warps).
+__device__ __forceinline__ uint4 ld_ro_v4(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+// Streaming read-only 16-byte load: data touched once (weights); do not allocate in L1.
+__device__ __forceinline__ uint4 ld_stream_v4(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+// fp32 load cached in L2 only (bypasses L1): for data other CTAs wrote during this launch.
+__device__ __forceinline__ float ld_cg_f32(const float* p) {
+  float v;
+  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. warp reductions (butterfly: every lane ends with the total)
+// ---------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(kFullMask, v, offset);
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. grid-wide barrier.
+//
+// Requires a cooperative launch (cuLaunchCooperativeKernel): the driver then guarantees every CTA
+// of the grid is resident, which is what makes spinning safe; the plan bounds the grid by
+// CTAs/SM x SMs (ninferc.targets.plan.check_launch). Chosen over cooperative_groups::grid_group::
+// sync() because that needs cooperative_groups.h, which NVRTC from pip wheels does not ship and
+// which would tie rendered sources to a header search path.
+//
+// `bar` points to one unsigned int in global memory, zero-initialised once when it is allocated,
+// private to one kernel launch at a time (one per stream is enough: launches on a stream are
+// serial). Protocol (the same arithmetic CUDA's own grid sync uses): CTA (0,0,0) adds
+// 0x80000000 - (nctas - 1), every other CTA adds 1, so after all nctas arrivals the low 31 bits are
+// back to their value before the barrier and bit 31 has flipped; each CTA waits for bit 31 to
+// differ from what it saw at arrival. The counter is therefore left reusable: it never needs
+// resetting between barriers or between launches. Memory ordering: release on arrival (after a
+// CTA-wide __syncthreads), acquire on the spin, then __syncthreads, so everything written by any
+// CTA before the barrier is visible to every thread after it. Readers of data written by other
+// CTAs should still use ld_cg_f32 (L1 is not coherent across SMs).
+// ---------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ unsigned int atom_add_release_gpu(unsigned int* p, unsigned int v) {
+  unsigned int old;
+  asm volatile("atom.add.release.gpu.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+
+__device__ __forceinline__ unsigned int ld_acquire_gpu(const unsigned int* p) {
+  unsigned int v;
+  asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void grid_barrier(unsigned int* bar) {
+  __syncthreads();
+  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+    const unsigned int nctas = gridDim.x * gridDim.y * gridDim.z;
+    const bool first = (blockIdx.x | blockIdx.y | blockIdx.z) == 0;
+    const unsigned int inc = first ? (0x80000000u - (nctas - 1u)) : 1u;
+    const unsigned int old = atom_add_release_gpu(bar, inc);
+    while (((old ^ ld_acquire_gpu(bar)) & 0x80000000u) == 0u) {
+      __nanosleep(32);
+    }
+  }
+  __syncthreads();
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. activations (fp32)
+// ---------------------------------------------------------------------------------------------
+
+// silu(x) = x * sigmoid(x); expf (not __expf) so the result tracks the numpy reference closely.
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+
+}  // namespace ninfer

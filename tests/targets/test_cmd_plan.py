@@ -1,0 +1,64 @@
+"""``ninferc plan``: table and JSON output, and the errors a user can cause."""
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ninferc.cli import main
+
+TINY = Path(__file__).resolve().parents[3] / "shared" / "models" / "qwen35-tiny-code"
+KEYS = {"kernel", "uri", "threads_per_cta", "registers", "static_smem_bytes", "dynamic_smem_bytes", "local_bytes",
+        "ctas_per_sm", "limiter", "cooperative", "coop_cap", "grids"}
+
+
+def run(*args):
+    return CliRunner().invoke(main, ["plan", *args])
+
+
+def test_json_shape_27b_l20():
+    r = run("--target", "sm_89", "--sku", "L20", "--preset", "qwen3.8-27b", "--tokens", "1", "--tokens", "16", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert (d["target"], d["sku"], d["sms"]) == ("sm_89", "l20", 92)
+    names = {k["kernel"] for k in d["kernels"]}
+    assert names == {"gdn.in_proj", "gdn.out_proj", "attn.qkv_proj", "attn.o_proj", "mlp.gate_up", "mlp.down", "lm_head"}
+    for k in d["kernels"]:
+        assert KEYS <= set(k)
+        for g in k["grids"]:
+            assert {"tokens", "ctas", "waves", "route"} <= set(g) and g["tokens"] in (1, 16)
+            if k["cooperative"]:
+                assert g["ctas"] <= k["coop_cap"] and g["waves"] == 1
+
+
+def test_table_with_sms_only():
+    r = run("--target", "sm_90", "--sms", "100", "--preset", "qwen3.8-27b")
+    assert r.exit_code == 0, r.output
+    head = r.output.splitlines()[1]
+    for col in ("kernel", "block", "regs", "smem", "local", "CTAs/SM", "limiter", "grid@1", "grid@1024", "cap",
+                "waves", "route"):
+        assert col in head
+    assert "100 SMs" in r.output.splitlines()[0]
+
+
+@pytest.mark.skipif(not TINY.exists(), reason="tiny fixture not present")
+def test_model_dir():
+    r = run(str(TINY), "--target", "sm_120a", "--sku", "rtx 5060 ti", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["sms"] == 36 and any(k["kernel"] == "mlp.gate_up" for k in d["kernels"])
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--target", "sm_89", "--preset", "qwen3.8-27b"), "give --sku NAME or --sms N"),
+    (("--target", "sm_89", "--sku", "h200", "--preset", "qwen3.8-27b"), "sm_90, not the requested target sm_89"),
+    (("--target", "sm_89", "--sku", "rtx9999", "--preset", "qwen3.8-27b"), "known SKUs for sm_89"),
+    (("--target", "sm_75", "--sms", "40", "--preset", "qwen3.8-27b"), "supported targets"),
+    (("--target", "sm_89", "--sms", "92", "--preset", "nope"), "unknown preset"),
+    (("--target", "sm_89", "--sms", "92"), "exactly one of MODEL_DIR or --preset"),
+    (("--target", "sm_89", "--sms", "92", "/nonexistent-dir"), "no config.json"),
+])
+def test_errors_are_one_line_exit_2(args, needle):
+    r = run(*args)
+    assert r.exit_code == 2 and needle in r.output, r.output
