@@ -278,9 +278,45 @@ class Graph:
             "tensors": {n: {"shape": list(s.shape), "dtype": s.dtype} for n, s in self.tensors.items()},
             "params": {n: {"shape": list(p.shape), "dtype": p.dtype, "group": p.group,
                            "parts": [q.name for q in p.parts]} for n, p in self.params.items()},
+            "part_specs": {q.name: {"shape": list(q.shape), "dtype": q.dtype, "group": q.group}
+                           for p in self.params.values() for q in p.parts},
             "states": {n: {"layer": s.layer, "kind": s.kind, "shape": list(s.shape), "dtype": s.dtype}
                        for n, s in self.states.items()},
         }
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Graph":
+        """Inverse of :meth:`to_json` (ops re-inserted in the dumped topological order).
+
+        Raises:
+            ValueError: an inconsistent dump (unknown tensor, duplicate names).
+        """
+        g = cls()
+        g.meta = d.get("meta", {})
+
+        def pspec(name, p, table):
+            parts = tuple(pspec(q, table[q], table) for q in p.get("parts", []) if q in table) \
+                if p.get("parts") and all(q in table for q in p["parts"]) else ()
+            return ParamSpec(name, tuple(p["shape"]), p["dtype"], p.get("group", "other"), parts)
+
+        part_specs = d.get("part_specs", {})
+        for n, p in d["params"].items():
+            spec = ParamSpec(n, tuple(p["shape"]), p["dtype"], p.get("group", "other"),
+                             tuple(pspec(q, part_specs[q], part_specs) for q in p.get("parts", []) if q in part_specs))
+            g.add_param(spec)
+        for n, s in d["states"].items():
+            g.add_state(StateSpec(n, s["layer"], s["kind"], tuple(s["shape"]), s["dtype"]))
+        tensors = d["tensors"]
+        for n in d["inputs"]:
+            t = tensors[n]
+            g.add_input(TensorSpec(n, tuple(t["shape"]), t["dtype"]))
+        for o in d["ops"]:
+            op = Op(o["name"], o["kind"], tuple(o["inputs"]), tuple(o["outputs"]),
+                    {k: (tuple(v) if isinstance(v, list) else v) for k, v in o["params"].items()},
+                    _tuplify(o["attrs"]), dict(o["states"]), o["layer"])
+            g.add_op(op, [TensorSpec(n, tuple(tensors[n]["shape"]), tensors[n]["dtype"]) for n in op.outputs])
+        g.outputs = tuple(d["outputs"])
+        return g
 
     def dump(self, path: str | Path) -> None:
         """Write :meth:`to_json` plus a readable one-line-per-op text file next to it (``.txt``)."""
@@ -298,6 +334,15 @@ class Graph:
                 extra += " attrs=" + json.dumps(_jsonable(op.attrs), sort_keys=True)
             lines.append(f"{op.name}: {op.kind}({ins}) -> {outs}{extra}")
         path.with_suffix(".txt").write_text("\n".join(lines) + "\n")
+
+
+def _tuplify(x):
+    """JSON lists back to tuples inside op attrs (shapes, windows), recursively."""
+    if isinstance(x, dict):
+        return {k: _tuplify(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return tuple(_tuplify(v) for v in x)
+    return x
 
 
 def with_attrs(op: Op, **attrs) -> Op:

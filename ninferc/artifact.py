@@ -1,0 +1,331 @@
+"""The `.ninfer` container: one file holding everything needed to run a model on a target.
+
+Layout (all integers little-endian)::
+
+    offset 0   magic            8 bytes  b"NINFERC\\0"
+    offset 8   container ver.   u32      (CONTAINER_VERSION)
+    offset 12  flags            u32      (0)
+    offset 16  header length    u64      bytes of the JSON header
+    offset 24  header sha256    32 bytes
+    offset 56  header           JSON (utf-8)
+    ...        payloads         each at a multiple of 4096 (ALIGN)
+
+The header holds: ``format_version``, ``ninferc_version``, ``model`` (ModelConfig dict), ``target``
+(arch, sku, sms), ``graph`` (the compiled IR graph), ``plan``, ``kernels`` (uri, family, template,
+entry, params, rendered-source sha256 and payload, the resource usage the plan assumed, the NVRTC
+options), ``tensors`` (name, dtype, shape, layout, offset, nbytes, sha256) and ``resources``
+(tokenizer files). Reading the version needs only the first 12 bytes; payloads are read through mmap,
+never whole into memory; a tensor's sha256 is checked when it is first read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import mmap
+import os
+import struct
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Callable, Iterable
+
+import ml_dtypes
+import numpy as np
+
+from ninferc import __version__
+from ninferc.errors import ArtifactError
+
+MAGIC = b"NINFERC\0"
+CONTAINER_VERSION = 1
+FORMAT_VERSION = 1
+ALIGN = 4096
+_PREFIX = struct.Struct("<8sIIQ32s")  # magic, version, flags, header length, header sha256
+NP_DTYPES = {"bf16": ml_dtypes.bfloat16, "f32": np.float32, "f16": np.float16, "i8": np.int8, "u8": np.uint8,
+             "i32": np.int32}
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def read_container_version(path: str | Path) -> int:
+    """The container version from the first 12 bytes (no header parsing).
+
+    Raises:
+        ArtifactError: not a .ninfer file (bad magic) or shorter than 12 bytes.
+    """
+    with open(path, "rb") as f:
+        head = f.read(12)
+    if len(head) < 12:
+        raise ArtifactError(f"{path}: {len(head)} bytes is too short for a .ninfer file (truncated?)")
+    if head[:8] != MAGIC:
+        raise ArtifactError(f"{path}: bad magic {head[:8]!r}; expected {MAGIC!r} (not a .ninfer artifact)")
+    return struct.unpack("<I", head[8:12])[0]
+
+
+def write_artifact(
+    path: str | Path,
+    header: dict,
+    tensors: Mapping[str, np.ndarray],
+    blobs: Mapping[str, bytes],
+    *,
+    progress: Callable[[Iterable], Iterable] | None = None,
+) -> None:
+    """Write an artifact in one pass, atomically (temp file + rename).
+
+    The header is sized first with placeholder checksums (a sha256 hex digest has a fixed length), the
+    payloads are streamed at their final offsets while hashing, then the header is written in place.
+
+    Args:
+        path: output file.
+        header: JSON-able dict (the ``tensors``/``blobs`` tables and versions are filled here).
+        tensors: name -> numpy array (bf16 via ml_dtypes, f32, ...) or a zero-argument callable
+            returning it (so a large checkpoint is read one tensor at a time); stored C-contiguous.
+        blobs: name -> bytes (kernel sources, tokenizer files).
+        progress: optional wrapper around the tensor iteration (e.g. tqdm).
+
+    Raises:
+        ArtifactError: an array of an unsupported dtype.
+    """
+    path = Path(path)
+    rev = {np.dtype(v): k for k, v in NP_DTYPES.items()}
+    tensor_table, blob_table = [], []
+    offset = 0
+    for name, spec in _specs(tensors).items():
+        dt = rev.get(spec[1])
+        if dt is None:
+            raise ArtifactError(f"tensor {name}: dtype {spec[1]} cannot be stored; supported {list(NP_DTYPES)}")
+        nbytes = int(np.prod(spec[0], dtype=np.int64)) * spec[1].itemsize
+        tensor_table.append({"name": name, "dtype": dt, "shape": list(spec[0]), "layout": "row-major",
+                             "offset": offset, "nbytes": nbytes, "sha256": "0" * 64})
+        offset = _align(offset + nbytes)
+    for name, data in blobs.items():
+        blob_table.append({"name": name, "offset": offset, "nbytes": len(data),
+                           "sha256": hashlib.sha256(data).hexdigest()})
+        offset = _align(offset + len(data))
+    full = dict(header)
+    full.update({"format_version": FORMAT_VERSION, "ninferc_version": __version__, "payload_offset": 0,
+                 "tensors": tensor_table, "blobs": blob_table})
+    base = 0
+    for _ in range(3):  # the payload offset's own digits can change the header length once
+        full["payload_offset"] = base
+        new_base = _align(_PREFIX.size + len(json.dumps(full, separators=(",", ":")).encode()))
+        if new_base == base:
+            break
+        base = new_base
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            ends = [e["offset"] + e["nbytes"] for e in tensor_table + blob_table]
+            f.truncate(base + max(ends + [0]))  # no padding after the last payload
+            names = list(tensors)
+            it = names if progress is None else progress(names)
+            for name, entry in zip(it, tensor_table):
+                arr = tensors[name]
+                arr = np.ascontiguousarray(arr() if callable(arr) else arr)
+                buf = arr.tobytes()
+                if len(buf) != entry["nbytes"]:
+                    raise ArtifactError(f"tensor {name}: {len(buf)} bytes, expected {entry['nbytes']}")
+                entry["sha256"] = hashlib.sha256(buf).hexdigest()
+                f.seek(base + entry["offset"])
+                f.write(buf)
+            for (name, data), entry in zip(blobs.items(), blob_table):
+                f.seek(base + entry["offset"])
+                f.write(data)
+            hdr = json.dumps(full, separators=(",", ":")).encode()
+            assert _align(_PREFIX.size + len(hdr)) == base
+            f.seek(0)
+            f.write(_PREFIX.pack(MAGIC, CONTAINER_VERSION, 0, len(hdr), hashlib.sha256(hdr).digest()))
+            f.write(hdr)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _specs(tensors: Mapping) -> dict:
+    """name -> (shape, dtype) without materialising callables' arrays twice: callables must expose
+    ``.shape``/``.dtype`` attributes (see :class:`LazyTensor`)."""
+    out = {}
+    for name, arr in tensors.items():
+        if callable(arr) and not isinstance(arr, np.ndarray):
+            out[name] = (tuple(arr.shape), np.dtype(arr.dtype))
+        else:
+            a = np.asarray(arr)
+            out[name] = (a.shape, a.dtype)
+    return out
+
+
+class LazyTensor:
+    """A tensor produced on demand: ``shape``/``dtype`` known up front, data from ``fn()`` when written."""
+
+    def __init__(self, shape, dtype, fn: Callable[[], np.ndarray]):
+        self.shape, self.dtype, self.fn = tuple(shape), np.dtype(dtype), fn
+
+    def __call__(self) -> np.ndarray:
+        a = self.fn()
+        if tuple(a.shape) != self.shape or a.dtype != self.dtype:
+            raise ArtifactError(f"lazy tensor produced {a.shape} {a.dtype}, declared {self.shape} {self.dtype}")
+        return a
+
+
+class Artifact:
+    """An opened `.ninfer` file (header parsed and checked; payloads mmapped, read on demand).
+
+    Raises (from :meth:`open`):
+        ArtifactError: missing file, bad magic, unknown container/format version (names what was found
+            and what is supported), a header checksum mismatch, or a truncated file (payloads extend
+            past the end).
+    """
+
+    def __init__(self, path: Path, header: dict, mm: mmap.mmap):
+        self.path, self.header, self._mm = path, header, mm
+        self._tensors = {t["name"]: t for t in header["tensors"]}
+        self._blobs = {b["name"]: b for b in header["blobs"]}
+        self._verified: set[str] = set()
+        self._base = header["payload_offset"]
+
+    @classmethod
+    def open(cls, path: str | Path) -> "Artifact":
+        path = Path(path)
+        if not path.is_file():
+            raise ArtifactError(f"{path}: no such artifact file")
+        version = read_container_version(path)
+        if version != CONTAINER_VERSION:
+            raise ArtifactError(
+                f"{path}: container version {version} is not supported by ninferc {__version__} "
+                f"(supported: {CONTAINER_VERSION}); recompile the model with this ninferc or upgrade ninferc")
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            prefix = f.read(_PREFIX.size)
+            if len(prefix) < _PREFIX.size:
+                raise ArtifactError(f"{path}: truncated inside the fixed prefix ({len(prefix)} of {_PREFIX.size} bytes)")
+            _, _, _, hlen, hsha = _PREFIX.unpack(prefix)
+            hdr = f.read(hlen)
+        if len(hdr) != hlen:
+            raise ArtifactError(f"{path}: truncated inside the header ({len(hdr)} of {hlen} bytes)")
+        if hashlib.sha256(hdr).digest() != hsha:
+            raise ArtifactError(f"{path}: header checksum mismatch (file corrupt)")
+        try:
+            header = json.loads(hdr)
+        except json.JSONDecodeError as exc:
+            raise ArtifactError(f"{path}: header is not valid JSON ({exc})") from None
+        fv = header.get("format_version")
+        if fv != FORMAT_VERSION:
+            raise ArtifactError(f"{path}: format version {fv} is not supported (supported: {FORMAT_VERSION})")
+        end = header["payload_offset"] + max(
+            [t["offset"] + t["nbytes"] for t in header["tensors"]] + [b["offset"] + b["nbytes"] for b in header["blobs"]]
+            + [0])
+        if size < end:
+            raise ArtifactError(f"{path}: truncated: payloads end at byte {end} but the file has {size} bytes")
+        with open(path, "rb") as f:
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        return cls(path, header, mm)
+
+    # ---- accessors -------------------------------------------------------------------------------
+    @property
+    def config(self):
+        """The model's :class:`~ninferc.ir.config.ModelConfig`."""
+        from ninferc.ir.config import ModelConfig
+
+        return ModelConfig.from_dict(self.header["model"])
+
+    def graph(self):
+        """The compiled IR graph (:class:`~ninferc.ir.graph.Graph`)."""
+        from ninferc.ir.graph import Graph
+
+        return Graph.from_json(self.header["graph"])
+
+    def tensor_names(self) -> list[str]:
+        return list(self._tensors)
+
+    def tensor(self, name: str, *, verify: bool = True) -> np.ndarray:
+        """A read-only zero-copy view of tensor ``name`` (sha256 checked on first access).
+
+        Raises:
+            KeyError: unknown tensor.
+            ArtifactError: checksum mismatch (names the tensor).
+        """
+        t = self._tensors[name]
+        start = self._base + t["offset"]
+        buf = memoryview(self._mm)[start:start + t["nbytes"]]
+        if verify and name not in self._verified:
+            h = hashlib.sha256(buf).hexdigest()
+            if h != t["sha256"]:
+                raise ArtifactError(f"{self.path}: tensor {name!r} is corrupt: sha256 {h[:16]}… != recorded "
+                                    f"{t['sha256'][:16]}…")
+            self._verified.add(name)
+        return np.frombuffer(buf, dtype=NP_DTYPES[t["dtype"]]).reshape(t["shape"])
+
+    def blob(self, name: str) -> bytes:
+        """A payload blob (kernel source, tokenizer file), checksum verified.
+
+        Raises:
+            KeyError: unknown blob.  ArtifactError: checksum mismatch.
+        """
+        b = self._blobs[name]
+        start = self._base + b["offset"]
+        data = bytes(self._mm[start:start + b["nbytes"]])
+        if hashlib.sha256(data).hexdigest() != b["sha256"]:
+            raise ArtifactError(f"{self.path}: blob {name!r} is corrupt (sha256 mismatch)")
+        return data
+
+    def has_blob(self, name: str) -> bool:
+        return name in self._blobs
+
+    def weights(self) -> "ArtifactWeights":
+        """Mapping graph param name -> array, for the reference executor / runtime upload."""
+        return ArtifactWeights(self)
+
+    def tokenizer(self):
+        """The embedded tokenizer (:class:`ninferc.tokenizer.Tokenizer`)."""
+        from ninferc.tokenizer import Tokenizer
+
+        cfg = json.loads(self.blob("tokenizer_config.json")) if self.has_blob("tokenizer_config.json") else None
+        return Tokenizer(self.blob("tokenizer.json").decode(), cfg)
+
+    def verify_all(self) -> None:
+        """Check every tensor's and blob's sha256 (reads the whole file)."""
+        for n in self._tensors:
+            self.tensor(n)
+        for n in self._blobs:
+            self.blob(n)
+
+
+class ArtifactWeights(Mapping):
+    """Read-only mapping over an artifact's tensors (verified on first access)."""
+
+    def __init__(self, art: Artifact):
+        self.art = art
+
+    def __getitem__(self, name):
+        return self.art.tensor(name)
+
+    def __iter__(self):
+        return iter(self.art.tensor_names())
+
+    def __len__(self):
+        return len(self.art.tensor_names())
+
+    def __contains__(self, name):
+        return name in self.art._tensors
+
+
+def describe_artifact(path: str | Path) -> list[str]:
+    """Lines for `ninferc inspect FILE.ninfer`: header, plan summary and tensors by dtype."""
+    art = Artifact.open(path)
+    h = art.header
+    tgt = h.get("target", {})
+    by_dtype: dict[str, int] = {}
+    for t in h["tensors"]:
+        by_dtype[t["dtype"]] = by_dtype.get(t["dtype"], 0) + t["nbytes"]
+    lines = [
+        f"artifact: {path} (container v{CONTAINER_VERSION}, format v{h['format_version']}, "
+        f"built by ninferc {h['ninferc_version']})",
+        f"model: {h['model'].get('name', '?')}: {h['model']['num_hidden_layers']} layers, hidden {h['model']['hidden_size']}",
+        f"target: {tgt.get('arch')} sku {tgt.get('sku') or '-'} ({tgt.get('sms')} SMs)",
+        f"tensors: {len(h['tensors'])}, " + ", ".join(f"{k} {v:,} bytes" for k, v in sorted(by_dtype.items())),
+        f"kernels: {len(h.get('kernels', []))}; launches planned: {len(h.get('plan', {}).get('kernels', []))}",
+        f"blobs: {', '.join(b['name'] for b in h['blobs'][:6])}{' …' if len(h['blobs']) > 6 else ''}",
+    ]
+    return lines

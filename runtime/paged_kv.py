@@ -1,0 +1,82 @@
+"""Host-side bookkeeping of the paged KV cache and the GDN state slots.
+
+The device pools (per attention layer ``k_pages``/``v_pages`` [num_pages, Hkv, P, hd] bf16; per GDN
+layer ``conv_ring`` [num_slots, W, C] and ``rec_state`` [num_slots, Hv, dk, dv] fp32) are allocated
+once by the engine; this module decides which page and which slot each sequence uses. A page or slot
+returned to the pool is never assumed clean: kernels ignore KV beyond a sequence's context and start
+GDN state from zero at position 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ninferc.errors import NinfercError
+
+
+class PoolExhausted(NinfercError):
+    """No free page or slot left (names the pool, its size and the request)."""
+
+
+class PagePool:
+    """A free list of ``num_pages`` physical KV pages of ``page_size`` tokens each."""
+
+    def __init__(self, num_pages: int, page_size: int):
+        if num_pages < 1 or page_size < 1:
+            raise ValueError(f"num_pages ({num_pages}) and page_size ({page_size}) must be >= 1")
+        self.num_pages, self.page_size = num_pages, page_size
+        self._free = list(range(num_pages - 1, -1, -1))  # pop() hands out 0, 1, 2 ...
+
+    @property
+    def free(self) -> int:
+        return len(self._free)
+
+    def take(self, n: int) -> list[int]:
+        """``n`` pages.  Raises PoolExhausted (pool size, free count, request)."""
+        if n > len(self._free):
+            raise PoolExhausted(f"KV page pool exhausted: {n} pages requested, {len(self._free)} of "
+                                f"{self.num_pages} free (page size {self.page_size} tokens)")
+        return [self._free.pop() for _ in range(n)]
+
+    def give(self, pages: list[int]) -> None:
+        self._free.extend(reversed(pages))
+
+
+class SlotPool:
+    """A free list of ``num_slots`` GDN state slots (one per live sequence)."""
+
+    def __init__(self, num_slots: int):
+        self.num_slots = num_slots
+        self._free = list(range(num_slots - 1, -1, -1))
+
+    def take(self) -> int:
+        if not self._free:
+            raise PoolExhausted(f"GDN state slots exhausted: all {self.num_slots} in use")
+        return self._free.pop()
+
+    def give(self, slot: int) -> None:
+        self._free.append(slot)
+
+
+@dataclass
+class Sequence:
+    """One live sequence: its GDN ``slot``, its KV ``pages`` (logical page i -> physical id) and its
+    ``length`` (tokens whose KV and state are in place)."""
+
+    slot: int
+    pages: list[int] = field(default_factory=list)
+    length: int = 0
+
+    def ensure_capacity(self, tokens: int, pool: PagePool, max_pages: int) -> None:
+        """Own enough pages for ``tokens`` positions.
+
+        Raises:
+            NinfercError: ``tokens`` beyond the max context (max_pages * page_size).
+            PoolExhausted: the pool cannot supply the pages.
+        """
+        need = -(-tokens // pool.page_size)
+        if need > max_pages:
+            raise NinfercError(f"context of {tokens} tokens exceeds the max context "
+                               f"{max_pages * pool.page_size} (--max-context)")
+        if need > len(self.pages):
+            self.pages.extend(pool.take(need - len(self.pages)))
