@@ -1,0 +1,858 @@
+"""Gated DeltaNet (GDN) mixer kernels: decode (fused), prefill conv + ring update, chunked / recurrent core,
+and the gated RMSNorm follow-up (templates ``gdn_recurrent.cu.j2``, ``gdn_conv.cu.j2``,
+``gdn_ring_update.cu.j2``, ``gdn_chunk.cu.j2``, ``gdn_gated_norm.cu.j2``; helpers ``gdn_common.cuh``).
+
+Contract (the IR's ``_Builder.gdn`` composition, ops of :mod:`ninferc.ir.ops`)
+-------------------------------------------------------------------------------
+Input ``proj [T, proj_dim]`` fp32 (templates/README.md): columns ``q (Hk*dk) | k (Hk*dk) | v (Hv*dv) |
+z (Hv*dv) | b (Hv) | a (Hv)``. For each token and V head j (Q/K head ``j // (Hv/Hk)``):
+
+1. ``CausalConv1d`` + SiLU over the ``conv_dim = 2*Hk*dk + Hv*dv`` channels ``q|k|v`` (weights
+   ``conv_w [conv_dim, W]`` fp32), continuing from the previous ``W-1`` inputs of the sequence;
+2. ``L2Norm`` of q and k per head (``l2_eps``, 1e-6), q scaled by ``scale`` (dk^-0.5);
+3. ``GDNGating``: ``g = -exp(A_log) * softplus(a + dt_bias)``, ``beta = sigmoid(b)``;
+4. ``GatedDeltaRule`` on the fp32 state ``S [dk, dv]``: ``S <- S exp(g); S += k (beta (v - S^T k))^T;
+   o = S^T q``;
+5. ``GatedRMSNorm``: ``y = o * rsqrt(mean(o^2) + norm_eps) * w * silu(z)`` (plain ``w``), stored **bf16** in
+   ``y [T, Hv*dv]``.
+
+State (templates/README.md): ``conv_ring [slots, W, conv_dim]`` fp32, the conv *input* of position p in
+row ``p % W`` (positions < 0 read as 0, never from the ring); ``rec_state [slots, Hv, dk, dv]`` fp32 (the
+reference's ``[Hv, dk, dv]`` order). A sequence whose step starts at position 0 starts from S = 0 whatever
+its slot holds. Batch metadata: ``tok_pos [T]``, ``tok_seq [T]``, ``seq_start [B+1]``, ``seq_slot [B]``
+(int32).
+
+Kernels and launch geometry (chosen here, never in the templates)
+------------------------------------------------------------------
+* ``gdn_decode`` (:class:`GdnDecodeFamily`, ``gdn_recurrent.cu.j2`` mode ``decode``): T = B, one token per
+  sequence (``t = seq_start[b]``). Grid ``(Hv, B)``, block ``threads`` (default the smallest valid count
+  that leaves 32 state floats per thread: 128 for the tiny fixture, 512 for 27B). Fuses 1-5 and the ring
+  write (q/k channels by the first V head of each group only; the ring row written is never read in the
+  same step). State in registers, read once and written once.
+* prefill step, several packed sequences: ``gdn_conv`` (grid ``(T, ceil(conv_dim/threads))``, reads the
+  ring, writes ``conv_out [T, conv_dim]`` fp32) -> ``gdn_ring_update`` (grid ``(ceil(conv_dim/threads), B)``,
+  writes the last ``min(W, n_b)`` inputs of each sequence; must follow ``gdn_conv``) -> the core, route
+  ``chunked`` (``gdn_chunk.cu.j2``, grid ``(Hv * dv/dv_block, B)``, block 256, dynamic shared memory from
+  :func:`chunk_smem_bytes`) or ``recurrent`` (``gdn_recurrent.cu.j2`` mode ``prefill``, grid ``(Hv, B)``)
+  -> only when ``dv_block < dv`` (route ``chunked_split``): ``gdn_gated_norm`` (grid ``(T,)``), reading
+  the fp32 ``o_ws [T, Hv*dv]`` the chunk kernel wrote.
+* ``dv_block``: the largest divisor of dv in {256, 128, 64, 32, 16} whose shared memory (static + dynamic)
+  fits the arch's opt-in maximum with at least one resident CTA. 27B: 128 (fused norm, 145024 B) on sm_90,
+  64 (split, 93824 B) on sm_86 / sm_89 / sm_120a (99 KiB opt-in).
+* Kernels with a grid over sequences loop ``b = blockIdx.y, blockIdx.y + gridDim.y, ...`` and exit past
+  ``num_seqs``: any ``grid.y >= 1`` is correct; the runtime should set ``grid.y = B`` of the step (the plan
+  is made for ``batch`` sequences, default 1 for prefill and T for decode).
+
+Runtime ABI: :func:`arg_names` gives each kernel's parameters in order; :func:`kernel_args` builds the tuple
+(pointers as given, ``num_seqs`` int32, ``scale``/``l2_eps``/``norm_eps`` float32 from the problem).
+
+Numpy reference: :func:`reference_step` composes :mod:`ninferc.ir.reference` ops exactly as the IR does, on the
+ring/slot layouts (converted with :func:`window_from_ring` / :func:`ring_from_window`);
+:func:`layout_conv` re-implements the kernels' ring gather directly (tests show both agree).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ninferc.errors import PlanError
+from ninferc.ir.reference import (
+    ref_causal_conv1d,
+    ref_gated_delta_rule_chunked,
+    ref_gated_delta_rule_recurrent,
+    ref_gated_rmsnorm,
+    ref_gdn_gating,
+    ref_l2norm,
+)
+from ninferc.targets.plan import KernelSpec, Launch, PlanContext
+
+WARP = 32  # threads per warp on every CUDA architecture
+F32 = np.float32
+
+CHUNK = 64
+"""Tokens per chunk of the chunked route (mirrors the IR's ``GatedDeltaRule`` attr ``chunk``)."""
+CHUNK_THREADS = 256
+"""Threads per CTA of ``gdn_chunk`` (its 16 x 16 thread grid)."""
+DV_BLOCKS = (256, 128, 64, 32, 16)
+"""``dv_block`` values the chunk kernel supports (it needs ``256 % dv_block == 0`` and a multiple of 16)."""
+STATE_FLOATS_PER_THREAD = 32
+"""Default register budget for the state in the recurrent kernels (fp32 values of S per thread)."""
+ROUTES = ("chunked", "recurrent")
+"""Prefill core routes: ``chunked`` (gdn_chunk, + gdn_gated_norm when split) and ``recurrent``."""
+
+
+# ------------------------------------------------------------------------------------------------
+# the problem
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GdnProblem:
+    """One GDN layer's shapes and constants (every GDN layer of a model shares them).
+
+    Attributes:
+        hk: Q/K heads (``linear_num_key_heads``). hv: V heads (``linear_num_value_heads``), a multiple of hk.
+        dk: key head dim. dv: value head dim (multiple of 4).
+        width: causal-conv width W (``linear_conv_kernel_dim``).
+        scale: q scale, default ``dk ** -0.5`` (the IR's ``GatedDeltaRule`` attr).
+        l2_eps: eps of the q/k L2 norm (IR ``L2Norm`` attr, 1e-6).
+        norm_eps: eps of the gated RMSNorm (``rms_norm_eps``).
+
+    Raises:
+        PlanError: a non-positive dim, hv not a multiple of hk, or dv not a multiple of 4 (names the value).
+    """
+
+    hk: int
+    hv: int
+    dk: int
+    dv: int
+    width: int = 4
+    scale: float | None = None
+    l2_eps: float = 1e-6
+    norm_eps: float = 1e-6
+
+    def __post_init__(self):
+        for name in ("hk", "hv", "dk", "dv", "width"):
+            if int(getattr(self, name)) <= 0:
+                raise PlanError(f"gdn: {name} = {getattr(self, name)} must be positive")
+        if self.hv % self.hk:
+            raise PlanError(f"gdn: hv = {self.hv} is not a multiple of hk = {self.hk}")
+        if self.dv % 4:
+            raise PlanError(f"gdn: dv = {self.dv} must be a multiple of 4 (float4 state rows)")
+        if self.scale is None:
+            object.__setattr__(self, "scale", float(self.dk) ** -0.5)
+
+    @classmethod
+    def from_config(cls, cfg) -> "GdnProblem":
+        """The problem of a :class:`ninferc.ir.config.ModelConfig` (scale dk^-0.5, l2 eps 1e-6 as the IR builds)."""
+        return cls(hk=cfg.linear_num_key_heads, hv=cfg.linear_num_value_heads, dk=cfg.linear_key_head_dim,
+                   dv=cfg.linear_value_head_dim, width=cfg.linear_conv_kernel_dim, norm_eps=float(cfg.rms_norm_eps))
+
+    # ---- derived sizes (elements) and proj column offsets ----
+    @property
+    def group(self) -> int:
+        """V heads per Q/K head (Hv / Hk)."""
+        return self.hv // self.hk
+
+    @property
+    def key_dim(self) -> int:
+        """Hk * dk (width of q and of k)."""
+        return self.hk * self.dk
+
+    @property
+    def value_dim(self) -> int:
+        """Hv * dv (width of v, z, o and y)."""
+        return self.hv * self.dv
+
+    @property
+    def conv_dim(self) -> int:
+        """Conv channels C = 2 * key_dim + value_dim (q | k | v)."""
+        return 2 * self.key_dim + self.value_dim
+
+    @property
+    def proj_dim(self) -> int:
+        """Row length of ``proj``: conv_dim + value_dim (z) + 2 * Hv (b, a)."""
+        return self.conv_dim + self.value_dim + 2 * self.hv
+
+    @property
+    def off_q(self) -> int:
+        """First proj column of q (0)."""
+        return 0
+
+    @property
+    def off_k(self) -> int:
+        """First proj column of k."""
+        return self.key_dim
+
+    @property
+    def off_v(self) -> int:
+        """First proj column of v."""
+        return 2 * self.key_dim
+
+    @property
+    def off_z(self) -> int:
+        """First proj column of z."""
+        return self.conv_dim
+
+    @property
+    def off_b(self) -> int:
+        """First proj column of b."""
+        return self.conv_dim + self.value_dim
+
+    @property
+    def off_a(self) -> int:
+        """First proj column of a."""
+        return self.off_b + self.hv
+
+    def dims(self) -> dict[str, int]:
+        """Template parameters that fix the layout: hk, hv, dk, dv."""
+        return {"hk": self.hk, "hv": self.hv, "dk": self.dk, "dv": self.dv}
+
+
+# ------------------------------------------------------------------------------------------------
+# geometry helpers
+# ------------------------------------------------------------------------------------------------
+
+
+def recurrent_threads_valid(p: GdnProblem, threads: int) -> bool:
+    """Whether ``gdn_recurrent`` can be built with ``threads``: a multiple of 32 up to 1024, a multiple
+    of dv/4 (threads across a state row, 4 columns each), and dk a multiple of the row groups."""
+    cq = p.dv // 4
+    if threads <= 0 or threads % WARP or threads > 1024 or threads % cq:
+        return False
+    return p.dk % (threads // cq) == 0
+
+
+def recurrent_threads(p: GdnProblem, state_per_thread: int = STATE_FLOATS_PER_THREAD) -> int:
+    """Threads per CTA for the recurrent kernels: the smallest valid count holding at most
+    ``state_per_thread`` state values per thread, else the largest valid count.
+
+    Raises:
+        PlanError: no thread count up to 1024 is valid for (dk, dv).
+    """
+    valid = [t for t in range(WARP, 1025, WARP) if recurrent_threads_valid(p, t)]
+    if not valid:
+        raise PlanError(f"gdn_recurrent: no thread count <= 1024 fits dk = {p.dk}, dv = {p.dv} "
+                        f"(needs a multiple of 32 and of dv/4 = {p.dv // 4} dividing dk * dv / 4)")
+    fit = [t for t in valid if p.dk * p.dv // t <= state_per_thread]
+    return fit[0] if fit else valid[-1]
+
+
+def dk_tile(p: GdnProblem) -> int:
+    """dk rows staged per tile in ``gdn_chunk``: 32 when it divides dk, else 16.
+
+    Raises:
+        PlanError: dk not a multiple of 16.
+    """
+    if p.dk % 32 == 0:
+        return 32
+    if p.dk % 16 == 0:
+        return 16
+    raise PlanError(f"gdn_chunk: dk = {p.dk} must be a multiple of 16")
+
+
+def dv_blocks(p: GdnProblem) -> list[int]:
+    """Candidate ``dv_block`` values for ``gdn_chunk``, largest first (divisors of dv in :data:`DV_BLOCKS`)."""
+    return [d for d in DV_BLOCKS if d <= p.dv and p.dv % d == 0]
+
+
+def chunk_smem_bytes(p: GdnProblem, dv_block: int, chunk: int = CHUNK, tile: int | None = None,
+                     threads: int = CHUNK_THREADS) -> int:
+    """Dynamic shared memory (bytes) of ``gdn_chunk`` -- the same layout as the template's constants:
+    ``S [dk][dv_block] | P, Lm [chunk][chunk+1] | KT [tile][chunk+1] | union(QT [tile][chunk+1],
+    R [chunk][RS]) | 4 vectors [chunk]`` with ``RS = roundup32(dv_block) + 32 / (threads / dv_block)``.
+    27B: 93824 B at dv_block 64, 145024 B at 128."""
+    tile = tile or dk_tile(p)
+    tpc = threads // dv_block
+    rs = -(-dv_block // 32) * 32 + WARP // tpc
+    floats = (p.dk * dv_block + 2 * chunk * (chunk + 1) + tile * (chunk + 1)
+              + max(tile * (chunk + 1), chunk * rs) + 4 * chunk)
+    return 4 * floats
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# ------------------------------------------------------------------------------------------------
+# families
+# ------------------------------------------------------------------------------------------------
+
+
+class GdnDecodeFamily:
+    """``gdn_decode``: the fused one-token-per-sequence GDN mixer (conv + ring write + norms + gating +
+    delta rule + gated RMSNorm), template ``gdn_recurrent.cu.j2`` mode ``decode``.
+
+    Args:
+        state_per_thread: state values per thread the thread count aims for (see :func:`recurrent_threads`).
+    """
+
+    name = "gdn_decode"
+    template = "gdn_recurrent.cu.j2"
+
+    def __init__(self, state_per_thread: int = STATE_FLOATS_PER_THREAD):
+        self.state_per_thread = int(state_per_thread)
+
+    def spec(self, problem: GdnProblem, threads: int | None = None) -> KernelSpec:
+        """The decode kernel for ``problem`` (threads default :func:`recurrent_threads`).
+
+        Raises:
+            PlanError: ``threads`` invalid for (dk, dv).
+        """
+        th = threads or recurrent_threads(problem, self.state_per_thread)
+        if not recurrent_threads_valid(problem, th):
+            raise PlanError(f"gdn_decode: threads = {th} invalid for dk = {problem.dk}, dv = {problem.dv}")
+        params = {**problem.dims(), "width": problem.width, "threads": th, "mode": "decode"}
+        return KernelSpec.make(self.name, self.template, params, th, cooperative=False)
+
+    def variants(self, problem: GdnProblem) -> list[KernelSpec]:
+        """The one decode kernel."""
+        return [self.spec(problem)]
+
+    def sample_problems(self) -> list[GdnProblem]:
+        """The tiny fixture's GDN (2 Q/K heads, 6 V heads, 64 x 64, W 4)."""
+        return [TINY]
+
+    def arg_names(self, problem: GdnProblem) -> tuple[str, ...]:
+        """Kernel parameters in order (see :func:`arg_names`)."""
+        return arg_names("gdn_decode")
+
+    def launch(self, problem: GdnProblem, tokens: int, ctx: PlanContext) -> Launch:
+        """Grid (Hv, B = tokens), route ``decode``.
+
+        Raises:
+            PlanError: tokens < 1, or B over the grid's y limit.
+        """
+        if tokens < 1:
+            raise PlanError(f"gdn_decode: T = {tokens} must be at least 1")
+        if tokens > ctx.arch.max_grid_dims[1]:
+            raise PlanError(f"gdn_decode on {ctx.arch.name}: B = {tokens} sequences exceeds the grid y limit "
+                            f"of {ctx.arch.max_grid_dims[1]}")
+        return ctx.make_launch(self.spec(problem), (problem.hv, tokens, 1), route="decode", tokens=tokens)
+
+
+class GdnConvFamily:
+    """``gdn_conv``: prefill causal conv + SiLU over all channels of all tokens (reads the ring only).
+
+    Args:
+        threads: threads per CTA (one channel each).
+    """
+
+    name = "gdn_conv"
+    template = "gdn_conv.cu.j2"
+
+    def __init__(self, threads: int = 256):
+        self.threads = int(threads)
+
+    def spec(self, problem: GdnProblem) -> KernelSpec:
+        """The conv kernel for ``problem``."""
+        params = {**problem.dims(), "width": problem.width, "threads": self.threads}
+        return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=False)
+
+    def variants(self, problem: GdnProblem) -> list[KernelSpec]:
+        """The one conv kernel."""
+        return [self.spec(problem)]
+
+    def sample_problems(self) -> list[GdnProblem]:
+        """The tiny fixture's GDN."""
+        return [TINY]
+
+    def arg_names(self, problem: GdnProblem) -> tuple[str, ...]:
+        """Kernel parameters in order (see :func:`arg_names`)."""
+        return arg_names("gdn_conv")
+
+    def launch(self, problem: GdnProblem, tokens: int, ctx: PlanContext) -> Launch:
+        """Grid (T, ceil(conv_dim / threads)), route ``conv``; workspace = conv_out [T, conv_dim] fp32."""
+        if tokens < 1:
+            raise PlanError(f"gdn_conv: T = {tokens} must be at least 1")
+        grid = (tokens, _ceil(problem.conv_dim, self.threads), 1)
+        return ctx.make_launch(self.spec(problem), grid, route="conv", tokens=tokens,
+                               workspace_bytes=4 * tokens * problem.conv_dim)
+
+
+class GdnRingUpdateFamily:
+    """``gdn_ring_update``: writes the last ``min(W, n_b)`` conv inputs of each sequence into its ring
+    (after ``gdn_conv``).
+
+    Args:
+        threads: threads per CTA (one channel each).
+    """
+
+    name = "gdn_ring_update"
+    template = "gdn_ring_update.cu.j2"
+
+    def __init__(self, threads: int = 256):
+        self.threads = int(threads)
+
+    def spec(self, problem: GdnProblem) -> KernelSpec:
+        """The ring-update kernel for ``problem``."""
+        params = {**problem.dims(), "width": problem.width, "threads": self.threads}
+        return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=False)
+
+    def variants(self, problem: GdnProblem) -> list[KernelSpec]:
+        """The one ring-update kernel."""
+        return [self.spec(problem)]
+
+    def sample_problems(self) -> list[GdnProblem]:
+        """The tiny fixture's GDN."""
+        return [TINY]
+
+    def arg_names(self, problem: GdnProblem) -> tuple[str, ...]:
+        """Kernel parameters in order (see :func:`arg_names`)."""
+        return arg_names("gdn_ring_update")
+
+    def launch(self, problem: GdnProblem, tokens: int, ctx: PlanContext, batch: int = 1) -> Launch:
+        """Grid (ceil(conv_dim / threads), batch), route ``ring``."""
+        if tokens < 1 or not 1 <= batch <= tokens:
+            raise PlanError(f"gdn_ring_update: need 1 <= batch ({batch}) <= T ({tokens})")
+        batch = min(batch, ctx.arch.max_grid_dims[1])  # the kernel loops over the rest
+        grid = (_ceil(problem.conv_dim, self.threads), batch, 1)
+        return ctx.make_launch(self.spec(problem), grid, route="ring", tokens=tokens)
+
+
+class GdnPrefillFamily:
+    """The prefill core: route ``chunked`` (``gdn_chunk.cu.j2``) or ``recurrent`` (``gdn_recurrent.cu.j2``
+    mode ``prefill``), both reading ``conv_out`` from ``gdn_conv``.
+
+    Args:
+        route: ``"chunked"`` (default) or ``"recurrent"`` (the simple oracle route).
+        dv_block: force the chunk kernel's column block (default: the largest that fits, see module doc).
+        chunk: tokens per chunk (64).
+        state_per_thread: for the recurrent route's thread count.
+
+    Raises:
+        PlanError: unknown route.
+    """
+
+    name = "gdn_prefill"
+    template = "gdn_chunk.cu.j2"
+
+    def __init__(self, route: str = "chunked", dv_block: int | None = None, chunk: int = CHUNK,
+                 state_per_thread: int = STATE_FLOATS_PER_THREAD):
+        if route not in ROUTES:
+            raise PlanError(f"gdn_prefill: unknown route {route!r}; supported: {', '.join(ROUTES)}")
+        self.route, self.dv_block, self.chunk = route, dv_block, int(chunk)
+        self.state_per_thread = int(state_per_thread)
+
+    def chunk_spec(self, problem: GdnProblem, dv_block: int) -> KernelSpec:
+        """The chunk kernel with ``dv_block`` state columns per CTA.
+
+        Raises:
+            PlanError: dv_block not a supported divisor of dv, or dk not a multiple of 16.
+        """
+        if dv_block not in dv_blocks(problem):
+            raise PlanError(f"gdn_chunk: dv_block = {dv_block} must divide dv = {problem.dv} and be one of "
+                            f"{DV_BLOCKS}")
+        params = {**problem.dims(), "dv_block": dv_block, "chunk": self.chunk, "dk_tile": dk_tile(problem),
+                  "threads": CHUNK_THREADS}
+        return KernelSpec.make("gdn_chunk", "gdn_chunk.cu.j2", params, CHUNK_THREADS, cooperative=False)
+
+    def recurrent_spec(self, problem: GdnProblem) -> KernelSpec:
+        """The recurrent prefill kernel (``gdn_recurrent.cu.j2`` mode ``prefill``)."""
+        th = recurrent_threads(problem, self.state_per_thread)
+        params = {**problem.dims(), "width": problem.width, "threads": th, "mode": "prefill"}
+        return KernelSpec.make("gdn_recurrent_prefill", "gdn_recurrent.cu.j2", params, th, cooperative=False)
+
+    def variants(self, problem: GdnProblem) -> list[KernelSpec]:
+        """Chunk kernels for every candidate dv_block (or the forced one) plus the recurrent kernel."""
+        blocks = [self.dv_block] if self.dv_block else dv_blocks(problem)
+        return [self.chunk_spec(problem, d) for d in blocks] + [self.recurrent_spec(problem)]
+
+    def sample_problems(self) -> list[GdnProblem]:
+        """The tiny fixture's GDN."""
+        return [TINY]
+
+    def arg_names(self, problem: GdnProblem, route: str | None = None) -> tuple[str, ...]:
+        """Kernel parameters in order for ``route`` (default the family's)."""
+        return arg_names("gdn_chunk" if (route or self.route) != "recurrent" else "gdn_recurrent_prefill")
+
+    def choose_dv_block(self, problem: GdnProblem, ctx: PlanContext) -> int:
+        """The forced dv_block, or the largest candidate whose static + dynamic shared memory fits the
+        arch's opt-in maximum with at least one resident CTA per SM.
+
+        Raises:
+            PlanError: nothing fits (lists every candidate's bytes and the limit).
+        """
+        tried = []
+        for d in ([self.dv_block] if self.dv_block else dv_blocks(problem)):
+            spec = self.chunk_spec(problem, d)
+            dyn = chunk_smem_bytes(problem, d, self.chunk)
+            total = ctx.resources_of(spec).static_smem_bytes + dyn
+            if total <= ctx.arch.max_smem_per_cta_optin and ctx.occupancy(spec, dyn).ctas_per_sm >= 1:
+                return d
+            tried.append(f"dv_block {d}: {total} B")
+        raise PlanError(f"gdn_chunk (dk {problem.dk}, dv {problem.dv}) on {ctx.arch.name}: no dv_block fits the "
+                        f"opt-in shared-memory maximum of {ctx.arch.max_smem_per_cta_optin} B ({'; '.join(tried)})")
+
+    def launch(self, problem: GdnProblem, tokens: int, ctx: PlanContext, batch: int = 1,
+               route: str | None = None) -> Launch:
+        """The core launch for a prefill step of T = ``tokens`` over ``batch`` sequences.
+
+        Routes: ``chunked`` (dv_block == dv: y written, fused norm), ``chunked_split`` (dv_block < dv: o
+        written to the fp32 workspace ``o_ws [T, Hv*dv]`` = ``workspace_bytes``; follow with
+        :class:`GdnGatedNormFamily`), ``recurrent``.
+
+        Raises:
+            PlanError: T < 1, batch outside [1, T], unknown route, or no dv_block fits.
+        """
+        route = route or self.route
+        if tokens < 1 or not 1 <= batch <= tokens:
+            raise PlanError(f"gdn_prefill: need T >= 1 and 1 <= batch <= T (T = {tokens}, batch = {batch})")
+        batch = min(batch, ctx.arch.max_grid_dims[1])  # the kernels loop over the rest
+        if route == "recurrent":
+            return ctx.make_launch(self.recurrent_spec(problem), (problem.hv, batch, 1), route="recurrent",
+                                   tokens=tokens)
+        if route != "chunked":
+            raise PlanError(f"gdn_prefill: unknown route {route!r}; supported: {', '.join(ROUTES)}")
+        d = self.choose_dv_block(problem, ctx)
+        split = d < problem.dv
+        return ctx.make_launch(self.chunk_spec(problem, d), (problem.hv * (problem.dv // d), batch, 1),
+                               route="chunked_split" if split else "chunked", tokens=tokens,
+                               dynamic_smem=chunk_smem_bytes(problem, d, self.chunk),
+                               workspace_bytes=4 * tokens * problem.value_dim if split else 0)
+
+
+class GdnGatedNormFamily:
+    """``gdn_gated_norm``: y (bf16) = RMSNorm(o) * w * silu(z) per (token, V head) from the fp32 ``o_ws``;
+    needed after the ``chunked_split`` route only.
+
+    Args:
+        threads: threads per CTA (one warp per V head at a time).
+    """
+
+    name = "gdn_gated_norm"
+    template = "gdn_gated_norm.cu.j2"
+
+    def __init__(self, threads: int = 256):
+        self.threads = int(threads)
+
+    def spec(self, problem: GdnProblem) -> KernelSpec:
+        """The gated-norm kernel for ``problem``."""
+        params = {**problem.dims(), "threads": self.threads}
+        return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=False)
+
+    def variants(self, problem: GdnProblem) -> list[KernelSpec]:
+        """The one gated-norm kernel."""
+        return [self.spec(problem)]
+
+    def sample_problems(self) -> list[GdnProblem]:
+        """The tiny fixture's GDN."""
+        return [TINY]
+
+    def arg_names(self, problem: GdnProblem) -> tuple[str, ...]:
+        """Kernel parameters in order (see :func:`arg_names`)."""
+        return arg_names("gdn_gated_norm")
+
+    def launch(self, problem: GdnProblem, tokens: int, ctx: PlanContext) -> Launch:
+        """Grid (T,), route ``gated_norm``."""
+        if tokens < 1:
+            raise PlanError(f"gdn_gated_norm: T = {tokens} must be at least 1")
+        return ctx.make_launch(self.spec(problem), (tokens, 1, 1), route="gated_norm", tokens=tokens)
+
+
+TINY = GdnProblem(hk=2, hv=6, dk=64, dv=64, width=4)
+"""The tiny fixture's GDN shape (qwen35-tiny-code)."""
+QWEN38_27B = GdnProblem(hk=16, hv=48, dk=128, dv=128, width=4)
+"""The 27B preset's GDN shape."""
+
+FAMILIES = [GdnDecodeFamily(), GdnConvFamily(), GdnRingUpdateFamily(), GdnPrefillFamily(), GdnGatedNormFamily()]
+"""The GDN families (discovered by ``targets/kernels/__init__.py``)."""
+BY_NAME = {f.name: f for f in FAMILIES}
+"""The GDN families by name."""
+
+
+def layer_launches(problem: GdnProblem, tokens: int, ctx: PlanContext, *, decode: bool, batch: int | None = None,
+                   route: str = "chunked") -> list[tuple[str, Launch]]:
+    """The ordered launches of one GDN layer for one step (same stream, in this order).
+
+    Args:
+        problem: the layer shapes.
+        tokens: T of the step.
+        ctx: plan context holding resources of every variant of the GDN families.
+        decode: one token per sequence (T = B): the single fused ``gdn_decode`` launch.
+        batch: B for prefill (default 1).
+        route: prefill core route (``chunked`` | ``recurrent``).
+
+    Returns:
+        [(kernel name, Launch)]: decode -> [decode]; prefill -> [conv, ring_update, core, (gated_norm when
+        the core route is ``chunked_split``)].
+    """
+    if decode:
+        return [("gdn_decode", BY_NAME["gdn_decode"].launch(problem, tokens, ctx))]
+    batch = batch or 1
+    core = GdnPrefillFamily(route=route).launch(problem, tokens, ctx, batch=batch)
+    out = [("gdn_conv", BY_NAME["gdn_conv"].launch(problem, tokens, ctx)),
+           ("gdn_ring_update", BY_NAME["gdn_ring_update"].launch(problem, tokens, ctx, batch=batch)),
+           (core.kernel.family, core)]
+    if core.route == "chunked_split":
+        out.append(("gdn_gated_norm", BY_NAME["gdn_gated_norm"].launch(problem, tokens, ctx)))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# runtime ABI
+# ------------------------------------------------------------------------------------------------
+
+_ARGS = {
+    "gdn_decode": ["proj", "conv_w", "A_log", "dt_bias", "norm_w", "conv_ring", "rec_state", "y",
+                   "tok_pos", "seq_start", "seq_slot", "num_seqs", "scale", "l2_eps", "norm_eps"],
+    "gdn_recurrent_prefill": ["conv_out", "proj", "A_log", "dt_bias", "norm_w", "rec_state", "y",
+                              "tok_pos", "seq_start", "seq_slot", "num_seqs", "scale", "l2_eps", "norm_eps"],
+    "gdn_conv": ["proj", "conv_w", "conv_ring", "conv_out", "tok_pos", "tok_seq", "seq_start", "seq_slot"],
+    "gdn_ring_update": ["proj", "conv_ring", "tok_pos", "seq_start", "seq_slot", "num_seqs"],
+    "gdn_chunk": ["conv_out", "proj", "A_log", "dt_bias", "norm_w", "rec_state", "y", "o_ws",
+                  "tok_pos", "seq_start", "seq_slot", "num_seqs", "scale", "l2_eps", "norm_eps"],
+    "gdn_gated_norm": ["o_ws", "proj", "norm_w", "y", "norm_eps"],
+}
+_INT_ARGS = {"num_seqs"}
+_FLOAT_ARGS = {"scale", "l2_eps", "norm_eps"}
+_OPTIONAL_PTRS = {"gdn_chunk": {"y", "o_ws"}}
+
+
+def arg_names(kernel: str) -> tuple[str, ...]:
+    """Parameter names, in order, of a GDN kernel (``KernelSpec.family``: gdn_decode, gdn_conv,
+    gdn_ring_update, gdn_chunk, gdn_recurrent_prefill, gdn_gated_norm).
+
+    Pointer dtypes/shapes: proj fp32 [T, proj_dim]; conv_out fp32 [T, conv_dim]; conv_w fp32 [conv_dim, W];
+    A_log, dt_bias fp32 [Hv]; norm_w fp32 [dv]; conv_ring fp32 [slots, W, conv_dim]; rec_state fp32
+    [slots, Hv, dk, dv]; y bf16 (uint16) [T, Hv*dv]; o_ws fp32 [T, Hv*dv]; tok_pos, tok_seq int32 [T];
+    seq_start int32 [B+1]; seq_slot int32 [B]. Scalars: num_seqs int32 (B); scale, l2_eps, norm_eps fp32.
+
+    Raises:
+        KeyError: unknown kernel name (lists the known ones).
+    """
+    try:
+        return tuple(_ARGS[kernel])
+    except KeyError:
+        raise KeyError(f"no GDN kernel {kernel!r}; known: {', '.join(_ARGS)}") from None
+
+
+def kernel_args(launch: Launch, problem: GdnProblem, buffers: Mapping[str, Any]) -> tuple:
+    """The argument tuple of ``launch``'s kernel in ABI order.
+
+    Args:
+        launch: a launch of one of the GDN kernels.
+        problem: supplies ``scale``, ``l2_eps``, ``norm_eps`` when ``buffers`` does not.
+        buffers: name -> device array / pointer, plus ``num_seqs`` (B). For ``gdn_chunk`` an absent ``y``
+            (split route) or ``o_ws`` (fused route) is passed as a null pointer.
+
+    Raises:
+        KeyError: a required buffer is missing (names it and the kernel).
+    """
+    fam = launch.kernel.family
+    out = []
+    for name in arg_names(fam):
+        if name in _FLOAT_ARGS:
+            out.append(np.float32(buffers.get(name, getattr(problem, name))))
+        elif name in _INT_ARGS:
+            if name not in buffers:
+                raise KeyError(f"{fam}: argument {name!r} missing")
+            out.append(np.int32(buffers[name]))
+        elif name in buffers:
+            out.append(buffers[name])
+        elif name in _OPTIONAL_PTRS.get(fam, ()):
+            out.append(np.uint64(0))
+        else:
+            raise KeyError(f"{fam}: argument {name!r} missing")
+    return tuple(out)
+
+
+# ------------------------------------------------------------------------------------------------
+# layouts: ring <-> reference window, slot <-> reference state
+# ------------------------------------------------------------------------------------------------
+
+
+def window_from_ring(ring: np.ndarray, length: int) -> np.ndarray:
+    """The reference executor's conv window ``[C, W-1]`` (inputs of positions length-W+1 .. length-1,
+    oldest first, 0 for positions < 0) read from one slot's ring ``[W, C]`` (row p % W = position p)."""
+    W, C = ring.shape
+    win = np.zeros((C, W - 1), F32)
+    for d in range(W - 1):
+        p = length - (W - 1) + d
+        if p >= 0:
+            win[:, d] = ring[p % W]
+    return win
+
+
+def ring_from_window(window: np.ndarray, length: int, fill: float = np.nan) -> np.ndarray:
+    """One slot's ring ``[W, C]`` holding the window ``[C, W-1]`` of a sequence of ``length`` tokens;
+    rows no reader needs (position ``length - W`` and positions < 0) are set to ``fill`` (garbage)."""
+    C, Wm1 = window.shape
+    W = Wm1 + 1
+    ring = np.full((W, C), fill, F32)
+    for d in range(W - 1):
+        p = length - (W - 1) + d
+        if p >= 0:
+            ring[p % W] = window[:, d]
+    return ring
+
+
+def state_to_slot(rec_state: np.ndarray, slot: int, state: np.ndarray) -> None:
+    """Store a reference state ``[Hv, dk, dv]`` into ``rec_state[slot]`` (same element order)."""
+    rec_state[slot] = state
+
+
+def state_from_slot(rec_state: np.ndarray, slot: int) -> np.ndarray:
+    """The reference state ``[Hv, dk, dv]`` held in ``rec_state[slot]`` (a copy)."""
+    return np.array(rec_state[slot], dtype=F32)
+
+
+# ------------------------------------------------------------------------------------------------
+# batch metadata
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Batch:
+    """Host-side batch metadata of one step (templates/README.md), int32 arrays.
+
+    Attributes:
+        tok_pos [T], tok_seq [T], seq_start [B+1], seq_slot [B].
+    """
+
+    tok_pos: np.ndarray
+    tok_seq: np.ndarray
+    seq_start: np.ndarray
+    seq_slot: np.ndarray
+
+    @classmethod
+    def make(cls, starts: Sequence[int], lengths: Sequence[int], slots: Sequence[int]) -> "Batch":
+        """Sequence b has ``lengths[b]`` tokens at positions ``starts[b] ..`` and uses slot ``slots[b]``.
+
+        Raises:
+            ValueError: mismatched lengths, a negative start, or an empty sequence list.
+        """
+        if not (len(starts) == len(lengths) == len(slots)) or not starts:
+            raise ValueError(f"starts {starts}, lengths {lengths}, slots {slots} must be equal-length and non-empty")
+        if min(starts) < 0 or min(lengths) < 0:
+            raise ValueError(f"starts {starts} and lengths {lengths} must be non-negative")
+        pos = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, lengths)]).astype(np.int32)
+        seq = np.concatenate([np.full(n, b) for b, n in enumerate(lengths)]).astype(np.int32)
+        st = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+        return cls(pos, seq, st, np.asarray(slots, np.int32))
+
+    @property
+    def num_seqs(self) -> int:
+        """B."""
+        return int(self.seq_slot.shape[0])
+
+    @property
+    def tokens(self) -> int:
+        """T."""
+        return int(self.tok_pos.shape[0])
+
+
+# ------------------------------------------------------------------------------------------------
+# numpy references
+# ------------------------------------------------------------------------------------------------
+
+
+def layout_conv(problem: GdnProblem, proj: np.ndarray, conv_w: np.ndarray, conv_ring: np.ndarray,
+                batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+    """The kernels' conv logic on the ring layout, in numpy (gdn_conv + gdn_ring_update, and the decode
+    kernel's fused conv): each input is gathered from proj (this step), the ring (earlier positions) or 0
+    (positions < 0), then SiLU; the last ``min(W, n_b)`` inputs of each sequence are written to its ring.
+
+    Args:
+        proj: fp32 [T, proj_dim]. conv_w: fp32 [conv_dim, W]. conv_ring: fp32 [slots, W, conv_dim] (not
+            modified). batch: the step's metadata.
+
+    Returns:
+        (conv_out fp32 [T, conv_dim], new conv_ring).
+    """
+    W, C = problem.width, problem.conv_dim
+    T = batch.tokens
+    x = proj[:, :C].astype(F32)
+    wf = conv_w.astype(F32)
+    out = np.empty((T, C), F32)
+    ring = conv_ring.copy()
+    for b in range(batch.num_seqs):
+        t0, t1 = int(batch.seq_start[b]), int(batch.seq_start[b + 1])
+        if t1 <= t0:
+            continue
+        slot, pos0 = int(batch.seq_slot[b]), int(batch.tok_pos[t0])
+        for t in range(t0, t1):
+            p = int(batch.tok_pos[t])
+            acc = np.zeros(C, F32)
+            for j in range(W):
+                pj = p - (W - 1) + j
+                if pj < 0:
+                    u = np.zeros(C, F32)
+                elif pj >= pos0:
+                    u = x[t0 + pj - pos0]
+                else:
+                    u = conv_ring[slot, pj % W]
+                acc += u * wf[:, j]
+            out[t] = acc * (F32(1) / (F32(1) + np.exp(-acc)))
+        for t in range(max(t0, t1 - W), t1):
+            ring[slot, int(batch.tok_pos[t]) % W] = x[t]
+    return out, ring
+
+
+def reference_step(problem: GdnProblem, proj: np.ndarray, weights: Mapping[str, np.ndarray],
+                   conv_ring: np.ndarray, rec_state: np.ndarray, batch: Batch, *, mode: str = "auto",
+                   chunk: int = CHUNK) -> dict[str, np.ndarray]:
+    """The GDN mixer of one step on the GPU layouts, composed from :mod:`ninferc.ir.reference` ops exactly as
+    the IR's ``_Builder.gdn`` composes them (per sequence: conv window from the ring, state from the slot or
+    zeros at position 0, CausalConv1d, View q/k/v, L2Norm, GDNGating, GatedDeltaRule, GatedRMSNorm).
+
+    Args:
+        problem: shapes and constants.
+        proj: fp32 [T, proj_dim].
+        weights: ``conv_w`` [conv_dim, W], ``A_log`` [Hv], ``dt_bias`` [Hv], ``norm_w`` [dv] (fp32).
+        conv_ring: fp32 [slots, W, conv_dim]; rec_state: fp32 [slots, Hv, dk, dv] (neither modified).
+        batch: the step's metadata.
+        mode: delta-rule form, ``"recurrent"``, ``"chunked"`` or ``"auto"`` (the executor's rule: recurrent
+            for a one-token step of a sequence with state, chunked otherwise).
+        chunk: chunk length of the chunked form.
+
+    Returns:
+        dict with ``y`` fp32 [T, Hv*dv] (the kernels store it as bf16), ``o`` fp32 [T, Hv*dv] (delta-rule
+        output before the norm), ``conv_out`` fp32 [T, conv_dim], ``conv_ring`` and ``rec_state`` (new copies),
+        ``windows`` {b: the executor's conv window [conv_dim, W-1] after the step}.
+
+    Raises:
+        ValueError: unknown mode.
+    """
+    if mode not in ("auto", "recurrent", "chunked"):
+        raise ValueError(f"mode must be auto|recurrent|chunked, found {mode!r}")
+    p = problem
+    T = batch.tokens
+    W, C, kd = p.width, p.conv_dim, p.key_dim
+    ring = conv_ring.copy()
+    rs = rec_state.copy()
+    y = np.zeros((T, p.value_dim), F32)
+    o_all = np.zeros((T, p.value_dim), F32)
+    conv_out = np.zeros((T, C), F32)
+    windows = {}
+    for b in range(batch.num_seqs):
+        t0, t1 = int(batch.seq_start[b]), int(batch.seq_start[b + 1])
+        if t1 <= t0:
+            continue
+        n = t1 - t0
+        slot, pos0 = int(batch.seq_slot[b]), int(batch.tok_pos[t0])
+        pr = proj[t0:t1].astype(F32)
+        window = window_from_ring(conv_ring[slot], pos0)
+        c, new_window = ref_causal_conv1d(pr[:, :C], weights["conv_w"], window)
+        conv_out[t0:t1] = c
+        q = c[:, :kd].reshape(n, p.hk, p.dk)
+        k = c[:, kd:2 * kd].reshape(n, p.hk, p.dk)
+        v = c[:, 2 * kd:].reshape(n, p.hv, p.dv)
+        qn, kn = ref_l2norm(q, p.l2_eps), ref_l2norm(k, p.l2_eps)
+        g, beta = ref_gdn_gating(pr[:, p.off_a:p.off_a + p.hv], pr[:, p.off_b:p.off_b + p.hv],
+                                 weights["A_log"], weights["dt_bias"])
+        S0 = np.zeros((p.hv, p.dk, p.dv), F32) if pos0 == 0 else state_from_slot(rec_state, slot)
+        m = mode
+        if m == "auto":
+            m = "recurrent" if (n == 1 and pos0 > 0) else "chunked"
+        if m == "recurrent":
+            o, S = ref_gated_delta_rule_recurrent(qn, kn, v, g, beta, S0, p.scale)
+        else:
+            o, S = ref_gated_delta_rule_chunked(qn, kn, v, g, beta, S0, p.scale, chunk=chunk)
+        z = pr[:, p.off_z:p.off_z + p.value_dim].reshape(n, p.hv, p.dv)
+        yy = ref_gated_rmsnorm(o, z, weights["norm_w"], p.norm_eps)
+        y[t0:t1] = yy.reshape(n, -1)
+        o_all[t0:t1] = o.reshape(n, -1)
+        state_to_slot(rs, slot, S)
+        # ring: the kernels store the conv inputs of the last min(W, n) positions (rows pos % W); the
+        # other rows keep positions before the step, which window_from_ring(.., pos0 + n) still reads
+        for t in range(max(t0, t1 - W), t1):
+            ring[slot, int(batch.tok_pos[t]) % W] = proj[t, :C]
+        windows[b] = new_window
+    return {"y": y, "o": o_all, "conv_out": conv_out, "conv_ring": ring, "rec_state": rs, "windows": windows}
+
+
+def reference(problem: GdnProblem, proj: np.ndarray, weights: Mapping[str, np.ndarray], conv_ring: np.ndarray,
+              rec_state: np.ndarray, batch: Batch, *, mode: str = "auto") -> dict[str, np.ndarray]:
+    """The family's numpy reference (templates/README.md): :func:`reference_step` (same arguments and result)."""
+    return reference_step(problem, proj, weights, conv_ring, rec_state, batch, mode=mode)
+
+
+def bf16_round(x: np.ndarray) -> np.ndarray:
+    """Round fp32 to bf16 (nearest even) and back to fp32, as the kernels' bf16 stores do."""
+    import ml_dtypes
+
+    return np.asarray(x, F32).astype(ml_dtypes.bfloat16).astype(F32)

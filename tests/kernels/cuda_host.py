@@ -1,0 +1,296 @@
+"""Run a rendered ninferc CUDA kernel on the CPU, for tests of index math and barriers without a GPU.
+
+The rendered source (template + inlined headers) is compiled by the host C++ compiler against a small shim:
+
+* every CUDA thread of a CTA is a fiber (``ucontext``) on one OS thread; CTAs run one after another;
+* ``__syncthreads`` / ``__syncwarp`` / ``__shfl_xor_sync`` are barriers of a deterministic scheduler that runs
+  each ready fiber up to its next barrier, in thread order (or reverse order: run both to expose a read that
+  is not separated from another thread's write by a barrier, in either direction). A warp whose lanes wait
+  at different barriers, or a CTA split between ``__syncthreads`` and a warp barrier, is reported as a
+  deadlock (undefined behaviour on the GPU);
+* ``__shared__`` becomes ``static`` (one CTA at a time), dynamic shared memory is a buffer filled with NaN
+  before every CTA, ``%dynamic_smem_size`` reads its size, ``__trap()`` fails the launch;
+* ``ninfer_common.cuh`` is replaced by host versions of the helpers (bf16 rounding to nearest even, warp sums
+  through the shuffle barrier, ``silu``); other headers are compiled as they are.
+
+Host math (glibc ``expf``, ``fmaf``...) is correctly rounded where the GPU's is within 2 ulp, so results match
+the GPU to fp32 rounding, not bit for bit. Compiled libraries are cached by source hash in a temp folder.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+_SHIM = r"""
+#include <math.h>
+#include <string.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <stddef.h>
+#include <ucontext.h>
+
+struct dim3 { unsigned int x, y, z; };
+struct alignas(8) float2 { float x, y; };
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(8) uint2 { unsigned int x, y; };
+struct alignas(16) uint4 { unsigned int x, y, z, w; };
+static inline float2 make_float2(float x, float y) { return float2{x, y}; }
+static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+static inline uint2 make_uint2(unsigned int x, unsigned int y) { return uint2{x, y}; }
+
+namespace shim {
+enum { READY = 0, WAIT_CTA = 1, WAIT_WARP = 2, DONE = 3 };
+struct Fiber { ucontext_t ctx; dim3 tid; int state; int warp, lane; char* stack; };
+static Fiber* cur = nullptr;
+static ucontext_t sched_ctx;
+static dim3 block_idx, block_dim, grid_dim;
+static char* dyn_smem = nullptr;
+static unsigned int dyn_smem_bytes = 0;
+static int trapped = 0;
+static float shfl_buf[32][32];
+static inline void wait(int st) { cur->state = st; swapcontext(&cur->ctx, &sched_ctx); }
+}  // namespace shim
+
+#define threadIdx (shim::cur->tid)
+#define blockIdx (shim::block_idx)
+#define blockDim (shim::block_dim)
+#define gridDim (shim::grid_dim)
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __restrict__ __restrict
+#define __launch_bounds__(...)
+#define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
+
+static inline void __syncthreads() { shim::wait(shim::WAIT_CTA); }
+static inline void __syncwarp(unsigned int = 0xffffffffu) { shim::wait(shim::WAIT_WARP); }
+static inline float __shfl_xor_sync(unsigned int, float v, int off) {
+  const int w = shim::cur->warp, l = shim::cur->lane;
+  shim::shfl_buf[w][l] = v;
+  __syncwarp();
+  const float r = shim::shfl_buf[w][(l ^ off) & 31];
+  __syncwarp();
+  return r;
+}
+static inline float __uint_as_float(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }
+static inline unsigned int __float_as_uint(float f) { unsigned int u; memcpy(&u, &f, 4); return u; }
+static inline void __trap() {
+  shim::trapped = 1;
+  shim::cur->state = shim::DONE;
+  swapcontext(&shim::cur->ctx, &shim::sched_ctx);
+}
+
+namespace ninfer {
+constexpr int kWarpSize = 32;
+constexpr unsigned int kFullMask = 0xffffffffu;
+static inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
+static inline int imin(int a, int b) { return a < b ? a : b; }
+static inline float bf16_lo(unsigned int p) { return __uint_as_float(p << 16); }
+static inline float bf16_hi(unsigned int p) { return __uint_as_float(p & 0xffff0000u); }
+static inline unsigned short f32_to_bf16(float f) {
+  unsigned int u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (unsigned short)(u >> 16);
+}
+static inline float warp_sum(float v) {
+  for (int o = kWarpSize / 2; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+}
+static inline float silu(float x) { return x / (1.0f + expf(-x)); }
+}  // namespace ninfer
+"""
+
+_LAUNCHER = r"""
+static void* const* g_args = nullptr;
+static void fiber_main() {
+  shim_call(g_args);
+  shim::cur->state = shim::DONE;
+  swapcontext(&shim::cur->ctx, &shim::sched_ctx);
+}
+
+// Returns 0 on success, 1 on __trap(), 2 on a barrier deadlock.
+extern "C" int shim_launch(int gx, int gy, int gz, int threads, unsigned int dyn_bytes, int reverse,
+                           void* const* args) {
+  const size_t kStack = 256 * 1024;
+  shim::Fiber* f = (shim::Fiber*)calloc(threads, sizeof(shim::Fiber));
+  for (int i = 0; i < threads; ++i) f[i].stack = (char*)aligned_alloc(64, kStack);
+  shim::dyn_smem = (char*)aligned_alloc(64, dyn_bytes ? ((dyn_bytes + 63) / 64) * 64 : 64);
+  shim::dyn_smem_bytes = dyn_bytes;
+  shim::grid_dim = dim3{(unsigned)gx, (unsigned)gy, (unsigned)gz};
+  shim::block_dim = dim3{(unsigned)threads, 1u, 1u};
+  shim::trapped = 0;
+  g_args = args;
+  int rc = 0;
+  for (int z = 0; z < gz && rc == 0; ++z)
+    for (int y = 0; y < gy && rc == 0; ++y)
+      for (int x = 0; x < gx && rc == 0; ++x) {
+        shim::block_idx = dim3{(unsigned)x, (unsigned)y, (unsigned)z};
+        memset(shim::dyn_smem, 0xff, dyn_bytes);  // NaN in every float
+        for (int i = 0; i < threads; ++i) {
+          getcontext(&f[i].ctx);
+          f[i].ctx.uc_stack.ss_sp = f[i].stack;
+          f[i].ctx.uc_stack.ss_size = kStack;
+          f[i].ctx.uc_link = &shim::sched_ctx;
+          makecontext(&f[i].ctx, fiber_main, 0);
+          f[i].tid = dim3{(unsigned)i, 0u, 0u};
+          f[i].warp = i / 32;
+          f[i].lane = i % 32;
+          f[i].state = shim::READY;
+        }
+        for (;;) {
+          for (int k = 0; k < threads; ++k) {
+            const int i = reverse ? threads - 1 - k : k;
+            if (f[i].state != shim::READY) continue;
+            shim::cur = &f[i];
+            swapcontext(&shim::sched_ctx, &f[i].ctx);
+            if (shim::trapped) { rc = 1; break; }
+          }
+          if (rc) break;
+          int live = 0, at_cta = 0;
+          for (int i = 0; i < threads; ++i) {
+            if (f[i].state != shim::DONE) ++live;
+            if (f[i].state == shim::WAIT_CTA) ++at_cta;
+          }
+          if (live == 0) break;
+          bool released = false;
+          for (int w = 0; w * 32 < threads; ++w) {
+            int waiting = 0, others = 0;
+            for (int i = w * 32; i < threads && i < w * 32 + 32; ++i) {
+              if (f[i].state == shim::WAIT_WARP) ++waiting;
+              else if (f[i].state != shim::DONE) ++others;
+            }
+            if (waiting && !others) {
+              for (int i = w * 32; i < threads && i < w * 32 + 32; ++i)
+                if (f[i].state == shim::WAIT_WARP) f[i].state = shim::READY;
+              released = true;
+            }
+          }
+          if (!released && at_cta == live) {
+            for (int i = 0; i < threads; ++i)
+              if (f[i].state == shim::WAIT_CTA) f[i].state = shim::READY;
+            released = true;
+          }
+          if (!released) { rc = 2; break; }
+        }
+      }
+  for (int i = 0; i < threads; ++i) free(f[i].stack);
+  free(f);
+  free(shim::dyn_smem);
+  shim::dyn_smem = nullptr;
+  return rc;
+}
+"""
+
+_BLOCK_RE = re.compile(r"// ---- begin ninfer_common\.cuh \(inlined by ninferc\) ----\n.*?// ---- end ninfer_common\.cuh ----",
+                       re.S)
+_DYN_RE = re.compile(r"extern __shared__ (\w+) (\w+)\[\];")
+_DYNSIZE_RE = re.compile(r'asm\("mov\.u32 %0, %%dynamic_smem_size;" : "=r"\((\w+)\)\);')
+
+
+class HostKernelError(RuntimeError):
+    """The emulated launch trapped, deadlocked, or the source could not be compiled for the host."""
+
+
+def _cache_dir() -> Path:
+    d = Path(os.environ.get("NINFERC_HOST_CACHE", Path(tempfile.gettempdir()) / "ninferc-host-kernels"))
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _signature(source: str, entry: str) -> list[tuple[str, str]]:
+    m = re.search(r"\b" + re.escape(entry) + r"\(([^)]*)\)\s*\{", source, re.S)
+    if not m:
+        raise HostKernelError(f"entry {entry!r} not found in the source")
+    params = []
+    for raw in m.group(1).split(","):
+        p = " ".join(raw.replace("__restrict__", "").split())
+        name = re.findall(r"(\w+)$", p)[0]
+        typ = p[: -len(name)].strip()
+        params.append((typ, name))
+    return params
+
+
+class HostKernel:
+    """A rendered kernel compiled for the host.
+
+    Args:
+        source: rendered CUDA C (``KernelSpec.render()``).
+        entry: the ``extern "C"`` entry name.
+
+    Raises:
+        HostKernelError: the host compiler rejected the transformed source (message carries its log).
+    """
+
+    def __init__(self, source: str, entry: str):
+        self.entry = entry
+        self.params = _signature(source, entry)
+        body, n = _BLOCK_RE.subn("// ninfer_common.cuh replaced by the host shim", source)
+        if n != 1:
+            raise HostKernelError("expected exactly one inlined ninfer_common.cuh block")
+        body = _DYN_RE.sub(r"\1* \2 = reinterpret_cast<\1*>(shim::dyn_smem);", body)
+        body = _DYNSIZE_RE.sub(r"\1 = shim::dyn_smem_bytes;", body)
+        call = ", ".join(f"*({t}*)a[{i}]" for i, (t, _) in enumerate(self.params))
+        tramp = f'\nstatic void shim_call(void* const* a) {{ {entry}({call}); }}\n'
+        full = _SHIM + body + tramp + _LAUNCHER
+        key = hashlib.sha256(full.encode()).hexdigest()[:20]
+        lib = _cache_dir() / f"{entry[:60]}-{key}.so"
+        if not lib.exists():
+            src = lib.with_suffix(".cpp")
+            src.write_text(full)
+            tmp = lib.with_suffix(f".{os.getpid()}.tmp")
+            cmd = ["g++", "-std=c++17", "-O2", "-shared", "-fPIC", "-w", "-o", str(tmp), str(src)]
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode:
+                raise HostKernelError(f"host compile of {entry} failed ({src}):\n{r.stderr[-4000:]}")
+            os.replace(tmp, lib)
+        self._lib = ctypes.CDLL(str(lib))
+        self._lib.shim_launch.restype = ctypes.c_int
+        self._lib.shim_launch.argtypes = [ctypes.c_int] * 4 + [ctypes.c_uint, ctypes.c_int, ctypes.c_void_p]
+
+    def launch(self, grid, block, args, *, smem: int = 0, reverse: bool = False) -> None:
+        """Run the grid. ``args`` in kernel order: numpy arrays (passed by address; must stay alive and
+        contiguous), numpy/int/float scalars, or ``np.uint64(0)`` for a null pointer.
+
+        Raises:
+            HostKernelError: wrong argument count/kind, ``__trap()``, or a barrier deadlock.
+        """
+        grid = tuple(int(g) for g in (tuple(grid) + (1, 1))[:3])
+        threads = int(block[0] if isinstance(block, (tuple, list)) else block)
+        if len(args) != len(self.params):
+            raise HostKernelError(f"{self.entry}: {len(args)} args for {len(self.params)} parameters")
+        holders = []
+        for (typ, name), a in zip(self.params, args):
+            if "*" in typ:
+                if isinstance(a, np.ndarray):
+                    if not a.flags.c_contiguous:
+                        raise HostKernelError(f"{self.entry}: argument {name} must be C-contiguous")
+                    holders.append(ctypes.c_void_p(a.ctypes.data))
+                elif int(a) == 0:
+                    holders.append(ctypes.c_void_p(0))
+                else:
+                    raise HostKernelError(f"{self.entry}: pointer argument {name} got {type(a).__name__}")
+            elif typ in ("int", "const int"):
+                holders.append(ctypes.c_int(int(a)))
+            elif typ in ("unsigned int", "const unsigned int"):
+                holders.append(ctypes.c_uint(int(a)))
+            elif typ in ("float", "const float"):
+                holders.append(ctypes.c_float(float(a)))
+            else:
+                raise HostKernelError(f"{self.entry}: unsupported parameter type {typ!r} ({name})")
+        arr = (ctypes.c_void_p * len(holders))(*[ctypes.cast(ctypes.pointer(h), ctypes.c_void_p) for h in holders])
+        rc = self._lib.shim_launch(grid[0], grid[1], grid[2], threads, int(smem), int(reverse), arr)
+        if rc == 1:
+            raise HostKernelError(f"{self.entry}: __trap() (grid {grid}, block {threads}, smem {smem})")
+        if rc == 2:
+            raise HostKernelError(f"{self.entry}: barrier deadlock (divergent __syncthreads/__syncwarp)")

@@ -1,0 +1,249 @@
+"""GDN kernels on the CPU: the layout-level numpy reference against the reference executor, every template
+compiled for the four targets with resources read and plans checked, and the kernels themselves run by the
+CPU emulator (tests/kernels/cuda_host.py) against the reference on small shapes (the GPU file runs the tiny
+and 27B shapes on the device)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import gdn_cases as cases  # noqa: E402
+from ninferc.errors import PlanError  # noqa: E402
+from ninferc.ir.config import ModelConfig, preset  # noqa: E402
+from ninferc.ir.tolerances import FP32_REORDER  # noqa: E402
+from ninferc.targets.arch import get_arch  # noqa: E402
+from ninferc.targets.kernels import gdn  # noqa: E402
+from ninferc.targets.plan import check_launch  # noqa: E402
+
+ALL_ARCHS = ("sm_86", "sm_89", "sm_90", "sm_120a")
+F32 = np.float32
+
+
+# ------------------------------------------------------------------------------------------------
+# problem and layouts
+# ------------------------------------------------------------------------------------------------
+
+
+def test_problem_from_configs(tiny_dir):
+    tiny = gdn.GdnProblem.from_config(ModelConfig.from_dir(tiny_dir))
+    assert tiny == gdn.TINY
+    big = gdn.GdnProblem.from_config(preset("qwen3.8-27b"))
+    assert (big.hk, big.hv, big.dk, big.dv, big.width) == (16, 48, 128, 128, 4)
+    assert big.conv_dim == 10240 and big.proj_dim == 16480 and big.group == 3
+    assert big.scale == 128 ** -0.5
+    # proj columns q | k | v | z | b | a tile [0, proj_dim)
+    offs = [big.off_q, big.off_k, big.off_v, big.off_z, big.off_b, big.off_a, big.proj_dim]
+    widths = [big.key_dim, big.key_dim, big.value_dim, big.value_dim, big.hv, big.hv]
+    assert [b - a for a, b in zip(offs, offs[1:])] == widths
+
+
+def test_problem_errors_name_the_value():
+    with pytest.raises(PlanError, match="hv = 5 is not a multiple of hk = 2"):
+        gdn.GdnProblem(hk=2, hv=5, dk=64, dv=64)
+    with pytest.raises(PlanError, match="dv = 62"):
+        gdn.GdnProblem(hk=2, hv=4, dk=64, dv=62)
+
+
+@pytest.mark.parametrize("length", range(0, 9))
+def test_ring_window_roundtrip(length):
+    rng = np.random.default_rng(length)
+    W, C = 4, 10
+    win = rng.standard_normal((C, W - 1)).astype(F32)
+    for d in range(W - 1):
+        if length - (W - 1) + d < 0:
+            win[:, d] = 0  # the executor's window holds zeros for positions < 0
+    ring = gdn.ring_from_window(win, length)
+    assert np.isnan(ring[length % W]).all()  # the row of position length - W is garbage
+    np.testing.assert_array_equal(gdn.window_from_ring(ring, length), win)
+
+
+def test_geometry_helpers():
+    assert gdn.recurrent_threads(gdn.TINY) == 128 and gdn.recurrent_threads(gdn.QWEN38_27B) == 512
+    assert gdn.dv_blocks(gdn.QWEN38_27B) == [128, 64, 32, 16]
+    assert gdn.chunk_smem_bytes(gdn.QWEN38_27B, 64) == 93824
+    assert gdn.chunk_smem_bytes(gdn.QWEN38_27B, 128) == 145024
+    assert gdn.chunk_smem_bytes(gdn.QWEN38_27B, 64) <= get_arch("sm_86").max_smem_per_cta_optin
+    assert gdn.chunk_smem_bytes(gdn.QWEN38_27B, 128) > get_arch("sm_120a").max_smem_per_cta_optin
+    assert gdn.arg_names("gdn_decode")[0] == "proj"
+    with pytest.raises(KeyError, match="known"):
+        gdn.arg_names("nope")
+
+
+# ------------------------------------------------------------------------------------------------
+# the layout reference equals the reference executor (tiny checkpoint, two sequences, several steps)
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def executor(tiny_dir, tiny_ckpt):
+    from ninferc.ir.qwen3_5 import build_graph
+    from ninferc.ir.reference import ReferenceExecutor
+
+    cfg = ModelConfig.from_dir(tiny_dir)
+    return cfg, ReferenceExecutor(build_graph(cfg), tiny_ckpt)
+
+
+def test_layout_reference_matches_executor(executor):
+    """Two sequences stepped through prefill / decode / prefill by the executor; for two GDN layers the
+    layout-level reference on packed batches (ring and slot layouts, garbage elsewhere, sequence A starting
+    at position 0 over a garbage slot) reproduces y, the conv window and the recurrent state at every step,
+    and the kernel-faithful ring gather (layout_conv) reproduces the conv output and ring."""
+    cfg, ex = executor
+    p = gdn.GdnProblem.from_config(cfg)
+    rng = np.random.default_rng(7)
+    layers = [i for i in cfg.gdn_layers][:2]
+    weights = {i: {"conv_w": ex.w(f"L{i}.gdn.conv"), "A_log": ex.w(f"L{i}.gdn.A_log"),
+                   "dt_bias": ex.w(f"L{i}.gdn.dt_bias"), "norm_w": ex.w(f"L{i}.gdn.norm")} for i in layers}
+    states = [ex.new_state(), ex.new_state()]
+    slots = [3, 1]
+    dev = {i: cases.garbage_state(p, 4) for i in layers}
+    steps = [(9, 70), (1, 1), (3, 1), (1, 66)]
+    for step, lens in enumerate(steps):
+        starts = [s.length for s in states]
+        caps = []
+        for s, n in zip(states, lens):
+            caps.append(ex.forward(rng.integers(1, cfg.vocab_size, n), s, capture=True)[1])
+        batch = gdn.Batch.make(starts, list(lens), slots)
+        for i in layers:
+            L = f"L{i}.gdn"
+            proj = np.concatenate([np.concatenate([c[f"{L}.in_qkv"], c[f"{L}.in_z"], c[f"{L}.in_b"], c[f"{L}.in_a"]],
+                                                  axis=1) for c in caps]).astype(F32)
+            ref = gdn.reference_step(p, proj, weights[i], dev[i].conv_ring, dev[i].rec_state, batch, mode="auto")
+            y_exec = np.concatenate([c[f"{L}.norm"].reshape(len(c[f"{L}.norm"]), -1) for c in caps])
+            FP32_REORDER.check(ref["y"], y_exec, f"step {step} layer {i}: y")
+            for b, (s, slot) in enumerate(zip(states, slots)):
+                win = gdn.window_from_ring(ref["conv_ring"][slot], s.length)
+                FP32_REORDER.check(win, s.conv[f"L{i}.conv"], f"step {step} layer {i} seq {b}: conv window")
+                FP32_REORDER.check(ref["rec_state"][slot], s.recurrent[f"L{i}.recurrent"],
+                                   f"step {step} layer {i} seq {b}: recurrent state")
+            conv_out, ring = gdn.layout_conv(p, proj, weights[i]["conv_w"], dev[i].conv_ring, batch)
+            FP32_REORDER.check(conv_out, ref["conv_out"], f"step {step} layer {i}: layout_conv output")
+            cases.check_ring(ring, ref["conv_ring"], f"step {step} layer {i}: layout_conv ring")
+            dev[i] = cases.SlotState(ref["conv_ring"], ref["rec_state"])
+    assert [s.length for s in states] == [14, 138]
+
+
+def test_reference_position_zero_ignores_garbage_slot():
+    """A sequence starting at position 0 gives the same result over a NaN slot as over a zeroed one."""
+    p = gdn.GdnProblem(hk=1, hv=2, dk=16, dv=8)
+    rng = np.random.default_rng(3)
+    w = cases.random_weights(p, rng)
+    proj = cases.random_proj(p, 5, rng)
+    batch = gdn.Batch.make([0], [5], [0])
+    nan = cases.garbage_state(p, 1)
+    zero = cases.SlotState(np.zeros_like(nan.conv_ring), np.zeros_like(nan.rec_state))
+    a = gdn.reference_step(p, proj, w, nan.conv_ring, nan.rec_state, batch)
+    b = gdn.reference_step(p, proj, w, zero.conv_ring, zero.rec_state, batch)
+    np.testing.assert_array_equal(a["y"], b["y"])
+    np.testing.assert_array_equal(a["rec_state"], b["rec_state"])
+
+
+# ------------------------------------------------------------------------------------------------
+# compile for every target, read resources, plan
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module", params=ALL_ARCHS)
+def arch_ctx(request):
+    return request.param, cases.make_ctx([gdn.TINY, gdn.QWEN38_27B], request.param, sms=82)
+
+
+@pytest.mark.parametrize("problem", [gdn.TINY, gdn.QWEN38_27B], ids=["tiny", "27b"])
+def test_compile_resources_and_plan(arch_ctx, problem):
+    arch, ctx = arch_ctx
+    a = get_arch(arch)
+    for fam in gdn.FAMILIES:
+        for spec in fam.variants(problem):
+            r = ctx.resources_of(spec)
+            assert r.local_bytes == 0, f"{spec.uri} spills on {arch}: {r.local_bytes} B local"
+            assert 0 < r.registers <= a.max_regs_per_thread, spec.uri
+            assert r.static_smem_bytes <= a.max_static_smem_per_cta, spec.uri
+            assert r.max_threads == spec.threads, spec.uri
+    for T, B in [(1, 1), (3, 3), (200, 1), (1024, 4)]:
+        for decode in (True, False):
+            if decode and T != B:
+                continue
+            for route in gdn.ROUTES:
+                for name, ln in gdn.layer_launches(problem, T, ctx, decode=decode, batch=B, route=route):
+                    check_launch(ln, a, ctx.resources_of(ln.kernel), ctx.sms)
+    core = gdn.GdnPrefillFamily().launch(problem, 200, ctx)
+    if problem is gdn.QWEN38_27B:
+        want = ("chunked", 128) if arch == "sm_90" else ("chunked_split", 64)
+        assert (core.route, core.kernel.param("dv_block")) == want
+        assert core.dynamic_smem_bytes == gdn.chunk_smem_bytes(problem, want[1])
+        assert core.grid == (48 * 128 // want[1], 1, 1)
+        dec = gdn.BY_NAME["gdn_decode"].launch(problem, 3, ctx)
+        assert dec.grid == (48, 3, 1) and dec.threads == 512
+    else:
+        assert core.route == "chunked" and core.kernel.param("dv_block") == 64
+
+
+def test_chunk_dv_block_that_fits_nowhere_is_a_plan_error():
+    ctx = cases.make_ctx([gdn.QWEN38_27B], "sm_86", sms=82)
+    with pytest.raises(PlanError, match="opt-in shared-memory maximum of 101376 B"):
+        gdn.GdnPrefillFamily(dv_block=128).launch(gdn.QWEN38_27B, 64, ctx)
+
+
+def test_kernel_args_order_and_types():
+    ctx = cases.make_ctx([gdn.TINY], "sm_90", sms=132)
+    ln = gdn.GdnPrefillFamily().launch(gdn.TINY, 10, ctx)
+    scalars = {"num_seqs", "scale", "l2_eps", "norm_eps"}
+    bufs = {n: f"<{n}>" for n in gdn.arg_names("gdn_chunk") if n not in scalars} | {"num_seqs": 2}
+    del bufs["o_ws"]
+    args = gdn.kernel_args(ln, gdn.TINY, bufs)
+    names = gdn.arg_names("gdn_chunk")
+    assert len(args) == len(names)
+    assert args[names.index("o_ws")] == 0 and args[names.index("num_seqs")].dtype == np.int32
+    assert args[names.index("scale")] == np.float32(64 ** -0.5)
+    with pytest.raises(KeyError, match="conv_out"):
+        gdn.kernel_args(ln, gdn.TINY, {"num_seqs": 1})
+
+
+# ------------------------------------------------------------------------------------------------
+# the kernels, run by the CPU emulator (small shapes; both thread schedules)
+# ------------------------------------------------------------------------------------------------
+
+SMALL = gdn.GdnProblem(hk=2, hv=4, dk=32, dv=64, width=3)  # dk != dv, group 2, W 3
+WIDE = gdn.GdnProblem(hk=1, hv=2, dk=128, dv=128, width=4)  # the 27B head dims, two V heads
+
+
+@pytest.fixture(scope="module")
+def host_ctx():
+    return {arch: cases.make_ctx([gdn.TINY, SMALL, WIDE], arch, sms=82) for arch in ("sm_86", "sm_90")}
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["fwd", "rev"])
+def test_emulated_decode(host_ctx, reverse):
+    be = cases.HostBackend(reverse=reverse)
+    cases.scenario_decode(be, host_ctx["sm_90"], gdn.TINY, [0, 5, 130])
+    cases.scenario_decode(be, host_ctx["sm_90"], WIDE, [1, 0])
+
+
+@pytest.mark.parametrize("dv_block", [64, 32, 16])
+def test_emulated_chunk_prefill_tiny(host_ctx, dv_block):
+    cases.scenario_prefill(cases.HostBackend(reverse=dv_block == 32), host_ctx["sm_90"], gdn.TINY, [0, 3], [70, 1],
+                           dv_block=dv_block)
+
+
+@pytest.mark.parametrize("arch", ["sm_86", "sm_90"])
+def test_emulated_chunk_prefill_27b_head(host_ctx, arch):
+    """dk = dv = 128: split into two 64-column CTAs + gdn_gated_norm (sm_86 plan) or fused (sm_90 plan)."""
+    out = cases.scenario_prefill(cases.HostBackend(reverse=arch == "sm_86"), host_ctx[arch], WIDE, [0, 9], [65, 2])
+    assert [ln.route for ln in out["launches"]][2:] == (["chunked_split", "gated_norm"] if arch == "sm_86"
+                                                         else ["chunked"])
+
+
+def test_emulated_recurrent_prefill(host_ctx):
+    cases.scenario_prefill(cases.HostBackend(reverse=True), host_ctx["sm_90"], SMALL, [0, 2, 40], [67, 1, 3],
+                           route="recurrent")
+
+
+def test_emulated_chain_and_routes(host_ctx):
+    cases.scenario_chain(cases.HostBackend(), host_ctx["sm_86"], SMALL)
+    cases.scenario_routes_agree(cases.HostBackend(), host_ctx["sm_86"], SMALL, [0, 5], [130, 64])
