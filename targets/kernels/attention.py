@@ -1,0 +1,755 @@
+"""Gated full attention over a paged bf16 KV cache: four kernel families sharing one problem.
+
+Contract (HF ``Qwen3_5Attention`` + ``eager_attention_forward``; composed exactly as
+``ninferc.ir.qwen3_5._Builder.attention`` / the fused ``GatedAttentionBlock`` op):
+
+    q_h   = RoPE(RMSNorm(q_h) * (1 + q_norm_w))          fp32        (ref_rmsnorm unit_offset, ref_partial_rope)
+    k_h   = bf16(RoPE(RMSNorm(k_h) * (1 + k_norm_w)))    -> k_pages  (written at the token's position)
+    v_h   = bf16(v_h)                                    -> v_pages
+    o_h   = softmax(q_h K^T * hd^-0.5, causal) V          fp32 softmax over positions 0..pos (ref_attention)
+    out   = bf16(o * sigmoid(gate))                       [T, Hq*hd]
+
+``proj [T, Dp]`` fp32 is the fused q|gate / k / v projection (templates/README.md): per q head
+``[q_h (hd) | gate_h (hd)]``, then k (Hkv*hd), then v (Hkv*hd). Query head h uses KV head h // G,
+G = Hq / Hkv. KV pages are ``[num_pages, Hkv, P, hd]`` bf16; position p of sequence b lives in page
+``page_table[b, p // P]``, row ``p % P``. RoPE angles are fp32(pos * inv_freq) with ``inv_freq`` from
+:func:`ninferc.ir.reference.rope_inv_freq` passed as a device array, so kernel and oracle use identical
+frequencies; the kernel takes accurate ``sinf``/``cosf`` of that angle.
+
+Every kernel reads only the KV rows of positions < the context (free pages and rows may hold any bits,
+NaN included: rows past the context are skipped (decode) or zero-filled in shared memory (prefill)).
+Requirements on the runtime: ``1 <= seq_ctx[b] <= max_context``; positions of a sequence's tokens are
+increasing and contiguous; every page-table entry below ceil(ctx / P) is a valid page id.
+
+Kernels (runtime ABI: argument order = :meth:`arg_names`; pointers, then int32 / fp32 scalars)
+---------------------------------------------------------------------------------------------
+``attn_prep``    (proj, q_norm_w, k_norm_w, inv_freq, tok_pos, tok_seq, page_table, q_out, k_pages,
+                 v_pages, n_tokens, max_pages, eps)
+                 grid (T, ceil((Hq + 2 Hkv) / warps)), one warp per head row; no dynamic smem.
+``attn_decode``  (q, k_pages, v_pages, page_table, seq_ctx, ws, n_seqs, max_pages, splits,
+                 pages_per_split, scale)                       T = B: token t of the step is sequence t
+                 grid (splits, Hkv, B); each CTA: the G q heads of one KV head over
+                 ``pages_per_split`` pages; writes unnormalised partial outputs and (max, sum) to ``ws``
+                 (fp32, ``[B, Hq, splits, hd]`` then ``[B, Hq, splits, 2]``); no dynamic smem.
+``attn_combine`` (ws, proj, out, n_seqs, splits)
+                 grid (Hq, B); merges the splits, applies the gate, writes bf16 ``out [B, Hq*hd]``;
+                 dynamic smem = 4 * splits bytes (grows with max_context: checked at plan time).
+``attn_prefill`` (q, proj, k_pages, v_pages, tok_pos, seq_start, page_table, out, max_pages, scale)
+                 grid (ceil(T / qtile), Hq, B): CTA (tile, h, b) handles query rows
+                 ``seq_start[b] + tile*qtile ...`` of sequence b (CTAs past its tokens exit); K/V tiles
+                 of ``ktile`` keys of one page staged in shared memory; fp32 online softmax; bf16
+                 ``out [T, Hq*hd]``; dynamic smem = :func:`prefill_smem_bytes`. Two routes, same ABI:
+                 ``mma`` (tensor cores, qtile = 16 x warps; preferred) and ``simt`` (CUDA cores).
+
+Order per layer and step: ``attn_prep`` (writes this step's K/V) -> ``attn_decode`` + ``attn_combine``
+(one token per sequence) or ``attn_prefill`` (chunks). ``attn_prep``'s ``q_out`` feeds the second
+stage; ``proj`` is read again for the gate.
+
+The split rule (``attn_decode``; fixed for a given (max_context, B), so a captured CUDA graph stays
+valid while contexts grow: CTAs beyond a sequence's context write an empty partial)
+----------------------------------------------------------------------------------------------------
+``pages = max_pages`` (= ceil(max_context / P)); ``fill`` = resident CTAs/SM of the decode kernel x SMs
+(one full wave, from the occupancy calculator); ``splits = max(fill // (B * Hkv), ceil(pages /
+max_pages_per_split), 1)`` capped at ``pages``; then ``pages_per_split = ceil(pages / splits)`` and
+``splits = ceil(pages / pages_per_split)`` (no split is empty at max_context). ``max_pages_per_split``
+(family parameter, default 64 pages) bounds one CTA's serial work at long contexts.
+
+Numpy references (fp32, on the paged layout) are at the bottom: :func:`paged_scatter`,
+:func:`gather_kv` (to the reference executor's contiguous K/V), :func:`reference_prep`,
+:func:`reference_attention`, :func:`reference_decode_partials`, :func:`reference_combine`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ninferc.errors import PlanError
+from ninferc.ir.reference import (
+    _sigmoid,
+    ref_attention,
+    ref_partial_rope,
+    ref_rmsnorm,
+    rope_inv_freq,
+)
+from ninferc.targets.plan import KernelSpec, Launch, PlanContext
+
+WARP = 32  # threads per warp on every CUDA architecture
+F32 = np.float32
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-int(a) // int(b))
+
+
+# ------------------------------------------------------------------------------------------------
+# the problem
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AttentionProblem:
+    """One gated-attention layer shape plus its KV-cache geometry.
+
+    Attributes:
+        heads_q: query heads Hq.
+        heads_kv: KV heads Hkv (Hq % Hkv == 0).
+        head_dim: hd: 64, 128 or a multiple of 256.
+        rotary_dim: leading dims rotated by RoPE (even, <= hd).
+        theta: RoPE base.
+        eps: RMSNorm epsilon of q_norm / k_norm.
+        page_size: KV page size P in tokens (multiple of 32).
+        max_pages: pages per sequence = the page-table row stride; max context = max_pages * P tokens.
+
+    Raises:
+        PlanError: any field out of range (names the value and the constraint).
+    """
+
+    heads_q: int
+    heads_kv: int
+    head_dim: int
+    rotary_dim: int
+    theta: float
+    eps: float
+    page_size: int = 64
+    max_pages: int = 64
+
+    def __post_init__(self):
+        def bad(msg: str):
+            raise PlanError(f"attention problem: {msg}")
+
+        if self.heads_q <= 0 or self.heads_kv <= 0 or self.heads_q % self.heads_kv:
+            bad(f"heads_q = {self.heads_q} must be a positive multiple of heads_kv = {self.heads_kv}")
+        hd = self.head_dim
+        if not (hd in (64, 128) or (hd > 0 and hd % 256 == 0)):
+            bad(f"head_dim = {hd} must be 64, 128 or a positive multiple of 256 (attn_decode's warp-per-key loads)")
+        if self.rotary_dim <= 0 or self.rotary_dim % 2 or self.rotary_dim > hd:
+            bad(f"rotary_dim = {self.rotary_dim} must be even and in (0, head_dim = {hd}]")
+        if self.page_size <= 0 or self.page_size % WARP:
+            bad(f"page_size = {self.page_size} must be a positive multiple of {WARP}")
+        if self.max_pages <= 0:
+            bad(f"max_pages = {self.max_pages} must be positive")
+        if self.max_context > 2**31 - 1:
+            bad(f"max context {self.max_context} tokens exceeds the int32 limit {2**31 - 1}")
+        if not (self.eps > 0 and self.theta > 0):
+            bad(f"eps = {self.eps} and theta = {self.theta} must be positive")
+
+    @classmethod
+    def from_config(cls, cfg, *, page_size: int = 64, max_context: int = 4096) -> "AttentionProblem":
+        """The problem of a :class:`ninferc.ir.config.ModelConfig`'s attention layers with
+        ``max_pages = ceil(max_context / page_size)``."""
+        return cls(cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.rotary_dim,
+                   float(cfg.rope_theta), float(cfg.rms_norm_eps), page_size, _cdiv(max_context, page_size))
+
+    @property
+    def groups(self) -> int:
+        """Query heads per KV head, G = Hq / Hkv."""
+        return self.heads_q // self.heads_kv
+
+    @property
+    def max_context(self) -> int:
+        """Largest context a sequence can hold: max_pages * page_size tokens."""
+        return self.max_pages * self.page_size
+
+    @property
+    def proj_dim(self) -> int:
+        """Columns of the fused projection: Hq*2*hd + 2*Hkv*hd."""
+        return self.heads_q * 2 * self.head_dim + 2 * self.heads_kv * self.head_dim
+
+    @property
+    def k_offset(self) -> int:
+        """First k column of proj."""
+        return self.heads_q * 2 * self.head_dim
+
+    @property
+    def v_offset(self) -> int:
+        """First v column of proj."""
+        return self.k_offset + self.heads_kv * self.head_dim
+
+    @property
+    def scale(self) -> np.float32:
+        """Softmax scale hd^-0.5 as fp32 (the kernels' ``scale`` argument; same value as the IR's)."""
+        return F32(self.head_dim ** -0.5)
+
+    def inv_freq(self) -> np.ndarray:
+        """fp32 [rotary_dim / 2] RoPE inverse frequencies (the kernels' ``inv_freq`` argument)."""
+        return rope_inv_freq(self.rotary_dim, self.theta)
+
+    def page_bytes(self) -> int:
+        """Bytes of one page of one of k_pages / v_pages: Hkv * P * hd * 2."""
+        return self.heads_kv * self.page_size * self.head_dim * 2
+
+    def split_proj(self, proj: np.ndarray):
+        """(q [T, Hq, hd], gate [T, Hq, hd], k [T, Hkv, hd], v [T, Hkv, hd]) views of proj [T, Dp]."""
+        T = proj.shape[0]
+        hd, Hq, Hkv = self.head_dim, self.heads_q, self.heads_kv
+        qg = proj[:, : self.k_offset].reshape(T, Hq, 2 * hd)
+        k = proj[:, self.k_offset: self.v_offset].reshape(T, Hkv, hd)
+        v = proj[:, self.v_offset:].reshape(T, Hkv, hd)
+        return qg[..., :hd], qg[..., hd:], k, v
+
+
+def _shape_params(p: AttentionProblem) -> dict:
+    return {"hd": p.head_dim, "hq": p.heads_q, "hkv": p.heads_kv}
+
+
+def _check_threads(family: str, threads: int) -> None:
+    if threads <= 0 or threads % WARP or threads > 1024:
+        raise PlanError(f"{family}: threads = {threads} must be a multiple of {WARP} in [32, 1024]")
+
+
+def _sample_problems() -> list[AttentionProblem]:
+    """The tiny fixture's attention shape and the 27B one (both covered by CI compiles)."""
+    return [
+        AttentionProblem(4, 2, 64, 16, 1e7, 1e-6, 64, 64),
+        AttentionProblem(24, 4, 256, 64, 1e7, 1e-6, 64, 64),
+    ]
+
+
+def _check_smem(family: str, spec: KernelSpec, ctx: PlanContext, dynamic: int, what: str) -> None:
+    """Raise PlanError when static + dynamic shared memory exceeds the arch's opt-in maximum."""
+    static = ctx.resources_of(spec).static_smem_bytes
+    limit = ctx.arch.max_smem_per_cta_optin
+    if static + dynamic > limit:
+        raise PlanError(
+            f"{family} ({spec.uri}) on {ctx.arch.name}: {what} needs {dynamic} B of dynamic shared memory "
+            f"(+ {static} B static) = {static + dynamic} B per CTA, over the opt-in limit of {limit} B"
+        )
+
+
+# ------------------------------------------------------------------------------------------------
+# attn_prep
+# ------------------------------------------------------------------------------------------------
+
+
+class AttnPrepFamily:
+    """``attn_prep``: Q/K RMSNorm + partial RoPE, q to fp32, k/v to bf16 pages (module docstring).
+
+    Args:
+        threads: threads per CTA (one warp per head row).
+    """
+
+    name = "attn_prep"
+    template = "attn_prep.cu.j2"
+
+    def __init__(self, threads: int = 128):
+        _check_threads(self.name, threads)
+        self.threads = int(threads)
+
+    def spec(self, problem: AttentionProblem) -> KernelSpec:
+        """The kernel for ``problem`` (shape, rotary dim and page size are its identity)."""
+        params = {**_shape_params(problem), "rot": problem.rotary_dim, "page": problem.page_size,
+                  "threads": self.threads}
+        return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=False)
+
+    def variants(self, problem: AttentionProblem) -> list[KernelSpec]:
+        """The one kernel of this family for ``problem``."""
+        return [self.spec(problem)]
+
+    def sample_problems(self) -> list[AttentionProblem]:
+        """Tiny-fixture and 27B shapes."""
+        return _sample_problems()
+
+    def arg_names(self, problem: AttentionProblem) -> tuple[str, ...]:
+        """Kernel parameters in order (see the module docstring for dtypes and shapes)."""
+        return ("proj", "q_norm_w", "k_norm_w", "inv_freq", "tok_pos", "tok_seq", "page_table", "q_out",
+                "k_pages", "v_pages", "n_tokens", "max_pages", "eps")
+
+    def launch(self, problem: AttentionProblem, tokens: int, ctx: PlanContext) -> Launch:
+        """Grid (T, ceil((Hq + 2 Hkv) / warps)).
+
+        Raises:
+            PlanError: T < 1.
+        """
+        if tokens < 1:
+            raise PlanError(f"{self.name}: T = {tokens} must be at least 1")
+        rows = problem.heads_q + 2 * problem.heads_kv
+        grid = (int(tokens), _cdiv(rows, self.threads // WARP), 1)
+        return ctx.make_launch(self.spec(problem), grid, route="prep", tokens=tokens)
+
+    def kernel_args(self, problem: AttentionProblem, launch: Launch, arrays: Mapping[str, Any]) -> tuple:
+        """Argument tuple in :meth:`arg_names` order from device ``arrays`` (keyed by name); scalars
+        ``n_tokens`` (= launch.tokens), ``max_pages`` and ``eps`` are filled in unless given."""
+        scalars = {"n_tokens": np.int32(launch.tokens), "max_pages": np.int32(problem.max_pages),
+                   "eps": F32(problem.eps)}
+        return _args(self.arg_names(problem), arrays, scalars)
+
+
+# ------------------------------------------------------------------------------------------------
+# attn_decode + attn_combine
+# ------------------------------------------------------------------------------------------------
+
+
+class AttnDecodeFamily:
+    """``attn_decode``: split-KV flash-decoding, one query token per sequence (T = B).
+
+    Args:
+        threads: threads per CTA.
+        max_pages_per_split: upper bound on the pages one CTA reads (see the split rule).
+    """
+
+    name = "attn_decode"
+    template = "attn_decode.cu.j2"
+
+    def __init__(self, threads: int = 128, max_pages_per_split: int = 64):
+        _check_threads(self.name, threads)
+        if max_pages_per_split < 1:
+            raise PlanError(f"{self.name}: max_pages_per_split = {max_pages_per_split} must be >= 1")
+        self.threads = int(threads)
+        self.max_pages_per_split = int(max_pages_per_split)
+
+    def spec(self, problem: AttentionProblem) -> KernelSpec:
+        """The kernel for ``problem``.
+
+        Raises:
+            PlanError: ``threads`` and hd/2 do not divide one another.
+        """
+        pairs = problem.head_dim // 2
+        if (self.threads % pairs) if self.threads >= pairs else (pairs % self.threads):
+            raise PlanError(f"{self.name}: threads = {self.threads} and head_dim / 2 = {pairs} must divide one another")
+        params = {**_shape_params(problem), "page": problem.page_size, "threads": self.threads}
+        return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=False)
+
+    def variants(self, problem: AttentionProblem) -> list[KernelSpec]:
+        """The one kernel of this family for ``problem``."""
+        return [self.spec(problem)]
+
+    def sample_problems(self) -> list[AttentionProblem]:
+        """Tiny-fixture and 27B shapes."""
+        return _sample_problems()
+
+    def arg_names(self, problem: AttentionProblem) -> tuple[str, ...]:
+        """Kernel parameters in order (see the module docstring)."""
+        return ("q", "k_pages", "v_pages", "page_table", "seq_ctx", "ws", "n_seqs", "max_pages", "splits",
+                "pages_per_split", "scale")
+
+    def splits(self, problem: AttentionProblem, batch: int, ctx: PlanContext) -> tuple[int, int]:
+        """(splits, pages_per_split) for B = ``batch`` sequences at ``problem.max_context`` (module
+        docstring: the split rule). Depends only on (problem, B, target, SM count), never on the current
+        contexts.
+
+        Raises:
+            PlanError: B < 1, or the decode kernel cannot be resident on this target.
+        """
+        if batch < 1:
+            raise PlanError(f"{self.name}: B = {batch} must be at least 1")
+        spec = self.spec(problem)
+        occ = ctx.occupancy(spec)
+        if occ.ctas_per_sm < 1:
+            raise PlanError(f"{spec.uri} on {ctx.arch.name}: 0 resident CTAs per SM (limited by {occ.limiter})")
+        pages = problem.max_pages
+        fill = occ.ctas_per_sm * ctx.sms
+        want = max(1, fill // (batch * problem.heads_kv), _cdiv(pages, self.max_pages_per_split))
+        want = min(want, pages)
+        per = _cdiv(pages, want)
+        return _cdiv(pages, per), per
+
+    def workspace_bytes(self, problem: AttentionProblem, batch: int, splits: int) -> int:
+        """fp32 partials: B*Hq*splits*hd outputs + B*Hq*splits*2 (max, sum), times 4 bytes."""
+        return 4 * batch * problem.heads_q * splits * (problem.head_dim + 2)
+
+    def launch(self, problem: AttentionProblem, tokens: int, ctx: PlanContext) -> Launch:
+        """Grid (splits, Hkv, B) with B = ``tokens``; ``split_k`` = splits; workspace as above.
+
+        Raises:
+            PlanError: B < 1 or over the grid-z limit; the kernel cannot be resident.
+        """
+        splits, _ = self.splits(problem, tokens, ctx)
+        if tokens > ctx.arch.max_grid_dims[2]:
+            raise PlanError(f"{self.name} on {ctx.arch.name}: B = {tokens} exceeds the grid z limit "
+                            f"{ctx.arch.max_grid_dims[2]}")
+        return ctx.make_launch(self.spec(problem), (splits, problem.heads_kv, int(tokens)), route="split_kv",
+                               tokens=tokens, split_k=splits,
+                               workspace_bytes=self.workspace_bytes(problem, tokens, splits))
+
+    def kernel_args(self, problem: AttentionProblem, launch: Launch, arrays: Mapping[str, Any],
+                    pages_per_split: int) -> tuple:
+        """Argument tuple in :meth:`arg_names` order; ``n_seqs`` = launch.tokens, ``splits`` =
+        launch.split_k, ``max_pages``, ``scale`` and ``pages_per_split`` filled in unless given."""
+        scalars = {"n_seqs": np.int32(launch.tokens), "max_pages": np.int32(problem.max_pages),
+                   "splits": np.int32(launch.split_k), "pages_per_split": np.int32(pages_per_split),
+                   "scale": problem.scale}
+        return _args(self.arg_names(problem), arrays, scalars)
+
+
+class AttnCombineFamily:
+    """``attn_combine``: merges ``attn_decode``'s splits, applies the sigmoid gate, writes bf16.
+
+    Its launch uses the same split rule as ``attn_decode`` (through ``decode``), so its
+    :meth:`variants` include the decode kernel: the plan then has that kernel's resources even when
+    the combine is planned on its own.
+
+    Args:
+        threads: threads per CTA.
+        decode: the decode family whose split rule this combine follows.
+    """
+
+    name = "attn_combine"
+    template = "attn_combine.cu.j2"
+
+    def __init__(self, threads: int = 128, decode: AttnDecodeFamily | None = None):
+        _check_threads(self.name, threads)
+        self.threads = int(threads)
+        self.decode = decode or AttnDecodeFamily()
+
+    def spec(self, problem: AttentionProblem) -> KernelSpec:
+        """The kernel for ``problem``."""
+        params = {**_shape_params(problem), "threads": self.threads}
+        return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=False)
+
+    def variants(self, problem: AttentionProblem) -> list[KernelSpec]:
+        """[combine kernel, the decode kernel whose split count it needs]."""
+        return [self.spec(problem), self.decode.spec(problem)]
+
+    def sample_problems(self) -> list[AttentionProblem]:
+        """Tiny-fixture and 27B shapes."""
+        return _sample_problems()
+
+    def arg_names(self, problem: AttentionProblem) -> tuple[str, ...]:
+        """Kernel parameters in order (see the module docstring)."""
+        return ("ws", "proj", "out", "n_seqs", "splits")
+
+    def dynamic_smem_bytes(self, splits: int) -> int:
+        """Dynamic shared memory of the combine: one fp32 weight per split."""
+        return 4 * int(splits)
+
+    def launch(self, problem: AttentionProblem, tokens: int, ctx: PlanContext) -> Launch:
+        """Grid (Hq, B) with B = ``tokens``; dynamic smem = 4 * splits.
+
+        Raises:
+            PlanError: the split count at ``problem.max_context`` needs more shared memory than the
+                arch's opt-in maximum (names kernel, target, max_context, value and limit); B over the
+                grid-y limit.
+        """
+        splits, _ = self.decode.splits(problem, tokens, ctx)
+        spec = self.spec(problem)
+        dyn = self.dynamic_smem_bytes(splits)
+        _check_smem(self.name, spec, ctx, dyn,
+                    f"max_context {problem.max_context} ({problem.max_pages} pages of {problem.page_size}) "
+                    f"at B = {tokens} -> {splits} splits")
+        if tokens > ctx.arch.max_grid_dims[1]:
+            raise PlanError(f"{self.name} on {ctx.arch.name}: B = {tokens} exceeds the grid y limit "
+                            f"{ctx.arch.max_grid_dims[1]}")
+        return ctx.make_launch(spec, (problem.heads_q, int(tokens), 1), route="combine", tokens=tokens,
+                               split_k=splits, dynamic_smem=dyn)
+
+    def kernel_args(self, problem: AttentionProblem, launch: Launch, arrays: Mapping[str, Any]) -> tuple:
+        """Argument tuple in :meth:`arg_names` order; ``n_seqs`` and ``splits`` from the launch."""
+        scalars = {"n_seqs": np.int32(launch.tokens), "splits": np.int32(launch.split_k)}
+        return _args(self.arg_names(problem), arrays, scalars)
+
+
+# ------------------------------------------------------------------------------------------------
+# attn_prefill
+# ------------------------------------------------------------------------------------------------
+
+
+PREFILL_ROUTES = ("mma", "simt")
+"""Routes of ``attn_prefill``: tensor cores (mma.sync m16n8k16 bf16, q and P split into bf16 hi + lo) or CUDA
+cores (fp32 dot products)."""
+
+
+def prefill_smem_bytes(problem: AttentionProblem, qtile: int, ktile: int, route: str = "simt") -> int:
+    """Dynamic shared memory of ``attn_prefill`` (mirrors the template's layout).
+
+    simt: q tile fp32 [qtile, hd] + K tile bf16 [ktile, hd + 8] + V tile bf16 [ktile, hd] + probabilities
+    fp32 [qtile, ktile] + per-row factors fp32 [qtile].  mma: q hi and q lo bf16 [qtile, hd + 8] each + one
+    K-then-V tile bf16 [ktile, hd + 8].
+    """
+    hd = problem.head_dim
+    if route == "mma":
+        return 2 * qtile * (hd + 8) * 2 + ktile * (hd + 8) * 2
+    return qtile * hd * 4 + ktile * (hd + 8) * 2 + ktile * hd * 2 + qtile * ktile * 4 + qtile * 4
+
+
+class AttnPrefillFamily:
+    """``attn_prefill``: causal attention of T query tokens per sequence over the paged context.
+
+    Routes (tried in ``routes`` order; the first whose shared memory fits the arch's opt-in maximum and
+    that has a resident CTA per SM is launched):
+
+    * ``mma``: tensor cores; a warp owns 16 query rows end to end, so qtile = 16 * threads / 32;
+      ``mma_ktile`` keys per K/V tile.
+    * ``simt``: CUDA cores; ``qtile`` query rows and ``ktile`` keys per tile.
+
+    Args:
+        threads: threads per CTA (both routes).
+        qtile: simt query rows per CTA (multiple of threads / 32).
+        ktile: simt keys per tile (multiple of 32 dividing the page size).
+        mma_ktile: mma keys per tile (multiple of 16 dividing the page size).
+        routes: route preference order, a non-empty subset of :data:`PREFILL_ROUTES`.
+    """
+
+    name = "attn_prefill"
+    template = "attn_prefill.cu.j2"
+
+    def __init__(self, threads: int = 128, qtile: int = 16, ktile: int = 32, mma_ktile: int = 32,
+                 routes: tuple[str, ...] = PREFILL_ROUTES):
+        _check_threads(self.name, threads)
+        if qtile <= 0 or qtile % (threads // WARP) or ktile <= 0 or ktile % WARP or mma_ktile <= 0 or mma_ktile % 16:
+            raise PlanError(f"{self.name}: qtile = {qtile} must be a multiple of warps = {threads // WARP}, "
+                            f"ktile = {ktile} a multiple of {WARP} and mma_ktile = {mma_ktile} a multiple of 16")
+        if not routes or any(r not in PREFILL_ROUTES for r in routes):
+            raise PlanError(f"{self.name}: routes {routes!r} must be a non-empty subset of {PREFILL_ROUTES}")
+        self.threads, self.qtile, self.ktile, self.mma_ktile = int(threads), int(qtile), int(ktile), int(mma_ktile)
+        self.routes = tuple(routes)
+
+    def tiles(self, route: str) -> tuple[int, int]:
+        """(query rows, keys) per CTA tile of ``route``."""
+        if route == "mma":
+            return 16 * (self.threads // WARP), self.mma_ktile
+        return self.qtile, self.ktile
+
+    def spec(self, problem: AttentionProblem, route: str = "simt") -> KernelSpec:
+        """The kernel of ``route`` for ``problem``.
+
+        Raises:
+            PlanError: unknown route, ktile does not divide the page size, or (simt) qtile*hd/2 is not a
+                multiple of threads.
+        """
+        if route not in PREFILL_ROUTES:
+            raise PlanError(f"{self.name}: unknown route {route!r}; routes: {', '.join(PREFILL_ROUTES)}")
+        qtile, ktile = self.tiles(route)
+        if problem.page_size % ktile:
+            raise PlanError(f"{self.name}: ktile = {ktile} must divide page_size = {problem.page_size}")
+        if route == "simt" and (qtile * problem.head_dim // 2) % self.threads:
+            raise PlanError(f"{self.name}: qtile * head_dim / 2 = {qtile * problem.head_dim // 2} must be a "
+                            f"multiple of threads = {self.threads}")
+        params = {**_shape_params(problem), "page": problem.page_size, "qtile": qtile, "ktile": ktile,
+                  "route": route, "threads": self.threads}
+        return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=False)
+
+    def variants(self, problem: AttentionProblem) -> list[KernelSpec]:
+        """One kernel per route in :attr:`routes`."""
+        return [self.spec(problem, r) for r in self.routes]
+
+    def sample_problems(self) -> list[AttentionProblem]:
+        """Tiny-fixture and 27B shapes."""
+        return _sample_problems()
+
+    def arg_names(self, problem: AttentionProblem) -> tuple[str, ...]:
+        """Kernel parameters in order (same for both routes; see the module docstring)."""
+        return ("q", "proj", "k_pages", "v_pages", "tok_pos", "seq_start", "page_table", "out", "max_pages",
+                "scale")
+
+    def dynamic_smem_bytes(self, problem: AttentionProblem, route: str = "simt") -> int:
+        """:func:`prefill_smem_bytes` for ``route``'s tiles."""
+        qtile, ktile = self.tiles(route)
+        return prefill_smem_bytes(problem, qtile, ktile, route)
+
+    def launch(self, problem: AttentionProblem, tokens: int, ctx: PlanContext, batch: int = 1,
+               route: str | None = None) -> Launch:
+        """Grid (ceil(T / qtile), Hq, B) for T = ``tokens`` packed tokens of ``batch`` sequences (each
+        sequence gets ceil(T / qtile) tile slots; slots past its tokens exit at once). ``route`` forces a
+        route; by default the first of :attr:`routes` that fits.
+
+        Raises:
+            PlanError: T or B < 1; B over the grid-z limit; no route fits (shared memory over the opt-in
+                maximum or no resident CTA), naming each route's need and the limit.
+        """
+        if tokens < 1 or batch < 1:
+            raise PlanError(f"{self.name}: T = {tokens} and B = {batch} must be at least 1")
+        if batch > ctx.arch.max_grid_dims[2]:
+            raise PlanError(f"{self.name} on {ctx.arch.name}: B = {batch} exceeds the grid z limit "
+                            f"{ctx.arch.max_grid_dims[2]}")
+        why = []
+        for r in ((route,) if route else self.routes):
+            spec = self.spec(problem, r)
+            dyn = self.dynamic_smem_bytes(problem, r)
+            try:
+                _check_smem(self.name, spec, ctx, dyn, f"route {r} (head_dim {problem.head_dim}, tiles "
+                            f"{self.tiles(r)})")
+            except PlanError as exc:
+                why.append(str(exc))
+                continue
+            occ = ctx.occupancy(spec, dyn)
+            if occ.ctas_per_sm < 1:
+                why.append(f"{spec.uri} on {ctx.arch.name}: 0 resident CTAs per SM (limited by {occ.limiter})")
+                continue
+            qtile, _ = self.tiles(r)
+            return ctx.make_launch(spec, (_cdiv(tokens, qtile), problem.heads_q, int(batch)), route=r,
+                                   tokens=tokens, dynamic_smem=dyn)
+        raise PlanError("; ".join(why))
+
+    def kernel_args(self, problem: AttentionProblem, launch: Launch, arrays: Mapping[str, Any]) -> tuple:
+        """Argument tuple in :meth:`arg_names` order; ``max_pages`` and ``scale`` filled in unless given."""
+        scalars = {"max_pages": np.int32(problem.max_pages), "scale": problem.scale}
+        return _args(self.arg_names(problem), arrays, scalars)
+
+
+def _args(names: Sequence[str], arrays: Mapping[str, Any], scalars: Mapping[str, Any]) -> tuple:
+    missing = [n for n in names if n not in arrays and n not in scalars]
+    if missing:
+        raise PlanError(f"kernel arguments missing: {', '.join(missing)} (expected {', '.join(names)})")
+    return tuple(arrays[n] if n in arrays else scalars[n] for n in names)
+
+
+_DECODE = AttnDecodeFamily()
+FAMILIES = [AttnPrepFamily(), _DECODE, AttnCombineFamily(decode=_DECODE), AttnPrefillFamily()]
+"""Default instances of the four families (registered by ``ninferc.targets.kernels`` discovery)."""
+
+
+# ------------------------------------------------------------------------------------------------
+# numpy references on the paged layout (fp32 math on bf16-stored K/V)
+# ------------------------------------------------------------------------------------------------
+
+
+def round_bf16(x) -> np.ndarray:
+    """fp32 array rounded to the nearest bf16 (ties to even), returned as fp32."""
+    import ml_dtypes
+
+    return np.asarray(x, F32).astype(ml_dtypes.bfloat16).astype(F32)
+
+
+def bf16_bits(x) -> np.ndarray:
+    """fp32 values -> uint16 bf16 bit patterns (round to nearest even), the kernels' storage."""
+    import ml_dtypes
+
+    return np.asarray(x, F32).astype(ml_dtypes.bfloat16).view(np.uint16)
+
+
+def from_bf16_bits(u) -> np.ndarray:
+    """uint16 bf16 bit patterns -> fp32 (exact)."""
+    return (np.asarray(u, np.uint16).astype(np.uint32) << 16).view(F32)
+
+
+def _page_slot(problem: AttentionProblem, page_table: np.ndarray, b: int, pos: int) -> tuple[int, int]:
+    lp = int(pos) // problem.page_size
+    if not 0 <= lp < problem.max_pages:
+        raise PlanError(f"position {pos} of sequence {b} is outside its page table "
+                        f"({problem.max_pages} pages of {problem.page_size})")
+    return int(page_table[b, lp]), int(pos) % problem.page_size
+
+
+def paged_scatter(problem: AttentionProblem, k_pages: np.ndarray, v_pages: np.ndarray, page_table: np.ndarray,
+                  tok_seq, tok_pos, k: np.ndarray, v: np.ndarray) -> None:
+    """Write k, v [T, Hkv, hd] (rounded to bf16) into k_pages / v_pages [num_pages, Hkv, P, hd] (fp32
+    arrays holding bf16 values) at each token's (page_table[tok_seq[t], pos // P], :, pos % P), in place.
+
+    Raises:
+        PlanError: a position outside the sequence's page table.
+    """
+    k, v = round_bf16(k), round_bf16(v)
+    for t, (b, pos) in enumerate(zip(np.asarray(tok_seq), np.asarray(tok_pos))):
+        page, row = _page_slot(problem, page_table, int(b), int(pos))
+        k_pages[page, :, row] = k[t]
+        v_pages[page, :, row] = v[t]
+
+
+def gather_kv(problem: AttentionProblem, k_pages: np.ndarray, v_pages: np.ndarray, page_table: np.ndarray,
+              b: int, length: int) -> tuple[np.ndarray, np.ndarray]:
+    """Contiguous (K, V) [length, Hkv, hd] fp32 of sequence b, positions 0..length-1, read through the
+    page table: the layout of :class:`ninferc.ir.reference.SequenceState` ``kv`` entries.
+
+    Raises:
+        PlanError: length beyond the page table.
+    """
+    if length > problem.max_context:
+        raise PlanError(f"context {length} of sequence {b} exceeds max_context {problem.max_context}")
+    P = problem.page_size
+    n = _cdiv(length, P)
+    pages = np.asarray(page_table[b, :n], np.int64)
+    K = np.asarray(k_pages, F32)[pages].transpose(0, 2, 1, 3).reshape(n * P, problem.heads_kv, -1)[:length]
+    V = np.asarray(v_pages, F32)[pages].transpose(0, 2, 1, 3).reshape(n * P, problem.heads_kv, -1)[:length]
+    return np.ascontiguousarray(K), np.ascontiguousarray(V)
+
+
+def reference_prep(problem: AttentionProblem, proj: np.ndarray, q_norm_w: np.ndarray, k_norm_w: np.ndarray,
+                   tok_pos, tok_seq, page_table: np.ndarray, k_pages: np.ndarray, v_pages: np.ndarray):
+    """``attn_prep`` in numpy.
+
+    Args:
+        proj: [T, Dp] fp32; q_norm_w, k_norm_w: [hd] fp32 (zero-centred); tok_pos, tok_seq: [T] ints;
+        page_table: [B, max_pages] ints; k_pages, v_pages: fp32 [num_pages, Hkv, P, hd] (not modified).
+
+    Returns:
+        (q_out [T, Hq, hd] fp32, k_pages', v_pages') -- copies of the pages with this step's rows written.
+    """
+    q, _, k, v = problem.split_proj(np.asarray(proj, F32))
+    pos = np.asarray(tok_pos, np.int64)
+    qn = ref_partial_rope(ref_rmsnorm(q, q_norm_w, problem.eps, True), pos, problem.rotary_dim, problem.theta)
+    kn = ref_partial_rope(ref_rmsnorm(k, k_norm_w, problem.eps, True), pos, problem.rotary_dim, problem.theta)
+    kp, vp = np.array(k_pages, F32), np.array(v_pages, F32)
+    paged_scatter(problem, kp, vp, page_table, tok_seq, pos, kn, v)
+    return qn.astype(F32), kp, vp
+
+
+def reference_attention(problem: AttentionProblem, q: np.ndarray, proj: np.ndarray, k_pages: np.ndarray,
+                        v_pages: np.ndarray, page_table: np.ndarray, tok_pos, seq_start) -> np.ndarray:
+    """Gated causal attention of every token over its sequence's paged context (decode and prefill).
+
+    Args:
+        q: [T, Hq, hd] fp32 (attn_prep's q_out); proj: [T, Dp] fp32 (for the gate);
+        k_pages, v_pages: fp32 [num_pages, Hkv, P, hd]; page_table: [B, max_pages];
+        tok_pos: [T]; seq_start: [B+1] (decode: arange(B+1), tok_pos = seq_ctx - 1).
+
+    Returns:
+        [T, Hq*hd] fp32 = ref_attention(q, K, V) * sigmoid(gate), before the kernels' bf16 rounding;
+        token t at position p attends to positions 0..p of its sequence.
+    """
+    q = np.asarray(q, F32)
+    _, gate, _, _ = problem.split_proj(np.asarray(proj, F32))
+    pos = np.asarray(tok_pos, np.int64)
+    ss = np.asarray(seq_start, np.int64)
+    T = q.shape[0]
+    out = np.zeros((T, problem.heads_q * problem.head_dim), F32)
+    for b in range(len(ss) - 1):
+        a, e = int(ss[b]), int(ss[b + 1])
+        if e <= a:
+            continue
+        L = int(pos[a:e].max()) + 1
+        K, V = gather_kv(problem, k_pages, v_pages, page_table, b, L)
+        o = ref_attention(q[a:e], K, V, pos[a:e], float(problem.scale), problem.groups)
+        out[a:e] = (o.reshape(e - a, -1) * _sigmoid(gate[a:e].reshape(e - a, -1))).astype(F32)
+    return out
+
+
+def reference_decode_partials(problem: AttentionProblem, q: np.ndarray, k_pages: np.ndarray, v_pages: np.ndarray,
+                              page_table: np.ndarray, seq_ctx, splits: int, pages_per_split: int):
+    """``attn_decode``'s workspace in numpy (for diagnosing decode vs combine on the GPU).
+
+    Returns:
+        (o [B, Hq, splits, hd], ml [B, Hq, splits, 2]) fp32: unnormalised sum_j exp(s_j - m) v_j, and
+        (m, l) = (max score, sum_j exp(s_j - m)) over the split's keys; empty splits give (-inf, 0), o = 0.
+    """
+    q = np.asarray(q, F32)
+    B = len(seq_ctx)
+    Hq, hd, G = problem.heads_q, problem.head_dim, problem.groups
+    o = np.zeros((B, Hq, splits, hd), F32)
+    ml = np.zeros((B, Hq, splits, 2), F32)
+    ml[..., 0] = -np.inf
+    span = pages_per_split * problem.page_size
+    for b in range(B):
+        ctx = int(seq_ctx[b])
+        K, V = gather_kv(problem, k_pages, v_pages, page_table, b, ctx)
+        for s in range(splits):
+            lo, hi = s * span, min(ctx, (s + 1) * span)
+            if hi <= lo:
+                continue
+            for h in range(Hq):
+                sc = (K[lo:hi, h // G] @ q[b, h]).astype(F32) * problem.scale
+                m = sc.max()
+                p = np.exp(sc - m).astype(F32)
+                o[b, h, s] = p @ V[lo:hi, h // G]
+                ml[b, h, s] = (m, p.sum(dtype=F32))
+    return o, ml
+
+
+def reference_combine(problem: AttentionProblem, o: np.ndarray, ml: np.ndarray, proj: np.ndarray) -> np.ndarray:
+    """``attn_combine`` in numpy: merge (o [B, Hq, S, hd], ml [B, Hq, S, 2]) and apply the gate.
+
+    Returns:
+        [B, Hq*hd] fp32 = (sum_s w_s o_s) / (sum_s w_s l_s) * sigmoid(gate), w_s = exp(m_s - max m)
+        (0 for empty splits); token b of proj is sequence b. Before the kernel's bf16 rounding.
+    """
+    m, l = ml[..., 0], ml[..., 1]
+    M = m.max(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        w = np.where(np.isneginf(m), F32(0), np.exp(m - M)).astype(F32)  # [B, Hq, S]
+    num = np.einsum("bhs,bhsd->bhd", w, o.astype(F32))
+    den = (w * l).sum(axis=-1, dtype=F32)[..., None]
+    B = o.shape[0]
+    _, gate, _, _ = problem.split_proj(np.asarray(proj, F32)[:B])
+    return ((num / den).reshape(B, -1) * _sigmoid(gate.reshape(B, -1))).astype(F32)

@@ -1,0 +1,93 @@
+// attn_common.cuh -- device helpers of the gated-attention family (attn_prep, attn_decode,
+// attn_combine, attn_prefill). Documented in ninferc.targets.kernels.attention.
+//
+// Same house rules as ninfer_common.cuh (which must be included first): no CUDA/C headers, no SM
+// counts, resident-CTA counts or arch numbers. Everything here is plain fp32 math that mirrors the
+// numpy oracle (ninferc.ir.reference): expf / sinf / cosf (never the __expf / __sinf intrinsics).
+#pragma once
+
+namespace ninfer_attn {
+
+// +infinity / -infinity without math.h (NVRTC ships no headers).
+__device__ __forceinline__ float pos_inf() { return __int_as_float(0x7f800000); }
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+
+// Butterfly max over the warp: every lane ends with the maximum.
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int offset = ninfer::kWarpSize / 2; offset > 0; offset >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(ninfer::kFullMask, v, offset));
+  return v;
+}
+
+// sigmoid(x) = 1 / (1 + exp(-x)) in fp32, as ninferc.ir.reference._sigmoid computes it.
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// Unpack 2 bf16 packed in a u32 (element 0 in the low half).
+__device__ __forceinline__ float2 bf16x2_to_f32(unsigned int packed) {
+  return make_float2(ninfer::bf16_lo(packed), ninfer::bf16_hi(packed));
+}
+
+// Pack two fp32 into 2 bf16 (round to nearest even), element a in the low half.
+__device__ __forceinline__ unsigned int pack_bf16x2(float a, float b) {
+  return (unsigned int)ninfer::f32_to_bf16(a) | ((unsigned int)ninfer::f32_to_bf16(b) << 16);
+}
+
+// Load kN bf16 (kN = 2, 4 or 8; pointer aligned to 2*kN bytes) through the read-only path into fp32.
+template <int kN>
+__device__ __forceinline__ void load_bf16(const unsigned short* p, float (&f)[kN]) {
+  static_assert(kN == 2 || kN == 4 || kN == 8, "load_bf16: 2, 4 or 8 elements");
+  if (kN == 8) {
+    const uint4 v = ninfer::ld_ro_v4(p);
+    const unsigned int w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) { f[2 * i] = ninfer::bf16_lo(w[i]); f[2 * i + 1] = ninfer::bf16_hi(w[i]); }
+  } else if (kN == 4) {
+    const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
+    const unsigned int w[2] = {v.x, v.y};
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) { f[2 * i] = ninfer::bf16_lo(w[i]); f[2 * i + 1] = ninfer::bf16_hi(w[i]); }
+  } else {
+    const unsigned int w = __ldg(reinterpret_cast<const unsigned int*>(p));
+    f[0] = ninfer::bf16_lo(w);
+    f[kN - 1] = ninfer::bf16_hi(w);
+  }
+}
+
+// Load kN fp32 (kN = 2, 4 or 8; pointer aligned to 4*min(kN, 4) bytes) with vector loads.
+template <int kN>
+__device__ __forceinline__ void load_f32(const float* p, float (&f)[kN]) {
+  static_assert(kN == 2 || kN == 4 || kN == 8, "load_f32: 2, 4 or 8 elements");
+  if (kN == 2) {
+    const float2 a = *reinterpret_cast<const float2*>(p);
+    f[0] = a.x; f[kN - 1] = a.y;
+  } else {
+#pragma unroll
+    for (int i = 0; i < kN / 4; ++i) {
+      const float4 a = reinterpret_cast<const float4*>(p)[i];
+      f[4 * i] = a.x; f[4 * i + 1] = a.y; f[4 * i + 2] = a.z; f[4 * i + 3] = a.w;
+    }
+  }
+}
+
+// D += A * B with one warp-wide mma.sync.m16n8k16 (bf16 inputs, fp32 accumulate; sm_80+, so every
+// ninferc target). Fragments (PTX ISA "Matrix Fragments for mma.m16n8k16 with floating point type"),
+// with g = lane / 4, t = lane % 4, element 2i of a pair in the low half:
+//   A 16x16 (row-major): a[0] = A[g][2t..2t+1], a[1] = A[g+8][2t..], a[2] = A[g][2t+8..], a[3] = A[g+8][2t+8..]
+//   B 16x8  (k x n):     b0 = B[2t..2t+1][g],   b1 = B[2t+8..2t+9][g]
+//   C/D 16x8:            d[0..1] = D[g][2t..2t+1], d[2..3] = D[g+8][2t..2t+1]
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned int (&a)[4], unsigned int b0,
+                                               unsigned int b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Split fp32 x into bf16 hi + lo with hi + lo = x to ~16 mantissa bits (hi = bf16(x), lo = bf16(x - hi)):
+// two bf16 MMAs on (hi, lo) keep an fp32 operand's accuracy.
+__device__ __forceinline__ void split_bf16(float x, unsigned short& hi, unsigned short& lo) {
+  hi = ninfer::f32_to_bf16(x);
+  lo = ninfer::f32_to_bf16(x - __uint_as_float((unsigned int)hi << 16));
+}
+
+}  // namespace ninfer_attn

@@ -1,0 +1,288 @@
+"""GPU tier of the gated-attention kernels: attn_prep, attn_decode + attn_combine and attn_prefill on the
+device vs the numpy references of targets/kernels/attention.py, at the tiny-fixture and 27B shapes.
+
+Every case: fresh random inputs, shuffled page tables, free pages / rows / page-table slots full of
+garbage (+-1e4 with NaN and +-Inf sprinkled in), outputs and workspace poisoned (NaN / 0xFFFF) before each
+launch, tolerances from ninferc.ir.tolerances. Failures print where the largest error is.
+
+Each stage is checked on its own inputs from the device (q_out and pages written by attn_prep), so a
+failure names the kernel that broke; the end-to-end output is also checked against the reference fed
+with the reference's own prep.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import zlib
+
+import numpy as np
+import pytest
+
+from attn_cases import PROBLEMS, make_cache, make_step
+from ninferc.ir.tolerances import ATTENTION, BF16_ELEMENTWISE, FP32_REORDER
+from ninferc.targets.kernels import attention as A
+
+pytestmark = pytest.mark.gpu
+
+PREP, DECODE, COMBINE, PREFILL = A.FAMILIES
+NAN_F32 = np.float32(np.nan)
+POISON_BF16 = 0xFFFF  # a NaN bit pattern
+
+
+def _cp():
+    import cupy
+
+    return cupy
+
+
+# ------------------------------------------------------------------------------------------------
+# device plumbing
+# ------------------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=None)
+def device_kernel(spec):
+    """The spec compiled for the running device and loaded (DeviceKernel), once per spec."""
+    from ninferc.runtime.kernels import DeviceKernel
+
+    return DeviceKernel.from_spec(spec)
+
+
+@functools.lru_cache(maxsize=None)
+def device_ctx():
+    """PlanContext of the running device with the resources read from the cubins actually loaded."""
+    from ninferc.runtime.kernels import device_arch, device_sm_count
+    from ninferc.targets.cubin import read_resources
+    from ninferc.targets.plan import PlanContext
+
+    arch = device_arch()
+    res = {}
+    for fam in A.FAMILIES:
+        for p in PROBLEMS.values():
+            for spec in fam.variants(p):
+                k = device_kernel(spec)
+                res[spec.uri] = read_resources(k.compiled.cubin, arch)[spec.entry]
+    return PlanContext(arch, device_sm_count(), res)
+
+
+def run(launch, args):
+    """Launch a plan Launch's kernel with ``args`` and wait for it."""
+    k = device_kernel(launch.kernel)
+    k.launch(launch.grid, launch.block, args, smem=launch.dynamic_smem_bytes, cooperative=launch.cooperative)
+    _cp().cuda.runtime.deviceSynchronize()
+
+
+def seed(*parts) -> int:
+    """A stable per-case seed (str hashes are salted per process)."""
+    return zlib.crc32(repr(parts).encode())
+
+
+def to_dev_bf16(x):
+    return _cp().asarray(A.bf16_bits(x))
+
+
+def from_dev_bf16(x):
+    return A.from_bf16_bits(_cp().asnumpy(x))
+
+
+def poisoned_f32(shape):
+    cp = _cp()
+    return cp.full(shape, NAN_F32, dtype=cp.float32)
+
+
+def poisoned_bf16(shape):
+    cp = _cp()
+    return cp.full(shape, POISON_BF16, dtype=cp.uint16)
+
+
+# ------------------------------------------------------------------------------------------------
+# diagnostics
+# ------------------------------------------------------------------------------------------------
+
+
+def where_worst(got, ref, dims: str) -> str:
+    """Location, values and error of the largest |got - ref| (NaN counts as worst), e.g. 't=2 h=5 d=17'."""
+    got = np.asarray(got, np.float64)
+    ref = np.asarray(ref, np.float64)
+    err = np.abs(got - ref)
+    err = np.where(np.isfinite(err), err, np.inf)
+    i = np.unravel_index(int(np.argmax(err)), err.shape)
+    loc = " ".join(f"{n}={v}" for n, v in zip(dims.split(), i))
+    bad = int(np.sum(~np.isfinite(got)))
+    return (f"worst at {loc}: got {got[i]!r}, ref {ref[i]!r} (|err| {err[i]:.3g}); non-finite outputs: {bad}; "
+            f"max |ref| {np.max(np.abs(ref)):.3g}")
+
+
+def check(tol, got, ref, what: str, dims: str) -> None:
+    """tol.check with the worst element's location appended on failure."""
+    try:
+        tol.check(got, ref, what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n  {where_worst(got, ref, dims)}") from None
+
+
+# ------------------------------------------------------------------------------------------------
+# one attention step on the device
+# ------------------------------------------------------------------------------------------------
+
+
+def device_step(p, cache, st):
+    """Upload the cache and the step, run attn_prep; returns (dev dict, q_out host, pages host)."""
+    cp = _cp()
+    T = st["proj"].shape[0]
+    dev = {
+        "proj": cp.asarray(st["proj"]),
+        "q_norm_w": cp.asarray(st["q_norm_w"]),
+        "k_norm_w": cp.asarray(st["k_norm_w"]),
+        "inv_freq": cp.asarray(p.inv_freq()),
+        "tok_pos": cp.asarray(st["tok_pos"]),
+        "tok_seq": cp.asarray(st["tok_seq"]),
+        "seq_start": cp.asarray(st["seq_start"]),
+        "seq_ctx": cp.asarray(st["seq_ctx"]),
+        "page_table": cp.asarray(cache.page_table),
+        "k_pages": to_dev_bf16(cache.k_pages),
+        "v_pages": to_dev_bf16(cache.v_pages),
+        "q_out": poisoned_f32((T, p.heads_q, p.head_dim)),
+    }
+    ln = PREP.launch(p, T, device_ctx())
+    run(ln, PREP.kernel_args(p, ln, dev))
+    return dev
+
+
+def check_prep(p, cache, st, dev):
+    """attn_prep vs reference_prep: q (fp32), written K rows (bf16), V rows (exact), untouched rows (bitwise)."""
+    cp = _cp()
+    q_ref, kp_ref, vp_ref = A.reference_prep(p, st["proj"], st["q_norm_w"], st["k_norm_w"], st["tok_pos"],
+                                             st["tok_seq"], cache.page_table, cache.k_pages, cache.v_pages)
+    q_dev = cp.asnumpy(dev["q_out"])
+    check(FP32_REORDER, q_dev, q_ref, "attn_prep q_out", "t h d")
+    k_bits, v_bits = cp.asnumpy(dev["k_pages"]), cp.asnumpy(dev["v_pages"])
+    rows = [(cache.page_table[b, ps // p.page_size], ps % p.page_size) for b, ps in zip(st["tok_seq"], st["tok_pos"])]
+    pg = np.array([r[0] for r in rows])
+    rw = np.array([r[1] for r in rows])
+    k_dev = A.from_bf16_bits(k_bits[pg, :, rw])
+    check(BF16_ELEMENTWISE, k_dev, kp_ref[pg, :, rw], "attn_prep k rows", "t kvh d")
+    np.testing.assert_array_equal(v_bits[pg, :, rw], A.bf16_bits(vp_ref[pg, :, rw]), "attn_prep v rows")
+    keep = np.ones(k_bits.shape[:1] + k_bits.shape[2:3], bool)
+    keep[pg, rw] = False
+    k0, v0 = A.bf16_bits(cache.k_pages), A.bf16_bits(cache.v_pages)
+    assert np.array_equal(k_bits.transpose(0, 2, 1, 3)[keep], k0.transpose(0, 2, 1, 3)[keep]), \
+        "attn_prep changed K rows outside this step's positions"
+    assert np.array_equal(v_bits.transpose(0, 2, 1, 3)[keep], v0.transpose(0, 2, 1, 3)[keep]), \
+        "attn_prep changed V rows outside this step's positions"
+    return q_ref, kp_ref, vp_ref, q_dev, A.from_bf16_bits(k_bits), A.from_bf16_bits(v_bits)
+
+
+# ------------------------------------------------------------------------------------------------
+# tests
+# ------------------------------------------------------------------------------------------------
+
+
+def test_driver_occupancy_matches_the_calculator():
+    ctx = device_ctx()
+    for fam in A.FAMILIES:
+        for p in PROBLEMS.values():
+            for spec in fam.variants(p):
+                dyn = PREFILL.dynamic_smem_bytes(p, spec.param("route")) if fam is PREFILL else 0
+                want = ctx.occupancy(spec, dyn).ctas_per_sm
+                got = device_kernel(spec).driver_occupancy(spec.threads, dyn)
+                assert got == want, f"{spec.uri} on {ctx.arch.name}: driver {got} CTAs/SM, calculator {want}"
+
+
+DECODE_CTXS = [(63,), (64,), (65,), (4096,), (63, 64, 65), (1, 4096, 129)]
+
+
+@pytest.mark.parametrize("split_mode", ["plan", "one", "per_page"])
+@pytest.mark.parametrize("ctxs", DECODE_CTXS, ids=lambda c: "ctx" + "-".join(map(str, c)))
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_decode_step(name, ctxs, split_mode):
+    """prep + decode + combine for B = len(ctxs) sequences, one token each (the token at ctx - 1).
+    split_mode: the device plan's split count, a single split, or one page per split (every split
+    count between is exercised by the plans of other SKUs; the kernel takes it at run time)."""
+    cp = _cp()
+    p = PROBLEMS[name]
+    rng = np.random.default_rng(seed(name, ctxs, split_mode))
+    B = len(ctxs)
+    prev = [c - 1 for c in ctxs]
+    cache = make_cache(p, prev, ctxs, rng)
+    st = make_step(p, prev, [1] * B, rng)
+    dev = device_step(p, cache, st)
+    q_ref, kp_ref, vp_ref, q_dev, kp_dev, vp_dev = check_prep(p, cache, st, dev)
+
+    ctx = device_ctx()
+    ln_d = DECODE.launch(p, B, ctx)
+    splits, pps = DECODE.splits(p, B, ctx)
+    if split_mode == "one":
+        splits, pps = 1, p.max_pages
+    elif split_mode == "per_page":
+        splits, pps = p.max_pages, 1
+    ln_d = dataclasses.replace(ln_d, grid=(splits, p.heads_kv, B), split_k=splits,
+                               workspace_bytes=DECODE.workspace_bytes(p, B, splits))
+    ln_c = dataclasses.replace(COMBINE.launch(p, B, ctx), split_k=splits,
+                               dynamic_smem_bytes=COMBINE.dynamic_smem_bytes(splits))
+    dev["ws"] = poisoned_f32(ln_d.workspace_bytes // 4)
+    dev["out"] = poisoned_bf16((B, p.heads_q * p.head_dim))
+    dev["q"] = dev["q_out"]
+    run(ln_d, DECODE.kernel_args(p, ln_d, dev, pps))
+    ws = cp.asnumpy(dev["ws"])
+    n_o = B * p.heads_q * splits * p.head_dim
+    o_dev = ws[:n_o].reshape(B, p.heads_q, splits, p.head_dim)
+    ml_dev = ws[n_o:].reshape(B, p.heads_q, splits, 2)
+
+    # decode partials vs numpy on the device's own q and pages
+    o_ref, ml_ref = A.reference_decode_partials(p, q_dev, kp_dev, vp_dev, cache.page_table, st["seq_ctx"], splits, pps)
+    assert not np.isnan(ws).any(), f"attn_decode left {int(np.isnan(ws).sum())} workspace floats unwritten / NaN"
+    empty = np.isneginf(ml_ref[..., 0])
+    assert np.array_equal(np.isneginf(ml_dev[..., 0]), empty), "attn_decode: empty splits differ from the reference"
+    assert np.all(ml_dev[..., 1][empty] == 0) and np.all(o_dev[empty] == 0), "attn_decode: empty split not (−inf, 0, 0)"
+    check(FP32_REORDER, np.where(empty, 0, ml_dev[..., 0]), np.where(empty, 0, ml_ref[..., 0]), "attn_decode max",
+          "b h s")
+    check(ATTENTION, ml_dev[..., 1], ml_ref[..., 1], "attn_decode sum", "b h s")
+    check(ATTENTION, o_dev, o_ref, "attn_decode partial outputs", "b h s d")
+
+    run(ln_c, COMBINE.kernel_args(p, ln_c, dev))
+    out = from_dev_bf16(dev["out"])
+    # combine on its own (numpy merge of the device's workspace), then the whole stage and end to end
+    check(ATTENTION, out, A.reference_combine(p, o_dev, ml_dev, st["proj"]), "attn_combine vs merge of ws", "b c")
+    ref_dev_in = A.reference_attention(p, q_dev, st["proj"], kp_dev, vp_dev, cache.page_table, st["tok_pos"],
+                                       st["seq_start"])
+    check(ATTENTION, out, ref_dev_in, f"decode+combine ({splits} splits x {pps} pages)", "b c")
+    ref = A.reference_attention(p, q_ref, st["proj"], kp_ref, vp_ref, cache.page_table, st["tok_pos"],
+                                st["seq_start"])
+    check(ATTENTION, out, ref, "prep+decode+combine end to end", "b c")
+
+
+PREFILL_CASES = [
+    ((130,), (1,)), ((130,), (63,)), ((64,), (64,)), ((130,), (65,)), ((70,), (200,)), ((0,), (200,)),
+    ((63,), (1,)), ((130, 64, 0), (65, 1, 200)), ((63, 4000, 1), (63, 96, 64)),
+]
+
+
+@pytest.mark.parametrize("route", A.PREFILL_ROUTES)
+@pytest.mark.parametrize("prev,new", PREFILL_CASES, ids=lambda v: "-".join(map(str, v)))
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_prefill_chunk(name, prev, new, route):
+    """prep + prefill (``route``) of a chunk of new[b] tokens after prev[b] earlier positions (context
+    spans earlier pages), B = len(prev) packed sequences of different lengths."""
+    cp = _cp()
+    p = PROBLEMS[name]
+    rng = np.random.default_rng(seed(name, prev, new, route))
+    B, T = len(prev), int(sum(new))
+    cache = make_cache(p, prev, [a + b for a, b in zip(prev, new)], rng)
+    st = make_step(p, prev, new, rng)
+    dev = device_step(p, cache, st)
+    q_ref, kp_ref, vp_ref, q_dev, kp_dev, vp_dev = check_prep(p, cache, st, dev)
+
+    ln = PREFILL.launch(p, max(new), device_ctx(), batch=B, route=route)
+    assert ln.route == route
+    dev["q"] = dev["q_out"]
+    dev["out"] = poisoned_bf16((T, p.heads_q * p.head_dim))
+    run(ln, PREFILL.kernel_args(p, ln, dev))
+    out = from_dev_bf16(dev["out"])
+    ref_dev_in = A.reference_attention(p, q_dev, st["proj"], kp_dev, vp_dev, cache.page_table, st["tok_pos"],
+                                       st["seq_start"])
+    check(ATTENTION, out, ref_dev_in, f"attn_prefill {route} ({ln.grid} CTAs)", "t c")
+    ref = A.reference_attention(p, q_ref, st["proj"], kp_ref, vp_ref, cache.page_table, st["tok_pos"],
+                                st["seq_start"])
+    check(ATTENTION, out, ref, "prep+prefill end to end", "t c")
