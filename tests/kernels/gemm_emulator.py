@@ -1,0 +1,196 @@
+"""A numpy emulator of ``templates/gemm.cu.j2`` at warp-fragment level, for CPU tests of its index math.
+
+It replays what every CTA of the kernel does -- grouped rasterisation, ``load_stage`` (masks, XOR
+swizzle, zero fill), the per-lane ``ldmatrix.x4`` addresses, the ``mma.m16n8k16`` fragment layouts and
+the epilogue's store mapping -- with the PTX ISA's definitions of the two instructions written out
+independently of the kernel (PTX ISA 8.x, "Matrix Fragments for mma.m16n8k16" and "ldmatrix"):
+
+* ``ldmatrix.x4``: matrix i's 8 rows come from the addresses of lanes 8i..8i+7; destination register i
+  of lane t holds row t/4, columns 2(t%4) and 2(t%4)+1 of matrix i (lower column in the low half).
+* ``mma.m16n8k16`` (bf16): with g = lane/4, c = lane%4: A regs a0..a3 hold (g, 2c..2c+1),
+  (g+8, 2c..), (g, 2c+8..), (g+8, 2c+8..); B regs b0, b1 hold (k = 2c..2c+1, n = g), (k = 2c+8.., n = g);
+  accumulators d0..d3 are (g, 2c), (g, 2c+1), (g+8, 2c), (g+8, 2c+1).
+
+Shared memory starts as NaN so a read of a never-written slot poisons the result; the output starts as
+NaN and every store is counted, so a missing or duplicated write is caught. Arithmetic is float64.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+WARP = 32
+
+
+def _swz(r, c, chunks):
+    if chunks == 8:
+        return r * 8 + (c ^ (r & 7))
+    return r * 4 + (c ^ ((r >> 1) & 3))
+
+
+def _ldmatrix_x4(stage: np.ndarray, addr: np.ndarray) -> np.ndarray:
+    """regs[4, 32, 2] from element addresses addr[32] (each the start of 8 contiguous b16)."""
+    rows = np.stack([stage[a:a + 8] for a in addr])  # [32, 8]
+    regs = np.empty((4, WARP, 2))
+    t = np.arange(WARP)
+    for i in range(4):
+        mat = rows[8 * i:8 * i + 8]  # [8, 8]
+        regs[i, :, 0] = mat[t // 4, 2 * (t % 4)]
+        regs[i, :, 1] = mat[t // 4, 2 * (t % 4) + 1]
+    return regs
+
+
+_T = np.arange(WARP)
+_G, _C = _T // 4, _T % 4
+
+
+def _mma(acc: np.ndarray, a: np.ndarray, b0: np.ndarray, b1: np.ndarray) -> None:
+    """acc[32, 4] += A(16x16 from a[4,32,2]) @ B(16x8 from b0/b1 [32, 2]) in fragment layout."""
+    A = np.full((16, 16), np.nan)
+    B = np.full((16, 8), np.nan)
+    for e in range(2):
+        A[_G, 2 * _C + e] = a[0, :, e]
+        A[_G + 8, 2 * _C + e] = a[1, :, e]
+        A[_G, 2 * _C + 8 + e] = a[2, :, e]
+        A[_G + 8, 2 * _C + 8 + e] = a[3, :, e]
+        B[2 * _C + e, _G] = b0[:, e]
+        B[2 * _C + 8 + e, _G] = b1[:, e]
+    D = A @ B
+    acc[:, 0] += D[_G, 2 * _C]
+    acc[:, 1] += D[_G, 2 * _C + 1]
+    acc[:, 2] += D[_G + 8, 2 * _C]
+    acc[:, 3] += D[_G + 8, 2 * _C + 1]
+
+
+def emulate(params: dict, x: np.ndarray, w: np.ndarray, t: int, n_out: int, k: int, ldx: int, group_m: int,
+            grid: int):
+    """Run the kernel's logic on float arrays.
+
+    Args:
+        params: the spec's template parameters (bm, bn, bk, stages, warps_m, warps_n, threads, epilogue).
+        x: [t, ldx] values; w: [n_w, k] values; t, n_out, k, ldx, group_m: kernel arguments; grid: CTAs.
+
+    Returns:
+        (y [t, n_out] float64 with NaN where never written, writes [t, n_out] int count of stores).
+    """
+    BM, BN, BK, S = params["bm"], params["bn"], params["bk"], params["stages"]
+    WMW, WNW, TH = params["warps_m"], params["warps_n"], params["threads"]
+    swiglu = params["epilogue"] == "swiglu_bf16"
+    WM, WN = BM // WMW, BN // WNW
+    MI, NI = WM // 16, WN // 8
+    CH = BK // 8
+    out_per = BN // 2 if swiglu else BN
+    tileA, tileB = BM * BK, BN * BK
+    stage_elems = tileA + tileB
+
+    xf = np.asarray(x, dtype=np.float64).reshape(-1)
+    wf = np.asarray(w, dtype=np.float64).reshape(-1)
+    y = np.full((t, n_out), np.nan)
+    writes = np.zeros((t, n_out), dtype=np.int64)
+
+    tiles_m = -(-t // BM)
+    tiles_n = -(-n_out // out_per)
+    per_group = group_m * tiles_n
+    ktiles = -(-k // BK)
+    lanes = np.arange(WARP)
+
+    for bid in range(grid):
+        if bid >= tiles_m * tiles_n:
+            continue
+        group = bid // per_group
+        first_m = group * group_m
+        gsize = min(tiles_m - first_m, group_m)
+        in_group = bid - group * per_group
+        m_tile = first_m + in_group % gsize
+        n_tile = in_group // gsize
+        assert m_tile < tiles_m and n_tile < tiles_n, (bid, m_tile, n_tile)
+        m0, n0 = m_tile * BM, n_tile * out_per
+        smem = np.full(S * stage_elems, np.nan)
+        acc = np.zeros((WMW * WNW, MI, NI, WARP, 4))
+
+        def load_stage(stage, kt):
+            k0 = kt * BK
+            base_a = stage * stage_elems
+            base_b = base_a + tileA
+            for tid in range(TH):
+                for j in range(BM * CH // TH):
+                    i = tid + j * TH
+                    r, c = i // CH, i % CH
+                    row, col = m0 + r, k0 + c * 8
+                    ok = row < t and col < k
+                    dst = base_a + _swz(r, c, CH) * 8
+                    smem[dst:dst + 8] = xf[row * ldx + col: row * ldx + col + 8] if ok else 0.0
+                for j in range(BN * CH // TH):
+                    i = tid + j * TH
+                    r, c = i // CH, i % CH
+                    if swiglu:
+                        up = r >= BN // 2
+                        o = n0 + (r - BN // 2 if up else r)
+                        ok = o < n_out
+                        wrow = n_out + o if up else o
+                    else:
+                        wrow = n0 + r
+                        ok = wrow < n_out
+                    col = k0 + c * 8
+                    ok = ok and col < k
+                    dst = base_b + _swz(r, c, CH) * 8
+                    smem[dst:dst + 8] = wf[wrow * k + col: wrow * k + col + 8] if ok else 0.0
+
+        def b_row(wn, ni):
+            if swiglu:
+                half = NI // 2
+                return wn * (WN // 2) + ni * 8 if ni < half else BN // 2 + wn * (WN // 2) + (ni - half) * 8
+            return wn * WN + ni * 8
+
+        for kt in range(ktiles):
+            stage = kt % S
+            load_stage(stage, kt)
+            sa = smem[stage * stage_elems: stage * stage_elems + tileA]
+            sb = smem[stage * stage_elems + tileA: (stage + 1) * stage_elems]
+            for warp in range(WMW * WNW):
+                wm, wn = warp // WNW, warp % WNW
+                for kk in range(BK // 16):
+                    a = []
+                    for mi in range(MI):
+                        r = wm * WM + mi * 16 + (lanes & 15)
+                        addr = np.array([_swz(rr, kk * 2 + (ln >> 4), CH) * 8 for rr, ln in zip(r, lanes)])
+                        a.append(_ldmatrix_x4(sa, addr))
+                    b = [None] * NI
+                    for ni in range(0, NI, 2):
+                        r = b_row(wn, ni) + (lanes & 7) + ((lanes >> 4) << 3)
+                        addr = np.array([_swz(rr, kk * 2 + ((ln >> 3) & 1), CH) * 8 for rr, ln in zip(r, lanes)])
+                        q = _ldmatrix_x4(sb, addr)
+                        b[ni] = (q[0], q[1])
+                        b[ni + 1] = (q[2], q[3])
+                    for mi in range(MI):
+                        for ni in range(NI):
+                            _mma(acc[warp, mi, ni], a[mi], b[ni][0], b[ni][1])
+
+        # epilogue
+        g = lanes >> 2
+        c2 = (lanes & 3) * 2
+        for warp in range(WMW * WNW):
+            wm, wn = warp // WNW, warp % WNW
+            for mi in range(MI):
+                for h in range(2):
+                    for ln in range(WARP):
+                        row = m0 + wm * WM + mi * 16 + g[ln] + h * 8
+                        if row >= t:
+                            continue
+                        if swiglu:
+                            for ni in range(NI // 2):
+                                col = n0 + wn * (WN // 2) + ni * 8 + c2[ln]
+                                for e in range(2):
+                                    gv = acc[warp, mi, ni, ln, 2 * h + e]
+                                    uv = acc[warp, mi, ni + NI // 2, ln, 2 * h + e]
+                                    if col + e < n_out:
+                                        y[row, col + e] = gv / (1.0 + np.exp(-gv)) * uv
+                                        writes[row, col + e] += 1
+                        else:
+                            for ni in range(NI):
+                                col = n0 + wn * WN + ni * 8 + c2[ln]
+                                for e in range(2):
+                                    if col + e < n_out:
+                                        y[row, col + e] = acc[warp, mi, ni, ln, 2 * h + e]
+                                        writes[row, col + e] += 1
+    return y, writes

@@ -1,0 +1,118 @@
+"""CPU tests of the embed and rmsnorm families (targets/kernels/elementwise.py): every variant compiles for
+the four targets without spills (resources printed), geometry, argument order, and the references.
+GPU twin: test_elementwise_gpu.py."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from ninferc.errors import PlanError
+from ninferc.ir.reference import ref_rmsnorm
+from ninferc.targets.arch import ARCHS, get_arch
+from ninferc.targets.kernels.elementwise import (EmbedFamily, EmbedProblem, RMSNormFamily, RMSNormProblem,
+                                                 embed_arg_names, embed_kernel_args, embed_reference,
+                                                 rmsnorm_arg_names, rmsnorm_kernel_args, rmsnorm_reference)
+from ninferc.targets.occupancy import occupancy
+from ninferc.targets.plan import PlanContext, check_launch, compile_variants
+
+EMBED, NORM = EmbedFamily(), RMSNormFamily()
+ALL_ARCHS = tuple(ARCHS)
+
+
+@functools.lru_cache(maxsize=None)
+def resources(arch: str):
+    specs = [s for fam in (EMBED, NORM) for p in fam.sample_problems() for s in fam.variants(p)]
+    return {uri: r for uri, (_, r) in compile_variants(specs, arch).items()}
+
+
+@pytest.mark.parametrize("arch", ALL_ARCHS)
+def test_variants_compile_without_spills(arch):
+    res = resources(arch)
+    a = get_arch(arch)
+    lines = [f"embed/rmsnorm on {arch}: uri  threads  regs  static_smem  local  CTAs/SM(limiter)"]
+    for fam in (EMBED, NORM):
+        for p in fam.sample_problems():
+            for spec in fam.variants(p):
+                r = res[spec.uri]
+                occ = occupancy(a, spec.threads, r.registers, r.static_smem_bytes, barriers=r.barriers)
+                lines.append(f"  {spec.uri}  {spec.threads}  {r.registers}  {r.static_smem_bytes}  {r.local_bytes}  "
+                             f"{occ.ctas_per_sm}({occ.limiter})")
+                assert r.local_bytes == 0, f"{spec.uri} spills on {arch}"
+                assert occ.ctas_per_sm >= 1
+    print("\n".join(lines))
+
+
+@pytest.mark.parametrize("arch", ALL_ARCHS)
+def test_launch_geometry(arch):
+    res = resources(arch)
+    ctx = PlanContext(arch, 82, res)
+    for p in EMBED.sample_problems():
+        for t in (1, 7, 4096):
+            ln = EMBED.launch(p, t, ctx)
+            check_launch(ln, arch, res[ln.kernel.uri], ctx.sms)
+            assert ln.grid == (t, 1, 1) and ln.route == "row_per_cta"
+    for p in NORM.sample_problems():
+        for t in (1, 5, 8192):
+            ln = NORM.launch(p, t, ctx)
+            check_launch(ln, arch, res[ln.kernel.uri], ctx.sms)
+            assert ln.grid == (t, 1, 1) and ln.block == (NORM.threads_for(p), 1, 1)
+    with pytest.raises(PlanError, match="T = 0"):
+        EMBED.launch(EmbedProblem(256, 10), 0, ctx)
+    with pytest.raises(PlanError, match="rows = 0"):
+        NORM.launch(RMSNormProblem(256), 0, ctx)
+
+
+def test_threads_and_args():
+    assert EMBED.threads_for(EmbedProblem(5120, 248320)) == 256
+    assert EMBED.threads_for(EmbedProblem(256, 4096)) == 32
+    assert NORM.threads_for(RMSNormProblem(5120)) == 320
+    assert NORM.threads_for(RMSNormProblem(256)) == 32
+    with pytest.raises(PlanError, match="hidden = 100"):
+        EmbedProblem(100, 10)
+    with pytest.raises(PlanError, match="dim = 10"):
+        RMSNormProblem(10)
+    with pytest.raises(PlanError, match="mode"):
+        RMSNormProblem(256, "layernorm")
+    ctx = PlanContext("sm_90", 132, resources("sm_90"))
+    p = RMSNormProblem(256, "add_rmsnorm", gather=True)
+    ln = NORM.launch(p, 3, ctx)
+    args = rmsnorm_kernel_args(p, ln, "X", "W", "Y", d="D", row_index="R")
+    assert len(args) == len(rmsnorm_arg_names(p)) == 7
+    assert args[:5] == ("X", "D", "W", "Y", "R") and int(args[5]) == 3 and args[6] == np.float32(1e-6)
+    plain = RMSNormProblem(256)
+    args = rmsnorm_kernel_args(plain, NORM.launch(plain, 4, ctx), "X", "W", "Y")
+    assert args[1] == 0 and args[4] == 0
+    with pytest.raises(PlanError, match="addend"):
+        rmsnorm_kernel_args(p, ln, "X", "W", "Y", row_index="R")
+    with pytest.raises(PlanError, match="row_index"):
+        rmsnorm_kernel_args(p, ln, "X", "W", "Y", d="D")
+    ep = EmbedProblem(256, 4096)
+    eargs = embed_kernel_args(ep, EMBED.launch(ep, 9, ctx), "T", "TAB", "X")
+    assert len(eargs) == len(embed_arg_names(ep)) == 6 and [int(a) for a in eargs[3:]] == [9, 256, 4096]
+
+
+def test_references():
+    import ml_dtypes
+
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((50, 16)).astype(ml_dtypes.bfloat16)
+    tok = np.array([3, 0, 49, 50, -1])
+    x = embed_reference(tok, table)
+    assert x.dtype == np.float32 and x.shape == (5, 16)
+    np.testing.assert_array_equal(x[:3], table[[3, 0, 49]].astype(np.float32))
+    assert np.isnan(x[3:]).all()
+
+    xs = rng.standard_normal((6, 16)).astype(np.float32)
+    d = rng.standard_normal((6, 16)).astype(np.float32)
+    w = rng.standard_normal(16).astype(np.float32) * 0.1
+    xa, y = rmsnorm_reference(RMSNormProblem(16, "add_rmsnorm"), xs, w, d=d)
+    np.testing.assert_array_equal(xa, xs + d)
+    np.testing.assert_array_equal(y, ref_rmsnorm(xs + d, w, 1e-6, True))
+    xa, y = rmsnorm_reference(RMSNormProblem(16, "add_rmsnorm", gather=True), xs, w, d=d, row_index=[5, 2])
+    np.testing.assert_array_equal(xa, xs)  # no write-back with gather
+    np.testing.assert_array_equal(y, ref_rmsnorm((xs + d)[[5, 2]], w, 1e-6, True))
+    xa, y = rmsnorm_reference(RMSNormProblem(16, unit_offset=False), xs, w)
+    np.testing.assert_array_equal(y, ref_rmsnorm(xs, w, 1e-6, False))
