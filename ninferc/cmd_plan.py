@@ -1,9 +1,8 @@
 """``ninferc plan``: show the launch plan of a model for one target, and why each grid is what it is.
 
-Until the IR lowering exists, the kernel instances come from
-:func:`ninferc.targets.kernels.representative_instances` (the projection GEMVs of the model's shapes,
-from a preset or a checkpoint's ``config.json``); the command itself only consumes a list of
-(name, family, problem), so the lowering can replace that source without touching the rest.
+The model (a checkpoint's ``config.json`` or a preset) is built, run through the compile pipeline and
+lowered (:mod:`ninferc.targets.lower`); :func:`ninferc.targets.model_plan.plan_model` evaluates every
+step's launch for decode batches B and prefill token counts T with the compiled kernels' resources.
 """
 
 from __future__ import annotations
@@ -33,14 +32,18 @@ def _load_config(model_dir: str) -> dict:
 @click.option("--sms", type=int, default=None, help="SM count, when planning without a SKU.")
 @click.option("--preset", default=None, help="Model-shape preset instead of MODEL_DIR (e.g. qwen3.8-27b).")
 @click.option("--tokens", "tokens", type=int, multiple=True,
-              help="Token count T to plan (repeatable). Default: 1 4 16 128 1024.")
+              help="Prefill token count T to plan (repeatable). Default: 1 64 1024 8192.")
+@click.option("--batch", "batches", type=int, multiple=True,
+              help="Decode batch B (sequences, one token each) to plan (repeatable). Default: 1 4 16.")
+@click.option("--max-context", default=4096, show_default=True, help="KV capacity per sequence (tokens).")
+@click.option("--page-size", default=64, show_default=True, help="KV page size (tokens).")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON instead of a table.")
-def plan_cmd(model_dir, target, sku, sms, preset, tokens, as_json):
-    """Print the launch plan (block, registers, shared memory, CTAs/SM, limiter, grid per T, cooperative
-    cap, waves, route) for MODEL_DIR or --preset on --target with --sku or --sms."""
+def plan_cmd(model_dir, target, sku, sms, preset, tokens, batches, max_context, page_size, as_json):
+    """Print the launch plan (block, registers, shared memory, CTAs/SM, limiter, grid per B/T, cooperative
+    cap, waves, route) of every kernel of MODEL_DIR or --preset on --target with --sku or --sms."""
+    from ninferc.ir.config import PRESETS, ModelConfig, preset as get_preset
     from ninferc.targets.arch import get_arch
-    from ninferc.targets.kernels import PRESETS, representative_instances
-    from ninferc.targets.plan import DEFAULT_TOKENS, make_plan
+    from ninferc.targets.model_plan import DECODE_BATCHES, PREFILL_TOKENS, plan_for_config
     from ninferc.targets.skus import skus_for_arch
 
     arch = get_arch(target)
@@ -53,9 +56,9 @@ def plan_cmd(model_dir, target, sku, sms, preset, tokens, as_json):
         raise ConfigError(
             "ninferc plan: give exactly one of MODEL_DIR or --preset (presets: " + ", ".join(PRESETS) + ")"
         )
-    source = preset if preset is not None else _load_config(model_dir)
-    instances = representative_instances(source)
-    plan = make_plan(instances, arch, sms=sms, sku=sku, tokens=tokens or DEFAULT_TOKENS)
+    cfg = get_preset(preset) if preset is not None else ModelConfig.from_dir(model_dir)
+    plan = plan_for_config(cfg, arch.name, sku=sku, sms=sms, max_context=max_context, page_size=page_size,
+                           decode_batches=batches or DECODE_BATCHES, prefill_tokens=tokens or PREFILL_TOKENS)
     if as_json:
         click.echo(plan.dumps(), nl=False)
     else:

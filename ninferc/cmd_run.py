@@ -41,7 +41,7 @@ def open_backend(path: Path, backend: str | None, *, max_context: int, cuda_grap
     tok = art.tokenizer()
     backend = backend or "cuda"
     if backend == "reference":
-        return ReferenceBackend(art.config, art.weights()), tok, art.config
+        return ReferenceBackend(art.config, art.weights(), graph=art.graph()), tok, art.config
     from ninferc.runtime.engine import Engine
 
     eng = Engine.from_artifact(art, max_context=max_context, cuda_graph=cuda_graph, prefill_chunk=prefill_chunk,

@@ -19,11 +19,15 @@ class ReferenceBackend:
         config: the model config.
         weights: IR param name -> array (a Checkpoint or an artifact's tensors).
         gdn_mode: see :class:`ReferenceExecutor`.
+        graph: the graph to execute (an artifact's compiled graph, whose weights are the artifact's
+            tensors); default the unfused graph of ``config`` over checkpoint weights.
     """
 
-    def __init__(self, config: ModelConfig, weights: Mapping[str, np.ndarray], *, gdn_mode: str = "auto"):
+    def __init__(self, config: ModelConfig, weights: Mapping[str, np.ndarray], *, gdn_mode: str = "auto",
+                 graph=None):
         self.config = config
-        self.exec = ReferenceExecutor(build_graph(config, lm_rows="last"), weights, gdn_mode=gdn_mode)
+        self.exec = ReferenceExecutor(graph if graph is not None else build_graph(config, lm_rows="last"), weights,
+                                      gdn_mode=gdn_mode)
         self.state = self.exec.new_state()
         self.logits: np.ndarray | None = None
         self._sampler: HostSampler | None = None

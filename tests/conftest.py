@@ -3,27 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
+from ninferc.testing import models_dir
+
 REPO = Path(__file__).resolve().parents[1]
-
-
-def models_dir() -> Path:
-    """Where the fixture checkpoints live: $NINFERC_MODELS, else ../shared/models beside the repo,
-    else /work/shared/models. Tests that need them fail (not skip) when none exists: the goldens are
-    the external truth and a silent skip would make those tests unable to fail."""
-    cands = [os.environ.get("NINFERC_MODELS"), REPO.parent / "shared" / "models", REPO / "shared" / "models",
-             Path("/work/shared/models"), REPO / ".fixtures" / "models"]
-    for c in cands:
-        if c and (Path(c) / "qwen35-tiny-code" / "config.json").is_file():
-            return Path(c)
-    raise FileNotFoundError(
-        "fixture checkpoints not found; set NINFERC_MODELS to the folder holding qwen35-tiny-code "
-        f"(looked in {[str(c) for c in cands if c]})"
-    )
 
 
 @pytest.fixture(scope="session")

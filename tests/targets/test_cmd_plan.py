@@ -8,7 +8,9 @@ from click.testing import CliRunner
 
 from ninferc.cli import main
 
-TINY = Path(__file__).resolve().parents[3] / "shared" / "models" / "qwen35-tiny-code"
+from ninferc.testing import models_dir
+
+TINY = models_dir() / "qwen35-tiny-code"
 KEYS = {"kernel", "uri", "threads_per_cta", "registers", "static_smem_bytes", "dynamic_smem_bytes", "local_bytes",
         "ctas_per_sm", "limiter", "cooperative", "coop_cap", "grids"}
 
@@ -18,16 +20,21 @@ def run(*args):
 
 
 def test_json_shape_27b_l20():
-    r = run("--target", "sm_89", "--sku", "L20", "--preset", "qwen3.8-27b", "--tokens", "1", "--tokens", "16", "--json")
+    r = run("--target", "sm_89", "--sku", "L20", "--preset", "qwen3.8-27b", "--tokens", "1", "--tokens", "16",
+            "--batch", "1", "--json")
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
     assert (d["target"], d["sku"], d["sms"]) == ("sm_89", "l20", 92)
     names = {k["kernel"] for k in d["kernels"]}
-    assert names == {"gdn.in_proj", "gdn.out_proj", "attn.qkv_proj", "attn.o_proj", "mlp.gate_up", "mlp.down", "lm_head"}
+    for want in ("embed", "L0.gdn.in_qkv_in_z_in_b_in_a", "L0.gdn.mixer.decode", "L0.gdn.mixer.core",
+                 "L3.attn.q_k_v", "L3.attn.mixer.decode", "L3.attn.mixer.prefill", "L0.mlp.gate_up", "L0.mlp.down",
+                 "final_norm", "lm_head", "sample.argmax"):
+        assert want in names, want
     for k in d["kernels"]:
         assert KEYS <= set(k)
         for g in k["grids"]:
-            assert {"tokens", "ctas", "waves", "route"} <= set(g) and g["tokens"] in (1, 16)
+            assert {"tokens", "ctas", "waves", "route", "mode"} <= set(g)
+            assert g["tokens"] in ((1,) if g["mode"] == "decode" else (1, 16))
             if k["cooperative"]:
                 assert g["ctas"] <= k["coop_cap"] and g["waves"] == 1
 
@@ -36,18 +43,17 @@ def test_table_with_sms_only():
     r = run("--target", "sm_90", "--sms", "100", "--preset", "qwen3.8-27b")
     assert r.exit_code == 0, r.output
     head = r.output.splitlines()[1]
-    for col in ("kernel", "block", "regs", "smem", "local", "CTAs/SM", "limiter", "grid@1", "grid@1024", "cap",
+    for col in ("step", "block", "regs", "smem", "local", "CTAs/SM", "limiter", "B=1", "T=1024", "cap",
                 "waves", "route"):
         assert col in head
     assert "100 SMs" in r.output.splitlines()[0]
 
 
-@pytest.mark.skipif(not TINY.exists(), reason="tiny fixture not present")
 def test_model_dir():
     r = run(str(TINY), "--target", "sm_120a", "--sku", "rtx 5060 ti", "--json")
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
-    assert d["sms"] == 36 and any(k["kernel"] == "mlp.gate_up" for k in d["kernels"])
+    assert d["sms"] == 36 and any(k["kernel"] == "L0.mlp.gate_up" for k in d["kernels"])
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -57,7 +63,7 @@ def test_model_dir():
     (("--target", "sm_75", "--sms", "40", "--preset", "qwen3.8-27b"), "supported targets"),
     (("--target", "sm_89", "--sms", "92", "--preset", "nope"), "unknown preset"),
     (("--target", "sm_89", "--sms", "92"), "exactly one of MODEL_DIR or --preset"),
-    (("--target", "sm_89", "--sms", "92", "/nonexistent-dir"), "no config.json"),
+    (("--target", "sm_89", "--sms", "92", "/nonexistent-dir"), "does not exist"),
 ])
 def test_errors_are_one_line_exit_2(args, needle):
     r = run(*args)

@@ -1,0 +1,86 @@
+"""`ninferc compile`: Hugging Face checkpoint -> `.ninfer` artifact for one target.
+
+The pipeline, as one list of named steps (DESIGN.md section 2):
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+from ninferc.errors import NinfercError
+
+
+def compile_model(
+    model_dir: str | Path,
+    target: str,
+    out: str | Path,
+    *,
+    sku: str | None = None,
+    sms: int | None = None,
+    max_context: int = 4096,
+    page_size: int = 64,
+    dump_ir: str | Path | None = None,
+    log: Callable[[str], None] = lambda s: None,
+    progress=None,
+) -> dict:
+    """Compile ``model_dir`` for ``target`` (and ``sku`` or ``sms``) into the artifact ``out``.
+
+    Returns the artifact header (dict).
+
+    Raises:
+        ConfigError / CheckpointError: bad checkpoint; TargetError: unknown arch/SKU;
+        PlanError: a launch that does not fit the target; CompileError: NVRTC failure.
+    """
+    from ninferc.artifact import LazyTensor, write_artifact
+    from ninferc.checkpoint import Checkpoint
+    from ninferc.ir.passes import run_pipeline
+    from ninferc.ir.qwen3_5 import build_graph
+    from ninferc.ir.weights import NP_DTYPES, GraphWeights
+    from ninferc.targets.model_plan import plan_model
+
+    model_dir = Path(model_dir)
+    ck = Checkpoint(model_dir)                                    # load: config + lazily read weights
+    graph = build_graph(ck.config, lm_rows="last")                # build: the IR of one model step
+    graph = run_pipeline(graph, dump_dir=dump_ir)                 # passes: validate, fuse, formats, memory
+    log(f"graph: {sum(graph.count_ops().values())} ops after {len(graph.meta['passes'])} passes")
+    mp = plan_model(graph, target, sku=sku, sms=sms,              # lower + plan: kernels compiled for the
+                    max_context=max_context, page_size=page_size)  # target, resources read, launches checked
+    log(f"plan: {len(mp.kernels)} kernels for {mp.target} ({mp.sms} SMs)")
+    weights = GraphWeights(graph, ck)                             # emit: weights as the kernels want them
+    tensors = {name: LazyTensor(spec.shape, NP_DTYPES[spec.dtype], (lambda n=name: weights[n]))
+               for name, spec in graph.params.items()}
+    blobs, kernels = {}, []
+    for uri, spec in sorted(mp.kernels.items()):
+        src = spec.render().encode()
+        blobs[f"kernel/{uri}.cu"] = src
+        import hashlib
+
+        kernels.append({"uri": uri, "family": spec.family, "template": spec.template, "entry": spec.entry,
+                        "params": [list(p) for p in spec.params], "threads": spec.threads,
+                        "cooperative": spec.cooperative, "source_sha256": hashlib.sha256(src).hexdigest(),
+                        "source_blob": f"kernel/{uri}.cu", "resources": mp.resources[uri].to_json()})
+    for fname in ("tokenizer.json", "tokenizer_config.json", "generation_config.json", "chat_template.jinja"):
+        f = model_dir / fname
+        if f.is_file():
+            blobs[fname] = f.read_bytes()
+    if "tokenizer.json" not in blobs:
+        raise NinfercError(f"{model_dir}: no tokenizer.json to embed")
+    header = {
+        "model": ck.config.to_dict(),
+        "target": {"arch": mp.target, "sku": mp.sku.key if mp.sku else None, "sms": mp.sms},
+        "compile": {"max_context": max_context, "page_size": page_size, "options": list(mp.options),
+                    "nvrtc": f"{mp.nvrtc[0]}.{mp.nvrtc[1]}"},
+        "graph": graph.to_json(),
+        "plan": mp.to_json(),
+        "kernels": kernels,
+    }
+    write_artifact(out, header, tensors, blobs, progress=progress)
+    log(f"wrote {out} ({Path(out).stat().st_size:,} bytes)")
+    return header
+
+
+def describe_header_kernels(header: dict) -> str:
+    """A short JSON of the kernel table (for `ninferc inspect`)."""
+    return json.dumps([k["uri"] for k in header.get("kernels", [])], indent=1)

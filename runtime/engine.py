@@ -1,0 +1,548 @@
+"""The CUDA engine: an opened `.ninfer` artifact on the running GPU.
+
+Start-up (:class:`Engine`), in order:
+1. check the device can run the artifact's target (a plan for an older arch runs on a newer device
+   by recompiling the same sources; an arch the device cannot run is a clear error);
+2. compile every kernel source of the artifact for the device with the plan's NVRTC options (disk
+   cache), load the exact cubins, read the driver's registers / shared memory / local bytes;
+3. launch geometry: ``plan="device"`` re-derives every launch from the driver's figures and the
+   device's SM count; ``plan="replay"`` keeps the artifact's plan (its target's SM count and the
+   resources it assumed: same grids, routes, splits and cooperative caps) -- how a smaller card's plan is
+   exercised on a larger GPU. Either way every launch is checked against the *device* (driver
+   resources, our occupancy calculator cross-checked with the driver's query) before it can run;
+4. the memory plan (weights + KV pages + GDN state + activations + workspaces + logits + graph
+   allowance) is checked against free device memory, byte-exact, before anything is uploaded;
+5. upload weights, allocate the pools, the activation arena and the workspaces once.
+
+A step runs the lowered program (:mod:`ninferc.targets.lower`) for T tokens of B sequences; launches
+and argument tuples are cached per (mode, T, B, R), and the decode step (model + sampler) is captured
+as a CUDA graph per B and replayed. Per-step host work: one small copy of batch metadata and, when
+sampling, one 4*B-byte read of the sampled ids.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ninferc.errors import NinfercError, PlanError, TargetError
+from ninferc.ir.reference import rope_inv_freq
+from ninferc.runtime.kernels import DeviceKernel, cupy, device_arch, device_sm_count
+from ninferc.runtime.memory import MemoryPlan
+from ninferc.runtime.paged_kv import PagePool, Sequence, SlotPool
+from ninferc.sampling import SamplingParams
+from ninferc.targets.arch import get_arch, require_plan_runs_on
+from ninferc.targets.lower import Ref, Step, arg_names, drop_unused_prefill_norm, launch_scalars, lower, step_launch
+from ninferc.targets.plan import KernelResources, Launch, PlanContext, check_launch
+
+GRAPH_ALLOWANCE = 64 << 20  # bytes kept free for CUDA graphs, cuBLAS-free CuPy pools and the driver
+META_I32 = ("tok_pos", "tok_seq", "seq_start", "seq_ctx", "seq_slot", "row_index", "page_table")
+
+
+@dataclass
+class StepPlan:
+    """Launches and argument tuples of one (mode, T, B, R) step, ready to replay."""
+
+    launches: list[tuple[Step, Launch, DeviceKernel, tuple]]
+
+
+class Engine:
+    """A compiled model resident on the GPU (see module docstring).
+
+    Args:
+        art: an opened :class:`ninferc.artifact.Artifact`.
+        max_context: KV capacity per sequence (tokens).
+        max_batch: sequences decoded together (B); 1 is the first milestone.
+        prefill_chunk: most tokens per prefill step (sizes the activation arena).
+        max_logit_rows: most logit rows one step may return (default max_batch; tests raise it to read
+            prompt-position logits).
+        cuda_graph: capture and replay the decode step.
+        plan: ``"device"`` or ``"replay"`` (see module docstring).
+        log: callable for progress lines (stderr in the CLI).
+
+    Raises:
+        TargetError: no CuPy / device, or the device cannot run the artifact's arch.
+        PlanError: a launch that does not fit the device (names kernel, limit, value).
+        RuntimeMemoryError: the memory plan exceeds free device memory (every term listed).
+        CompileError: NVRTC failed on the device.
+    """
+
+    def __init__(self, art, *, max_context: int = 4096, max_batch: int = 1, prefill_chunk: int = 1024,
+                 max_logit_rows: int | None = None, cuda_graph: bool = True, plan: str = "device",
+                 log: Callable[[str], None] | None = None):
+        cp = cupy()
+        self.cp, self.art, self.log = cp, art, (log or (lambda s: None))
+        t0 = time.perf_counter()
+        if plan not in ("device", "replay"):
+            raise NinfercError(f"plan must be 'device' or 'replay', found {plan!r}")
+        if max_context < 1 or max_batch < 1 or prefill_chunk < 1:
+            raise NinfercError(f"max_context ({max_context}), max_batch ({max_batch}) and prefill_chunk "
+                               f"({prefill_chunk}) must be >= 1")
+        hdr = art.header
+        self.config, self.graph = art.config, art.graph()
+        self.target = hdr["target"]["arch"]
+        dev = cp.cuda.Device()
+        cc = tuple(int(c) for c in dev.compute_capability)
+        cc = (int(dev.compute_capability[:-1]), int(dev.compute_capability[-1]))
+        require_plan_runs_on(self.target, cc)
+        self.dev_arch, self.dev_sms = device_arch(), device_sm_count()
+        try:
+            self.dev_arch_obj = get_arch(self.dev_arch)
+        except TargetError:
+            raise TargetError(f"device compute capability {cc} ({self.dev_arch}) has no ninferc target description; "
+                              "supported: sm_86, sm_89, sm_90, sm_120a") from None
+        self.plan_mode, self.cuda_graph = plan, cuda_graph
+        self.max_context, self.max_batch, self.prefill_chunk = max_context, max_batch, prefill_chunk
+        self.page_size = hdr["compile"]["page_size"]
+        self.max_pages = -(-max_context // self.page_size)
+        self.max_logit_rows = max(max_batch, max_logit_rows or max_batch)
+        self.program = lower(self.graph, page_size=self.page_size, max_context=max_context)
+        self.t_cap = max(prefill_chunk, max_batch)
+        self.vocab = self.config.vocab_size
+
+        # 2. kernels: compile for the device with the plan's options, load, read the driver's figures
+        self.kernels: dict[str, DeviceKernel] = {}
+        self._load_kernels(hdr)
+        dev_res = {u: self._driver_resources(k) for u, k in self.kernels.items()}
+        plan_res = {k["uri"]: KernelResources(**k["resources"]) for k in hdr["kernels"]}
+        self.dev_ctx = PlanContext(self.dev_arch_obj, self.dev_sms, dev_res)
+        if plan == "replay":
+            self.geo_ctx = PlanContext(self.target, hdr["plan"]["sms"], plan_res)
+        else:
+            self.geo_ctx = self.dev_ctx
+        self.resource_notes = [
+            f"{u}: plan {plan_res[u].registers} regs / {plan_res[u].static_smem_bytes} B smem, device "
+            f"{dev_res[u].registers} regs / {dev_res[u].static_smem_bytes} B"
+            for u in dev_res if u in plan_res and (dev_res[u].registers != plan_res[u].registers
+                                                   or dev_res[u].static_smem_bytes != plan_res[u].static_smem_bytes)]
+        self._steps: dict[tuple, StepPlan] = {}
+        self._graphs: dict[int, object] = {}
+
+        # 4. memory plan before upload
+        self.memory = self._memory_plan()
+        free, total = cp.cuda.runtime.memGetInfo()
+        self.memory.check(int(free), device=f"{dev.pci_bus_id if hasattr(dev, 'pci_bus_id') else 'the GPU'}")
+
+        # 5. upload + allocate
+        self._allocate_and_upload()
+        self.stream = cp.cuda.Stream(non_blocking=True)
+        self.pages = PagePool(self.num_pages, self.page_size)
+        self.slots = SlotPool(max_batch)
+        self.load_s = time.perf_counter() - t0
+        self.log(f"engine: {self.target} artifact on {self.dev_arch} ({self.dev_sms} SMs), plan {plan}, "
+                 f"{len(self.kernels)} kernels, memory {self.memory.total / 2**30:.2f} GiB, load {self.load_s:.1f} s")
+
+    # ------------------------------------------------------------------------------------------
+    # start-up helpers
+    # ------------------------------------------------------------------------------------------
+    def _load_kernels(self, hdr: dict) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        from ninferc.targets.nvrtc import compile_cubin
+
+        options = tuple(hdr["compile"]["options"])
+        srcs = {k["uri"]: (self.art.blob(k["source_blob"]).decode(), k["entry"]) for k in hdr["kernels"]}
+        with ThreadPoolExecutor(max_workers=8) as pool:  # NVRTC releases the GIL: compile in parallel
+            list(pool.map(lambda it: compile_cubin(it[1][0], self.dev_arch, name=it[0], options=options),
+                          srcs.items()))
+        for uri, (src, entry) in srcs.items():
+            self.kernels[uri] = DeviceKernel(src, entry, uri, options, arch=self.dev_arch)
+
+    @staticmethod
+    def _driver_resources(k: DeviceKernel) -> KernelResources:
+        a = k.attributes()
+        cubin = k.compiled
+        from ninferc.targets.cubin import read_resources
+
+        r = read_resources(cubin.cubin, k.arch, cubin.ptx).get(k.entry)
+        return KernelResources(registers=a.registers, static_smem_bytes=a.static_smem_bytes, local_bytes=a.local_bytes,
+                               max_threads=a.max_threads, uses_grid_sync=bool(r and r.uses_grid_sync),
+                               barriers=r.barriers if r else 1)
+
+    def step_plan(self, mode: str, T: int, B: int, R: int) -> StepPlan:  # noqa: N803
+        """Launches (+ argument tuples) for one step; checked against the device; cached."""
+        key = (mode, T, B, R)
+        sp = self._steps.get(key)
+        if sp is not None:
+            return sp
+        if mode == "prefill" and T > self.t_cap or mode == "decode" and B > self.max_batch or R > self.max_logit_rows:
+            raise NinfercError(f"step of T={T}, B={B}, R={R} exceeds the engine's capacity (prefill chunk "
+                               f"{self.prefill_chunk}, max batch {self.max_batch}, logit rows {self.max_logit_rows})")
+        if mode in ("decode", "prefill"):
+            steps = self.program.for_mode(mode)
+        else:
+            steps = [self.program.sampler(mode == "sample_argmax")]
+        launches = {}
+        for s in steps:
+            ln = step_launch(s, self.geo_ctx, T=T, B=B, R=R)
+            self._check_on_device(ln)
+            launches[s.name] = (s, ln)
+        steps = drop_unused_prefill_norm(steps, {n: ln for n, (_, ln) in launches.items()})
+        out = []
+        for s in steps:
+            _, ln = launches[s.name]
+            k = self.kernels.get(ln.kernel.uri)
+            if k is None:
+                raise PlanError(f"step {s.name}: kernel {ln.kernel.uri} is not in the artifact (built by another "
+                                "ninferc version?); recompile the model")
+            out.append((s, ln, k, self._args(s, ln, B)))
+        sp = StepPlan(out)
+        self._steps[key] = sp
+        return sp
+
+    def _check_on_device(self, ln: Launch) -> None:
+        """Check a launch against the device (driver resources, device SMs); a cooperative grid is also
+        checked against the driver's own occupancy query."""
+        uri = ln.kernel.uri
+        res = self.dev_ctx.resources_of(ln.kernel)
+        check_launch(ln, self.dev_arch_obj, res, self.dev_sms)
+        if ln.cooperative:
+            drv = self.kernels[uri].driver_occupancy(ln.threads, ln.dynamic_smem_bytes)
+            ours = self.dev_ctx.occupancy(ln.kernel, ln.dynamic_smem_bytes).ctas_per_sm
+            if ln.ctas > drv * self.dev_sms:
+                raise PlanError(f"{uri} on {self.dev_arch}: cooperative grid {ln.ctas} CTAs exceeds the driver's "
+                                f"capacity {drv} CTAs/SM x {self.dev_sms} SMs = {drv * self.dev_sms}")
+            if drv != ours:
+                self.log(f"warning: {uri}: occupancy calculator says {ours} CTAs/SM, driver says {drv}")
+
+    def _memory_plan(self) -> MemoryPlan:
+        cfg, g = self.config, self.graph
+        mp = MemoryPlan()
+        mp.add("weights", sum(t["nbytes"] for t in self.art.header["tensors"]))
+        kv_layers = [s for s in g.states.values() if s.kind == "kv"]
+        self.num_pages = self.max_batch * self.max_pages
+        if kv_layers:
+            _, hkv, hd = kv_layers[0].shape
+            self.page_bytes = hkv * self.page_size * hd * 2
+            mp.add("kv_pages", 2 * len(kv_layers) * self.num_pages * self.page_bytes)
+        gdn = sum(s.nbytes for s in g.states.values() if s.kind in ("conv", "recurrent"))
+        # the conv ring holds W rows (the state spec counts W-1)
+        extra = sum(s.shape[0] * 4 for s in g.states.values() if s.kind == "conv")
+        mp.add("gdn_state", self.max_batch * (gdn + extra))
+        self.arena_row = g.meta["memory"]["arena_bytes_per_token"]
+        mp.add("activations", self.t_cap * self.arena_row)
+        self.ws_bytes = self._workspace_sizes()
+        mp.add("workspace", sum(self.ws_bytes.values()))
+        mp.add("logits", self.max_logit_rows * self.vocab * 4)
+        mp.add("metadata", self._meta_layout())
+        mp.add("graph_allowance", GRAPH_ALLOWANCE)
+        return mp
+
+    def _workspace_sizes(self) -> dict[str, int]:
+        """Bytes per named workspace: the max over the launches the engine can make."""
+        ws = {"gemv": 16, "gdn_conv_out": 16, "gdn_o": 16, "attn_q": 16, "attn_partials": 16}
+        cases = [("prefill", self.t_cap, 1, 1), ("decode", self.max_batch, self.max_batch, self.max_batch)]
+        for t in (1, 2, 4, 8, 16, 64):
+            if t <= self.t_cap:
+                cases.append(("prefill", t, 1, 1))
+        for mode, T, B, R in cases:  # noqa: N806
+            for s in self.program.for_mode(mode):
+                ln = step_launch(s, self.geo_ctx, T=T, B=B, R=R)
+                fam = ln.kernel.family
+                if fam == "gemv_coop":
+                    ws["gemv"] = max(ws["gemv"], ln.workspace_bytes)
+                elif fam == "gdn_conv":
+                    ws["gdn_conv_out"] = max(ws["gdn_conv_out"], ln.workspace_bytes)
+                elif fam == "gdn_prefill":
+                    ws["gdn_o"] = max(ws["gdn_o"], ln.workspace_bytes)
+                elif fam == "attn_prep":
+                    p = s.problem
+                    ws["attn_q"] = max(ws["attn_q"], 4 * T * p.heads_q * p.head_dim)
+                elif fam == "attn_decode":
+                    ws["attn_partials"] = max(ws["attn_partials"], ln.workspace_bytes)
+        return {k: int(math.ceil(v / 256) * 256) for k, v in ws.items()}
+
+    def _meta_layout(self) -> int:
+        """Offsets (in int32 elements) of the per-step metadata arrays in one block; returns bytes."""
+        Bc, Tc = self.max_batch, self.t_cap  # noqa: N806
+        sizes = {"tok_pos": Tc, "tok_seq": Tc, "seq_start": Bc + 1, "seq_ctx": Bc, "seq_slot": Bc,
+                 "row_index": self.max_logit_rows, "page_table": Bc * self.max_pages}
+        self.meta_off, off = {}, 0
+        for name in META_I32:
+            self.meta_off[name] = off
+            off += -(-sizes[name] // 64) * 64
+        self.meta_len = off
+        return 4 * (off + Tc + 64) + 32 * Bc
+
+    def _allocate_and_upload(self) -> None:
+        cp, g = self.cp, self.graph
+        self.params = {}
+        for name, spec in g.params.items():
+            host = np.ascontiguousarray(self.art.tensor(name))
+            if host.dtype.itemsize == 2 and host.dtype != np.float16:
+                host = host.view(np.uint16)
+            self.params[name] = cp.asarray(host)
+        self.states = {}
+        for s in g.states.values():
+            if s.kind == "kv":
+                _, hkv, hd = s.shape
+                shape = (self.num_pages, hkv, self.page_size, hd)
+                self.states[s.name] = {"k": cp.empty(shape, cp.uint16), "v": cp.empty(shape, cp.uint16)}
+            elif s.kind == "conv":
+                C, wm1 = s.shape
+                self.states[s.name] = cp.empty((self.max_batch, wm1 + 1, C), cp.float32)
+            else:
+                self.states[s.name] = cp.empty((self.max_batch,) + s.shape, cp.float32)
+        self.arena = cp.empty(max(self.t_cap * self.arena_row, 256), cp.uint8)
+        self.ws = {k: cp.empty(v, cp.uint8) for k, v in self.ws_bytes.items()}
+        self.logits = cp.empty((self.max_logit_rows, self.vocab), cp.float32)
+        self.meta = cp.zeros(self.meta_len, cp.int32)
+        self.meta_host = cupy_pinned_int32(self.meta_len)
+        self.tokens = cp.zeros(self.t_cap, cp.int32)
+        self.barrier = cp.zeros(64, cp.uint32)
+        Bc = self.max_batch  # noqa: N806
+        self.sampling = {"temperature": cp.zeros(Bc, cp.float32), "top_k": cp.zeros(Bc, cp.int32),
+                         "top_p": cp.ones(Bc, cp.float32), "seed": cp.zeros(Bc, cp.uint64),
+                         "rng_step": cp.zeros(Bc, cp.int32)}
+        self.consts = {}
+        mem = g.meta["memory"]
+        self.tensor_ptr = {}
+        base = self.arena.data.ptr
+        for name, t in mem["tensors"].items():
+            self.tensor_ptr[name] = base + self.t_cap * t["offset_per_token"]
+        for name, root in mem["aliases"].items():
+            if root in self.tensor_ptr:
+                self.tensor_ptr[name] = self.tensor_ptr[root]
+
+    # ------------------------------------------------------------------------------------------
+    # argument binding
+    # ------------------------------------------------------------------------------------------
+    def _ref(self, ref: Ref):
+        cp = self.cp
+        k = ref.kind
+        if k == "tensor":
+            ptr = self.tensor_ptr.get(ref.name)
+            if ptr is None:
+                raise PlanError(f"tensor {ref.name} has no place in the activation arena")
+            return np.uint64(ptr + ref.offset)
+        if k == "param":
+            return self.params[ref.name]
+        if k == "state":
+            st = self.states[ref.name]
+            return st[ref.value] if ref.value else st
+        if k == "meta":
+            if ref.name == "tokens":
+                return self.tokens
+            if ref.name in self.sampling:
+                return self.sampling[ref.name]
+            return np.uint64(self.meta.data.ptr + 4 * self.meta_off[ref.name])
+        if k == "ws":
+            return self.ws[ref.name]
+        if k == "logits":
+            return self.logits
+        if k == "barrier":
+            return self.barrier
+        if k == "null":
+            return np.uint64(0)
+        if k == "const":
+            if ref.name.startswith("inv_freq:"):
+                if ref.name not in self.consts:
+                    _, rot, theta = ref.name.split(":")
+                    self.consts[ref.name] = cp.asarray(rope_inv_freq(int(rot), float(theta)))
+                return self.consts[ref.name]
+            return {"i32": np.int32, "f32": np.float32, "u64": np.uint64}[ref.dtype](ref.value)
+        raise PlanError(f"unknown argument reference kind {k!r}")
+
+    def _args(self, step: Step, ln: Launch, B: int) -> tuple:  # noqa: N803
+        scal = launch_scalars(step, ln, self.geo_ctx, B)
+        args = []
+        for name in arg_names(step, ln):
+            if name in scal:
+                args.append(scal[name])
+            elif name in step.bind:
+                args.append(self._ref(step.bind[name]))
+            else:
+                raise PlanError(f"step {step.name} ({ln.kernel.uri}): no binding for kernel argument {name!r}")
+        return tuple(args)
+
+    # ------------------------------------------------------------------------------------------
+    # execution
+    # ------------------------------------------------------------------------------------------
+    def _launch_all(self, sp: StepPlan) -> None:
+        for _, ln, k, args in sp.launches:
+            k.launch(ln.grid, ln.block, args, smem=ln.dynamic_smem_bytes, cooperative=ln.cooperative,
+                     stream=self.stream)
+
+    def write_meta(self, *, tok_pos, tok_seq, seq_start, seq_ctx, seq_slot, row_index, page_rows) -> None:
+        """Fill the pinned host metadata block and copy it to the device (async on the engine stream)."""
+        h = self.meta_host
+        o = self.meta_off
+        for name, arr in (("tok_pos", tok_pos), ("tok_seq", tok_seq), ("seq_start", seq_start),
+                          ("seq_ctx", seq_ctx), ("seq_slot", seq_slot), ("row_index", row_index)):
+            a = np.asarray(arr, np.int32)
+            h[o[name]:o[name] + a.size] = a
+        pt = o["page_table"]
+        for b, pages in enumerate(page_rows):
+            h[pt + b * self.max_pages: pt + b * self.max_pages + len(pages)] = pages
+        self.meta.set(h, stream=self.stream)
+
+    def run(self, mode: str, T: int, B: int, R: int) -> None:  # noqa: N803
+        """Launch one model step (metadata already written)."""
+        self._launch_all(self.step_plan(mode, T, B, R))
+
+    def sample_step(self, greedy: bool, B: int) -> None:  # noqa: N803
+        self._launch_all(self.step_plan("sample_argmax" if greedy else "sample_sample", B, B, B))
+
+    def decode_graph(self, B: int, greedy: bool):  # noqa: N803
+        """The captured decode step (+ sampler) for B sequences (captured on first use)."""
+        key = (B, greedy)
+        g = self._graphs.get(key)
+        if g is None:
+            model = self.step_plan("decode", B, B, B)
+            samp = self.step_plan("sample_argmax" if greedy else "sample_sample", B, B, B)
+            self.stream.synchronize()
+            self.stream.begin_capture()
+            try:
+                self._launch_all(model)
+                self._launch_all(samp)
+            finally:
+                g = self.stream.end_capture()
+            self._graphs[key] = g
+        return g
+
+    def new_sequence(self) -> Sequence:
+        return Sequence(slot=self.slots.take())
+
+    def free_sequence(self, seq: Sequence) -> None:
+        self.pages.give(seq.pages)
+        self.slots.give(seq.slot)
+        seq.pages = []
+
+    def session(self) -> "Session":
+        """A one-sequence session implementing :class:`ninferc.generate.Backend`."""
+        return Session(self)
+
+
+def cupy_pinned_int32(n: int) -> np.ndarray:
+    """A pinned (page-locked) host int32 array of n elements, so host-to-device copies are async."""
+    cp = cupy()
+    mem = cp.cuda.alloc_pinned_memory(4 * n)
+    return np.frombuffer(mem, np.int32, n)
+
+
+class Session:
+    """One sequence on an :class:`Engine` (B = 1), usable by :func:`ninferc.generate.generate`.
+
+    ``prefill`` and ``decode`` leave the logits of the last token on the device; :meth:`logits` copies
+    them to the host; :meth:`sample` runs the GPU sampler and reads back only the sampled id.
+    """
+
+    def __init__(self, engine: Engine):
+        self.e = engine
+        self.seq: Sequence | None = None
+        self.params: SamplingParams | None = None
+        self._sampled = False
+
+    # -- Backend protocol ------------------------------------------------------------------------
+    def prefill(self, ids: list[int], chunk: int, *, logit_rows: list[int] | None = None,
+                reserve: int = 0) -> "object":
+        """Start a new sequence with ``ids`` in chunks of ``chunk`` tokens.
+
+        Args:
+            logit_rows: absolute prompt positions whose logits to return (default: the last token).
+            reserve: extra tokens of KV to reserve now (generation), so decode never allocates.
+
+        Returns:
+            device logits [R, V] of the requested rows (the last chunk's, or those in ``logit_rows``
+            gathered across chunks as a host array when ``logit_rows`` is given).
+
+        Raises:
+            NinfercError: empty prompt, chunk outside [1, engine prefill_chunk], context too long.
+        """
+        e, cp = self.e, self.e.cp
+        if not ids:
+            raise NinfercError("prefill needs at least one token")
+        if not 1 <= chunk <= e.prefill_chunk:
+            raise NinfercError(f"--prefill-chunk {chunk} must be in [1, {e.prefill_chunk}] (the engine's chunk "
+                               "capacity)")
+        if self.seq is not None:
+            e.free_sequence(self.seq)
+        self.seq = e.new_sequence()
+        self.seq.ensure_capacity(min(len(ids) + reserve, e.max_context) if reserve else len(ids), e.pages,
+                                 e.max_pages)
+        wanted = sorted(set(logit_rows)) if logit_rows is not None else None
+        gathered = []
+        for s in range(0, len(ids), chunk):
+            part = ids[s:s + chunk]
+            T = len(part)  # noqa: N806
+            rows = [T - 1] if wanted is None else [p - s for p in wanted if s <= p < s + T]
+            R = max(len(rows), 1)  # noqa: N806
+            e.tokens[:T].set(np.asarray(part, np.int32), stream=e.stream)
+            pos = np.arange(s, s + T, dtype=np.int32)
+            e.write_meta(tok_pos=pos, tok_seq=np.zeros(T, np.int32), seq_start=[0, T], seq_ctx=[s + T],
+                         seq_slot=[self.seq.slot], row_index=rows if rows else [T - 1], page_rows=[self.seq.pages])
+            e.run("prefill", T, 1, R)
+            if wanted is not None and rows:
+                gathered.append(e.logits[:len(rows)].get(stream=e.stream))
+        self.seq.length = len(ids)
+        self._sampled = False
+        if wanted is not None:
+            return np.concatenate(gathered) if gathered else np.zeros((0, e.vocab), np.float32)
+        return e.logits[:1]
+
+    def decode(self, token: int | None = None) -> "object":
+        """Append ``token`` (or, when None, the token the GPU sampler just wrote) and compute the next
+        logits. Returns the device logits [1, V]."""
+        e = self.e
+        seq = self.seq
+        if seq is None:
+            raise NinfercError("decode before prefill")
+        seq.ensure_capacity(seq.length + 1, e.pages, e.max_pages)
+        if token is not None:
+            e.tokens[:1].set(np.asarray([token], np.int32), stream=e.stream)
+        e.write_meta(tok_pos=[seq.length], tok_seq=[0], seq_start=[0, 1], seq_ctx=[seq.length + 1],
+                     seq_slot=[seq.slot], row_index=[0], page_rows=[seq.pages])
+        e.run("decode", 1, 1, 1)
+        seq.length += 1
+        return e.logits[:1]
+
+    def set_sampling(self, params: SamplingParams) -> None:
+        e = self.e
+        e.sampling["temperature"][:1] = params.temperature
+        e.sampling["top_k"][:1] = params.top_k
+        e.sampling["top_p"][:1] = params.top_p
+        e.sampling["seed"][:1] = np.uint64(params.seed)
+        e.sampling["rng_step"][:1] = 0
+        self.params = params
+
+    def sample(self, params: SamplingParams) -> int:
+        """Sample from the latest logits on the GPU; returns the id (one 4-byte device-to-host read)."""
+        if self.params != params:
+            self.set_sampling(params)
+        self.e.sample_step(params.greedy, 1)
+        self._sampled = True
+        return int(self.e.tokens[:1].get(stream=self.e.stream)[0])
+
+    def synchronize(self) -> None:
+        self.e.stream.synchronize()
+
+    # -- fast generation path: graph replay of decode + sample ------------------------------------
+    def generate_fast(self, first: int, n: int, params: SamplingParams, on_token=None, stop_ids=()) -> list[int]:
+        """Decode ``n`` tokens after ``first`` (already sampled into the device token buffer), each step
+        = one graph replay (model + sampler) and one 4-byte read."""
+        e = self.e
+        if self.params != params:
+            self.set_sampling(params)
+        out = []
+        for _ in range(n):
+            seq = self.seq
+            seq.ensure_capacity(seq.length + 1, e.pages, e.max_pages)
+            e.write_meta(tok_pos=[seq.length], tok_seq=[0], seq_start=[0, 1], seq_ctx=[seq.length + 1],
+                         seq_slot=[seq.slot], row_index=[0], page_rows=[seq.pages])
+            if e.cuda_graph:
+                e.decode_graph(1, params.greedy).launch(stream=e.stream)
+            else:
+                e.run("decode", 1, 1, 1)
+                e.sample_step(params.greedy, 1)
+            seq.length += 1
+            tok = int(e.tokens[:1].get(stream=e.stream)[0])
+            out.append(tok)
+            if on_token:
+                on_token(tok)
+            if tok in stop_ids:
+                break
+        return out

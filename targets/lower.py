@@ -1,0 +1,313 @@
+"""Lowering: compiled IR graph -> kernel steps per mode, and the model's plan for one target.
+
+A :class:`Step` is one kernel launch site: a kernel family, its problem (shape), the mode it runs in
+(``decode``: one token per sequence, T = B; ``prefill``: a chunk of T tokens of B packed sequences;
+``both``), which runtime count is the family's ``tokens`` argument (T, B or R = logit rows), and a
+binding of every kernel argument to a symbolic :class:`Ref` (an activation tensor of the graph, a
+weight, a state pool, batch metadata, a workspace, a constant). The runtime resolves Refs to device
+pointers and scalars; the plan evaluates the same steps' launches for representative T on a target.
+
+Routes across families are chosen here and nowhere else: a Linear runs the cooperative split-K GEMV
+(``gemv_coop``) while T <= :data:`GEMV_MAX_TOKENS` and the tensor-core GEMM (``gemm``) above, the
+boundary where the GEMV's token chunks start re-reading the weight matrix more than the GEMM's
+tiles cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ninferc.errors import PlanError
+from ninferc.ir.graph import Graph, Op
+from ninferc.targets.kernels import FAMILIES
+from ninferc.targets.kernels.attention import AttentionProblem
+from ninferc.targets.kernels.elementwise import EmbedProblem, RMSNormProblem, embed_arg_names, rmsnorm_arg_names
+from ninferc.targets.kernels.gdn import GdnProblem
+from ninferc.targets.kernels.gdn import arg_names as gdn_arg_names
+from ninferc.targets.kernels.gemm import GemmProblem, group_m_for
+from ninferc.targets.kernels.gemm import arg_names as gemm_arg_names
+from ninferc.targets.kernels.gemv_coop import GemvProblem
+from ninferc.targets.kernels.sample import SampleProblem
+from ninferc.targets.kernels.sample import arg_names as sample_arg_names
+from ninferc.targets.plan import KernelSpec, Launch, PlanContext
+
+#: largest T served by the GEMV route of a Linear (its kernels hold 4 tokens per pass; two passes
+#: still read the weights from L2 mostly); above it the tensor-core GEMM reads them once per M-tile
+GEMV_MAX_TOKENS = 8
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A symbolic kernel argument.
+
+    kinds: ``tensor`` (graph activation ``name``, + ``offset`` elements), ``param`` (weight ``name``),
+    ``state`` (pool of state ``name``), ``meta`` (batch metadata array ``name``: tokens, tok_pos,
+    tok_seq, seq_start, seq_ctx, seq_slot, page_table, row_index), ``ws`` (workspace buffer ``name``),
+    ``const`` (scalar ``value`` of ``dtype`` i32/f32/u64, or a host array ``name`` uploaded once such as
+    RoPE inv_freq), ``null`` (a null pointer), ``barrier`` (the grid-barrier counter), ``logits``.
+    """
+
+    kind: str
+    name: str = ""
+    value: Any = None
+    dtype: str = ""
+    offset: int = 0
+
+
+def T(name):  # noqa: N802 - tiny constructors keep the binding tables readable
+    return Ref("tensor", name)
+
+
+def P(name):  # noqa: N802
+    return Ref("param", name)
+
+
+def I32(v):  # noqa: N802
+    return Ref("const", value=int(v), dtype="i32")
+
+
+def F32(v):  # noqa: N802
+    return Ref("const", value=float(v), dtype="f32")
+
+
+NULL = Ref("null")
+
+
+@dataclass
+class Step:
+    """One kernel launch site (see module docstring). ``rows``: ``T``, ``B`` or ``R`` is passed to the
+    family's ``launch`` as ``tokens``; ``batch``: pass ``batch=B`` as well."""
+
+    name: str
+    op: str
+    mode: str
+    family: str
+    problem: Any
+    rows: str
+    bind: dict[str, Ref]
+    batch: bool = False
+    layer: int = -1
+
+
+class LinearRoute:
+    """Y = X @ W^T routed by T: ``gemv_coop`` up to :data:`GEMV_MAX_TOKENS`, ``gemm`` above.
+
+    The problem is a :class:`GemvProblem` (k, n, epilogue in ``store | swiglu``); the GEMM problem is
+    derived from it.
+    """
+
+    name = "linear"
+
+    def __init__(self):
+        self.gemv, self.gemm = FAMILIES["gemv_coop"], FAMILIES["gemm"]
+
+    @staticmethod
+    def gemm_problem(p: GemvProblem) -> GemmProblem:
+        return GemmProblem(p.k, p.n, "swiglu_bf16" if p.epilogue == "swiglu" else "store_f32")
+
+    def variants(self, p: GemvProblem) -> list[KernelSpec]:
+        return self.gemv.variants(p) + self.gemm.variants(self.gemm_problem(p))
+
+    def launch(self, p: GemvProblem, tokens: int, ctx: PlanContext) -> Launch:
+        if tokens <= GEMV_MAX_TOKENS:
+            return self.gemv.launch(p, tokens, ctx)
+        return self.gemm.launch(self.gemm_problem(p), tokens, ctx)
+
+
+def family(name: str):
+    """The family object for a step's ``family`` name (``linear`` is the GEMV/GEMM route)."""
+    return LinearRoute() if name == "linear" else FAMILIES[name]
+
+
+def arg_names(step: Step, launch: Launch) -> tuple[str, ...]:
+    """The argument names of the kernel ``launch`` runs, in order."""
+    fam = launch.kernel.family
+    if fam == "gemv_coop":
+        return FAMILIES["gemv_coop"].arg_names(step.problem)
+    if fam == "gemm":
+        return gemm_arg_names(LinearRoute.gemm_problem(step.problem))
+    if fam == "embed":
+        return embed_arg_names(step.problem)
+    if fam == "sample":
+        return sample_arg_names(step.problem)
+    if fam == "rmsnorm":
+        return rmsnorm_arg_names(step.problem)
+    if fam.startswith("gdn_"):
+        if fam == "gdn_prefill":
+            return FAMILIES["gdn_prefill"].arg_names(step.problem, route=launch.route)
+        return gdn_arg_names(fam)
+    return FAMILIES[fam].arg_names(step.problem)
+
+
+def launch_scalars(step: Step, launch: Launch, ctx: PlanContext, batch: int) -> dict[str, np.generic]:
+    """Scalars that come from the launch (token/row counts, split counts, rasterisation)."""
+    fam = launch.kernel.family
+    t = np.int32(launch.tokens)
+    if fam == "gemv_coop":
+        return {"t_total": t, "splits": np.int32(launch.split_k)}
+    if fam == "gemm":
+        return {"t": t, "group_m": np.int32(group_m_for(launch))}
+    if fam == "embed":
+        return {"t": t}
+    if fam in ("rmsnorm", "sample"):
+        return {"rows": t}
+    if fam.startswith("gdn_"):
+        return {"num_seqs": np.int32(batch)}
+    if fam == "attn_prep":
+        return {"n_tokens": t}
+    if fam == "attn_decode":
+        _, per = FAMILIES["attn_decode"].splits(step.problem, launch.tokens, ctx)
+        return {"n_seqs": t, "splits": np.int32(launch.split_k), "pages_per_split": np.int32(per)}
+    if fam == "attn_combine":
+        return {"n_seqs": t, "splits": np.int32(launch.split_k)}
+    return {}
+
+
+def step_launch(step: Step, ctx: PlanContext, *, T: int, B: int, R: int) -> Launch:  # noqa: N803
+    """Evaluate a step's launch for a step of T tokens, B sequences and R logit rows."""
+    n = {"T": T, "B": B, "R": R}[step.rows]
+    fam = family(step.family)
+    if step.batch:
+        return fam.launch(step.problem, n, ctx, batch=B)
+    return fam.launch(step.problem, n, ctx)
+
+
+def step_variants(step: Step) -> list[KernelSpec]:
+    return family(step.family).variants(step.problem)
+
+
+# ---------------------------------------------------------------------------------------------------
+# graph -> steps
+# ---------------------------------------------------------------------------------------------------
+@dataclass
+class Program:
+    """The lowered model: ``steps`` in execution order (each with its mode), plus the problems that
+    size the runtime's buffers."""
+
+    steps: list[Step] = field(default_factory=list)
+    page_size: int = 64
+    max_context: int = 4096
+
+    def for_mode(self, mode: str) -> list[Step]:
+        """Steps of ``decode`` or ``prefill`` (those marked ``both`` included), in order."""
+        return [s for s in self.steps if s.mode in (mode, "both")]
+
+    def sampler(self, greedy: bool) -> Step:
+        """The sampling step (``argmax`` when greedy, else temperature/top-k/top-p)."""
+        return next(s for s in self.steps if s.mode == ("sample_argmax" if greedy else "sample_sample"))
+
+
+def _gdn_problem(op: Op, graph: Graph) -> GdnProblem:
+    a = op.attrs
+    proj_w = graph.tensors[op.inputs[0]].shape[1]
+    p = GdnProblem(hk=a["Hk"], hv=a["Hv"], dk=a["dk"], dv=a["dv"], width=a["width"], scale=float(a["scale"]),
+                   l2_eps=float(a["l2_eps"]), norm_eps=float(a["eps"]))
+    want = {"q": (p.off_q, p.off_k), "k": (p.off_k, p.off_v), "v": (p.off_v, p.off_z), "z": (p.off_z, p.off_b),
+            "b": (p.off_b, p.off_a), "a": (p.off_a, p.proj_dim)}
+    got = {k: tuple(v) for k, v in a["cols"].items()}
+    if got != want or proj_w != p.proj_dim:
+        raise PlanError(f"{op.name}: projection columns {got} (width {proj_w}) do not match the GDN kernels' "
+                        f"layout {want} (width {p.proj_dim}); the in-projection must be fused as qkv|z|b|a")
+    return p
+
+
+def _attn_problem(op: Op, graph: Graph, page_size: int, max_context: int) -> AttentionProblem:
+    a = op.attrs
+    p = AttentionProblem(a["Hq"], a["Hkv"], a["hd"], a["rotary_dim"], float(a["theta"]), float(a["eps"]),
+                         page_size, -(-max_context // page_size))
+    want = {"qg": (0, p.k_offset), "k": (p.k_offset, p.v_offset), "v": (p.v_offset, p.proj_dim)}
+    got = {k: tuple(v) for k, v in a["cols"].items()}
+    if got != want or graph.tensors[op.inputs[0]].shape[1] != p.proj_dim:
+        raise PlanError(f"{op.name}: projection columns {got} do not match the attention kernels' layout {want}")
+    return p
+
+
+def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096) -> Program:
+    """Lower a compiled graph (after :func:`ninferc.ir.passes.run_pipeline`) to kernel steps.
+
+    Raises:
+        PlanError: an op kind with no kernel, or a fused op whose layout the kernels do not take.
+    """
+    prog = Program(page_size=page_size, max_context=max_context)
+    add = prog.steps.append
+    lm_inputs = {op.inputs[0] for op in graph.ops() if op.kind == "LMHead"}
+    for op in graph.ops():
+        k, a, L = op.kind, op.attrs, op.layer
+        if k == "Embedding":
+            V, H = graph.params[op.params["weight"]].shape
+            add(Step(op.name, op.name, "both", "embed", EmbedProblem(H, V), "T",
+                     {"tokens": Ref("meta", "tokens"), "table": P(op.params["weight"]), "x": T(op.outputs[0]),
+                      "h": I32(H), "vocab": I32(V)}, layer=L))
+        elif k in ("RMSNorm", "AddRMSNorm"):
+            D = graph.params[op.params["weight"]].shape[0]
+            y = op.outputs[-1]
+            gather = y in lm_inputs
+            mode = "add_rmsnorm" if k == "AddRMSNorm" else "rmsnorm"
+            prob = RMSNormProblem(D, mode, bool(a["unit_offset"]), gather, float(a["eps"]))
+            add(Step(op.name, op.name, "both", "rmsnorm", prob, "R" if gather else "T",
+                     {"x": T(op.inputs[0]), "d": T(op.inputs[1]) if k == "AddRMSNorm" else NULL,
+                      "w": P(op.params["weight"]), "y": T(y),
+                      "row_index": Ref("meta", "row_index") if gather else NULL, "eps": F32(a["eps"])}, layer=L))
+        elif k in ("Linear", "LMHead"):
+            N, K = graph.params[op.params["weight"]].shape
+            ep = a.get("epilogue", "none")
+            prob = GemvProblem(K, N // 2 if ep == "swiglu" else N, "swiglu" if ep == "swiglu" else "store")
+            y = Ref("logits") if k == "LMHead" else T(op.outputs[0])
+            add(Step(op.name, op.name, "both", "linear", prob, "R" if k == "LMHead" else "T",
+                     {"x": T(op.inputs[0]), "w": P(op.params["weight"]), "y": y, "ws": Ref("ws", "gemv"),
+                      "barrier": Ref("barrier"), "k": I32(K), "n_out": I32(prob.n), "ldx": I32(K)}, layer=L))
+        elif k == "GatedDeltaNet":
+            p = _gdn_problem(op, graph)
+            common = {"proj": T(op.inputs[0]), "conv_w": P(op.params["conv"]), "A_log": P(op.params["A_log"]),
+                      "dt_bias": P(op.params["dt_bias"]), "norm_w": P(op.params["norm"]),
+                      "conv_ring": Ref("state", op.states["conv"]), "rec_state": Ref("state", op.states["recurrent"]),
+                      "y": T(op.outputs[0]), "conv_out": Ref("ws", "gdn_conv_out"), "o_ws": Ref("ws", "gdn_o"),
+                      "tok_pos": Ref("meta", "tok_pos"), "tok_seq": Ref("meta", "tok_seq"),
+                      "seq_start": Ref("meta", "seq_start"), "seq_slot": Ref("meta", "seq_slot"),
+                      "scale": F32(a["scale"]), "l2_eps": F32(a["l2_eps"]), "norm_eps": F32(a["eps"])}
+            add(Step(f"{op.name}.decode", op.name, "decode", "gdn_decode", p, "T", common, layer=L))
+            add(Step(f"{op.name}.conv", op.name, "prefill", "gdn_conv", p, "T", common, layer=L))
+            add(Step(f"{op.name}.ring", op.name, "prefill", "gdn_ring_update", p, "T", common, batch=True, layer=L))
+            add(Step(f"{op.name}.core", op.name, "prefill", "gdn_prefill", p, "T", common, batch=True, layer=L))
+            add(Step(f"{op.name}.norm", op.name, "prefill", "gdn_gated_norm", p, "T", common, layer=L))
+        elif k == "GatedAttentionBlock":
+            p = _attn_problem(op, graph, page_size, max_context)
+            kv = op.states["kv"]
+            common = {"proj": T(op.inputs[0]), "q_norm_w": P(op.params["q_norm"]), "k_norm_w": P(op.params["k_norm"]),
+                      "inv_freq": Ref("const", f"inv_freq:{p.rotary_dim}:{p.theta}"),
+                      "tok_pos": Ref("meta", "tok_pos"), "tok_seq": Ref("meta", "tok_seq"),
+                      "seq_start": Ref("meta", "seq_start"), "seq_ctx": Ref("meta", "seq_ctx"),
+                      "page_table": Ref("meta", "page_table"), "q_out": Ref("ws", "attn_q"), "q": Ref("ws", "attn_q"),
+                      "k_pages": Ref("state", kv, value="k"), "v_pages": Ref("state", kv, value="v"),
+                      "ws": Ref("ws", "attn_partials"), "out": T(op.outputs[0]),
+                      "max_pages": I32(p.max_pages), "eps": F32(p.eps), "scale": F32(p.scale)}
+            add(Step(f"{op.name}.prep", op.name, "both", "attn_prep", p, "T", common, layer=L))
+            add(Step(f"{op.name}.decode", op.name, "decode", "attn_decode", p, "T", common, layer=L))
+            add(Step(f"{op.name}.combine", op.name, "decode", "attn_combine", p, "T", common, layer=L))
+            add(Step(f"{op.name}.prefill", op.name, "prefill", "attn_prefill", p, "T", common, batch=True, layer=L))
+        else:
+            raise PlanError(f"no kernel lowers op {op.name} of kind {op.kind}")
+        if k == "LMHead":
+            V = graph.params[op.params["weight"]].shape[0]
+            bind = {"logits": Ref("logits"), "ld": I32(V), "vocab": I32(V), "temperature": Ref("meta", "temperature"),
+                    "top_k": Ref("meta", "top_k"), "top_p": Ref("meta", "top_p"), "seed": Ref("meta", "seed"),
+                    "step": Ref("meta", "rng_step"), "out": Ref("meta", "tokens"), "history": NULL,
+                    "hist_pos": NULL, "hist_ld": I32(0), "advance": I32(1)}
+            for m in ("argmax", "sample"):
+                add(Step(f"sample.{m}", op.name, f"sample_{m}", "sample", SampleProblem(V, m), "R", bind))
+    return prog
+
+
+def drop_unused_prefill_norm(steps: list[Step], launches: dict[str, Launch]) -> list[Step]:
+    """The GDN gated-norm step runs only after the ``chunked_split`` core route (the fused core writes y)."""
+    out = []
+    for s in steps:
+        if s.family == "gdn_gated_norm":
+            core = launches.get(s.name[: -len(".norm")] + ".core")
+            if core is None or core.route != "chunked_split":
+                continue
+        out.append(s)
+    return out

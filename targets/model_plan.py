@@ -1,0 +1,202 @@
+"""The plan of a whole model for one target: every lowered step's launch at representative token
+counts, per mode, with the compiled kernels' real resources and every plan-time check applied.
+
+Decode steps are evaluated at T = B (one token per sequence) for ``decode_batches``; prefill steps at
+T = ``prefill_tokens`` (one sequence). Steps that run in both modes appear in both sets (each grid is
+tagged with its mode). A plan for a smaller SKU is a plan like any other: the runtime replays it on a
+larger device unchanged (grids, routes, caps), which is how each arch's plan is exercised on the H200.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ninferc.errors import PlanError
+from ninferc.ir.config import ModelConfig
+from ninferc.ir.graph import Graph
+from ninferc.targets.arch import get_arch
+from ninferc.targets.lower import Program, Step, drop_unused_prefill_norm, lower, step_launch, step_variants
+from ninferc.targets.nvrtc import DEFAULT_OPTIONS, nvrtc_version
+from ninferc.targets.plan import KernelResources, KernelSpec, Launch, PlanContext, _dump_json, check_launch, compile_variants
+from ninferc.targets.skus import Sku, get_sku
+
+DECODE_BATCHES = (1, 4, 16)
+PREFILL_TOKENS = (1, 64, 1024, 8192)
+
+
+@dataclass
+class ModelPlan:
+    """Result of :func:`plan_model` (see module docstring).
+
+    Attributes:
+        target, sku, sms: where it was planned. program: the lowered steps.
+        kernels: URI -> KernelSpec of every variant any step may launch (the artifact stores them all,
+            so the runtime can re-derive launches for any T and SM count).
+        resources: URI -> KernelResources (from the cubins). launches: (step name, mode) -> [Launch].
+        options: NVRTC options; nvrtc: version that compiled.
+    """
+
+    target: str
+    sku: Sku | None
+    sms: int
+    program: Program
+    kernels: dict[str, KernelSpec]
+    resources: dict[str, KernelResources]
+    launches: dict[tuple[str, str], list[Launch]] = field(default_factory=dict)
+    options: tuple[str, ...] = DEFAULT_OPTIONS
+    nvrtc: tuple[int, int] = (0, 0)
+    decode_batches: tuple[int, ...] = DECODE_BATCHES
+    prefill_tokens: tuple[int, ...] = PREFILL_TOKENS
+
+    def context(self) -> PlanContext:
+        return PlanContext(self.target, self.sms, self.resources)
+
+    def records(self) -> list[dict]:
+        """One record per (step, kernel URI) in execution order (``kernel`` = step name)."""
+        out = []
+        for step in self.program.steps:
+            by_uri: dict[str, list[tuple[str, Launch]]] = {}
+            for mode in ("decode", "prefill"):
+                for ln in self.launches.get((step.name, mode), []):
+                    by_uri.setdefault(ln.kernel.uri, []).append((mode, ln))
+            for uri, lns in by_uri.items():
+                r, first = self.resources[uri], lns[0][1]
+                out.append({
+                    "kernel": step.name, "uri": uri, "threads_per_cta": first.threads, "registers": r.registers,
+                    "static_smem_bytes": r.static_smem_bytes,
+                    "dynamic_smem_bytes": max(ln.dynamic_smem_bytes for _, ln in lns),
+                    "local_bytes": r.local_bytes, "ctas_per_sm": first.ctas_per_sm, "limiter": first.limiter,
+                    "cooperative": first.cooperative, "coop_cap": first.coop_cap,
+                    "grids": [{"mode": m, "tokens": ln.tokens, "ctas": ln.ctas, "waves": ln.waves, "route": ln.route,
+                               "split_k": ln.split_k, "workspace_bytes": ln.workspace_bytes} for m, ln in lns],
+                })
+        return out
+
+    def to_json(self) -> dict:
+        """``{"target", "sku", "sms", "nvrtc", "options", "max_context", "page_size", "decode_batches",
+        "prefill_tokens", "kernels": [record...]}`` (record fields as :meth:`records`)."""
+        return {"target": self.target, "sku": self.sku.key if self.sku else None, "sms": self.sms,
+                "nvrtc": f"{self.nvrtc[0]}.{self.nvrtc[1]}", "options": list(self.options),
+                "max_context": self.program.max_context, "page_size": self.program.page_size,
+                "decode_batches": list(self.decode_batches), "prefill_tokens": list(self.prefill_tokens),
+                "kernels": self.records()}
+
+    def dumps(self) -> str:
+        return _dump_json(self.to_json(), 0) + "\n"
+
+    def table(self) -> str:
+        """Human table; steps identical across layers are folded into one row (``L*``, with a count)."""
+        groups: dict[tuple, dict] = {}
+        order = []
+        for rec in self.records():
+            key = (re.sub(r"^L\d+\.", "L*.", rec["kernel"]), rec["uri"],
+                   tuple((g["mode"], g["tokens"], g["ctas"], g["route"]) for g in rec["grids"]))
+            if key not in groups:
+                groups[key] = {"rec": rec, "n": 0}
+                order.append(key)
+            groups[key]["n"] += 1
+        cols = [("decode", b) for b in self.decode_batches] + [("prefill", t) for t in self.prefill_tokens]
+        head = ["step", "x", "block", "regs", "smem", "local", "CTAs/SM", "limiter"]
+        head += [f"{'B' if m == 'decode' else 'T'}={t}" for m, t in cols] + ["cap", "waves", "route"]
+        rows = [head]
+        for key in order:
+            rec, n = groups[key]["rec"], groups[key]["n"]
+            by = {(g["mode"], g["tokens"]): g for g in rec["grids"]}
+            cells = []
+            for c in cols:
+                g = by.get(c)
+                cells.append("-" if g is None else (f"{g['ctas']}=k{g['split_k']}" if g["split_k"] > 1 and
+                                                     rec["cooperative"] else str(g["ctas"])))
+            waves = "/".join(str(by[c]["waves"]) if c in by else "-" for c in cols)
+            routes = "/".join(dict.fromkeys(g["route"] for g in rec["grids"]))
+            rows.append([f"{key[0]} [{rec['uri']}]", str(n), str(rec["threads_per_cta"]), str(rec["registers"]),
+                         str(rec["static_smem_bytes"] + rec["dynamic_smem_bytes"]), str(rec["local_bytes"]),
+                         str(rec["ctas_per_sm"]), rec["limiter"], *cells, str(rec["coop_cap"]), waves, routes])
+        widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+        sku = f" ({self.sku.name})" if self.sku else ""
+        lines = [f"target {self.target}{sku}, {self.sms} SMs, NVRTC {self.nvrtc[0]}.{self.nvrtc[1]}, "
+                 f"max context {self.program.max_context}, KV page {self.program.page_size} tokens; "
+                 f"B = decode sequences, T = prefill tokens; x = layers sharing the row"]
+        for i, r in enumerate(rows):
+            lines.append("  ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))))
+            if i == 0:
+                lines.append("  ".join("-" * w for w in widths))
+        return "\n".join(lines) + "\n"
+
+
+def plan_steps(program: Program, ctx: PlanContext, *, T: int, B: int, R: int, mode: str) -> list[tuple[Step, Launch]]:
+    """The checked launches of one step of ``mode`` (T tokens, B sequences, R logit rows), in order.
+
+    Raises:
+        PlanError: a launch breaks a limit (kernel, target, value, limit named by :func:`check_launch`).
+    """
+    out = {}
+    steps = program.for_mode(mode)
+    for s in steps:
+        ln = step_launch(s, ctx, T=T, B=B, R=R)
+        check_launch(ln, ctx.arch, ctx.resources_of(ln.kernel), ctx.sms)
+        out[s.name] = (s, ln)
+    kept = drop_unused_prefill_norm(steps, {n: ln for n, (_, ln) in out.items()})
+    return [out[s.name] for s in kept]
+
+
+def plan_model(
+    graph: Graph,
+    arch: str,
+    *,
+    sku: str | Sku | None = None,
+    sms: int | None = None,
+    max_context: int = 4096,
+    page_size: int = 64,
+    decode_batches: Sequence[int] = DECODE_BATCHES,
+    prefill_tokens: Sequence[int] = PREFILL_TOKENS,
+    options: tuple[str, ...] = DEFAULT_OPTIONS,
+) -> ModelPlan:
+    """Lower ``graph`` and plan it for ``arch`` with a SKU's or an explicit SM count.
+
+    Raises:
+        PlanError: no SM count / SKU mismatch, or any launch that does not fit (named).
+        TargetError: unknown arch or SKU. CompileError: NVRTC failure.
+    """
+    a = get_arch(arch)
+    sku_obj = sku if isinstance(sku, Sku) else (get_sku(sku, a.name) if sku else None)
+    if sms is None:
+        if sku_obj is None:
+            raise PlanError(f"plan for {a.name}: give a SKU or an SM count (neither was given)")
+        sms = sku_obj.sms
+    elif sku_obj is not None and int(sms) != sku_obj.sms:
+        raise PlanError(f"plan for {a.name}: --sms {sms} contradicts SKU {sku_obj.name} ({sku_obj.sms} SMs)")
+    if max_context < 1:
+        raise PlanError(f"max_context must be >= 1, found {max_context}")
+    program = lower(graph, page_size=page_size, max_context=max_context)
+    specs = {}
+    for s in program.steps:
+        for v in step_variants(s):
+            specs[v.uri] = v
+    built = compile_variants(list(specs.values()), a, options=options)
+    resources = {u: r for u, (_, r) in built.items()}
+    mp = ModelPlan(a.name, sku_obj, int(sms), program, specs, resources, options=tuple(options), nvrtc=nvrtc_version(),
+                   decode_batches=tuple(decode_batches), prefill_tokens=tuple(prefill_tokens))
+    ctx = mp.context()
+    for b in decode_batches:
+        for s, ln in plan_steps(program, ctx, T=b, B=b, R=b, mode="decode"):
+            mp.launches.setdefault((s.name, "decode"), []).append(ln)
+        for greedy in (True, False):
+            s = program.sampler(greedy)
+            ln = step_launch(s, ctx, T=b, B=b, R=b)
+            check_launch(ln, ctx.arch, ctx.resources_of(ln.kernel), ctx.sms)
+            mp.launches.setdefault((s.name, "decode"), []).append(ln)
+    for t in prefill_tokens:
+        for s, ln in plan_steps(program, ctx, T=t, B=1, R=1, mode="prefill"):
+            mp.launches.setdefault((s.name, "prefill"), []).append(ln)
+    return mp
+
+
+def plan_for_config(cfg: ModelConfig, arch: str, **kw) -> ModelPlan:
+    """Build the graph of ``cfg``, run the compile pipeline, and :func:`plan_model` it."""
+    from ninferc.ir.passes import run_pipeline
+    from ninferc.ir.qwen3_5 import build_graph
+
+    return plan_model(run_pipeline(build_graph(cfg, lm_rows="last")), arch, **kw)
