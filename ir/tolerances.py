@@ -58,3 +58,13 @@ ATTENTION = Tolerance("ATTENTION", rel=3e-3, why="fp32 online softmax; bf16 P·V
 GDN_STATE = Tolerance("GDN_STATE", rel=1e-4, why="fp32 state, fp32 arithmetic, different order")
 #: greedy tokens are compared only where the golden top-1 margin exceeds this
 GREEDY_MARGIN = 0.05
+#: the bf16 CUDA engine's logits vs the fp32 HF goldens. The engine stores GEMM inputs and the KV cache
+#: in bf16; the reference executor with ``emulate_storage=True`` (exactly those roundings) deviates from
+#: the goldens by at most 0.061 over every golden position of goldens.json and goldens-long.json
+#: (prefill rows, decode path; measured 2026-11-29). 2.5x that leaves room for rounding-boundary flips
+#: and fp32 reassociation on the GPU while staying far below a top-1 margin worth comparing (0.05 is
+#: where tokens stop being compared).
+ENGINE_LOGITS = Tolerance("ENGINE_LOGITS", atol=0.15, why="bf16 activations/KV: emulated max 0.061 x 2.5")
+#: two GPU evaluations of the same logits that differ only in kernel routes (chunk split, graph vs
+#: eager, page placement): fp32 reassociation plus at most a few bf16 rounding flips of activations
+ENGINE_REORDER = Tolerance("ENGINE_REORDER", atol=0.08, why="route-dependent fp32 order, bf16 rounding flips")

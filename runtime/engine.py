@@ -86,7 +86,6 @@ class Engine:
         self.config, self.graph = art.config, art.graph()
         self.target = hdr["target"]["arch"]
         dev = cp.cuda.Device()
-        cc = tuple(int(c) for c in dev.compute_capability)
         cc = (int(dev.compute_capability[:-1]), int(dev.compute_capability[-1]))
         require_plan_runs_on(self.target, cc)
         self.dev_arch, self.dev_sms = device_arch(), device_sm_count()
@@ -133,8 +132,21 @@ class Engine:
         self.pages = PagePool(self.num_pages, self.page_size)
         self.slots = SlotPool(max_batch)
         self.load_s = time.perf_counter() - t0
+        self._sessions: list[Session] = []
         self.log(f"engine: {self.target} artifact on {self.dev_arch} ({self.dev_sms} SMs), plan {plan}, "
-                 f"{len(self.kernels)} kernels, memory {self.memory.total / 2**30:.2f} GiB, load {self.load_s:.1f} s")
+                 f"{len(self.kernels)} kernels, load {self.load_s:.1f} s")
+        self.log("memory: " + ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in self.memory.terms.items())
+                 + f"; total {self.memory.total / 2**30:.3f} GiB")
+
+    @classmethod
+    def from_artifact(cls, art, *, max_context: int = 4096, cuda_graph: bool = True, prefill_chunk: int = 1024,
+                      log=None, **kw) -> "Engine":
+        """Open ``art`` (an :class:`~ninferc.artifact.Artifact` or a path) on the current GPU."""
+        from ninferc.artifact import Artifact
+
+        if not hasattr(art, "header"):
+            art = Artifact.open(art)
+        return cls(art, max_context=max_context, cuda_graph=cuda_graph, prefill_chunk=prefill_chunk, log=log, **kw)
 
     # ------------------------------------------------------------------------------------------
     # start-up helpers
@@ -210,7 +222,7 @@ class Engine:
                 self.log(f"warning: {uri}: occupancy calculator says {ours} CTAs/SM, driver says {drv}")
 
     def _memory_plan(self) -> MemoryPlan:
-        cfg, g = self.config, self.graph
+        g = self.graph
         mp = MemoryPlan()
         mp.add("weights", sum(t["nbytes"] for t in self.art.header["tensors"]))
         kv_layers = [s for s in g.states.values() if s.kind == "kv"]
@@ -413,14 +425,18 @@ class Engine:
         seq.pages = []
 
     def session(self) -> "Session":
-        """A one-sequence session implementing :class:`ninferc.generate.Backend`."""
-        return Session(self)
+        """A one-sequence session implementing :class:`ninferc.generate.Backend`. When every GDN slot is
+        held by earlier sessions, the oldest is closed (its sequence freed)."""
+        while len([x for x in self._sessions if x.seq is not None]) >= self.max_batch:
+            self._sessions.pop(0).close()
+        s = Session(self)
+        self._sessions.append(s)
+        return s
 
 
 def cupy_pinned_int32(n: int) -> np.ndarray:
     """A pinned (page-locked) host int32 array of n elements, so host-to-device copies are async."""
-    cp = cupy()
-    mem = cp.cuda.alloc_pinned_memory(4 * n)
+    mem = cupy().cuda.alloc_pinned_memory(4 * n)
     return np.frombuffer(mem, np.int32, n)
 
 
@@ -435,7 +451,8 @@ class Session:
         self.e = engine
         self.seq: Sequence | None = None
         self.params: SamplingParams | None = None
-        self._sampled = False
+        self._pending = False   # a graph replay already sampled the next token into the device buffer
+        self._last: int | None = None
 
     # -- Backend protocol ------------------------------------------------------------------------
     def prefill(self, ids: list[int], chunk: int, *, logit_rows: list[int] | None = None,
@@ -453,7 +470,7 @@ class Session:
         Raises:
             NinfercError: empty prompt, chunk outside [1, engine prefill_chunk], context too long.
         """
-        e, cp = self.e, self.e.cp
+        e = self.e
         if not ids:
             raise NinfercError("prefill needs at least one token")
         if not 1 <= chunk <= e.prefill_chunk:
@@ -479,28 +496,41 @@ class Session:
             if wanted is not None and rows:
                 gathered.append(e.logits[:len(rows)].get(stream=e.stream))
         self.seq.length = len(ids)
-        self._sampled = False
+        self._pending, self._last = False, None
         if wanted is not None:
             return np.concatenate(gathered) if gathered else np.zeros((0, e.vocab), np.float32)
         return e.logits[:1]
 
     def decode(self, token: int | None = None) -> "object":
-        """Append ``token`` (or, when None, the token the GPU sampler just wrote) and compute the next
-        logits. Returns the device logits [1, V]."""
+        """Append ``token`` and compute the logits after it; returns the device logits [1, V].
+
+        When ``token`` is the id the GPU sampler just produced (or None) and CUDA graphs are on, the
+        captured decode step (model + sampler) is replayed and the next id is sampled inside it;
+        :meth:`sample` then only reads it back. Any other token (teacher forcing) is uploaded and the
+        model step runs eagerly.
+        """
         e = self.e
         seq = self.seq
         if seq is None:
             raise NinfercError("decode before prefill")
         seq.ensure_capacity(seq.length + 1, e.pages, e.max_pages)
-        if token is not None:
+        from_sampler = token is None or (self._last is not None and token == self._last)
+        if not from_sampler:
             e.tokens[:1].set(np.asarray([token], np.int32), stream=e.stream)
         e.write_meta(tok_pos=[seq.length], tok_seq=[0], seq_start=[0, 1], seq_ctx=[seq.length + 1],
                      seq_slot=[seq.slot], row_index=[0], page_rows=[seq.pages])
-        e.run("decode", 1, 1, 1)
+        if from_sampler and e.cuda_graph and self.params is not None:
+            e.decode_graph(1, self.params.greedy).launch(stream=e.stream)
+            self._pending = True
+        else:
+            e.run("decode", 1, 1, 1)
+            self._pending = False
+        self._last = None
         seq.length += 1
         return e.logits[:1]
 
     def set_sampling(self, params: SamplingParams) -> None:
+        """Upload per-sequence sampling parameters (temperature, top-k, top-p, seed; RNG step reset)."""
         e = self.e
         e.sampling["temperature"][:1] = params.temperature
         e.sampling["top_k"][:1] = params.top_k
@@ -510,39 +540,22 @@ class Session:
         self.params = params
 
     def sample(self, params: SamplingParams) -> int:
-        """Sample from the latest logits on the GPU; returns the id (one 4-byte device-to-host read)."""
+        """The next token from the latest logits, sampled on the GPU (one 4-byte device-to-host read)."""
         if self.params != params:
             self.set_sampling(params)
-        self.e.sample_step(params.greedy, 1)
-        self._sampled = True
-        return int(self.e.tokens[:1].get(stream=self.e.stream)[0])
+            self._pending = False
+        if not self._pending:
+            self.e.sample_step(params.greedy, 1)
+        self._pending = False
+        self._last = int(self.e.tokens[:1].get(stream=self.e.stream)[0])
+        return self._last
 
     def synchronize(self) -> None:
         self.e.stream.synchronize()
 
-    # -- fast generation path: graph replay of decode + sample ------------------------------------
-    def generate_fast(self, first: int, n: int, params: SamplingParams, on_token=None, stop_ids=()) -> list[int]:
-        """Decode ``n`` tokens after ``first`` (already sampled into the device token buffer), each step
-        = one graph replay (model + sampler) and one 4-byte read."""
-        e = self.e
-        if self.params != params:
-            self.set_sampling(params)
-        out = []
-        for _ in range(n):
-            seq = self.seq
-            seq.ensure_capacity(seq.length + 1, e.pages, e.max_pages)
-            e.write_meta(tok_pos=[seq.length], tok_seq=[0], seq_start=[0, 1], seq_ctx=[seq.length + 1],
-                         seq_slot=[seq.slot], row_index=[0], page_rows=[seq.pages])
-            if e.cuda_graph:
-                e.decode_graph(1, params.greedy).launch(stream=e.stream)
-            else:
-                e.run("decode", 1, 1, 1)
-                e.sample_step(params.greedy, 1)
-            seq.length += 1
-            tok = int(e.tokens[:1].get(stream=e.stream)[0])
-            out.append(tok)
-            if on_token:
-                on_token(tok)
-            if tok in stop_ids:
-                break
-        return out
+    def close(self) -> None:
+        """Free the sequence's KV pages and GDN slot."""
+        if self.seq is not None:
+            self.e.stream.synchronize()
+            self.e.free_sequence(self.seq)
+            self.seq = None

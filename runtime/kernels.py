@@ -50,6 +50,11 @@ def device_sm_count() -> int:
     return int(cp.cuda.Device().attributes["MultiProcessorCount"])
 
 
+#: CUfunction_attribute values (CUDA Driver API, cuda.h ``CUfunction_attribute``)
+FUNC_ATTR = {"MAX_THREADS_PER_BLOCK": 0, "SHARED_SIZE_BYTES": 1, "CONST_SIZE_BYTES": 2, "LOCAL_SIZE_BYTES": 3,
+             "NUM_REGS": 4, "PTX_VERSION": 5, "BINARY_VERSION": 6, "MAX_DYNAMIC_SHARED_SIZE_BYTES": 8}
+
+
 @dataclass(frozen=True)
 class DriverAttributes:
     """The driver's view of a loaded function (cuFuncGetAttribute): registers per thread, static shared
@@ -95,11 +100,15 @@ class DeviceKernel:
         """Compile and load a :class:`ninferc.targets.plan.KernelSpec` for the device."""
         return cls(spec.render(), spec.entry, spec.uri, options)
 
+    def attribute(self, attr: int) -> int:
+        """cuFuncGetAttribute(attr) for this function (CU_FUNC_ATTRIBUTE_* numbers, see :data:`FUNC_ATTR`)."""
+        return int(cupy().cuda.driver.funcGetAttribute(attr, self.function.ptr))
+
     def attributes(self) -> DriverAttributes:
-        """Registers / shared / local / max threads as the driver reports them."""
-        f = self.function
-        return DriverAttributes(int(f.num_regs), int(f.shared_size_bytes), int(f.local_size_bytes),
-                                int(f.max_threads_per_block))
+        """Registers / shared / local / max threads as the driver reports them (cuFuncGetAttribute)."""
+        a = FUNC_ATTR
+        return DriverAttributes(self.attribute(a["NUM_REGS"]), self.attribute(a["SHARED_SIZE_BYTES"]),
+                                self.attribute(a["LOCAL_SIZE_BYTES"]), self.attribute(a["MAX_THREADS_PER_BLOCK"]))
 
     def driver_occupancy(self, threads: int, dynamic_smem: int = 0) -> int:
         """cuOccupancyMaxActiveBlocksPerMultiprocessor for this function (resident CTAs per SM)."""
@@ -112,7 +121,8 @@ class DeviceKernel:
         """Opt in to ``nbytes`` of dynamic shared memory when above the 48 KiB default
         (cudaFuncAttributeMaxDynamicSharedMemorySize)."""
         if nbytes > 48 * 1024 and nbytes > self._dyn_smem_optin:
-            self.function.max_dynamic_shared_size_bytes = int(nbytes)
+            cupy().cuda.driver.funcSetAttribute(self.function.ptr, FUNC_ATTR["MAX_DYNAMIC_SHARED_SIZE_BYTES"],
+                                                int(nbytes))
             self._dyn_smem_optin = nbytes
 
     def launch(self, grid, block, args, *, smem: int = 0, cooperative: bool = False, stream=None) -> None:
