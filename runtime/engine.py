@@ -22,6 +22,8 @@ sampling, one 4*B-byte read of the sampled ids.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import time
 from dataclasses import dataclass
@@ -211,7 +213,13 @@ class Engine:
         checked against the driver's own occupancy query."""
         uri = ln.kernel.uri
         res = self.dev_ctx.resources_of(ln.kernel)
-        check_launch(ln, self.dev_arch_obj, res, self.dev_sms)
+        occ = self.dev_ctx.occupancy(ln.kernel, ln.dynamic_smem_bytes)
+        cap = occ.ctas_per_sm * self.dev_sms
+        # the same grid, block and shared memory, with the device's own occupancy (a replayed plan keeps
+        # its grids; only whether the device can hold them is checked here)
+        on_dev = dataclasses.replace(ln, ctas_per_sm=occ.ctas_per_sm, limiter=occ.limiter, coop_cap=cap,
+                                     waves=-(-ln.ctas // cap) if cap else 0)
+        check_launch(on_dev, self.dev_arch_obj, res, self.dev_sms)
         if ln.cooperative:
             drv = self.kernels[uri].driver_occupancy(ln.threads, ln.dynamic_smem_bytes)
             ours = self.dev_ctx.occupancy(ln.kernel, ln.dynamic_smem_bytes).ctas_per_sm
@@ -440,6 +448,29 @@ def cupy_pinned_int32(n: int) -> np.ndarray:
     return np.frombuffer(mem, np.int32, n)
 
 
+def _on_engine_stream(fn):
+    """Run a Session method with the engine's stream as CuPy's current stream, so every CuPy copy and
+    fill it makes is ordered with the engine's kernels (the stream is non-blocking)."""
+
+    @functools.wraps(fn)
+    def wrapper(self, *a, **kw):
+        with self.e.stream:
+            return fn(self, *a, **kw)
+
+    return wrapper
+
+
+class DeviceLogits:
+    """Logits left on the device by a step: ``get()`` copies them to the host, ordered after the step."""
+
+    def __init__(self, arr, stream):
+        self.arr, self.stream = arr, stream
+
+    def get(self) -> np.ndarray:
+        """[R, V] fp32 host array."""
+        return self.arr.get(stream=self.stream)
+
+
 class Session:
     """One sequence on an :class:`Engine` (B = 1), usable by :func:`ninferc.generate.generate`.
 
@@ -455,6 +486,7 @@ class Session:
         self._last: int | None = None
 
     # -- Backend protocol ------------------------------------------------------------------------
+    @_on_engine_stream
     def prefill(self, ids: list[int], chunk: int, *, logit_rows: list[int] | None = None,
                 reserve: int = 0) -> "object":
         """Start a new sequence with ``ids`` in chunks of ``chunk`` tokens.
@@ -499,8 +531,9 @@ class Session:
         self._pending, self._last = False, None
         if wanted is not None:
             return np.concatenate(gathered) if gathered else np.zeros((0, e.vocab), np.float32)
-        return e.logits[:1]
+        return DeviceLogits(e.logits[:1], e.stream)
 
+    @_on_engine_stream
     def decode(self, token: int | None = None) -> "object":
         """Append ``token`` and compute the logits after it; returns the device logits [1, V].
 
@@ -527,8 +560,9 @@ class Session:
             self._pending = False
         self._last = None
         seq.length += 1
-        return e.logits[:1]
+        return DeviceLogits(e.logits[:1], e.stream)
 
+    @_on_engine_stream
     def set_sampling(self, params: SamplingParams) -> None:
         """Upload per-sequence sampling parameters (temperature, top-k, top-p, seed; RNG step reset)."""
         e = self.e
@@ -539,6 +573,7 @@ class Session:
         e.sampling["rng_step"][:1] = 0
         self.params = params
 
+    @_on_engine_stream
     def sample(self, params: SamplingParams) -> int:
         """The next token from the latest logits, sampled on the GPU (one 4-byte device-to-host read)."""
         if self.params != params:

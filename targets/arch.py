@@ -199,23 +199,35 @@ def arch_for_compute_capability(cc: tuple[int, int]) -> Arch:
     )
 
 
+#: the oldest compute capability whose instructions every ninferc template may use: bf16
+#: ``mma.sync.m16n8k16``, ``cp.async`` and ``cvt.rn.bf16.f32`` (PTX ISA: sm_80 and newer)
+MIN_KERNEL_CC = (8, 0)
+
+
 def plan_runs_on(plan_arch: str | Arch, device_cc: tuple[int, int]) -> bool:
     """Whether a plan made for ``plan_arch`` can run on a device of compute capability ``device_cc``.
 
-    A plan runs on the same or a newer compute capability: the runtime recompiles the plan's kernel
-    sources for the device's own arch (same template parameters, grids, splits), and the device's
-    resources per SM are at least those the plan assumed (re-checked at load time against the
-    driver). Older devices are refused.
+    The artifact holds kernel *sources*, not machine code for one arch: the runtime recompiles them for
+    the device's own arch with the plan's options, so any device ninferc has a target description for
+    (its limits feed the occupancy calculator) and that executes the templates' instructions
+    (:data:`MIN_KERNEL_CC`) can run any plan -- a plan for an older arch on a newer card, and, when
+    replayed, a newer card's plan on an older one (every launch is re-checked against the device's own
+    limits and the driver before it runs). Devices without a target description are refused.
     """
-    return tuple(device_cc) >= get_arch(plan_arch).cc
+    arch = get_arch(plan_arch)  # validates the name
+    del arch
+    if tuple(device_cc) < MIN_KERNEL_CC:
+        return False
+    return any(a.cc == tuple(device_cc) for a in ARCHS.values())
 
 
 def require_plan_runs_on(plan_arch: str | Arch, device_cc: tuple[int, int]) -> None:
     """Raise :class:`TargetError` unless :func:`plan_runs_on` (names both capabilities)."""
     arch = get_arch(plan_arch)
     if not plan_runs_on(arch, device_cc):
+        supported = ", ".join(f"{a.cc[0]}.{a.cc[1]} ({a.name})" for a in ARCHS.values())
         raise TargetError(
-            f"plan for {arch.name} (cc {arch.cc[0]}.{arch.cc[1]}) cannot run on a device of "
-            f"cc {device_cc[0]}.{device_cc[1]}: the device must be cc {arch.cc[0]}.{arch.cc[1]} "
-            f"or newer"
+            f"plan for {arch.name} cannot run on a device of cc {device_cc[0]}.{device_cc[1]}: ninferc kernels "
+            f"run on devices of cc {supported} (they need cc >= {MIN_KERNEL_CC[0]}.{MIN_KERNEL_CC[1]} and a "
+            f"target description)"
         )

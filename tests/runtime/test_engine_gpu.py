@@ -86,8 +86,7 @@ def test_goldens_long(artifacts, goldens_long, arch):
     for r, pos in zip(rows, sorted(at)):
         check_top5(r, at[pos], f"{arch} prompt position {pos}")
     # continuation: last prompt logits, then teacher-forced decode
-    s.prefill(ids, 1024)
-    logits = e.logits[:1]
+    logits = s.prefill(ids, 1024)
     for i, top5 in enumerate(goldens_long["top5"]):
         check_top5(logits.get(), top5, f"{arch} continuation {i}")
         if i + 1 < len(goldens_long["top5"]):
