@@ -97,6 +97,9 @@ class Engine:
             raise TargetError(f"device compute capability {cc} ({self.dev_arch}) has no ninferc target description; "
                               "supported: sm_86, sm_89, sm_90, sm_120a") from None
         self.plan_mode, self.cuda_graph = plan, cuda_graph
+        import os
+
+        self.check_finite = os.environ.get("NINFERC_CHECK_FINITE") == "1"
         self.max_context, self.max_batch, self.prefill_chunk = max_context, max_batch, prefill_chunk
         self.page_size = hdr["compile"]["page_size"]
         self.max_pages = -(-max_context // self.page_size)
@@ -383,9 +386,38 @@ class Engine:
     # execution
     # ------------------------------------------------------------------------------------------
     def _launch_all(self, sp: StepPlan) -> None:
-        for _, ln, k, args in sp.launches:
+        for step, ln, k, args in sp.launches:
             k.launch(ln.grid, ln.block, args, smem=ln.dynamic_smem_bytes, cooperative=ln.cooperative,
                      stream=self.stream)
+            if self.check_finite:
+                self._check_outputs(step, ln)
+
+    def _check_outputs(self, step: Step, ln: Launch) -> None:
+        """Debug mode (``NINFERC_CHECK_FINITE=1``): synchronise after a launch and fail on the first
+        non-finite value in any activation the step touches (names the step and kernel)."""
+        cp = self.cp
+        self.stream.synchronize()
+        T = ln.tokens  # noqa: N806
+        for name, ref in step.bind.items():
+            if ref.kind == "tensor":
+                spec = self.graph.tensors[ref.name]
+                n = T * spec.row_elems()
+                ptr = self.tensor_ptr[ref.name]
+                if spec.dtype == "bf16":
+                    mem = cp.cuda.UnownedMemory(ptr, 2 * n, self.arena)
+                    a = cp.ndarray((n,), cp.uint16, cp.cuda.MemoryPointer(mem, 0))
+                    bad = int(((a & 0x7F80) == 0x7F80).sum())
+                else:
+                    mem = cp.cuda.UnownedMemory(ptr, 4 * n, self.arena)
+                    a = cp.ndarray((n,), cp.float32, cp.cuda.MemoryPointer(mem, 0))
+                    bad = int((~cp.isfinite(a)).sum())
+                if bad:
+                    raise NinfercError(f"non-finite values after {step.name} ({ln.kernel.uri}, T={T}): "
+                                       f"{bad} of {n} in {name}={ref.name}")
+            elif ref.kind == "logits":
+                bad = int((~cp.isfinite(self.logits[:ln.tokens])).sum())
+                if bad:
+                    raise NinfercError(f"non-finite logits after {step.name} ({ln.kernel.uri}): {bad}")
 
     def write_meta(self, *, tok_pos, tok_seq, seq_start, seq_ctx, seq_slot, row_index, page_rows) -> None:
         """Fill the pinned host metadata block and copy it to the device (async on the engine stream)."""
