@@ -41,8 +41,9 @@ from ninferc.targets.arch import get_arch, require_plan_runs_on
 from ninferc.targets.lower import Ref, Step, arg_names, drop_unused_prefill_norm, launch_scalars, lower, step_launch
 from ninferc.targets.plan import KernelResources, Launch, PlanContext, check_launch
 
+META_RING = 4  # pinned host metadata blocks in flight
 GRAPH_ALLOWANCE = 64 << 20  # bytes kept free for CUDA graphs, cuBLAS-free CuPy pools and the driver
-META_I32 = ("tok_pos", "tok_seq", "seq_start", "seq_ctx", "seq_slot", "row_index", "page_table")
+META_I32 = ("tok_pos", "tok_seq", "seq_start", "seq_ctx", "seq_slot", "row_index", "tokens_in", "page_table")
 
 
 @dataclass
@@ -283,13 +284,13 @@ class Engine:
         """Offsets (in int32 elements) of the per-step metadata arrays in one block; returns bytes."""
         Bc, Tc = self.max_batch, self.t_cap  # noqa: N806
         sizes = {"tok_pos": Tc, "tok_seq": Tc, "seq_start": Bc + 1, "seq_ctx": Bc, "seq_slot": Bc,
-                 "row_index": self.max_logit_rows, "page_table": Bc * self.max_pages}
+                 "row_index": self.max_logit_rows, "tokens_in": Tc, "page_table": Bc * self.max_pages}
         self.meta_off, off = {}, 0
         for name in META_I32:
             self.meta_off[name] = off
             off += -(-sizes[name] // 64) * 64
         self.meta_len = off
-        return 4 * (off + Tc + 64) + 32 * Bc
+        return 4 * (off + Tc + 64) + 32 * Bc  # (the pinned host ring is host memory, not counted)
 
     def _allocate_and_upload(self) -> None:
         cp, g = self.cp, self.graph
@@ -314,7 +315,11 @@ class Engine:
         self.ws = {k: cp.empty(v, cp.uint8) for k, v in self.ws_bytes.items()}
         self.logits = cp.empty((self.max_logit_rows, self.vocab), cp.float32)
         self.meta = cp.zeros(self.meta_len, cp.int32)
-        self.meta_host = cupy_pinned_int32(self.meta_len)
+        # a ring of pinned host blocks: a block is rewritten only after the copy that read it has run (its
+        # event), so queued steps never see a later step's metadata
+        self.meta_ring = [cupy_pinned_int32(self.meta_len) for _ in range(META_RING)]
+        self.meta_events = [None] * META_RING
+        self.meta_next = 0
         self.tokens = cp.zeros(self.t_cap, cp.int32)
         self.barrier = cp.zeros(64, cp.uint32)
         Bc = self.max_batch  # noqa: N806
@@ -386,42 +391,47 @@ class Engine:
     # execution
     # ------------------------------------------------------------------------------------------
     def _launch_all(self, sp: StepPlan) -> None:
-        for step, ln, k, args in sp.launches:
+        lst = sp.launches
+        for i, (step, ln, k, args) in enumerate(lst):
             k.launch(ln.grid, ln.block, args, smem=ln.dynamic_smem_bytes, cooperative=ln.cooperative,
                      stream=self.stream)
-            if self.check_finite:
-                self._check_outputs(step, ln)
+            if self.check_finite and (i + 1 == len(lst) or lst[i + 1][0].op != step.op):
+                self._check_op_outputs(step, ln)
 
-    def _check_outputs(self, step: Step, ln: Launch) -> None:
-        """Debug mode (``NINFERC_CHECK_FINITE=1``): synchronise after a launch and fail on the first
-        non-finite value in any activation the step touches (names the step and kernel)."""
+    def _check_op_outputs(self, step: Step, ln: Launch) -> None:
+        """Debug mode (``NINFERC_CHECK_FINITE=1``): after the last launch of an IR op, synchronise and fail
+        on the first non-finite value in the op's outputs (names op, step and kernel)."""
         cp = self.cp
         self.stream.synchronize()
-        T = ln.tokens  # noqa: N806
-        for name, ref in step.bind.items():
-            if ref.kind == "tensor":
-                spec = self.graph.tensors[ref.name]
-                n = T * spec.row_elems()
-                ptr = self.tensor_ptr[ref.name]
-                if spec.dtype == "bf16":
-                    mem = cp.cuda.UnownedMemory(ptr, 2 * n, self.arena)
-                    a = cp.ndarray((n,), cp.uint16, cp.cuda.MemoryPointer(mem, 0))
-                    bad = int(((a & 0x7F80) == 0x7F80).sum())
-                else:
-                    mem = cp.cuda.UnownedMemory(ptr, 4 * n, self.arena)
-                    a = cp.ndarray((n,), cp.float32, cp.cuda.MemoryPointer(mem, 0))
-                    bad = int((~cp.isfinite(a)).sum())
-                if bad:
-                    raise NinfercError(f"non-finite values after {step.name} ({ln.kernel.uri}, T={T}): "
-                                       f"{bad} of {n} in {name}={ref.name}")
-            elif ref.kind == "logits":
-                bad = int((~cp.isfinite(self.logits[:ln.tokens])).sum())
-                if bad:
-                    raise NinfercError(f"non-finite logits after {step.name} ({ln.kernel.uri}): {bad}")
+        rows = ln.tokens
+        if step.op not in self.graph.g:
+            return
+        op = self.graph.op(step.op)
+        for t in op.outputs:
+            if t not in self.tensor_ptr:  # the logits
+                bad = int((~cp.isfinite(self.logits[:rows])).sum())
+                n = rows * self.vocab
+            else:
+                spec = self.graph.tensors[t]
+                n = (1 if step.family == "rmsnorm" and step.rows == "R" else 1) * rows * spec.row_elems()
+                itemsize = 2 if spec.dtype == "bf16" else 4
+                mem = cp.cuda.UnownedMemory(self.tensor_ptr[t], itemsize * n, self.arena)
+                a = cp.ndarray((n,), cp.uint16 if itemsize == 2 else cp.float32, cp.cuda.MemoryPointer(mem, 0))
+                bad = int((((a & 0x7F80) == 0x7F80) if itemsize == 2 else ~cp.isfinite(a)).sum())
+            if bad:
+                raise NinfercError(f"non-finite values after op {op.name} (last step {step.name}, {ln.kernel.uri}, "
+                                   f"T={ln.tokens}): {bad} of {n} in {t}")
 
-    def write_meta(self, *, tok_pos, tok_seq, seq_start, seq_ctx, seq_slot, row_index, page_rows) -> None:
-        """Fill the pinned host metadata block and copy it to the device (async on the engine stream)."""
-        h = self.meta_host
+    def write_meta(self, *, tok_pos, tok_seq, seq_start, seq_ctx, seq_slot, row_index, page_rows,
+                   tokens=None) -> None:
+        """Fill a pinned host metadata block and copy it to the device (async on the engine stream); with
+        ``tokens`` (host ids), also place them in the device token buffer the embedding reads (otherwise
+        that buffer keeps the ids the GPU sampler wrote)."""
+        i = self.meta_next
+        self.meta_next = (i + 1) % META_RING
+        if self.meta_events[i] is not None:
+            self.meta_events[i].synchronize()  # the copy that last read this block has completed
+        h = self.meta_ring[i]
         o = self.meta_off
         for name, arr in (("tok_pos", tok_pos), ("tok_seq", tok_seq), ("seq_start", seq_start),
                           ("seq_ctx", seq_ctx), ("seq_slot", seq_slot), ("row_index", row_index)):
@@ -430,7 +440,16 @@ class Engine:
         pt = o["page_table"]
         for b, pages in enumerate(page_rows):
             h[pt + b * self.max_pages: pt + b * self.max_pages + len(pages)] = pages
+        if tokens is not None:
+            t = np.asarray(tokens, np.int32)
+            h[o["tokens_in"]:o["tokens_in"] + t.size] = t
         self.meta.set(h, stream=self.stream)
+        if tokens is not None:
+            with self.stream:
+                self.tokens[:t.size] = self.meta[o["tokens_in"]:o["tokens_in"] + t.size]
+        ev = self.cp.cuda.Event(disable_timing=True)
+        ev.record(self.stream)
+        self.meta_events[i] = ev
 
     def run(self, mode: str, T: int, B: int, R: int) -> None:  # noqa: N803
         """Launch one model step (metadata already written)."""
@@ -552,10 +571,10 @@ class Session:
             T = len(part)  # noqa: N806
             rows = [T - 1] if wanted is None else [p - s for p in wanted if s <= p < s + T]
             R = max(len(rows), 1)  # noqa: N806
-            e.tokens[:T].set(np.asarray(part, np.int32), stream=e.stream)
             pos = np.arange(s, s + T, dtype=np.int32)
             e.write_meta(tok_pos=pos, tok_seq=np.zeros(T, np.int32), seq_start=[0, T], seq_ctx=[s + T],
-                         seq_slot=[self.seq.slot], row_index=rows if rows else [T - 1], page_rows=[self.seq.pages])
+                         seq_slot=[self.seq.slot], row_index=rows if rows else [T - 1], page_rows=[self.seq.pages],
+                         tokens=part)
             e.run("prefill", T, 1, R)
             if wanted is not None and rows:
                 gathered.append(e.logits[:len(rows)].get(stream=e.stream))
@@ -580,10 +599,9 @@ class Session:
             raise NinfercError("decode before prefill")
         seq.ensure_capacity(seq.length + 1, e.pages, e.max_pages)
         from_sampler = token is None or (self._last is not None and token == self._last)
-        if not from_sampler:
-            e.tokens[:1].set(np.asarray([token], np.int32), stream=e.stream)
         e.write_meta(tok_pos=[seq.length], tok_seq=[0], seq_start=[0, 1], seq_ctx=[seq.length + 1],
-                     seq_slot=[seq.slot], row_index=[0], page_rows=[seq.pages])
+                     seq_slot=[seq.slot], row_index=[0], page_rows=[seq.pages],
+                     tokens=None if from_sampler else [token])
         if from_sampler and e.cuda_graph and self.params is not None:
             e.decode_graph(1, self.params.greedy).launch(stream=e.stream)
             self._pending = True
