@@ -295,7 +295,11 @@ class Engine:
     def _allocate_and_upload(self) -> None:
         cp, g = self.cp, self.graph
         self.params = {}
+        make = getattr(self.art, "device_tensor", None)  # synthetic weights are generated on the device
         for name, spec in g.params.items():
+            if make is not None:
+                self.params[name] = make(name, spec, cp)
+                continue
             host = np.ascontiguousarray(self.art.tensor(name))
             if host.dtype.itemsize == 2 and host.dtype != np.float16:
                 host = host.view(np.uint16)

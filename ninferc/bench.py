@@ -1,0 +1,168 @@
+"""`ninferc bench`: decode and prefill speed on the current GPU against the memory roofline measured in the
+same run, with provenance, written as JSON (bench/results/).
+
+Method (DESIGN.md section 8): the decode floor at batch 1 is (bytes read per token) / (measured copy
+bandwidth). Bytes per token are counted from the compiled graph: every weight except the embedding
+table (one row of it), the KV cache of every attention layer over the context, and the GDN state read
+and written once. Decode speed is the median per-token latency of the real generation loop (graph
+replay of model + sampler, metadata upload, one 4-byte read of the sampled id). Prefill speed is the
+wall time of a chunked prefill of random tokens; its FLOPs count 2 per parameter outside the embedding
+and LM head per prompt token (the issue's convention; attention and GDN core FLOPs are not counted).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ninferc.sampling import SamplingParams
+
+
+def copy_bandwidth_gbps(cp, nbytes: int = 4 << 30, reps: int = 20) -> float:
+    """Device-to-device copy bandwidth in GB/s counting bytes read + written (median of ``reps``)."""
+    a = cp.empty(nbytes // 4, cp.float32)
+    a.fill(1.0)
+    b = cp.empty_like(a)
+    times = []
+    for _ in range(3):
+        b[...] = a
+    for _ in range(reps):
+        s, e = cp.cuda.Event(), cp.cuda.Event()
+        s.record()
+        cp.copyto(b, a)
+        e.record()
+        e.synchronize()
+        times.append(cp.cuda.get_elapsed_time(s, e) / 1e3)
+    del a, b
+    return 2 * nbytes / float(np.median(times)) / 1e9
+
+
+def matmul_peak_tflops(n: int = 8192, reps: int = 10) -> float | None:
+    """bf16 matrix-product throughput through PyTorch (the ceiling only; None without torch/GPU)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        a @ b
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) / 1e3)
+    del a, b
+    torch.cuda.empty_cache()
+    return 2 * n ** 3 / float(np.median(times)) / 1e12
+
+
+def bytes_per_decode_token(graph, context: int) -> int:
+    """Bytes a batch-1 decode step must read (and the GDN state it writes) at ``context`` tokens."""
+    from ninferc.ir.graph import DTYPE_BYTES
+
+    total = 0
+    emb = next(op.params["weight"] for op in graph.ops() if op.kind == "Embedding")
+    lm = next(op.params["weight"] for op in graph.ops() if op.kind == "LMHead")
+    for name, p in graph.params.items():
+        nb = p.numel * DTYPE_BYTES[p.dtype]
+        total += nb if (name != emb or name == lm) else p.shape[1] * DTYPE_BYTES[p.dtype]
+    for s in graph.states.values():
+        if s.kind == "kv":
+            total += s.nbytes * context
+        else:
+            total += 2 * s.nbytes
+    return total
+
+
+def non_embedding_params(graph) -> int:
+    """Parameters outside the embedding and the LM head."""
+    emb = {op.params["weight"] for op in graph.ops() if op.kind in ("Embedding", "LMHead")}
+    return sum(p.numel for n, p in graph.params.items() if n not in emb)
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).resolve().parents[1]).stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def run_bench(engine, *, prompt_tokens=(512, 8192), decode_tokens: int = 64, chunk: int = 8192,
+              log: Callable[[str], None] = print, seed: int = 0) -> dict:
+    """Prefill and decode timings on ``engine`` (one sequence). Returns the result dict (no provenance)."""
+    cp = engine.cp
+    rng = np.random.default_rng(seed)
+    V = engine.vocab  # noqa: N806
+    res = {"decode": [], "prefill": []}
+    greedy = SamplingParams()
+    for L in prompt_tokens:  # noqa: N806
+        ids = rng.integers(0, V, L).tolist()
+        s = engine.session()
+        s.prefill(ids[:min(L, 64)], min(chunk, 64))  # warm the kernels / routes of small steps
+        s.synchronize()
+        t0 = time.perf_counter()
+        s.prefill(ids, min(chunk, L))
+        s.synchronize()
+        t1 = time.perf_counter()
+        tok = s.sample(greedy)
+        ttft = time.perf_counter() - t0
+        res["prefill"].append({"prompt_tokens": L, "tok_s": L / (t1 - t0), "ttft_ms": ttft * 1e3,
+                               "prefill_s": t1 - t0})
+        lat = []
+        for i in range(decode_tokens):
+            t = time.perf_counter()
+            s.decode(tok)
+            tok = s.sample(greedy)
+            lat.append(time.perf_counter() - t)
+        lat = lat[3:] if len(lat) > 8 else lat  # the first steps capture the graph
+        med = float(np.median(lat))
+        res["decode"].append({"context": L, "tok_s": 1.0 / med, "median_ms": med * 1e3,
+                              "p90_ms": float(np.percentile(lat, 90)) * 1e3,
+                              "bytes_per_token": bytes_per_decode_token(engine.graph, L)})
+        log(f"prompt {L}: prefill {L / (t1 - t0):,.0f} tok/s (TTFT {ttft * 1e3:.0f} ms); decode {1 / med:.2f} tok/s "
+            f"(median {med * 1e3:.2f} ms)")
+        s.close()
+        cp.cuda.runtime.deviceSynchronize()
+    return res
+
+
+def finish(res: dict, *, engine, copy_gbps: float, peak_tflops: float | None, command: str, weights: str) -> dict:
+    """Add provenance, rooflines and fractions to a :func:`run_bench` result."""
+    cp = engine.cp
+    dev = cp.cuda.Device()
+    props = cp.cuda.runtime.getDeviceProperties(dev.id)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    for d in res["decode"]:
+        d["roofline_tok_s"] = copy_gbps * 1e9 / d["bytes_per_token"]
+        d["fraction_of_roofline"] = d["tok_s"] / d["roofline_tok_s"]
+    flops_per_token = 2 * non_embedding_params(engine.graph)
+    for p in res["prefill"]:
+        p["tflops"] = flops_per_token * p["tok_s"] / 1e12
+        if peak_tflops:
+            p["fraction_of_matmul_peak"] = p["tflops"] / peak_tflops
+    free, total = cp.cuda.runtime.memGetInfo()
+    out = {"gpu": name, "sms": engine.dev_sms, "commit": git_commit(), "command": command,
+           "date": time.strftime("%Y-%m-%d %H:%M:%S"), "target": engine.target, "plan": engine.plan_mode,
+           "weights": weights, "copy_bandwidth_gbps": copy_gbps, "matmul_peak_tflops": peak_tflops,
+           "memory_plan_bytes": dict(engine.memory.terms), "device_memory_used_bytes": int(total - free),
+           **res}
+    return out
+
+
+def write_json(result: dict, path: str | Path) -> None:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(result, indent=1) + "\n")

@@ -1,0 +1,80 @@
+"""`ninferc bench (ARTIFACT | --preset NAME --synthetic-weights) ...`: speed on this GPU vs its roofline."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+import click
+
+from ninferc.errors import NinfercError
+
+
+@click.command("bench")
+@click.argument("artifact", required=False, type=click.Path(path_type=Path))
+@click.option("--preset", default=None, help="model shape to benchmark without a checkpoint (e.g. qwen3.8-27b)")
+@click.option("--synthetic-weights", is_flag=True, help="with --preset: random weights generated on the GPU")
+@click.option("--target", default=None, help="with --preset: the target arch to plan for (default: the device's)")
+@click.option("--sku", default=None, help="with --preset: the SKU to plan for (default: the device's SM count)")
+@click.option("--prompt-tokens", default="512,8192", show_default=True, help="comma-separated prompt lengths")
+@click.option("--decode-tokens", default=64, show_default=True, help="decode steps timed per prompt length")
+@click.option("--prefill-chunk", default=8192, show_default=True)
+@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None, help="write results here")
+def bench_cmd(artifact, preset, synthetic_weights, target, sku, prompt_tokens, decode_tokens, prefill_chunk,
+              json_path):
+    """Measure copy bandwidth, prefill tok/s + TTFT and decode tok/s (median per-token latency) and report
+    the fraction of the memory roofline measured in the same process."""
+    from ninferc.bench import copy_bandwidth_gbps, finish, matmul_peak_tflops, run_bench, write_json
+    from ninferc.runtime.engine import Engine
+    from ninferc.runtime.kernels import cupy, device_arch, device_sm_count
+
+    def log(msg):
+        click.echo(msg, err=True)
+
+    lens = [int(x) for x in prompt_tokens.split(",") if x]
+    if not lens or min(lens) < 1:
+        raise NinfercError(f"--prompt-tokens needs positive lengths, found {prompt_tokens!r}")
+    max_ctx = max(lens) + decode_tokens + 8
+    cp = cupy()
+    if (artifact is None) == (preset is None):
+        raise NinfercError("give exactly one of ARTIFACT or --preset NAME --synthetic-weights")
+    if preset is not None:
+        if not synthetic_weights:
+            raise NinfercError("--preset needs --synthetic-weights (there is no checkpoint to read)")
+        from ninferc.ir.config import preset as get_preset
+        from ninferc.ir.passes import run_pipeline
+        from ninferc.ir.qwen3_5 import build_graph
+        from ninferc.runtime.synthetic import SyntheticArtifact
+        from ninferc.targets.model_plan import plan_model
+
+        cfg = get_preset(preset)
+        graph = run_pipeline(build_graph(cfg, lm_rows="last"))
+        arch = target or device_arch()
+        mp = plan_model(graph, arch, sku=sku, sms=None if sku else device_sm_count(), max_context=max_ctx,
+                        decode_batches=(1,), prefill_tokens=(1, 64, 1024))
+        art = SyntheticArtifact(cfg, graph, mp)
+        weights = "bf16 (synthetic)"
+    else:
+        from ninferc.artifact import Artifact
+
+        art = Artifact.open(artifact)
+        weights = "bf16"
+    log("measuring copy bandwidth and the bf16 matmul ceiling ...")
+    copy = copy_bandwidth_gbps(cp)
+    peak = matmul_peak_tflops()
+    log(f"copy bandwidth {copy:,.0f} GB/s; bf16 matmul {peak if peak is None else round(peak, 1)} TFLOP/s")
+    eng = Engine(art, max_context=max_ctx, prefill_chunk=min(prefill_chunk, max(lens)), log=log)
+    res = run_bench(eng, prompt_tokens=lens, decode_tokens=decode_tokens, chunk=prefill_chunk, log=log)
+    out = finish(res, engine=eng, copy_gbps=copy, peak_tflops=peak, weights=weights,
+                 command="ninferc " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+    lines = [f"{out['gpu']} ({out['sms']} SMs), copy {copy:,.0f} GB/s, matmul peak {peak or float('nan'):.0f} TFLOP/s",
+             "context  decode tok/s  roofline tok/s  fraction  |  prompt  prefill tok/s  TTFT ms  TFLOP/s"]
+    for d, p in zip(out["decode"], out["prefill"]):
+        lines.append(f"{d['context']:>7}  {d['tok_s']:>12.2f}  {d['roofline_tok_s']:>14.2f}  "
+                     f"{d['fraction_of_roofline']:>8.3f}  |  {p['prompt_tokens']:>6}  {p['tok_s']:>13,.0f}  "
+                     f"{p['ttft_ms']:>7.0f}  {p['tflops']:>7.1f}")
+    click.echo("\n".join(lines))
+    if json_path:
+        write_json(out, json_path)
+        log(f"wrote {json_path}")

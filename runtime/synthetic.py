@@ -1,0 +1,63 @@
+"""Synthetic weights for benchmarking a model shape without its checkpoint (e.g. the 27B preset on a GPU
+with no 54 GB download): an artifact-like object whose weights are drawn on the device.
+
+Values are random, never zero: Linear/embedding weights N(0, 0.02^2) in bf16, norm weights N(0, 0.05^2)
+(zero-centred: scale ~1), conv weights N(0, 0.2^2), A_log = log U(1, 16), dt_bias = 1 (HF init ranges).
+The kernels do the same work on them as on real weights (no data-dependent shortcuts).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from ninferc.ir.config import ModelConfig
+from ninferc.ir.graph import DTYPE_BYTES, Graph
+
+
+class SyntheticArtifact:
+    """Quacks like :class:`ninferc.artifact.Artifact` for :class:`ninferc.runtime.engine.Engine`.
+
+    Args:
+        config: model shape. graph: its compiled graph. plan: a :class:`~ninferc.targets.model_plan.ModelPlan`
+            (kernel sources and resources come from it). seed: RNG seed for the weights.
+    """
+
+    def __init__(self, config: ModelConfig, graph: Graph, plan, *, seed: int = 0, page_size: int = 64):
+        self.config, self._graph, self.seed = config, graph, seed
+        self._sources = {uri: spec.render() for uri, spec in plan.kernels.items()}
+        self.header = {
+            "target": {"arch": plan.target, "sku": plan.sku.key if plan.sku else None, "sms": plan.sms},
+            "compile": {"page_size": page_size, "options": list(plan.options), "max_context": plan.program.max_context},
+            "plan": plan.to_json(),
+            "kernels": [{"uri": uri, "entry": spec.entry, "source_blob": uri, "family": spec.family,
+                         "source_sha256": hashlib.sha256(self._sources[uri].encode()).hexdigest(),
+                         "resources": plan.resources[uri].to_json()} for uri, spec in plan.kernels.items()],
+            "tensors": [{"name": n, "nbytes": p.numel * DTYPE_BYTES[p.dtype]} for n, p in graph.params.items()],
+        }
+
+    def graph(self) -> Graph:
+        return self._graph
+
+    def blob(self, name: str) -> bytes:
+        return self._sources[name].encode()
+
+    def device_tensor(self, name: str, spec, cp):
+        """The weight ``name`` generated on the device in its storage dtype (bf16 as uint16 bits)."""
+        rs = cp.random.RandomState(seed=(hash((self.seed, name)) & 0x7FFFFFFF))
+        shape = spec.shape
+        if name.endswith("A_log"):
+            return cp.log(rs.uniform(1.0, 16.0, shape, dtype=cp.float32))
+        if name.endswith("dt_bias"):
+            return cp.ones(shape, cp.float32)
+        if spec.dtype == "f32":
+            std = 0.2 if name.endswith(".conv") else 0.05
+            return (rs.standard_normal(shape, dtype=cp.float32) * std).astype(cp.float32)
+        out = cp.empty(shape, cp.uint16)
+        rows = max(1, (1 << 28) // max(1, int(np.prod(shape[1:], dtype=np.int64))))  # ~1 GiB of fp32 at a time
+        for r in range(0, shape[0], rows):
+            x = rs.standard_normal((min(rows, shape[0] - r),) + tuple(shape[1:]), dtype=cp.float32) * 0.02
+            bits = x.view(cp.uint32)
+            out[r:r + x.shape[0]] = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(cp.uint16)  # RNE
+        return out
