@@ -93,6 +93,12 @@ def non_embedding_params(graph) -> int:
 
 
 def git_commit() -> str:
+    """The commit benchmarked: $NINFERC_COMMIT (set by whoever ships the tree to a machine without git),
+    else ``git rev-parse``."""
+    import os
+
+    if os.environ.get("NINFERC_COMMIT"):
+        return os.environ["NINFERC_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                               cwd=Path(__file__).resolve().parents[1]).stdout.strip() or "unknown"
@@ -100,8 +106,27 @@ def git_commit() -> str:
         return "unknown"
 
 
+def profile_table(rows: list[tuple[str, str, float]], title: str) -> tuple[str, dict]:
+    """Aggregate :meth:`Engine.profile` rows by kernel family: (text table, {family: ms})."""
+    import re
+
+    fam: dict[str, list[float]] = {}
+    for name, family, ms in rows:
+        key = family
+        if family in ("gemv_coop", "gemm"):
+            key = f"{family}:{re.sub(r'^L[0-9]+[.]', '', name)}"
+        fam.setdefault(key, []).append(ms)
+    total = sum(ms for _, _, ms in rows)
+    lines = [f"{title}: {total:.3f} ms in {len(rows)} launches (sum of kernel times)",
+             f"  {'family':<44} {'launches':>8} {'ms':>9} {'share':>6}"]
+    agg = {k: sum(v) for k, v in fam.items()}
+    for k, v in sorted(agg.items(), key=lambda kv: -kv[1]):
+        lines.append(f"  {k:<44} {len(fam[k]):>8} {v:>9.3f} {v / total:>6.1%}")
+    return "\n".join(lines), agg
+
+
 def run_bench(engine, *, prompt_tokens=(512, 8192), decode_tokens: int = 64, chunk: int = 8192,
-              log: Callable[[str], None] = print, seed: int = 0) -> dict:
+              log: Callable[[str], None] = print, seed: int = 0, profile: bool = False) -> dict:
     """Prefill and decode timings on ``engine`` (one sequence). Returns the result dict (no provenance)."""
     cp = engine.cp
     rng = np.random.default_rng(seed)
@@ -128,6 +153,15 @@ def run_bench(engine, *, prompt_tokens=(512, 8192), decode_tokens: int = 64, chu
             tok = s.sample(greedy)
             lat.append(time.perf_counter() - t)
         lat = lat[3:] if len(lat) > 8 else lat  # the first steps capture the graph
+        if profile:
+            txt, agg = profile_table(engine.profile("decode", 1, 1, 1), f"decode step at context {L}")
+            log(txt)
+            res.setdefault("profile", {})[f"decode@{L}"] = agg
+            T = min(chunk, L)  # noqa: N806
+            s.prefill(ids[:T], T)  # leaves the metadata of one full chunk in place
+            txt, agg = profile_table(engine.profile("prefill", T, 1, 1, reps=2), f"prefill chunk of {T} tokens")
+            log(txt)
+            res["profile"][f"prefill@{T}"] = agg
         med = float(np.median(lat))
         res["decode"].append({"context": L, "tok_s": 1.0 / med, "median_ms": med * 1e3,
                               "p90_ms": float(np.percentile(lat, 90)) * 1e3,

@@ -20,9 +20,10 @@ from ninferc.errors import NinfercError
 @click.option("--prompt-tokens", default="512,8192", show_default=True, help="comma-separated prompt lengths")
 @click.option("--decode-tokens", default=64, show_default=True, help="decode steps timed per prompt length")
 @click.option("--prefill-chunk", default=8192, show_default=True)
+@click.option("--profile", is_flag=True, help="also time every kernel of one decode step and one prefill chunk")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None, help="write results here")
 def bench_cmd(artifact, preset, synthetic_weights, target, sku, prompt_tokens, decode_tokens, prefill_chunk,
-              json_path):
+              profile, json_path):
     """Measure copy bandwidth, prefill tok/s + TTFT and decode tok/s (median per-token latency) and report
     the fraction of the memory roofline measured in the same process."""
     from ninferc.bench import copy_bandwidth_gbps, finish, matmul_peak_tflops, run_bench, write_json
@@ -65,7 +66,8 @@ def bench_cmd(artifact, preset, synthetic_weights, target, sku, prompt_tokens, d
     peak = matmul_peak_tflops()
     log(f"copy bandwidth {copy:,.0f} GB/s; bf16 matmul {peak if peak is None else round(peak, 1)} TFLOP/s")
     eng = Engine(art, max_context=max_ctx, prefill_chunk=min(prefill_chunk, max(lens)), log=log)
-    res = run_bench(eng, prompt_tokens=lens, decode_tokens=decode_tokens, chunk=prefill_chunk, log=log)
+    res = run_bench(eng, prompt_tokens=lens, decode_tokens=decode_tokens, chunk=prefill_chunk, log=log,
+                    profile=profile)
     out = finish(res, engine=eng, copy_gbps=copy, peak_tflops=peak, weights=weights,
                  command="ninferc " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
     lines = [f"{out['gpu']} ({out['sms']} SMs), copy {copy:,.0f} GB/s, matmul peak {peak or float('nan'):.0f} TFLOP/s",

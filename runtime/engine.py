@@ -426,6 +426,26 @@ class Engine:
                 raise NinfercError(f"non-finite values after op {op.name} (last step {step.name}, {ln.kernel.uri}, "
                                    f"T={ln.tokens}): {bad} of {n} in {t}")
 
+    def profile(self, mode: str, T: int, B: int, R: int, reps: int = 5) -> list[tuple[str, str, float]]:  # noqa: N803
+        """Per-launch GPU time of one step (metadata already written): [(step name, kernel family, ms)],
+        the median over ``reps`` eager runs timed with CUDA events between launches (graph-free, so the
+        gaps between kernels are not included)."""
+        cp = self.cp
+        sp = self.step_plan(mode, T, B, R)
+        times = [[] for _ in sp.launches]
+        with self.stream:
+            for _ in range(reps):
+                evs = [cp.cuda.Event() for _ in range(len(sp.launches) + 1)]
+                evs[0].record(self.stream)
+                for i, (step, ln, k, args) in enumerate(sp.launches):
+                    k.launch(ln.grid, ln.block, args, smem=ln.dynamic_smem_bytes, cooperative=ln.cooperative,
+                             stream=self.stream)
+                    evs[i + 1].record(self.stream)
+                evs[-1].synchronize()
+                for i in range(len(sp.launches)):
+                    times[i].append(cp.cuda.get_elapsed_time(evs[i], evs[i + 1]))
+        return [(step.name, ln.kernel.family, float(np.median(t))) for (step, ln, _, _), t in zip(sp.launches, times)]
+
     def write_meta(self, *, tok_pos, tok_seq, seq_start, seq_ctx, seq_slot, row_index, page_rows,
                    tokens=None) -> None:
         """Fill a pinned host metadata block and copy it to the device (async on the engine stream); with
