@@ -96,38 +96,32 @@ class GemvCoopFamily:
     Args:
         threads: thread-count variants (multiples of 32, each <= 1024).
         max_tokens: tokens per CTA (template parameter; larger T adds token chunks to the grid).
-        rows_per_warp: W rows a warp accumulates at once (even); several values make several variants,
-            and the plan picks the one whose grid fills its last wave best (the tail of a memory-bound
-            GEMV is the part of the run where too few warps are left to saturate DRAM).
+        rows_per_warp: W rows a warp accumulates at once (even).
     """
 
     name = "gemv_coop"
     template = "gemv_coop.cu.j2"
 
-    def __init__(self, threads: tuple[int, ...] = (256, 512), max_tokens: int = 4,
-                 rows_per_warp: int | tuple[int, ...] = (4, 2)):
-        rws = (rows_per_warp,) if isinstance(rows_per_warp, int) else tuple(rows_per_warp)
-        if any(t % WARP or t <= 0 for t in threads) or any(r % 2 or r <= 0 for r in rws) or max_tokens < 1:
+    def __init__(self, threads: tuple[int, ...] = (256, 512), max_tokens: int = 4, rows_per_warp: int = 4):
+        if any(t % WARP or t <= 0 for t in threads) or rows_per_warp % 2 or max_tokens < 1:
             raise PlanError(
                 f"gemv_coop: bad family parameters threads={threads} (multiples of {WARP}), "
-                f"rows_per_warp={rws} (even), max_tokens={max_tokens} (>= 1)"
+                f"rows_per_warp={rows_per_warp} (even), max_tokens={max_tokens} (>= 1)"
             )
         self.threads = tuple(threads)
         self.max_tokens = int(max_tokens)
-        self.rows_per_warps = rws
-        self.rows_per_warp = rws[0]  # the default variant (forced launches, tests)
+        self.rows_per_warp = int(rows_per_warp)
 
     # ---- identity ------------------------------------------------------------------------------
 
-    def spec(self, problem: GemvProblem, threads: int, mode: str, rows_per_warp: int | None = None) -> KernelSpec:
-        """The kernel for (epilogue, threads, mode, rows per warp); K and N are runtime arguments."""
+    def spec(self, problem: GemvProblem, threads: int, mode: str) -> KernelSpec:
+        """The kernel for (epilogue, threads, mode); K and N are runtime arguments, not identity."""
         if mode not in MODES:
             raise PlanError(f"gemv_coop: unknown mode {mode!r}; supported: {', '.join(MODES)}")
         params = {
             "threads": threads,
             "max_tokens": self.max_tokens,
-            "rows_per_warp": rows_per_warp or self.rows_per_warp,
-            "min_ctas": 1 if (rows_per_warp or self.rows_per_warp) == 2 else 0,  # see the template
+            "rows_per_warp": self.rows_per_warp,
             "epilogue": problem.epilogue,
             "mode": mode,
         }
@@ -141,8 +135,8 @@ class GemvCoopFamily:
         return ("w", "x", "y", "ws", "barrier", "k", "n_out", "t_total", "splits")
 
     def variants(self, problem: GemvProblem) -> list[KernelSpec]:
-        """Every kernel a launch for ``problem`` may use: each thread count x rows per warp x {coop, plain}."""
-        return [self.spec(problem, t, m, r) for t in self.threads for r in self.rows_per_warps for m in MODES]
+        """Every kernel a launch for ``problem`` may use: each thread count x {coop, plain}."""
+        return [self.spec(problem, t, m) for t in self.threads for m in MODES]
 
     def sample_problems(self) -> list[GemvProblem]:
         """One small problem per epilogue (covers every template parameter value)."""
@@ -150,15 +144,14 @@ class GemvCoopFamily:
 
     # ---- geometry ------------------------------------------------------------------------------
 
-    def outputs_per_cta(self, problem: GemvProblem, threads: int, rows_per_warp: int | None = None) -> int:
+    def outputs_per_cta(self, problem: GemvProblem, threads: int) -> int:
         """Outputs (columns of Y) one CTA produces."""
-        rw = rows_per_warp or self.rows_per_warp
-        per_warp = rw // 2 if problem.epilogue == "swiglu" else rw
+        per_warp = self.rows_per_warp // 2 if problem.epilogue == "swiglu" else self.rows_per_warp
         return threads // WARP * per_warp
 
-    def row_blocks(self, problem: GemvProblem, threads: int, rows_per_warp: int | None = None) -> int:
+    def row_blocks(self, problem: GemvProblem, threads: int) -> int:
         """CTAs along N: ceil(n / outputs_per_cta)."""
-        return -(-problem.n // self.outputs_per_cta(problem, threads, rows_per_warp))
+        return -(-problem.n // self.outputs_per_cta(problem, threads))
 
     def token_chunks(self, tokens: int) -> int:
         """CTAs along T: ceil(T / max_tokens)."""
@@ -184,26 +177,24 @@ class GemvCoopFamily:
             raise PlanError(f"gemv_coop: T = {tokens} must be at least 1")
         chunks = self.token_chunks(tokens)
         coop, plain = [], []
-        for rw in self.rows_per_warps:
-            for th in self.threads:
-                base = self.row_blocks(problem, th, rw) * chunks
-                cspec = self.spec(problem, th, "coop", rw)
-                cap = ctx.cap(cspec)
-                splits = min(cap // base, self.max_splits(problem))
-                if splits >= 2:
-                    coop.append((base * splits / cap, -th, rw, cspec, base, splits))
-                pspec = self.spec(problem, th, "plain", rw)
-                pcap = ctx.cap(pspec)
-                if pcap > 0:
-                    w = -(-base // pcap)
-                    # last-wave fill: the fraction of the final wave's resident slots that hold work
-                    plain.append((base / (w * pcap), -th, rw, pspec, base, 1))
+        for th in self.threads:
+            base = self.row_blocks(problem, th) * chunks
+            cspec = self.spec(problem, th, "coop")
+            cap = ctx.cap(cspec)
+            splits = min(cap // base, self.max_splits(problem))
+            if splits >= 2:
+                coop.append((base * splits / cap, -th, cspec, base, splits))
+            pspec = self.spec(problem, th, "plain")
+            pcap = ctx.cap(pspec)
+            if pcap > 0:
+                w = -(-base // pcap)
+                plain.append((base / (w * pcap), -th, pspec, base, 1))
         if coop:
-            _, _, _, spec, base, splits = max(coop, key=lambda c: (c[0], c[1], c[2]))
+            _, _, spec, base, splits = max(coop, key=lambda c: (c[0], c[1]))
             return ctx.make_launch(spec, base * splits, route="coop_splitk", tokens=tokens, split_k=splits,
                                    workspace_bytes=self.workspace_bytes(problem, tokens, splits))
         if plain:
-            _, _, _, spec, base, _ = max(plain, key=lambda c: (c[0], c[1], c[2]))
+            _, _, spec, base, _ = max(plain, key=lambda c: (c[0], c[1]))
             return ctx.make_launch(spec, base, route="plain", tokens=tokens)
         raise PlanError(
             f"gemv_coop (K={problem.k}, N={problem.n}, {problem.epilogue}) on {ctx.arch.name}: no variant "

@@ -11,7 +11,7 @@ from ninferc.targets.nvrtc import DEFAULT_OPTIONS, cache_key, compile_cubin
 from ninferc.targets.render import header_names, read_template_file, render_template, source_hash
 
 SRC = 'extern "C" __global__ void k(float* y) { y[threadIdx.x] += 1.0f; }\n'
-PARAMS = dict(entry="g", threads=256, max_tokens=4, rows_per_warp=4, epilogue="store", mode="coop", min_ctas=0)
+PARAMS = dict(entry="g", threads=256, max_tokens=4, rows_per_warp=4, epilogue="store", mode="coop")
 
 
 @pytest.fixture
