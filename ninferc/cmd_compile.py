@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -34,7 +35,7 @@ def compile_cmd(model_dir, target, sku, sms, out, max_context, page_size, dump_i
         click.echo(msg, err=True)
 
     def progress(items):
-        return tqdm(items, desc="weights", unit="tensor", file=click.get_text_stream("stderr"))
+        return tqdm(items, desc="weights", unit="tensor", file=sys.stderr)
 
     compile_model(model_dir, arch.name, out, sku=sku, sms=sms, max_context=max_context, page_size=page_size,
                   dump_ir=dump_ir, log=log, progress=progress)
