@@ -141,6 +141,11 @@ class Engine:
         self._sessions: list[Session] = []
         self.log(f"engine: {self.target} artifact on {self.dev_arch} ({self.dev_sms} SMs), plan {plan}, "
                  f"{len(self.kernels)} kernels, load {self.load_s:.1f} s")
+        if self.resource_notes:
+            self.log(f"{len(self.resource_notes)} kernels compiled for {self.dev_arch} differ from the plan's "
+                     f"{self.target} resources (plan {plan}: "
+                     + ("launches re-derived from the driver's figures)" if plan == "device" else
+                        "the plan's grids kept, each checked against the device)"))
         self.log("memory: " + ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in self.memory.terms.items())
                  + f"; total {self.memory.total / 2**30:.3f} GiB")
 
