@@ -19,8 +19,9 @@ from ninferc.ir.graph import Graph
 from ninferc.targets.arch import get_arch
 from ninferc.targets.lower import Program, Step, drop_unused_prefill_norm, lower, step_launch, step_variants
 from ninferc.targets.nvrtc import DEFAULT_OPTIONS, nvrtc_version
-from ninferc.targets.plan import KernelResources, KernelSpec, Launch, PlanContext, _dump_json, check_launch, compile_variants
-from ninferc.targets.skus import Sku, get_sku
+from ninferc.targets.plan import (KernelResources, KernelSpec, Launch, PlanContext, _dump_json, check_launch,
+                                  compile_variants, resolve_sms)
+from ninferc.targets.skus import Sku
 
 DECODE_BATCHES = (1, 4, 16)
 PREFILL_TOKENS = (1, 64, 1024, 8192)
@@ -161,13 +162,7 @@ def plan_model(
         TargetError: unknown arch or SKU. CompileError: NVRTC failure.
     """
     a = get_arch(arch)
-    sku_obj = sku if isinstance(sku, Sku) else (get_sku(sku, a.name) if sku else None)
-    if sms is None:
-        if sku_obj is None:
-            raise PlanError(f"plan for {a.name}: give a SKU or an SM count (neither was given)")
-        sms = sku_obj.sms
-    elif sku_obj is not None and int(sms) != sku_obj.sms:
-        raise PlanError(f"plan for {a.name}: --sms {sms} contradicts SKU {sku_obj.name} ({sku_obj.sms} SMs)")
+    sku_obj, sms = resolve_sms(a, sku, sms)
     if max_context < 1:
         raise PlanError(f"max_context must be >= 1, found {max_context}")
     program = lower(graph, page_size=page_size, max_context=max_context)

@@ -486,6 +486,26 @@ def _dump_json(obj: Any, level: int) -> str:
     return json.dumps(obj)
 
 
+def resolve_sms(arch: str | Arch, sku: str | Sku | None, sms: int | None) -> tuple[Sku | None, int]:
+    """(SKU, SM count) a plan is made for: the SKU's count, or ``sms`` when no SKU is given.
+
+    Raises:
+        PlanError: neither given, or ``sms`` contradicting the SKU (names both).
+        TargetError: unknown SKU, or a SKU of another arch.
+    """
+    a = get_arch(arch)
+    sku_obj = sku if isinstance(sku, Sku) else (get_sku(sku, a.name) if sku else None)
+    if sku_obj is not None and sku_obj.arch != a.name:
+        sku_obj = get_sku(sku_obj.key, a.name)  # raises the cross-arch TargetError
+    if sms is None:
+        if sku_obj is None:
+            raise PlanError(f"plan for {a.name}: give a SKU or an SM count (neither was given)")
+        return sku_obj, sku_obj.sms
+    if sku_obj is not None and int(sms) != sku_obj.sms:
+        raise PlanError(f"plan for {a.name}: --sms {sms} contradicts SKU {sku_obj.name} ({sku_obj.sms} SMs)")
+    return sku_obj, int(sms)
+
+
 def compile_variants(specs: Sequence[KernelSpec], arch: str | Arch, *, options: tuple[str, ...] = DEFAULT_OPTIONS,
                      jobs: int | None = None) -> dict[str, tuple[CompileResult, KernelResources]]:
     """Render, compile (disk-cached) and analyse kernels for one target.
@@ -550,15 +570,7 @@ def make_plan(
         TargetError: unknown arch/SKU or SKU of another arch. CompileError: NVRTC failure.
     """
     a = get_arch(arch)
-    sku_obj = sku if isinstance(sku, Sku) else (get_sku(sku, a.name) if sku else None)
-    if sku_obj is not None and sku_obj.arch != a.name:
-        sku_obj = get_sku(sku_obj.key, a.name)  # raises the cross-arch TargetError
-    if sms is None:
-        if sku_obj is None:
-            raise PlanError(f"plan for {a.name}: give a SKU or an SM count (neither was given)")
-        sms = sku_obj.sms
-    elif sku_obj is not None and int(sms) != sku_obj.sms:
-        raise PlanError(f"plan for {a.name}: --sms {sms} contradicts SKU {sku_obj.name} ({sku_obj.sms} SMs)")
+    sku_obj, sms = resolve_sms(a, sku, sms)
     toks = tuple(int(t) for t in tokens)
     if not toks or any(t <= 0 for t in toks):
         raise PlanError(f"plan for {a.name}: token counts must be positive integers, got {list(tokens)}")
@@ -599,5 +611,5 @@ def make_plan(
 
 __all__ = [
     "DEFAULT_TOKENS", "KernelSpec", "KernelResources", "Launch", "PlanContext", "KernelFamily",
-    "check_launch", "compile_variants", "make_plan", "Plan",
+    "check_launch", "compile_variants", "make_plan", "resolve_sms", "Plan",
 ]

@@ -8,8 +8,10 @@ is registered by adding its file -- nothing here to edit. CI then compiles its s
 target and reads their resources (tests/targets/test_templates_compile.py), and fails if a template in
 ``templates/`` is rendered by no family.
 
-:func:`representative_instances` stands in for the lowering of the IR until it exists: the projection
-GEMVs of the model (both layer kinds) plus the LM head, as (name, family, problem).
+:func:`representative_instances` lists just the projection GEMVs of a model shape (both layer kinds) plus
+the LM head, as (name, family, problem): the family-level tests plan them with
+:func:`ninferc.targets.plan.make_plan`. Whole models are lowered and planned by
+:mod:`ninferc.targets.lower` / :mod:`ninferc.targets.model_plan`.
 """
 
 from __future__ import annotations
