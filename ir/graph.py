@@ -64,6 +64,7 @@ class ParamSpec:
 
     @property
     def numel(self) -> int:
+        """Number of elements (product of the shape)."""
         n = 1
         for d in self.shape:
             n *= d
@@ -71,6 +72,7 @@ class ParamSpec:
 
     @property
     def nbytes(self) -> int:
+        """Bytes as stored (numel x dtype size)."""
         return self.numel * DTYPE_BYTES[self.dtype]
 
 
@@ -110,6 +112,7 @@ class Op:
     layer: int = -1
 
     def to_json(self) -> dict:
+        """JSON-able dict of the op (lists for tuples)."""
         return {
             "name": self.name, "kind": self.kind, "inputs": list(self.inputs), "outputs": list(self.outputs),
             "params": {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.params.items()},
@@ -156,12 +159,14 @@ class Graph:
         return spec.name
 
     def add_param(self, spec: ParamSpec) -> str:
+        """Declare a weight; raises ValueError when the name is taken."""
         if spec.name in self.params:
             raise ValueError(f"param {spec.name!r} declared twice")
         self.params[spec.name] = spec
         return spec.name
 
     def add_state(self, spec: StateSpec) -> str:
+        """Declare a per-sequence state; raises ValueError when the name is taken."""
         if spec.name in self.states:
             raise ValueError(f"state {spec.name!r} declared twice")
         self.states[spec.name] = spec
@@ -231,6 +236,7 @@ class Graph:
 
     # ---- queries -----------------------------------------------------------------------------
     def op(self, name: str) -> Op:
+        """The :class:`Op` named ``name`` (KeyError if absent)."""
         return self.g.nodes[name]["op"]
 
     def ops(self) -> Iterator[Op]:

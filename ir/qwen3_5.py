@@ -149,6 +149,7 @@ class _Builder:
         return outs[0] if n_out == 1 else outs
 
     def build(self) -> Graph:
+        """Build the whole graph (params, states, inputs, layers, head)."""
         cfg, g = self.cfg, self.g
         g.meta = {"model": cfg.to_dict(), "passes": []}
         for spec in param_specs(cfg).values():
@@ -184,6 +185,7 @@ class _Builder:
         return g
 
     def attention(self, i: int, n: str, positions: str) -> str:
+        """Ops of one gated full-attention mixer; returns its o_proj output tensor."""
         cfg, L = self.cfg, f"L{i}.attn"
         hd, Hq, Hkv, eps = cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.rms_norm_eps
         qg = self.op(f"{L}.q", "Linear", [n], params={"weight": f"{L}.q"}, layer=i)
@@ -206,6 +208,7 @@ class _Builder:
         return self.op(f"{L}.o", "Linear", [a], params={"weight": f"{L}.o"}, layer=i)
 
     def gdn(self, i: int, n: str) -> str:
+        """Ops of one Gated DeltaNet mixer; returns its out_proj output tensor."""
         cfg, L = self.cfg, f"L{i}.gdn"
         Hk, Hv, dk, dv = (cfg.linear_num_key_heads, cfg.linear_num_value_heads,
                           cfg.linear_key_head_dim, cfg.linear_value_head_dim)

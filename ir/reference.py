@@ -263,6 +263,7 @@ class SequenceState:
     recurrent: dict = field(default_factory=dict)
 
     def copy(self) -> "SequenceState":
+        """A deep copy (arrays copied), e.g. to branch a sequence."""
         return SequenceState(
             self.length,
             {n: (k.copy(), v.copy()) for n, (k, v) in self.kv.items()},

@@ -187,6 +187,7 @@ class Artifact:
 
     @classmethod
     def open(cls, path: str | Path) -> "Artifact":
+        """Open and check an artifact (see class docstring for the errors raised)."""
         path = Path(path)
         if not path.is_file():
             raise ArtifactError(f"{path}: no such artifact file")
@@ -237,6 +238,7 @@ class Artifact:
         return Graph.from_json(self.header["graph"])
 
     def tensor_names(self) -> list[str]:
+        """Names of the stored tensors, in file order."""
         return list(self._tensors)
 
     def tensor(self, name: str, *, verify: bool = True) -> np.ndarray:
@@ -271,6 +273,7 @@ class Artifact:
         return data
 
     def has_blob(self, name: str) -> bool:
+        """Whether a payload blob (kernel source, tokenizer file) named ``name`` is stored."""
         return name in self._blobs
 
     def weights(self) -> "ArtifactWeights":

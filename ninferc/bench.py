@@ -197,6 +197,7 @@ def finish(res: dict, *, engine, copy_gbps: float, peak_tflops: float | None, co
 
 
 def write_json(result: dict, path: str | Path) -> None:
+    """Write ``result`` as indented JSON to ``path`` (parent folders created)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(result, indent=1) + "\n")

@@ -12,6 +12,7 @@ class _Group(click.Group):
     """A click group that turns :class:`NinfercError` into a one-line message and exit status 2."""
 
     def invoke(self, ctx):
+        """Run the subcommand; a NinfercError becomes ``error: ...`` on stderr and exit status 2."""
         try:
             return super().invoke(ctx)
         except NinfercError as exc:

@@ -51,7 +51,7 @@ def describe_model(cfg) -> list[str]:
 @click.option("--preset", help="a built-in model shape instead of a checkpoint (e.g. qwen3.8-27b)")
 def inspect_cmd(path, preset):
     """Summarise a checkpoint dir, a preset, or a .ninfer artifact."""
-    from ninferc.ir.config import ModelConfig, preset as get_preset
+    from ninferc.ir.config import preset as get_preset
 
     if (path is None) == (preset is None):
         raise NinfercError("give exactly one of MODEL_DIR / FILE.ninfer or --preset NAME")

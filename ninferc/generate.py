@@ -45,10 +45,12 @@ class GenerationResult:
 
     @property
     def prefill_tok_s(self) -> float:
+        """Prompt tokens per second of the prefill (NaN when not timed)."""
         return self.prompt_tokens / self.prefill_s if self.prefill_s > 0 else float("nan")
 
     @property
     def decode_tok_s(self) -> float:
+        """Generated tokens per second after the first (NaN with fewer than 2 tokens)."""
         n = max(len(self.ids) - 1, 0)
         return n / self.decode_s if self.decode_s > 0 and n else float("nan")
 

@@ -33,18 +33,22 @@ class ReferenceBackend:
         self._sampler: HostSampler | None = None
 
     def prefill(self, ids: list[int], chunk: int) -> None:
+        """Reset the sequence and run ``ids`` in chunks of ``chunk`` tokens; keeps the last logits."""
         self.state = self.exec.new_state()
         self._sampler = None
         for s in range(0, len(ids), chunk):
             self.logits = self.exec.forward(ids[s:s + chunk], self.state)[-1]
 
     def decode(self, token: int) -> None:
+        """Append ``token`` and compute the logits after it."""
         self.logits = self.exec.forward([token], self.state)[-1]
 
     def sample(self, params: SamplingParams) -> int:
+        """Sample the next id from the latest logits on the host (seeded numpy Generator)."""
         if self._sampler is None or self._sampler.params != params:
             self._sampler = HostSampler(params)
         return self._sampler(self.logits)
 
     def synchronize(self) -> None:
+        """Nothing to wait for on the CPU."""
         pass

@@ -37,6 +37,7 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
+        """True when ``temperature == 0`` (argmax decoding)."""
         return self.temperature == 0.0
 
 

@@ -45,6 +45,7 @@ class Tokenizer:
 
     @property
     def vocab_size(self) -> int:
+        """Number of ids the tokenizer knows (including added tokens)."""
         return self._tok.get_vocab_size()
 
     def encode(self, text: str) -> list[int]:
@@ -60,6 +61,7 @@ class Tokenizer:
         return StreamDecoder(self._tok)
 
     def token_id(self, token: str) -> int | None:
+        """Id of the token string ``token``, or None if unknown."""
         return self._tok.token_to_id(token)
 
 
@@ -72,4 +74,5 @@ class StreamDecoder:
         self._ds = DecodeStream(skip_special_tokens=True)
 
     def step(self, token_id: int) -> str:
+        """Feed one id; returns the text it completes (may be empty mid-character)."""
         return self._ds.step(self._tok, int(token_id)) or ""

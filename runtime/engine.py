@@ -485,6 +485,7 @@ class Engine:
         self._launch_all(self.step_plan(mode, T, B, R))
 
     def sample_step(self, greedy: bool, B: int) -> None:  # noqa: N803
+        """Launch the sampler over B rows of logits (argmax when greedy)."""
         self._launch_all(self.step_plan("sample_argmax" if greedy else "sample_sample", B, B, B))
 
     def decode_graph(self, B: int, greedy: bool):  # noqa: N803
@@ -505,9 +506,11 @@ class Engine:
         return g
 
     def new_sequence(self) -> Sequence:
+        """A sequence holding a free GDN slot (PoolExhausted when none is free)."""
         return Sequence(slot=self.slots.take())
 
     def free_sequence(self, seq: Sequence) -> None:
+        """Return a sequence's pages and slot to the pools."""
         self.pages.give(seq.pages)
         self.slots.give(seq.slot)
         seq.pages = []
@@ -665,6 +668,7 @@ class Session:
         return self._last
 
     def synchronize(self) -> None:
+        """Wait for the engine stream."""
         self.e.stream.synchronize()
 
     def close(self) -> None:

@@ -23,6 +23,7 @@ class MemoryPlan:
 
     @property
     def total(self) -> int:
+        """Sum of all terms, bytes."""
         return sum(self.terms.values())
 
     def describe(self) -> str:

@@ -29,6 +29,7 @@ class PagePool:
 
     @property
     def free(self) -> int:
+        """Pages not handed out."""
         return len(self._free)
 
     def take(self, n: int) -> list[int]:
@@ -39,6 +40,7 @@ class PagePool:
         return [self._free.pop() for _ in range(n)]
 
     def give(self, pages: list[int]) -> None:
+        """Return pages / a slot to the pool (their contents are never trusted)."""
         self._free.extend(reversed(pages))
 
 
@@ -50,11 +52,13 @@ class SlotPool:
         self._free = list(range(num_slots - 1, -1, -1))
 
     def take(self) -> int:
+        """One free slot (PoolExhausted names the pool size when none is left)."""
         if not self._free:
             raise PoolExhausted(f"GDN state slots exhausted: all {self.num_slots} in use")
         return self._free.pop()
 
     def give(self, slot: int) -> None:
+        """Return pages / a slot to the pool (their contents are never trusted)."""
         self._free.append(slot)
 
 

@@ -38,9 +38,11 @@ class SyntheticArtifact:
         }
 
     def graph(self) -> Graph:
+        """The compiled graph."""
         return self._graph
 
     def blob(self, name: str) -> bytes:
+        """The rendered source of kernel ``name`` (its URI), as bytes."""
         return self._sources[name].encode()
 
     def device_tensor(self, name: str, spec, cp):

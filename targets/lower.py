@@ -58,18 +58,22 @@ class Ref:
 
 
 def T(name):  # noqa: N802 - tiny constructors keep the binding tables readable
+    """Ref to graph activation ``name``."""
     return Ref("tensor", name)
 
 
 def P(name):  # noqa: N802
+    """Ref to weight ``name``."""
     return Ref("param", name)
 
 
 def I32(v):  # noqa: N802
+    """Ref to an int32 constant."""
     return Ref("const", value=int(v), dtype="i32")
 
 
 def F32(v):  # noqa: N802
+    """Ref to an fp32 constant."""
     return Ref("const", value=float(v), dtype="f32")
 
 
@@ -106,12 +110,15 @@ class LinearRoute:
 
     @staticmethod
     def gemm_problem(p: GemvProblem) -> GemmProblem:
+        """The tensor-core GEMM problem equivalent to a GEMV problem."""
         return GemmProblem(p.k, p.n, "swiglu_bf16" if p.epilogue == "swiglu" else "store_f32")
 
     def variants(self, p: GemvProblem) -> list[KernelSpec]:
+        """GEMV and GEMM variants together (both routes are compiled)."""
         return self.gemv.variants(p) + self.gemm.variants(self.gemm_problem(p))
 
     def launch(self, p: GemvProblem, tokens: int, ctx: PlanContext) -> Launch:
+        """The GEMV launch up to GEMV_MAX_TOKENS, the GEMM launch above."""
         if tokens <= GEMV_MAX_TOKENS:
             return self.gemv.launch(p, tokens, ctx)
         return self.gemm.launch(self.gemm_problem(p), tokens, ctx)
@@ -176,6 +183,7 @@ def step_launch(step: Step, ctx: PlanContext, *, T: int, B: int, R: int) -> Laun
 
 
 def step_variants(step: Step) -> list[KernelSpec]:
+    """Every kernel the step's family may launch for its problem."""
     return family(step.family).variants(step.problem)
 
 

@@ -52,6 +52,7 @@ class ModelPlan:
     prefill_tokens: tuple[int, ...] = PREFILL_TOKENS
 
     def context(self) -> PlanContext:
+        """A PlanContext over this plan's target, SM count and resources."""
         return PlanContext(self.target, self.sms, self.resources)
 
     def records(self) -> list[dict]:
@@ -85,6 +86,7 @@ class ModelPlan:
                 "kernels": self.records()}
 
     def dumps(self) -> str:
+        """``to_json()`` as stable, diff-friendly JSON text."""
         return _dump_json(self.to_json(), 0) + "\n"
 
     def table(self) -> str:
