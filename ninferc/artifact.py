@@ -57,7 +57,8 @@ def read_container_version(path: str | Path) -> int:
     with open(path, "rb") as f:
         head = f.read(12)
     if len(head) < 12:
-        raise ArtifactError(f"{path}: {len(head)} bytes is too short for a .ninfer file (truncated?)")
+        raise ArtifactError(f"{path}: not a .ninfer artifact: {len(head)} bytes, shorter than the 12-byte magic + "
+                            "version prefix (an empty or truncated file)")
     if head[:8] != MAGIC:
         raise ArtifactError(f"{path}: bad magic {head[:8]!r}; expected {MAGIC!r} (not a .ninfer artifact)")
     return struct.unpack("<I", head[8:12])[0]

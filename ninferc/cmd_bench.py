@@ -18,8 +18,8 @@ from ninferc.errors import NinfercError
 @click.option("--target", default=None, help="with --preset: the target arch to plan for (default: the device's)")
 @click.option("--sku", default=None, help="with --preset: the SKU to plan for (default: the device's SM count)")
 @click.option("--prompt-tokens", default="512,8192", show_default=True, help="comma-separated prompt lengths")
-@click.option("--decode-tokens", default=64, show_default=True, help="decode steps timed per prompt length")
-@click.option("--prefill-chunk", default=8192, show_default=True)
+@click.option("--decode-tokens", default=64, type=click.IntRange(min=1), show_default=True, help="decode steps timed per prompt length")
+@click.option("--prefill-chunk", default=8192, type=click.IntRange(min=1), show_default=True)
 @click.option("--profile", is_flag=True, help="also time every kernel of one decode step and one prefill chunk")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None, help="write results here")
 def bench_cmd(artifact, preset, synthetic_weights, target, sku, prompt_tokens, decode_tokens, prefill_chunk,

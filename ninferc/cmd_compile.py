@@ -12,10 +12,10 @@ import click
 @click.argument("model_dir", type=click.Path(path_type=Path))
 @click.option("--target", required=True, help="sm_86, sm_89, sm_90 or sm_120a")
 @click.option("--sku", default=None, help="GPU product (e.g. l20, rtx4090, h200): sets the SM count the plan uses")
-@click.option("--sms", type=int, default=None, help="SM count, when planning without a SKU")
+@click.option("--sms", type=click.IntRange(min=1), default=None, help="SM count, when planning without a SKU")
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), help="the .ninfer file")
-@click.option("--max-context", default=4096, show_default=True, help="default KV capacity the plan is checked for")
-@click.option("--page-size", default=64, show_default=True, help="KV page size in tokens")
+@click.option("--max-context", default=4096, type=click.IntRange(min=1), show_default=True, help="default KV capacity the plan is checked for")
+@click.option("--page-size", default=64, type=click.IntRange(min=32), show_default=True, help="KV page size in tokens")
 @click.option("--dump-ir", type=click.Path(path_type=Path), default=None, help="write the IR after each pass here")
 def compile_cmd(model_dir, target, sku, sms, out, max_context, page_size, dump_ir):
     """Compile a Hugging Face checkpoint into a .ninfer artifact for one target."""
@@ -24,12 +24,19 @@ def compile_cmd(model_dir, target, sku, sms, out, max_context, page_size, dump_i
     from ninferc.pipeline import compile_model
     from ninferc.targets.arch import get_arch
     from ninferc.targets.skus import skus_for_arch
-    from ninferc.errors import PlanError
+    from ninferc.errors import NinfercError, PlanError
+
+    from ninferc.targets.plan import resolve_sms
 
     arch = get_arch(target)
     if sku is None and sms is None:
         raise PlanError(f"ninferc compile --target {arch.name}: give --sku NAME or --sms N (SKUs for {arch.name}: "
                         + ", ".join(s.key for s in skus_for_arch(arch.name)) + ")")
+    resolve_sms(arch, sku, sms)  # an unknown or contradicting SKU fails before any work
+    if out.is_dir():
+        raise NinfercError(f"-o {out}: is a directory; give the artifact's file name (e.g. {out / 'model.ninfer'})")
+    if not out.resolve().parent.is_dir():
+        raise NinfercError(f"-o {out}: folder {out.resolve().parent} does not exist")
 
     def log(msg):
         click.echo(msg, err=True)

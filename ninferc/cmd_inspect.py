@@ -54,7 +54,10 @@ def inspect_cmd(path, preset):
     from ninferc.ir.config import preset as get_preset
 
     if (path is None) == (preset is None):
-        raise NinfercError("give exactly one of MODEL_DIR / FILE.ninfer or --preset NAME")
+        from ninferc.ir.config import PRESETS
+
+        raise NinfercError("give exactly one of MODEL_DIR / FILE.ninfer or --preset NAME (presets: "
+                           + ", ".join(PRESETS) + ")")
     if preset:
         lines = describe_model(get_preset(preset))
     elif path.is_file():

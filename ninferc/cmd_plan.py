@@ -29,14 +29,14 @@ def _load_config(model_dir: str) -> dict:
 @click.argument("model_dir", required=False, type=click.Path(file_okay=False))
 @click.option("--target", "target", required=True, help="Target arch: sm_86, sm_89, sm_90 or sm_120a.")
 @click.option("--sku", default=None, help="GPU product (e.g. l20, rtx4090, h200); sets the SM count.")
-@click.option("--sms", type=int, default=None, help="SM count, when planning without a SKU.")
+@click.option("--sms", type=click.IntRange(min=1), default=None, help="SM count, when planning without a SKU.")
 @click.option("--preset", default=None, help="Model-shape preset instead of MODEL_DIR (e.g. qwen3.8-27b).")
-@click.option("--tokens", "tokens", type=int, multiple=True,
+@click.option("--tokens", "tokens", type=click.IntRange(min=1), multiple=True,
               help="Prefill token count T to plan (repeatable). Default: 1 64 1024 8192.")
-@click.option("--batch", "batches", type=int, multiple=True,
+@click.option("--batch", "batches", type=click.IntRange(min=1), multiple=True,
               help="Decode batch B (sequences, one token each) to plan (repeatable). Default: 1 4 16.")
-@click.option("--max-context", default=4096, show_default=True, help="KV capacity per sequence (tokens).")
-@click.option("--page-size", default=64, show_default=True, help="KV page size (tokens).")
+@click.option("--max-context", default=4096, type=click.IntRange(min=1), show_default=True, help="KV capacity per sequence (tokens).")
+@click.option("--page-size", default=64, type=click.IntRange(min=32), show_default=True, help="KV page size (tokens).")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON instead of a table.")
 def plan_cmd(model_dir, target, sku, sms, preset, tokens, batches, max_context, page_size, as_json):
     """Print the launch plan (block, registers, shared memory, CTAs/SM, limiter, grid per B/T, cooperative

@@ -31,17 +31,19 @@ def open_backend(path: Path, backend: str | None, *, max_context: int, cuda_grap
         backend = backend or "reference"
         if backend != "reference":
             raise NinfercError(
-                f"--backend {backend} needs a compiled artifact; run `ninferc compile {path} --target ARCH -o "
-                "model.ninfer` first, or use --backend reference")
+                f"--backend {backend} needs a compiled artifact; run `ninferc compile {path} --target ARCH "
+                "--sku NAME -o model.ninfer` first (see `ninferc plan --help` for targets and SKUs), or use "
+                "--backend reference")
         ck = Checkpoint(path)
-        return ReferenceBackend(ck.config, ck), Tokenizer.from_dir(path), ck.config
+        return ReferenceBackend(ck.config, ck, max_context=max_context), Tokenizer.from_dir(path), ck.config
     from ninferc.artifact import Artifact
 
     art = Artifact.open(path)
     tok = art.tokenizer()
     backend = backend or "cuda"
     if backend == "reference":
-        return ReferenceBackend(art.config, art.weights(), graph=art.graph()), tok, art.config
+        return (ReferenceBackend(art.config, art.weights(), graph=art.graph(), max_context=max_context), tok,
+                art.config)
     from ninferc.runtime.engine import Engine
 
     eng = Engine.from_artifact(art, max_context=max_context, cuda_graph=cuda_graph, prefill_chunk=prefill_chunk,
@@ -52,13 +54,13 @@ def open_backend(path: Path, backend: str | None, *, max_context: int, cuda_grap
 @click.command("run")
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--prompt", required=True, help="the prompt text")
-@click.option("--max-new", default=128, show_default=True, help="tokens to generate at most")
-@click.option("--max-context", default=4096, show_default=True, help="KV capacity per sequence (tokens)")
-@click.option("--prefill-chunk", default=1024, show_default=True, help="prompt tokens per prefill step")
+@click.option("--max-new", default=128, type=click.IntRange(min=1), show_default=True, help="tokens to generate at most")
+@click.option("--max-context", default=4096, type=click.IntRange(min=1), show_default=True, help="KV capacity per sequence (tokens)")
+@click.option("--prefill-chunk", default=1024, type=click.IntRange(min=1), show_default=True, help="prompt tokens per prefill step")
 @click.option("--greedy", is_flag=True, help="argmax decoding (the default unless --temperature > 0)")
 @click.option("--temperature", default=0.0, show_default=True, help="0 = greedy")
 @click.option("--top-p", default=1.0, show_default=True)
-@click.option("--top-k", default=0, show_default=True, help="0 = off")
+@click.option("--top-k", default=0, type=click.IntRange(min=0), show_default=True, help="0 = off")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--no-cuda-graph", is_flag=True, help="launch the decode step eagerly instead of replaying a graph")
 @click.option("--backend", type=click.Choice(["cuda", "reference"]), default=None,
@@ -79,6 +81,9 @@ def run_cmd(path, prompt, max_new, max_context, prefill_chunk, greedy, temperatu
     be, tok, cfg = open_backend(path, backend, max_context=max_context, cuda_graph=not no_cuda_graph,
                                 prefill_chunk=prefill_chunk, log=log)
     ids = tok.encode(prompt)
+    if len(ids) + max_new > max_context:
+        raise NinfercError(f"the prompt ({len(ids)} tokens) plus --max-new {max_new} is {len(ids) + max_new} tokens, "
+                           f"over --max-context {max_context}")
     stream = tok.stream()
 
     def on_token(t):

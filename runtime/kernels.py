@@ -22,7 +22,8 @@ def cupy():
         import cupy as cp
     except ImportError:
         raise TargetError(
-            "the CUDA backend needs CuPy: pip install 'ninferc[cuda13]' (or [cuda12])"
+            "the CUDA backend needs CuPy and an NVIDIA GPU: install the runtime extra (pip install -e "
+            "\".[cuda13]\" from a checkout, or [cuda12]); on a machine without a GPU use --backend reference"
         ) from None
     return cp
 

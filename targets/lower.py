@@ -239,6 +239,10 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096) -> Prog
     Raises:
         PlanError: an op kind with no kernel, or a fused op whose layout the kernels do not take.
     """
+    if page_size < 32 or page_size % 32:
+        raise PlanError(f"KV page size {page_size} must be a positive multiple of 32 tokens")
+    if max_context < 1:
+        raise PlanError(f"max context {max_context} must be at least 1 token")
     prog = Program(page_size=page_size, max_context=max_context)
     add = prog.steps.append
     lm_inputs = {op.inputs[0] for op in graph.ops() if op.kind == "LMHead"}

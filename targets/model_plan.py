@@ -120,8 +120,11 @@ class ModelPlan:
         widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
         sku = f" ({self.sku.name})" if self.sku else ""
         lines = [f"target {self.target}{sku}, {self.sms} SMs, NVRTC {self.nvrtc[0]}.{self.nvrtc[1]}, "
-                 f"max context {self.program.max_context}, KV page {self.program.page_size} tokens; "
-                 f"B = decode sequences, T = prefill tokens; x = layers sharing the row"]
+                 f"max context {self.program.max_context}, KV page {self.program.page_size} tokens",
+                 "columns: x = layers sharing the row; B=n / T=n = grid CTAs for a decode step of n sequences / a "
+                 "prefill chunk of n tokens ('-': another kernel serves it; 'c=kS': a cooperative grid of c CTAs "
+                 "over S K-splits); cap = resident CTAs/SM x SMs; waves = CTAs / cap per column, in the same "
+                 "order (" + "/".join(f"{'B' if m == 'decode' else 'T'}={t}" for m, t in cols) + ")"]
         for i, r in enumerate(rows):
             lines.append("  ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))))
             if i == 0:

@@ -153,7 +153,7 @@ def get_sku(name: str, arch: str | None = None) -> Sku:
         )
     if a is not None and sku.arch != a.name:
         raise TargetError(
-            f"SKU {sku.name!r} is {sku.arch}, not the requested target {a.name}; "
+            f"SKU {name!r} ({sku.name}) is {sku.arch}, not the requested target {a.name}; "
             f"SKUs for {a.name}: " + ", ".join(s.key for s in skus_for_arch(a.name))
         )
     return sku

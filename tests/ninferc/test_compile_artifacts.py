@@ -65,3 +65,19 @@ def test_plan_error_names_kernel_and_limit(tiny_dir, tmp_path):
                                   str(tmp_path / "x.ninfer"), "--max-context", str(200_000_000)])
     assert r.exit_code == 2
     assert "attn_combine" in r.output and "sm_89" in r.output and "101376" in r.output
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["run", "{tiny}", "--prompt", "abc", "--max-context", "4", "--max-new", "4"], "over --max-context 4"),
+    (["run", "{tiny}", "--prompt", "abc", "--max-new", "0"], "'--max-new': 0 is not in the range x>=1"),
+    (["compile", "{tiny}", "--target", "sm_89", "--sku", "l20", "-o", "/nonexistent-dir/x.ninfer"],
+     "folder /nonexistent-dir does not exist"),
+    (["compile", "{tiny}", "--target", "sm_89", "--sku", "h200", "-o", "x.ninfer"],
+     "SKU 'h200' (NVIDIA H200 SXM) is sm_90, not the requested target sm_89"),
+    (["plan", "--target", "sm_89", "--sku", "l20", "--preset", "qwen3.8-27b", "--page-size", "0"],
+     "'--page-size': 0 is not in the range x>=32"),
+])
+def test_cli_rejects_bad_input_clearly(tiny_dir, args, needle):
+    r = CliRunner().invoke(main, [a.format(tiny=tiny_dir) for a in args])
+    assert r.exit_code == 2 and needle in r.output, r.output
+    assert "Traceback" not in r.output
