@@ -42,7 +42,7 @@ def test_json_shape_27b_l20():
 def test_table_with_sms_only():
     r = run("--target", "sm_90", "--sms", "100", "--preset", "qwen3.8-27b")
     assert r.exit_code == 0, r.output
-    head = r.output.splitlines()[1]
+    head = r.output.splitlines()[2]
     for col in ("step", "block", "regs", "smem", "local", "CTAs/SM", "limiter", "B=1", "T=1024", "cap",
                 "waves", "route"):
         assert col in head
