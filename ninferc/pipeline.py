@@ -1,11 +1,12 @@
 """`ninferc compile`: Hugging Face checkpoint -> `.ninfer` artifact for one target.
 
-The pipeline, as one list of named steps (DESIGN.md section 2):
+:func:`compile_model` is the pipeline as one list of named steps (DESIGN.md section 2): load, build,
+passes, lower + plan, emit. The passes themselves are the list in :mod:`ninferc.ir.passes`.
 """
 
 from __future__ import annotations
 
-import json
+import hashlib
 from pathlib import Path
 from typing import Callable
 
@@ -55,8 +56,6 @@ def compile_model(
     for uri, spec in sorted(mp.kernels.items()):
         src = spec.render().encode()
         blobs[f"kernel/{uri}.cu"] = src
-        import hashlib
-
         kernels.append({"uri": uri, "family": spec.family, "template": spec.template, "entry": spec.entry,
                         "params": [list(p) for p in spec.params], "threads": spec.threads,
                         "cooperative": spec.cooperative, "source_sha256": hashlib.sha256(src).hexdigest(),
@@ -81,6 +80,3 @@ def compile_model(
     return header
 
 
-def describe_header_kernels(header: dict) -> str:
-    """A short JSON of the kernel table (for `ninferc inspect`)."""
-    return json.dumps([k["uri"] for k in header.get("kernels", [])], indent=1)

@@ -265,7 +265,7 @@ class Engine:
         """Bytes per named workspace: the max over the launches the engine can make."""
         ws = {"gemv": 16, "gdn_conv_out": 16, "gdn_o": 16, "attn_q": 16, "attn_partials": 16}
         cases = [("prefill", self.t_cap, 1, 1), ("decode", self.max_batch, self.max_batch, self.max_batch)]
-        for t in (1, 2, 4, 8, 16, 64):
+        for t in list(range(1, 17)) + [64]:  # every GEMV token count (split-K workspace varies with T)
             if t <= self.t_cap:
                 cases.append(("prefill", t, 1, 1))
         for mode, T, B, R in cases:  # noqa: N806
