@@ -314,26 +314,30 @@ class GdnDecodeFamily:
         return ctx.make_launch(self.spec(problem), (problem.hv, tokens, 1), route="decode", tokens=tokens)
 
 
-class GdnConvFamily:
-    """``gdn_conv``: prefill causal conv + SiLU over all channels of all tokens (reads the ring only).
+class _OneKernelFamily:
+    """Shared shape of the GDN families with exactly one kernel per problem: ``threads`` per CTA, the
+    problem's dims (plus the conv width where the kernel needs it) as the kernel's identity.
 
     Args:
-        threads: threads per CTA (one channel each).
+        threads: threads per CTA.
     """
 
-    name = "gdn_conv"
-    template = "gdn_conv.cu.j2"
+    name = ""
+    template = ""
+    with_width = True
 
     def __init__(self, threads: int = 256):
         self.threads = int(threads)
 
     def spec(self, problem: GdnProblem) -> KernelSpec:
-        """The conv kernel for ``problem``."""
-        params = {**problem.dims(), "width": problem.width, "threads": self.threads}
+        """The family's kernel for ``problem``."""
+        params = {**problem.dims(), "threads": self.threads}
+        if self.with_width:
+            params["width"] = problem.width
         return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=False)
 
     def variants(self, problem: GdnProblem) -> list[KernelSpec]:
-        """The one conv kernel."""
+        """The one kernel."""
         return [self.spec(problem)]
 
     def sample_problems(self) -> list[GdnProblem]:
@@ -342,7 +346,15 @@ class GdnConvFamily:
 
     def arg_names(self, problem: GdnProblem) -> tuple[str, ...]:
         """Kernel parameters in order (see :func:`arg_names`)."""
-        return arg_names("gdn_conv")
+        return arg_names(self.name)
+
+
+class GdnConvFamily(_OneKernelFamily):
+    """``gdn_conv``: prefill causal conv + SiLU over all channels of all tokens (reads the ring only);
+    one thread per channel."""
+
+    name = "gdn_conv"
+    template = "gdn_conv.cu.j2"
 
     def launch(self, problem: GdnProblem, tokens: int, ctx: PlanContext) -> Launch:
         """Grid (T, ceil(conv_dim / threads)), route ``conv``; workspace = conv_out [T, conv_dim] fp32."""
@@ -353,36 +365,12 @@ class GdnConvFamily:
                                workspace_bytes=4 * tokens * problem.conv_dim)
 
 
-class GdnRingUpdateFamily:
+class GdnRingUpdateFamily(_OneKernelFamily):
     """``gdn_ring_update``: writes the last ``min(W, n_b)`` conv inputs of each sequence into its ring
-    (after ``gdn_conv``).
-
-    Args:
-        threads: threads per CTA (one channel each).
-    """
+    (after ``gdn_conv``); one thread per channel."""
 
     name = "gdn_ring_update"
     template = "gdn_ring_update.cu.j2"
-
-    def __init__(self, threads: int = 256):
-        self.threads = int(threads)
-
-    def spec(self, problem: GdnProblem) -> KernelSpec:
-        """The ring-update kernel for ``problem``."""
-        params = {**problem.dims(), "width": problem.width, "threads": self.threads}
-        return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=False)
-
-    def variants(self, problem: GdnProblem) -> list[KernelSpec]:
-        """The one ring-update kernel."""
-        return [self.spec(problem)]
-
-    def sample_problems(self) -> list[GdnProblem]:
-        """The tiny fixture's GDN."""
-        return [TINY]
-
-    def arg_names(self, problem: GdnProblem) -> tuple[str, ...]:
-        """Kernel parameters in order (see :func:`arg_names`)."""
-        return arg_names("gdn_ring_update")
 
     def launch(self, problem: GdnProblem, tokens: int, ctx: PlanContext, batch: int = 1) -> Launch:
         """Grid (ceil(conv_dim / threads), batch), route ``ring``."""
@@ -495,36 +483,13 @@ class GdnPrefillFamily:
                                workspace_bytes=4 * tokens * problem.value_dim if split else 0)
 
 
-class GdnGatedNormFamily:
+class GdnGatedNormFamily(_OneKernelFamily):
     """``gdn_gated_norm``: y (bf16) = RMSNorm(o) * w * silu(z) per (token, V head) from the fp32 ``o_ws``;
-    needed after the ``chunked_split`` route only.
-
-    Args:
-        threads: threads per CTA (one warp per V head at a time).
-    """
+    needed after the ``chunked_split`` route only (one warp per V head at a time)."""
 
     name = "gdn_gated_norm"
     template = "gdn_gated_norm.cu.j2"
-
-    def __init__(self, threads: int = 256):
-        self.threads = int(threads)
-
-    def spec(self, problem: GdnProblem) -> KernelSpec:
-        """The gated-norm kernel for ``problem``."""
-        params = {**problem.dims(), "threads": self.threads}
-        return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=False)
-
-    def variants(self, problem: GdnProblem) -> list[KernelSpec]:
-        """The one gated-norm kernel."""
-        return [self.spec(problem)]
-
-    def sample_problems(self) -> list[GdnProblem]:
-        """The tiny fixture's GDN."""
-        return [TINY]
-
-    def arg_names(self, problem: GdnProblem) -> tuple[str, ...]:
-        """Kernel parameters in order (see :func:`arg_names`)."""
-        return arg_names("gdn_gated_norm")
+    with_width = False
 
     def launch(self, problem: GdnProblem, tokens: int, ctx: PlanContext) -> Launch:
         """Grid (T,), route ``gated_norm``."""
