@@ -11,11 +11,10 @@ import pytest
 
 from ninferc.errors import PlanError
 from ninferc.ir.reference import ref_rmsnorm
-from ninferc.targets.arch import ARCHS, get_arch
+from ninferc.targets.arch import ARCHS
 from ninferc.targets.kernels.elementwise import (EmbedFamily, EmbedProblem, RMSNormFamily, RMSNormProblem,
                                                  embed_arg_names, embed_kernel_args, embed_reference,
                                                  rmsnorm_arg_names, rmsnorm_kernel_args, rmsnorm_reference)
-from ninferc.targets.occupancy import occupancy
 from ninferc.targets.plan import PlanContext, check_launch, compile_variants
 
 EMBED, NORM = EmbedFamily(), RMSNormFamily()
@@ -26,23 +25,6 @@ ALL_ARCHS = tuple(ARCHS)
 def resources(arch: str):
     specs = [s for fam in (EMBED, NORM) for p in fam.sample_problems() for s in fam.variants(p)]
     return {uri: r for uri, (_, r) in compile_variants(specs, arch).items()}
-
-
-@pytest.mark.parametrize("arch", ALL_ARCHS)
-def test_variants_compile_without_spills(arch):
-    res = resources(arch)
-    a = get_arch(arch)
-    lines = [f"embed/rmsnorm on {arch}: uri  threads  regs  static_smem  local  CTAs/SM(limiter)"]
-    for fam in (EMBED, NORM):
-        for p in fam.sample_problems():
-            for spec in fam.variants(p):
-                r = res[spec.uri]
-                occ = occupancy(a, spec.threads, r.registers, r.static_smem_bytes, barriers=r.barriers)
-                lines.append(f"  {spec.uri}  {spec.threads}  {r.registers}  {r.static_smem_bytes}  {r.local_bytes}  "
-                             f"{occ.ctas_per_sm}({occ.limiter})")
-                assert r.local_bytes == 0, f"{spec.uri} spills on {arch}"
-                assert occ.ctas_per_sm >= 1
-    print("\n".join(lines))
 
 
 @pytest.mark.parametrize("arch", ALL_ARCHS)

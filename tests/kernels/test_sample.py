@@ -13,10 +13,9 @@ import pytest
 
 from ninferc.errors import PlanError
 from ninferc.sampling import SamplingParams, filtered_probs
-from ninferc.targets.arch import ARCHS, get_arch
+from ninferc.targets.arch import ARCHS
 from ninferc.targets.kernels.sample import (SampleFamily, SampleProblem, arg_names, fixed_masses, kept_mask,
                                             kernel_args, philox4x32_10, reference, uniforms)
-from ninferc.targets.occupancy import occupancy
 from ninferc.targets.plan import PlanContext, check_launch, compile_variants
 
 FAM = SampleFamily()
@@ -27,22 +26,6 @@ ALL_ARCHS = tuple(ARCHS)
 def resources(arch: str):
     specs = [s for p in FAM.sample_problems() for s in FAM.variants(p)]
     return {uri: r for uri, (_, r) in compile_variants(specs, arch).items()}
-
-
-@pytest.mark.parametrize("arch", ALL_ARCHS)
-def test_variants_compile_without_spills(arch):
-    res = resources(arch)
-    a = get_arch(arch)
-    lines = [f"sample on {arch}: uri  regs  static_smem  local  CTAs/SM(limiter)"]
-    for p in FAM.sample_problems():
-        for spec in FAM.variants(p):
-            r = res[spec.uri]
-            occ = occupancy(a, spec.threads, r.registers, r.static_smem_bytes, barriers=r.barriers)
-            lines.append(f"  {spec.uri}  {r.registers}  {r.static_smem_bytes}  {r.local_bytes}  "
-                         f"{occ.ctas_per_sm}({occ.limiter})")
-            assert r.local_bytes == 0, f"{spec.uri} spills on {arch}"
-            assert occ.ctas_per_sm >= 1
-    print("\n".join(lines))
 
 
 def test_launch_and_args():
