@@ -17,6 +17,7 @@
 //   4. warp reductions
 //   5. grid-wide barrier for cooperative launches
 //   6. activations
+//   7. programmatic dependent launch (sm_90+)
 #pragma once
 
 namespace ninfer {
@@ -155,4 +156,41 @@ __device__ __forceinline__ void grid_barrier(unsigned int* bar) {
 // silu(x) = x * sigmoid(x); expf (not __expf) so the result tracks the numpy reference closely.
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 
+// ---------------------------------------------------------------------------------------------
+// 7. programmatic dependent launch (PDL; PTX ISA "griddepcontrol", sm_90+)
+// ---------------------------------------------------------------------------------------------
+// A kernel launched with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION may start while the
+// previous kernel in the stream is still running; it must call pdl_wait() before touching any memory
+// the previous kernels write (griddepcontrol.wait blocks until every prerequisite grid has completed
+// and its memory operations are visible). pdl_launch_dependents() lets the next kernel's CTAs be
+// scheduled as soon as every CTA of this grid has issued it (or exited) -- they then sit in their own
+// pdl_wait(), so calling it early is safe. Reading constant data (weights) before pdl_wait() is
+// allowed. Below sm_90 both are no-ops and the runtime launches without the attribute.
+// NINFER_PDL_ENTRY marks a kernel as PDL-aware: the runtime only launches kernels whose source uses it
+// with the attribute (ninferc.runtime.kernels.DeviceKernel.pdl_capable).
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // ninferc: allow-magic (griddepcontrol is PTX sm_90+)
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Ask for the 128-byte line holding p to be brought into L2 (PTX "prefetch.global.L2", sm_20+): lets a
+// PDL-aware kernel start streaming constant data (weights) before its pdl_wait().
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // ninferc: allow-magic (griddepcontrol is PTX sm_90+)
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 }  // namespace ninfer
+
+// Start of a PDL-aware kernel body: wait for the previous grids, then let the next one launch.
+#define NINFER_PDL_ENTRY() \
+  do {                     \
+    ninfer::pdl_wait();    \
+    ninfer::pdl_launch_dependents(); \
+  } while (0)

@@ -1,20 +1,20 @@
-"""Gated full attention over a paged bf16 KV cache: four kernel families sharing one problem.
+"""Gated full attention over a paged bf16 or int8 KV cache: four kernel families sharing one problem.
 
 Contract (HF ``Qwen3_5Attention`` + ``eager_attention_forward``; composed exactly as
 ``ninferc.ir.qwen3_5._Builder.attention`` / the fused ``GatedAttentionBlock`` op):
 
     q_h   = RoPE(RMSNorm(q_h) * (1 + q_norm_w))          fp32        (ref_rmsnorm unit_offset, ref_partial_rope)
     k_h   = bf16(RoPE(RMSNorm(k_h) * (1 + k_norm_w)))    -> k_pages  (written at the token's position)
-    v_h   = bf16(v_h)                                    -> v_pages
+    v_h   = bf16(v_h)                                    -> v_pages  (int8 KV: quantised instead, below)
     o_h   = softmax(q_h K^T * hd^-0.5, causal) V          fp32 softmax over positions 0..pos (ref_attention)
     out   = bf16(o * sigmoid(gate))                       [T, Hq*hd]
 
 ``proj [T, Dp]`` fp32 is the fused q|gate / k / v projection (templates/README.md): per q head
 ``[q_h (hd) | gate_h (hd)]``, then k (Hkv*hd), then v (Hkv*hd). Query head h uses KV head h // G,
-G = Hq / Hkv. KV pages are ``[num_pages, Hkv, P, hd]`` bf16; position p of sequence b lives in page
-``page_table[b, p // P]``, row ``p % P``. RoPE angles are fp32(pos * inv_freq) with ``inv_freq`` from
-:func:`ninferc.ir.reference.rope_inv_freq` passed as a device array, so kernel and oracle use identical
-frequencies; the kernel takes accurate ``sinf``/``cosf`` of that angle.
+G = Hq / Hkv. KV pages are ``[num_pages, Hkv, P, hd]`` bf16 (or int8 codes plus scales, below); position p
+of sequence b lives in page ``page_table[b, p // P]``, row ``p % P``. RoPE angles are fp32(pos * inv_freq)
+with ``inv_freq`` from :func:`ninferc.ir.reference.rope_inv_freq` passed as a device array, so kernel and
+oracle use identical frequencies; the kernel takes accurate ``sinf``/``cosf`` of that angle.
 
 Every kernel reads only the KV rows of positions < the context (free pages and rows may hold any bits,
 NaN included: rows past the context are skipped (decode) or zero-filled in shared memory (prefill)).
@@ -24,22 +24,27 @@ increasing and contiguous; every page-table entry below ceil(ctx / P) is a valid
 Kernels (runtime ABI: argument order = :meth:`arg_names`; pointers, then int32 / fp32 scalars)
 ---------------------------------------------------------------------------------------------
 ``attn_prep``    (proj, q_norm_w, k_norm_w, inv_freq, tok_pos, tok_seq, page_table, q_out, k_pages,
-                 v_pages, n_tokens, max_pages, eps)
+                 v_pages, [k_scales, v_scales,] n_tokens, max_pages, eps)
                  grid (T, ceil((Hq + 2 Hkv) / warps)), one warp per head row; no dynamic smem.
-``attn_decode``  (q, k_pages, v_pages, page_table, seq_ctx, ws, n_seqs, max_pages, splits,
-                 pages_per_split, scale)                       T = B: token t of the step is sequence t
+``attn_decode``  (q, k_pages, v_pages, [k_scales, v_scales,] page_table, seq_ctx, ws, n_seqs, max_pages,
+                 splits, pages_per_split, scale)               T = B: token t of the step is sequence t
                  grid (splits, Hkv, B); each CTA: the G q heads of one KV head over
                  ``pages_per_split`` pages; writes unnormalised partial outputs and (max, sum) to ``ws``
                  (fp32, ``[B, Hq, splits, hd]`` then ``[B, Hq, splits, 2]``); no dynamic smem.
 ``attn_combine`` (ws, proj, out, n_seqs, splits)
                  grid (Hq, B); merges the splits, applies the gate, writes bf16 ``out [B, Hq*hd]``;
                  dynamic smem = 4 * splits bytes (grows with max_context: checked at plan time).
-``attn_prefill`` (q, proj, k_pages, v_pages, tok_pos, seq_start, page_table, out, max_pages, scale)
+``attn_prefill`` (q, proj, k_pages, v_pages, [k_scales, v_scales,] tok_pos, seq_start, page_table, out,
+                 max_pages, scale)
                  grid (ceil(T / qtile), Hq, B): CTA (tile, h, b) handles query rows
                  ``seq_start[b] + tile*qtile ...`` of sequence b (CTAs past its tokens exit); K/V tiles
                  of ``ktile`` keys of one page staged in shared memory; fp32 online softmax; bf16
                  ``out [T, Hq*hd]``; dynamic smem = :func:`prefill_smem_bytes`. Two routes, same ABI:
                  ``mma`` (tensor cores, qtile = 16 x warps; preferred) and ``simt`` (CUDA cores).
+
+The bracketed ``k_scales, v_scales`` are arguments of the int8 KV kernels only (``kv_dtype = "int8"``);
+bf16 argument lists, template parameters, URIs and rendered sources are exactly those of the bf16-only
+kernels. ``attn_combine`` does not touch the pool and is the same kernel for both.
 
 Order per layer and step: ``attn_prep`` (writes this step's K/V) -> ``attn_decode`` + ``attn_combine``
 (one token per sequence) or ``attn_prefill`` (chunks). ``attn_prep``'s ``q_out`` feeds the second
@@ -54,15 +59,50 @@ max_pages_per_split), 1)`` capped at ``pages``; then ``pages_per_split = ceil(pa
 ``splits = ceil(pages / pages_per_split)`` (no split is empty at max_context). ``max_pages_per_split``
 (family parameter, default 64 pages) bounds one CTA's serial work at long contexts.
 
+int8 KV cache (``AttentionProblem.kv_dtype = "int8"``, template parameter ``kv_dtype-int8`` in the URI)
+-------------------------------------------------------------------------------------------------------
+Pool per attention layer (:meth:`AttentionProblem.kv_pool_arrays`; bytes per page
+:meth:`AttentionProblem.kv_page_bytes`): ``k_pages``, ``v_pages`` int8 codes ``[num_pages, Hkv, P, hd]``
+and ``k_scales``, ``v_scales`` fp32 ``[num_pages, Hkv, P, hd / 64]``: one scale per token, KV head and
+group of :data:`KV_GROUP` = 64 consecutive head_dim elements (group m = elements 64m .. 64m + 63).
+A page of K is ``Hkv * P * (hd + 4 * hd / 64)`` bytes (hd + 16 bytes per row at hd = 256: 53 % of bf16).
+
+Quantisation on append (``attn_prep``; :func:`quantize_kv` is its bit-exact numpy model), per token, KV
+head and group, on the fp32 value the bf16 path would round to bf16 -- k after RMSNorm + RoPE, v as
+projected -- with no bf16 rounding first:
+
+    scale = fl32(max|x| / 127)                   (correctly rounded; 1 if below the fp32 normal range,
+                                                  i.e. an all-zero group, whose codes are then 0)
+    code  = clip(rint(fl32(x / scale)), -127, 127)   (round half to even of the correctly rounded quotient)
+
+Why fp32 and not the bf16-rounded value: one rounding instead of two (the bf16 step would add up to
+2^-9 |x| before a quantisation step of max|x| / 127, and could move a value across a code boundary),
+nothing to round in the kernel, and the error bound is stated against the value the model computed.
+It is the ``w8`` rule of :mod:`ninferc.ir.quant` applied per group of 64. Bound: ``|x - fl32(code *
+scale)| <= scale * (1/2 + 4 * 127 * 2^-24)``. Every step is a correctly rounded IEEE operation, so the
+same fp32 input gives the same bytes on every machine (v is bit-exact between kernel and numpy; k
+differs only where the kernel's fp32 RMSNorm / RoPE rounds differently from numpy's, by one ulp of k,
+which can move a code by one or a scale by one ulp).
+
+Dequantisation on read: ``value = fl32(code * scale)``. ``attn_decode`` and the simt route of
+``attn_prefill`` compute exactly that into fp32 registers and then run the bf16 path's fp32 math. The
+mma route keeps the tensor-core operands exact instead of rounding the dequantised values to bf16: the
+codes (exact in bf16) go into the shared-memory tiles; K's scale multiplies the fp32 partial score of each
+group of 64 dims, and V's scale multiplies the probabilities before their bf16 hi + lo split (one split
+per group of 64 output columns). So every route equals the numpy reference (attention over the
+dequantised K/V) up to fp32 reassociation, under the same ``ATTENTION`` tolerance as bf16.
+
 Numpy references (fp32, on the paged layout) are at the bottom: :func:`paged_scatter`,
 :func:`gather_kv` (to the reference executor's contiguous K/V), :func:`reference_prep`,
-:func:`reference_attention`, :func:`reference_decode_partials`, :func:`reference_combine`.
+:func:`reference_attention`, :func:`reference_decode_partials`, :func:`reference_combine`; for int8 KV,
+:class:`Int8Pages` (codes + scales) in place of the fp32 page arrays, :func:`quantize_kv`,
+:func:`dequantize_kv`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -78,6 +118,10 @@ from ninferc.targets.plan import KernelSpec, Launch, PlanContext
 
 WARP = 32  # threads per warp on every CUDA architecture
 F32 = np.float32
+KV_DTYPES = ("bf16", "int8")
+"""KV cache storage dtypes (``AttentionProblem.kv_dtype``)."""
+KV_GROUP = 64
+"""head_dim elements per int8 KV scale (per token and KV head)."""
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -102,6 +146,9 @@ class AttentionProblem:
         eps: RMSNorm epsilon of q_norm / k_norm.
         page_size: KV page size P in tokens (multiple of 32).
         max_pages: pages per sequence = the page-table row stride; max context = max_pages * P tokens.
+        kv_dtype: KV cache storage, one of :data:`KV_DTYPES`: ``"bf16"`` (pages hold bf16) or ``"int8"``
+            (codes + one fp32 scale per token, KV head and group of :data:`KV_GROUP` elements; needs
+            head_dim % 64 == 0). See the module docstring, "int8 KV cache".
 
     Raises:
         PlanError: any field out of range (names the value and the constraint).
@@ -115,6 +162,7 @@ class AttentionProblem:
     eps: float
     page_size: int = 64
     max_pages: int = 64
+    kv_dtype: str = "bf16"
 
     def __post_init__(self):
         def bad(msg: str):
@@ -135,13 +183,20 @@ class AttentionProblem:
             bad(f"max context {self.max_context} tokens exceeds the int32 limit {2**31 - 1}")
         if not (self.eps > 0 and self.theta > 0):
             bad(f"eps = {self.eps} and theta = {self.theta} must be positive")
+        if self.kv_dtype not in KV_DTYPES:
+            bad(f"kv_dtype = {self.kv_dtype!r} is not supported; choose from {', '.join(KV_DTYPES)}")
+        if self.kv_dtype == "int8" and hd % KV_GROUP:
+            bad(f"kv_dtype = 'int8' needs head_dim % {KV_GROUP} == 0 (one scale per {KV_GROUP} elements); "
+                f"head_dim = {hd}")
 
     @classmethod
-    def from_config(cls, cfg, *, page_size: int = 64, max_context: int = 4096) -> "AttentionProblem":
+    def from_config(cls, cfg, *, page_size: int = 64, max_context: int = 4096,
+                    kv_dtype: str = "bf16") -> "AttentionProblem":
         """The problem of a :class:`ninferc.ir.config.ModelConfig`'s attention layers with
         ``max_pages = ceil(max_context / page_size)``."""
         return cls(cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.rotary_dim,
-                   float(cfg.rope_theta), float(cfg.rms_norm_eps), page_size, _cdiv(max_context, page_size))
+                   float(cfg.rope_theta), float(cfg.rms_norm_eps), page_size, _cdiv(max_context, page_size),
+                   kv_dtype)
 
     @property
     def groups(self) -> int:
@@ -177,9 +232,37 @@ class AttentionProblem:
         """fp32 [rotary_dim / 2] RoPE inverse frequencies (the kernels' ``inv_freq`` argument)."""
         return rope_inv_freq(self.rotary_dim, self.theta)
 
+    @property
+    def kv_groups(self) -> int:
+        """int8 KV scales per token and KV head: head_dim / KV_GROUP (0 for bf16)."""
+        return self.head_dim // KV_GROUP if self.kv_dtype == "int8" else 0
+
     def page_bytes(self) -> int:
-        """Bytes of one page of one of k_pages / v_pages: Hkv * P * hd * 2."""
-        return self.heads_kv * self.page_size * self.head_dim * 2
+        """Bytes of one page of K (the same again for V): bf16 ``Hkv * P * hd * 2``; int8 codes plus
+        scales, ``Hkv * P * hd + Hkv * P * (hd / 64) * 4`` (:meth:`kv_page_bytes` splits it)."""
+        return sum(b for n, b in self.kv_page_bytes().items() if n.startswith("k_"))
+
+    def kv_page_bytes(self) -> dict[str, int]:
+        """Bytes of one page in each KV pool array of a layer, keyed by the kernels' argument names:
+        bf16 ``{"k_pages": Hkv*P*hd*2, "v_pages": same}``; int8 ``{"k_pages": Hkv*P*hd (codes),
+        "v_pages": same, "k_scales": Hkv*P*(hd/64)*4, "v_scales": same}``."""
+        rows = self.heads_kv * self.page_size
+        if self.kv_dtype == "bf16":
+            return {"k_pages": rows * self.head_dim * 2, "v_pages": rows * self.head_dim * 2}
+        codes, scales = rows * self.head_dim, rows * self.kv_groups * 4
+        return {"k_pages": codes, "v_pages": codes, "k_scales": scales, "v_scales": scales}
+
+    def kv_pool_arrays(self, num_pages: int) -> dict[str, tuple[tuple[int, ...], str]]:
+        """Shape and numpy dtype name of each KV pool array of one layer with ``num_pages`` pages, keyed
+        by the kernels' argument names (what the runtime allocates and binds):
+        bf16 ``k_pages``/``v_pages`` ([num_pages, Hkv, P, hd], ``"uint16"`` = bf16 bits); int8 the same two
+        as ``"int8"`` codes plus ``k_scales``/``v_scales`` ([num_pages, Hkv, P, hd/64], ``"float32"``).
+        Free pages may hold any bits (the kernels never read rows past a sequence's context)."""
+        rows = (int(num_pages), self.heads_kv, self.page_size)
+        if self.kv_dtype == "bf16":
+            return {"k_pages": (rows + (self.head_dim,), "uint16"), "v_pages": (rows + (self.head_dim,), "uint16")}
+        return {"k_pages": (rows + (self.head_dim,), "int8"), "v_pages": (rows + (self.head_dim,), "int8"),
+                "k_scales": (rows + (self.kv_groups,), "float32"), "v_scales": (rows + (self.kv_groups,), "float32")}
 
     def split_proj(self, proj: np.ndarray):
         """(q [T, Hq, hd], gate [T, Hq, hd], k [T, Hkv, hd], v [T, Hkv, hd]) views of proj [T, Dp]."""
@@ -195,16 +278,29 @@ def _shape_params(p: AttentionProblem) -> dict:
     return {"hd": p.head_dim, "hq": p.heads_q, "hkv": p.heads_kv}
 
 
+def _kv_params(p: AttentionProblem) -> dict:
+    """Template parameter of the KV storage: absent for bf16 (so bf16 URIs and sources are unchanged)."""
+    return {} if p.kv_dtype == "bf16" else {"kv_dtype": p.kv_dtype}
+
+
+def _kv_args(p: AttentionProblem) -> tuple[str, ...]:
+    """The KV pool arguments of the kernels that touch the pool, in order."""
+    return ("k_pages", "v_pages") if p.kv_dtype == "bf16" else ("k_pages", "v_pages", "k_scales", "v_scales")
+
+
 def _check_threads(family: str, threads: int) -> None:
     if threads <= 0 or threads % WARP or threads > 1024:
         raise PlanError(f"{family}: threads = {threads} must be a multiple of {WARP} in [32, 1024]")
 
 
 def _sample_problems() -> list[AttentionProblem]:
-    """The tiny fixture's attention shape and the 27B one (both covered by CI compiles)."""
+    """The tiny fixture's attention shape and the 27B one, each with a bf16 and an int8 KV cache (all
+    covered by CI compiles)."""
     return [
         AttentionProblem(4, 2, 64, 16, 1e7, 1e-6, 64, 64),
         AttentionProblem(24, 4, 256, 64, 1e7, 1e-6, 64, 64),
+        AttentionProblem(4, 2, 64, 16, 1e7, 1e-6, 64, 64, kv_dtype="int8"),
+        AttentionProblem(24, 4, 256, 64, 1e7, 1e-6, 64, 64, kv_dtype="int8"),
     ]
 
 
@@ -241,7 +337,7 @@ class AttnPrepFamily:
     def spec(self, problem: AttentionProblem) -> KernelSpec:
         """The kernel for ``problem`` (shape, rotary dim and page size are its identity)."""
         params = {**_shape_params(problem), "rot": problem.rotary_dim, "page": problem.page_size,
-                  "threads": self.threads}
+                  "threads": self.threads, **_kv_params(problem)}
         return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=False)
 
     def variants(self, problem: AttentionProblem) -> list[KernelSpec]:
@@ -253,9 +349,10 @@ class AttnPrepFamily:
         return _sample_problems()
 
     def arg_names(self, problem: AttentionProblem) -> tuple[str, ...]:
-        """Kernel parameters in order (see the module docstring for dtypes and shapes)."""
+        """Kernel parameters in order (see the module docstring for dtypes and shapes); int8 KV adds
+        ``k_scales, v_scales`` after ``v_pages``."""
         return ("proj", "q_norm_w", "k_norm_w", "inv_freq", "tok_pos", "tok_seq", "page_table", "q_out",
-                "k_pages", "v_pages", "n_tokens", "max_pages", "eps")
+                *_kv_args(problem), "n_tokens", "max_pages", "eps")
 
     def launch(self, problem: AttentionProblem, tokens: int, ctx: PlanContext) -> Launch:
         """Grid (T, ceil((Hq + 2 Hkv) / warps)).
@@ -304,12 +401,15 @@ class AttnDecodeFamily:
         """The kernel for ``problem``.
 
         Raises:
-            PlanError: ``threads`` and hd/2 do not divide one another.
+            PlanError: ``threads`` and the P.V column units (bf16: hd/2 pairs; int8: hd/4 quads) do not
+                divide one another.
         """
-        pairs = problem.head_dim // 2
-        if (self.threads % pairs) if self.threads >= pairs else (pairs % self.threads):
-            raise PlanError(f"{self.name}: threads = {self.threads} and head_dim / 2 = {pairs} must divide one another")
-        params = {**_shape_params(problem), "page": problem.page_size, "threads": self.threads}
+        what, units = ("head_dim / 2", problem.head_dim // 2) if problem.kv_dtype == "bf16" else \
+            ("head_dim / 4", problem.head_dim // 4)
+        if (self.threads % units) if self.threads >= units else (units % self.threads):
+            raise PlanError(f"{self.name}: threads = {self.threads} and {what} = {units} must divide one another")
+        params = {**_shape_params(problem), "page": problem.page_size, "threads": self.threads,
+                  **_kv_params(problem)}
         return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=False)
 
     def variants(self, problem: AttentionProblem) -> list[KernelSpec]:
@@ -321,8 +421,9 @@ class AttnDecodeFamily:
         return _sample_problems()
 
     def arg_names(self, problem: AttentionProblem) -> tuple[str, ...]:
-        """Kernel parameters in order (see the module docstring)."""
-        return ("q", "k_pages", "v_pages", "page_table", "seq_ctx", "ws", "n_seqs", "max_pages", "splits",
+        """Kernel parameters in order (see the module docstring); int8 KV adds ``k_scales, v_scales``
+        after ``v_pages``."""
+        return ("q", *_kv_args(problem), "page_table", "seq_ctx", "ws", "n_seqs", "max_pages", "splits",
                 "pages_per_split", "scale")
 
     def splits(self, problem: AttentionProblem, batch: int, ctx: PlanContext) -> tuple[int, int]:
@@ -454,13 +555,20 @@ cores (fp32 dot products)."""
 def prefill_smem_bytes(problem: AttentionProblem, qtile: int, ktile: int, route: str = "simt") -> int:
     """Dynamic shared memory of ``attn_prefill`` (mirrors the template's layout).
 
-    simt: q tile fp32 [qtile, hd] + K tile bf16 [ktile, hd + 8] + V tile bf16 [ktile, hd] + probabilities
-    fp32 [qtile, ktile] + per-row factors fp32 [qtile].  mma: q hi and q lo bf16 [qtile, hd + 8] each + one
-    K-then-V tile bf16 [ktile, hd + 8].
+    bf16 KV -- simt: q tile fp32 [qtile, hd] + K tile bf16 [ktile, hd + 8] + V tile bf16 [ktile, hd] +
+    probabilities fp32 [qtile, ktile] + per-row factors fp32 [qtile].  mma: q hi and q lo bf16
+    [qtile, hd + 8] each + one K-then-V tile bf16 [ktile, hd + 8].
+
+    int8 KV -- simt: as bf16 with the K tile int8 [ktile, hd + 8] and the V tile int8 [ktile, hd], plus
+    the K and V scales fp32 [ktile, hd / 64] each.  mma: as bf16 (the K/V tile holds the codes as exact
+    bf16) plus the K and V scales fp32 [ktile, hd / 64] each.
     """
     hd = problem.head_dim
+    scales = 2 * ktile * problem.kv_groups * 4
     if route == "mma":
-        return 2 * qtile * (hd + 8) * 2 + ktile * (hd + 8) * 2
+        return 2 * qtile * (hd + 8) * 2 + ktile * (hd + 8) * 2 + scales
+    if problem.kv_dtype == "int8":
+        return qtile * hd * 4 + ktile * (hd + 8) + ktile * hd + scales + qtile * ktile * 4 + qtile * 4
     return qtile * hd * 4 + ktile * (hd + 8) * 2 + ktile * hd * 2 + qtile * ktile * 4 + qtile * 4
 
 
@@ -518,7 +626,7 @@ class AttnPrefillFamily:
             raise PlanError(f"{self.name}: qtile * head_dim / 2 = {qtile * problem.head_dim // 2} must be a "
                             f"multiple of threads = {self.threads}")
         params = {**_shape_params(problem), "page": problem.page_size, "qtile": qtile, "ktile": ktile,
-                  "route": route, "threads": self.threads}
+                  "route": route, "threads": self.threads, **_kv_params(problem)}
         return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=False)
 
     def variants(self, problem: AttentionProblem) -> list[KernelSpec]:
@@ -530,8 +638,9 @@ class AttnPrefillFamily:
         return _sample_problems()
 
     def arg_names(self, problem: AttentionProblem) -> tuple[str, ...]:
-        """Kernel parameters in order (same for both routes; see the module docstring)."""
-        return ("q", "proj", "k_pages", "v_pages", "tok_pos", "seq_start", "page_table", "out", "max_pages",
+        """Kernel parameters in order (same for both routes; see the module docstring); int8 KV adds
+        ``k_scales, v_scales`` after ``v_pages``."""
+        return ("q", "proj", *_kv_args(problem), "tok_pos", "seq_start", "page_table", "out", "max_pages",
                 "scale")
 
     def dynamic_smem_bytes(self, problem: AttentionProblem, route: str = "simt") -> int:
@@ -623,55 +732,155 @@ def _page_slot(problem: AttentionProblem, page_table: np.ndarray, b: int, pos: i
     return int(page_table[b, lp]), int(pos) % problem.page_size
 
 
-def paged_scatter(problem: AttentionProblem, k_pages: np.ndarray, v_pages: np.ndarray, page_table: np.ndarray,
-                  tok_seq, tok_pos, k: np.ndarray, v: np.ndarray) -> None:
-    """Write k, v [T, Hkv, hd] (rounded to bf16) into k_pages / v_pages [num_pages, Hkv, P, hd] (fp32
-    arrays holding bf16 values) at each token's (page_table[tok_seq[t], pos // P], :, pos % P), in place.
+_TINY = np.finfo(F32).tiny  # smallest normal fp32, 2**-126
+
+
+def quantize_kv(x) -> tuple[np.ndarray, np.ndarray]:
+    """The int8 KV quantiser (module docstring, "int8 KV cache"), bit-exact with ``attn_prep``'s on the
+    same fp32 input.
+
+    Args:
+        x: [..., hd] values (converted to fp32), hd % 64 == 0; one group = 64 consecutive elements of the
+            last axis.
+
+    Returns:
+        (codes int8 [..., hd] in [-127, 127], scales fp32 [..., hd / 64] > 0):
+        ``scale = fl32(max|x| / 127)`` (1 where that is below the fp32 normal range),
+        ``code = clip(rint(fl32(x / scale)), -127, 127)`` (round half to even).
 
     Raises:
-        PlanError: a position outside the sequence's page table.
+        PlanError: the last axis is not a multiple of 64.
     """
-    k, v = round_bf16(k), round_bf16(v)
+    x = np.asarray(x, F32)
+    hd = x.shape[-1]
+    if hd % KV_GROUP:
+        raise PlanError(f"int8 KV: the last axis ({hd}) must be a multiple of {KV_GROUP}")
+    xg = x.reshape(x.shape[:-1] + (hd // KV_GROUP, KV_GROUP))
+    amax = np.max(np.abs(xg), axis=-1)                               # exact
+    scale = (amax / F32(127)).astype(F32)                             # fl32(max|x| / 127)
+    scale = np.where(scale < _TINY, F32(1), scale).astype(F32)       # zero / subnormal -> 1 (codes 0)
+    quot = (xg / scale[..., None]).astype(F32)                        # fl32(x / scale)
+    codes = np.clip(np.rint(quot), -127, 127).astype(np.int8)        # round half to even, clip
+    return codes.reshape(x.shape), scale
+
+
+def dequantize_kv(codes, scales) -> np.ndarray:
+    """fp32 [..., hd] = fl32(code * scale) of int8 KV codes [..., hd] and scales [..., hd / 64] (what the
+    decode and simt prefill kernels load; the mma route applies the same scales outside its products)."""
+    codes = np.asarray(codes)
+    scales = np.asarray(scales, F32)
+    per = np.repeat(scales, KV_GROUP, axis=-1)
+    with np.errstate(invalid="ignore", over="ignore"):  # garbage rows of free pages may hold NaN / Inf
+        return (codes.astype(F32) * per).astype(F32)
+
+
+class Int8Pages(NamedTuple):
+    """One of K / V of an int8 paged KV cache in numpy (the device pool's two arrays).
+
+    Attributes:
+        codes: int8 [num_pages, Hkv, P, hd].
+        scales: fp32 [num_pages, Hkv, P, hd / 64].
+    """
+
+    codes: np.ndarray
+    scales: np.ndarray
+
+    def copy(self) -> "Int8Pages":
+        """Deep copy (the references never modify their inputs)."""
+        return Int8Pages(np.array(self.codes, np.int8), np.array(self.scales, F32))
+
+    def dequantize(self, pages=None) -> np.ndarray:
+        """fp32 [n, Hkv, P, hd] of the pages ``pages`` (int indices; all pages when None)."""
+        if pages is None:
+            return dequantize_kv(self.codes, self.scales)
+        return dequantize_kv(self.codes[pages], self.scales[pages])
+
+
+def _check_pages(problem: AttentionProblem, pages) -> None:
+    want = Int8Pages if problem.kv_dtype == "int8" else np.ndarray
+    if not isinstance(pages, want):
+        raise PlanError(f"kv_dtype {problem.kv_dtype!r}: pages must be {want.__name__}, got {type(pages).__name__}")
+
+
+def _copy_pages(problem: AttentionProblem, pages):
+    _check_pages(problem, pages)
+    return pages.copy() if problem.kv_dtype == "int8" else np.array(pages, F32)
+
+
+def paged_scatter(problem: AttentionProblem, k_pages, v_pages, page_table: np.ndarray,
+                  tok_seq, tok_pos, k: np.ndarray, v: np.ndarray) -> None:
+    """Write k, v [T, Hkv, hd] (fp32) into the pages at each token's
+    (page_table[tok_seq[t], pos // P], :, pos % P), in place.
+
+    bf16: ``k_pages`` / ``v_pages`` are fp32 arrays [num_pages, Hkv, P, hd] holding bf16 values; k and v
+    are rounded to bf16. int8: they are :class:`Int8Pages`; each row is quantised with
+    :func:`quantize_kv` from the fp32 value (no bf16 rounding first) and its codes and scales written.
+
+    Raises:
+        PlanError: a position outside the sequence's page table; pages of the wrong kind for kv_dtype.
+    """
+    _check_pages(problem, k_pages)
+    _check_pages(problem, v_pages)
+    if problem.kv_dtype == "int8":
+        (kc, ks), (vc, vs) = quantize_kv(k), quantize_kv(v)
+    else:
+        k, v = round_bf16(k), round_bf16(v)
     for t, (b, pos) in enumerate(zip(np.asarray(tok_seq), np.asarray(tok_pos))):
         page, row = _page_slot(problem, page_table, int(b), int(pos))
-        k_pages[page, :, row] = k[t]
-        v_pages[page, :, row] = v[t]
+        if problem.kv_dtype == "int8":
+            k_pages.codes[page, :, row], k_pages.scales[page, :, row] = kc[t], ks[t]
+            v_pages.codes[page, :, row], v_pages.scales[page, :, row] = vc[t], vs[t]
+        else:
+            k_pages[page, :, row] = k[t]
+            v_pages[page, :, row] = v[t]
 
 
-def gather_kv(problem: AttentionProblem, k_pages: np.ndarray, v_pages: np.ndarray, page_table: np.ndarray,
+def gather_kv(problem: AttentionProblem, k_pages, v_pages, page_table: np.ndarray,
               b: int, length: int) -> tuple[np.ndarray, np.ndarray]:
     """Contiguous (K, V) [length, Hkv, hd] fp32 of sequence b, positions 0..length-1, read through the
-    page table: the layout of :class:`ninferc.ir.reference.SequenceState` ``kv`` entries.
+    page table: the layout of :class:`ninferc.ir.reference.SequenceState` ``kv`` entries. Pages as in
+    :func:`paged_scatter`; int8 pages are dequantised (:func:`dequantize_kv`).
 
     Raises:
-        PlanError: length beyond the page table.
+        PlanError: length beyond the page table; pages of the wrong kind for kv_dtype.
     """
     if length > problem.max_context:
         raise PlanError(f"context {length} of sequence {b} exceeds max_context {problem.max_context}")
+    _check_pages(problem, k_pages)
+    _check_pages(problem, v_pages)
     P = problem.page_size
     n = _cdiv(length, P)
     pages = np.asarray(page_table[b, :n], np.int64)
-    K = np.asarray(k_pages, F32)[pages].transpose(0, 2, 1, 3).reshape(n * P, problem.heads_kv, -1)[:length]
-    V = np.asarray(v_pages, F32)[pages].transpose(0, 2, 1, 3).reshape(n * P, problem.heads_kv, -1)[:length]
+    if problem.kv_dtype == "int8":
+        Kp, Vp = k_pages.dequantize(pages), v_pages.dequantize(pages)
+    else:
+        Kp, Vp = np.asarray(k_pages, F32)[pages], np.asarray(v_pages, F32)[pages]
+    K = Kp.transpose(0, 2, 1, 3).reshape(n * P, problem.heads_kv, -1)[:length]
+    V = Vp.transpose(0, 2, 1, 3).reshape(n * P, problem.heads_kv, -1)[:length]
     return np.ascontiguousarray(K), np.ascontiguousarray(V)
 
 
 def reference_prep(problem: AttentionProblem, proj: np.ndarray, q_norm_w: np.ndarray, k_norm_w: np.ndarray,
-                   tok_pos, tok_seq, page_table: np.ndarray, k_pages: np.ndarray, v_pages: np.ndarray):
+                   tok_pos, tok_seq, page_table: np.ndarray, k_pages, v_pages):
     """``attn_prep`` in numpy.
 
     Args:
         proj: [T, Dp] fp32; q_norm_w, k_norm_w: [hd] fp32 (zero-centred); tok_pos, tok_seq: [T] ints;
-        page_table: [B, max_pages] ints; k_pages, v_pages: fp32 [num_pages, Hkv, P, hd] (not modified).
+        page_table: [B, max_pages] ints; k_pages, v_pages: bf16 -- fp32 [num_pages, Hkv, P, hd]; int8 --
+        :class:`Int8Pages` (not modified).
 
     Returns:
-        (q_out [T, Hq, hd] fp32, k_pages', v_pages') -- copies of the pages with this step's rows written.
+        (q_out [T, Hq, hd] fp32, k_pages', v_pages') -- copies of the pages with this step's rows written
+        (int8: the fp32 k after RMSNorm + RoPE and the fp32 v quantised by :func:`quantize_kv`).
+
+    Raises:
+        PlanError: pages of the wrong kind for kv_dtype; a position outside its page table.
     """
     q, _, k, v = problem.split_proj(np.asarray(proj, F32))
     pos = np.asarray(tok_pos, np.int64)
     qn = ref_partial_rope(ref_rmsnorm(q, q_norm_w, problem.eps, True), pos, problem.rotary_dim, problem.theta)
     kn = ref_partial_rope(ref_rmsnorm(k, k_norm_w, problem.eps, True), pos, problem.rotary_dim, problem.theta)
-    kp, vp = np.array(k_pages, F32), np.array(v_pages, F32)
+    kp, vp = _copy_pages(problem, k_pages), _copy_pages(problem, v_pages)
     paged_scatter(problem, kp, vp, page_table, tok_seq, pos, kn, v)
     return qn.astype(F32), kp, vp
 
@@ -682,7 +891,8 @@ def reference_attention(problem: AttentionProblem, q: np.ndarray, proj: np.ndarr
 
     Args:
         q: [T, Hq, hd] fp32 (attn_prep's q_out); proj: [T, Dp] fp32 (for the gate);
-        k_pages, v_pages: fp32 [num_pages, Hkv, P, hd]; page_table: [B, max_pages];
+        k_pages, v_pages: fp32 [num_pages, Hkv, P, hd] (bf16 values) or :class:`Int8Pages` (int8 KV: read
+        dequantised, fl32(code * scale)); page_table: [B, max_pages];
         tok_pos: [T]; seq_start: [B+1] (decode: arange(B+1), tok_pos = seq_ctx - 1).
 
     Returns:
@@ -708,7 +918,8 @@ def reference_attention(problem: AttentionProblem, q: np.ndarray, proj: np.ndarr
 
 def reference_decode_partials(problem: AttentionProblem, q: np.ndarray, k_pages: np.ndarray, v_pages: np.ndarray,
                               page_table: np.ndarray, seq_ctx, splits: int, pages_per_split: int):
-    """``attn_decode``'s workspace in numpy (for diagnosing decode vs combine on the GPU).
+    """``attn_decode``'s workspace in numpy (for diagnosing decode vs combine on the GPU); pages as in
+    :func:`reference_attention`.
 
     Returns:
         (o [B, Hq, splits, hd], ml [B, Hq, splits, 2]) fp32: unnormalised sum_j exp(s_j - m) v_j, and

@@ -3,11 +3,19 @@ residual add and output-row gather (``rmsnorm.cu.j2``). Two families, one per te
 
 Embedding
 ---------
-``x[T, H] (fp32) = table[tokens] (bf16 [V, H])``; a token outside ``[0, V)`` writes a row of NaN (the
-runtime validates ids; NaN makes a slip visible instead of reading out of bounds). H a multiple of 8
-(16-byte loads), table and x 16-byte aligned. Grid: T CTAs (one per token), ``threads`` per CTA
-striding over the H/8 16-byte chunks. Arguments (:func:`embed_arg_names`): ``tokens, table, x, t, h,
-vocab``.
+``x[T, H] (fp32) = table[tokens]``; a token outside ``[0, V)`` writes a row of NaN (the runtime validates
+ids; NaN makes a slip visible instead of reading out of bounds). H a multiple of 8, x 16-byte aligned.
+Grid: T CTAs (one per token), ``threads`` per CTA striding over the H/8 chunks of 8 elements.
+Table formats (``EmbedProblem.wfmt``, :mod:`ninferc.ir.quant`):
+
+* ``bf16``: table bf16 ``[V, H]`` (16-byte aligned), widened exactly. Arguments (:func:`embed_arg_names`):
+  ``tokens, table, x, t, h, vocab``.
+* ``w8``: table int8 codes ``[V, H]`` (8-byte aligned) + fp32 ``scales[V]`` (one per row, i.e. per token):
+  ``x[t, :] = fl32(q[tok, :] * scales[tok])`` -- one fp32 multiply, so exactly
+  :func:`ninferc.ir.quant.dequantize`. Arguments: ``tokens, table, scales, x, t, h, vocab``.
+
+``w4`` is refused: the recipes keep the embedding at bf16 or w8 (it is read one row per token, so its
+format only sets artifact size; see :func:`ninferc.ir.quant.recipe`).
 
 RMSNorm
 -------
@@ -34,6 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ninferc.errors import PlanError
+from ninferc.ir.quant import QuantTensor
 from ninferc.ir.reference import ref_rmsnorm
 from ninferc.targets.plan import KernelSpec, Launch, PlanContext
 
@@ -45,23 +54,35 @@ MAX_THREADS = 1024  # threads per CTA on every ninferc target (CUDA C Programmin
 # ------------------------------------------------------------------------------------------------
 
 
+#: embedding table formats the kernel supports
+EMBED_FORMATS = ("bf16", "w8")
+
+
 @dataclass(frozen=True)
 class EmbedProblem:
     """One embedding gather.
 
     Attributes:
         hidden: H, row length; positive multiple of 8. vocab: V rows of the table (>= 1).
+        wfmt: table format, ``"bf16"`` or ``"w8"`` (module docstring).
 
     Raises:
-        PlanError: H not a positive multiple of 8, or V < 1.
+        PlanError: H not a positive multiple of 8, V < 1, or a format other than bf16 / w8 (w4 is named
+            as unsupported for the embedding, with the reason).
     """
 
     hidden: int
     vocab: int
+    wfmt: str = "bf16"
 
     def __post_init__(self):
+        if self.wfmt == "w4":
+            raise PlanError("embed: a w4 embedding table is not supported (the recipes keep the embedding at "
+                            "bf16 or w8: it is read one row per token); use w8 or bf16")
+        if self.wfmt not in EMBED_FORMATS:
+            raise PlanError(f"embed: unknown table format {self.wfmt!r}; supported: {', '.join(EMBED_FORMATS)}")
         if self.hidden <= 0 or self.hidden % 8:
-            raise PlanError(f"embed: hidden = {self.hidden} must be a positive multiple of 8 (16-byte loads)")
+            raise PlanError(f"embed: hidden = {self.hidden} must be a positive multiple of 8 (8-element chunks)")
         if self.vocab < 1:
             raise PlanError(f"embed: vocab = {self.vocab} must be at least 1")
 
@@ -80,17 +101,21 @@ class EmbedFamily:
         return max(WARP, min(256, -(-want // WARP) * WARP))
 
     def spec(self, problem: EmbedProblem) -> KernelSpec:
-        """The kernel for ``problem`` (H and V are runtime arguments; threads is identity)."""
+        """The kernel for ``problem`` (H and V are runtime arguments; threads and the table format are
+        identity -- ``wfmt`` is a parameter only for w8, so bf16 kernels keep their URI and source)."""
         th = self.threads_for(problem)
-        return KernelSpec.make(self.name, self.template, {"threads": th}, th, cooperative=False)
+        params = {"threads": th}
+        if problem.wfmt != "bf16":
+            params["wfmt"] = problem.wfmt
+        return KernelSpec.make(self.name, self.template, params, th, cooperative=False)
 
     def variants(self, problem: EmbedProblem) -> list[KernelSpec]:
         """The single kernel :meth:`launch` uses."""
         return [self.spec(problem)]
 
     def sample_problems(self) -> list[EmbedProblem]:
-        """The tiny fixture's and the 27B's shapes (thread counts 32 and 256)."""
-        return [EmbedProblem(256, 4096), EmbedProblem(5120, 248320)]
+        """The tiny fixture's and the 27B's shapes (thread counts 32 and 256), in each table format."""
+        return [EmbedProblem(h, v, f) for f in EMBED_FORMATS for h, v in ((256, 4096), (5120, 248320))]
 
     def launch(self, problem: EmbedProblem, tokens: int, ctx: PlanContext) -> Launch:
         """T CTAs, one per token.
@@ -104,22 +129,49 @@ class EmbedFamily:
 
 
 def embed_arg_names(problem: EmbedProblem) -> tuple[str, ...]:
-    """Kernel parameters in order: ``tokens`` (int32 [T]), ``table`` (bf16 [V, H]), ``x`` (fp32 [T, H]),
-    then int32 ``t, h, vocab``."""
+    """Kernel parameters in order: ``tokens`` (int32 [T]), ``table`` (bf16 [V, H]; w8: int8 [V, H]), for w8
+    only ``scales`` (fp32 [V]), ``x`` (fp32 [T, H]), then int32 ``t, h, vocab``."""
+    if problem.wfmt == "w8":
+        return ("tokens", "table", "scales", "x", "t", "h", "vocab")
     return ("tokens", "table", "x", "t", "h", "vocab")
 
 
-def embed_kernel_args(problem: EmbedProblem, launch: Launch, tokens, table, x) -> tuple:
-    """Argument tuple in :func:`embed_arg_names` order (T = ``launch.tokens``)."""
-    return (tokens, table, x, np.int32(launch.tokens), np.int32(problem.hidden), np.int32(problem.vocab))
+def embed_kernel_args(problem: EmbedProblem, launch: Launch, tokens, table, x, scales=None) -> tuple:
+    """Argument tuple in :func:`embed_arg_names` order (T = ``launch.tokens``).
+
+    Raises:
+        PlanError: ``scales`` missing for a w8 table, or given for a bf16 one.
+    """
+    if (problem.wfmt == "w8") != (scales is not None):
+        raise PlanError(f"embed: a {problem.wfmt} table {'needs' if problem.wfmt == 'w8' else 'takes no'} scales")
+    head = (tokens, table, scales) if problem.wfmt == "w8" else (tokens, table)
+    return (*head, x, np.int32(launch.tokens), np.int32(problem.hidden), np.int32(problem.vocab))
 
 
-def embed_reference(tokens, table) -> np.ndarray:
-    """x[T, H] fp32 = table[tokens] (bf16 values widened exactly); rows of out-of-range ids are NaN."""
+def embed_reference(tokens, table, scales=None) -> np.ndarray:
+    """x[T, H] fp32 = table[tokens]; rows of out-of-range ids are NaN.
+
+    Args:
+        tokens: int [T] token ids.
+        table: bf16 [V, H] (values widened exactly), or with ``scales`` the int8 w8 codes [V, H].
+        scales: fp32 [V] (w8 only): rows are ``fl32(q * scales[tok])`` (:func:`ninferc.ir.quant.dequantize`).
+
+    Raises:
+        PlanError: w8 codes / scales of the wrong shape or dtype.
+    """
     tok = np.asarray(tokens, dtype=np.int64).reshape(-1)
     tab = np.asarray(table)
     ok = (tok >= 0) & (tok < tab.shape[0])
-    out = tab[np.where(ok, tok, 0)].astype(np.float32)
+    idx = np.where(ok, tok, 0)
+    if scales is None:
+        out = tab[idx].astype(np.float32)
+    else:
+        sc = np.asarray(scales)
+        if tab.ndim != 2 or tab.dtype != np.int8 or sc.dtype != np.float32 or sc.shape != (tab.shape[0],):
+            raise PlanError(f"embed reference (w8): expected int8 codes [V, H] and fp32 scales [V], got "
+                            f"{tab.dtype} {list(tab.shape)} and {sc.dtype} {list(sc.shape)}")
+        rows = QuantTensor("w8", (len(idx), tab.shape[1]), tab[idx], sc[idx])
+        out = rows.dequantize()
     out[~ok] = np.nan
     return out
 

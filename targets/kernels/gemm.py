@@ -12,6 +12,32 @@ fp32 accumulation (``mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32``), the
 Any T >= 1 and any N >= 1 (edges masked: zero-filled loads, guarded stores); K a multiple of 8; X
 and W 16-byte aligned; ``ldx`` >= K and a multiple of 8 (16-byte ``cp.async`` rows).
 
+Quantised W (``GemmProblem.wfmt``, formats of :mod:`ninferc.ir.quant`)
+-----------------------------------------------------------------------
+* ``bf16`` (default) as above.
+* ``w8``: ``w`` = int8 codes ``[N_w, K]`` (K a multiple of 16), ``scales`` fp32 ``[N_w]``.
+* ``w4``: ``w`` = uint8 ``[N_w, K/2]`` offset-binary nibbles (element 2j in the low nibble of byte j,
+  ``q = nibble - 8``; K a multiple of 64), ``scales`` fp32 ``[N_w, K/64]`` (signed).
+
+The weight the tensor cores see is ``bf16_rn(fl32(q * scale))``: the fp32 product of
+:func:`ninferc.ir.quant.dequantize`, rounded once more to bf16 (RNE) because mma takes bf16 operands;
+:func:`reference` rounds the same way, so the kernel's only error is the fp32 accumulation (same
+tolerances as bf16 W). Codes and scales must be 16-byte / 4-byte aligned.
+
+Fused dequantisation: each stage's W tile still lands in shared memory as bf16 in the same swizzled
+layout, so the ldmatrix/mma code is the bf16 kernel's. Instead of ``cp.async`` of bf16 rows, each
+thread reads its *units* (``kWqElems`` consecutive K of one W row; :meth:`GemmTile.wq_layout` mirrors the
+template's choice: the widest of 16/8/4-byte loads that covers whole 16-byte bf16 chunks and divides
+the stage evenly among the threads -- w8 16 B = 16 K, w4 16 B = 32 K or 8 B = 16 K) with read-only
+register loads, converts them in registers (prmt into the fp32 ``2^23 + code`` pattern, exact subtract,
+fp32 multiply by the row's / group's scale, ``cvt.rn.bf16x2``) and stores 16-byte chunks
+(``st.shared.v4``, conflict-free under the swizzle). Register double-buffering keeps the global loads
+off the critical path: iteration ``kt`` issues the code loads of k-tile ``kt + stages - 1`` before its mma
+work and dequantises + stores them after it (X keeps its ``cp.async`` pipeline). A k-tile (bk <= 64, aligned)
+lies inside one w4 group, so one scale per unit. Shared memory is unchanged (:meth:`GemmTile.smem_bytes`);
+the extra registers (codes + scale per unit) are read from the cubin like any other variant's and enter
+the stage/tile choice through the occupancy calculator.
+
 Kernel shape
 ------------
 A CTA computes a ``bm x bn`` tile of ``X @ W^T`` (``bn`` W rows: for swiglu ``bn/2`` gate rows and the
@@ -36,7 +62,12 @@ narrow N picks the small tile (more CTAs to fill the SMs), and prefill at T >= ~
 ``Launch.waves`` = ceil(ctas / (CTAs/SM x SMs)) from the occupancy calculator. No split-K (split_k = 1).
 
 Runtime arguments (:func:`arg_names`, :func:`kernel_args`): ``x, w, y, t, n_out, k, ldx, group_m`` --
-three pointers then five int32.
+three pointers then five int32 (bf16 W); quantised W adds the fp32 scales pointer after ``w``:
+``x, w, scales, y, t, n_out, k, ldx, group_m``.
+
+Identity: the template parameter ``wfmt`` exists only for quantised W, so bf16 kernels keep their URIs
+(``gemm__bk32_bm128_bn128_store_f32_stages3_th256_warps_m2_warps_n4``) and byte-identical rendered sources;
+quantised ones end in ``_wfmt-w8`` / ``_wfmt-w4``.
 """
 
 from __future__ import annotations
@@ -46,9 +77,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from ninferc.errors import PlanError
+from ninferc.ir.quant import GROUP_SIZE as W4_GROUP
 from ninferc.targets.plan import KernelSpec, Launch, PlanContext
 
 EPILOGUES = ("store_f32", "swiglu_bf16")
+WFORMATS = ("bf16", "w8", "w4")
+"""Weight formats: bf16 values, or the quantised formats of :mod:`ninferc.ir.quant`."""
+K_MULTIPLE = {"bf16": 8, "w8": 16, "w4": W4_GROUP}
+"""K must be a multiple of this per weight format (bf16: 16-byte rows; w8: 16-byte code units, so a unit
+is never split by the K edge; w4: whole scale groups of 64)."""
+CODE_ELEMS_PER_BYTE = {"w8": 1, "w4": 2}
 WARP = 32  # threads per warp on every CUDA architecture
 VEC = 8    # bf16 elements per 16-byte load
 GROUP_M = 8
@@ -84,11 +122,30 @@ class GemmTile:
         return f"mma_{self.bm}x{self.bn}x{self.bk}_w{self.warps_m}x{self.warps_n}"
 
     def smem_bytes(self, stages: int) -> int:
-        """Dynamic shared memory of the pipeline: stages * (bm + bn) * bk bf16."""
+        """Dynamic shared memory of the pipeline: stages * (bm + bn) * bk bf16 (the same for quantised W:
+        its tile is stored in shared memory as bf16)."""
         return stages * (self.bm + self.bn) * self.bk * 2
 
-    def check(self, epilogue: str) -> None:
-        """Raise PlanError if the template's static_asserts would reject this tile."""
+    def wq_layout(self, wfmt: str) -> tuple[int, int, int] | None:
+        """How the template loads a quantised W tile (mirrors its ``wq_fits``/``kWqBytes``).
+
+        Returns:
+            ``(load_bytes, k_elems, units_per_thread)``: each thread issues ``units_per_thread`` loads of
+            ``load_bytes`` per stage, each covering ``k_elems`` consecutive K of one W row -- the widest of
+            16, 8, 4 bytes whose ``k_elems`` is a multiple of 8 dividing ``bk`` and whose ``bn * bk / k_elems``
+            units divide evenly among the threads; None for ``bf16`` or when no width fits.
+        """
+        if wfmt == "bf16":
+            return None
+        per_byte = CODE_ELEMS_PER_BYTE[wfmt]
+        for nbytes in (16, 8, 4):
+            elems = nbytes * per_byte
+            if elems >= VEC and self.bk % elems == 0 and (self.bn * (self.bk // elems)) % self.threads == 0:
+                return nbytes, elems, self.bn * (self.bk // elems) // self.threads
+        return None
+
+    def check(self, epilogue: str, wfmt: str = "bf16") -> None:
+        """Raise PlanError if the template's static_asserts would reject this tile (for ``wfmt``)."""
         wm, wn = self.bm // self.warps_m, self.bn // self.warps_n
         chunks = self.bk // VEC
         bad = []
@@ -104,6 +161,9 @@ class GemmTile:
             bad.append(f"tile chunks ({self.bm}+{self.bn})*{chunks} must divide among {self.threads} threads")
         if self.threads > 1024:
             bad.append(f"{self.threads} threads exceed 1024")
+        if wfmt != "bf16" and not bad and self.wq_layout(wfmt) is None:
+            bad.append(f"{wfmt}: no 16/8/4-byte code load divides the {self.bn}x{self.bk} W tile evenly "
+                       f"among {self.threads} threads")
         if bad:
             raise PlanError(f"gemm tile {self.bm}x{self.bn}x{self.bk}: " + "; ".join(bad))
 
@@ -139,6 +199,8 @@ class GemmProblem:
         n: output columns N (for swiglu the intermediate size I; W then has 2N rows).
         epilogue: ``"store_f32" | "swiglu_bf16"``.
         ldx: row stride of X in elements (default k); >= k and a multiple of 8.
+        wfmt: weight format ``"bf16" | "w8" | "w4"`` (module docstring; w8 needs K % 16 == 0, w4
+            K % 64 == 0).
 
     Raises:
         PlanError: a value outside its range (names the value and the limit).
@@ -148,8 +210,15 @@ class GemmProblem:
     n: int
     epilogue: str = "store_f32"
     ldx: int | None = None
+    wfmt: str = "bf16"
 
     def __post_init__(self):
+        if self.wfmt not in WFORMATS:
+            raise PlanError(f"gemm: unknown weight format wfmt = {self.wfmt!r}; supported: {', '.join(WFORMATS)}")
+        if self.wfmt != "bf16" and (self.k <= 0 or self.k % K_MULTIPLE[self.wfmt]):
+            why = "16-byte int8 code loads" if self.wfmt == "w8" else f"whole w4 scale groups of {W4_GROUP}"
+            raise PlanError(f"gemm: K = {self.k} must be a positive multiple of {K_MULTIPLE[self.wfmt]} for "
+                            f"wfmt = {self.wfmt} ({why})")
         if self.k <= 0 or self.k % VEC:
             raise PlanError(f"gemm: K = {self.k} must be a positive multiple of {VEC} (16-byte bf16 loads)")
         if self.n <= 0:
@@ -174,6 +243,25 @@ class GemmProblem:
         """``"float32"`` (store_f32) or ``"bfloat16"`` (swiglu_bf16)."""
         return "bfloat16" if self.epilogue == "swiglu_bf16" else "float32"
 
+    @property
+    def quantized(self) -> bool:
+        """True for ``w8`` / ``w4`` weights (the kernel then takes a ``scales`` pointer)."""
+        return self.wfmt != "bf16"
+
+    @property
+    def w_shape(self) -> tuple[int, int]:
+        """Shape of the ``w`` argument: bf16 / w8 ``(w_rows, k)``, w4 ``(w_rows, k // 2)`` (packed bytes)."""
+        return (self.w_rows, self.k // 2) if self.wfmt == "w4" else (self.w_rows, self.k)
+
+    @property
+    def scales_shape(self) -> tuple[int, ...] | None:
+        """Shape of the fp32 ``scales`` argument: w8 ``(w_rows,)``, w4 ``(w_rows, k // 64)``, bf16 None."""
+        if self.wfmt == "w8":
+            return (self.w_rows,)
+        if self.wfmt == "w4":
+            return (self.w_rows, self.k // W4_GROUP)
+        return None
+
 
 class GemmFamily:
     """The ``gemm`` kernel family (see module docstring).
@@ -193,14 +281,16 @@ class GemmFamily:
             raise PlanError(f"gemm: need at least one tile and stage counts >= 2, got {tiles}, {stages}")
         for t in tiles:
             for ep in EPILOGUES:
-                t.check(ep)
+                for wf in WFORMATS:
+                    t.check(ep, wf)
         self.tiles = tuple(tiles)
         self.stages = tuple(stages)
 
     # ---- identity ------------------------------------------------------------------------------
 
     def spec(self, problem: GemmProblem, tile: GemmTile, stages: int) -> KernelSpec:
-        """The kernel for (epilogue, tile, stages)."""
+        """The kernel for (epilogue, weight format, tile, stages); ``wfmt`` is a parameter only when the
+        weights are quantised (bf16 URIs and sources are those of the kernel before quantisation)."""
         params = {
             "threads": tile.threads,
             "bm": tile.bm,
@@ -211,6 +301,8 @@ class GemmFamily:
             "warps_n": tile.warps_n,
             "epilogue": problem.epilogue,
         }
+        if problem.quantized:
+            params["wfmt"] = problem.wfmt
         return KernelSpec.make(self.name, self.template, params, tile.threads, cooperative=False)
 
     def variants(self, problem: GemmProblem) -> list[KernelSpec]:
@@ -218,8 +310,8 @@ class GemmFamily:
         return [self.spec(problem, t, s) for t in self.tiles for s in self.stages]
 
     def sample_problems(self) -> list[GemmProblem]:
-        """One small problem per epilogue (covers every template parameter value)."""
-        return [GemmProblem(256, 704, e) for e in EPILOGUES]
+        """One small problem per epilogue and weight format (covers every template parameter value)."""
+        return [GemmProblem(256, 704, e, wfmt=f) for f in WFORMATS for e in EPILOGUES]
 
     @staticmethod
     def tile_of(spec: KernelSpec) -> GemmTile:
@@ -272,7 +364,7 @@ class GemmFamily:
             cands.append((cost, -tile.bm * tile.bn, order, tile, spec, smem, ctas))
         if not cands:
             raise PlanError(
-                f"gemm (K={problem.k}, N={problem.n}, {problem.epilogue}) on {ctx.arch.name}: no tile/stage "
+                f"gemm (K={problem.k}, N={problem.n}, {problem.epilogue}, {problem.wfmt}) on {ctx.arch.name}: no tile/stage "
                 f"variant fits (shared memory per CTA limit {ctx.arch.max_smem_per_cta_optin} B)"
             )
         _, _, _, tile, spec, smem, ctas = min(cands, key=lambda c: c[:3])
@@ -299,7 +391,10 @@ class GemmFamily:
 
 
 def arg_names(problem: GemmProblem) -> tuple[str, ...]:
-    """The kernel's parameters in order: ``x, w, y`` (pointers) then ``t, n_out, k, ldx, group_m`` (int32)."""
+    """The kernel's parameters in order: ``x, w, y`` (pointers) then ``t, n_out, k, ldx, group_m`` (int32);
+    quantised W (``w8``/``w4``): ``x, w, scales, y`` then the same five int32."""
+    if problem.quantized:
+        return ("x", "w", "scales", "y", "t", "n_out", "k", "ldx", "group_m")
     return ("x", "w", "y", "t", "n_out", "k", "ldx", "group_m")
 
 
@@ -309,16 +404,29 @@ def group_m_for(launch: Launch) -> int:
     return max(1, min(GROUP_M, -(-launch.tokens // bm)))
 
 
-def kernel_args(problem: GemmProblem, launch: Launch, x, w, y) -> tuple:
+def kernel_args(problem: GemmProblem, launch: Launch, x, w, y, scales=None) -> tuple:
     """Kernel argument tuple in :func:`arg_names` order.
 
     Args:
         problem: the instance; launch: from :meth:`GemmFamily.launch` (T = ``launch.tokens``).
-        x: bf16 [T, ldx] device array (uint16 storage); w: bf16 [N_w, K]; y: fp32 [T, N] (store_f32) or
-            bf16 [T, N] (swiglu_bf16). Pointers are passed through.
+        x: bf16 [T, ldx] device array (uint16 storage); w: bf16 [N_w, K] (uint16), or the codes of a
+            quantised W (w8: int8 [N_w, K]; w4: uint8 [N_w, K/2]); y: fp32 [T, N] (store_f32) or bf16 [T, N]
+            (swiglu_bf16); scales: fp32 (w8: [N_w]; w4: [N_w, K/64]) for quantised W, None for bf16.
+            Pointers are passed through.
+
+    Raises:
+        PlanError: ``scales`` missing for quantised W, or given for bf16 W.
     """
-    return (x, w, y, np.int32(launch.tokens), np.int32(problem.n), np.int32(problem.k),
-            np.int32(problem.x_stride), np.int32(group_m_for(launch)))
+    tail = (np.int32(launch.tokens), np.int32(problem.n), np.int32(problem.k), np.int32(problem.x_stride),
+            np.int32(group_m_for(launch)))
+    if problem.quantized:
+        if scales is None:
+            raise PlanError(f"gemm kernel_args: wfmt = {problem.wfmt} needs the fp32 scales "
+                            f"{list(problem.scales_shape)}")
+        return (x, w, scales, y) + tail
+    if scales is not None:
+        raise PlanError("gemm kernel_args: scales given for bf16 weights (wfmt = bf16 takes none)")
+    return (x, w, y) + tail
 
 
 # ------------------------------------------------------------------------------------------------
@@ -326,23 +434,75 @@ def kernel_args(problem: GemmProblem, launch: Launch, x, w, y) -> tuple:
 # ------------------------------------------------------------------------------------------------
 
 
-def reference(problem: GemmProblem, x, w, xp=np):
+def _round_bf16(f, xp):
+    """fp32 array -> fp32 array of the nearest-even bf16 values (finite inputs; bit arithmetic, so numpy
+    and cupy give the same bits)."""
+    u = xp.ascontiguousarray(f, dtype=xp.float32).view(xp.uint32)
+    r = (u + xp.uint32(0x7FFF) + ((u >> 16) & xp.uint32(1))) & xp.uint32(0xFFFF0000)
+    return r.view(xp.float32)
+
+
+def dequantize_weight(problem: GemmProblem, w, scales=None, xp=np):
+    """The weight the kernel's tensor cores multiply, as fp32 values [N_w, K].
+
+    Args:
+        problem: the instance (``wfmt`` selects the format).
+        w: bf16 W [N_w, K] (returned as fp32, unchanged values); or w8 int8 codes [N_w, K]; or w4 uint8
+            packed codes [N_w, K/2]; or a :class:`ninferc.ir.quant.QuantTensor` (its codes and scales).
+        scales: fp32 w8 [N_w] / w4 [N_w, K/64]; None for bf16 or a QuantTensor.
+        xp: ``numpy`` or ``cupy``.
+
+    Returns:
+        fp32 [N_w, K]: ``bf16_rn(fl32(q * scale))`` for quantised formats (``ninferc.ir.quant.dequantize``
+        then one round-to-nearest-even to bf16, as the kernel stores its shared-memory tile).
+
+    Raises:
+        PlanError: missing scales, or codes/scales of the wrong shape for the problem.
+    """
+    if hasattr(w, "codes") and hasattr(w, "scales"):
+        w, scales = w.codes, w.scales
+    if not problem.quantized:
+        return xp.asarray(w).astype(xp.float32)
+    if scales is None:
+        raise PlanError(f"gemm: wfmt = {problem.wfmt} needs scales {list(problem.scales_shape)}")
+    codes, sc = xp.asarray(w), xp.asarray(scales, dtype=xp.float32)
+    if tuple(codes.shape) != problem.w_shape or tuple(sc.shape) != problem.scales_shape:
+        raise PlanError(f"gemm {problem.wfmt}: expected codes {list(problem.w_shape)} and scales "
+                        f"{list(problem.scales_shape)}, got {list(codes.shape)} and {list(sc.shape)}")
+    if problem.wfmt == "w8":
+        q = codes.view(xp.int8).astype(xp.float32)
+        prod = q * sc[:, None]
+    else:
+        b = codes.astype(xp.uint8)
+        q = xp.empty((problem.w_rows, problem.k), dtype=xp.float32)
+        q[:, 0::2] = (b & 0x0F).astype(xp.float32) - 8
+        q[:, 1::2] = (b >> 4).astype(xp.float32) - 8
+        prod = q * xp.repeat(sc, W4_GROUP, axis=1)
+    return _round_bf16(prod.astype(xp.float32), xp)
+
+
+def reference(problem: GemmProblem, x, w, xp=np, scales=None):
     """Reference output in fp64 on the same bf16 operand values.
 
     Args:
         problem: the instance.
         x: [T, K] (or [T, >= K], first K columns used) bf16 (``ml_dtypes.bfloat16``) or a float array of
-            bf16 values. w: [N_w, K] same.
+            bf16 values. w: [N_w, K] same (bf16 W); for quantised W the codes (w8 int8 [N_w, K], w4 uint8
+            [N_w, K/2]) or a ``QuantTensor``, dequantised by :func:`dequantize_weight` (``bf16_rn(fl32(q *
+            scale))``, the values the kernel's tensor cores see) before the same math.
         xp: array module (``numpy``; ``cupy`` evaluates the same fp64 math on the GPU for large shapes,
             with x and w given as float arrays).
+        scales: fp32 scales for quantised W (w8 [N_w], w4 [N_w, K/64]); None for bf16 or a QuantTensor.
 
     Returns:
         [T, N] float64: ``x @ w.T`` (store_f32) or ``silu(gate) * up`` (swiglu_bf16), before any rounding
         of the output (compare with ``ninferc.ir.tolerances.GEMM`` / ``GEMM_BF16_OUT``).
 
     Raises:
-        PlanError: operand shapes do not match the problem.
+        PlanError: operand shapes do not match the problem; scales missing for quantised W.
     """
+    if problem.quantized:
+        w = dequantize_weight(problem, w, scales, xp)
     x64 = xp.asarray(x).astype(xp.float64)
     w64 = xp.asarray(w).astype(xp.float64)
     if x64.ndim != 2 or x64.shape[1] < problem.k or w64.shape != (problem.w_rows, problem.k):

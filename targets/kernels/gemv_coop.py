@@ -2,7 +2,7 @@
 
 Contract
 --------
-``acc[T, N_w] = X[T, K] (bf16, row-major) @ W[N_w, K]^T (bf16, row-major, nn.Linear layout)`` with fp32
+``acc[T, N_w] = X[T, K] (bf16, row-major) @ W[N_w, K]^T (row-major, nn.Linear layout)`` with fp32
 accumulation, then an epilogue into ``Y[T, N]`` (dtypes per templates/README.md: Linear outputs fp32,
 the SwiGLU output -- down_proj's input -- bf16):
 
@@ -10,12 +10,40 @@ the SwiGLU output -- down_proj's input -- bf16):
 * ``residual_add``  ``Y += acc``, fp32 (Y is the residual stream)         (N_w = N)
 * ``swiglu``        W stacks [gate; up] (N_w = 2N): ``Y[:, i] = bf16(silu(acc[:, i]) * acc[:, N + i])``
 
-K must be a multiple of 8 (16-byte weight loads). Inputs 16-byte aligned.
+K must be a multiple of 8 (bf16), 16 (w8) or 64 (w4). Inputs 16-byte aligned.
+
+Weight formats (``GemvProblem.wfmt``; the formats of :mod:`ninferc.ir.quant`, dequantised in registers)
+-----------------------------------------------------------------------------------------------------------
+* ``bf16``  W bf16 ``[N_w, K]``.
+* ``w8``    W int8 codes ``[N_w, K]`` + fp32 ``scales[N_w]``: ``w[r, i] = q[r, i] * scales[r]``. The kernel
+  accumulates ``sum(q * x)`` per row in fp32 and multiplies by the row scale once, before the warp sum.
+* ``w4``    W uint8 ``[N_w, K/2]`` (byte j of a row: element 2j in the low nibble, 2j+1 in the high one,
+  each nibble ``u = q + 8``) + fp32 ``scales[N_w, K/64]`` (signed): ``w[r, i] = q[r, i] * scales[r, i//64]``.
+  Per 16-byte vector (32 elements, inside one group of 64) the kernel forms ``sum(q * x)`` per 8 elements
+  in fp32 and adds it times the group's scale to the accumulator.
+
+Codes become fp32 without I2F: the fp32 with bits ``0x4B000000 | u`` is ``2^23 + u``, so one PRMT and one
+FADD of ``-(2^23 + bias)`` give ``q`` exactly (bias 128 for int8 read as offset binary, 8 for nibbles).
+
+*Layout.* The per-target packing layout of both quantised formats is the canonical row-major layout of
+:mod:`ninferc.ir.quant`, on every arch: no repacking. Each lane issues one 16-byte load of a W row per
+step (8 bf16, 16 int8 or 32 int4 elements), consecutive lanes take consecutive 16-byte vectors, so a warp
+reads 512 contiguous bytes of the row per step -- four full 128-byte lines, the same coalescing as bf16.
+The nibble order inside a byte is what the kernel unpacks (two masks), and a 32-element w4 vector starts
+at a multiple of 32, so it never straddles a scale group. Interleaved layouts (Marlin-style) exist to feed
+tensor-core fragments; this CUDA-core GEMV gains nothing from them.
+
+*Cost.* Per element and row: PRMT + FADD once (the codes of a sub-chunk are dequantised once for all of a
+CTA's tokens), plus one FFMA per token. At T = 1 that is about 3.5 (w8) / 7 (w4) lane instructions per
+weight byte against bf16's ~1.1, so on a card with many bytes/clock per SM (H200) the w4 kernel may be
+issue-bound rather than bandwidth-bound; measure before tuning (bench/). Registers: w8 ~90-98, w4 ~126
+per thread (bf16: 60-64), i.e. 2 CTAs of 256 threads per SM; the plan's caps and splits follow.
 
 Kernel shape
 ------------
 A warp owns ``rows_per_warp`` W rows (for swiglu: half gate rows, the matching half up rows) and
-streams them along K, 8 bf16 per lane per step (a warp reads 512 contiguous bytes per row per step);
+streams them along K, one 16-byte vector per lane per step (8 bf16 / 16 int8 / 32 int4 elements; a warp
+reads 512 contiguous bytes per row per step);
 a CTA of ``threads`` owns ``threads/32 * outputs_per_warp`` outputs (a row block). A CTA handles up
 to ``max_tokens`` tokens (a token chunk). The grid is 1-D:
 ``row_blocks * splits * token_chunks`` CTAs (nothing on y/z, so no 65535 limit applies).
@@ -26,8 +54,9 @@ Routes (chosen here, by the plan -- the kernel has no launch constants)
   into an fp32 workspace ``[splits, T, N_w]``; a grid barrier (``ninfer::grid_barrier``, counter left
   reusable) separates that from the in-kernel reduction + epilogue. ``splits`` = the largest number
   such that ``base * splits <= cap`` where ``base = row_blocks * token_chunks`` and ``cap`` = resident
-  CTAs/SM x SMs of that variant, capped at ``K/8/32`` (every lane gets at least one 16-byte step), so
-  the grid fills one wave of resident CTAs. Used when that gives ``splits >= 2``.
+  CTAs/SM x SMs of that variant, capped at ``K/VEC/32`` with VEC = 8, 16 or 32 K elements per 16-byte
+  vector for bf16, w8, w4 (:meth:`GemvCoopFamily.max_splits`: every lane gets at least one 16-byte
+  step), so the grid fills one wave of resident CTAs. Used when that gives ``splits >= 2``.
 * ``plain``: the ``mode=plain`` variant, non-cooperative, one split, epilogue from registers, no
   workspace and no barrier. Used as soon as no variant fits two splits -- i.e. exactly at the T (or N)
   where ``2 * base > cap`` for every thread-count variant.
@@ -35,8 +64,9 @@ Routes (chosen here, by the plan -- the kernel has no launch constants)
 Among candidates of the chosen route the variant with the best SM fill wins (coop: ``grid / cap``;
 plain: ``grid / (waves * cap)``), ties to fewer threads.
 
-Runtime arguments (:meth:`GemvCoopFamily.arg_names`, :func:`kernel_args`): ``w, x, y, ws, barrier, k,
-n_out, t_total, splits`` -- pointers then int32.
+Runtime arguments (:meth:`GemvCoopFamily.arg_names`, :func:`kernel_args`): bf16 ``w, x, y, ws, barrier, k,
+n_out, t_total, splits``; w8 / w4 ``w, scales, x, y, ws, barrier, k, n_out, t_total, splits`` -- pointers
+then int32.
 The barrier counter is one zero-initialised uint32 per stream (left reusable by the kernel); ``ws`` is
 ``Launch.workspace_bytes`` of scratch (no initialisation needed), unused by ``plain``.
 """
@@ -49,12 +79,18 @@ import ml_dtypes
 import numpy as np
 
 from ninferc.errors import PlanError
+from ninferc.ir.quant import GROUP_SIZE, QuantTensor
 from ninferc.targets.plan import KernelSpec, Launch, PlanContext
 
 EPILOGUES = ("store", "residual_add", "swiglu")
 MODES = ("coop", "plain")
+WFORMATS = ("bf16", "w8", "w4")
 WARP = 32  # threads per warp on every CUDA architecture
 VEC = 8    # bf16 elements per 16-byte load
+#: K elements per 16-byte weight load, per weight format
+VEC_OF = {"bf16": VEC, "w8": 16, "w4": 32}
+#: K must be a multiple of this, per weight format (w4: its scale group, which is a multiple of 32)
+K_MULTIPLE = {"bf16": VEC, "w8": 16, "w4": GROUP_SIZE}
 
 
 @dataclass(frozen=True)
@@ -62,23 +98,29 @@ class GemvProblem:
     """One GEMV instance.
 
     Attributes:
-        k: reduction length (columns of X and W); multiple of 8.
+        k: reduction length (columns of X and W); multiple of 8 (bf16), 16 (w8) or 64 (w4).
         n: output features (columns of Y). For swiglu W has 2n rows ([gate; up]).
         epilogue: ``"store" | "residual_add" | "swiglu"``.
+        wfmt: weight format ``"bf16" | "w8" | "w4"`` (module docstring; :mod:`ninferc.ir.quant`).
 
     Raises:
-        PlanError: k not a positive multiple of 8, n not positive, or an unknown epilogue.
+        PlanError: unknown weight format, k not a positive multiple of its format's K multiple (the message
+            names K, the format and the multiple), n not positive, or an unknown epilogue.
     """
 
     k: int
     n: int
     epilogue: str = "store"
+    wfmt: str = "bf16"
 
     def __post_init__(self):
-        if self.k <= 0 or self.k % VEC:
-            raise PlanError(
-                f"gemv_coop: K = {self.k} must be a positive multiple of {VEC} (16-byte bf16 weight loads)"
-            )
+        if self.wfmt not in WFORMATS:
+            raise PlanError(f"gemv_coop: unknown weight format {self.wfmt!r}; supported: {', '.join(WFORMATS)}")
+        mult = K_MULTIPLE[self.wfmt]
+        if self.k <= 0 or self.k % mult:
+            why = {"bf16": "16-byte bf16 weight loads", "w8": "16-byte loads of 16 int8 codes",
+                   "w4": f"int4 scale groups of {GROUP_SIZE}"}[self.wfmt]
+            raise PlanError(f"gemv_coop: K = {self.k} must be a positive multiple of {mult} for {self.wfmt} ({why})")
         if self.n <= 0:
             raise PlanError(f"gemv_coop: N = {self.n} must be positive")
         if self.epilogue not in EPILOGUES:
@@ -88,6 +130,27 @@ class GemvProblem:
     def w_rows(self) -> int:
         """Rows of W: 2n for swiglu, else n."""
         return 2 * self.n if self.epilogue == "swiglu" else self.n
+
+    @property
+    def quantized(self) -> bool:
+        """True for w8 / w4 (the kernel takes a ``scales`` argument)."""
+        return self.wfmt != "bf16"
+
+    @property
+    def k_per_vec(self) -> int:
+        """K elements per 16-byte weight vector: 8 (bf16), 16 (w8), 32 (w4)."""
+        return VEC_OF[self.wfmt]
+
+    def weight_shapes(self) -> dict[str, tuple[tuple[int, ...], str]]:
+        """The weight arrays the kernel reads, name -> (shape, numpy dtype name): bf16 ``w`` [w_rows, K]
+        (bf16 bits); w8 ``w`` int8 [w_rows, K] + ``scales`` float32 [w_rows]; w4 ``w`` uint8
+        [w_rows, K/2] + ``scales`` float32 [w_rows, K/64]."""
+        r, k = self.w_rows, self.k
+        if self.wfmt == "w8":
+            return {"w": ((r, k), "int8"), "scales": ((r,), "float32")}
+        if self.wfmt == "w4":
+            return {"w": ((r, k // 2), "uint8"), "scales": ((r, k // GROUP_SIZE), "float32")}
+        return {"w": ((r, k), "bfloat16")}
 
 
 class GemvCoopFamily:
@@ -115,7 +178,13 @@ class GemvCoopFamily:
     # ---- identity ------------------------------------------------------------------------------
 
     def spec(self, problem: GemvProblem, threads: int, mode: str) -> KernelSpec:
-        """The kernel for (epilogue, threads, mode); K and N are runtime arguments, not identity."""
+        """The kernel for (epilogue, weight format, threads, mode); K and N are runtime arguments, not
+        identity. ``wfmt`` is a parameter only for w8 / w4 (URI ``..._wfmt-w8``), so bf16 kernels keep
+        their URI and rendered source.
+
+        Raises:
+            PlanError: unknown mode.
+        """
         if mode not in MODES:
             raise PlanError(f"gemv_coop: unknown mode {mode!r}; supported: {', '.join(MODES)}")
         params = {
@@ -125,13 +194,18 @@ class GemvCoopFamily:
             "epilogue": problem.epilogue,
             "mode": mode,
         }
+        if problem.quantized:
+            params["wfmt"] = problem.wfmt
         return KernelSpec.make(self.name, self.template, params, threads, cooperative=(mode == "coop"))
 
     def arg_names(self, problem: GemvProblem) -> tuple[str, ...]:
-        """Kernel parameters in order (templates/README.md ABI): pointers w (bf16 [N_w, K]), x (bf16
+        """Kernel parameters in order (templates/README.md ABI): pointers w (bf16 [N_w, K]; w8: int8
+        [N_w, K]; w4: uint8 [N_w, K/2]), for w8 / w4 only scales (fp32 [N_w] / [N_w, K/64]), x (bf16
         [T, K]), y (fp32 [T, N], bf16 for swiglu), ws (fp32 scratch, ``Launch.workspace_bytes``), barrier
         (uint32 counter, zero-initialised once); int32 k, n_out (= N), t_total (= T), splits
         (= ``Launch.split_k``)."""
+        if problem.quantized:
+            return ("w", "scales", "x", "y", "ws", "barrier", "k", "n_out", "t_total", "splits")
         return ("w", "x", "y", "ws", "barrier", "k", "n_out", "t_total", "splits")
 
     def variants(self, problem: GemvProblem) -> list[KernelSpec]:
@@ -139,8 +213,8 @@ class GemvCoopFamily:
         return [self.spec(problem, t, m) for t in self.threads for m in MODES]
 
     def sample_problems(self) -> list[GemvProblem]:
-        """One small problem per epilogue (covers every template parameter value)."""
-        return [GemvProblem(256, 704, e) for e in EPILOGUES]
+        """One small problem per epilogue and weight format (covers every template parameter value)."""
+        return [GemvProblem(256, 704, e, f) for f in WFORMATS for e in EPILOGUES]
 
     # ---- geometry ------------------------------------------------------------------------------
 
@@ -158,8 +232,9 @@ class GemvCoopFamily:
         return -(-tokens // self.max_tokens)
 
     def max_splits(self, problem: GemvProblem) -> int:
-        """Most K splits that still give every lane at least one 16-byte step per split."""
-        return max(1, problem.k // VEC // WARP)
+        """Most K splits that still give every lane at least one 16-byte step per split:
+        ``max(1, K / k_per_vec / 32)`` with k_per_vec = 8 (bf16), 16 (w8), 32 (w4)."""
+        return max(1, problem.k // problem.k_per_vec // WARP)
 
     def workspace_bytes(self, problem: GemvProblem, tokens: int, splits: int) -> int:
         """Bytes of fp32 partial sums [splits, T, w_rows] a coop launch needs."""
@@ -197,7 +272,8 @@ class GemvCoopFamily:
             _, _, spec, base, _ = max(plain, key=lambda c: (c[0], c[1]))
             return ctx.make_launch(spec, base, route="plain", tokens=tokens)
         raise PlanError(
-            f"gemv_coop (K={problem.k}, N={problem.n}, {problem.epilogue}) on {ctx.arch.name}: no variant "
+            f"gemv_coop (K={problem.k}, N={problem.n}, {problem.epilogue}, {problem.wfmt}) on {ctx.arch.name}: "
+            f"no variant "
             f"({', '.join(map(str, self.threads))} threads) has a resident CTA per SM"
         )
 
@@ -227,15 +303,23 @@ class GemvCoopFamily:
                                workspace_bytes=self.workspace_bytes(problem, tokens, splits))
 
 
-def kernel_args(problem: GemvProblem, launch: Launch, w, x, y, ws=None, barrier=None) -> tuple:
-    """Kernel argument tuple in :meth:`GemvCoopFamily.arg_names` order:
-    ``w, x, y, ws, barrier, k, n_out, t_total, splits``.
+def kernel_args(problem: GemvProblem, launch: Launch, w, x, y, ws=None, barrier=None, scales=None) -> tuple:
+    """Kernel argument tuple in :meth:`GemvCoopFamily.arg_names` order: bf16 ``w, x, y, ws, barrier, k,
+    n_out, t_total, splits``; w8 / w4 ``w, scales, x, y, ...`` (``scales`` right after ``w``).
 
     Pointers are passed through (device arrays); an unused ``ws``/``barrier`` (plain route) becomes a
     64-bit null (``np.uint64(0)``, pointer-sized). Sizes become ``np.int32``.
+
+    Raises:
+        PlanError: ``scales`` missing for a w8 / w4 problem, or given for a bf16 one.
     """
     null = np.uint64(0)
-    return (w, x, y, ws if ws is not None else null, barrier if barrier is not None else null,
+    if problem.quantized and scales is None:
+        raise PlanError(f"gemv_coop: a {problem.wfmt} problem needs its scales")
+    if not problem.quantized and scales is not None:
+        raise PlanError("gemv_coop: a bf16 problem takes no scales")
+    head = (w, scales) if problem.quantized else (w,)
+    return (*head, x, y, ws if ws is not None else null, barrier if barrier is not None else null,
             np.int32(problem.k), np.int32(problem.n), np.int32(launch.tokens), np.int32(launch.split_k))
 
 
@@ -248,19 +332,51 @@ def _f32(a) -> np.ndarray:
     return np.asarray(a, dtype=np.float32)  # no copy when already fp32
 
 
-def reference(problem: GemvProblem, x, w, y_in=None) -> np.ndarray:
+def dequantize_weight(problem: GemvProblem, codes, scales) -> np.ndarray:
+    """fp32 [w_rows, K] = ``fl32(q * scale)`` of a w8 / w4 weight, exactly :func:`ninferc.ir.quant.dequantize`.
+
+    Args:
+        codes: w8 int8 [w_rows, K]; w4 uint8 [w_rows, K/2] (packed nibbles, :func:`ninferc.ir.quant.pack_int4`).
+        scales: fp32 — w8 [w_rows]; w4 [w_rows, K/64].
+
+    Raises:
+        PlanError: a bf16 problem, or codes / scales of the wrong shape or dtype (names expected and found).
+    """
+    if not problem.quantized:
+        raise PlanError("gemv_coop: dequantize_weight needs a w8 / w4 problem")
+    want = problem.weight_shapes()
+    codes, scales = np.asarray(codes), np.asarray(scales)
+    got = {"w": (codes.shape, codes.dtype.name), "scales": (scales.shape, scales.dtype.name)}
+    if got != want:
+        raise PlanError(f"gemv_coop reference ({problem.wfmt}, K={problem.k}, w_rows={problem.w_rows}): expected "
+                        f"codes/scales {want}, got {got}")
+    return QuantTensor(problem.wfmt, (problem.w_rows, problem.k), codes, scales).dequantize()
+
+
+def reference(problem: GemvProblem, x, w, y_in=None, scales=None) -> np.ndarray:
     """Reference output of the GEMV + epilogue.
 
     Args:
         problem: the instance.
         x: [T, K] bf16 (``ml_dtypes.bfloat16``) or any float array holding bf16 values.
-        w: [w_rows, K] same.
+        w: bf16: [w_rows, K] same as x; w8 / w4: the codes (int8 [w_rows, K] / uint8 [w_rows, K/2]),
+            dequantised with ``scales`` by :func:`dequantize_weight` (``fl32(q * scale)``).
         y_in: [T, N] fp32 residual stream (``residual_add`` only).
+        scales: w8 / w4 only: fp32 [w_rows] / [w_rows, K/64].
 
     Returns:
         [T, N]: ``acc`` (fp32), ``y_in + acc`` (fp32) or ``bf16(silu(gate) * up)`` (``ml_dtypes.bfloat16``),
         with ``acc = x @ w.T`` computed in fp32.
+
+    Raises:
+        PlanError: shapes that do not match the problem; scales missing (w8 / w4) or given (bf16).
     """
+    if problem.quantized:
+        if scales is None:
+            raise PlanError(f"gemv_coop reference: a {problem.wfmt} problem needs its scales")
+        w = dequantize_weight(problem, w, scales)
+    elif scales is not None:
+        raise PlanError("gemv_coop reference: a bf16 problem takes no scales")
     x32, w32 = _f32(x), _f32(w)
     if x32.shape[1] != problem.k or w32.shape != (problem.w_rows, problem.k):
         raise PlanError(

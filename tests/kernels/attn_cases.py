@@ -1,19 +1,27 @@
 """Scenarios shared by the attention kernel tests (CPU: test_attention.py, GPU: test_attention_gpu.py):
-the two model shapes and random paged KV caches whose free memory is garbage."""
+the two model shapes (each with a bf16 and an int8 KV cache) and random paged KV caches whose free memory
+is garbage."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ninferc.targets.kernels.attention import AttentionProblem, round_bf16
+from ninferc.ir.reference import ref_partial_rope, ref_rmsnorm
+from ninferc.targets.kernels.attention import (KV_GROUP, AttentionProblem, Int8Pages, dequantize_kv, quantize_kv,
+                                               round_bf16)
 
 #: the tiny fixture's attention (4 q / 2 kv heads of 64, rotary 16) and the 27B one (24 / 4 of 256,
 #: rotary 64); 72 pages of 64 = 4608 tokens per sequence (room for a 4096 context plus a 200-token chunk)
 TINY = AttentionProblem(4, 2, 64, 16, 1e7, 1e-6, page_size=64, max_pages=72)
 BIG = AttentionProblem(24, 4, 256, 64, 1e7, 1e-6, page_size=64, max_pages=72)
 PROBLEMS = {"tiny": TINY, "27b": BIG}
+#: the same shapes with the int8 KV cache
+TINY8 = replace(TINY, kv_dtype="int8")
+BIG8 = replace(BIG, kv_dtype="int8")
+PROBLEMS_INT8 = {"tiny-int8": TINY8, "27b-int8": BIG8}
+ALL_PROBLEMS = {**PROBLEMS, **PROBLEMS_INT8}
 
 #: magnitude of the garbage in free pages / rows (bf16-representable: 9984)
 GARBAGE = 1e4
@@ -21,13 +29,14 @@ GARBAGE = 1e4
 
 @dataclass
 class PagedCache:
-    """A paged KV cache in numpy: k_pages / v_pages fp32 [num_pages, Hkv, P, hd] holding bf16 values;
-    page_table int32 [B, max_pages]; ``lengths[b]`` positions of sequence b hold real K/V (``k_ctx[b]``,
-    ``v_ctx[b]``, [lengths[b], Hkv, hd]); everything else is garbage."""
+    """A paged KV cache in numpy: k_pages / v_pages fp32 [num_pages, Hkv, P, hd] holding bf16 values (int8
+    problems: :class:`Int8Pages` codes + scales); page_table int32 [B, max_pages]; ``lengths[b]`` positions of
+    sequence b hold real K/V (``k_ctx[b]``, ``v_ctx[b]``, [lengths[b], Hkv, hd] fp32: the stored bf16 values,
+    or the dequantised int8 ones); everything else is garbage."""
 
     problem: AttentionProblem
-    k_pages: np.ndarray
-    v_pages: np.ndarray
+    k_pages: np.ndarray | Int8Pages
+    v_pages: np.ndarray | Int8Pages
     page_table: np.ndarray
     lengths: list
     k_ctx: list
@@ -44,19 +53,29 @@ def garbage(shape, rng, nan: bool) -> np.ndarray:
     return round_bf16(g)
 
 
+def garbage_int8(shape, rng, nan: bool) -> Int8Pages:
+    """int8 pages of garbage: any code (-128 included) and +-GARBAGE scales (NaN / +-Inf sprinkled in when
+    ``nan``) -- a kernel that reads a free row gets huge or non-finite values."""
+    codes = rng.integers(-128, 128, size=shape, dtype=np.int8)
+    return Int8Pages(codes, garbage(shape[:-1] + (shape[-1] // 64,), rng, nan))
+
+
 def make_cache(problem: AttentionProblem, lengths, capacity, rng, *, extra_free: int = 3, nan: bool = True,
                scale: float = 1.0) -> PagedCache:
     """Random page tables: sequence b owns ceil(capacity[b] / P) pages drawn from a shuffled pool (plus
-    ``extra_free`` never-used pages); positions < lengths[b] hold N(0, scale^2) bf16 K/V; free pages,
-    rows at or after lengths[b], and unused page-table entries (pointing at a free page) hold garbage."""
+    ``extra_free`` never-used pages); positions < lengths[b] hold N(0, scale^2) K/V, stored as bf16 or (int8
+    problems) quantised by :func:`quantize_kv`; free pages, rows at or after lengths[b], and unused
+    page-table entries (pointing at a free page) hold garbage."""
     P, Hkv, hd = problem.page_size, problem.heads_kv, problem.head_dim
+    int8 = problem.kv_dtype == "int8"
     B = len(lengths)
     need = [-(-int(c) // P) for c in capacity]
     assert all(int(l) <= int(c) for l, c in zip(lengths, capacity)) and max(need) <= problem.max_pages
     n_pages = sum(need) + extra_free
     perm = rng.permutation(n_pages)
-    k_pages = garbage((n_pages, Hkv, P, hd), rng, nan)
-    v_pages = garbage((n_pages, Hkv, P, hd), rng, nan)
+    make = garbage_int8 if int8 else garbage
+    k_pages = make((n_pages, Hkv, P, hd), rng, nan)
+    v_pages = make((n_pages, Hkv, P, hd), rng, nan)
     free_page = int(perm[-1])
     table = np.full((B, problem.max_pages), free_page, np.int32)
     k_ctx, v_ctx = [], []
@@ -65,11 +84,21 @@ def make_cache(problem: AttentionProblem, lengths, capacity, rng, *, extra_free:
         table[b, :need[b]] = perm[at:at + need[b]]
         at += need[b]
         L = int(lengths[b])
-        K = round_bf16(rng.standard_normal((L, Hkv, hd)).astype(np.float32) * scale)
-        V = round_bf16(rng.standard_normal((L, Hkv, hd)).astype(np.float32) * scale)
+        K = rng.standard_normal((L, Hkv, hd)).astype(np.float32) * np.float32(scale)
+        V = rng.standard_normal((L, Hkv, hd)).astype(np.float32) * np.float32(scale)
+        if int8:
+            (kc, ks), (vc, vs) = quantize_kv(K), quantize_kv(V)
+            K, V = dequantize_kv(kc, ks), dequantize_kv(vc, vs)
+        else:
+            K, V = round_bf16(K), round_bf16(V)
         for p in range(L):
-            k_pages[table[b, p // P], :, p % P] = K[p]
-            v_pages[table[b, p // P], :, p % P] = V[p]
+            page, row = table[b, p // P], p % P
+            if int8:
+                k_pages.codes[page, :, row], k_pages.scales[page, :, row] = kc[p], ks[p]
+                v_pages.codes[page, :, row], v_pages.scales[page, :, row] = vc[p], vs[p]
+            else:
+                k_pages[page, :, row] = K[p]
+                v_pages[page, :, row] = V[p]
         k_ctx.append(K)
         v_ctx.append(V)
     return PagedCache(problem, k_pages, v_pages, table, [int(x) for x in lengths], k_ctx, v_ctx)
@@ -94,3 +123,50 @@ def make_step(problem: AttentionProblem, prev, new, rng):
         "seq_start": seq_start,
         "seq_ctx": (np.asarray(prev) + np.asarray(new)).astype(np.int32),
     }
+
+
+def check_int8_rows(problem: AttentionProblem, cache: PagedCache, st: dict, kp_dev: Int8Pages, vp_dev: Int8Pages,
+                    kp_ref: Int8Pages, vp_ref: Int8Pages) -> None:
+    """attn_prep's int8 rows (``kp_dev``, ``vp_dev``, read back from the device or the emulator) vs
+    reference_prep's (``kp_ref``, ``vp_ref``) for the step ``st`` appended to ``cache``.
+
+    v: codes and scales bit-exact (the quantiser's input is the same fp32 projection value on both sides).
+    k: the quantiser's input is the fp32 k after RMSNorm + RoPE, which a kernel computes within a few ulps of
+    numpy (warp-order sum of squares; CUDA's sinf/cosf within 2 ulp of numpy's correctly rounded ones), so
+    codes may differ by one (>= 99 % equal), scales by a few ulps (relative 2^-20 allowed: the group max moves
+    by a few ulps, the division adds one), and each dequantised kernel value must be a valid quantisation of
+    numpy's fp32 k: |k - fl32(code * scale)| <= scale * (1/2 + 2^-12) (the slack covers the few-ulp difference
+    of k itself: 127 * scale * a few 2^-24).
+    Every row outside the step's positions is bitwise untouched (garbage codes and NaN scales included).
+
+    Raises:
+        AssertionError: naming what differs.
+    """
+    p = problem
+    rows = [(cache.page_table[b, ps // p.page_size], ps % p.page_size) for b, ps in zip(st["tok_seq"], st["tok_pos"])]
+    pg = np.array([r[0] for r in rows])
+    rw = np.array([r[1] for r in rows])
+    np.testing.assert_array_equal(vp_dev.codes[pg, :, rw], vp_ref.codes[pg, :, rw], "attn_prep int8 v codes")
+    np.testing.assert_array_equal(vp_dev.scales[pg, :, rw].view(np.uint32), vp_ref.scales[pg, :, rw].view(np.uint32),
+                                  "attn_prep int8 v scales")
+    kc_dev, ks_dev = kp_dev.codes[pg, :, rw], kp_dev.scales[pg, :, rw]
+    kc_ref, ks_ref = kp_ref.codes[pg, :, rw], kp_ref.scales[pg, :, rw]
+    dk = np.abs(kc_dev.astype(np.int16) - kc_ref.astype(np.int16))
+    assert dk.max() <= 1, f"attn_prep int8 k codes differ by up to {dk.max()} from numpy (at most 1 allowed)"
+    assert np.mean(dk == 0) >= 0.99, f"attn_prep int8 k codes: only {np.mean(dk == 0):.4f} equal numpy's"
+    rel = np.abs(ks_dev.astype(np.float64) / ks_ref.astype(np.float64) - 1)
+    assert np.all(np.isfinite(ks_dev)) and rel.max() <= 2.0 ** -20, \
+        f"attn_prep int8 k scales: relative difference up to {rel.max():.3g} from numpy (2^-20 allowed)"
+    _, _, k, _ = p.split_proj(st["proj"])
+    k_fp32 = ref_partial_rope(ref_rmsnorm(k, st["k_norm_w"], p.eps, True), st["tok_pos"], p.rotary_dim, p.theta)
+    err = np.abs(k_fp32.astype(np.float64) - dequantize_kv(kc_dev, ks_dev))
+    bound = np.repeat(ks_dev.astype(np.float64), KV_GROUP, axis=-1) * (0.5 + 2.0 ** -12)
+    assert np.all(err <= bound), f"attn_prep int8 k: {int(np.sum(err > bound))} values off by more than scale / 2"
+    keep = np.ones(kp_dev.codes.shape[:1] + kp_dev.codes.shape[2:3], bool)  # [page, row]
+    keep[pg, rw] = False
+    for what, got, was in (("k", kp_dev, cache.k_pages), ("v", vp_dev, cache.v_pages)):
+        assert np.array_equal(got.codes.transpose(0, 2, 1, 3)[keep], was.codes.transpose(0, 2, 1, 3)[keep]), \
+            f"attn_prep changed int8 {what} codes outside this step's positions"
+        assert np.array_equal(got.scales.transpose(0, 2, 1, 3)[keep].view(np.uint32),
+                              was.scales.transpose(0, 2, 1, 3)[keep].view(np.uint32)), \
+            f"attn_prep changed int8 {what} scales outside this step's positions"

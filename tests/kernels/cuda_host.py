@@ -108,7 +108,10 @@ static inline float warp_sum(float v) {
   return v;
 }
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
+static inline void pdl_wait() {}               // one grid at a time on the host: nothing to wait for
+static inline void pdl_launch_dependents() {}
 }  // namespace ninfer
+#define NINFER_PDL_ENTRY() do { ninfer::pdl_wait(); ninfer::pdl_launch_dependents(); } while (0)
 """
 
 _LAUNCHER = r"""

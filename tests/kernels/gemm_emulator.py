@@ -13,13 +13,43 @@ independently of the kernel (PTX ISA 8.x, "Matrix Fragments for mma.m16n8k16" an
 
 Shared memory starts as NaN so a read of a never-written slot poisons the result; the output starts as
 NaN and every store is counted, so a missing or duplicated write is caught. Arithmetic is float64.
+
+The pipeline is replayed in the kernel's order: the prologue fills stages 0 .. stages-2, iteration kt
+issues the loads of k-tile kt + stages - 1 into stage (kt + stages - 1) % stages, computes on stage
+kt % stages, and -- for quantised W (``params["wfmt"]`` = ``w8`` / ``w4``) -- dequantises and stores the
+prefetched W units after the compute (register double-buffering), so a wrong stage index reads NaN or
+stale data. Quantised W is decoded from the raw code bytes here (int8, or offset-binary nibbles with
+element 2j in the low nibble of byte j), independently of ``ninferc.ir.quant``: each unit of
+``kWqElems`` K of one row becomes ``bf16_rn(fl32(q * scale))`` and is stored chunk by chunk through the swizzle.
 """
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 WARP = 32
+W4_GROUP = 64
+
+
+def wq_layout(bn: int, bk: int, threads: int, wfmt: str):
+    """The template's code-load layout (``wq_fits`` / ``kWqBytes``): (bytes, K elements, units per thread)."""
+    per_byte = 2 if wfmt == "w4" else 1
+    for nbytes in (16, 8, 4):
+        elems = nbytes * per_byte
+        if elems >= 8 and bk % elems == 0 and (bn * (bk // elems)) % threads == 0:
+            return nbytes, elems, bn * (bk // elems) // threads
+    raise AssertionError(f"no code load layout for bn={bn} bk={bk} threads={threads} {wfmt}")
+
+
+def _decode_unit(raw: np.ndarray, wfmt: str) -> np.ndarray:
+    """Code bytes of one unit -> int codes in K order."""
+    if wfmt == "w8":
+        return raw.view(np.int8).astype(np.int64)
+    q = np.empty(2 * raw.size, dtype=np.int64)
+    q[0::2] = (raw & 0x0F).astype(np.int64) - 8
+    q[1::2] = (raw >> 4).astype(np.int64) - 8
+    return q
 
 
 def _swz(r, c, chunks):
@@ -63,12 +93,15 @@ def _mma(acc: np.ndarray, a: np.ndarray, b0: np.ndarray, b1: np.ndarray) -> None
 
 
 def emulate(params: dict, x: np.ndarray, w: np.ndarray, t: int, n_out: int, k: int, ldx: int, group_m: int,
-            grid: int):
+            grid: int, scales: np.ndarray | None = None):
     """Run the kernel's logic on float arrays.
 
     Args:
-        params: the spec's template parameters (bm, bn, bk, stages, warps_m, warps_n, threads, epilogue).
-        x: [t, ldx] values; w: [n_w, k] values; t, n_out, k, ldx, group_m: kernel arguments; grid: CTAs.
+        params: the spec's template parameters (bm, bn, bk, stages, warps_m, warps_n, threads, epilogue,
+            and wfmt for quantised W).
+        x: [t, ldx] values; w: [n_w, k] values (bf16 W), or the code bytes (w8 int8 [n_w, k], w4 uint8
+            [n_w, k/2]); scales: fp32 (w8 [n_w], w4 [n_w, k/64]) for quantised W; t, n_out, k, ldx, group_m:
+            kernel arguments; grid: CTAs.
 
     Returns:
         (y [t, n_out] float64 with NaN where never written, writes [t, n_out] int count of stores).
@@ -83,8 +116,17 @@ def emulate(params: dict, x: np.ndarray, w: np.ndarray, t: int, n_out: int, k: i
     tileA, tileB = BM * BK, BN * BK
     stage_elems = tileA + tileB
 
+    wfmt = params.get("wfmt", "bf16")
     xf = np.asarray(x, dtype=np.float64).reshape(-1)
-    wf = np.asarray(w, dtype=np.float64).reshape(-1)
+    if wfmt == "bf16":
+        wf = np.asarray(w, dtype=np.float64).reshape(-1)
+    else:
+        codes = np.ascontiguousarray(w).view(np.uint8)
+        sc = np.asarray(scales, dtype=np.float32)
+        per_byte = 2 if wfmt == "w4" else 1
+        assert codes.shape[1] * per_byte == k, (codes.shape, k)
+        UB, UE, UL = wq_layout(BN, BK, TH, wfmt)
+        UPR, UC = BK // UE, UE // 8  # units per row, chunks per unit
     y = np.full((t, n_out), np.nan)
     writes = np.zeros((t, n_out), dtype=np.int64)
 
@@ -108,6 +150,42 @@ def emulate(params: dict, x: np.ndarray, w: np.ndarray, t: int, n_out: int, k: i
         smem = np.full(S * stage_elems, np.nan)
         acc = np.zeros((WMW * WNW, MI, NI, WARP, 4))
 
+        def w_row(r):
+            if swiglu:
+                up = r >= BN // 2
+                o = n0 + (r - BN // 2 if up else r)
+                return (n_out + o if up else o), o < n_out
+            return n0 + r, n0 + r < n_out
+
+        def wq_load(kt):
+            """Per thread and unit: (tile row, unit-in-row, fp32 dequantised values or None = zero)."""
+            k0 = kt * BK
+            regs = []
+            for tid in range(TH):
+                for u in range(UL):
+                    i = tid + u * TH
+                    r, c = i // UPR, i % UPR
+                    wrow, ok = w_row(r)
+                    col = k0 + c * UE
+                    ok = ok and col < k
+                    if not ok:
+                        regs.append((r, c, None))
+                        continue
+                    raw = codes[wrow, col // per_byte: col // per_byte + UB]
+                    s = sc[wrow] if wfmt == "w8" else sc[wrow, col // W4_GROUP]
+                    assert wfmt == "w8" or (k0 + BK - 1) // W4_GROUP == k0 // W4_GROUP  # one group per k-tile
+                    vals = (_decode_unit(raw, wfmt).astype(np.float32) * np.float32(s)).astype(np.float32)
+                    regs.append((r, c, vals))
+            return regs
+
+        def wq_store(stage, regs):
+            base_b = stage * stage_elems + tileA
+            for r, c, vals in regs:
+                bf = np.zeros(UE) if vals is None else vals.astype(ml_dtypes.bfloat16).astype(np.float64)
+                for q in range(UC):
+                    dst = base_b + _swz(r, c * UC + q, CH) * 8
+                    smem[dst:dst + 8] = bf[8 * q: 8 * q + 8]
+
         def load_stage(stage, kt):
             k0 = kt * BK
             base_a = stage * stage_elems
@@ -120,6 +198,8 @@ def emulate(params: dict, x: np.ndarray, w: np.ndarray, t: int, n_out: int, k: i
                     ok = row < t and col < k
                     dst = base_a + _swz(r, c, CH) * 8
                     smem[dst:dst + 8] = xf[row * ldx + col: row * ldx + col + 8] if ok else 0.0
+                if wfmt != "bf16":
+                    continue  # W comes from wq_load / wq_store
                 for j in range(BN * CH // TH):
                     i = tid + j * TH
                     r, c = i // CH, i % CH
@@ -142,9 +222,24 @@ def emulate(params: dict, x: np.ndarray, w: np.ndarray, t: int, n_out: int, k: i
                 return wn * (WN // 2) + ni * 8 if ni < half else BN // 2 + wn * (WN // 2) + (ni - half) * 8
             return wn * WN + ni * 8
 
+        # prologue: stages 0 .. S-2 (quantised W: all code loads first, then the dequantised stores)
+        pro = []
+        for s in range(S - 1):
+            if s < ktiles:
+                load_stage(s, s)
+                if wfmt != "bf16":
+                    pro.append((s, wq_load(s)))
+        for s, regs in pro:
+            wq_store(s, regs)
+
         for kt in range(ktiles):
             stage = kt % S
-            load_stage(stage, kt)
+            pf = kt + S - 1
+            regs = None
+            if pf < ktiles:
+                load_stage(pf % S, pf)
+                if wfmt != "bf16":
+                    regs = wq_load(pf)
             sa = smem[stage * stage_elems: stage * stage_elems + tileA]
             sb = smem[stage * stage_elems + tileA: (stage + 1) * stage_elems]
             for warp in range(WMW * WNW):
@@ -165,6 +260,8 @@ def emulate(params: dict, x: np.ndarray, w: np.ndarray, t: int, n_out: int, k: i
                     for mi in range(MI):
                         for ni in range(NI):
                             _mma(acc[warp, mi, ni], a[mi], b[ni][0], b[ni][1])
+            if regs is not None:
+                wq_store(pf % S, regs)  # after the compute, as the kernel does
 
         # epilogue
         g = lanes >> 2

@@ -1,16 +1,19 @@
 """CPU tier of the gated-attention kernels (targets/kernels/attention.py, templates/attn_*.cu.j2): the paged
 numpy references against the contiguous oracle (ninferc.ir.reference), the four templates compiled for every
-target with their resources read, the decode split rule, and the plan-time shared-memory refusal."""
+target with their resources read, the decode split rule, and the plan-time shared-memory refusal; for the
+int8 KV cache, the quantiser, the pool layout, the ABI and the int8 references."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from attn_cases import BIG, PROBLEMS, TINY, make_cache, make_step
+from attn_cases import ALL_PROBLEMS, BIG, BIG8, PROBLEMS, TINY, TINY8, make_cache, make_step
 from ninferc.errors import PlanError
 from ninferc.ir.reference import _sigmoid, ref_attention, ref_partial_rope, ref_rmsnorm
 from ninferc.ir.tolerances import FP32_REORDER
@@ -27,7 +30,7 @@ PREP, DECODE, COMBINE, PREFILL = A.FAMILIES
 @functools.lru_cache(maxsize=None)
 def resources(arch: str):
     """URI -> KernelResources of the four families' kernels for both shapes (compiled once, disk-cached)."""
-    specs = [s for fam in A.FAMILIES for p in (TINY, BIG) for s in fam.variants(p)]
+    specs = [s for fam in A.FAMILIES for p in ALL_PROBLEMS.values() for s in fam.variants(p)]
     return {uri: r for uri, (_, r) in compile_variants(specs, arch).items()}
 
 
@@ -162,7 +165,7 @@ def test_templates_compile_with_resources(arch):
     res = resources(arch)
     rows = []
     for fam in A.FAMILIES:
-        for spec, p in [(s, p) for p in (TINY, BIG) for s in own_specs(fam, p)]:
+        for spec, p in [(s, p) for p in ALL_PROBLEMS.values() for s in own_specs(fam, p)]:
             r = res[spec.uri]
             dyn = PREFILL.dynamic_smem_bytes(p, spec.param("route")) if fam is PREFILL else 0
             occ = occupancy(a, spec.threads, r.registers, r.static_smem_bytes, dyn, barriers=r.barriers)
@@ -178,7 +181,7 @@ def test_templates_compile_with_resources(arch):
 @pytest.mark.parametrize("fam", A.FAMILIES, ids=lambda f: f.name)
 def test_arg_names_are_the_kernel_signature(fam):
     """arg_names() (the runtime ABI) lists the entry's parameters in the template's order."""
-    for spec, p in [(s, p) for p in (TINY, BIG) for s in own_specs(fam, p)]:
+    for spec, p in [(s, p) for p in ALL_PROBLEMS.values() for s in own_specs(fam, p)]:
         src = spec.render()
         m = re.search(re.escape(spec.entry) + r"\((.*?)\)\s*\{", src, re.S)
         assert m, f"no signature for {spec.entry}"
@@ -256,7 +259,7 @@ def test_split_rule_is_fixed_and_covers_every_growing_context(arch):
 def test_launches_pass_the_plan_checks(arch):
     for sku in skus_of(arch):
         ctx = ctx_for(arch, sku.sms)
-        for p in (TINY, BIG):
+        for p in ALL_PROBLEMS.values():
             for T in (1, 3, 16, 128, 1024):
                 launches = [PREP.launch(p, T, ctx), DECODE.launch(p, T, ctx), COMBINE.launch(p, T, ctx),
                             PREFILL.launch(p, T, ctx), PREFILL.launch(p, T, ctx, batch=3)]
@@ -310,6 +313,7 @@ def test_paged_references_reproduce_the_ir_executors_fused_attention_block():
     ex = ReferenceExecutor.__new__(ReferenceExecutor)
     st0 = make_step(p, [0], [100], rng)
     ex.weights, ex._w, ex.emulate_storage = {"qn": st0["q_norm_w"], "kn": st0["k_norm_w"]}, {}, True
+    ex.graph = SimpleNamespace(params={})  # plain (unquantised) params: ReferenceExecutor.w reads them as stored
     state = SequenceState(kv={"L3.kv": (np.zeros((0, Hkv, hd), np.float32), np.zeros((0, Hkv, hd), np.float32))})
     cache = make_cache(p, [0], [100], rng)
     kp, vp = cache.k_pages, cache.v_pages
@@ -333,3 +337,185 @@ def test_problem_from_the_fixture_config(tiny_dir):
     assert (p.heads_q, p.heads_kv, p.head_dim, p.rotary_dim) == (TINY.heads_q, TINY.heads_kv, TINY.head_dim,
                                                                  TINY.rotary_dim)
     assert p.max_pages == 65 and p.max_context == 4160 and p.scale == np.float32(64 ** -0.5)
+
+
+# ------------------------------------------------------------------------------------------------
+# int8 KV cache: problem, ABI, pool layout, quantiser, references
+# ------------------------------------------------------------------------------------------------
+
+#: bf16 URIs of the sample shapes computed before the int8 KV cache existed: bf16 kernels keep their identity
+BF16_URIS = {
+    "tiny": ["attn_prep__hd64_hkv2_hq4_page64_rot16_th128", "attn_decode__hd64_hkv2_hq4_page64_th128",
+             "attn_combine__hd64_hkv2_hq4_th128", "attn_decode__hd64_hkv2_hq4_page64_th128",
+             "attn_prefill__hd64_hkv2_hq4_ktile32_page64_qtile64_route-mma_th128",
+             "attn_prefill__hd64_hkv2_hq4_ktile32_page64_qtile16_route-simt_th128"],
+    "27b": ["attn_prep__hd256_hkv4_hq24_page64_rot64_th128", "attn_decode__hd256_hkv4_hq24_page64_th128",
+            "attn_combine__hd256_hkv4_hq24_th128", "attn_decode__hd256_hkv4_hq24_page64_th128",
+            "attn_prefill__hd256_hkv4_hq24_ktile32_page64_qtile64_route-mma_th128",
+            "attn_prefill__hd256_hkv4_hq24_ktile32_page64_qtile16_route-simt_th128"],
+}
+#: the runtime ABI per dtype (module docstring)
+ARGS_BF16 = {
+    "attn_prep": ("proj", "q_norm_w", "k_norm_w", "inv_freq", "tok_pos", "tok_seq", "page_table", "q_out",
+                  "k_pages", "v_pages", "n_tokens", "max_pages", "eps"),
+    "attn_decode": ("q", "k_pages", "v_pages", "page_table", "seq_ctx", "ws", "n_seqs", "max_pages", "splits",
+                    "pages_per_split", "scale"),
+    "attn_combine": ("ws", "proj", "out", "n_seqs", "splits"),
+    "attn_prefill": ("q", "proj", "k_pages", "v_pages", "tok_pos", "seq_start", "page_table", "out", "max_pages",
+                     "scale"),
+}
+ARGS_INT8 = {
+    "attn_prep": ("proj", "q_norm_w", "k_norm_w", "inv_freq", "tok_pos", "tok_seq", "page_table", "q_out",
+                  "k_pages", "v_pages", "k_scales", "v_scales", "n_tokens", "max_pages", "eps"),
+    "attn_decode": ("q", "k_pages", "v_pages", "k_scales", "v_scales", "page_table", "seq_ctx", "ws", "n_seqs",
+                    "max_pages", "splits", "pages_per_split", "scale"),
+    "attn_combine": ("ws", "proj", "out", "n_seqs", "splits"),
+    "attn_prefill": ("q", "proj", "k_pages", "v_pages", "k_scales", "v_scales", "tok_pos", "seq_start", "page_table",
+                     "out", "max_pages", "scale"),
+}
+
+
+def test_kv_dtype_validation_names_value_and_choices():
+    with pytest.raises(PlanError, match=r"kv_dtype = 'fp8' is not supported; choose from bf16, int8"):
+        A.AttentionProblem(4, 2, 64, 16, 1e7, 1e-6, kv_dtype="fp8")
+    assert A.AttentionProblem(4, 2, 128, 16, 1e7, 1e-6, kv_dtype="int8").kv_groups == 2
+    with pytest.raises(PlanError, match="pages must be Int8Pages"):
+        A.gather_kv(TINY8, np.zeros((1, 2, 64, 64), np.float32), np.zeros((1, 2, 64, 64), np.float32),
+                    np.zeros((1, 72), np.int32), 0, 1)
+    with pytest.raises(PlanError, match="pages must be ndarray"):
+        z = A.Int8Pages(np.zeros((1, 2, 64, 64), np.int8), np.ones((1, 2, 64, 1), np.float32))
+        A.gather_kv(TINY, z, z, np.zeros((1, 72), np.int32), 0, 1)
+    with pytest.raises(PlanError, match=r"last axis \(96\) must be a multiple of 64"):
+        A.quantize_kv(np.ones((2, 96), np.float32))
+    with pytest.raises(PlanError, match="threads = 96 and head_dim / 4 = 64 must divide one another"):
+        A.AttnDecodeFamily(threads=96).spec(BIG8)
+
+
+@pytest.mark.parametrize("name", ["tiny", "27b"])
+def test_bf16_uris_and_abi_unchanged_int8_variants_added(name):
+    """bf16 kernels keep their URIs (hard-coded from before int8 existed), argument lists and sources (no
+    int8 header); int8 kernels of the pool-touching families are distinct (``kv_dtype-int8``) and take
+    ``k_scales, v_scales`` after ``v_pages``; attn_combine is the same kernel for both."""
+    p = PROBLEMS[name]
+    p8 = dataclasses.replace(p, kv_dtype="int8")
+    assert [s.uri for fam in A.FAMILIES for s in fam.variants(p)] == BF16_URIS[name]
+    for fam in A.FAMILIES:
+        assert fam.arg_names(p) == ARGS_BF16[fam.name]
+        assert fam.arg_names(p8) == ARGS_INT8[fam.name]
+        for s, s8 in zip(own_specs(fam, p), own_specs(fam, p8)):
+            if fam is COMBINE:
+                assert s8 == s
+                continue
+            assert s8.uri == s.uri.replace("_page", "_kv_dtype-int8_page") and dict(s8.params)["kv_dtype"] == "int8"
+            assert "kv_dtype" not in dict(s.params)
+            assert "attn_int8.cuh" not in s.render() and "begin attn_int8.cuh" in s8.render()
+
+
+def test_kv_pool_layout_and_page_bytes_per_dtype():
+    """27B shape, 64-token pages: bf16 K page = 4 * 64 * 256 * 2 B; int8 = codes 4 * 64 * 256 B + scales
+    4 * 64 * 4 * 4 B (53 % of bf16)."""
+    assert BIG.page_bytes() == 131072 and BIG.kv_page_bytes() == {"k_pages": 131072, "v_pages": 131072}
+    assert BIG8.kv_page_bytes() == {"k_pages": 65536, "v_pages": 65536, "k_scales": 4096, "v_scales": 4096}
+    assert BIG8.page_bytes() == 65536 + 4096
+    assert BIG.kv_pool_arrays(10) == {"k_pages": ((10, 4, 64, 256), "uint16"), "v_pages": ((10, 4, 64, 256), "uint16")}
+    arrays = BIG8.kv_pool_arrays(10)
+    assert arrays == {"k_pages": ((10, 4, 64, 256), "int8"), "v_pages": ((10, 4, 64, 256), "int8"),
+                      "k_scales": ((10, 4, 64, 4), "float32"), "v_scales": ((10, 4, 64, 4), "float32")}
+    for p in ALL_PROBLEMS.values():  # the byte counts are the arrays' sizes per page
+        per_page = {n: int(np.prod(shape[1:])) * np.dtype(dt).itemsize for n, (shape, dt) in p.kv_pool_arrays(1).items()}
+        assert per_page == p.kv_page_bytes()
+    # prefill shared memory follows the dtype (int8: smaller simt tiles, + scales)
+    assert A.prefill_smem_bytes(BIG8, 64, 32, "mma") == A.prefill_smem_bytes(BIG, 64, 32, "mma") + 2 * 32 * 4 * 4
+    assert A.prefill_smem_bytes(BIG8, 16, 32, "simt") == 16 * 256 * 4 + 32 * 264 + 32 * 256 + 2 * 32 * 4 * 4 + \
+        16 * 32 * 4 + 16 * 4
+
+
+def test_quantize_kv_round_trip_bound_and_rule():
+    """Per element |x - fl32(code * scale)| <= scale / 2 (plus the fp32 slack of the scale, the quotient and
+    the product: scale * 4 * 127 * 2^-24); codes in [-127, 127] with each group's max magnitude on +-127;
+    all-zero and subnormal-scale groups get scale 1 and codes 0; negation flips the codes only; and the rule
+    is ir.quant's w8 rule applied per group of 64 (same codes and scales, bit for bit)."""
+    rng = np.random.default_rng(11)
+    mags = np.float32([1.0, 1e-3, 1e3, 1e-30, 1e30, 1e-38])[rng.integers(0, 6, size=(40, 3, 1, 1))]
+    x = (rng.standard_normal((40, 3, 4, 64)).astype(np.float32) * mags).reshape(40, 3, 256)
+    x[0, 0, :64] = 0.0                    # an all-zero group
+    x[1, 1, 64:128] = np.float32(1e-40)   # subnormal values: subnormal scale -> 1, codes 0
+    x[2, 2, 128:192] = np.float32(0.5)    # a constant group: every code 127
+    codes, scales = A.quantize_kv(x)
+    assert codes.dtype == np.int8 and scales.dtype == np.float32 and scales.shape == (40, 3, 4)
+    assert codes.min() >= -127 and np.all(scales > 0)
+    deq = A.dequantize_kv(codes, scales)
+    per = np.repeat(scales.astype(np.float64), 64, axis=-1)
+    err = np.abs(x.astype(np.float64) - deq)
+    assert np.all(err <= per * (0.5 + 4 * 127 * 2.0 ** -24)), float(np.max(err / per))
+    assert np.all(np.abs(codes.reshape(40, 3, 4, 64)).max(-1)[scales != 1] == 127)
+    assert np.all(codes[0, 0, :64] == 0) and scales[0, 0, 0] == 1 and scales[1, 1, 1] == 1
+    assert np.all(codes[1, 1, 64:128] == 0) and np.all(codes[2, 2, 128:192] == 127)
+    c_neg, s_neg = A.quantize_kv(-x)
+    assert np.array_equal(c_neg, -codes) and np.array_equal(s_neg, scales)
+    from ninferc.ir.quant import quantize
+
+    qt = quantize(x.reshape(-1, 64), "w8")
+    assert np.array_equal(qt.codes.reshape(codes.shape), codes) and np.array_equal(qt.scales.reshape(scales.shape), scales)
+
+
+def test_int8_reference_prep_quantises_the_fp32_rows_and_gathers_them_dequantised():
+    """reference_prep (int8) writes quantize_kv of the fp32 k (after RMSNorm + RoPE, no bf16 rounding) and of
+    the fp32 v into this step's rows only (codes and scales), and gather_kv reads them back dequantised."""
+    p = TINY8
+    rng = np.random.default_rng(12)
+    prev, new = [10, 64], [3, 66]
+    cache = make_cache(p, prev, [a + b for a, b in zip(prev, new)], rng, nan=False)
+    st = make_step(p, prev, new, rng)
+    _, kp, vp = A.reference_prep(p, st["proj"], st["q_norm_w"], st["k_norm_w"], st["tok_pos"], st["tok_seq"],
+                                 cache.page_table, cache.k_pages, cache.v_pages)
+    _, _, k, v = p.split_proj(st["proj"])
+    k32 = ref_partial_rope(ref_rmsnorm(k, st["k_norm_w"], p.eps, True), st["tok_pos"], p.rotary_dim, p.theta)
+    (kc, ks), (vc, vs) = A.quantize_kv(k32), A.quantize_kv(v)
+    written = np.zeros(kp.codes.shape[:1] + kp.codes.shape[2:3], bool)
+    for t, (b, ps) in enumerate(zip(st["tok_seq"], st["tok_pos"])):
+        page, row = cache.page_table[b, ps // p.page_size], ps % p.page_size
+        np.testing.assert_array_equal(kp.codes[page, :, row], kc[t])
+        np.testing.assert_array_equal(kp.scales[page, :, row], ks[t])
+        np.testing.assert_array_equal(vp.codes[page, :, row], vc[t])
+        np.testing.assert_array_equal(vp.scales[page, :, row], vs[t])
+        written[page, row] = True
+    for got, was in ((kp, cache.k_pages), (vp, cache.v_pages)):
+        np.testing.assert_array_equal(got.codes.transpose(0, 2, 1, 3)[~written], was.codes.transpose(0, 2, 1, 3)[~written])
+        np.testing.assert_array_equal(got.scales.transpose(0, 2, 1, 3)[~written],
+                                      was.scales.transpose(0, 2, 1, 3)[~written])
+    K, V = A.gather_kv(p, kp, vp, cache.page_table, 1, prev[1] + new[1])
+    np.testing.assert_array_equal(K[:prev[1]], cache.k_ctx[1])
+    np.testing.assert_array_equal(K[prev[1]:], A.dequantize_kv(kc, ks)[new[0]:])
+    np.testing.assert_array_equal(V[prev[1]:], A.dequantize_kv(vc, vs)[new[0]:])
+    assert not np.array_equal(K[prev[1]:], A.round_bf16(k32[new[0]:]))  # int8 is not bf16
+
+
+@pytest.mark.parametrize("name", ["tiny", "27b"])
+def test_int8_reference_attention_is_close_to_bf16(name):
+    """The same step (three sequences from position 0, lengths 5 / 1 / 70, fresh pages) through the bf16 and
+    the int8 references: the gated outputs differ by at most twice the sum of the relative quantisation errors
+    of K and V (attention is a convex combination of V rows, and its softmax moves by about |q| |dK| scale,
+    O(|dK| / |K|) for these unit-variance rows); measured about 0.8 x that."""
+    p = PROBLEMS[name]
+    p8 = dataclasses.replace(p, kv_dtype="int8")
+    rng = np.random.default_rng(13)
+    new = [5, 1, 70]
+    cb = make_cache(p, [0, 0, 0], new, rng, nan=False)
+    c8 = make_cache(p8, [0, 0, 0], new, rng, nan=False)
+    c8.page_table[:] = cb.page_table  # same page placement (both pools have the same size)
+    st = make_step(p, [0, 0, 0], new, rng)
+    args = (st["proj"], st["q_norm_w"], st["k_norm_w"], st["tok_pos"], st["tok_seq"])
+    qb, kpb, vpb = A.reference_prep(p, *args, cb.page_table, cb.k_pages, cb.v_pages)
+    q8, kp8, vp8 = A.reference_prep(p8, *args, c8.page_table, c8.k_pages, c8.v_pages)
+    np.testing.assert_array_equal(q8, qb)
+    ob = A.reference_attention(p, qb, st["proj"], kpb, vpb, cb.page_table, st["tok_pos"], st["seq_start"])
+    o8 = A.reference_attention(p8, q8, st["proj"], kp8, vp8, c8.page_table, st["tok_pos"], st["seq_start"])
+    assert np.all(np.isfinite(o8))
+    _, _, k, v = p.split_proj(st["proj"])
+    k32 = ref_partial_rope(ref_rmsnorm(k, st["k_norm_w"], p.eps, True), st["tok_pos"], p.rotary_dim, p.theta)
+    rel = lambda a, b: float(np.linalg.norm(a - b) / np.linalg.norm(b))  # noqa: E731
+    e_k, e_v = rel(A.dequantize_kv(*A.quantize_kv(k32)), k32), rel(A.dequantize_kv(*A.quantize_kv(v)), v)
+    e_out = rel(o8, ob)
+    assert 0 < e_out <= 2 * (e_k + e_v), (e_out, e_k, e_v)
+    assert e_k < 0.01 and e_v < 0.01  # N(0, 1)-like rows: step max / 127 ~ 2.5 % of max|x|, RMS error ~ 0.4 %

@@ -1,5 +1,6 @@
 """GPU tier of the gated-attention kernels: attn_prep, attn_decode + attn_combine and attn_prefill on the
-device vs the numpy references of targets/kernels/attention.py, at the tiny-fixture and 27B shapes.
+device vs the numpy references of targets/kernels/attention.py, at the tiny-fixture and 27B shapes, with
+the bf16 KV cache and (``*_int8`` tests, a smaller sweep of the same boundaries) the int8 one.
 
 Every case: fresh random inputs, shuffled page tables, free pages / rows / page-table slots full of
 garbage (+-1e4 with NaN and +-Inf sprinkled in), outputs and workspace poisoned (NaN / 0xFFFF) before each
@@ -7,7 +8,11 @@ launch, tolerances from ninferc.ir.tolerances. Failures print where the largest 
 
 Each stage is checked on its own inputs from the device (q_out and pages written by attn_prep), so a
 failure names the kernel that broke; the end-to-end output is also checked against the reference fed
-with the reference's own prep.
+with the reference's own prep. int8: attn_prep's v codes and scales must equal numpy's bit for bit (same
+fp32 input); its k codes may differ by one and its k scales by a few ulps, as the kernel's fp32 RMSNorm /
+RoPE rounds differently from numpy's (attn_cases.check_int8_rows states the bounds); attention is compared
+with the same ATTENTION tolerance as bf16 (every route dequantises exactly, fl32(code * scale), or keeps the
+products exact: module docstring of targets/kernels/attention.py).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import zlib
 import numpy as np
 import pytest
 
-from attn_cases import PROBLEMS, make_cache, make_step
+from attn_cases import ALL_PROBLEMS, PROBLEMS, PROBLEMS_INT8, check_int8_rows, make_cache, make_step
 from ninferc.ir.tolerances import ATTENTION, BF16_ELEMENTWISE, FP32_REORDER
 from ninferc.targets.kernels import attention as A
 
@@ -59,7 +64,7 @@ def device_ctx():
     arch = device_arch()
     res = {}
     for fam in A.FAMILIES:
-        for p in PROBLEMS.values():
+        for p in ALL_PROBLEMS.values():
             for spec in fam.variants(p):
                 k = device_kernel(spec)
                 res[spec.uri] = read_resources(k.compiled.cubin, arch)[spec.entry]
@@ -127,8 +132,26 @@ def check(tol, got, ref, what: str, dims: str) -> None:
 # ------------------------------------------------------------------------------------------------
 
 
+def upload_pages(p, k_pages, v_pages) -> dict:
+    """Device KV pool arrays by argument name: bf16 bits, or int8 codes + fp32 scales."""
+    cp = _cp()
+    if p.kv_dtype == "int8":
+        return {"k_pages": cp.asarray(k_pages.codes), "v_pages": cp.asarray(v_pages.codes),
+                "k_scales": cp.asarray(k_pages.scales), "v_scales": cp.asarray(v_pages.scales)}
+    return {"k_pages": to_dev_bf16(k_pages), "v_pages": to_dev_bf16(v_pages)}
+
+
+def download_pages(p, dev):
+    """(k_pages, v_pages) on the host in the references' form: fp32 arrays of bf16 values, or Int8Pages."""
+    cp = _cp()
+    if p.kv_dtype == "int8":
+        return (A.Int8Pages(cp.asnumpy(dev["k_pages"]), cp.asnumpy(dev["k_scales"])),
+                A.Int8Pages(cp.asnumpy(dev["v_pages"]), cp.asnumpy(dev["v_scales"])))
+    return from_dev_bf16(dev["k_pages"]), from_dev_bf16(dev["v_pages"])
+
+
 def device_step(p, cache, st):
-    """Upload the cache and the step, run attn_prep; returns (dev dict, q_out host, pages host)."""
+    """Upload the cache and the step, run attn_prep; returns the dict of device arrays by argument name."""
     cp = _cp()
     T = st["proj"].shape[0]
     dev = {
@@ -141,8 +164,7 @@ def device_step(p, cache, st):
         "seq_start": cp.asarray(st["seq_start"]),
         "seq_ctx": cp.asarray(st["seq_ctx"]),
         "page_table": cp.asarray(cache.page_table),
-        "k_pages": to_dev_bf16(cache.k_pages),
-        "v_pages": to_dev_bf16(cache.v_pages),
+        **upload_pages(p, cache.k_pages, cache.v_pages),
         "q_out": poisoned_f32((T, p.heads_q, p.head_dim)),
     }
     ln = PREP.launch(p, T, device_ctx())
@@ -151,12 +173,16 @@ def device_step(p, cache, st):
 
 
 def check_prep(p, cache, st, dev):
-    """attn_prep vs reference_prep: q (fp32), written K rows (bf16), V rows (exact), untouched rows (bitwise)."""
+    """attn_prep vs reference_prep: q (fp32), written K rows (bf16), V rows (exact), untouched rows (bitwise);
+    int8: see :func:`check_prep_int8`. Returns (q_ref, kp_ref, vp_ref, q_dev, kp_dev, vp_dev), pages in the
+    references' form."""
     cp = _cp()
     q_ref, kp_ref, vp_ref = A.reference_prep(p, st["proj"], st["q_norm_w"], st["k_norm_w"], st["tok_pos"],
                                              st["tok_seq"], cache.page_table, cache.k_pages, cache.v_pages)
     q_dev = cp.asnumpy(dev["q_out"])
     check(FP32_REORDER, q_dev, q_ref, "attn_prep q_out", "t h d")
+    if p.kv_dtype == "int8":
+        return (q_ref, kp_ref, vp_ref, q_dev) + check_prep_int8(p, cache, st, dev, kp_ref, vp_ref)
     k_bits, v_bits = cp.asnumpy(dev["k_pages"]), cp.asnumpy(dev["v_pages"])
     rows = [(cache.page_table[b, ps // p.page_size], ps % p.page_size) for b, ps in zip(st["tok_seq"], st["tok_pos"])]
     pg = np.array([r[0] for r in rows])
@@ -172,6 +198,14 @@ def check_prep(p, cache, st, dev):
     assert np.array_equal(v_bits.transpose(0, 2, 1, 3)[keep], v0.transpose(0, 2, 1, 3)[keep]), \
         "attn_prep changed V rows outside this step's positions"
     return q_ref, kp_ref, vp_ref, q_dev, A.from_bf16_bits(k_bits), A.from_bf16_bits(v_bits)
+
+
+def check_prep_int8(p, cache, st, dev, kp_ref, vp_ref):
+    """attn_prep's int8 rows vs reference_prep (:func:`attn_cases.check_int8_rows`); returns the device pages
+    (Int8Pages) as (kp_dev, vp_dev)."""
+    kp_dev, vp_dev = download_pages(p, dev)
+    check_int8_rows(p, cache, st, kp_dev, vp_dev, kp_ref, vp_ref)
+    return kp_dev, vp_dev
 
 
 # ------------------------------------------------------------------------------------------------
@@ -200,8 +234,25 @@ def test_decode_step(name, ctxs, split_mode):
     """prep + decode + combine for B = len(ctxs) sequences, one token each (the token at ctx - 1).
     split_mode: the device plan's split count, a single split, or one page per split (every split
     count between is exercised by the plans of other SKUs; the kernel takes it at run time)."""
+    decode_case(name, ctxs, split_mode)
+
+
+#: int8 KV: the page boundaries (63/64/65 in one batch, 129) and the long context, B = 3
+DECODE_CTXS_INT8 = [(63, 64, 65), (1, 4096, 129)]
+
+
+@pytest.mark.parametrize("split_mode", ["plan", "one", "per_page"])
+@pytest.mark.parametrize("ctxs", DECODE_CTXS_INT8, ids=lambda c: "ctx" + "-".join(map(str, c)))
+@pytest.mark.parametrize("name", list(PROBLEMS_INT8))
+def test_decode_step_int8(name, ctxs, split_mode):
+    """As test_decode_step with the int8 KV cache (quantised on append, dequantised in attn_decode)."""
+    decode_case(name, ctxs, split_mode)
+
+
+def decode_case(name, ctxs, split_mode):
+    """The body of the decode tests for problem ``ALL_PROBLEMS[name]``."""
     cp = _cp()
-    p = PROBLEMS[name]
+    p = ALL_PROBLEMS[name]
     rng = np.random.default_rng(seed(name, ctxs, split_mode))
     B = len(ctxs)
     prev = [c - 1 for c in ctxs]
@@ -265,8 +316,26 @@ PREFILL_CASES = [
 def test_prefill_chunk(name, prev, new, route):
     """prep + prefill (``route``) of a chunk of new[b] tokens after prev[b] earlier positions (context
     spans earlier pages), B = len(prev) packed sequences of different lengths."""
+    prefill_case(name, prev, new, route)
+
+
+#: int8 KV: a chunk crossing the 64/128 boundaries, a first chunk of 200, a page-aligned chunk, and the
+#: packed batch with the long (4000 + 96) context
+PREFILL_CASES_INT8 = [((130,), (65,)), ((0,), (200,)), ((64,), (64,)), ((63, 4000, 1), (63, 96, 64))]
+
+
+@pytest.mark.parametrize("route", A.PREFILL_ROUTES)
+@pytest.mark.parametrize("prev,new", PREFILL_CASES_INT8, ids=lambda v: "-".join(map(str, v)))
+@pytest.mark.parametrize("name", list(PROBLEMS_INT8))
+def test_prefill_chunk_int8(name, prev, new, route):
+    """As test_prefill_chunk with the int8 KV cache (both routes dequantise inside attn_prefill)."""
+    prefill_case(name, prev, new, route)
+
+
+def prefill_case(name, prev, new, route):
+    """The body of the prefill tests for problem ``ALL_PROBLEMS[name]``."""
     cp = _cp()
-    p = PROBLEMS[name]
+    p = ALL_PROBLEMS[name]
     rng = np.random.default_rng(seed(name, prev, new, route))
     B, T = len(prev), int(sum(new))
     cache = make_cache(p, prev, [a + b for a, b in zip(prev, new)], rng)
@@ -286,3 +355,26 @@ def test_prefill_chunk(name, prev, new, route):
     ref = A.reference_attention(p, q_ref, st["proj"], kp_ref, vp_ref, cache.page_table, st["tok_pos"],
                                 st["seq_start"])
     check(ATTENTION, out, ref, "prep+prefill end to end", "t c")
+
+
+@pytest.mark.parametrize("name", list(PROBLEMS_INT8))
+def test_prep_int8_zero_tiny_and_large_rows(name):
+    """attn_prep's quantiser on rows the rule treats specially, every group checked bit for bit against numpy
+    (check_prep): an all-zero v row and a v row of magnitude ~1e-38 (subnormal values: the scale would be
+    subnormal, so it is 1 and the codes 0), and rows of magnitude 1e-30 and 1e30 (scales far from 1)."""
+    p = PROBLEMS_INT8[name]
+    rng = np.random.default_rng(seed("prep-int8", name))
+    prev, new = [0, 63, 129], [5, 1, 70]
+    cache = make_cache(p, prev, [a + b for a, b in zip(prev, new)], rng)
+    st = make_step(p, prev, new, rng)
+    hd, v0 = p.head_dim, p.v_offset
+    st["proj"][0, v0: v0 + hd] = 0.0                                   # token 0 (seq 0, pos 0), v head 0
+    st["proj"][1, v0: v0 + hd] *= np.float32(1e-38)                    # token 1 (seq 0, pos 1), v head 0
+    st["proj"][2, v0: v0 + hd] *= np.float32(1e-30)                    # token 2, v head 0
+    st["proj"][3, v0 + (p.heads_kv - 1) * hd:] *= np.float32(1e30)     # token 3, last v head
+    dev = device_step(p, cache, st)
+    _, _, _, _, _, vp_dev = check_prep(p, cache, st, dev)
+    page = cache.page_table[0, 0]
+    for row in (0, 1):
+        assert np.all(vp_dev.codes[page, 0, row] == 0) and np.all(vp_dev.scales[page, 0, row] == 1.0), row
+    assert np.all(vp_dev.scales[page, 0, 2] < 1e-30) and np.all(vp_dev.scales[page, -1, 3] > 1e27)

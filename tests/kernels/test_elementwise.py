@@ -5,11 +5,13 @@ GPU twin: test_elementwise_gpu.py."""
 from __future__ import annotations
 
 import functools
+import re
 
 import numpy as np
 import pytest
 
 from ninferc.errors import PlanError
+from ninferc.ir.quant import quantize
 from ninferc.ir.reference import ref_rmsnorm
 from ninferc.targets.arch import ARCHS
 from ninferc.targets.kernels.elementwise import (EmbedFamily, EmbedProblem, RMSNormFamily, RMSNormProblem,
@@ -76,6 +78,35 @@ def test_threads_and_args():
     assert len(eargs) == len(embed_arg_names(ep)) == 6 and [int(a) for a in eargs[3:]] == [9, 256, 4096]
 
 
+def test_embed_formats_identity_and_abi():
+    # bf16 kernels keep the URIs (and sources) they had before the table formats existed
+    assert [EMBED.spec(EmbedProblem(h, v)).uri for h, v in ((256, 4096), (5120, 248320))] == ["embed__th32",
+                                                                                             "embed__th256"]
+    assert "scales" not in EMBED.spec(EmbedProblem(256, 4096)).render()
+    assert EMBED.spec(EmbedProblem(256, 4096, "w8")).uri == "embed__th32_wfmt-w8"
+    assert EMBED.spec(EmbedProblem(5120, 248320, "w8")).uri == "embed__th256_wfmt-w8"
+    assert {p.wfmt for p in EMBED.sample_problems()} == {"bf16", "w8"}
+    with pytest.raises(PlanError, match="w4 embedding table is not supported"):
+        EmbedProblem(256, 4096, "w4")
+    with pytest.raises(PlanError, match="unknown table format 'fp8'"):
+        EmbedProblem(256, 4096, "fp8")
+    for p in EMBED.sample_problems():  # argument names equal the rendered signature
+        spec = EMBED.spec(p)
+        sig = re.search(rf"{spec.entry}\(([^)]*)\)", spec.render()).group(1)
+        names = tuple(a.split()[-1].strip("*") for a in sig.replace("__restrict__", "").split(","))
+        assert names == embed_arg_names(p), spec.uri
+    w8 = EmbedProblem(256, 4096, "w8")
+    assert embed_arg_names(w8) == ("tokens", "table", "scales", "x", "t", "h", "vocab")
+    ctx = PlanContext("sm_90", 132, resources("sm_90"))
+    ln = EMBED.launch(w8, 5, ctx)
+    args = embed_kernel_args(w8, ln, "T", "TAB", "X", scales="S")
+    assert args[:4] == ("T", "TAB", "S", "X") and [int(a) for a in args[4:]] == [5, 256, 4096]
+    with pytest.raises(PlanError, match="w8 table needs scales"):
+        embed_kernel_args(w8, ln, "T", "TAB", "X")
+    with pytest.raises(PlanError, match="bf16 table takes no scales"):
+        embed_kernel_args(EmbedProblem(256, 4096), ln, "T", "TAB", "X", scales="S")
+
+
 def test_references():
     import ml_dtypes
 
@@ -86,6 +117,15 @@ def test_references():
     assert x.dtype == np.float32 and x.shape == (5, 16)
     np.testing.assert_array_equal(x[:3], table[[3, 0, 49]].astype(np.float32))
     assert np.isnan(x[3:]).all()
+
+    qt = quantize(table, "w8")  # int8 codes [50, 16] + fp32 scales [50]
+    x8 = embed_reference(tok, qt.codes, qt.scales)
+    assert x8.dtype == np.float32 and x8.shape == (5, 16)
+    np.testing.assert_array_equal(x8[:3], qt.dequantize()[[3, 0, 49]])  # fl32(q * scale[tok]), exactly
+    np.testing.assert_array_equal(x8[:3], (qt.codes[[3, 0, 49]].astype(np.float32) * qt.scales[[3, 0, 49], None]))
+    assert np.isnan(x8[3:]).all()
+    with pytest.raises(PlanError, match="expected int8 codes"):
+        embed_reference(tok, qt.codes, qt.scales[:10])
 
     xs = rng.standard_normal((6, 16)).astype(np.float32)
     d = rng.standard_normal((6, 16)).astype(np.float32)

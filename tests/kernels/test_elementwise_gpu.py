@@ -3,8 +3,9 @@
 Fresh random inputs generated per case (never zeros), outputs poisoned first (NaN fp32, 0xFFFF bf16),
 kernels compiled for the device arch and launched with the family's planned geometry. Both hidden sizes
 (256 tiny, 5120 27B), T in {1, 7, 100, 1024}, every mode / unit_offset / gather combination. The embed
-output and the residual sum are exact (bf16 widening and one fp32 add); y is compared with the fp32
-reference under ``BF16_ELEMENTWISE`` (per row and overall).
+output and the residual sum are exact (bf16 widening and one fp32 add; for a w8 table one fp32 multiply
+``q * scale[tok]``, i.e. ``ninferc.ir.quant.dequantize``); y is compared with the fp32 reference under
+``BF16_ELEMENTWISE`` (per row and overall).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
 
 from gpu_testlib_prefill import BF16_NAN, bf16_bits_to_f32, check, device_ctx, launch, rand_bf16  # noqa: E402
+from ninferc.ir.quant import quantize  # noqa: E402
 from ninferc.ir.tolerances import BF16_ELEMENTWISE  # noqa: E402
 from ninferc.targets.kernels.elementwise import (EmbedFamily, EmbedProblem, RMSNormFamily,  # noqa: E402
                                                  RMSNormProblem, embed_kernel_args, embed_reference,
@@ -71,6 +73,59 @@ def test_embed_out_of_range_tokens_write_nan():
     got = cp.asnumpy(x)
     assert np.isnan(got[1:3]).all()
     np.testing.assert_array_equal(got[[0, 3]], _rows(table_bits, tok[[0, 3]]))
+
+
+@functools.lru_cache(maxsize=2)
+def _table_w8(vocab, hidden):
+    """A w8 embedding table on the device: (codes int8 [vocab, hidden], scales fp32 [vocab]). The tiny
+    table is ``ninferc.ir.quant.quantize`` of random bf16; the 27B one (1.3e9 codes, minutes to quantise
+    with numpy) is random codes in [-127, 127] with random positive row scales, drawn on the device."""
+    if vocab * hidden <= 1 << 24:
+        rng = np.random.default_rng(hidden)
+        w = rng.standard_normal((vocab, hidden), dtype=np.float32).astype(ml_dtypes.bfloat16)
+        qt = quantize(w, "w8")
+        return cp.asarray(qt.codes), cp.asarray(qt.scales)
+    rs = cp.random.RandomState(hidden)
+    codes = cp.empty((vocab, hidden), dtype=cp.int8)
+    for r0 in range(0, vocab, 8192):
+        r1 = min(vocab, r0 + 8192)
+        codes[r0:r1] = rs.randint(-127, 128, size=(r1 - r0, hidden), dtype=np.int32).astype(cp.int8)
+    return codes, rs.uniform(0.001, 0.05, size=vocab, dtype=np.float32)
+
+
+@pytest.mark.parametrize("t", TOKENS)
+@pytest.mark.parametrize("hidden,vocab", [(256, 4096), (5120, 248320)])
+def test_embed_w8(hidden, vocab, t):
+    p = EmbedProblem(hidden, vocab, "w8")
+    ctx = device_ctx(EMBED.variants(p))
+    ln = EMBED.launch(p, t, ctx)
+    assert ln.kernel.param("wfmt") == "w8"
+    codes, scales = _table_w8(vocab, hidden)
+    rng = np.random.default_rng(t + 17)
+    tok = rng.integers(0, vocab, t).astype(np.int32)
+    tok[0] = vocab - 1
+    if t > 2:
+        tok[1] = 0
+    x = cp.full((t, hidden), np.nan, dtype=cp.float32)
+    launch(ln, embed_kernel_args(p, ln, cp.asarray(tok), codes, x, scales=scales))
+    got = cp.asnumpy(x)
+    idx = cp.asarray(tok.astype(np.int64))  # reference on the gathered rows (exact: one fp32 multiply)
+    want = embed_reference(np.arange(t), cp.asnumpy(codes[idx]), cp.asnumpy(scales[idx]))
+    bad = np.argwhere(got != want)
+    assert bad.shape[0] == 0, f"{ln.kernel.uri} T={t}: {bad.shape[0]} mismatches, first at {bad[:3].tolist()}"
+
+
+def test_embed_w8_out_of_range_tokens_write_nan():
+    p = EmbedProblem(256, 4096, "w8")
+    ln = EMBED.launch(p, 4, device_ctx(EMBED.variants(p)))
+    codes, scales = _table_w8(4096, 256)
+    tok = np.array([5, -1, 4096, 4095], dtype=np.int32)
+    x = cp.full((4, 256), 3.0, dtype=cp.float32)  # a non-NaN poison: rows 1, 2 must become NaN
+    launch(ln, embed_kernel_args(p, ln, cp.asarray(tok), codes, x, scales=scales))
+    got = cp.asnumpy(x)
+    assert np.isnan(got[1:3]).all()
+    want = embed_reference(tok, cp.asnumpy(codes), cp.asnumpy(scales))
+    np.testing.assert_array_equal(got[[0, 3]], want[[0, 3]])
 
 
 def _norm_cases():

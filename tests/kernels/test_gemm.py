@@ -1,25 +1,35 @@
 """CPU tests of the prefill GEMM family (targets/kernels/gemm.py, templates/gemm.cu.j2): every variant
-compiles for the four targets without spills (resources printed), the route choice by T and N, the
-kernel's index math replayed by a fragment-level emulator, the swizzle's bank-conflict freedom, and the
-reference / problem contracts. GPU twin: test_gemm_gpu.py."""
+(bf16, w8 and w4 weights) compiles for the four targets without spills (resources printed), the route
+choice by T and N, the kernel's index math replayed by a fragment-level emulator (including the fused
+dequantisation's unit layout and register double-buffering), the swizzle's bank-conflict freedom for
+cp.async and for the dequantised st.shared, and the reference / problem / ABI contracts. GPU twin:
+test_gemm_gpu.py."""
 
 from __future__ import annotations
 
 import functools
+import hashlib
 
+import jinja2
+import ml_dtypes
 import numpy as np
 import pytest
 
 from gemm_emulator import emulate
 from ninferc.errors import PlanError
+from ninferc.ir.quant import quantize
 from ninferc.targets.arch import ARCHS, get_arch
-from ninferc.targets.kernels.gemm import (BENCH_TILES, EPILOGUES, GROUP_M, STAGES, TILES, GemmFamily, GemmProblem,
-                                          GemmTile, arg_names, group_m_for, kernel_args, reference)
+from ninferc.targets.kernels.gemm import (BENCH_TILES, EPILOGUES, GROUP_M, STAGES, TILES, WFORMATS, GemmFamily,
+                                          GemmProblem, GemmTile, arg_names, dequantize_weight, group_m_for,
+                                          kernel_args, reference)
 from ninferc.targets.occupancy import occupancy
 from ninferc.targets.plan import PlanContext, check_launch, compile_variants
+from ninferc.targets.render import read_template_file
 
 FAM = GemmFamily()
-FAM_ALL = GemmFamily(TILES + BENCH_TILES)  # default routes + benchmark candidates
+#: the template's bk = 64 path (8 chunks per shared row; w4 16-byte units of 32 K), not routed by default
+EXTRA_TILES = (GemmTile(64, 128, 64, 2, 2, 0.9),)
+FAM_ALL = GemmFamily(TILES + BENCH_TILES + EXTRA_TILES)  # default routes + benchmark candidates + bk 64
 ALL_ARCHS = tuple(ARCHS)
 #: one representative SKU SM count per target (targets/skus.py): RTX 3090, RTX 4090, H200, RTX 5090
 SMS = {"sm_86": 82, "sm_89": 128, "sm_90": 132, "sm_120a": 170}
@@ -59,17 +69,42 @@ def test_variants_compile_without_spills(arch):
             assert 0 < r.registers <= a.max_regs_per_thread
             assert r.static_smem_bytes + dyn <= a.max_smem_per_cta_optin
             assert occ.ctas_per_sm >= 1, f"{spec.uri} cannot be resident on {arch}"
-            # the default 128x128 tile keeps two CTAs per SM by registers (<= 128 registers x 256 threads)
-            if (tile.bm, tile.bn, tile.warps_m * tile.warps_n) == (128, 128, 8):
+            # the default 128x128 tile keeps two CTAs per SM by registers (<= 128 registers x 256 threads),
+            # with bf16 and with quantised weights
+            if (tile.bm, tile.bn, tile.bk, tile.warps_m * tile.warps_n) == (128, 128, 32, 8):
                 assert r.registers <= 128, f"{spec.uri}: {r.registers} registers on {arch}"
     print("\n".join(lines))
 
 
+def test_register_table_per_format():
+    """Registers and resident CTAs/SM of every routed tile and stage count, bf16 vs w8 vs w4 (printed;
+    fused dequantisation must not cost the default 128x128 tile its second CTA on any target)."""
+    lines = []
+    for arch in ALL_ARCHS:
+        ctx = ctx_for(arch)
+        lines.append(f"gemm regs / CTAs-per-SM on {arch} (bf16 | w8 | w4):")
+        for tile in TILES + BENCH_TILES:
+            for st in STAGES:
+                for ep in EPILOGUES:
+                    cells = []
+                    for wf in WFORMATS:
+                        spec = FAM_ALL.spec(GemmProblem(256, 704, ep, wfmt=wf), tile, st)
+                        occ = ctx.occupancy(spec, tile.smem_bytes(st))
+                        cells.append(f"{ctx.resources_of(spec).registers:3d}r {occ.ctas_per_sm}/SM")
+                    lines.append(f"  {tile.route} s{st} {ep:11s}: " + " | ".join(cells))
+                    if tile == TILES[0]:
+                        per = [ctx.occupancy(FAM_ALL.spec(GemmProblem(256, 704, ep, wfmt=wf), tile, st),
+                                             tile.smem_bytes(st)).ctas_per_sm for wf in WFORMATS]
+                        assert per[1] == per[0] and per[2] == per[0], (arch, tile.route, st, ep, per)
+    print("\n".join(lines))
+
+
+@pytest.mark.parametrize("wfmt", WFORMATS)
 @pytest.mark.parametrize("arch", ALL_ARCHS)
-def test_route_selection(arch):
+def test_route_selection(arch, wfmt):
     ctx = ctx_for(arch)
     for k, n, ep in SHAPES_27B + SHAPES_TINY:
-        p = GemmProblem(k, n, ep)
+        p = GemmProblem(k, n, ep, wfmt=wfmt)
         prev_bm = 0
         for t in (1, 7, 64, 100, 1024, 8192):
             ln = FAM.launch(p, t, ctx)
@@ -95,9 +130,10 @@ def test_route_selection(arch):
             assert big.route == TILES[0].route, f"{p} at T=8192 on {arch}: {big.route}"
 
 
-def test_stage_choice_per_arch():
+@pytest.mark.parametrize("wfmt", WFORMATS)
+def test_stage_choice_per_arch(wfmt):
     # 100 KiB-shared parts: 3 stages keep two 128x128 CTAs per SM; sm_90 (228 KiB) affords 4.
-    p = GemmProblem(5120, 16480)
+    p = GemmProblem(5120, 16480, wfmt=wfmt)
     for arch, stages in (("sm_86", 3), ("sm_89", 3), ("sm_120a", 3), ("sm_90", 4)):
         ln = FAM.launch(p, 8192, ctx_for(arch))
         assert ln.route == TILES[0].route and ln.kernel.param("stages") == stages, (arch, ln.kernel.uri)
@@ -114,7 +150,7 @@ EMU_CASES = [
 ]
 
 
-@pytest.mark.parametrize("tile", TILES + BENCH_TILES, ids=lambda t: t.route)
+@pytest.mark.parametrize("tile", TILES + BENCH_TILES + EXTRA_TILES, ids=lambda t: t.route)
 @pytest.mark.parametrize("epilogue", EPILOGUES)
 def test_emulated_kernel_matches_reference(tile, epilogue):
     rng = np.random.default_rng(7)
@@ -133,6 +169,51 @@ def test_emulated_kernel_matches_reference(tile, epilogue):
         ref = reference(p, x[:, :K], w)
         err = np.abs(y - ref)
         assert np.isfinite(y).all(), f"{spec.uri} T={T} N={N} K={K}: non-finite output (read of unwritten smem?)"
+        i = np.unravel_index(np.argmax(err), err.shape)
+        assert err[i] <= 1e-9 * max(1.0, np.abs(ref).max()), f"{spec.uri}: max err {err[i]} at {i}"
+
+
+# quantised W: K a multiple of 16 (w8) / 64 (w4); partial last k-tile (w8 K = 80 with bk 32/64, w4 K = 192
+# with bk 64), T and N not tile multiples, ldx > K, several M groups
+QEMU_CASES = {
+    "w8": [(37, 70, 80, 88), (150, 203, 48, 48), (5, 9, 16, 16), (300, 130, 64, 64)],
+    "w4": [(37, 70, 128, 136), (150, 203, 64, 64), (5, 9, 192, 192), (300, 130, 64, 64)],
+}
+
+
+def _quant_weights(rng, rows: int, k: int, wfmt: str):
+    """Codes and scales of a random W by the project's quantiser (signed w4 scales included), with one
+    all-zero row (scale 1, codes 0)."""
+    w = rng.standard_normal((rows, k)).astype(np.float32)
+    w[rows // 2] = 0.0
+    qt = quantize(w.astype(ml_dtypes.bfloat16), wfmt)
+    if wfmt == "w4":
+        assert (qt.scales < 0).any() and (qt.scales > 0).any()
+    return qt
+
+
+@pytest.mark.parametrize("tile", TILES + BENCH_TILES + EXTRA_TILES, ids=lambda t: t.route)
+@pytest.mark.parametrize("epilogue", EPILOGUES)
+@pytest.mark.parametrize("wfmt", ["w8", "w4"])
+def test_emulated_quantized_kernel_matches_reference(tile, epilogue, wfmt):
+    rng = np.random.default_rng(11)
+    for T, N, K, ldx in QEMU_CASES[wfmt]:
+        if T >= 300 and tile.bm < 64:
+            continue
+        p = GemmProblem(K, N, epilogue, ldx, wfmt)
+        x = rng.standard_normal((T, ldx))
+        x[:, K:] = np.nan
+        qt = _quant_weights(rng, p.w_rows, K, wfmt)
+        stages = STAGES[-1] if T % 2 else STAGES[0]
+        spec = FAM_ALL.spec(p, tile, stages)
+        assert spec.param("wfmt") == wfmt
+        gm = max(1, min(GROUP_M, -(-T // tile.bm)))
+        y, writes = emulate(dict(spec.params), x, qt.codes, T, N, K, ldx, gm, FAM_ALL.grid(p, T, tile),
+                            scales=qt.scales)
+        assert (writes == 1).all(), f"{spec.uri} T={T} N={N}: elements written {np.unique(writes)} times"
+        assert np.isfinite(y).all(), f"{spec.uri} T={T} N={N} K={K}: non-finite output"
+        ref = reference(p, x[:, :K], qt.codes, scales=qt.scales)
+        err = np.abs(y - ref)
         i = np.unravel_index(np.argmax(err), err.shape)
         assert err[i] <= 1e-9 * max(1.0, np.abs(ref).max()), f"{spec.uri}: max err {err[i]} at {i}"
 
@@ -158,6 +239,147 @@ def test_swizzle_is_conflict_free(chunks):
         ids = range(i0, i0 + 8)
         groups = _bank_groups(chunks, [i // chunks for i in ids], [i % chunks for i in ids])
         assert len(set(groups)) == 8, (chunks, i0, groups)
+
+
+@pytest.mark.parametrize("tile", TILES + BENCH_TILES + EXTRA_TILES, ids=lambda t: t.route)
+@pytest.mark.parametrize("wfmt", ["w8", "w4"])
+def test_dequantised_stores_are_conflict_free(tile, wfmt):
+    # wq_store: thread i's unit u covers tile row (i + u*threads) // per_row, chunks c*cpu .. c*cpu+cpu-1;
+    # each st.shared.v4 is served per quarter warp (8 lanes x 16 B): those 8 lanes must hit 8 bank groups.
+    nbytes, elems, loads = tile.wq_layout(wfmt)
+    per_row, cpu, chunks = tile.bk // elems, elems // 8, tile.bk // 8
+    assert loads * tile.threads * elems == tile.bn * tile.bk  # every element of the W tile exactly once
+    for u in range(loads):
+        for q in range(cpu):
+            for lane0 in range(0, tile.threads, 8):
+                ids = [lane + u * tile.threads for lane in range(lane0, lane0 + 8)]
+                rows = [i // per_row for i in ids]
+                cs = [(i % per_row) * cpu + q for i in ids]
+                groups = _bank_groups(chunks, rows, cs)
+                assert len(set(groups)) == 8, (tile.route, wfmt, u, q, lane0, groups)
+
+
+def test_quant_load_layout():
+    # 16-byte loads wherever the W tile divides among the threads; w4 falls back to 8 bytes on 256 threads
+    assert TILES[0].wq_layout("w8") == (16, 16, 1) and TILES[0].wq_layout("w4") == (8, 16, 1)
+    assert TILES[1].wq_layout("w8") == (16, 16, 2) and TILES[1].wq_layout("w4") == (16, 32, 1)
+    assert EXTRA_TILES[0].wq_layout("w4") == (16, 32, 2) and TILES[0].wq_layout("bf16") is None
+    # one-chunk units (8 K) always fit a tile the bf16 checks accept: bn * bk / 8 chunks divide among the
+    # threads, so every valid tile has a quantised layout
+    assert GemmTile(16, 32, 32, 1, 2, 1.0).wq_layout("w4") == (8, 16, 1)
+    assert GemmTile(16, 32, 32, 1, 2, 1.0).wq_layout("w8") == (16, 16, 1)
+
+
+def _byte_perm(x: int, y: int, sel: int) -> int:
+    """PTX prmt (default mode) / __byte_perm: result byte n = byte (sel >> 4n) & 7 of the pair {y:x}."""
+    pool = x | (y << 32)
+    return sum(((pool >> (8 * ((sel >> (4 * n)) & 7))) & 0xFF) << (8 * n) for n in range(4))
+
+
+def test_code_to_float_trick_is_exact():
+    """The template's int -> fp32 conversion: prmt puts code byte i under the exponent of 2^23 (bits
+    0x4B0000bb = 2^23 + b), then one exact fp32 subtraction of 2^23 + bias gives q, for every code."""
+    src = FAM.spec(GemmProblem(256, 704, wfmt="w8"), TILES[0], 3).render()
+    assert "__byte_perm(bytes, 0x4B000000u, 0x7540 + i)" in src
+    assert "b = word ^ 0x80808080u" in src and "magic = 8388736.0f" in src
+    src4 = FAM.spec(GemmProblem(256, 704, wfmt="w4"), TILES[0], 3).render()
+    assert "magic = 8388616.0f" in src4 and "(word >> 4) & 0x0F0F0F0Fu" in src4
+    f32 = lambda bits: np.array([bits], dtype=np.uint32).view(np.float32)[0]  # noqa: E731
+    # w8: four int8 codes per word, sign bits flipped -> offset binary q + 128
+    for q in range(-128, 128):
+        word = ((q & 0xFF) << 8) | 0x11  # code in byte 1, something else in byte 0
+        b = word ^ 0x80808080
+        v = f32(_byte_perm(b, 0x4B000000, 0x7540 + 1)) - np.float32(8388736.0)
+        assert v == q, (q, v)
+    # w4: 8 nibbles per word, element e at bits 4e; even elements = low nibbles, odd = high nibbles
+    rng = np.random.default_rng(0)
+    for _ in range(64):
+        q = rng.integers(-8, 8, 8)
+        word = sum(int(v + 8) << (4 * e) for e, v in enumerate(q))
+        lo, hi = word & 0x0F0F0F0F, (word >> 4) & 0x0F0F0F0F
+        got = []
+        for j in range(4):
+            got += [f32(_byte_perm(lo, 0x4B000000, 0x7540 + j)) - np.float32(8388616.0),
+                    f32(_byte_perm(hi, 0x4B000000, 0x7540 + j)) - np.float32(8388616.0)]
+        assert got == list(q), (q, got)
+
+
+# The bf16 kernels must be exactly those from before quantised weights existed: their URIs and their
+# rendered template text (the plan goldens record both). Hash of gemm.cu.j2 rendered for the URI below
+# (jinja only, before header inlining), taken before wfmt was added and updated once for the deliberate
+# NINFER_PDL_ENTRY() line (programmatic dependent launch); update only with a deliberate change of the bf16 kernel.
+BF16_URI = "gemm__bk32_bm128_bn128_store_f32_stages3_th256_warps_m2_warps_n4"
+BF16_TEMPLATE_SHA256 = "8be20074d06d5545e70e3b1086383baac064001b43056ed7ddde7bf20292ec11"
+
+
+def test_bf16_identity_unchanged_and_formats_differ():
+    specs = {wf: FAM.spec(GemmProblem(5120, 16480, wfmt=wf), TILES[0], 3) for wf in WFORMATS}
+    assert specs["bf16"].uri == BF16_URI and "wfmt" not in dict(specs["bf16"].params)
+    assert specs["w8"].uri == BF16_URI + "_wfmt-w8" and specs["w4"].uri == BF16_URI + "_wfmt-w4"
+    assert len({s.entry for s in specs.values()}) == 3
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    tmpl = env.from_string(read_template_file("gemm.cu.j2"))
+    text = {wf: tmpl.render(**dict(s.params), entry=s.entry) for wf, s in specs.items()}
+    assert hashlib.sha256(text["bf16"].encode()).hexdigest() == BF16_TEMPLATE_SHA256
+    assert "scales" not in text["bf16"] and "wq_load" not in text["bf16"]
+    for wf in ("w8", "w4"):
+        assert "const float* __restrict__ scales" in text[wf] and "wq_store" in text[wf]
+    assert "kCodeElemsPerByte = 2;" in text["w4"] and "kCodeElemsPerByte = 1;" in text["w8"]
+    # every sample problem of the family covers each (epilogue, format) pair
+    assert {(p.epilogue, p.wfmt) for p in FAM.sample_problems()} == {(e, f) for e in EPILOGUES for f in WFORMATS}
+
+
+def test_quant_problem_validation_and_args():
+    with pytest.raises(PlanError, match=r"K = 40 must be a positive multiple of 16 for wfmt = w8"):
+        GemmProblem(40, 64, wfmt="w8")
+    with pytest.raises(PlanError, match=r"K = 96 must be a positive multiple of 64 for wfmt = w4"):
+        GemmProblem(96, 64, wfmt="w4")
+    with pytest.raises(PlanError, match=r"wfmt = 'int4'.*bf16, w8, w4"):
+        GemmProblem(64, 64, wfmt="int4")
+    GemmProblem(48, 64, wfmt="w8")
+    GemmProblem(192, 64, wfmt="w4")
+    assert arg_names(GemmProblem(64, 64)) == ("x", "w", "y", "t", "n_out", "k", "ldx", "group_m")
+    for wf in ("w8", "w4"):
+        p = GemmProblem(256, 704, "swiglu_bf16", ldx=264, wfmt=wf)
+        assert arg_names(p) == ("x", "w", "scales", "y", "t", "n_out", "k", "ldx", "group_m")
+        assert p.w_shape == ((1408, 256) if wf == "w8" else (1408, 128))
+        assert p.scales_shape == ((1408,) if wf == "w8" else (1408, 4))
+        ln = FAM.launch(p, 100, ctx_for("sm_90"))
+        assert ln.kernel.param("wfmt") == wf
+        args = kernel_args(p, ln, "X", "W", "Y", scales="S")
+        assert len(args) == len(arg_names(p)) == 9 and args[:4] == ("X", "W", "S", "Y")
+        assert [int(a) for a in args[4:]] == [100, 704, 256, 264, group_m_for(ln)]
+        assert all(a.dtype == np.int32 for a in args[4:])
+        with pytest.raises(PlanError, match="needs the fp32 scales"):
+            kernel_args(p, ln, "X", "W", "Y")
+    pb = GemmProblem(256, 704)
+    with pytest.raises(PlanError, match="scales given for bf16"):
+        kernel_args(pb, FAM.launch(pb, 100, ctx_for("sm_90")), "X", "W", "Y", scales="S")
+
+
+@pytest.mark.parametrize("wfmt", ["w8", "w4"])
+def test_quant_reference_is_dequantise_then_matmul(wfmt):
+    rng = np.random.default_rng(5)
+    K, N, T = 128, 24, 7
+    w = rng.standard_normal((2 * N, K)).astype(ml_dtypes.bfloat16)
+    qt = quantize(w, wfmt)
+    x = rng.standard_normal((T, K)).astype(ml_dtypes.bfloat16)
+    # the weight the tensor cores see: ir.quant's fl32(q * scale), rounded to nearest-even bf16
+    wq = qt.dequantize().astype(ml_dtypes.bfloat16).astype(np.float64)
+    p = GemmProblem(K, 2 * N, wfmt=wfmt)
+    np.testing.assert_array_equal(dequantize_weight(p, qt.codes, qt.scales), wq.astype(np.float32))
+    y = reference(p, x, qt.codes, scales=qt.scales)
+    np.testing.assert_allclose(y, x.astype(np.float64) @ wq.T, rtol=0, atol=0)
+    np.testing.assert_array_equal(reference(p, x, qt), y)  # a QuantTensor carries its scales
+    s = reference(GemmProblem(K, N, "swiglu_bf16", wfmt=wfmt), x, qt)
+    g, u = y[:, :N], y[:, N:]
+    np.testing.assert_allclose(s, g / (1 + np.exp(-g)) * u, rtol=1e-15)
+    # the bf16 rounding of the dequantised weight is part of the contract (differs from fl32(q * scale))
+    assert not np.array_equal(dequantize_weight(p, qt), qt.dequantize())
+    with pytest.raises(PlanError, match="needs scales"):
+        reference(p, x, qt.codes)
+    with pytest.raises(PlanError, match="expected codes"):
+        reference(p, x, qt.codes[:-1], scales=qt.scales[:-1])
 
 
 def test_problem_validation_and_args():

@@ -8,6 +8,12 @@ first; never zeros). Every case runs twice: the grid-barrier counter must come b
 Also: our occupancy calculator vs ``cuOccupancyMaxActiveBlocksPerMultiprocessor``, and cubin-read
 registers / static shared / local bytes / launch bounds vs the driver's function attributes.
 
+Quantised weights (issue 6, ``test_quant_*``): the same checks for the w8 / w4 kernels (fused
+dequantisation), with codes and scales from ``ninferc.ir.quant.quantize`` of random bf16 weights and the
+reference computed on the dequantised weights ``fl32(q * scale)`` (so the bound is the bf16 GEMV's: fp32
+accumulation order only): every epilogue, both modes (forced), T in {1, 3, 4, 5, 8}, the tiny and the 27B
+shapes, and the 27B LM head at w8.
+
 The loading/launching helper lives here until the runtime owns it (``_LoadedKernel``).
 CuPy calls used: ``cupy.RawModule(path=)``, ``RawModule.get_function(entry)`` -> ``RawKernel``,
 ``RawKernel.kernel`` (``cupy.cuda.Function``) called as ``fn(grid, block, args, shared_mem=...,
@@ -30,6 +36,7 @@ pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
 
 from ninferc.errors import PlanError, TargetError  # noqa: E402
+from ninferc.ir.quant import quantize  # noqa: E402
 from ninferc.targets.arch import arch_for_compute_capability  # noqa: E402
 from ninferc.targets.cubin import read_resources  # noqa: E402
 from ninferc.targets.kernels import FAMILIES, representative_instances  # noqa: E402
@@ -122,6 +129,49 @@ def _weights(k, w_rows, seed):
     return w.astype(np.float32), cp.asarray(w.view(np.uint16))
 
 
+@functools.lru_cache(maxsize=24)
+def _qweights(k, w_rows, fmt, seed):
+    """Random bf16 weights [w_rows, k] (as :func:`_weights`) quantised to ``fmt`` by
+    ``ninferc.ir.quant.quantize``: (fp32 dequantised weights ``fl32(q * scale)`` for the reference, device
+    codes, device scales)."""
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((w_rows, k), dtype=np.float32) / np.float32(np.sqrt(k))).astype(ml_dtypes.bfloat16)
+    qt = quantize(w, fmt)
+    return qt.dequantize(), cp.asarray(qt.codes), cp.asarray(qt.scales)
+
+
+@functools.lru_cache(maxsize=1)
+def _lm_head_w8(k, w_rows, seed):
+    """w8 weights of the 27B LM head's size ([248320, 5120]) without quantising 1.3e9 values on the host
+    (minutes of numpy): random codes in [-127, 127] drawn on the device (the w8 code range) and one random
+    positive scale per row (the w8 scale domain). Same return value as :func:`_qweights`."""
+    rs = cp.random.RandomState(seed)
+    codes = cp.empty((w_rows, k), dtype=cp.int8)
+    step = 8192
+    for r0 in range(0, w_rows, step):
+        r1 = min(w_rows, r0 + step)
+        codes[r0:r1] = rs.randint(-127, 128, size=(r1 - r0, k), dtype=np.int32).astype(cp.int8)
+    scales = (rs.uniform(0.5, 1.5, size=w_rows, dtype=np.float64) / (127 * np.sqrt(k) / 3)).astype(cp.float32)
+    host_codes, host_scales = cp.asnumpy(codes), cp.asnumpy(scales)
+    deq = np.empty((w_rows, k), dtype=np.float32)
+    for r0 in range(0, w_rows, step):  # fl32(q * scale), row block by row block
+        np.multiply(host_codes[r0:r0 + step], host_scales[r0:r0 + step, None], out=deq[r0:r0 + step],
+                    dtype=np.float32)
+    return deq, codes, scales
+
+
+def _weights_for(prob):
+    """(reference weights fp32 [w_rows, k], device w, device scales or None) for any weight format; the
+    reference weights of a quantised problem are the dequantised ones, used with the bf16 twin problem
+    (``reference(problem, x, codes, scales=...)`` is exactly that, see tests/kernels/test_gemv_quant.py)."""
+    seed = 1234 + prob.k + prob.w_rows
+    if not prob.quantized:
+        return (*_weights(prob.k, prob.w_rows, seed), None)
+    if prob.wfmt == "w8" and prob.w_rows >= 200_000:
+        return _lm_head_w8(prob.k, prob.w_rows, seed)
+    return _qweights(prob.k, prob.w_rows, prob.wfmt, seed)
+
+
 def _rel(out, ref):
     out, ref = np.asarray(out, np.float64), np.asarray(ref, np.float64)
     assert np.isfinite(out).all(), "non-finite output (unwritten element or NaN)"
@@ -130,7 +180,8 @@ def _rel(out, ref):
 
 def _run_and_check(loaded, prob, launch, seed):
     """Launch twice on fresh inputs; poisoned outputs/workspace; barrier counter left reusable."""
-    w, w_dev = _weights(prob.k, prob.w_rows, 1234 + prob.k + prob.w_rows)
+    w, w_dev, s_dev = _weights_for(prob)
+    ref_prob = GemvProblem(prob.k, prob.n, prob.epilogue)  # the same GEMV on the (dequantised) fp32 weights
     t = launch.tokens
     ws = cp.full(max(launch.workspace_bytes // 4, 1), np.nan, dtype=cp.float32)
     barrier = cp.zeros(1, dtype=cp.uint32)
@@ -147,10 +198,10 @@ def _run_and_check(loaded, prob, launch, seed):
         else:
             y = cp.full((t, prob.n), np.nan, dtype=cp.float32)
         ws.fill(np.nan)
-        args = kernel_args(prob, launch, w_dev, x_dev, y, ws, barrier)
+        args = kernel_args(prob, launch, w_dev, x_dev, y, ws, barrier, scales=s_dev)
         loaded.launch(launch, args)
         cp.cuda.get_current_stream().synchronize()
-        ref = reference(prob, x, w, y_in)
+        ref = reference(ref_prob, x, w, y_in)
         if prob.epilogue == "swiglu":
             out = cp.asnumpy(y).view(ml_dtypes.bfloat16).astype(np.float32)
             ref = ref.astype(np.float32)
@@ -239,7 +290,7 @@ def test_every_arch_plan_runs_on_this_device(device, loader, arch, sku):
 
 def test_cubin_resources_equal_driver_attributes(device, loader):
     gemv = FAMILIES["gemv_coop"]
-    for prob in TINY:
+    for prob in TINY + TINY_Q:
         for spec in gemv.variants(prob):
             lk = loader(spec)
             r = lk.resources
@@ -252,7 +303,7 @@ def test_cubin_resources_equal_driver_attributes(device, loader):
 def test_occupancy_calculator_equals_driver(device, loader):
     arch = device["arch"]
     gemv = FAMILIES["gemv_coop"]
-    for prob in TINY:
+    for prob in TINY + TINY_Q:
         for spec in gemv.variants(prob):
             lk = loader(spec)
             r = lk.resources
@@ -263,3 +314,78 @@ def test_occupancy_calculator_equals_driver(device, loader):
                     got = occupancy(arch, threads, r.registers, r.static_smem_bytes, dyn, barriers=r.barriers,
                                     max_dynamic_smem=attr)
                     assert got.ctas_per_sm == want, (spec.uri, threads, dyn, attr, got)
+
+
+# ------------------------------------------------------------------------------------------------
+# quantised weights (w8 / w4 fused dequantisation)
+# ------------------------------------------------------------------------------------------------
+
+QFORMATS = ("w8", "w4")
+Q_TOKENS = (1, 3, 4, 5, 8)
+TINY_Q = [GemvProblem(p.k, p.n, p.epilogue, f) for f in QFORMATS for p in TINY]
+Q_SHAPES = TINY + [QKV, GATE_UP, DOWN, O_PROJ, NARROW, MID_SWIGLU]  # the bf16 cases' shapes
+LM_HEAD = GemvProblem(5120, 248320, "store", "w8")  # the 27B LM head at the w4 recipe's w8
+
+
+def _q(prob, fmt):
+    return GemvProblem(prob.k, prob.n, prob.epilogue, fmt)
+
+
+def _pid(p):
+    return f"k{p.k}_n{p.n}_{p.epilogue}"
+
+
+@pytest.mark.parametrize("t", Q_TOKENS)
+@pytest.mark.parametrize("mode", ["coop", "plain"])
+@pytest.mark.parametrize("shape", Q_SHAPES, ids=_pid)
+@pytest.mark.parametrize("fmt", QFORMATS)
+def test_quant_forced_variants_match_reference(device, loader, fmt, shape, mode, t):
+    """One forced variant per case (threads alternate with T; coop with the most splits the cap allows,
+    falling back to the other thread count, skipped only when no cooperative grid fits the device)."""
+    prob = _q(shape, fmt)
+    gemv = FAMILIES["gemv_coop"]
+    order = (256, 512) if t % 2 else (512, 256)
+    last = None
+    for threads in order:
+        spec = gemv.spec(prob, threads, mode)
+        loaded = loader(spec)
+        ctx = PlanContext(device["arch"], device["sms"], {spec.uri: loaded.resources})
+        try:
+            launch = gemv.launch_variant(prob, t, ctx, threads, mode)
+        except PlanError as exc:  # the cooperative grid of this T does not fit with even one split
+            last = exc
+            continue
+        assert launch.kernel.param("wfmt") == fmt
+        _run_and_check(loaded, prob, launch, seed=zlib.crc32(f"{prob}/{mode}/{t}".encode()))
+        return
+    pytest.skip(str(last))
+
+
+@pytest.mark.parametrize("plan_sms", ["device", 82])
+@pytest.mark.parametrize("t", Q_TOKENS)
+@pytest.mark.parametrize("shape", Q_SHAPES, ids=_pid)
+@pytest.mark.parametrize("fmt", QFORMATS)
+def test_quant_planned_launches_match_reference(device, loader, fmt, shape, t, plan_sms):
+    """The family's own route choice for the quantised kernels (their own registers, so their own caps
+    and split limits), for the device's SM count and a smaller card's."""
+    prob = _q(shape, fmt)
+    gemv = FAMILIES["gemv_coop"]
+    loaded = {s.uri: loader(s) for s in gemv.variants(prob)}
+    sms = device["sms"] if plan_sms == "device" else min(plan_sms, device["sms"])
+    ctx = PlanContext(device["arch"], sms, {u: lk.resources for u, lk in loaded.items()})
+    launch = gemv.launch(prob, t, ctx)
+    assert launch.split_k <= gemv.max_splits(prob)
+    _run_and_check(loaded[launch.kernel.uri], prob, launch, seed=t * 31 + sms)
+
+
+@pytest.mark.parametrize("t", Q_TOKENS)
+def test_quant_lm_head_w8(device, loader, t):
+    """The 27B LM head (K = 5120, N = 248320) at w8: planned route, plus forced plain at T = 1."""
+    gemv = FAMILIES["gemv_coop"]
+    loaded = {s.uri: loader(s) for s in gemv.variants(LM_HEAD)}
+    ctx = PlanContext(device["arch"], device["sms"], {u: lk.resources for u, lk in loaded.items()})
+    launch = gemv.launch(LM_HEAD, t, ctx)
+    _run_and_check(loaded[launch.kernel.uri], LM_HEAD, launch, seed=t)
+    if t == 1:
+        forced = gemv.launch_variant(LM_HEAD, t, ctx, 512, "plain")
+        _run_and_check(loaded[forced.kernel.uri], LM_HEAD, forced, seed=99)

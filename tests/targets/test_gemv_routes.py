@@ -110,7 +110,7 @@ def test_arg_names_match_the_template_signature(gemv):
         names = [p.split()[-1].strip("*") for p in sig.replace("__restrict__", "").split(",")]
         assert tuple(names) == gemv.arg_names(prob)
         ln = gemv.launch(prob, 3, ctx("sm_90", "h200"))
-        args = kernel_args(prob, ln, "W", "X", "Y")
+        args = kernel_args(prob, ln, "W", "X", "Y", scales="S" if prob.quantized else None)
         assert len(args) == len(names) and args[-2:] == (3, ln.split_k)
 
 

@@ -1,0 +1,237 @@
+"""The attention kernels run by the CPU emulator of tests/kernels/cuda_host.py (no GPU): attn_prep, attn_decode +
+attn_combine and attn_prefill (simt and mma routes) with the int8 KV cache -- and, as the harness's own control,
+the bf16 one -- against the numpy references of targets/kernels/attention.py, with the tolerances the GPU tier
+uses. Small shapes: the tiny fixture's attention and one KV head of the 27B shape (hd 256, G = 6), contexts
+around the page boundaries (63 / 64 / 65 / 129 / 130), garbage (NaN / Inf scales, any codes) in every free
+row, NaN-poisoned outputs, both thread schedules.
+
+The emulator replaces ``ninfer_common.cuh`` by host versions; this file adds the few helpers the attention
+kernels use on top (read-only vector loads, ``__ldg``, the ``__f*_rn`` intrinsics) and a host
+``mma.sync.m16n8k16`` (bf16 inputs, fp32 accumulate) that gathers the warp's fragments through warp barriers,
+with the fragment layout written out from the PTX ISA independently of the kernel
+(``templates/attn_common.cuh`` documents the same layout). Host math is correctly rounded where the GPU's is
+within 2 ulp, so k (RMSNorm + RoPE) can still differ from numpy by an ulp: the int8 rows are checked with
+:func:`attn_cases.check_int8_rows`, as on the GPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+import shutil
+import zlib
+
+import numpy as np
+import pytest
+
+from attn_cases import TINY, check_int8_rows, make_cache, make_step
+from ninferc.ir.tolerances import ATTENTION, BF16_ELEMENTWISE, FP32_REORDER
+from ninferc.targets.kernels import attention as A
+from ninferc.targets.plan import PlanContext, compile_variants
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU emulator needs g++")
+
+PREP, DECODE, COMBINE, PREFILL = A.FAMILIES
+ARCH, SMS = "sm_90", 132  # the plan the launches come from (grids, dynamic smem); any target would do
+
+#: the tiny fixture's attention with 6 pages per sequence, and one KV head of the 27B attention
+SMALL = dataclasses.replace(TINY, max_pages=6)
+HD256 = A.AttentionProblem(6, 1, 256, 64, 1e7, 1e-6, page_size=64, max_pages=4)
+SHAPES = {f"{n}-{dt}": dataclasses.replace(p, kv_dtype=dt) for n, p in (("tiny", SMALL), ("hd256", HD256))
+          for dt in ("int8", "bf16")}
+
+# Host versions of what the attention kernels use beyond the emulator's ninfer_common.cuh shim.
+_EXTRA = r"""
+// ---- host helpers for the attention kernels (tests/kernels/test_attention_emulated.py) ----
+static inline uint4 make_uint4(unsigned int x, unsigned int y, unsigned int z, unsigned int w) { return uint4{x, y, z, w}; }
+template <class T> static inline T __ldg(const T* p) { return *p; }
+static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline int __float2int_rn(float x) { return (int)nearbyintf(x); }
+namespace ninfer {
+static inline uint4 ld_ro_v4(const void* p) { uint4 v; memcpy(&v, p, 16); return v; }
+static inline void bf16x8_to_f32(const uint4& v, float (&f)[8]) {
+  const unsigned int w[4] = {v.x, v.y, v.z, v.w};
+  for (int i = 0; i < 4; ++i) { f[2 * i] = bf16_lo(w[i]); f[2 * i + 1] = bf16_hi(w[i]); }
+}
+}  // namespace ninfer
+"""
+
+# mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 for one warp (PTX ISA, "Matrix Fragments for
+# mma.m16n8k16 with floating point type"), g = lane / 4, t = lane % 4, element 2i of a pair in the low half:
+# A (16 x 16): a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1], a2 = A[g][2t+8, 2t+9], a3 = A[g+8][2t+8, 2t+9];
+# B (16 x 8, k x n): b0 = B[2t, 2t+1][g], b1 = B[2t+8, 2t+9][g]; D: d0, d1 = D[g][2t, 2t+1], d2, d3 = D[g+8][..].
+_MMA = r"""__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned int (&a)[4], unsigned int b0,
+                                               unsigned int b1) {
+  static unsigned int fa[32][32][4], fb[32][32][2];
+  const int w = shim::cur->warp, l = shim::cur->lane;
+  for (int i = 0; i < 4; ++i) fa[w][l][i] = a[i];
+  fb[w][l][0] = b0;
+  fb[w][l][1] = b1;
+  __syncwarp();
+  auto half = [](unsigned int word, int hi) { return hi ? __uint_as_float(word & 0xffff0000u) : __uint_as_float(word << 16); };
+  auto A = [&](int r, int k) { return half(fa[w][(r % 8) * 4 + (k % 8) / 2][(r >= 8) + 2 * (k >= 8)], k % 2); };
+  auto B = [&](int k, int n) { return half(fb[w][n * 4 + (k % 8) / 2][k >= 8], k % 2); };
+  const int g = l / 4, t = l % 4;
+  float out[4];
+  for (int e = 0; e < 4; ++e) {
+    const int r = g + 8 * (e / 2), c = 2 * t + e % 2;
+    double acc = d[e];
+    for (int k = 0; k < 16; ++k) acc += (double)A(r, k) * (double)B(k, c);
+    out[e] = (float)acc;
+  }
+  __syncwarp();
+  for (int e = 0; e < 4; ++e) d[e] = out[e];
+}
+"""
+
+_MMA_RE = re.compile(r"__device__ __forceinline__ void mma_bf16_16816\(.*?\n}\n", re.S)
+_END_COMMON = "// ---- end ninfer_common.cuh ----\n"
+_DYN_SMEM = "extern __shared__ __align__(16) unsigned char smem[];"
+
+
+def host_source(spec) -> str:
+    """The rendered kernel with the host helpers added and the PTX mma replaced (for cuda_host.HostKernel)."""
+    src = spec.render()
+    assert src.count(_END_COMMON) == 1
+    src = src.replace(_END_COMMON, _END_COMMON + _EXTRA)
+    src, n = _MMA_RE.subn(lambda _: _MMA, src)
+    assert n == 1, "mma_bf16_16816 not found in attn_common.cuh"
+    src = src.replace(_DYN_SMEM, "unsigned char* smem = reinterpret_cast<unsigned char*>(shim::dyn_smem);")
+    rest = src.split(_END_COMMON)[1]
+    assert "asm(" not in rest and "asm volatile(" not in rest, "inline PTX the emulator cannot run"
+    return src
+
+
+@functools.lru_cache(maxsize=None)
+def host_kernel(spec):
+    from cuda_host import HostKernel
+
+    return HostKernel(host_source(spec), spec.entry)
+
+
+@functools.lru_cache(maxsize=None)
+def plan_ctx() -> PlanContext:
+    specs = [s for fam in A.FAMILIES for p in SHAPES.values() for s in fam.variants(p)]
+    return PlanContext(ARCH, SMS, {u: r for u, (_, r) in compile_variants(specs, ARCH).items()})
+
+
+def run(launch, args, reverse: bool) -> None:
+    host_kernel(launch.kernel).launch(launch.grid, launch.block, args, smem=launch.dynamic_smem_bytes,
+                                      reverse=reverse)
+
+
+def pool_arrays(p, k_pages, v_pages) -> dict:
+    """The emulator's pool arrays by argument name (copies): bf16 bits, or int8 codes + fp32 scales."""
+    if p.kv_dtype == "int8":
+        return {"k_pages": k_pages.codes.copy(), "v_pages": v_pages.codes.copy(),
+                "k_scales": k_pages.scales.copy(), "v_scales": v_pages.scales.copy()}
+    return {"k_pages": A.bf16_bits(k_pages), "v_pages": A.bf16_bits(v_pages)}
+
+
+def pages_of(p, dev):
+    if p.kv_dtype == "int8":
+        return A.Int8Pages(dev["k_pages"], dev["k_scales"]), A.Int8Pages(dev["v_pages"], dev["v_scales"])
+    return A.from_bf16_bits(dev["k_pages"]), A.from_bf16_bits(dev["v_pages"])
+
+
+def prep_step(p, prev, new, seed, reverse):
+    """A cache with garbage in every free row, a step appending new[b] tokens after prev[b], attn_prep run by
+    the emulator and checked; returns (cache, st, dev, refs) with refs = (q_ref, kp_ref, vp_ref)."""
+    rng = np.random.default_rng(zlib.crc32(repr(seed).encode()))
+    cache = make_cache(p, prev, [a + b for a, b in zip(prev, new)], rng)
+    st = make_step(p, prev, new, rng)
+    T = st["proj"].shape[0]
+    dev = {"proj": st["proj"], "q_norm_w": st["q_norm_w"], "k_norm_w": st["k_norm_w"], "inv_freq": p.inv_freq(),
+           "tok_pos": st["tok_pos"], "tok_seq": st["tok_seq"], "seq_start": st["seq_start"],
+           "seq_ctx": st["seq_ctx"], "page_table": cache.page_table, **pool_arrays(p, cache.k_pages, cache.v_pages),
+           "q_out": np.full((T, p.heads_q, p.head_dim), np.nan, np.float32)}
+    ln = PREP.launch(p, T, plan_ctx())
+    run(ln, PREP.kernel_args(p, ln, dev), reverse)
+    q_ref, kp_ref, vp_ref = A.reference_prep(p, st["proj"], st["q_norm_w"], st["k_norm_w"], st["tok_pos"],
+                                             st["tok_seq"], cache.page_table, cache.k_pages, cache.v_pages)
+    FP32_REORDER.check(dev["q_out"], q_ref, "attn_prep q_out (emulated)")
+    kp_dev, vp_dev = pages_of(p, dev)
+    if p.kv_dtype == "int8":
+        check_int8_rows(p, cache, st, kp_dev, vp_dev, kp_ref, vp_ref)
+    else:
+        pg = cache.page_table[st["tok_seq"], st["tok_pos"] // p.page_size]
+        rw = st["tok_pos"] % p.page_size
+        BF16_ELEMENTWISE.check(kp_dev[pg, :, rw], kp_ref[pg, :, rw], "attn_prep k rows (emulated)")
+        np.testing.assert_array_equal(vp_dev[pg, :, rw], vp_ref[pg, :, rw])
+    return cache, st, dev, (q_ref, kp_ref, vp_ref)
+
+
+@pytest.mark.parametrize("split_mode", ["plan", "one", "per_page"])
+@pytest.mark.parametrize("name,ctxs", [("tiny-int8", (63, 64, 65)), ("tiny-int8", (1, 129)),
+                                       ("hd256-int8", (65, 130)), ("tiny-bf16", (63, 64, 65)),
+                                       ("hd256-bf16", (65, 130))])
+def test_emulated_decode(name, ctxs, split_mode):
+    """prep + decode + combine, one token per sequence at ctx - 1 (reverse thread order for per_page)."""
+    p = SHAPES[name]
+    reverse = split_mode == "per_page"
+    B = len(ctxs)
+    cache, st, dev, (q_ref, kp_ref, vp_ref) = prep_step(p, [c - 1 for c in ctxs], [1] * B,
+                                                        (1, name, ctxs, split_mode), reverse)
+    ctx = plan_ctx()
+    splits, pps = DECODE.splits(p, B, ctx)
+    if split_mode == "one":
+        splits, pps = 1, p.max_pages
+    elif split_mode == "per_page":
+        splits, pps = p.max_pages, 1
+    ln_d = dataclasses.replace(DECODE.launch(p, B, ctx), grid=(splits, p.heads_kv, B), split_k=splits,
+                               workspace_bytes=DECODE.workspace_bytes(p, B, splits))
+    ln_c = dataclasses.replace(COMBINE.launch(p, B, ctx), split_k=splits,
+                               dynamic_smem_bytes=COMBINE.dynamic_smem_bytes(splits))
+    dev["q"] = dev["q_out"]
+    dev["ws"] = np.full(ln_d.workspace_bytes // 4, np.nan, np.float32)
+    dev["out"] = np.full((B, p.heads_q * p.head_dim), 0xFFFF, np.uint16)
+    run(ln_d, DECODE.kernel_args(p, ln_d, dev, pps), reverse)
+    kp_dev, vp_dev = pages_of(p, dev)
+    n_o = B * p.heads_q * splits * p.head_dim
+    o_dev = dev["ws"][:n_o].reshape(B, p.heads_q, splits, p.head_dim)
+    ml_dev = dev["ws"][n_o:].reshape(B, p.heads_q, splits, 2)
+    o_ref, ml_ref = A.reference_decode_partials(p, dev["q_out"], kp_dev, vp_dev, cache.page_table, st["seq_ctx"],
+                                                splits, pps)
+    assert not np.isnan(dev["ws"]).any()
+    empty = np.isneginf(ml_ref[..., 0])
+    assert np.array_equal(np.isneginf(ml_dev[..., 0]), empty)
+    FP32_REORDER.check(np.where(empty, 0, ml_dev[..., 0]), np.where(empty, 0, ml_ref[..., 0]), "decode max")
+    ATTENTION.check(ml_dev[..., 1], ml_ref[..., 1], "decode sum")
+    ATTENTION.check(o_dev, o_ref, "decode partial outputs")
+    run(ln_c, COMBINE.kernel_args(p, ln_c, dev), reverse)
+    out = A.from_bf16_bits(dev["out"])
+    ref = A.reference_attention(p, dev["q_out"], st["proj"], kp_dev, vp_dev, cache.page_table, st["tok_pos"],
+                                st["seq_start"])
+    ATTENTION.check(out, ref, f"decode + combine ({splits} splits x {pps} pages)")
+    ref_e2e = A.reference_attention(p, q_ref, st["proj"], kp_ref, vp_ref, cache.page_table, st["tok_pos"],
+                                    st["seq_start"])
+    ATTENTION.check(out, ref_e2e, "prep + decode + combine end to end")
+
+
+@pytest.mark.parametrize("route", A.PREFILL_ROUTES)
+@pytest.mark.parametrize("name,prev,new", [("tiny-int8", (130,), (65,)), ("tiny-int8", (0, 63), (70, 2)),
+                                           ("hd256-int8", (63, 0), (3, 66)), ("tiny-bf16", (0, 63), (70, 2)),
+                                           ("hd256-bf16", (63, 0), (3, 66))])
+def test_emulated_prefill(name, prev, new, route):
+    """prep + prefill (``route``) of new[b] tokens after prev[b] positions, B = len(prev) packed sequences
+    (reverse thread order for the mma route)."""
+    p = SHAPES[name]
+    reverse = route == "mma"
+    cache, st, dev, (q_ref, kp_ref, vp_ref) = prep_step(p, list(prev), list(new), (2, name, prev, new, route),
+                                                        reverse)
+    ln = PREFILL.launch(p, max(new), plan_ctx(), batch=len(prev), route=route)
+    dev["q"] = dev["q_out"]
+    dev["out"] = np.full((int(sum(new)), p.heads_q * p.head_dim), 0xFFFF, np.uint16)
+    run(ln, PREFILL.kernel_args(p, ln, dev), reverse)
+    out = A.from_bf16_bits(dev["out"])
+    kp_dev, vp_dev = pages_of(p, dev)
+    ref = A.reference_attention(p, dev["q_out"], st["proj"], kp_dev, vp_dev, cache.page_table, st["tok_pos"],
+                                st["seq_start"])
+    ATTENTION.check(out, ref, f"attn_prefill {route} (emulated, {ln.grid} CTAs)")
+    ref_e2e = A.reference_attention(p, q_ref, st["proj"], kp_ref, vp_ref, cache.page_table, st["tok_pos"],
+                                    st["seq_start"])
+    ATTENTION.check(out, ref_e2e, "prep + prefill end to end")

@@ -1,0 +1,284 @@
+"""CPU tests of the fused-dequantisation GEMV (gemv_coop with ``wfmt`` w8 / w4, issue 6): problem validation,
+kernel identity (bf16 URIs and sources untouched, one URI per format), the ABI per format, the numpy
+reference (= fp32 matmul with ``ninferc.ir.quant``'s dequantised weight), split limits per format, route
+selection on every target, and the exactness of the integer -> fp32 conversion the template uses.
+GPU twin: tests/targets/test_gemv_coop_gpu.py (the ``Q*`` cases)."""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from ninferc.errors import PlanError
+from ninferc.ir.quant import GROUP_SIZE, quantize
+from ninferc.targets.arch import ARCHS
+from ninferc.targets.kernels import FAMILIES
+from ninferc.targets.kernels.gemv_coop import (WFORMATS, GemvProblem, dequantize_weight, kernel_args,
+                                               reference)
+from ninferc.targets.plan import PlanContext, check_launch, compile_variants
+from ninferc.targets.skus import skus_for_arch
+
+GEMV = FAMILIES["gemv_coop"]
+ALL_ARCHS = tuple(ARCHS)
+
+# URIs of the bf16 kernels as they were before the weight formats existed (computed from the unmodified
+# code): the bf16 plans, goldens and caches must not see the new parameter.
+BF16_URIS_BEFORE = {
+    (ep, th, mode): f"gemv_coop__{ep}_tok4_{mode}_rw4_th{th}"
+    for ep in ("store", "residual_add", "swiglu") for th in (256, 512) for mode in ("coop", "plain")
+}
+assert BF16_URIS_BEFORE[("store", 256, "coop")] == "gemv_coop__store_tok4_coop_rw4_th256"
+
+
+@functools.lru_cache(maxsize=None)
+def resources(arch: str):
+    specs = [s for p in GEMV.sample_problems() for s in GEMV.variants(p)]
+    return {uri: r for uri, (_, r) in compile_variants(specs, arch).items()}
+
+
+def _quantized(k, rows, fmt, seed=0):
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((rows, k), dtype=np.float32) / np.float32(np.sqrt(k))).astype(ml_dtypes.bfloat16)
+    return w, quantize(w, fmt)
+
+
+# ------------------------------------------------------------------------------------------------
+# problems and identity
+# ------------------------------------------------------------------------------------------------
+
+
+def test_problem_validation_names_value_and_limit():
+    GemvProblem(5120, 64, "store", "w4")  # 5120 = 80 groups of 64
+    GemvProblem(17408, 64, "residual_add", "w4")
+    GemvProblem(48, 64, "store", "w8")
+    with pytest.raises(PlanError, match=r"K = 5136 must be a positive multiple of 64 for w4"):
+        GemvProblem(5136, 64, "store", "w4")  # a multiple of 16, not of 64
+    with pytest.raises(PlanError, match=r"K = 5128 must be a positive multiple of 16 for w8"):
+        GemvProblem(5128, 64, "store", "w8")  # a multiple of 8 (fine for bf16), not of 16
+    GemvProblem(5128, 64, "store")
+    with pytest.raises(PlanError, match=r"unknown weight format 'w2'.*bf16, w8, w4"):
+        GemvProblem(64, 64, "store", "w2")
+    with pytest.raises(PlanError, match="K = 0"):
+        GemvProblem(0, 64, "store", "w8")
+    assert GROUP_SIZE == 64  # the template's kW4Group (checked against the rendered source below)
+
+
+def test_bf16_uris_and_sources_unchanged():
+    for (ep, th, mode), uri in BF16_URIS_BEFORE.items():
+        for prob in (GemvProblem(256, 704, ep), GemvProblem(256, 704, ep, "bf16")):
+            spec = GEMV.spec(prob, th, mode)
+            assert spec.uri == uri
+            assert "wfmt" not in dict(spec.params)
+            src = spec.render()
+            assert "wfmt" not in src and "byte_magic" not in src and "scales" not in src
+
+
+def test_uris_differ_per_format():
+    for ep in ("store", "residual_add", "swiglu"):
+        for th in GEMV.threads:
+            for mode in ("coop", "plain"):
+                uris = {f: GEMV.spec(GemvProblem(256, 704, ep, f), th, mode).uri for f in WFORMATS}
+                assert len(set(uris.values())) == 3
+                assert uris["w8"] == BF16_URIS_BEFORE[(ep, th, mode)] + "_wfmt-w8"
+                assert uris["w4"] == BF16_URIS_BEFORE[(ep, th, mode)] + "_wfmt-w4"
+    # sample problems cover every (epilogue, format) pair, so CI compiles every template parameter value
+    assert {(p.epilogue, p.wfmt) for p in GEMV.sample_problems()} == {
+        (e, f) for e in ("store", "residual_add", "swiglu") for f in WFORMATS}
+
+
+def test_rendered_quant_source_matches_the_format_constants():
+    w4 = GEMV.spec(GemvProblem(256, 704, "store", "w4"), 256, "coop").render()
+    w8 = GEMV.spec(GemvProblem(256, 704, "store", "w8"), 256, "coop").render()
+    assert f"constexpr int kW4Group = {GROUP_SIZE};" in w4
+    assert "constexpr bool kW4 = true;" in w4 and "constexpr bool kW4 = false;" in w8
+    for src in (w4, w8):
+        assert "ld_stream_v4(wrow[j]" in src  # weights still stream as 16-byte loads
+
+
+# ------------------------------------------------------------------------------------------------
+# ABI
+# ------------------------------------------------------------------------------------------------
+
+
+def _signature(spec):
+    src = spec.render()
+    sig = re.search(rf"{spec.entry}\(([^)]*)\)", src).group(1)
+    return tuple(p.split()[-1].strip("*") for p in sig.replace("__restrict__", "").split(","))
+
+
+@pytest.mark.parametrize("fmt", WFORMATS)
+def test_arg_names_per_format(fmt):
+    prob = GemvProblem(256, 704, "swiglu", fmt)
+    names = GEMV.arg_names(prob)
+    if fmt == "bf16":
+        assert names == ("w", "x", "y", "ws", "barrier", "k", "n_out", "t_total", "splits")
+    else:
+        assert names == ("w", "scales", "x", "y", "ws", "barrier", "k", "n_out", "t_total", "splits")
+    for spec in GEMV.variants(prob):
+        assert _signature(spec) == names, spec.uri
+    ctx = PlanContext("sm_90", 132, resources("sm_90"))
+    ln = GEMV.launch(prob, 3, ctx)
+    scales = "S" if fmt != "bf16" else None
+    args = kernel_args(prob, ln, "W", "X", "Y", "WS", "B", scales=scales)
+    assert len(args) == len(names)
+    assert args[:names.index("k")] == (("W", "S", "X", "Y", "WS", "B") if scales else ("W", "X", "Y", "WS", "B"))
+    assert [int(a) for a in args[-4:]] == [256, 704, 3, ln.split_k]
+    # positional bf16 callers keep working; an unused ws/barrier becomes a 64-bit null
+    if fmt == "bf16":
+        assert kernel_args(prob, ln, "W", "X", "Y")[3:5] == (np.uint64(0), np.uint64(0))
+
+
+def test_kernel_args_scales_errors():
+    ctx = PlanContext("sm_90", 132, resources("sm_90"))
+    for fmt in ("w8", "w4"):
+        p = GemvProblem(256, 704, "store", fmt)
+        with pytest.raises(PlanError, match=f"{fmt} problem needs its scales"):
+            kernel_args(p, GEMV.launch(p, 1, ctx), "W", "X", "Y")
+    p = GemvProblem(256, 704)
+    with pytest.raises(PlanError, match="bf16 problem takes no scales"):
+        kernel_args(p, GEMV.launch(p, 1, ctx), "W", "X", "Y", scales="S")
+
+
+def test_weight_shapes():
+    assert GemvProblem(128, 8, "swiglu", "w8").weight_shapes() == {"w": ((16, 128), "int8"),
+                                                                  "scales": ((16,), "float32")}
+    assert GemvProblem(128, 8, "store", "w4").weight_shapes() == {"w": ((8, 64), "uint8"),
+                                                                 "scales": ((8, 2), "float32")}
+    assert GemvProblem(128, 8).weight_shapes() == {"w": ((8, 128), "bfloat16")}
+
+
+# ------------------------------------------------------------------------------------------------
+# numpy reference
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["w8", "w4"])
+@pytest.mark.parametrize("epilogue", ["store", "residual_add", "swiglu"])
+def test_reference_is_the_dequantised_matmul(fmt, epilogue):
+    k, n = 192, 24
+    prob = GemvProblem(k, n, epilogue, fmt)
+    w, qt = _quantized(k, prob.w_rows, fmt, seed=1)
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((5, k), dtype=np.float32).astype(ml_dtypes.bfloat16)
+    y0 = rng.standard_normal((5, n), dtype=np.float32) if epilogue == "residual_add" else None
+    got = reference(prob, x, qt.codes, y0, scales=qt.scales)
+    wdq = qt.dequantize()
+    np.testing.assert_array_equal(dequantize_weight(prob, qt.codes, qt.scales), wdq)
+    want = reference(GemvProblem(k, n, epilogue), x, wdq, y0)  # the bf16 path on the fl32(q * s) weights
+    assert got.dtype == want.dtype and got.shape == (5, n)
+    np.testing.assert_array_equal(got, want)
+    if epilogue == "store":  # and it is x @ dequant(w).T in fp32
+        np.testing.assert_array_equal(got, x.astype(np.float32) @ wdq.T)
+        # sanity: quantisation moves the result by about its error bound, not more
+        exact = x.astype(np.float32) @ w.astype(np.float32).T
+        rel = np.linalg.norm(got - exact) / np.linalg.norm(exact)
+        assert rel < (0.01 if fmt == "w8" else 0.15), rel
+
+
+def test_reference_errors():
+    k, n = 128, 8
+    x = np.zeros((1, k), np.float32)
+    _, q8 = _quantized(k, n, "w8")
+    _, q4 = _quantized(k, n, "w4")
+    p8, p4 = GemvProblem(k, n, "store", "w8"), GemvProblem(k, n, "store", "w4")
+    with pytest.raises(PlanError, match="needs its scales"):
+        reference(p8, x, q8.codes)
+    with pytest.raises(PlanError, match="takes no scales"):
+        reference(GemvProblem(k, n), x, q8.codes.astype(np.float32), scales=q8.scales)
+    with pytest.raises(PlanError, match=r"expected codes/scales"):
+        reference(p4, x, q8.codes, scales=q8.scales)  # w8 data for a w4 problem
+    with pytest.raises(PlanError, match=r"expected codes/scales"):
+        reference(p8, x, q8.codes[:, :64], scales=q8.scales)
+    with pytest.raises(PlanError, match=r"expected codes/scales"):
+        reference(p4, x, q4.codes, scales=q4.scales.astype(np.float64))
+
+
+# ------------------------------------------------------------------------------------------------
+# split limits and routes
+# ------------------------------------------------------------------------------------------------
+
+
+def test_max_splits_per_format():
+    """Every lane gets at least one 16-byte weight vector per split: K / (8, 16, 32 elements) / 32 lanes."""
+    want = {5120: {"bf16": 20, "w8": 10, "w4": 5}, 17408: {"bf16": 68, "w8": 34, "w4": 17},
+            6144: {"bf16": 24, "w8": 12, "w4": 6}, 256: {"bf16": 1, "w8": 1, "w4": 1}}
+    for k, per in want.items():
+        for fmt, s in per.items():
+            assert GEMV.max_splits(GemvProblem(k, 64, "store", fmt)) == s, (k, fmt)
+    assert GEMV.max_splits(GemvProblem(64, 64, "store", "w4")) == 1  # fewer vectors than lanes: one split
+
+
+@pytest.mark.parametrize("arch", ALL_ARCHS)
+def test_quant_routes_respect_caps_and_format_split_limits(arch):
+    res = resources(arch)
+    shapes = [(5120, 16480, "store"), (6144, 5120, "residual_add"), (5120, 17408, "swiglu"),
+              (17408, 5120, "residual_add"), (5120, 248320, "store"), (2048, 256, "residual_add")]
+    for sku in skus_for_arch(arch):
+        ctx = PlanContext(arch, sku.sms, res)
+        for k, n, ep in shapes:
+            for fmt in ("w8", "w4"):
+                prob = GemvProblem(k, n, ep, fmt)
+                kvec = k // prob.k_per_vec
+                prev = None
+                for t in (1, 2, 3, 4, 5, 8, 16, 33):
+                    ln = GEMV.launch(prob, t, ctx)
+                    check_launch(ln, arch, res[ln.kernel.uri], ctx.sms)
+                    assert ln.kernel.param("wfmt") == fmt
+                    assert 1 <= ln.split_k <= GEMV.max_splits(prob)
+                    assert -(-kvec // ln.split_k) >= 32  # every lane has a vector in every split
+                    if ln.cooperative:
+                        assert ln.route == "coop_splitk" and ln.split_k >= 2 and ln.ctas <= ln.coop_cap
+                        assert ln.workspace_bytes == GEMV.workspace_bytes(prob, t, ln.split_k)
+                    else:
+                        assert ln.route == "plain" and ln.split_k == 1 and ln.workspace_bytes == 0
+                    if prev == "plain":
+                        assert ln.route == "plain"
+                    prev = ln.route
+
+
+def test_fewer_splits_for_narrower_formats_on_a_long_k():
+    """A narrow N with a long K is split as far as the format allows: the split count is capped at
+    K/(32 x vector length), so w4 gets at most a quarter of bf16's splits."""
+    ctx = PlanContext("sm_90", 132, resources("sm_90"))
+    got = {f: GEMV.launch(GemvProblem(17408, 256, "residual_add", f), 1, ctx) for f in WFORMATS}
+    assert got["bf16"].route == got["w8"].route == got["w4"].route == "coop_splitk"
+    assert got["w4"].split_k <= 17 and got["w8"].split_k <= 34
+    assert got["w4"].split_k <= got["w8"].split_k <= got["bf16"].split_k
+
+
+# ------------------------------------------------------------------------------------------------
+# the integer -> fp32 conversion of the template (numpy model of PRMT + FADD)
+# ------------------------------------------------------------------------------------------------
+
+
+def _byte_perm(x: np.ndarray, y: int, sel: int) -> np.ndarray:
+    """CUDA __byte_perm(x, y, s) (default mode): result byte n = byte (s >> 4n) & 7 of the pool y:x."""
+    pool = (y << 32) | x.astype(np.uint64)
+    out = np.zeros_like(x, dtype=np.uint64)
+    for n in range(4):
+        b = (sel >> (4 * n)) & 7
+        out |= ((pool >> np.uint64(8 * b)) & np.uint64(0xFF)) << np.uint64(8 * n)
+    return out.astype(np.uint32)
+
+
+def _magic(v: np.ndarray, i: int, bias: float) -> np.ndarray:
+    return (_byte_perm(v, 0x4B000000, 0x7440 | i).view(np.float32) - np.float32(8388608.0 + bias)).astype(np.float32)
+
+
+def test_magic_number_dequant_is_exact_for_every_code():
+    words = np.arange(256, dtype=np.uint32) * np.uint32(0x01010101)  # every byte value in every lane
+    q8 = (words & 0xFF).astype(np.uint8).view(np.int8).astype(np.float32)
+    for i in range(4):  # w8: codes read as offset binary u = q + 128
+        np.testing.assert_array_equal(_magic(words ^ np.uint32(0x80808080), i, 128.0), q8)
+    rng = np.random.default_rng(3)
+    packed = rng.integers(0, 256, size=(64, 4), dtype=np.uint8)  # 64 rows of 8 nibble codes
+    word = packed.view(np.uint32).reshape(-1)
+    lo, hi = word & np.uint32(0x0F0F0F0F), (word >> np.uint32(4)) & np.uint32(0x0F0F0F0F)
+    got = np.stack([_magic(lo if e % 2 == 0 else hi, e // 2, 8.0) for e in range(8)], axis=1)
+    from ninferc.ir.quant import unpack_int4
+
+    np.testing.assert_array_equal(got, unpack_int4(packed).astype(np.float32))
