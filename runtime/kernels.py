@@ -95,6 +95,8 @@ class DeviceKernel:
         self.module.load(self.compiled.cubin)
         self.function = self.module.get_function(entry)
         self._dyn_smem_optin = 0
+        #: the source opts in to programmatic dependent launch (templates/ninfer_common.cuh section 7)
+        self.pdl_capable = "NINFER_PDL_ENTRY();" in source  # a call (the header's #define has no ';')
 
     @classmethod
     def from_spec(cls, spec, options: tuple[str, ...] | None = None) -> "DeviceKernel":
@@ -126,22 +128,90 @@ class DeviceKernel:
                                                 int(nbytes))
             self._dyn_smem_optin = nbytes
 
-    def launch(self, grid, block, args, *, smem: int = 0, cooperative: bool = False, stream=None) -> None:
+    def launch(self, grid, block, args, *, smem: int = 0, cooperative: bool = False, stream=None,
+               pdl: bool = False) -> None:
         """Launch with ``args`` (CuPy arrays, numpy scalars such as ``np.int32(5)``, or raw ints as device
         pointers wrapped by :func:`ptr`).
 
+        ``pdl``: launch with programmatic stream serialization (cuLaunchKernelEx with
+        CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, plus CU_LAUNCH_ATTRIBUTE_COOPERATIVE for a
+        cooperative launch; CUDA Driver API "Launch attributes"), so the kernel's CTAs may be scheduled
+        before the previous kernel in the stream ends. Only for :attr:`pdl_capable` kernels (they wait in
+        ``griddepcontrol.wait`` before reading anything the previous kernels write) on sm_90+.
+
         Raises:
-            PlanError: a zero-sized grid or block (never launched silently).
+            PlanError: a zero-sized grid or block (never launched silently); ``pdl`` for a kernel that is
+                not PDL-aware.
+            TargetError: the driver refused the extended launch (its error named).
         """
         grid = tuple(int(g) for g in (tuple(grid) + (1, 1))[:3])
         block = tuple(int(b) for b in (tuple(block) + (1, 1))[:3])
         if min(grid) < 1 or min(block) < 1:
             raise PlanError(f"kernel {self.name}: empty launch grid={grid} block={block}")
         self.set_dynamic_smem(smem)
-        self.function(grid, block, tuple(args), shared_mem=int(smem), stream=stream,
-                      enable_cooperative_groups=bool(cooperative))
+        if not pdl:
+            self.function(grid, block, tuple(args), shared_mem=int(smem), stream=stream,
+                          enable_cooperative_groups=bool(cooperative))
+            return
+        if not self.pdl_capable:
+            raise PlanError(f"kernel {self.name}: programmatic dependent launch asked for a kernel whose source "
+                            "does not use NINFER_PDL_ENTRY() (it would read its inputs before they are written)")
+        _launch_ex(self.function.ptr, grid, block, args, int(smem), bool(cooperative), stream, self.name)
 
 
 def ptr(address: int):
     """A raw device address as a kernel argument (for views into a larger allocation)."""
     return np.uint64(address)
+
+
+def _kernel_param(a):
+    """A ctypes object holding one kernel argument: CuPy arrays and np.uint64 as 64-bit pointers/values,
+    np.int32 / np.float32 / np.int64 / np.uint32 as themselves."""
+    import ctypes
+
+    if hasattr(a, "data") and hasattr(a.data, "ptr"):
+        return ctypes.c_uint64(a.data.ptr)
+    if isinstance(a, np.uint64):
+        return ctypes.c_uint64(int(a))
+    if isinstance(a, np.int64):
+        return ctypes.c_int64(int(a))
+    if isinstance(a, np.int32):
+        return ctypes.c_int32(int(a))
+    if isinstance(a, np.uint32):
+        return ctypes.c_uint32(int(a))
+    if isinstance(a, np.float32):
+        return ctypes.c_float(float(a))
+    raise PlanError(f"kernel argument {a!r} of type {type(a).__name__} has no fixed C type; pass a CuPy array "
+                    "or a numpy scalar (np.int32, np.float32, np.uint64)")
+
+
+def _launch_ex(func_ptr: int, grid, block, args, smem: int, cooperative: bool, stream, name: str) -> None:
+    """cuLaunchKernelEx with programmatic stream serialization (and cooperative when asked)."""
+    import ctypes
+
+    from cuda.bindings import driver as cu
+
+    held = [_kernel_param(a) for a in args]
+    ptrs = (ctypes.c_void_p * max(1, len(held)))(*[ctypes.addressof(h) for h in held])
+    cfg = cu.CUlaunchConfig()
+    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
+    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
+    cfg.sharedMemBytes = smem
+    handle = 0 if stream is None else stream.ptr
+    cfg.hStream = cu.CUstream(handle)
+    attrs = []
+    a = cu.CUlaunchAttribute()
+    a.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    a.value.programmaticStreamSerializationAllowed = 1
+    attrs.append(a)
+    if cooperative:
+        c = cu.CUlaunchAttribute()
+        c.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+        c.value.cooperative = 1
+        attrs.append(c)
+    cfg.attrs = attrs
+    cfg.numAttrs = len(attrs)
+    (err,) = cu.cuLaunchKernelEx(cfg, cu.CUfunction(func_ptr), ctypes.addressof(ptrs), 0)
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise TargetError(f"kernel {name}: cuLaunchKernelEx (PDL{', cooperative' if cooperative else ''}) failed: "
+                          f"{err.name} grid={grid} block={block} smem={smem}")
