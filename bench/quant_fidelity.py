@@ -36,6 +36,8 @@ from pathlib import Path
 import numpy as np
 
 from ninferc.checkpoint import Checkpoint
+from ninferc.fidelity import (GREEDY_MARGIN_Q, REF_MARGIN, compare, greedy, long_golden_targets,  # noqa: F401
+                              short_greedy_targets)
 from ninferc.ir.config import preset
 from ninferc.ir.graph import DTYPE_BYTES
 from ninferc.ir.qwen3_5 import build_graph, param_specs
@@ -46,11 +48,7 @@ from ninferc.testing import models_dir
 REPO = Path(__file__).resolve().parents[1]
 #: bandwidth the roofline is quoted at (GB/s, 1e9 B/s), as the brief for issue 6 gives it
 ROOFLINE_GBPS = 4173.0
-#: golden top-1 margin above which greedy tokens are compared with the goldens (issue 6)
-GREEDY_MARGIN_Q = 0.5
 PREFILL_CHUNK = 1024
-#: bf16-model top-1 margin (logits) above which a position counts as a clear decision (extra column)
-REF_MARGIN = 0.25
 #: the recipes measured: the three shipped ones, then ablations (one class changed, or one class alone)
 RECIPES = [
     "bf16", "w8", "w4",
@@ -78,28 +76,6 @@ class Sym7FakeQuant(FakeQuantWeights):
         return (np.clip(np.rint(g / s), -7, 7) * s).astype(np.float32).reshape(N, K)
 
 
-def log_softmax(x: np.ndarray) -> np.ndarray:
-    """Row-wise log-softmax in float64: x [P, V] -> [P, V]."""
-    x = np.asarray(x, np.float64)
-    m = x.max(axis=-1, keepdims=True)
-    return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
-
-
-def compare(ref: np.ndarray, q: np.ndarray) -> dict:
-    """Metrics of logits ``q`` [P, V] against reference ``ref`` [P, V]: top-1 agreement (fraction), the
-    same restricted to positions where the reference's own top-1 margin > 0.25 (near-ties excluded),
-    mean and max KL(ref || q) in nats, max |Δlogit|."""
-    lp, lq = log_softmax(ref), log_softmax(q)
-    kl = np.sum(np.exp(lp) * (lp - lq), axis=-1)
-    agree = ref.argmax(-1) == q.argmax(-1)
-    top2 = np.sort(ref, axis=-1)[:, -2:]
-    clear = (top2[:, 1] - top2[:, 0]) > REF_MARGIN
-    return {"positions": int(ref.shape[0]),
-            "top1_agreement": float(np.mean(agree)),
-            "ref_margin_positions": int(clear.sum()),
-            "top1_agreement_ref_margin": float(np.mean(agree[clear])) if clear.any() else 1.0,
-            "kl_mean": float(kl.mean()), "kl_max": float(kl.max()),
-            "max_abs_dlogit": float(np.max(np.abs(np.asarray(q, np.float64) - ref)))}
 
 
 def short_logits(ex: ReferenceExecutor, goldens: dict) -> np.ndarray:
@@ -112,17 +88,6 @@ def short_logits(ex: ReferenceExecutor, goldens: dict) -> np.ndarray:
     return np.concatenate(rows)
 
 
-def short_greedy_targets(goldens: dict) -> tuple[np.ndarray, np.ndarray]:
-    """(row indices into short_logits, golden token ids) where the golden top-1 margin > 0.5."""
-    idx, tok, off = [], [], 0
-    for case in goldens["cases"]:
-        for i, (m, t) in enumerate(zip(case["top1_margin"], case["greedy_ids"])):
-            if m > GREEDY_MARGIN_Q:
-                idx.append(off + i)
-                tok.append(t)
-        off += len(case["greedy_ids"])
-    return np.array(idx, np.int64), np.array(tok, np.int64)
-
 
 def long_logits(ex: ReferenceExecutor, gl: dict) -> np.ndarray:
     """Logits [3031, V]: prompt + greedy ids (all but the last) prefilled in 1,024-token chunks."""
@@ -131,27 +96,6 @@ def long_logits(ex: ReferenceExecutor, gl: dict) -> np.ndarray:
     return np.concatenate([ex.forward(ids[s:s + PREFILL_CHUNK], st) for s in range(0, len(ids), PREFILL_CHUNK)])
 
 
-def long_golden_targets(gl: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(golden row indices, and of those, the rows and golden ids where the margin > 0.5)."""
-    P = len(gl["prompt_ids"])
-    rows, gidx, gtok = [], [], []
-    for pos, top5 in sorted(gl["prompt_top5_at"].items(), key=lambda kv: int(kv[0])):
-        rows.append(int(pos))
-        if top5[0][1] - top5[1][1] > GREEDY_MARGIN_Q:
-            gidx.append(int(pos))
-            gtok.append(top5[0][0])
-    for i, (m, t) in enumerate(zip(gl["top1_margin"], gl["greedy_ids"])):
-        rows.append(P - 1 + i)
-        if m > GREEDY_MARGIN_Q:
-            gidx.append(P - 1 + i)
-            gtok.append(t)
-    return np.array(rows, np.int64), np.array(gidx, np.int64), np.array(gtok, np.int64)
-
-
-def greedy(q: np.ndarray, idx: np.ndarray, tok: np.ndarray) -> dict:
-    """Greedy-token agreement of logits ``q`` with golden ids ``tok`` at rows ``idx``."""
-    hits = int(np.sum(q[idx].argmax(-1) == tok))
-    return {"greedy_vs_golden": hits / max(len(idx), 1), "greedy_hits": hits, "greedy_positions": int(len(idx))}
 
 
 def roofline_27b() -> list[dict]:

@@ -26,6 +26,15 @@ import networkx as nx
 Dim = int | str
 #: bytes per element of the IR dtypes
 DTYPE_BYTES = {"f32": 4, "bf16": 2, "i32": 4, "i8": 1, "u8": 1}
+#: quantised weight formats a matrix param may take (:mod:`ninferc.ir.quant` defines them); a param of
+#: such a dtype keeps its logical shape [N, K] and is stored as two tensors (see :meth:`ParamSpec.storage`)
+QUANT_FORMATS = ("w8", "w4")
+#: K elements per fp32 scale of the ``w4`` format
+W4_GROUP = 64
+#: elements of one head's K (or V) row per fp32 scale of an int8 KV cache
+KV_GROUP = 64
+#: suffix of the scales tensor of a quantised param in artifacts and on the device
+SCALES_SUFFIX = ".scales"
 GRAPH_INPUT = "<input>"
 
 
@@ -71,9 +80,48 @@ class ParamSpec:
         return n
 
     @property
+    def quantised(self) -> bool:
+        """True for a ``w8`` / ``w4`` param (codes + scales)."""
+        return self.dtype in QUANT_FORMATS
+
+    def storage(self) -> list[tuple[str, tuple[int, ...], str]]:
+        """The tensors this param is stored as, ``(name, shape, dtype)`` with dtypes of :data:`DTYPE_BYTES`:
+
+        * ``bf16`` / ``f32`` / ...: ``[(name, shape, dtype)]``;
+        * ``w8`` (shape [N, K]): codes ``(name, (N, K), "i8")`` and scales ``(name.scales, (N,), "f32")``;
+        * ``w4`` (shape [N, K], K % 64 == 0): codes ``(name, (N, K/2), "u8")`` (two nibbles per byte) and
+          scales ``(name.scales, (N, K/64), "f32")``.
+
+        Raises:
+            ValueError: a quantised param that is not 2-D, or w4 with K not a multiple of 64.
+        """
+        if not self.quantised:
+            return [(self.name, tuple(self.shape), self.dtype)]
+        if len(self.shape) != 2:
+            raise ValueError(f"param {self.name}: format {self.dtype} needs a 2-D [N, K] shape, got {list(self.shape)}")
+        n, k = self.shape
+        if self.dtype == "w8":
+            return [(self.name, (n, k), "i8"), (self.name + SCALES_SUFFIX, (n,), "f32")]
+        if k % W4_GROUP:
+            raise ValueError(f"param {self.name}: w4 needs K % {W4_GROUP} == 0, got K = {k}")
+        return [(self.name, (n, k // 2), "u8"), (self.name + SCALES_SUFFIX, (n, k // W4_GROUP), "f32")]
+
+    @property
     def nbytes(self) -> int:
-        """Bytes as stored (numel x dtype size)."""
-        return self.numel * DTYPE_BYTES[self.dtype]
+        """Bytes as stored: numel x dtype size, or codes + scales of a quantised format."""
+        if not self.quantised:
+            return self.numel * DTYPE_BYTES[self.dtype]
+        total = 0
+        for _, shape, dt in self.storage():
+            n = DTYPE_BYTES[dt]
+            for d in shape:
+                n *= d
+            total += n
+        return total
+
+    def row_bytes(self) -> int:
+        """Bytes of one row (dim 0) as stored, scales included (an embedding gather reads one row)."""
+        return self.nbytes // self.shape[0]
 
 
 @dataclass(frozen=True)
@@ -89,10 +137,13 @@ class StateSpec:
 
     @property
     def nbytes(self) -> int:
-        """Bytes per sequence (``kv``: per token of context)."""
+        """Bytes per sequence (``kv``: per token of context). An ``i8`` KV state also stores one fp32
+        scale per :data:`KV_GROUP` elements per token per head (issue 6's int8 KV format)."""
         n = DTYPE_BYTES[self.dtype]
         for d in self.shape:
             n *= d
+        if self.kind == "kv" and self.dtype == "i8":
+            n += 4 * (n // KV_GROUP)
         return n
 
 

@@ -77,13 +77,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ninferc.errors import NinfercError
-from ninferc.ir.graph import DTYPE_BYTES
+from ninferc.ir.graph import DTYPE_BYTES, W4_GROUP
 
 F32 = np.float32
 #: weight formats, narrowest last
 FORMATS = ("bf16", "w8", "w4")
 #: elements per w4 scale group along K
-GROUP_SIZE = 64
+GROUP_SIZE = W4_GROUP
 #: code range (lowest, highest) the quantiser produces per format
 CODE_RANGE = {"w8": (-127, 127), "w4": (-8, 7)}
 #: largest code magnitude per format (enters the error bound)

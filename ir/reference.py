@@ -272,6 +272,18 @@ class SequenceState:
         )
 
 
+def dequantize_param(spec, weights) -> np.ndarray:
+    """fp32 [N, K] values of the quantised (``w8``/``w4``) param ``spec`` from its stored codes
+    (``weights[spec.name]``) and scales (``weights[spec.name + ".scales"]``): ``fl32(q * scale)``, exactly
+    what :func:`ninferc.ir.quant.dequantize` gives. Raises KeyError for a missing tensor."""
+    from ninferc.ir.graph import SCALES_SUFFIX
+    from ninferc.ir.quant import QuantTensor, dequantize
+
+    qt = QuantTensor(spec.dtype, tuple(spec.shape), np.asarray(weights[spec.name]),
+                     np.asarray(weights[spec.name + SCALES_SUFFIX]))
+    return dequantize(qt)
+
+
 class ReferenceExecutor:
     """Runs an IR graph in numpy for one sequence.
 
@@ -305,7 +317,11 @@ class ReferenceExecutor:
         key = names if isinstance(names, str) else tuple(names)
         if key not in self._w:
             if isinstance(key, str):
-                self._w[key] = np.asarray(self.weights[key]).astype(F32)
+                spec = self.graph.params.get(key)
+                if spec is not None and spec.quantised:  # codes + scales (an artifact): dequantise
+                    self._w[key] = dequantize_param(spec, self.weights)
+                else:
+                    self._w[key] = np.asarray(self.weights[key]).astype(F32)
             else:
                 self._w[key] = np.concatenate([self.w(n) for n in key], axis=0)
         return self._w[key]

@@ -69,15 +69,15 @@ def matmul_peak_tflops(n: int = 8192, reps: int = 10) -> float | None:
 
 
 def bytes_per_decode_token(graph, context: int) -> int:
-    """Bytes a batch-1 decode step must read (and the GDN state it writes) at ``context`` tokens."""
-    from ninferc.ir.graph import DTYPE_BYTES
-
+    """Bytes a batch-1 decode step must read (and the GDN state it writes) at ``context`` tokens: every
+    param as stored (codes + scales for w8/w4; the embedding table only one row unless it is also the LM
+    head), the KV cache of ``context`` tokens in its dtype (int8: codes + scales), and the GDN state read
+    and written once."""
     total = 0
     emb = next(op.params["weight"] for op in graph.ops() if op.kind == "Embedding")
     lm = next(op.params["weight"] for op in graph.ops() if op.kind == "LMHead")
     for name, p in graph.params.items():
-        nb = p.numel * DTYPE_BYTES[p.dtype]
-        total += nb if (name != emb or name == lm) else p.shape[1] * DTYPE_BYTES[p.dtype]
+        total += p.nbytes if (name != emb or name == lm) else p.row_bytes()
     for s in graph.states.values():
         if s.kind == "kv":
             total += s.nbytes * context
@@ -146,6 +146,7 @@ def run_bench(engine, *, prompt_tokens=(512, 8192), decode_tokens: int = 64, chu
         ttft = time.perf_counter() - t0
         res["prefill"].append({"prompt_tokens": L, "tok_s": L / (t1 - t0), "ttft_ms": ttft * 1e3,
                                "prefill_s": t1 - t0})
+        res["peak_device_memory_bytes"] = max(res.get("peak_device_memory_bytes", 0), device_memory_used(cp))
         lat = []
         for i in range(decode_tokens):
             t = time.perf_counter()
@@ -173,8 +174,20 @@ def run_bench(engine, *, prompt_tokens=(512, 8192), decode_tokens: int = 64, chu
     return res
 
 
+def device_memory_used(cp) -> int:
+    """Bytes of device memory in use now (cudaMemGetInfo: total - free; every process and context on the
+    device counts, so run benchmarks alone)."""
+    free, total = cp.cuda.runtime.memGetInfo()
+    return int(total - free)
+
+
 def finish(res: dict, *, engine, copy_gbps: float, peak_tflops: float | None, command: str, weights: str) -> dict:
-    """Add provenance, rooflines and fractions to a :func:`run_bench` result."""
+    """Add provenance, rooflines and fractions to a :func:`run_bench` result.
+
+    ``weights`` names the weight format (recipe); the KV dtype comes from the engine's graph. The memory
+    terms are the engine's memory plan (weights as stored, KV pages for max_context, GDN state, the
+    activation arena, workspaces, logits, metadata, CUDA-graph allowance); ``peak_device_memory_bytes`` is
+    the largest total-minus-free seen after a prefill (includes the CUDA context and CuPy's pool)."""
     cp = engine.cp
     dev = cp.cuda.Device()
     props = cp.cuda.runtime.getDeviceProperties(dev.id)
@@ -190,7 +203,7 @@ def finish(res: dict, *, engine, copy_gbps: float, peak_tflops: float | None, co
     free, total = cp.cuda.runtime.memGetInfo()
     out = {"gpu": name, "sms": engine.dev_sms, "commit": git_commit(), "command": command,
            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "target": engine.target, "plan": engine.plan_mode,
-           "weights": weights, "copy_bandwidth_gbps": copy_gbps, "matmul_peak_tflops": peak_tflops,
+           "weights": weights, "kv_dtype": engine.graph.meta.get("kv_dtype", "bf16"), "copy_bandwidth_gbps": copy_gbps, "matmul_peak_tflops": peak_tflops,
            "memory_plan_bytes": dict(engine.memory.terms), "device_memory_used_bytes": int(total - free),
            **res}
     return out

@@ -17,13 +17,21 @@ from ninferc.errors import NinfercError
 @click.option("--synthetic-weights", is_flag=True, help="with --preset: random weights generated on the GPU")
 @click.option("--target", default=None, help="with --preset: the target arch to plan for (default: the device's)")
 @click.option("--sku", default=None, help="with --preset: the SKU to plan for (default: the device's SM count)")
+@click.option("--weights", "weights_fmt", type=click.Choice(["bf16", "w8", "w4"]), default="bf16", show_default=True,
+              help="with --preset: weight format of the synthetic weights (as ninferc compile --weights)")
+@click.option("--recipe", default=None, help="with --preset: per-class overrides of --weights")
+@click.option("--kv-dtype", type=click.Choice(["bf16", "int8"]), default="bf16", show_default=True,
+              help="with --preset: KV cache dtype")
 @click.option("--prompt-tokens", default="512,8192", show_default=True, help="comma-separated prompt lengths")
 @click.option("--decode-tokens", default=64, type=click.IntRange(min=1), show_default=True, help="decode steps timed per prompt length")
 @click.option("--prefill-chunk", default=8192, type=click.IntRange(min=1), show_default=True)
 @click.option("--profile", is_flag=True, help="also time every kernel of one decode step and one prefill chunk")
+@click.option("--peer", type=click.Choice(["hf"]), default=None,
+              help="also run HF transformers on the same weights (zero-copy views of the engine's) in this "
+                   "process, after our run, and report ours / peer")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None, help="write results here")
-def bench_cmd(artifact, preset, synthetic_weights, target, sku, prompt_tokens, decode_tokens, prefill_chunk,
-              profile, json_path):
+def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, recipe, kv_dtype, prompt_tokens,
+              decode_tokens, prefill_chunk, profile, peer, json_path):
     """Measure copy bandwidth, prefill tok/s + TTFT and decode tok/s (median per-token latency) and report
     the fraction of the memory roofline measured in the same process."""
     from ninferc.bench import copy_bandwidth_gbps, finish, matmul_peak_tflops, run_bench, write_json
@@ -50,17 +58,21 @@ def bench_cmd(artifact, preset, synthetic_weights, target, sku, prompt_tokens, d
         from ninferc.targets.model_plan import plan_model
 
         cfg = get_preset(preset)
-        graph = run_pipeline(build_graph(cfg, lm_rows="last"))
+        recipe_name = weights_fmt if not recipe else f"{weights_fmt},{recipe}"
+        graph = run_pipeline(build_graph(cfg, lm_rows="last"), weights=recipe_name, kv_dtype=kv_dtype)
         arch = target or device_arch()
         mp = plan_model(graph, arch, sku=sku, sms=None if sku else device_sm_count(), max_context=max_ctx,
                         decode_batches=(1,), prefill_tokens=(1, 64, 1024))
         art = SyntheticArtifact(cfg, graph, mp)
-        weights = "bf16 (synthetic)"
+        weights = f"{recipe_name} (synthetic)"
     else:
         from ninferc.artifact import Artifact
 
+        if weights_fmt != "bf16" or recipe or kv_dtype != "bf16":
+            raise NinfercError("--weights/--recipe/--kv-dtype apply to --preset; an artifact's formats were "
+                               "chosen by ninferc compile")
         art = Artifact.open(artifact)
-        weights = "bf16"
+        weights = art.header["compile"].get("weights", "bf16")
     log("measuring copy bandwidth and the bf16 matmul ceiling ...")
     copy = copy_bandwidth_gbps(cp)
     peak = matmul_peak_tflops()
@@ -70,12 +82,25 @@ def bench_cmd(artifact, preset, synthetic_weights, target, sku, prompt_tokens, d
                     profile=profile)
     out = finish(res, engine=eng, copy_gbps=copy, peak_tflops=peak, weights=weights,
                  command="ninferc " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+    if peer == "hf":
+        from ninferc.peer_hf import peer_ratios, run_hf_peer_on_engine
+
+        log("running the HF transformers peer on the same weights ...")
+        out["peer"] = run_hf_peer_on_engine(eng, prompt_tokens=lens, decode_tokens=decode_tokens, log=log)
+        out["peer_ratio"] = peer_ratios(out, out["peer"])
     lines = [f"{out['gpu']} ({out['sms']} SMs), copy {copy:,.0f} GB/s, matmul peak {peak or float('nan'):.0f} TFLOP/s",
              "context  decode tok/s  roofline tok/s  fraction  |  prompt  prefill tok/s  TTFT ms  TFLOP/s"]
     for d, p in zip(out["decode"], out["prefill"]):
         lines.append(f"{d['context']:>7}  {d['tok_s']:>12.2f}  {d['roofline_tok_s']:>14.2f}  "
                      f"{d['fraction_of_roofline']:>8.3f}  |  {p['prompt_tokens']:>6}  {p['tok_s']:>13,.0f}  "
                      f"{p['ttft_ms']:>7.0f}  {p['tflops']:>7.1f}")
+    if "peer" in out:
+        pr = out["peer_ratio"]
+        lines.append(f"peer {out['peer'].get('name')} {out['peer'].get('version')} (fast path "
+                     f"{out['peer'].get('fast_path')}): ours / peer: "
+                     + ", ".join(f"decode@{d['context']} {d['peer_tok_s']:.2f} tok/s -> x{d['ratio']:.1f}" for d in pr["decode"])
+                     + "; " + ", ".join(f"prefill {p['prompt_tokens']} {p['peer_tok_s']:,.0f} tok/s -> x{p['ratio']:.2f}"
+                                        for p in pr["prefill"]))
     click.echo("\n".join(lines))
     if json_path:
         write_json(out, json_path)

@@ -16,8 +16,16 @@ import click
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), help="the .ninfer file")
 @click.option("--max-context", default=4096, type=click.IntRange(min=1), show_default=True, help="default KV capacity the plan is checked for")
 @click.option("--page-size", default=64, type=click.IntRange(min=32), show_default=True, help="KV page size in tokens")
+@click.option("--weights", "weights", type=click.Choice(["bf16", "w8", "w4"]), default="bf16", show_default=True,
+              help="weight format: w8 = int8 per output channel, w4 = int4 per group of 64 along K "
+                   "(the recipe keeps the most sensitive tensors wider; see --recipe)")
+@click.option("--recipe", default=None,
+              help="per-class overrides of the --weights recipe, e.g. 'lm_head=bf16,embedding=w8' "
+                   "(classes: embedding, lm_head, attention, gdn, mlp)")
+@click.option("--kv-dtype", type=click.Choice(["bf16", "int8"]), default="bf16", show_default=True,
+              help="KV cache dtype: int8 = one fp32 scale per 64 elements per token per head")
 @click.option("--dump-ir", type=click.Path(path_type=Path), default=None, help="write the IR after each pass here")
-def compile_cmd(model_dir, target, sku, sms, out, max_context, page_size, dump_ir):
+def compile_cmd(model_dir, target, sku, sms, out, max_context, page_size, weights, recipe, kv_dtype, dump_ir):
     """Compile a Hugging Face checkpoint into a .ninfer artifact for one target."""
     from tqdm import tqdm
 
@@ -33,6 +41,10 @@ def compile_cmd(model_dir, target, sku, sms, out, max_context, page_size, dump_i
         raise PlanError(f"ninferc compile --target {arch.name}: give --sku NAME or --sms N (SKUs for {arch.name}: "
                         + ", ".join(s.key for s in skus_for_arch(arch.name)) + ")")
     resolve_sms(arch, sku, sms)  # an unknown or contradicting SKU fails before any work
+    from ninferc.ir.quant import recipe as make_recipe
+
+    recipe_name = weights if not recipe else f"{weights},{recipe}"
+    make_recipe(recipe_name)  # a malformed recipe fails before any work
     if out.is_dir():
         raise NinfercError(f"-o {out}: is a directory; give the artifact's file name (e.g. {out / 'model.ninfer'})")
     if not out.resolve().parent.is_dir():
@@ -45,4 +57,4 @@ def compile_cmd(model_dir, target, sku, sms, out, max_context, page_size, dump_i
         return tqdm(items, desc="weights", unit="tensor", file=sys.stderr)
 
     compile_model(model_dir, arch.name, out, sku=sku, sms=sms, max_context=max_context, page_size=page_size,
-                  dump_ir=dump_ir, log=log, progress=progress)
+                  weights=recipe_name, kv_dtype=kv_dtype, dump_ir=dump_ir, log=log, progress=progress)

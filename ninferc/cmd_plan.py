@@ -37,8 +37,14 @@ def _load_config(model_dir: str) -> dict:
               help="Decode batch B (sequences, one token each) to plan (repeatable). Default: 1 4 16.")
 @click.option("--max-context", default=4096, type=click.IntRange(min=1), show_default=True, help="KV capacity per sequence (tokens).")
 @click.option("--page-size", default=64, type=click.IntRange(min=32), show_default=True, help="KV page size (tokens).")
+@click.option("--weights", type=click.Choice(["bf16", "w8", "w4"]), default="bf16", show_default=True,
+              help="Weight format the plan's GEMV/GEMM kernels read (as ninferc compile --weights).")
+@click.option("--recipe", default=None, help="Per-class overrides of --weights (as ninferc compile --recipe).")
+@click.option("--kv-dtype", type=click.Choice(["bf16", "int8"]), default="bf16", show_default=True,
+              help="KV cache dtype (as ninferc compile --kv-dtype).")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON instead of a table.")
-def plan_cmd(model_dir, target, sku, sms, preset, tokens, batches, max_context, page_size, as_json):
+def plan_cmd(model_dir, target, sku, sms, preset, tokens, batches, max_context, page_size, weights, recipe, kv_dtype,
+             as_json):
     """Print the launch plan (block, registers, shared memory, CTAs/SM, limiter, grid per B/T, cooperative
     cap, waves, route) of every kernel of MODEL_DIR or --preset on --target with --sku or --sms."""
     from ninferc.ir.config import PRESETS, ModelConfig, preset as get_preset
@@ -57,7 +63,8 @@ def plan_cmd(model_dir, target, sku, sms, preset, tokens, batches, max_context, 
             "ninferc plan: give exactly one of MODEL_DIR or --preset (presets: " + ", ".join(PRESETS) + ")"
         )
     cfg = get_preset(preset) if preset is not None else ModelConfig.from_dir(model_dir)
-    plan = plan_for_config(cfg, arch.name, sku=sku, sms=sms, max_context=max_context, page_size=page_size,
+    plan = plan_for_config(cfg, arch.name, weights=weights if not recipe else f"{weights},{recipe}", kv_dtype=kv_dtype,
+                           sku=sku, sms=sms, max_context=max_context, page_size=page_size,
                            decode_batches=batches or DECODE_BATCHES, prefill_tokens=tokens or PREFILL_TOKENS)
     if as_json:
         click.echo(plan.dumps(), nl=False)

@@ -22,16 +22,21 @@ def compile_model(
     sms: int | None = None,
     max_context: int = 4096,
     page_size: int = 64,
+    weights: str = "bf16",
+    kv_dtype: str = "bf16",
     dump_ir: str | Path | None = None,
     log: Callable[[str], None] = lambda s: None,
     progress=None,
 ) -> dict:
     """Compile ``model_dir`` for ``target`` (and ``sku`` or ``sms``) into the artifact ``out``.
 
+    ``weights`` is the weight recipe (``bf16``, ``w8``, ``w4``, optionally ``,group=format`` overrides:
+    :func:`ninferc.ir.quant.recipe`), ``kv_dtype`` the KV cache dtype (``bf16`` or ``int8``).
     Returns the artifact header (dict).
 
     Raises:
         ConfigError / CheckpointError: bad checkpoint; TargetError: unknown arch/SKU;
+        QuantError / ShapeError: a malformed recipe or KV dtype;
         PlanError: a launch that does not fit the target; CompileError: NVRTC failure.
     """
     from ninferc.artifact import LazyTensor, write_artifact
@@ -44,14 +49,17 @@ def compile_model(
     model_dir = Path(model_dir)
     ck = Checkpoint(model_dir)                                    # load: config + lazily read weights
     graph = build_graph(ck.config, lm_rows="last")                # build: the IR of one model step
-    graph = run_pipeline(graph, dump_dir=dump_ir)                 # passes: validate, fuse, formats, memory
+    graph = run_pipeline(graph, weights=weights, kv_dtype=kv_dtype,  # passes: validate, fuse, formats, memory
+                         dump_dir=dump_ir)
+    for name, why in graph.meta.get("format_fallbacks", {}).items():
+        log(f"weights: {name} {why}")
     log(f"graph: {sum(graph.count_ops().values())} ops after {len(graph.meta['passes'])} passes")
     mp = plan_model(graph, target, sku=sku, sms=sms,              # lower + plan: kernels compiled for the
                     max_context=max_context, page_size=page_size)  # target, resources read, launches checked
     log(f"plan: {len(mp.kernels)} kernels for {mp.target} ({mp.sms} SMs)")
-    weights = GraphWeights(graph, ck)                             # emit: weights as the kernels want them
-    tensors = {name: LazyTensor(spec.shape, NP_DTYPES[spec.dtype], (lambda n=name: weights[n]))
-               for name, spec in graph.params.items()}
+    gw = GraphWeights(graph, ck)                                  # emit: weights as the kernels want them
+    tensors = {name: LazyTensor(shape, NP_DTYPES[dtype], (lambda n=name: gw[n]))
+               for name, (shape, dtype) in gw.storage().items()}
     blobs, kernels = {}, []
     for uri, spec in sorted(mp.kernels.items()):
         src = spec.render().encode()
@@ -70,7 +78,7 @@ def compile_model(
         "model": ck.config.to_dict(),
         "target": {"arch": mp.target, "sku": mp.sku.key if mp.sku else None, "sms": mp.sms},
         "compile": {"max_context": max_context, "page_size": page_size, "options": list(mp.options),
-                    "nvrtc": f"{mp.nvrtc[0]}.{mp.nvrtc[1]}"},
+                    "weights": weights, "kv_dtype": kv_dtype, "nvrtc": f"{mp.nvrtc[0]}.{mp.nvrtc[1]}"},
         "graph": graph.to_json(),
         "plan": mp.to_json(),
         "kernels": kernels,

@@ -32,6 +32,7 @@ from typing import Callable
 import numpy as np
 
 from ninferc.errors import NinfercError, PlanError, TargetError
+from ninferc.ir.graph import KV_GROUP
 from ninferc.ir.reference import rope_inv_freq
 from ninferc.runtime.kernels import DeviceKernel, cupy, device_arch, device_sm_count
 from ninferc.runtime.memory import MemoryPlan
@@ -101,6 +102,9 @@ class Engine:
         import os
 
         self.check_finite = os.environ.get("NINFERC_CHECK_FINITE") == "1"
+        # programmatic dependent launch (sm_90+, PDL-aware kernels only): the next kernel's CTAs are scheduled
+        # while the previous one drains; NINFERC_PDL=0 turns it off (A/B benchmarks, debugging)
+        self.pdl = cc >= (9, 0) and os.environ.get("NINFERC_PDL", "1") != "0"
         self.max_context, self.max_batch, self.prefill_chunk = max_context, max_batch, prefill_chunk
         self.page_size = hdr["compile"]["page_size"]
         self.max_pages = -(-max_context // self.page_size)
@@ -245,8 +249,8 @@ class Engine:
         kv_layers = [s for s in g.states.values() if s.kind == "kv"]
         self.num_pages = self.max_batch * self.max_pages
         if kv_layers:
-            _, hkv, hd = kv_layers[0].shape
-            self.page_bytes = hkv * self.page_size * hd * 2
+            # K (or V) bytes of one page: codes (+ scales for int8), StateSpec.nbytes per token / 2
+            self.page_bytes = self.page_size * kv_layers[0].nbytes // 2
             mp.add("kv_pages", 2 * len(kv_layers) * self.num_pages * self.page_bytes)
         gdn = sum(s.nbytes for s in g.states.values() if s.kind in ("conv", "recurrent"))
         # the conv ring holds W rows (the state spec counts W-1)
@@ -301,20 +305,27 @@ class Engine:
         cp, g = self.cp, self.graph
         self.params = {}
         make = getattr(self.art, "device_tensor", None)  # synthetic weights are generated on the device
-        for name, spec in g.params.items():
-            if make is not None:
-                self.params[name] = make(name, spec, cp)
-                continue
-            host = np.ascontiguousarray(self.art.tensor(name))
-            if host.dtype.itemsize == 2 and host.dtype != np.float16:
-                host = host.view(np.uint16)
-            self.params[name] = cp.asarray(host)
+        for spec in g.params.values():
+            for name, shape, dtype in spec.storage():  # quantised params: codes, then fp32 scales
+                if make is not None:
+                    self.params[name] = make(name, shape, dtype, spec, cp)
+                    continue
+                host = np.ascontiguousarray(self.art.tensor(name))
+                if host.dtype.itemsize == 2 and host.dtype != np.float16:
+                    host = host.view(np.uint16)
+                self.params[name] = cp.asarray(host)
         self.states = {}
         for s in g.states.values():
             if s.kind == "kv":
                 _, hkv, hd = s.shape
                 shape = (self.num_pages, hkv, self.page_size, hd)
-                self.states[s.name] = {"k": cp.empty(shape, cp.uint16), "v": cp.empty(shape, cp.uint16)}
+                if s.dtype == "i8":  # codes + one fp32 scale per KV_GROUP elements per token per head
+                    sshape = (self.num_pages, hkv, self.page_size, hd // KV_GROUP)
+                    self.states[s.name] = {"k": cp.empty(shape, cp.int8), "v": cp.empty(shape, cp.int8),
+                                           "k_scales": cp.empty(sshape, cp.float32),
+                                           "v_scales": cp.empty(sshape, cp.float32)}
+                else:
+                    self.states[s.name] = {"k": cp.empty(shape, cp.uint16), "v": cp.empty(shape, cp.uint16)}
             elif s.kind == "conv":
                 C, wm1 = s.shape
                 self.states[s.name] = cp.empty((self.max_batch, wm1 + 1, C), cp.float32)
@@ -403,7 +414,7 @@ class Engine:
         lst = sp.launches
         for i, (step, ln, k, args) in enumerate(lst):
             k.launch(ln.grid, ln.block, args, smem=ln.dynamic_smem_bytes, cooperative=ln.cooperative,
-                     stream=self.stream)
+                     stream=self.stream, pdl=self.pdl and k.pdl_capable)
             if self.check_finite and (i + 1 == len(lst) or lst[i + 1][0].op != step.op):
                 self._check_op_outputs(step, ln)
 

@@ -34,7 +34,8 @@ class SyntheticArtifact:
             "kernels": [{"uri": uri, "entry": spec.entry, "source_blob": uri, "family": spec.family,
                          "source_sha256": hashlib.sha256(self._sources[uri].encode()).hexdigest(),
                          "resources": plan.resources[uri].to_json()} for uri, spec in plan.kernels.items()],
-            "tensors": [{"name": n, "nbytes": p.numel * DTYPE_BYTES[p.dtype]} for n, p in graph.params.items()],
+            "tensors": [{"name": n, "nbytes": _nbytes(shape, dt)} for p in graph.params.values()
+                        for n, shape, dt in p.storage()],
         }
 
     def graph(self) -> Graph:
@@ -45,15 +46,26 @@ class SyntheticArtifact:
         """The rendered source of kernel ``name`` (its URI), as bytes."""
         return self._sources[name].encode()
 
-    def device_tensor(self, name: str, spec, cp):
-        """The weight ``name`` generated on the device in its storage dtype (bf16 as uint16 bits)."""
+    def device_tensor(self, name: str, shape, dtype: str, spec, cp):
+        """Storage tensor ``name`` (``shape``, IR ``dtype``; of param ``spec``) generated on the device:
+        bf16 as uint16 bits; a quantised param's codes uniform over the format's code range and its scales
+        of magnitude 0.02 / code std (so dequantised weights have the bf16 weights' spread; w4 scales signed)."""
         rs = cp.random.RandomState(seed=(hash((self.seed, name)) & 0x7FFFFFFF))
-        shape = spec.shape
+        if spec.quantised:
+            if dtype == "i8":  # w8 codes in [-127, 127]
+                return rs.randint(-127, 128, shape, dtype=cp.int32).astype(cp.int8)
+            if dtype == "u8":  # w4: two offset-binary nibbles per byte, every byte value valid
+                return rs.randint(0, 256, shape, dtype=cp.int32).astype(cp.uint8)
+            mag = 0.02 / (73.3 if spec.dtype == "w8" else 4.6)  # std of uniform codes: 127/sqrt(3), ~4.6
+            sc = rs.uniform(0.5 * mag, 1.5 * mag, shape, dtype=cp.float32)
+            if spec.dtype == "w4":
+                sc *= cp.where(rs.uniform(0, 1, shape, dtype=cp.float32) < 0.5, -1.0, 1.0).astype(cp.float32)
+            return sc
         if name.endswith("A_log"):
             return cp.log(rs.uniform(1.0, 16.0, shape, dtype=cp.float32))
         if name.endswith("dt_bias"):
             return cp.ones(shape, cp.float32)
-        if spec.dtype == "f32":
+        if dtype == "f32":
             std = 0.2 if name.endswith(".conv") else 0.05
             return (rs.standard_normal(shape, dtype=cp.float32) * std).astype(cp.float32)
         out = cp.empty(shape, cp.uint16)
@@ -63,3 +75,10 @@ class SyntheticArtifact:
             bits = x.view(cp.uint32)
             out[r:r + x.shape[0]] = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(cp.uint16)  # RNE
         return out
+
+
+def _nbytes(shape, dtype: str) -> int:
+    n = DTYPE_BYTES[dtype]
+    for d in shape:
+        n *= int(d)
+    return n

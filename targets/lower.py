@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ninferc.errors import PlanError
-from ninferc.ir.graph import Graph, Op
+from ninferc.ir.graph import SCALES_SUFFIX, Graph, Op
 from ninferc.targets.kernels import FAMILIES
 from ninferc.targets.kernels.attention import AttentionProblem
 from ninferc.targets.kernels.elementwise import EmbedProblem, RMSNormProblem, embed_arg_names, rmsnorm_arg_names
@@ -111,7 +111,7 @@ class LinearRoute:
     @staticmethod
     def gemm_problem(p: GemvProblem) -> GemmProblem:
         """The tensor-core GEMM problem equivalent to a GEMV problem."""
-        return GemmProblem(p.k, p.n, "swiglu_bf16" if p.epilogue == "swiglu" else "store_f32")
+        return GemmProblem(p.k, p.n, "swiglu_bf16" if p.epilogue == "swiglu" else "store_f32", wfmt=p.wfmt)
 
     def variants(self, p: GemvProblem) -> list[KernelSpec]:
         """GEMV and GEMM variants together (both routes are compiled)."""
@@ -208,6 +208,15 @@ class Program:
         return next(s for s in self.steps if s.mode == ("sample_argmax" if greedy else "sample_sample"))
 
 
+#: IR KV-state dtype -> the attention kernels' ``kv_dtype``
+KV_DTYPE_NAMES = {"bf16": "bf16", "i8": "int8"}
+
+
+def _scales(spec) -> Ref:
+    """The scales tensor of a quantised param (bound only by the quantised kernels), else a null."""
+    return P(spec.name + SCALES_SUFFIX) if spec.quantised else NULL
+
+
 def _gdn_problem(op: Op, graph: Graph) -> GdnProblem:
     a = op.attrs
     proj_w = graph.tensors[op.inputs[0]].shape[1]
@@ -224,8 +233,9 @@ def _gdn_problem(op: Op, graph: Graph) -> GdnProblem:
 
 def _attn_problem(op: Op, graph: Graph, page_size: int, max_context: int) -> AttentionProblem:
     a = op.attrs
+    kv_state = graph.states[op.states["kv"]]
     p = AttentionProblem(a["Hq"], a["Hkv"], a["hd"], a["rotary_dim"], float(a["theta"]), float(a["eps"]),
-                         page_size, -(-max_context // page_size))
+                         page_size, -(-max_context // page_size), kv_dtype=KV_DTYPE_NAMES[kv_state.dtype])
     want = {"qg": (0, p.k_offset), "k": (p.k_offset, p.v_offset), "v": (p.v_offset, p.proj_dim)}
     got = {k: tuple(v) for k, v in a["cols"].items()}
     if got != want or graph.tensors[op.inputs[0]].shape[1] != p.proj_dim:
@@ -249,10 +259,11 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096) -> Prog
     for op in graph.ops():
         k, a, L = op.kind, op.attrs, op.layer
         if k == "Embedding":
-            V, H = graph.params[op.params["weight"]].shape
-            add(Step(op.name, op.name, "both", "embed", EmbedProblem(H, V), "T",
-                     {"tokens": Ref("meta", "tokens"), "table": P(op.params["weight"]), "x": T(op.outputs[0]),
-                      "h": I32(H), "vocab": I32(V)}, layer=L))
+            wspec = graph.params[op.params["weight"]]
+            V, H = wspec.shape
+            add(Step(op.name, op.name, "both", "embed", EmbedProblem(H, V, wfmt=wspec.dtype), "T",
+                     {"tokens": Ref("meta", "tokens"), "table": P(wspec.name), "scales": _scales(wspec),
+                      "x": T(op.outputs[0]), "h": I32(H), "vocab": I32(V)}, layer=L))
         elif k in ("RMSNorm", "AddRMSNorm"):
             D = graph.params[op.params["weight"]].shape[0]
             y = op.outputs[-1]
@@ -264,12 +275,15 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096) -> Prog
                       "w": P(op.params["weight"]), "y": T(y),
                       "row_index": Ref("meta", "row_index") if gather else NULL, "eps": F32(a["eps"])}, layer=L))
         elif k in ("Linear", "LMHead"):
-            N, K = graph.params[op.params["weight"]].shape
+            wspec = graph.params[op.params["weight"]]
+            N, K = wspec.shape
             ep = a.get("epilogue", "none")
-            prob = GemvProblem(K, N // 2 if ep == "swiglu" else N, "swiglu" if ep == "swiglu" else "store")
+            prob = GemvProblem(K, N // 2 if ep == "swiglu" else N, "swiglu" if ep == "swiglu" else "store",
+                               wfmt=wspec.dtype)
             y = Ref("logits") if k == "LMHead" else T(op.outputs[0])
             add(Step(op.name, op.name, "both", "linear", prob, "R" if k == "LMHead" else "T",
-                     {"x": T(op.inputs[0]), "w": P(op.params["weight"]), "y": y, "ws": Ref("ws", "gemv"),
+                     {"x": T(op.inputs[0]), "w": P(wspec.name), "scales": _scales(wspec), "y": y,
+                      "ws": Ref("ws", "gemv"),
                       "barrier": Ref("barrier"), "k": I32(K), "n_out": I32(prob.n), "ldx": I32(K)}, layer=L))
         elif k == "GatedDeltaNet":
             p = _gdn_problem(op, graph)
@@ -288,6 +302,8 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096) -> Prog
         elif k == "GatedAttentionBlock":
             p = _attn_problem(op, graph, page_size, max_context)
             kv = op.states["kv"]
+            kv_scales = ({"k_scales": Ref("state", kv, value="k_scales"), "v_scales": Ref("state", kv, value="v_scales")}
+                         if p.kv_dtype != "bf16" else {})
             common = {"proj": T(op.inputs[0]), "q_norm_w": P(op.params["q_norm"]), "k_norm_w": P(op.params["k_norm"]),
                       "inv_freq": Ref("const", f"inv_freq:{p.rotary_dim}:{p.theta}"),
                       "tok_pos": Ref("meta", "tok_pos"), "tok_seq": Ref("meta", "tok_seq"),
@@ -295,7 +311,7 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096) -> Prog
                       "page_table": Ref("meta", "page_table"), "q_out": Ref("ws", "attn_q"), "q": Ref("ws", "attn_q"),
                       "k_pages": Ref("state", kv, value="k"), "v_pages": Ref("state", kv, value="v"),
                       "ws": Ref("ws", "attn_partials"), "out": T(op.outputs[0]),
-                      "max_pages": I32(p.max_pages), "eps": F32(p.eps), "scale": F32(p.scale)}
+                      "max_pages": I32(p.max_pages), "eps": F32(p.eps), "scale": F32(p.scale), **kv_scales}
             add(Step(f"{op.name}.prep", op.name, "both", "attn_prep", p, "T", common, layer=L))
             add(Step(f"{op.name}.decode", op.name, "decode", "attn_decode", p, "T", common, layer=L))
             add(Step(f"{op.name}.combine", op.name, "decode", "attn_combine", p, "T", common, layer=L))

@@ -50,6 +50,15 @@ class ModelPlan:
     nvrtc: tuple[int, int] = (0, 0)
     decode_batches: tuple[int, ...] = DECODE_BATCHES
     prefill_tokens: tuple[int, ...] = PREFILL_TOKENS
+    #: weight recipe and KV dtype of the planned graph (ChooseFormats)
+    weights: str = "bf16"
+    kv_dtype: str = "bf16"
+
+    def formats_json(self) -> dict:
+        """``{"weights", "kv_dtype"}`` when either differs from bf16 (bf16 plans keep their old JSON)."""
+        if self.weights == "bf16" and self.kv_dtype == "bf16":
+            return {}
+        return {"weights": self.weights, "kv_dtype": self.kv_dtype}
 
     def context(self) -> PlanContext:
         """A PlanContext over this plan's target, SM count and resources."""
@@ -83,7 +92,7 @@ class ModelPlan:
                 "nvrtc": f"{self.nvrtc[0]}.{self.nvrtc[1]}", "options": list(self.options),
                 "max_context": self.program.max_context, "page_size": self.program.page_size,
                 "decode_batches": list(self.decode_batches), "prefill_tokens": list(self.prefill_tokens),
-                "kernels": self.records()}
+                **self.formats_json(), "kernels": self.records()}
 
     def dumps(self) -> str:
         """``to_json()`` as stable, diff-friendly JSON text."""
@@ -119,8 +128,10 @@ class ModelPlan:
                          str(rec["ctas_per_sm"]), rec["limiter"], *cells, str(rec["coop_cap"]), waves, routes])
         widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
         sku = f" ({self.sku.name})" if self.sku else ""
+        fmts = self.formats_json()
+        fmt = f", weights {fmts['weights']}, KV {fmts['kv_dtype']}" if fmts else ""
         lines = [f"target {self.target}{sku}, {self.sms} SMs, NVRTC {self.nvrtc[0]}.{self.nvrtc[1]}, "
-                 f"max context {self.program.max_context}, KV page {self.program.page_size} tokens",
+                 f"max context {self.program.max_context}, KV page {self.program.page_size} tokens{fmt}",
                  "columns: x = layers sharing the row; B=n / T=n = grid CTAs for a decode step of n sequences / a "
                  "prefill chunk of n tokens ('-': another kernel serves it; 'c=kS': a cooperative grid of c CTAs "
                  "over S K-splits); cap = resident CTAs/SM x SMs; waves = CTAs / cap per column, in the same "
@@ -178,7 +189,8 @@ def plan_model(
     built = compile_variants(list(specs.values()), a, options=options)
     resources = {u: r for u, (_, r) in built.items()}
     mp = ModelPlan(a.name, sku_obj, int(sms), program, specs, resources, options=tuple(options), nvrtc=nvrtc_version(),
-                   decode_batches=tuple(decode_batches), prefill_tokens=tuple(prefill_tokens))
+                   decode_batches=tuple(decode_batches), prefill_tokens=tuple(prefill_tokens),
+                   weights=graph.meta.get("weights", "bf16"), kv_dtype=graph.meta.get("kv_dtype", "bf16"))
     ctx = mp.context()
     for b in decode_batches:
         for s, ln in plan_steps(program, ctx, T=b, B=b, R=b, mode="decode"):
@@ -194,9 +206,10 @@ def plan_model(
     return mp
 
 
-def plan_for_config(cfg: ModelConfig, arch: str, **kw) -> ModelPlan:
-    """Build the graph of ``cfg``, run the compile pipeline, and :func:`plan_model` it."""
+def plan_for_config(cfg: ModelConfig, arch: str, *, weights: str = "bf16", kv_dtype: str = "bf16", **kw) -> ModelPlan:
+    """Build the graph of ``cfg``, run the compile pipeline with the weight recipe ``weights`` and KV dtype
+    ``kv_dtype``, and :func:`plan_model` it (``kw`` go to plan_model)."""
     from ninferc.ir.passes import run_pipeline
     from ninferc.ir.qwen3_5 import build_graph
 
-    return plan_model(run_pipeline(build_graph(cfg, lm_rows="last")), arch, **kw)
+    return plan_model(run_pipeline(build_graph(cfg, lm_rows="last"), weights=weights, kv_dtype=kv_dtype), arch, **kw)

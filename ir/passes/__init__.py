@@ -22,7 +22,7 @@ __all__ = ["PIPELINE", "run_pipeline", "validate_shapes", "fuse_gate_up_swiglu",
            "fuse_gated_deltanet", "fuse_gated_attention", "fuse_add_rmsnorm", "choose_formats", "plan_memory"]
 
 
-def _pipeline(weights: str) -> list[tuple[str, Callable[[Graph], Graph]]]:
+def _pipeline(weights: str, kv_dtype: str = "bf16") -> list[tuple[str, Callable[[Graph], Graph]]]:
     return [
         ("ValidateShapes", validate_shapes),            # the builder's graph honours every op contract
         ("FuseGateUpSwiGLU", fuse_gate_up_swiglu),      # gate|up stacked, SwiGLU as the GEMM epilogue
@@ -30,7 +30,7 @@ def _pipeline(weights: str) -> list[tuple[str, Callable[[Graph], Graph]]]:
         ("FuseGatedDeltaNet", fuse_gated_deltanet),     # conv..gated-norm: one op, kernels chosen per mode
         ("FuseGatedAttention", fuse_gated_attention),   # qk-norm, rope, paged attention, gate: one op
         ("FuseAddRMSNorm", fuse_add_rmsnorm),           # residual add + next norm: one pass over the row
-        ("ChooseFormats", lambda g: choose_formats(g, weights=weights)),  # bf16 GEMM inputs, fp32 small params
+        ("ChooseFormats", lambda g: choose_formats(g, weights=weights, kv_dtype=kv_dtype)),  # weight recipe, KV dtype
         ("PlanMemory", plan_memory),                    # activation arena by liveness; state inventory
         ("ValidateShapes", validate_shapes),            # the result still honours every contract
     ]
@@ -39,12 +39,17 @@ def _pipeline(weights: str) -> list[tuple[str, Callable[[Graph], Graph]]]:
 PIPELINE = [name for name, _ in _pipeline("bf16")]
 
 
-def run_pipeline(graph: Graph, *, weights: str = "bf16", dump_dir: str | Path | None = None) -> Graph:
+def run_pipeline(graph: Graph, *, weights: str = "bf16", kv_dtype: str = "bf16",
+                 dump_dir: str | Path | None = None) -> Graph:
     """Run the compile pipeline on ``graph``; with ``dump_dir``, write the graph before the first pass
-    (``00-input.json``/``.txt``) and after each pass (``NN-<Pass>.json``/``.txt``)."""
+    (``00-input.json``/``.txt``) and after each pass (``NN-<Pass>.json``/``.txt``).
+
+    ``weights`` is the weight recipe (``bf16``/``w8``/``w4`` with optional ``,group=format`` overrides, see
+    :func:`ninferc.ir.quant.recipe`), ``kv_dtype`` the KV cache dtype (``bf16``/``int8``); both are applied
+    by ChooseFormats. Raises what the passes raise (ShapeError, QuantError)."""
     if dump_dir is not None:
         graph.dump(Path(dump_dir) / "00-input.json")
-    for i, (name, fn) in enumerate(_pipeline(weights), start=1):
+    for i, (name, fn) in enumerate(_pipeline(weights, kv_dtype), start=1):
         graph = fn(graph)
         if dump_dir is not None:
             graph.dump(Path(dump_dir) / f"{i:02d}-{name}.json")

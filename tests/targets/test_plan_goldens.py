@@ -47,3 +47,20 @@ def test_plan_27b_golden(arch):
 def test_plan_tiny_golden(arch):
     plan = plan_for_config(ModelConfig.from_dir(TINY), arch, sku=SKU_PER_ARCH[arch])
     _check(GOLDEN / arch / "plan_tiny.json", plan.dumps())
+
+
+#: quantised variants with a golden per arch: (file suffix, weight recipe, KV dtype)
+QUANT_VARIANTS = [("w8", "w8", "bf16"), ("w4_kv8", "w4", "int8")]
+
+
+@pytest.mark.parametrize("arch", sorted(SKU_PER_ARCH))
+@pytest.mark.parametrize("suffix,weights,kv", QUANT_VARIANTS)
+def test_plan_27b_quantised_golden(arch, suffix, weights, kv):
+    """The 27B plan with quantised weights (GEMV/GEMM/embedding variants that dequantise in registers)
+    and, for w4, the int8 KV cache: its own launch table per arch."""
+    plan = plan_for_config(preset("qwen3.8-27b"), arch, sku=SKU_PER_ARCH[arch], weights=weights, kv_dtype=kv)
+    text = plan.table()
+    assert f"weights {weights}, KV {kv}" in text.splitlines()[0]
+    if weights != "bf16":
+        assert f"wfmt-{weights}" in text
+    _check(GOLDEN / arch / f"plan_27b_{suffix}.txt", text)
