@@ -45,7 +45,8 @@ A warp owns ``rows_per_warp`` W rows (for swiglu: half gate rows, the matching h
 streams them along K, one 16-byte vector per lane per step (8 bf16 / 16 int8 / 32 int4 elements; a warp
 reads 512 contiguous bytes per row per step);
 a CTA of ``threads`` owns ``threads/32 * outputs_per_warp`` outputs (a row block). A CTA handles up
-to ``max_tokens`` tokens (a token chunk). The grid is 1-D:
+to ``max_tokens`` tokens (a token chunk; the family compiles token tiles 1 and 4 and a launch of T tokens
+takes the smallest tile >= T, so one-sequence decode runs the one-token kernel). The grid is 1-D:
 ``row_blocks * splits * token_chunks`` CTAs (nothing on y/z, so no 65535 limit applies).
 
 Routes (chosen here, by the plan -- the kernel has no launch constants)
@@ -158,26 +159,40 @@ class GemvCoopFamily:
 
     Args:
         threads: thread-count variants (multiples of 32, each <= 1024).
-        max_tokens: tokens per CTA (template parameter; larger T adds token chunks to the grid).
+        token_tiles: the ``max_tokens`` variants (tokens per CTA, a template parameter; larger T adds
+            token chunks to the grid). A launch for T tokens uses the smallest tile >= T, else the largest
+            (:meth:`tile_for`): a decode step of one sequence (T = 1) gets the one-token kernel, whose
+            accumulators for a single token need fewer registers (sm_90, K=5120 gate|up coop: bf16 48 vs
+            64, w8 59 vs 98, w4 70 vs 125), hence more resident warps to keep loads in flight.
         rows_per_warp: W rows a warp accumulates at once (even).
+        max_tokens: the largest tile (kept for callers that force one variant: :meth:`spec` and
+            :meth:`launch_variant` default to it).
     """
 
     name = "gemv_coop"
     template = "gemv_coop.cu.j2"
 
-    def __init__(self, threads: tuple[int, ...] = (256, 512), max_tokens: int = 4, rows_per_warp: int = 4):
-        if any(t % WARP or t <= 0 for t in threads) or rows_per_warp % 2 or max_tokens < 1:
+    def __init__(self, threads: tuple[int, ...] = (256, 512), token_tiles: tuple[int, ...] = (1, 4),
+                 rows_per_warp: int = 4):
+        if any(t % WARP or t <= 0 for t in threads) or rows_per_warp % 2 or not token_tiles \
+                or min(token_tiles) < 1:
             raise PlanError(
                 f"gemv_coop: bad family parameters threads={threads} (multiples of {WARP}), "
-                f"rows_per_warp={rows_per_warp} (even), max_tokens={max_tokens} (>= 1)"
+                f"rows_per_warp={rows_per_warp} (even), token_tiles={token_tiles} (each >= 1)"
             )
         self.threads = tuple(threads)
-        self.max_tokens = int(max_tokens)
+        self.token_tiles = tuple(sorted(set(int(t) for t in token_tiles)))
+        self.max_tokens = self.token_tiles[-1]
         self.rows_per_warp = int(rows_per_warp)
+
+    def tile_for(self, tokens: int) -> int:
+        """The token tile (``max_tokens`` variant) a launch of T = ``tokens`` uses: the smallest >= T, else
+        the largest."""
+        return next((t for t in self.token_tiles if t >= tokens), self.max_tokens)
 
     # ---- identity ------------------------------------------------------------------------------
 
-    def spec(self, problem: GemvProblem, threads: int, mode: str) -> KernelSpec:
+    def spec(self, problem: GemvProblem, threads: int, mode: str, max_tokens: int | None = None) -> KernelSpec:
         """The kernel for (epilogue, weight format, threads, mode); K and N are runtime arguments, not
         identity. ``wfmt`` is a parameter only for w8 / w4 (URI ``..._wfmt-w8``), so bf16 kernels keep
         their URI and rendered source.
@@ -189,7 +204,7 @@ class GemvCoopFamily:
             raise PlanError(f"gemv_coop: unknown mode {mode!r}; supported: {', '.join(MODES)}")
         params = {
             "threads": threads,
-            "max_tokens": self.max_tokens,
+            "max_tokens": self.max_tokens if max_tokens is None else int(max_tokens),
             "rows_per_warp": self.rows_per_warp,
             "epilogue": problem.epilogue,
             "mode": mode,
@@ -209,8 +224,8 @@ class GemvCoopFamily:
         return ("w", "x", "y", "ws", "barrier", "k", "n_out", "t_total", "splits")
 
     def variants(self, problem: GemvProblem) -> list[KernelSpec]:
-        """Every kernel a launch for ``problem`` may use: each thread count x {coop, plain}."""
-        return [self.spec(problem, t, m) for t in self.threads for m in MODES]
+        """Every kernel a launch for ``problem`` may use: each token tile x thread count x {coop, plain}."""
+        return [self.spec(problem, t, m, mt) for mt in self.token_tiles for t in self.threads for m in MODES]
 
     def sample_problems(self) -> list[GemvProblem]:
         """One small problem per epilogue and weight format (covers every template parameter value)."""
@@ -227,9 +242,9 @@ class GemvCoopFamily:
         """CTAs along N: ceil(n / outputs_per_cta)."""
         return -(-problem.n // self.outputs_per_cta(problem, threads))
 
-    def token_chunks(self, tokens: int) -> int:
-        """CTAs along T: ceil(T / max_tokens)."""
-        return -(-tokens // self.max_tokens)
+    def token_chunks(self, tokens: int, tile: int | None = None) -> int:
+        """CTAs along T: ceil(T / tile) (default tile: the largest)."""
+        return -(-tokens // (self.max_tokens if tile is None else tile))
 
     def max_splits(self, problem: GemvProblem) -> int:
         """Most K splits that still give every lane at least one 16-byte step per split:
@@ -250,16 +265,17 @@ class GemvCoopFamily:
         """
         if tokens < 1:
             raise PlanError(f"gemv_coop: T = {tokens} must be at least 1")
-        chunks = self.token_chunks(tokens)
+        tile = self.tile_for(tokens)
+        chunks = self.token_chunks(tokens, tile)
         coop, plain = [], []
         for th in self.threads:
             base = self.row_blocks(problem, th) * chunks
-            cspec = self.spec(problem, th, "coop")
+            cspec = self.spec(problem, th, "coop", tile)
             cap = ctx.cap(cspec)
             splits = min(cap // base, self.max_splits(problem))
             if splits >= 2:
                 coop.append((base * splits / cap, -th, cspec, base, splits))
-            pspec = self.spec(problem, th, "plain")
+            pspec = self.spec(problem, th, "plain", tile)
             pcap = ctx.cap(pspec)
             if pcap > 0:
                 w = -(-base // pcap)
@@ -278,17 +294,17 @@ class GemvCoopFamily:
         )
 
     def launch_variant(self, problem: GemvProblem, tokens: int, ctx: PlanContext, threads: int, mode: str,
-                       splits: int | None = None) -> Launch:
+                       splits: int | None = None, max_tokens: int | None = None) -> Launch:
         """A launch of one forced variant, bypassing route selection (tests and benchmarks).
 
         ``coop``: ``splits`` defaults to the most that fit the cooperative cap (may be 1); ``plain``:
-        always one split.
+        always one split. ``max_tokens``: the token tile (default the largest).
 
         Raises:
             PlanError: the cooperative grid cannot fit even with one split, or ``splits`` exceeds the cap.
         """
-        base = self.row_blocks(problem, threads) * self.token_chunks(tokens)
-        spec = self.spec(problem, threads, mode)
+        base = self.row_blocks(problem, threads) * self.token_chunks(tokens, max_tokens)
+        spec = self.spec(problem, threads, mode, max_tokens)
         if mode == "plain":
             return ctx.make_launch(spec, base, route="plain", tokens=tokens)
         cap = ctx.cap(spec)
