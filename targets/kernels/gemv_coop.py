@@ -45,8 +45,9 @@ A warp owns ``rows_per_warp`` W rows (for swiglu: half gate rows, the matching h
 streams them along K, one 16-byte vector per lane per step (8 bf16 / 16 int8 / 32 int4 elements; a warp
 reads 512 contiguous bytes per row per step);
 a CTA of ``threads`` owns ``threads/32 * outputs_per_warp`` outputs (a row block). A CTA handles up
-to ``max_tokens`` tokens (a token chunk; the family compiles token tiles 1 and 4 and a launch of T tokens
-takes the smallest tile >= T, so one-sequence decode runs the one-token kernel). The grid is 1-D:
+to ``max_tokens`` tokens (a token chunk; for w8 / w4 the family compiles token tiles 1 and 4 and a launch
+of T tokens takes the smallest tile >= T, so one-sequence decode runs the one-token kernel; bf16 has the
+4-token tile only). The grid is 1-D:
 ``row_blocks * splits * token_chunks`` CTAs (nothing on y/z, so no 65535 limit applies).
 
 Routes (chosen here, by the plan -- the kernel has no launch constants)
@@ -160,10 +161,12 @@ class GemvCoopFamily:
     Args:
         threads: thread-count variants (multiples of 32, each <= 1024).
         token_tiles: the ``max_tokens`` variants (tokens per CTA, a template parameter; larger T adds
-            token chunks to the grid). A launch for T tokens uses the smallest tile >= T, else the largest
-            (:meth:`tile_for`): a decode step of one sequence (T = 1) gets the one-token kernel, whose
-            accumulators for a single token need fewer registers (sm_90, K=5120 gate|up coop: bf16 48 vs
-            64, w8 59 vs 98, w4 70 vs 125), hence more resident warps to keep loads in flight.
+            token chunks to the grid) of the quantised formats. A launch for T tokens uses the smallest
+            tile >= T, else the largest (:meth:`tile_for`): a w8/w4 decode step of one sequence (T = 1)
+            gets the one-token kernel, whose single-token accumulators need fewer registers (sm_90, K=5120
+            gate|up coop, 256 threads: w8 74 vs 98, w4 92 vs 125). Measured on the H200 (bench/NOTES.md,
+            session 2): 27B w8 decode 84.5 -> 106 tok/s, w4 + int8 KV 97 -> 109 tok/s; bf16 did not gain
+            (62-65 tok/s either way, within run-to-run spread), so bf16 keeps only the largest tile.
         rows_per_warp: W rows a warp accumulates at once (even).
         max_tokens: the largest tile (kept for callers that force one variant: :meth:`spec` and
             :meth:`launch_variant` default to it).
@@ -185,10 +188,15 @@ class GemvCoopFamily:
         self.max_tokens = self.token_tiles[-1]
         self.rows_per_warp = int(rows_per_warp)
 
-    def tile_for(self, tokens: int) -> int:
-        """The token tile (``max_tokens`` variant) a launch of T = ``tokens`` uses: the smallest >= T, else
-        the largest."""
-        return next((t for t in self.token_tiles if t >= tokens), self.max_tokens)
+    def tiles(self, problem: GemvProblem) -> tuple[int, ...]:
+        """Token tiles compiled for ``problem``: all of ``token_tiles`` for w8 / w4, the largest for bf16."""
+        return self.token_tiles if problem.quantized else (self.max_tokens,)
+
+    def tile_for(self, tokens: int, problem: GemvProblem | None = None) -> int:
+        """The token tile (``max_tokens`` variant) a launch of T = ``tokens`` uses: the smallest of
+        :meth:`tiles` >= T, else the largest."""
+        tiles = self.token_tiles if problem is None else self.tiles(problem)
+        return next((t for t in tiles if t >= tokens), self.max_tokens)
 
     # ---- identity ------------------------------------------------------------------------------
 
@@ -225,7 +233,7 @@ class GemvCoopFamily:
 
     def variants(self, problem: GemvProblem) -> list[KernelSpec]:
         """Every kernel a launch for ``problem`` may use: each token tile x thread count x {coop, plain}."""
-        return [self.spec(problem, t, m, mt) for mt in self.token_tiles for t in self.threads for m in MODES]
+        return [self.spec(problem, t, m, mt) for mt in self.tiles(problem) for t in self.threads for m in MODES]
 
     def sample_problems(self) -> list[GemvProblem]:
         """One small problem per epilogue and weight format (covers every template parameter value)."""
@@ -265,7 +273,7 @@ class GemvCoopFamily:
         """
         if tokens < 1:
             raise PlanError(f"gemv_coop: T = {tokens} must be at least 1")
-        tile = self.tile_for(tokens)
+        tile = self.tile_for(tokens, problem)
         chunks = self.token_chunks(tokens, tile)
         coop, plain = [], []
         for th in self.threads:
