@@ -58,7 +58,7 @@ def main(argv=None) -> int:
             y = cp.zeros((1, N), cp.uint16 if ep == "swiglu" else cp.float32)
             barrier = cp.zeros(64, cp.uint32)
             for rw, th in CONFIGS:
-                fam = GemvCoopFamily(threads=(th,), rows_per_warp=rw)
+                fam = GemvCoopFamily(threads=(th,), rows_per_warp=rw, quant_rows_per_warp=rw)
                 specs = fam.variants(p)
                 kern, res = {}, {}
                 try:

@@ -167,7 +167,13 @@ class GemvCoopFamily:
             gate|up coop, 256 threads: w8 74 vs 98, w4 92 vs 125). Measured on the H200 (bench/NOTES.md,
             session 2): 27B w8 decode 84.5 -> 106 tok/s, w4 + int8 KV 97 -> 109 tok/s; bf16 did not gain
             (62-65 tok/s either way, within run-to-run spread), so bf16 keeps only the largest tile.
-        rows_per_warp: W rows a warp accumulates at once (even).
+        rows_per_warp: W rows a warp accumulates at once (even), bf16 weights.
+        quant_rows_per_warp: the same for w8 / w4 weights. Default 2, from the H200 sweep
+            (``bench/gemv_sweep.py``, bench/results/gemv_sweep_h200_4086f82.json; 27B decode shapes, T = 1):
+            with 2 rows a w4 warp needs 48 registers instead of 85-94, more warps stay resident to hide
+            the dequantisation's ALU latency, and the kernel time drops by 5-26 % (w4 down 41.7 -> 33.1 us,
+            gate|up 52.1 -> 46.7 us; w8 down 40.6 -> 34.5 us), while bf16 is mixed (gdn in-projection
+            46.7 -> 52.1 us) and keeps 4.
         max_tokens: the largest tile (kept for callers that force one variant: :meth:`spec` and
             :meth:`launch_variant` default to it).
     """
@@ -176,17 +182,23 @@ class GemvCoopFamily:
     template = "gemv_coop.cu.j2"
 
     def __init__(self, threads: tuple[int, ...] = (256, 512), token_tiles: tuple[int, ...] = (1, 4),
-                 rows_per_warp: int = 4):
-        if any(t % WARP or t <= 0 for t in threads) or rows_per_warp % 2 or not token_tiles \
-                or min(token_tiles) < 1:
+                 rows_per_warp: int = 4, quant_rows_per_warp: int = 2):
+        if any(t % WARP or t <= 0 for t in threads) or rows_per_warp % 2 or quant_rows_per_warp % 2 \
+                or min(rows_per_warp, quant_rows_per_warp) < 2 or not token_tiles or min(token_tiles) < 1:
             raise PlanError(
                 f"gemv_coop: bad family parameters threads={threads} (multiples of {WARP}), "
-                f"rows_per_warp={rows_per_warp} (even), token_tiles={token_tiles} (each >= 1)"
+                f"rows_per_warp={rows_per_warp} and quant_rows_per_warp={quant_rows_per_warp} (even, >= 2), "
+                f"token_tiles={token_tiles} (each >= 1)"
             )
+        self.quant_rows_per_warp = int(quant_rows_per_warp)
         self.threads = tuple(threads)
         self.token_tiles = tuple(sorted(set(int(t) for t in token_tiles)))
         self.max_tokens = self.token_tiles[-1]
         self.rows_per_warp = int(rows_per_warp)
+
+    def rows_for(self, problem: GemvProblem) -> int:
+        """W rows per warp for ``problem``'s weight format (``rows_per_warp`` or ``quant_rows_per_warp``)."""
+        return self.quant_rows_per_warp if problem.quantized else self.rows_per_warp
 
     def tiles(self, problem: GemvProblem) -> tuple[int, ...]:
         """Token tiles compiled for ``problem``: all of ``token_tiles`` for w8 / w4, the largest for bf16."""
@@ -213,7 +225,7 @@ class GemvCoopFamily:
         params = {
             "threads": threads,
             "max_tokens": self.max_tokens if max_tokens is None else int(max_tokens),
-            "rows_per_warp": self.rows_per_warp,
+            "rows_per_warp": self.rows_for(problem),
             "epilogue": problem.epilogue,
             "mode": mode,
         }
@@ -243,7 +255,8 @@ class GemvCoopFamily:
 
     def outputs_per_cta(self, problem: GemvProblem, threads: int) -> int:
         """Outputs (columns of Y) one CTA produces."""
-        per_warp = self.rows_per_warp // 2 if problem.epilogue == "swiglu" else self.rows_per_warp
+        rw = self.rows_for(problem)
+        per_warp = rw // 2 if problem.epilogue == "swiglu" else rw
         return threads // WARP * per_warp
 
     def row_blocks(self, problem: GemvProblem, threads: int) -> int:

@@ -83,8 +83,11 @@ def test_uris_differ_per_format():
             for mode in ("coop", "plain"):
                 uris = {f: GEMV.spec(GemvProblem(256, 704, ep, f), th, mode).uri for f in WFORMATS}
                 assert len(set(uris.values())) == 3
-                assert uris["w8"] == BF16_URIS_BEFORE[(ep, th, mode)] + "_wfmt-w8"
-                assert uris["w4"] == BF16_URIS_BEFORE[(ep, th, mode)] + "_wfmt-w4"
+                # quantised kernels differ by the format and by their rows per warp (quant_rows_per_warp)
+                qbase = BF16_URIS_BEFORE[(ep, th, mode)].replace(f"_rw{GEMV.rows_per_warp}_",
+                                                                 f"_rw{GEMV.quant_rows_per_warp}_")
+                assert uris["w8"] == qbase + "_wfmt-w8"
+                assert uris["w4"] == qbase + "_wfmt-w4"
     # sample problems cover every (epilogue, format) pair, so CI compiles every template parameter value
     assert {(p.epilogue, p.wfmt) for p in GEMV.sample_problems()} == {
         (e, f) for e in ("store", "residual_add", "swiglu") for f in WFORMATS}
