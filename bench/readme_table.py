@@ -1,25 +1,45 @@
-"""Print the README's performance table (markdown) from a bench/results/*.json file.
+"""Print the README's performance tables (markdown) from bench/results/*.json files.
 
-Usage: python bench/readme_table.py bench/results/<file>.json
+Usage: python bench/readme_table.py bench/results/<bf16>.json [<w8>.json <w4>.json ...]
+The first file gives the provenance line and, when it has ``peer``, the HF transformers comparison; every
+file gives one row per context / prompt length.
 """
 
 import json
 import sys
 
 
-def table(d: dict) -> str:
-    rows = [f"Measured {d['date']} on {d['gpu']} ({d['sms']} SMs), commit {d['commit']}, weights {d['weights']}, "
-            f"target {d['target']}; copy bandwidth {d['copy_bandwidth_gbps']:,.0f} GB/s, bf16 matmul ceiling "
-            f"{d['matmul_peak_tflops']:.0f} TFLOP/s (PyTorch), same process. Command: `{d['command']}`.",
+def _fmt(d: dict) -> str:
+    w = d["weights"].replace(" (synthetic)", "")
+    return f"{w}, KV {d.get('kv_dtype', 'bf16')}"
+
+
+def table(files: list[dict]) -> str:
+    d0 = files[0]
+    rows = [f"Measured {d0['date']} on {d0['gpu']} ({d0['sms']} SMs), target {d0['target']}, synthetic weights of the "
+            f"qwen3.8-27b shape; each run measures its own copy bandwidth (roofline) and bf16 matmul ceiling "
+            f"(PyTorch) in the same process. Commits and commands are in the JSON files.",
             "",
-            "| context | decode tok/s | roofline tok/s | fraction of roofline | prompt | prefill tok/s | TTFT ms | TFLOP/s | fraction of matmul ceiling |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for dec, pre in zip(d["decode"], d["prefill"]):
-        rows.append(f"| {dec['context']} | {dec['tok_s']:.1f} | {dec['roofline_tok_s']:.1f} | "
-                    f"{dec['fraction_of_roofline']:.1%} | {pre['prompt_tokens']} | {pre['tok_s']:,.0f} | "
-                    f"{pre['ttft_ms']:,.0f} | {pre['tflops']:.0f} | {pre.get('fraction_of_matmul_peak', float('nan')):.1%} |")
+            "| weights | context | decode tok/s | GB read / token | roofline tok/s | fraction of roofline | prompt | prefill tok/s | TTFT ms | fraction of matmul ceiling | commit |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for d in files:
+        for dec, pre in zip(d["decode"], d["prefill"]):
+            rows.append(f"| {_fmt(d)} | {dec['context']} | {dec['tok_s']:.1f} | {dec['bytes_per_token'] / 1e9:.1f} | "
+                        f"{dec['roofline_tok_s']:.1f} | {dec['fraction_of_roofline']:.1%} | {pre['prompt_tokens']} | "
+                        f"{pre['tok_s']:,.0f} | {pre['ttft_ms']:,.0f} | "
+                        f"{pre.get('fraction_of_matmul_peak', float('nan')):.1%} | {d['commit']} |")
+    if "peer" in d0:
+        p = d0["peer"]
+        rows += ["", f"Same process, same weights (zero-copy views of the engine's): {p['name']} {p['version']} "
+                 f"(torch {p.get('torch')}, attention {p.get('attn_implementation')}, flash-linear-attention "
+                 f"and causal-conv1d kernels {'used' if p.get('fast_path') else 'not available on the device (fla: false in the JSON): PyTorch fallback for the GDN layers'}).", "",
+                 "| | context / prompt | ninferc tok/s | HF tok/s | ninferc / HF |", "|---|---:|---:|---:|---:|"]
+        for r in d0["peer_ratio"]["decode"]:
+            rows.append(f"| decode | {r['context']} | {r['tok_s']:.1f} | {r['peer_tok_s']:.2f} | {r['ratio']:.1f}x |")
+        for r in d0["peer_ratio"]["prefill"]:
+            rows.append(f"| prefill | {r['prompt_tokens']} | {r['tok_s']:,.0f} | {r['peer_tok_s']:,.0f} | {r['ratio']:.2f}x |")
     return "\n".join(rows)
 
 
 if __name__ == "__main__":
-    print(table(json.loads(open(sys.argv[1]).read())))
+    print(table([json.loads(open(f).read()) for f in sys.argv[1:]]))
