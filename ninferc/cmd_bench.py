@@ -41,16 +41,32 @@ def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, rec
     def log(msg):
         click.echo(msg, err=True)
 
-    lens = [int(x) for x in prompt_tokens.split(",") if x]
+    try:
+        lens = [int(x) for x in prompt_tokens.split(",") if x]
+    except ValueError:
+        raise NinfercError(f"--prompt-tokens needs comma-separated integers, found {prompt_tokens!r}") from None
     if not lens or min(lens) < 1:
         raise NinfercError(f"--prompt-tokens needs positive lengths, found {prompt_tokens!r}")
     max_ctx = max(lens) + decode_tokens + 8
-    cp = cupy()
     if (artifact is None) == (preset is None):
         raise NinfercError("give exactly one of ARTIFACT or --preset NAME --synthetic-weights")
+    if preset is not None and not synthetic_weights:
+        raise NinfercError("--preset needs --synthetic-weights (there is no checkpoint to read)")
+    if artifact is not None and (weights_fmt != "bf16" or recipe or kv_dtype != "bf16" or synthetic_weights):
+        raise NinfercError("--weights/--recipe/--kv-dtype/--synthetic-weights apply to --preset; an artifact's "
+                           "formats were chosen by ninferc compile")
+    if recipe or weights_fmt != "bf16":
+        from ninferc.ir.quant import recipe as make_recipe
+
+        make_recipe(weights_fmt if not recipe else f"{weights_fmt},{recipe}")  # malformed: fail before the GPU
+    from ninferc.errors import TargetError
+
+    try:
+        cp = cupy()
+    except TargetError as exc:
+        raise TargetError("ninferc bench measures a GPU and needs CuPy and an NVIDIA device ("
+                          + str(exc).split(":", 1)[-1].split(";")[0].strip() + ")") from None
     if preset is not None:
-        if not synthetic_weights:
-            raise NinfercError("--preset needs --synthetic-weights (there is no checkpoint to read)")
         from ninferc.ir.config import preset as get_preset
         from ninferc.ir.passes import run_pipeline
         from ninferc.ir.qwen3_5 import build_graph
@@ -68,9 +84,6 @@ def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, rec
     else:
         from ninferc.artifact import Artifact
 
-        if weights_fmt != "bf16" or recipe or kv_dtype != "bf16":
-            raise NinfercError("--weights/--recipe/--kv-dtype apply to --preset; an artifact's formats were "
-                               "chosen by ninferc compile")
         art = Artifact.open(artifact)
         weights = art.header["compile"].get("weights", "bf16")
     log("measuring copy bandwidth and the bf16 matmul ceiling ...")

@@ -77,6 +77,8 @@ def inspect_cmd(path, preset):
                            + ", ".join(PRESETS) + ")")
     if preset:
         lines = describe_model(get_preset(preset))
+    elif path.suffix == ".ninfer" and not path.exists():
+        raise NinfercError(f"artifact file '{path}' does not exist")
     elif path.is_file():
         from ninferc.artifact import describe_artifact
 

@@ -61,7 +61,7 @@ def test_kv_dtype_int8(tiny_ckpt):
 
 def test_bad_recipes(tiny_ckpt):
     g0 = build_graph(tiny_ckpt.config, lm_rows="last")
-    with pytest.raises(ShapeError, match="embedding.*w4.*bf16 or w8"):
+    with pytest.raises(QuantError, match="embedding.*w4.*bf16 or w8"):
         run_pipeline(g0, weights="w4,embedding=w4")
     with pytest.raises(QuantError, match="unknown weight recipe 'w3'"):
         run_pipeline(g0, weights="w3")

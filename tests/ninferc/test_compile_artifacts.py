@@ -81,3 +81,18 @@ def test_cli_rejects_bad_input_clearly(tiny_dir, args, needle):
     r = CliRunner().invoke(main, [a.format(tiny=tiny_dir) for a in args])
     assert r.exit_code == 2 and needle in r.output, r.output
     assert "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("bench",), "exactly one of ARTIFACT or --preset"),
+    (("bench", "--preset", "qwen3.8-27b"), "--preset needs --synthetic-weights"),
+    (("bench", "x.ninfer", "--weights", "w4"), "apply to --preset"),
+    (("bench", "--preset", "qwen3.8-27b", "--synthetic-weights", "--weights", "w4", "--recipe", "mlpx=w4"),
+     "bad override"),
+    (("bench", "--preset", "qwen3.8-27b", "--synthetic-weights", "--prompt-tokens", "5l2"), "comma-separated integers"),
+    (("inspect", "missing.ninfer"), "artifact file 'missing.ninfer' does not exist"),
+])
+def test_bench_and_inspect_check_arguments_before_the_gpu(args, needle):
+    """Argument errors come first, one line, exit 2 -- not the no-GPU message (CI has no GPU)."""
+    r = CliRunner().invoke(main, list(args))
+    assert r.exit_code == 2 and needle in r.output, r.output

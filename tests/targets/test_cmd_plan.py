@@ -64,6 +64,10 @@ def test_model_dir():
     (("--target", "sm_89", "--sms", "92", "--preset", "nope"), "unknown preset"),
     (("--target", "sm_89", "--sms", "92"), "exactly one of MODEL_DIR or --preset"),
     (("--target", "sm_89", "--sms", "92", "/nonexistent-dir"), "does not exist"),
+    (("--target", "sm_89", "--sms", "92", "--preset", "qwen3.8-27b", "--weights", "w4", "--recipe", "embedding=w4"),
+     "the embedding gather reads bf16 or w8"),
+    (("--target", "sm_89", "--sms", "92", "--preset", "qwen3.8-27b", "--recipe", "mlpx=w4"), "bad override 'mlpx=w4'"),
+    (("--target", "sm_89", "--sms", "92", "--preset", "qwen3.8-27b", "--kv-dtype", "fp8"), "'fp8' is not one of"),
 ])
 def test_errors_are_one_line_exit_2(args, needle):
     r = run(*args)
