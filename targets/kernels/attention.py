@@ -320,7 +320,20 @@ def _check_smem(family: str, spec: KernelSpec, ctx: PlanContext, dynamic: int, w
 # ------------------------------------------------------------------------------------------------
 
 
-class AttnPrepFamily:
+class _OneKernelFamily:
+    """Shared by the attention families whose launch uses a single kernel per problem: ``variants`` is
+    that kernel, ``sample_problems`` the tiny-fixture and 27B shapes (both dtypes)."""
+
+    def variants(self, problem: AttentionProblem) -> list[KernelSpec]:
+        """The one kernel of this family for ``problem``."""
+        return [self.spec(problem)]
+
+    def sample_problems(self) -> list[AttentionProblem]:
+        """Tiny-fixture and 27B shapes."""
+        return _sample_problems()
+
+
+class AttnPrepFamily(_OneKernelFamily):
     """``attn_prep``: Q/K RMSNorm + partial RoPE, q to fp32, k/v to bf16 pages (module docstring).
 
     Args:
@@ -339,14 +352,6 @@ class AttnPrepFamily:
         params = {**_shape_params(problem), "rot": problem.rotary_dim, "page": problem.page_size,
                   "threads": self.threads, **_kv_params(problem)}
         return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=False)
-
-    def variants(self, problem: AttentionProblem) -> list[KernelSpec]:
-        """The one kernel of this family for ``problem``."""
-        return [self.spec(problem)]
-
-    def sample_problems(self) -> list[AttentionProblem]:
-        """Tiny-fixture and 27B shapes."""
-        return _sample_problems()
 
     def arg_names(self, problem: AttentionProblem) -> tuple[str, ...]:
         """Kernel parameters in order (see the module docstring for dtypes and shapes); int8 KV adds
@@ -379,7 +384,7 @@ class AttnPrepFamily:
 # ------------------------------------------------------------------------------------------------
 
 
-class AttnDecodeFamily:
+class AttnDecodeFamily(_OneKernelFamily):
     """``attn_decode``: split-KV flash-decoding, one query token per sequence (T = B).
 
     Args:
@@ -411,14 +416,6 @@ class AttnDecodeFamily:
         params = {**_shape_params(problem), "page": problem.page_size, "threads": self.threads,
                   **_kv_params(problem)}
         return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=False)
-
-    def variants(self, problem: AttentionProblem) -> list[KernelSpec]:
-        """The one kernel of this family for ``problem``."""
-        return [self.spec(problem)]
-
-    def sample_problems(self) -> list[AttentionProblem]:
-        """Tiny-fixture and 27B shapes."""
-        return _sample_problems()
 
     def arg_names(self, problem: AttentionProblem) -> tuple[str, ...]:
         """Kernel parameters in order (see the module docstring); int8 KV adds ``k_scales, v_scales``
@@ -475,7 +472,7 @@ class AttnDecodeFamily:
         return _args(self.arg_names(problem), arrays, scalars)
 
 
-class AttnCombineFamily:
+class AttnCombineFamily(_OneKernelFamily):
     """``attn_combine``: merges ``attn_decode``'s splits, applies the sigmoid gate, writes bf16.
 
     Its launch uses the same split rule as ``attn_decode`` (through ``decode``), so its
