@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     cfg = preset("qwen3.8-27b")
     graph = run_pipeline(build_graph(cfg, lm_rows="last"), weights=a.weights)
-    max_ctx = a.context + a.steps * a.rounds * 2 + 16
+    max_ctx = a.context + (a.steps + 3) * a.rounds * 2 + 16
     mp = plan_model(graph, device_arch(), sms=device_sm_count(), max_context=max_ctx, decode_batches=(1,),
                     prefill_tokens=(1, 64, 1024))
     eng = Engine(SyntheticArtifact(cfg, graph, mp), max_context=max_ctx, prefill_chunk=min(1024, a.context))
