@@ -1,8 +1,6 @@
 # Device run (session 2, call 2): fixture fidelity of the quantised artifacts, then the 27B bench for bf16
 # (with the HF transformers peer), w8, and w4 + int8 KV. JSON under $OUT.
 source bench/gpu_setup.sh
-T0=$(date +%s)
-el() { echo "[$(( $(date +%s) - T0 )) s]"; }
 python3 bench/quant_fidelity_gpu.py --json $OUT/quant_fidelity_gpu.json 2>&1 | grep -v Warning | tail -8; el
 B="ninferc bench --preset qwen3.8-27b --synthetic-weights --prompt-tokens 512,8192 --decode-tokens 48"
 $B --peer hf --json $OUT/bench_bf16.json > $OUT/bench_bf16.log 2>&1; tail -7 $OUT/bench_bf16.log; el

@@ -1,10 +1,7 @@
 # Device run (session 2, call 3): GEMV one-token tiles -- kernel + engine tests, then 27B benches:
-# bf16 with PDL (512, 8192, 32768), bf16 without PDL (A/B), w8, w4 + int8 KV, w4 alone. JSON under $OUT.
+# bf16 with PDL (512, 8192, 32768), bf16 without PDL (A/B), w8, w4 + int8 KV. JSON under $OUT.
 source bench/gpu_setup.sh
-T0=$(date +%s)
-el() { echo "[$(( $(date +%s) - T0 )) s]"; }
-timeout 230 python3 -m pytest tests/targets/test_gemv_coop_gpu.py tests/runtime -m gpu -q --tb=short -rf --timeout 200 \
-  -p no:cacheprovider > $OUT/tests.log 2>&1; echo "tests rc $?: $(tail -1 $OUT/tests.log)"; grep -E "^(FAILED|ERROR)" $OUT/tests.log | head; el
+gpu_tests tests 230 tests/targets/test_gemv_coop_gpu.py tests/runtime
 B="ninferc bench --preset qwen3.8-27b --synthetic-weights --decode-tokens 48"
 $B --prompt-tokens 512,8192,32768 --json $OUT/bench_bf16.json > $OUT/bench_bf16.log 2>&1; tail -5 $OUT/bench_bf16.log; el
 NINFERC_PDL=0 $B --prompt-tokens 512,8192 --json $OUT/bench_bf16_nopdl.json > $OUT/bench_bf16_nopdl.log 2>&1; tail -3 $OUT/bench_bf16_nopdl.log; el

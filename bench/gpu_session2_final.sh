@@ -1,10 +1,7 @@
 # Device run (session 2, final): GEMV + engine + quant GPU tests at the final commit, then the benches the
-# README and issues 5/6 quote: bf16 (512, 8192) with the HF peer, bf16 at 32768, w8, w4 + int8 KV, int8 KV.
+# README and issues 5/6 quote: bf16 (512, 8192) with the HF peer, bf16 at 32768, w8, w4 + int8 KV.
 source bench/gpu_setup.sh
-T0=$(date +%s)
-el() { echo "[$(( $(date +%s) - T0 )) s]"; }
-timeout 200 python3 -m pytest tests/targets/test_gemv_coop_gpu.py tests/runtime -m gpu -q --tb=short -rf --timeout 200 \
-  -p no:cacheprovider > $OUT/tests.log 2>&1; echo "tests rc $?: $(tail -1 $OUT/tests.log)"; grep -E "^(FAILED|ERROR)" $OUT/tests.log | head; el
+gpu_tests tests 200 tests/targets/test_gemv_coop_gpu.py tests/runtime
 B="ninferc bench --preset qwen3.8-27b --synthetic-weights --decode-tokens 48"
 $B --prompt-tokens 512,8192 --peer hf --json $OUT/bench_bf16.json > $OUT/bench_bf16.log 2>&1; tail -6 $OUT/bench_bf16.log; el
 $B --prompt-tokens 32768 --json $OUT/bench_bf16_32k.json > $OUT/bench_bf16_32k.log 2>&1; tail -3 $OUT/bench_bf16_32k.log; el

@@ -10,3 +10,18 @@ export NINFERC_MODELS=$PWD/.fixtures/models
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader
 python3 -c "import cupy, cuda.bindings, numpy; print('cupy', cupy.__version__, 'cuda-bindings', cuda.bindings.__version__, 'numpy', numpy.__version__); from ninferc.targets.nvrtc import nvrtc_version; print('nvrtc', nvrtc_version())"
+
+# Helpers for the device scripts: elapsed time, and a time-boxed GPU test run with its own log and junit
+# file under $OUT (the whole call must stay under the device's 10-minute limit: 570 s budget here).
+T0=$(date +%s)
+el() { echo "[$(( $(date +%s) - T0 )) s]"; }
+gpu_tests() {  # gpu_tests NAME SECONDS pytest-args...
+  local name=$1 secs=$2; shift 2
+  local left=$(( 570 - ($(date +%s) - T0) ))
+  (( left < 30 )) && { echo "$name: skipped (no time left)"; return; }
+  (( secs > left )) && secs=$left
+  timeout $secs python3 -m pytest "$@" -m gpu -q --tb=short -rf --timeout 300 -p no:cacheprovider \
+    --junitxml=$OUT/$name.xml > $OUT/$name.log 2>&1
+  echo "$name (rc $?, $(( $(date +%s) - T0 )) s): $(tail -1 $OUT/$name.log)"
+  grep -E "^(FAILED|ERROR)" $OUT/$name.log | head -20
+}

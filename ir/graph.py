@@ -38,6 +38,14 @@ SCALES_SUFFIX = ".scales"
 GRAPH_INPUT = "<input>"
 
 
+def tensor_nbytes(shape, dtype: str) -> int:
+    """Bytes of a dense tensor of ``shape`` (ints) and IR ``dtype`` (a key of :data:`DTYPE_BYTES`)."""
+    n = DTYPE_BYTES[dtype]
+    for d in shape:
+        n *= int(d)
+    return n
+
+
 @dataclass(frozen=True)
 class TensorSpec:
     """A value of the graph: ``shape`` (ints and ``"T"``), ``dtype`` in :data:`DTYPE_BYTES`."""
@@ -109,15 +117,7 @@ class ParamSpec:
     @property
     def nbytes(self) -> int:
         """Bytes as stored: numel x dtype size, or codes + scales of a quantised format."""
-        if not self.quantised:
-            return self.numel * DTYPE_BYTES[self.dtype]
-        total = 0
-        for _, shape, dt in self.storage():
-            n = DTYPE_BYTES[dt]
-            for d in shape:
-                n *= d
-            total += n
-        return total
+        return sum(tensor_nbytes(shape, dt) for _, shape, dt in self.storage())
 
     def row_bytes(self) -> int:
         """Bytes of one row (dim 0) as stored, scales included (an embedding gather reads one row)."""
@@ -304,6 +304,14 @@ class Graph:
     def consumers(self, tensor: str) -> list[Op]:
         """Ops reading ``tensor``, in topological order."""
         return [op for op in self.ops() if tensor in op.inputs]
+
+    def bytes_by_format(self) -> dict[str, int]:
+        """Stored bytes of the params per format (``bf16``, ``f32``, ``w8``, ``w4``; quantised formats count
+        codes + scales, :meth:`ParamSpec.nbytes`), sorted by format name."""
+        out: dict[str, int] = {}
+        for p in self.params.values():
+            out[p.dtype] = out.get(p.dtype, 0) + p.nbytes
+        return dict(sorted(out.items()))
 
     def count_ops(self) -> dict[str, int]:
         """Op kind -> count."""

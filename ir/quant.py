@@ -176,14 +176,16 @@ def pack_int4(q: np.ndarray) -> np.ndarray:
     return (u[:, 0::2] | (u[:, 1::2] << 4)).astype(np.uint8)
 
 
-def unpack_int4(packed: np.ndarray) -> np.ndarray:
-    """Inverse of :func:`pack_int4`: uint8 [N, K/2] -> int8 [N, K] in [-8, 7] (exact for all 16 nibbles)."""
-    p = np.asarray(packed, dtype=np.uint8)
+def unpack_int4(packed, xp=np):
+    """Inverse of :func:`pack_int4`: uint8 [N, K/2] -> int8 [N, K] in [-8, 7] (exact for all 16 nibbles).
+    ``xp`` is ``numpy`` (default) or an array module with the same API (``cupy``, for device-side test
+    references)."""
+    p = xp.asarray(packed, dtype=xp.uint8)
     if p.ndim != 2:
         raise QuantError(f"unpack_int4 needs a 2-D uint8 array, found shape {list(p.shape)}")
-    out = np.empty((p.shape[0], 2 * p.shape[1]), dtype=np.int8)
-    out[:, 0::2] = (p & 0x0F).astype(np.int8) - 8
-    out[:, 1::2] = (p >> 4).astype(np.int8) - 8
+    out = xp.empty((p.shape[0], 2 * p.shape[1]), dtype=xp.int8)
+    out[:, 0::2] = (p & 0x0F).astype(xp.int8) - 8
+    out[:, 1::2] = (p >> 4).astype(xp.int8) - 8
     return out
 
 
@@ -249,7 +251,30 @@ def quantize(w, fmt: str, *, name: str = "tensor") -> QuantTensor:
 def dequantize(qt: QuantTensor) -> np.ndarray:
     """fp32 [N, K] = fl32(q * scale) of a :class:`QuantTensor` (what a fused-dequant kernel computes
     before its fp32 multiply-accumulate)."""
-    return (qt.q().astype(F32) * qt.scale_per_element()).astype(F32)
+    return dequantize_codes(qt.format, qt.codes, qt.scales)
+
+
+def dequantize_codes(fmt: str, codes, scales, xp=np):
+    """fp32 [N, K] = fl32(q * scale) from stored arrays: ``w8`` codes int8 [N, K] with scales fp32 [N];
+    ``w4`` packed uint8 [N, K/2] with scales fp32 [N, K/64]. ``xp``: ``numpy`` or ``cupy``.
+
+    Raises:
+        QuantError: an unknown format, or scales whose shape does not match the codes.
+    """
+    codes = xp.asarray(codes)
+    sc = xp.asarray(scales, dtype=xp.float32)
+    if fmt == "w8":
+        q, want = codes.view(xp.int8), (codes.shape[0],)
+    elif fmt == "w4":
+        q = unpack_int4(codes, xp)
+        want = (codes.shape[0], q.shape[1] // GROUP_SIZE)
+    else:
+        raise QuantError(f"dequantize: unknown format {fmt!r}; quantised formats are w8 and w4")
+    if tuple(sc.shape) != want:
+        raise QuantError(f"dequantize {fmt}: scales {list(sc.shape)} do not match codes {list(codes.shape)} "
+                         f"(expected {list(want)})")
+    per = sc[:, None] if fmt == "w8" else xp.repeat(sc, GROUP_SIZE, axis=1)
+    return (q.astype(xp.float32) * per).astype(xp.float32)
 
 
 def error_bound(qt: QuantTensor) -> np.ndarray:
@@ -325,6 +350,18 @@ def recipe(name: str) -> dict[str, str]:
             raise QuantError(f"recipe {name!r}: unknown format {fmt!r} for {group}; choose from {list(FORMATS)}")
         out[group] = fmt
     return out
+
+
+def recipe_name(base: str, overrides: str | None = None) -> str:
+    """The recipe string of the CLI's ``--weights BASE [--recipe OVERRIDES]``: ``"base"`` or
+    ``"base,overrides"``, checked by :func:`recipe` so a malformed one fails before any work.
+
+    Raises:
+        QuantError: unknown base recipe, group or format, or a malformed override (see :func:`recipe`).
+    """
+    name = base if not overrides else f"{base},{overrides}"
+    recipe(name)
+    return name
 
 
 def _as_recipe(r) -> dict[str, str]:

@@ -275,13 +275,12 @@ class SequenceState:
 def dequantize_param(spec, weights) -> np.ndarray:
     """fp32 [N, K] values of the quantised (``w8``/``w4``) param ``spec`` from its stored codes
     (``weights[spec.name]``) and scales (``weights[spec.name + ".scales"]``): ``fl32(q * scale)``, exactly
-    what :func:`ninferc.ir.quant.dequantize` gives. Raises KeyError for a missing tensor."""
+    what :func:`ninferc.ir.quant.dequantize` gives. Raises KeyError for a missing tensor, QuantError for scales
+    that do not match the codes."""
     from ninferc.ir.graph import SCALES_SUFFIX
-    from ninferc.ir.quant import QuantTensor, dequantize
+    from ninferc.ir.quant import dequantize_codes
 
-    qt = QuantTensor(spec.dtype, tuple(spec.shape), np.asarray(weights[spec.name]),
-                     np.asarray(weights[spec.name + SCALES_SUFFIX]))
-    return dequantize(qt)
+    return dequantize_codes(spec.dtype, weights[spec.name], weights[spec.name + SCALES_SUFFIX])
 
 
 class ReferenceExecutor:

@@ -315,13 +315,6 @@ class ArtifactWeights(Mapping):
         return name in self.art._tensors
 
 
-def _bytes_by_format(graph) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for p in graph.params.values():
-        out[p.dtype] = out.get(p.dtype, 0) + p.nbytes
-    return out
-
-
 def describe_artifact(path: str | Path) -> list[str]:
     """Lines for `ninferc inspect FILE.ninfer`: header, plan summary and tensors by dtype."""
     art = Artifact.open(path)
@@ -337,7 +330,7 @@ def describe_artifact(path: str | Path) -> list[str]:
         f"target: {tgt.get('arch')} sku {tgt.get('sku') or '-'} ({tgt.get('sms')} SMs)",
         f"tensors: {len(h['tensors'])}, " + ", ".join(f"{k} {v:,} bytes" for k, v in sorted(by_dtype.items())),
         f"weights: {h.get('compile', {}).get('weights', 'bf16')}, KV cache {h.get('compile', {}).get('kv_dtype', 'bf16')}; "
-        "bytes by format: " + ", ".join(f"{k} {v:,}" for k, v in sorted(_bytes_by_format(art.graph()).items())),
+        "bytes by format: " + ", ".join(f"{k} {v:,}" for k, v in art.graph().bytes_by_format().items()),
         f"kernels: {len(h.get('kernels', []))}; launches planned: {len(h.get('plan', {}).get('kernels', []))}",
         f"blobs: {', '.join(b['name'] for b in h['blobs'][:6])}{' …' if len(h['blobs']) > 6 else ''}",
     ]

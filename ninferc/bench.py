@@ -205,7 +205,7 @@ def finish(res: dict, *, engine, copy_gbps: float, peak_tflops: float | None, co
            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "target": engine.target, "plan": engine.plan_mode,
            "weights": weights, "kv_dtype": engine.graph.meta.get("kv_dtype", "bf16"), "copy_bandwidth_gbps": copy_gbps, "matmul_peak_tflops": peak_tflops,
            "memory_plan_bytes": dict(engine.memory.terms), "device_memory_used_bytes": int(total - free),
-           "weights_bytes_by_format": dict(getattr(engine, "weight_bytes_by_format", {})),
+           "weights_bytes_by_format": engine.graph.bytes_by_format(),
            **res}
     return out
 

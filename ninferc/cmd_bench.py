@@ -55,17 +55,10 @@ def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, rec
     if artifact is not None and (weights_fmt != "bf16" or recipe or kv_dtype != "bf16" or synthetic_weights):
         raise NinfercError("--weights/--recipe/--kv-dtype/--synthetic-weights apply to --preset; an artifact's "
                            "formats were chosen by ninferc compile")
-    if recipe or weights_fmt != "bf16":
-        from ninferc.ir.quant import recipe as make_recipe
+    from ninferc.ir.quant import recipe_name as make_recipe_name
 
-        make_recipe(weights_fmt if not recipe else f"{weights_fmt},{recipe}")  # malformed: fail before the GPU
-    from ninferc.errors import TargetError
-
-    try:
-        cp = cupy()
-    except TargetError as exc:
-        raise TargetError("ninferc bench measures a GPU and needs CuPy and an NVIDIA device ("
-                          + str(exc).split(":", 1)[-1].split(";")[0].strip() + ")") from None
+    recipe_name = make_recipe_name(weights_fmt, recipe)  # a malformed recipe fails before the GPU
+    cp = cupy("ninferc bench (it measures a GPU)", hint="")
     if preset is not None:
         from ninferc.ir.config import preset as get_preset
         from ninferc.ir.passes import run_pipeline
@@ -74,7 +67,6 @@ def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, rec
         from ninferc.targets.model_plan import plan_model
 
         cfg = get_preset(preset)
-        recipe_name = weights_fmt if not recipe else f"{weights_fmt},{recipe}"
         graph = run_pipeline(build_graph(cfg, lm_rows="last"), weights=recipe_name, kv_dtype=kv_dtype)
         arch = target or device_arch()
         mp = plan_model(graph, arch, sku=sku, sms=None if sku else device_sm_count(), max_context=max_ctx,

@@ -41,10 +41,9 @@ def compile_cmd(model_dir, target, sku, sms, out, max_context, page_size, weight
         raise PlanError(f"ninferc compile --target {arch.name}: give --sku NAME or --sms N (SKUs for {arch.name}: "
                         + ", ".join(s.key for s in skus_for_arch(arch.name)) + ")")
     resolve_sms(arch, sku, sms)  # an unknown or contradicting SKU fails before any work
-    from ninferc.ir.quant import recipe as make_recipe
+    from ninferc.ir.quant import recipe_name as make_recipe_name
 
-    recipe_name = weights if not recipe else f"{weights},{recipe}"
-    make_recipe(recipe_name)  # a malformed recipe fails before any work
+    recipe_name = make_recipe_name(weights, recipe)  # a malformed recipe fails before any work
     if out.is_dir():
         raise NinfercError(f"-o {out}: is a directory; give the artifact's file name (e.g. {out / 'model.ninfer'})")
     if not out.resolve().parent.is_dir():

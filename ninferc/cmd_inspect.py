@@ -17,15 +17,6 @@ def _fmt_bytes(n: int) -> str:
     return str(n)
 
 
-def bytes_by_format(graph) -> dict[str, int]:
-    """Stored bytes of a compiled graph's params per format (``bf16``, ``f32``, ``w8``, ``w4``; quantised
-    formats count codes + scales)."""
-    out: dict[str, int] = {}
-    for p in graph.params.values():
-        out[p.dtype] = out.get(p.dtype, 0) + p.nbytes
-    return out
-
-
 def describe_model(cfg) -> list[str]:
     """Lines describing a model config: layers by type, op counts, params, bytes, state."""
     from ninferc.ir.qwen3_5 import build_graph
@@ -54,10 +45,9 @@ def describe_model(cfg) -> list[str]:
 
     lines.append("stored weight bytes by --weights recipe (codes + scales; bytes by format):")
     for r in ("bf16", "w8", "w4"):
-        gr = run_pipeline(build_graph(cfg, lm_rows="last"), weights=r)
-        by = bytes_by_format(gr)
+        by = run_pipeline(build_graph(cfg, lm_rows="last"), weights=r).bytes_by_format()
         lines.append(f"  {r}: {sum(by.values()):,} bytes ({_fmt_bytes(sum(by.values()))}) = "
-                     + ", ".join(f"{k} {_fmt_bytes(v)}" for k, v in sorted(by.items())))
+                     + ", ".join(f"{k} {_fmt_bytes(v)}" for k, v in by.items()))
     lines.append(f"state per sequence: KV {ss['kv_bytes_per_token']:,} bytes/token of context; "
                  f"GDN conv + recurrent {ss['fixed_bytes']:,} bytes ({_fmt_bytes(ss['fixed_bytes'])})")
     return lines

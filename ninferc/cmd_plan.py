@@ -63,7 +63,9 @@ def plan_cmd(model_dir, target, sku, sms, preset, tokens, batches, max_context, 
             "ninferc plan: give exactly one of MODEL_DIR or --preset (presets: " + ", ".join(PRESETS) + ")"
         )
     cfg = get_preset(preset) if preset is not None else ModelConfig.from_dir(model_dir)
-    plan = plan_for_config(cfg, arch.name, weights=weights if not recipe else f"{weights},{recipe}", kv_dtype=kv_dtype,
+    from ninferc.ir.quant import recipe_name
+
+    plan = plan_for_config(cfg, arch.name, weights=recipe_name(weights, recipe), kv_dtype=kv_dtype,
                            sku=sku, sms=sms, max_context=max_context, page_size=page_size,
                            decode_batches=batches or DECODE_BATCHES, prefill_tokens=tokens or PREFILL_TOKENS)
     if as_json:

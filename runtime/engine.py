@@ -152,7 +152,7 @@ class Engine:
                         "the plan's grids kept, each checked against the device)"))
         self.log("memory: " + ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in self.memory.terms.items())
                  + f"; total {self.memory.total / 2**30:.3f} GiB; weights by format: "
-                 + ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in sorted(self.weight_bytes_by_format.items())))
+                 + ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in self.graph.bytes_by_format().items()))
 
     @classmethod
     def from_artifact(cls, art, *, max_context: int = 4096, cuda_graph: bool = True, prefill_chunk: int = 1024,
@@ -247,10 +247,6 @@ class Engine:
         g = self.graph
         mp = MemoryPlan()
         mp.add("weights", sum(t["nbytes"] for t in self.art.header["tensors"]))
-        #: stored weight bytes per format (bf16 / f32 / w8 / w4; quantised: codes + scales)
-        self.weight_bytes_by_format = {}
-        for p in g.params.values():
-            self.weight_bytes_by_format[p.dtype] = self.weight_bytes_by_format.get(p.dtype, 0) + p.nbytes
         kv_layers = [s for s in g.states.values() if s.kind == "kv"]
         self.num_pages = self.max_batch * self.max_pages
         if kv_layers:

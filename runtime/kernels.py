@@ -16,14 +16,14 @@ import numpy as np
 from ninferc.errors import PlanError, TargetError
 
 
-def cupy():
-    """Import CuPy or raise TargetError saying how to install it."""
+def cupy(purpose: str = "the CUDA backend", hint: str = "on a machine without a GPU use --backend reference"):
+    """Import CuPy or raise TargetError saying what needs it (``purpose``), how to install it, and ``hint``."""
     try:
         import cupy as cp
     except ImportError:
         raise TargetError(
-            "the CUDA backend needs CuPy and an NVIDIA GPU: install the runtime extra (pip install -e "
-            "\".[cuda13]\" from a checkout, or [cuda12]); on a machine without a GPU use --backend reference"
+            f"{purpose} needs CuPy and an NVIDIA GPU: install the runtime extra (pip install -e "
+            "\".[cuda13]\" from a checkout, or [cuda12])" + (f"; {hint}" if hint else "")
         ) from None
     return cp
 

@@ -13,7 +13,7 @@ import hashlib
 import numpy as np
 
 from ninferc.ir.config import ModelConfig
-from ninferc.ir.graph import DTYPE_BYTES, Graph
+from ninferc.ir.graph import Graph, tensor_nbytes
 
 
 class SyntheticArtifact:
@@ -34,7 +34,7 @@ class SyntheticArtifact:
             "kernels": [{"uri": uri, "entry": spec.entry, "source_blob": uri, "family": spec.family,
                          "source_sha256": hashlib.sha256(self._sources[uri].encode()).hexdigest(),
                          "resources": plan.resources[uri].to_json()} for uri, spec in plan.kernels.items()],
-            "tensors": [{"name": n, "nbytes": _nbytes(shape, dt)} for p in graph.params.values()
+            "tensors": [{"name": n, "nbytes": tensor_nbytes(shape, dt)} for p in graph.params.values()
                         for n, shape, dt in p.storage()],
         }
 
@@ -76,9 +76,3 @@ class SyntheticArtifact:
             out[r:r + x.shape[0]] = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(cp.uint16)  # RNE
         return out
 
-
-def _nbytes(shape, dtype: str) -> int:
-    n = DTYPE_BYTES[dtype]
-    for d in shape:
-        n *= int(d)
-    return n

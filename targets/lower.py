@@ -22,6 +22,7 @@ import numpy as np
 
 from ninferc.errors import PlanError
 from ninferc.ir.graph import SCALES_SUFFIX, Graph, Op
+from ninferc.ir.passes.choose_formats import KV_DTYPES
 from ninferc.targets.kernels import FAMILIES
 from ninferc.targets.kernels.attention import AttentionProblem
 from ninferc.targets.kernels.elementwise import EmbedProblem, RMSNormProblem, embed_arg_names, rmsnorm_arg_names
@@ -208,8 +209,8 @@ class Program:
         return next(s for s in self.steps if s.mode == ("sample_argmax" if greedy else "sample_sample"))
 
 
-#: IR KV-state dtype -> the attention kernels' ``kv_dtype``
-KV_DTYPE_NAMES = {"bf16": "bf16", "i8": "int8"}
+#: IR KV-state dtype -> the attention kernels' ``kv_dtype`` (the inverse of ChooseFormats' KV_DTYPES)
+KV_DTYPE_NAMES = {ir: name for name, ir in KV_DTYPES.items()}
 
 
 def _scales(spec) -> Ref:

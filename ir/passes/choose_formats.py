@@ -38,7 +38,7 @@ def choose_formats(graph: Graph, *, weights: str = "bf16", kv_dtype: str = "bf16
             dtype; a recipe that puts the embedding table at w4 (its gather kernel reads bf16 or w8).
         QuantError: a malformed recipe (names the bad group/format and lists the valid ones).
     """
-    from ninferc.ir.quant import QuantError, assign_formats, is_matrix
+    from ninferc.ir.quant import QuantError, assign_formats
 
     if kv_dtype not in KV_DTYPES:
         raise ShapeError(f"KV cache dtype {kv_dtype!r} is not supported; choose from {list(KV_DTYPES)}")
@@ -55,7 +55,7 @@ def choose_formats(graph: Graph, *, weights: str = "bf16", kv_dtype: str = "bf16
     emb = {op.params["weight"] for op in g.ops() if op.kind == "Embedding"}
     plan = assign_formats({n: g.params[n] for n in big}, weights)
     for name in big:
-        fmt = plan.formats[name] if is_matrix(g.params[name]) else "bf16"
+        fmt = plan.formats[name]  # bf16 for anything assign_formats does not treat as a matrix
         if name in emb and fmt not in EMBED_FORMATS:
             raise QuantError(f"weight recipe {weights!r} puts the embedding table {name} at {fmt}; the embedding "
                              f"gather reads {' or '.join(EMBED_FORMATS)} (override with ',embedding=w8')")

@@ -78,14 +78,11 @@ import numpy as np
 
 from ninferc.errors import PlanError
 from ninferc.ir.quant import GROUP_SIZE as W4_GROUP
+from ninferc.ir.quant import dequantize_codes
+from ninferc.targets.kernels._weights import WFORMATS, check_weight_k
 from ninferc.targets.plan import KernelSpec, Launch, PlanContext
 
 EPILOGUES = ("store_f32", "swiglu_bf16")
-WFORMATS = ("bf16", "w8", "w4")
-"""Weight formats: bf16 values, or the quantised formats of :mod:`ninferc.ir.quant`."""
-K_MULTIPLE = {"bf16": 8, "w8": 16, "w4": W4_GROUP}
-"""K must be a multiple of this per weight format (bf16: 16-byte rows; w8: 16-byte code units, so a unit
-is never split by the K edge; w4: whole scale groups of 64)."""
 CODE_ELEMS_PER_BYTE = {"w8": 1, "w4": 2}
 WARP = 32  # threads per warp on every CUDA architecture
 VEC = 8    # bf16 elements per 16-byte load
@@ -213,14 +210,7 @@ class GemmProblem:
     wfmt: str = "bf16"
 
     def __post_init__(self):
-        if self.wfmt not in WFORMATS:
-            raise PlanError(f"gemm: unknown weight format wfmt = {self.wfmt!r}; supported: {', '.join(WFORMATS)}")
-        if self.wfmt != "bf16" and (self.k <= 0 or self.k % K_MULTIPLE[self.wfmt]):
-            why = "16-byte int8 code loads" if self.wfmt == "w8" else f"whole w4 scale groups of {W4_GROUP}"
-            raise PlanError(f"gemm: K = {self.k} must be a positive multiple of {K_MULTIPLE[self.wfmt]} for "
-                            f"wfmt = {self.wfmt} ({why})")
-        if self.k <= 0 or self.k % VEC:
-            raise PlanError(f"gemm: K = {self.k} must be a positive multiple of {VEC} (16-byte bf16 loads)")
+        check_weight_k("gemm", self.k, self.wfmt)
         if self.n <= 0:
             raise PlanError(f"gemm: N = {self.n} must be positive")
         if self.epilogue not in EPILOGUES:
@@ -469,16 +459,7 @@ def dequantize_weight(problem: GemmProblem, w, scales=None, xp=np):
     if tuple(codes.shape) != problem.w_shape or tuple(sc.shape) != problem.scales_shape:
         raise PlanError(f"gemm {problem.wfmt}: expected codes {list(problem.w_shape)} and scales "
                         f"{list(problem.scales_shape)}, got {list(codes.shape)} and {list(sc.shape)}")
-    if problem.wfmt == "w8":
-        q = codes.view(xp.int8).astype(xp.float32)
-        prod = q * sc[:, None]
-    else:
-        b = codes.astype(xp.uint8)
-        q = xp.empty((problem.w_rows, problem.k), dtype=xp.float32)
-        q[:, 0::2] = (b & 0x0F).astype(xp.float32) - 8
-        q[:, 1::2] = (b >> 4).astype(xp.float32) - 8
-        prod = q * xp.repeat(sc, W4_GROUP, axis=1)
-    return _round_bf16(prod.astype(xp.float32), xp)
+    return _round_bf16(dequantize_codes(problem.wfmt, codes, sc, xp), xp)
 
 
 def reference(problem: GemmProblem, x, w, xp=np, scales=None):

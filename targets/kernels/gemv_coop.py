@@ -82,17 +82,15 @@ import numpy as np
 
 from ninferc.errors import PlanError
 from ninferc.ir.quant import GROUP_SIZE, QuantTensor
+from ninferc.targets.kernels._weights import WFORMATS, check_weight_k
 from ninferc.targets.plan import KernelSpec, Launch, PlanContext
 
 EPILOGUES = ("store", "residual_add", "swiglu")
 MODES = ("coop", "plain")
-WFORMATS = ("bf16", "w8", "w4")
 WARP = 32  # threads per warp on every CUDA architecture
 VEC = 8    # bf16 elements per 16-byte load
 #: K elements per 16-byte weight load, per weight format
 VEC_OF = {"bf16": VEC, "w8": 16, "w4": 32}
-#: K must be a multiple of this, per weight format (w4: its scale group, which is a multiple of 32)
-K_MULTIPLE = {"bf16": VEC, "w8": 16, "w4": GROUP_SIZE}
 
 
 @dataclass(frozen=True)
@@ -116,13 +114,7 @@ class GemvProblem:
     wfmt: str = "bf16"
 
     def __post_init__(self):
-        if self.wfmt not in WFORMATS:
-            raise PlanError(f"gemv_coop: unknown weight format {self.wfmt!r}; supported: {', '.join(WFORMATS)}")
-        mult = K_MULTIPLE[self.wfmt]
-        if self.k <= 0 or self.k % mult:
-            why = {"bf16": "16-byte bf16 weight loads", "w8": "16-byte loads of 16 int8 codes",
-                   "w4": f"int4 scale groups of {GROUP_SIZE}"}[self.wfmt]
-            raise PlanError(f"gemv_coop: K = {self.k} must be a positive multiple of {mult} for {self.wfmt} ({why})")
+        check_weight_k("gemv_coop", self.k, self.wfmt)
         if self.n <= 0:
             raise PlanError(f"gemv_coop: N = {self.n} must be positive")
         if self.epilogue not in EPILOGUES:

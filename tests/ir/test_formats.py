@@ -98,3 +98,23 @@ def test_reference_on_stored_codes_matches_fake_quant(graphs, tiny_ckpt, goldens
         g0 = build_graph(tiny_ckpt.config, lm_rows="last")
         b = ReferenceExecutor(g0, fake_quant(tiny_ckpt, tiny_ckpt.specs, r))
         FP32_REORDER.check(a.forward(ids, a.new_state()), b.forward(ids, b.new_state()), f"{r}: stored vs fake-quant")
+
+
+def test_bytes_by_format(graphs):
+    for r, g in graphs.items():
+        by = g.bytes_by_format()
+        assert sum(by.values()) == sum(p.nbytes for p in g.params.values())
+        assert set(by) == {p.dtype for p in g.params.values()}
+    assert "w4" in graphs["w4"].bytes_by_format() and "w8" in graphs["w4"].bytes_by_format()
+    assert "w8" not in graphs["bf16"].bytes_by_format()
+
+
+def test_dequantize_codes_checks_scales():
+    from ninferc.ir.quant import dequantize_codes
+
+    qt = quantize(np.linspace(-1, 1, 4 * 128, dtype=np.float32).reshape(4, 128), "w4")
+    np.testing.assert_array_equal(dequantize_codes("w4", qt.codes, qt.scales), qt.dequantize())
+    with pytest.raises(QuantError, match=r"scales \[4\] do not match codes \[4, 64\] \(expected \[4, 2\]\)"):
+        dequantize_codes("w4", qt.codes, qt.scales[:, 0])
+    with pytest.raises(QuantError, match="unknown format 'w3'"):
+        dequantize_codes("w3", qt.codes, qt.scales)

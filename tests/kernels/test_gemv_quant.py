@@ -55,12 +55,12 @@ def test_problem_validation_names_value_and_limit():
     GemvProblem(5120, 64, "store", "w4")  # 5120 = 80 groups of 64
     GemvProblem(17408, 64, "residual_add", "w4")
     GemvProblem(48, 64, "store", "w8")
-    with pytest.raises(PlanError, match=r"K = 5136 must be a positive multiple of 64 for w4"):
+    with pytest.raises(PlanError, match=r"K = 5136 must be a positive multiple of 64 for wfmt = w4"):
         GemvProblem(5136, 64, "store", "w4")  # a multiple of 16, not of 64
-    with pytest.raises(PlanError, match=r"K = 5128 must be a positive multiple of 16 for w8"):
+    with pytest.raises(PlanError, match=r"K = 5128 must be a positive multiple of 16 for wfmt = w8"):
         GemvProblem(5128, 64, "store", "w8")  # a multiple of 8 (fine for bf16), not of 16
     GemvProblem(5128, 64, "store")
-    with pytest.raises(PlanError, match=r"unknown weight format 'w2'.*bf16, w8, w4"):
+    with pytest.raises(PlanError, match=r"unknown weight format wfmt = 'w2'.*bf16, w8, w4"):
         GemvProblem(64, 64, "store", "w2")
     with pytest.raises(PlanError, match="K = 0"):
         GemvProblem(0, 64, "store", "w8")
