@@ -39,7 +39,7 @@ from ninferc.runtime.memory import MemoryPlan
 from ninferc.runtime.paged_kv import PagePool, Sequence, SlotPool
 from ninferc.sampling import SamplingParams
 from ninferc.targets.arch import get_arch, require_plan_runs_on
-from ninferc.targets.lower import Ref, Step, arg_names, drop_unused_prefill_norm, launch_scalars, lower, step_launch
+from ninferc.targets.lower import Ref, Step, arg_names, drop_unneeded_steps, launch_scalars, lower, step_launch
 from ninferc.targets.plan import KernelResources, Launch, PlanContext, check_launch
 
 META_RING = 4  # pinned host metadata blocks in flight
@@ -209,7 +209,7 @@ class Engine:
             ln = step_launch(s, self.geo_ctx, T=T, B=B, R=R)
             self._check_on_device(ln)
             launches[s.name] = (s, ln)
-        steps = drop_unused_prefill_norm(steps, {n: ln for n, (_, ln) in launches.items()})
+        steps = drop_unneeded_steps(steps, {n: ln for n, (_, ln) in launches.items()})
         out = []
         for s in steps:
             _, ln = launches[s.name]

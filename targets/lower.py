@@ -11,6 +11,14 @@ Routes across families are chosen here and nowhere else: a Linear runs the coope
 (``gemv_coop``) while T <= :data:`GEMV_MAX_TOKENS` and the tensor-core GEMM (``gemm``) above, the
 boundary where the GEMV's token chunks start re-reading the weight matrix more than the GEMM's
 tiles cost.
+
+Norm fusion (decode): a Linear whose output is read only by an AddRMSNorm (as its ``d``, the mixer/MLP
+output added to the residual stream; not the final norm's row gather) gets the GEMV epilogue
+``add_rmsnorm``: the GEMV updates the residual stream and writes the normalised activations itself
+(route ``coop_norm``), and that AddRMSNorm step, marked ``absorbed_by`` the Linear's step, is dropped
+from the step (:func:`drop_unneeded_steps`). Where the Linear runs another route (the GEMM of a prefill
+chunk, or a GEMV whose fused grid does not fit the cooperative cap), the Linear stores its output and
+the norm step runs as before.
 """
 
 from __future__ import annotations
@@ -95,6 +103,8 @@ class Step:
     bind: dict[str, Ref]
     batch: bool = False
     layer: int = -1
+    #: name of the Linear step whose ``coop_norm`` launch performs this (AddRMSNorm) step, if any
+    absorbed_by: str = ""
 
 
 class LinearRoute:
@@ -134,7 +144,8 @@ def arg_names(step: Step, launch: Launch) -> tuple[str, ...]:
     """The argument names of the kernel ``launch`` runs, in order."""
     fam = launch.kernel.family
     if fam == "gemv_coop":
-        return FAMILIES["gemv_coop"].arg_names(step.problem)
+        prob = step.problem if launch.route == "coop_norm" else step.problem.unfused()
+        return FAMILIES["gemv_coop"].arg_names(prob)
     if fam == "gemm":
         return gemm_arg_names(LinearRoute.gemm_problem(step.problem))
     if fam == "embed":
@@ -257,6 +268,8 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096) -> Prog
     prog = Program(page_size=page_size, max_context=max_context)
     add = prog.steps.append
     lm_inputs = {op.inputs[0] for op in graph.ops() if op.kind == "LMHead"}
+    fused_norm = _norms_to_fuse(graph, lm_inputs)  # Linear op name -> the AddRMSNorm op it absorbs
+    absorbed = {norm.name: lin for lin, norm in fused_norm.items()}
     for op in graph.ops():
         k, a, L = op.kind, op.attrs, op.layer
         if k == "Embedding":
@@ -274,18 +287,27 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096) -> Prog
             add(Step(op.name, op.name, "both", "rmsnorm", prob, "R" if gather else "T",
                      {"x": T(op.inputs[0]), "d": T(op.inputs[1]) if k == "AddRMSNorm" else NULL,
                       "w": P(op.params["weight"]), "y": T(y),
-                      "row_index": Ref("meta", "row_index") if gather else NULL, "eps": F32(a["eps"])}, layer=L))
+                      "row_index": Ref("meta", "row_index") if gather else NULL, "eps": F32(a["eps"])}, layer=L,
+                     absorbed_by=absorbed.get(op.name, "")))
         elif k in ("Linear", "LMHead"):
             wspec = graph.params[op.params["weight"]]
             N, K = wspec.shape
             ep = a.get("epilogue", "none")
-            prob = GemvProblem(K, N // 2 if ep == "swiglu" else N, "swiglu" if ep == "swiglu" else "store",
-                               wfmt=wspec.dtype)
+            norm = fused_norm.get(op.name)
+            if norm is not None:
+                prob = GemvProblem(K, N, "add_rmsnorm", wfmt=wspec.dtype, unit_offset=bool(norm.attrs["unit_offset"]))
+                extra = {"h": T(norm.inputs[0]), "norm_w": P(norm.params["weight"]), "xn": T(norm.outputs[-1]),
+                         "eps": F32(norm.attrs["eps"])}
+            else:
+                prob = GemvProblem(K, N // 2 if ep == "swiglu" else N, "swiglu" if ep == "swiglu" else "store",
+                                   wfmt=wspec.dtype)
+                extra = {}
             y = Ref("logits") if k == "LMHead" else T(op.outputs[0])
             add(Step(op.name, op.name, "both", "linear", prob, "R" if k == "LMHead" else "T",
                      {"x": T(op.inputs[0]), "w": P(wspec.name), "scales": _scales(wspec), "y": y,
                       "ws": Ref("ws", "gemv"),
-                      "barrier": Ref("barrier"), "k": I32(K), "n_out": I32(prob.n), "ldx": I32(K)}, layer=L))
+                      "barrier": Ref("barrier"), "k": I32(K), "n_out": I32(prob.n), "ldx": I32(K), **extra},
+                     layer=L))
         elif k == "GatedDeltaNet":
             p = _gdn_problem(op, graph)
             common = {"proj": T(op.inputs[0]), "conv_w": P(op.params["conv"]), "A_log": P(op.params["A_log"]),
@@ -330,13 +352,39 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096) -> Prog
     return prog
 
 
-def drop_unused_prefill_norm(steps: list[Step], launches: dict[str, Launch]) -> list[Step]:
-    """The GDN gated-norm step runs only after the ``chunked_split`` core route (the fused core writes y)."""
+def _norms_to_fuse(graph: Graph, lm_inputs: set[str]) -> dict[str, Op]:
+    """Linear op name -> the AddRMSNorm it can absorb (module docstring): the Linear has no epilogue, its
+    output is read by that norm alone, as ``d``, and the norm's output does not feed the LM head (the final
+    norm gathers logit rows)."""
+    readers: dict[str, list[Op]] = {}
+    for op in graph.ops():
+        for t in op.inputs:
+            readers.setdefault(t, []).append(op)
+    out = {}
+    for op in graph.ops():
+        if op.kind != "Linear" or op.attrs.get("epilogue", "none") != "none":
+            continue
+        r = readers.get(op.outputs[0], [])
+        if (len(r) == 1 and r[0].kind == "AddRMSNorm" and tuple(r[0].inputs[1:]) == (op.outputs[0],)
+                and r[0].outputs[-1] not in lm_inputs
+                and graph.params[r[0].params["weight"]].shape[0] == graph.params[op.params["weight"]].shape[0]):
+            out[op.name] = r[0]
+    return out
+
+
+def drop_unneeded_steps(steps: list[Step], launches: dict[str, Launch]) -> list[Step]:
+    """The steps of ``steps`` that must run, given every step's launch (by step name): the GDN gated-norm
+    step runs only after the ``chunked_split`` core route (the fused core writes y); an AddRMSNorm step
+    ``absorbed_by`` a Linear is skipped when that Linear's launch took the ``coop_norm`` route."""
     out = []
     for s in steps:
         if s.family == "gdn_gated_norm":
             core = launches.get(s.name[: -len(".norm")] + ".core")
             if core is None or core.route != "chunked_split":
+                continue
+        if s.absorbed_by:
+            lin = launches.get(s.absorbed_by)
+            if lin is not None and lin.route == "coop_norm":
                 continue
         out.append(s)
     return out

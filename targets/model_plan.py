@@ -17,7 +17,7 @@ from ninferc.errors import PlanError
 from ninferc.ir.config import ModelConfig
 from ninferc.ir.graph import Graph
 from ninferc.targets.arch import get_arch
-from ninferc.targets.lower import Program, Step, drop_unused_prefill_norm, lower, step_launch, step_variants
+from ninferc.targets.lower import Program, Step, drop_unneeded_steps, lower, step_launch, step_variants
 from ninferc.targets.nvrtc import DEFAULT_OPTIONS, nvrtc_version
 from ninferc.targets.plan import (KernelResources, KernelSpec, Launch, PlanContext, _dump_json, check_launch,
                                   compile_variants, resolve_sms)
@@ -155,7 +155,7 @@ def plan_steps(program: Program, ctx: PlanContext, *, T: int, B: int, R: int, mo
         ln = step_launch(s, ctx, T=T, B=B, R=R)
         check_launch(ln, ctx.arch, ctx.resources_of(ln.kernel), ctx.sms)
         out[s.name] = (s, ln)
-    kept = drop_unused_prefill_norm(steps, {n: ln for n, (_, ln) in out.items()})
+    kept = drop_unneeded_steps(steps, {n: ln for n, (_, ln) in out.items()})
     return [out[s.name] for s in kept]
 
 

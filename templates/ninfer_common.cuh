@@ -135,11 +135,11 @@ __device__ __forceinline__ unsigned int ld_acquire_gpu(const unsigned int* p) {
   return v;
 }
 
-__device__ __forceinline__ void grid_barrier(unsigned int* bar) {
+// Arrive at the barrier counter `bar` shared by `nctas` CTAs (exactly one of them `first`) and wait for the
+// last arrival (protocol above).
+__device__ __forceinline__ void barrier_sync(unsigned int* bar, unsigned int nctas, bool first) {
   __syncthreads();
   if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
-    const unsigned int nctas = gridDim.x * gridDim.y * gridDim.z;
-    const bool first = (blockIdx.x | blockIdx.y | blockIdx.z) == 0;
     const unsigned int inc = first ? (0x80000000u - (nctas - 1u)) : 1u;
     const unsigned int old = atom_add_release_gpu(bar, inc);
     while (((old ^ ld_acquire_gpu(bar)) & 0x80000000u) == 0u) {
@@ -147,6 +147,19 @@ __device__ __forceinline__ void grid_barrier(unsigned int* bar) {
     }
   }
   __syncthreads();
+}
+
+// Every CTA of the grid.
+__device__ __forceinline__ void grid_barrier(unsigned int* bar) {
+  barrier_sync(bar, gridDim.x * gridDim.y * gridDim.z, (blockIdx.x | blockIdx.y | blockIdx.z) == 0);
+}
+
+// The first `nctas` CTAs of a 1-D grid only (blockIdx.x < nctas; the others must not call it): lets a kernel
+// synchronise the CTAs that still have work after a grid barrier. Give it a counter of its own, not the
+// whole-grid barrier's: a CTA still spinning on that one while the group's arrivals flip bit 31 twice would
+// miss its release.
+__device__ __forceinline__ void group_barrier(unsigned int* bar, unsigned int nctas) {
+  barrier_sync(bar, nctas, blockIdx.x == 0);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -9,6 +9,14 @@ the SwiGLU output -- down_proj's input -- bf16):
 * ``store``         ``Y = acc``, fp32                                   (N_w = N)
 * ``residual_add``  ``Y += acc``, fp32 (Y is the residual stream)         (N_w = N)
 * ``swiglu``        W stacks [gate; up] (N_w = 2N): ``Y[:, i] = bf16(silu(acc[:, i]) * acc[:, N + i])``
+* ``add_rmsnorm``   ``Y += acc`` as residual_add, then the next layer's RMSNorm of the updated rows into a
+  second output: ``XN[t] = bf16(Y[t] / sqrt(mean(Y[t]^2) + eps) * (1 + w))`` (``w`` if not
+  ``unit_offset``) -- the ``add_rmsnorm`` of ``rmsnorm.cu.j2`` fused into the GEMV that produces its
+  input, so a decode step has no separate norm launch (130 fewer launches per 27B token). Cooperative
+  only (route ``coop_norm``): after the split-K reduction the CTAs that updated Y meet at a second
+  barrier (``ninfer::group_barrier`` on barrier word 1), then each computes ``sum(Y[t]^2)`` over the
+  whole row of every token it touches (same order in every CTA, so every CTA gets the same bits) and
+  writes its own outputs of ``XN``. Same result as the unfused pair up to the order of that sum.
 
 K must be a multiple of 8 (bf16), 16 (w8) or 64 (w4). Inputs 16-byte aligned.
 
@@ -82,10 +90,11 @@ import numpy as np
 
 from ninferc.errors import PlanError
 from ninferc.ir.quant import GROUP_SIZE, QuantTensor
+from ninferc.ir.reference import ref_rmsnorm
 from ninferc.targets.kernels._weights import WFORMATS, check_weight_k
 from ninferc.targets.plan import KernelSpec, Launch, PlanContext
 
-EPILOGUES = ("store", "residual_add", "swiglu")
+EPILOGUES = ("store", "residual_add", "swiglu", "add_rmsnorm")
 MODES = ("coop", "plain")
 WARP = 32  # threads per warp on every CUDA architecture
 VEC = 8    # bf16 elements per 16-byte load
@@ -100,8 +109,10 @@ class GemvProblem:
     Attributes:
         k: reduction length (columns of X and W); multiple of 8 (bf16), 16 (w8) or 64 (w4).
         n: output features (columns of Y). For swiglu W has 2n rows ([gate; up]).
-        epilogue: ``"store" | "residual_add" | "swiglu"``.
+        epilogue: ``"store" | "residual_add" | "swiglu" | "add_rmsnorm"``.
         wfmt: weight format ``"bf16" | "w8" | "w4"`` (module docstring; :mod:`ninferc.ir.quant`).
+        unit_offset: add_rmsnorm only: scale by ``1 + w`` (zero-centred norm weights, the Qwen3.5 default)
+            or by ``w``; ignored (and not part of the kernel's identity) for the other epilogues.
 
     Raises:
         PlanError: unknown weight format, k not a positive multiple of its format's K multiple (the message
@@ -112,6 +123,7 @@ class GemvProblem:
     n: int
     epilogue: str = "store"
     wfmt: str = "bf16"
+    unit_offset: bool = True
 
     def __post_init__(self):
         check_weight_k("gemv_coop", self.k, self.wfmt)
@@ -124,6 +136,16 @@ class GemvProblem:
     def w_rows(self) -> int:
         """Rows of W: 2n for swiglu, else n."""
         return 2 * self.n if self.epilogue == "swiglu" else self.n
+
+    @property
+    def fused_norm(self) -> bool:
+        """True for the ``add_rmsnorm`` epilogue (cooperative only, extra arguments)."""
+        return self.epilogue == "add_rmsnorm"
+
+    def unfused(self) -> "GemvProblem":
+        """The same GEMV with a plain ``store`` epilogue instead of ``add_rmsnorm`` (the route taken when
+        the fused kernel's cooperative grid does not fit; the norm then runs as its own kernel)."""
+        return GemvProblem(self.k, self.n, "store", self.wfmt) if self.fused_norm else self
 
     @property
     def quantized(self) -> bool:
@@ -223,6 +245,8 @@ class GemvCoopFamily:
         }
         if problem.quantized:
             params["wfmt"] = problem.wfmt
+        if problem.fused_norm:
+            params["unit_offset"] = bool(problem.unit_offset)
         return KernelSpec.make(self.name, self.template, params, threads, cooperative=(mode == "coop"))
 
     def arg_names(self, problem: GemvProblem) -> tuple[str, ...]:
@@ -230,18 +254,26 @@ class GemvCoopFamily:
         [N_w, K]; w4: uint8 [N_w, K/2]), for w8 / w4 only scales (fp32 [N_w] / [N_w, K/64]), x (bf16
         [T, K]), y (fp32 [T, N], bf16 for swiglu), ws (fp32 scratch, ``Launch.workspace_bytes``), barrier
         (uint32 counter, zero-initialised once); int32 k, n_out (= N), t_total (= T), splits
-        (= ``Launch.split_k``)."""
-        if problem.quantized:
-            return ("w", "scales", "x", "y", "ws", "barrier", "k", "n_out", "t_total", "splits")
-        return ("w", "x", "y", "ws", "barrier", "k", "n_out", "t_total", "splits")
+        (= ``Launch.split_k``). ``add_rmsnorm`` names its fp32 output ``h`` (the residual stream, updated in
+        place) instead of ``y`` and appends ``norm_w`` (fp32 [N]), ``xn`` (bf16 [T, N]) and float ``eps``;
+        its ``barrier`` needs two words."""
+        head = ("w", "scales") if problem.quantized else ("w",)
+        if problem.fused_norm:
+            return (*head, "x", "h", "ws", "barrier", "k", "n_out", "t_total", "splits", "norm_w", "xn", "eps")
+        return (*head, "x", "y", "ws", "barrier", "k", "n_out", "t_total", "splits")
 
     def variants(self, problem: GemvProblem) -> list[KernelSpec]:
-        """Every kernel a launch for ``problem`` may use: each token tile x thread count x {coop, plain}."""
+        """Every kernel a launch for ``problem`` may use: each token tile x thread count x {coop, plain};
+        for add_rmsnorm the cooperative fused kernels plus every variant of :meth:`GemvProblem.unfused`."""
+        if problem.fused_norm:
+            return ([self.spec(problem, t, "coop", mt) for mt in self.tiles(problem) for t in self.threads]
+                    + self.variants(problem.unfused()))
         return [self.spec(problem, t, m, mt) for mt in self.tiles(problem) for t in self.threads for m in MODES]
 
     def sample_problems(self) -> list[GemvProblem]:
         """One small problem per epilogue and weight format (covers every template parameter value)."""
-        return [GemvProblem(256, 704, e, f) for f in WFORMATS for e in EPILOGUES]
+        return [GemvProblem(256, 704, e, f) for f in WFORMATS for e in EPILOGUES] + [
+            GemvProblem(256, 704, "add_rmsnorm", "bf16", unit_offset=False)]
 
     # ---- geometry ------------------------------------------------------------------------------
 
@@ -273,11 +305,18 @@ class GemvCoopFamily:
     def launch(self, problem: GemvProblem, tokens: int, ctx: PlanContext) -> Launch:
         """The launch for T = ``tokens`` on ``ctx`` (see module docstring for the route rule).
 
+        ``add_rmsnorm``: route ``coop_norm``, the fused kernel with the most splits that fit its cooperative cap
+        (at least one: the norm needs the grid barrier even without split-K); when no variant's grid of
+        ``base`` CTAs fits, the launch of :meth:`GemvProblem.unfused` (``coop_splitk`` or ``plain``: the
+        caller then runs the norm as its own kernel, see ``ninferc.targets.lower.drop_unneeded_steps``).
+
         Raises:
             PlanError: T < 1, or no variant can be resident at all on this target.
         """
         if tokens < 1:
             raise PlanError(f"gemv_coop: T = {tokens} must be at least 1")
+        if problem.fused_norm:
+            return self._launch_fused_norm(problem, tokens, ctx)
         tile = self.tile_for(tokens, problem)
         chunks = self.token_chunks(tokens, tile)
         coop, plain = [], []
@@ -306,6 +345,24 @@ class GemvCoopFamily:
             f"({', '.join(map(str, self.threads))} threads) has a resident CTA per SM"
         )
 
+    def _launch_fused_norm(self, problem: GemvProblem, tokens: int, ctx: PlanContext) -> Launch:
+        tile = self.tile_for(tokens, problem)
+        chunks = self.token_chunks(tokens, tile)
+        best = None
+        for th in self.threads:
+            base = self.row_blocks(problem, th) * chunks
+            spec = self.spec(problem, th, "coop", tile)
+            cap = ctx.cap(spec)
+            splits = min(cap // base, self.max_splits(problem))
+            if splits >= 1:
+                cand = (base * splits / cap, -th, spec, base, splits)
+                best = cand if best is None or cand[:2] > best[:2] else best
+        if best is None:
+            return self.launch(problem.unfused(), tokens, ctx)
+        _, _, spec, base, splits = best
+        return ctx.make_launch(spec, base * splits, route="coop_norm", tokens=tokens, split_k=splits,
+                               workspace_bytes=self.workspace_bytes(problem, tokens, splits))
+
     def launch_variant(self, problem: GemvProblem, tokens: int, ctx: PlanContext, threads: int, mode: str,
                        splits: int | None = None, max_tokens: int | None = None) -> Launch:
         """A launch of one forced variant, bypassing route selection (tests and benchmarks).
@@ -319,6 +376,8 @@ class GemvCoopFamily:
         base = self.row_blocks(problem, threads) * self.token_chunks(tokens, max_tokens)
         spec = self.spec(problem, threads, mode, max_tokens)
         if mode == "plain":
+            if problem.fused_norm:
+                raise PlanError(f"{spec.uri}: add_rmsnorm has no plain mode (the norm needs the grid barrier)")
             return ctx.make_launch(spec, base, route="plain", tokens=tokens)
         cap = ctx.cap(spec)
         if splits is None:
@@ -328,19 +387,25 @@ class GemvCoopFamily:
                 f"{spec.uri} on {ctx.arch.name}: cooperative grid of {base} x {splits} splits = "
                 f"{base * max(splits, 1)} CTAs exceeds the cooperative cap of {cap} CTAs"
             )
-        return ctx.make_launch(spec, base * splits, route="coop_splitk", tokens=tokens, split_k=splits,
+        return ctx.make_launch(spec, base * splits, route="coop_norm" if problem.fused_norm else "coop_splitk",
+                               tokens=tokens, split_k=splits,
                                workspace_bytes=self.workspace_bytes(problem, tokens, splits))
 
 
-def kernel_args(problem: GemvProblem, launch: Launch, w, x, y, ws=None, barrier=None, scales=None) -> tuple:
+def kernel_args(problem: GemvProblem, launch: Launch, w, x, y, ws=None, barrier=None, scales=None,
+                norm_w=None, xn=None, eps=None) -> tuple:
     """Kernel argument tuple in :meth:`GemvCoopFamily.arg_names` order: bf16 ``w, x, y, ws, barrier, k,
     n_out, t_total, splits``; w8 / w4 ``w, scales, x, y, ...`` (``scales`` right after ``w``).
 
     Pointers are passed through (device arrays); an unused ``ws``/``barrier`` (plain route) becomes a
     64-bit null (``np.uint64(0)``, pointer-sized). Sizes become ``np.int32``.
 
+    add_rmsnorm: ``y`` is the residual stream ``h`` (updated in place), and ``norm_w``, ``xn``, ``eps`` are
+    appended (all required).
+
     Raises:
-        PlanError: ``scales`` missing for a w8 / w4 problem, or given for a bf16 one.
+        PlanError: ``scales`` missing for a w8 / w4 problem, or given for a bf16 one; add_rmsnorm without
+            norm_w / xn / eps.
     """
     null = np.uint64(0)
     if problem.quantized and scales is None:
@@ -348,8 +413,13 @@ def kernel_args(problem: GemvProblem, launch: Launch, w, x, y, ws=None, barrier=
     if not problem.quantized and scales is not None:
         raise PlanError("gemv_coop: a bf16 problem takes no scales")
     head = (w, scales) if problem.quantized else (w,)
-    return (*head, x, y, ws if ws is not None else null, barrier if barrier is not None else null,
+    args = (*head, x, y, ws if ws is not None else null, barrier if barrier is not None else null,
             np.int32(problem.k), np.int32(problem.n), np.int32(launch.tokens), np.int32(launch.split_k))
+    if problem.fused_norm:
+        if norm_w is None or xn is None or eps is None:
+            raise PlanError("gemv_coop: add_rmsnorm needs norm_w, xn and eps")
+        return (*args, norm_w, xn, np.float32(eps))
+    return args
 
 
 # ------------------------------------------------------------------------------------------------
@@ -382,7 +452,7 @@ def dequantize_weight(problem: GemvProblem, codes, scales) -> np.ndarray:
     return QuantTensor(problem.wfmt, (problem.w_rows, problem.k), codes, scales).dequantize()
 
 
-def reference(problem: GemvProblem, x, w, y_in=None, scales=None) -> np.ndarray:
+def reference(problem: GemvProblem, x, w, y_in=None, scales=None, norm_w=None, eps=None):
     """Reference output of the GEMV + epilogue.
 
     Args:
@@ -390,15 +460,19 @@ def reference(problem: GemvProblem, x, w, y_in=None, scales=None) -> np.ndarray:
         x: [T, K] bf16 (``ml_dtypes.bfloat16``) or any float array holding bf16 values.
         w: bf16: [w_rows, K] same as x; w8 / w4: the codes (int8 [w_rows, K] / uint8 [w_rows, K/2]),
             dequantised with ``scales`` by :func:`dequantize_weight` (``fl32(q * scale)``).
-        y_in: [T, N] fp32 residual stream (``residual_add`` only).
+        y_in: [T, N] fp32 residual stream (``residual_add`` / ``add_rmsnorm``).
         scales: w8 / w4 only: fp32 [w_rows] / [w_rows, K/64].
+        norm_w, eps: add_rmsnorm only: fp32 [N] norm weight and epsilon.
 
     Returns:
         [T, N]: ``acc`` (fp32), ``y_in + acc`` (fp32) or ``bf16(silu(gate) * up)`` (``ml_dtypes.bfloat16``),
-        with ``acc = x @ w.T`` computed in fp32.
+        with ``acc = x @ w.T`` computed in fp32; add_rmsnorm: the pair ``(h, xn)`` with ``h = y_in + acc``
+        (fp32) and ``xn`` = :func:`ninferc.ir.reference.ref_rmsnorm` of ``h`` rounded to bf16, what the
+        unfused GEMV + rmsnorm kernel pair computes.
 
     Raises:
-        PlanError: shapes that do not match the problem; scales missing (w8 / w4) or given (bf16).
+        PlanError: shapes that do not match the problem; scales missing (w8 / w4) or given (bf16);
+            add_rmsnorm without norm_w / eps.
     """
     if problem.quantized:
         if scales is None:
@@ -417,6 +491,12 @@ def reference(problem: GemvProblem, x, w, y_in=None, scales=None) -> np.ndarray:
         return acc
     if problem.epilogue == "residual_add":
         return _f32(y_in) + acc
+    if problem.fused_norm:
+        if norm_w is None or eps is None:
+            raise PlanError("gemv_coop reference: add_rmsnorm needs norm_w and eps")
+        h = _f32(y_in) + acc
+        xn = ref_rmsnorm(h, _f32(norm_w), float(eps), problem.unit_offset)
+        return h, xn.astype(ml_dtypes.bfloat16)
     gate, up = acc[:, : problem.n], acc[:, problem.n:]
     return ((gate / (np.float32(1) + np.exp(-gate))) * up).astype(ml_dtypes.bfloat16)
 

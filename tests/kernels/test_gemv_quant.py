@@ -90,7 +90,8 @@ def test_uris_differ_per_format():
                 assert uris["w4"] == qbase + "_wfmt-w4"
     # sample problems cover every (epilogue, format) pair, so CI compiles every template parameter value
     assert {(p.epilogue, p.wfmt) for p in GEMV.sample_problems()} == {
-        (e, f) for e in ("store", "residual_add", "swiglu") for f in WFORMATS}
+        (e, f) for e in ("store", "residual_add", "swiglu", "add_rmsnorm") for f in WFORMATS}
+    assert {p.unit_offset for p in GEMV.sample_problems() if p.fused_norm} == {True, False}
 
 
 def test_rendered_quant_source_matches_the_format_constants():

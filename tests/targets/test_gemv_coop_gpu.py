@@ -47,6 +47,10 @@ from ninferc.targets.plan import PlanContext, make_plan  # noqa: E402
 
 # Named tolerance for GEMV outputs (relative L2 error); moves to the shared tolerance presets module.
 GEMV_REL_L2 = 2e-3
+# add_rmsnorm's bf16 output vs the reference's bf16: they differ only where the fp32 value (accumulation
+# order, sum-of-squares order) lands on the other side of a bf16 rounding boundary, one bf16 ulp (2^-8
+# relative) at a few elements.
+NORM_BF16_REL_L2 = 2e-3
 BF16_NAN = 0x7FC0
 
 
@@ -181,27 +185,39 @@ def _rel(out, ref):
 def _run_and_check(loaded, prob, launch, seed):
     """Launch twice on fresh inputs; poisoned outputs/workspace; barrier counter left reusable."""
     w, w_dev, s_dev = _weights_for(prob)
-    ref_prob = GemvProblem(prob.k, prob.n, prob.epilogue)  # the same GEMV on the (dequantised) fp32 weights
+    # the same GEMV on the (dequantised) fp32 weights
+    ref_prob = GemvProblem(prob.k, prob.n, prob.epilogue, unit_offset=prob.unit_offset)
     t = launch.tokens
     ws = cp.full(max(launch.workspace_bytes // 4, 1), np.nan, dtype=cp.float32)
-    barrier = cp.zeros(1, dtype=cp.uint32)
+    barrier = cp.zeros(2, dtype=cp.uint32)
     rng = np.random.default_rng(seed)
     for rep in range(2):
         x = rng.standard_normal((t, prob.k), dtype=np.float32).astype(ml_dtypes.bfloat16)
         x_dev = cp.asarray(x.view(np.uint16))
-        y_in = None
+        y_in, norm = None, {}
         if prob.epilogue == "swiglu":
             y = cp.full((t, prob.n), BF16_NAN, dtype=cp.uint16)
+        elif prob.fused_norm:  # residual stream in, normalised bf16 out (poisoned)
+            y_in = rng.standard_normal((t, prob.n), dtype=np.float32)
+            y = cp.asarray(y_in)
+            nw = rng.standard_normal(prob.n, dtype=np.float32) * np.float32(0.2)
+            norm = {"norm_w": cp.asarray(nw), "xn": cp.full((t, prob.n), BF16_NAN, dtype=cp.uint16), "eps": 1e-6}
         elif prob.epilogue == "residual_add":
             y_in = rng.standard_normal((t, prob.n), dtype=np.float32)
             y = cp.asarray(y_in)
         else:
             y = cp.full((t, prob.n), np.nan, dtype=cp.float32)
         ws.fill(np.nan)
-        args = kernel_args(prob, launch, w_dev, x_dev, y, ws, barrier, scales=s_dev)
+        args = kernel_args(prob, launch, w_dev, x_dev, y, ws, barrier, scales=s_dev, **norm)
         loaded.launch(launch, args)
         cp.cuda.get_current_stream().synchronize()
-        ref = reference(ref_prob, x, w, y_in)
+        if prob.fused_norm:
+            ref, ref_xn = reference(ref_prob, x, w, y_in, norm_w=cp.asnumpy(norm["norm_w"]), eps=norm["eps"])
+            got_xn = cp.asnumpy(norm["xn"]).view(ml_dtypes.bfloat16).astype(np.float32)
+            e = _rel(got_xn, ref_xn.astype(np.float32))
+            assert e < NORM_BF16_REL_L2, f"{launch.kernel.uri} T={t} split={launch.split_k} rep={rep}: xn rel L2 {e:.2e}"
+        else:
+            ref = reference(ref_prob, x, w, y_in)
         if prob.epilogue == "swiglu":
             out = cp.asnumpy(y).view(ml_dtypes.bfloat16).astype(np.float32)
             ref = ref.astype(np.float32)
@@ -215,6 +231,7 @@ def _run_and_check(loaded, prob, launch, seed):
             assert d < GEMV_REL_L2, f"{launch.kernel.uri}: residual delta rel L2 {d:.2e}"
         if launch.cooperative:
             assert int(barrier.get()[0]) & 0x7FFFFFFF == 0, "grid barrier counter not left reusable"
+            assert int(barrier.get()[1]) & 0x7FFFFFFF == 0, "group barrier counter not left reusable"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -286,6 +303,40 @@ def test_every_arch_plan_runs_on_this_device(device, loader, arch, sku):
                 if ln.ctas > dev_cap:
                     continue
             _run_and_check(lk, prob, ln, seed=zlib.crc32(f"{arch}/{name}/{ln.tokens}".encode()))
+
+
+NORM_CASES = [GemvProblem(17408, 5120, "add_rmsnorm", f) for f in ("bf16", "w8", "w4")] + [
+    GemvProblem(6144, 5120, "add_rmsnorm", "bf16"), GemvProblem(704, 256, "add_rmsnorm", "bf16", unit_offset=False),
+    GemvProblem(704, 256, "add_rmsnorm", "w4"), GemvProblem(256, 2048, "add_rmsnorm", "w8", unit_offset=False),
+    GemvProblem(256, 704, "add_rmsnorm", "bf16")]  # N = 704: a CTA's 256 outputs straddle two tokens
+
+
+@pytest.mark.parametrize("plan_sms", ["device", 82])
+@pytest.mark.parametrize("t", [1, 3, 4, 8])
+@pytest.mark.parametrize("prob", NORM_CASES, ids=lambda p: f"k{p.k}_n{p.n}_{p.wfmt}_u{int(p.unit_offset)}")
+def test_add_rmsnorm_planned_launches_match_reference(device, loader, prob, t, plan_sms):
+    """The fused residual add + RMSNorm epilogue (route coop_norm, two barriers) on the plan's own launch:
+    h == y_in + acc, xn == bf16 RMSNorm(h) of the reference, both barrier words left reusable."""
+    gemv = FAMILIES["gemv_coop"]
+    loaded = {s.uri: loader(s) for s in gemv.variants(prob)}
+    sms = device["sms"] if plan_sms == "device" else min(plan_sms, device["sms"])
+    ctx = PlanContext(device["arch"], sms, {u: lk.resources for u, lk in loaded.items()})
+    launch = gemv.launch(prob, t, ctx)
+    assert launch.route == "coop_norm", launch
+    _run_and_check(loaded[launch.kernel.uri], prob, launch, seed=t * 17 + sms)
+
+
+@pytest.mark.parametrize("splits", [1, 2, 3])
+@pytest.mark.parametrize("threads", [256, 512])
+def test_add_rmsnorm_forced_splits(device, loader, threads, splits):
+    """Every split count and thread count of the fused kernel -- 27B down_proj shape, T = 4."""
+    gemv = FAMILIES["gemv_coop"]
+    prob = GemvProblem(17408, 5120, "add_rmsnorm")
+    spec = gemv.spec(prob, threads, "coop")
+    loaded = loader(spec)
+    ctx = PlanContext(device["arch"], device["sms"], {spec.uri: loaded.resources})
+    launch = gemv.launch_variant(prob, 4, ctx, threads, "coop", splits)
+    _run_and_check(loaded, prob, launch, seed=threads + splits)
 
 
 def test_cubin_resources_equal_driver_attributes(device, loader):

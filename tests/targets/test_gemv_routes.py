@@ -110,8 +110,34 @@ def test_arg_names_match_the_template_signature(gemv):
         names = [p.split()[-1].strip("*") for p in sig.replace("__restrict__", "").split(",")]
         assert tuple(names) == gemv.arg_names(prob)
         ln = gemv.launch(prob, 3, ctx("sm_90", "h200"))
-        args = kernel_args(prob, ln, "W", "X", "Y", scales="S" if prob.quantized else None)
-        assert len(args) == len(names) and args[-2:] == (3, ln.split_k)
+        norm = dict(norm_w="NW", xn="XN", eps=1e-6) if prob.fused_norm else {}
+        args = kernel_args(prob, ln, "W", "X", "Y", scales="S" if prob.quantized else None, **norm)
+        assert len(args) == len(names)
+        tail = args[-5:-3] if prob.fused_norm else args[-2:]
+        assert tail == (3, ln.split_k)
+
+
+def test_add_rmsnorm_route_is_cooperative_and_falls_back_to_store(gemv):
+    """The fused norm always launches cooperatively (one split if that is all that fits) and takes the
+    unfused store launch when not even one split fits the cap; it has no plain mode."""
+    c = ctx("sm_90", "h200")
+    fused = GemvProblem(5120, 5120, "add_rmsnorm")
+    ln = gemv.launch(fused, 1, c)
+    assert ln.route == "coop_norm" and ln.cooperative and "add_rmsnorm" in ln.kernel.uri and ln.ctas <= c.cap(ln.kernel)
+    # w8 at T=4: the store GEMV is plain (two splits do not fit), the fused one runs coop with one split
+    w8 = GemvProblem(5120, 5120, "add_rmsnorm", "w8")
+    assert gemv.launch(w8.unfused(), 4, c).route == "plain"
+    ln4 = gemv.launch(w8, 4, c)
+    assert ln4.route == "coop_norm" and ln4.split_k == 1
+    # a shape whose grid exceeds every variant's cap: the unfused launch, never a silent oversize grid
+    wide = GemvProblem(256, 262144, "add_rmsnorm")
+    lw = gemv.launch(wide, 1, c)
+    assert lw.route in ("plain", "coop_splitk") and "add_rmsnorm" not in lw.kernel.uri
+    assert lw == gemv.launch(wide.unfused(), 1, c)
+    with pytest.raises(PlanError, match="no plain mode"):
+        gemv.launch_variant(fused, 1, c, 256, "plain")
+    with pytest.raises(PlanError, match="norm_w, xn and eps"):
+        kernel_args(fused, ln, "W", "X", "Y")
 
 
 def test_reference_epilogues():
@@ -128,3 +154,13 @@ def test_reference_epilogues():
     np.testing.assert_allclose(out.astype(np.float32), g / (1 + np.exp(-g)) * u, rtol=1e-2, atol=1e-2)
     with pytest.raises(PlanError, match="expected x"):
         reference(GemvProblem(16, 8), x[:, :8], w)
+    nw = rng.standard_normal(8).astype(np.float32)
+    for unit in (True, False):
+        h, xn = reference(GemvProblem(16, 8, "add_rmsnorm", unit_offset=unit), x, w, y0, norm_w=nw, eps=1e-6)
+        np.testing.assert_array_equal(h, y0 + acc)
+        scale = (1 + nw) if unit else nw
+        want = h / np.sqrt((h.astype(np.float64) ** 2).mean(axis=1, keepdims=True) + 1e-6) * scale
+        assert xn.dtype == ml_dtypes.bfloat16
+        np.testing.assert_allclose(xn.astype(np.float32), want, rtol=8e-3, atol=1e-6)
+    with pytest.raises(PlanError, match="norm_w and eps"):
+        reference(GemvProblem(16, 8, "add_rmsnorm"), x, w, y0)
