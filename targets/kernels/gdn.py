@@ -36,9 +36,15 @@ Kernels and launch geometry (chosen here, never in the templates)
   :func:`chunk_smem_bytes`) or ``recurrent`` (``gdn_recurrent.cu.j2`` mode ``prefill``, grid ``(Hv, B)``)
   -> only when ``dv_block < dv`` (route ``chunked_split``): ``gdn_gated_norm`` (grid ``(T,)``), reading
   the fp32 ``o_ws [T, Hv*dv]`` the chunk kernel wrote.
-* ``dv_block``: the largest divisor of dv in {256, 128, 64, 32, 16} whose shared memory (static + dynamic)
-  fits the arch's opt-in maximum with at least one resident CTA. 27B: 128 (fused norm, 145024 B) on sm_90,
-  64 (split, 93824 B) on sm_86 / sm_89 / sm_120a (99 KiB opt-in).
+* ``dv_block``: among the divisors of dv in {256, 128, 64, 32, 16} whose shared memory (static + dynamic)
+  fits the arch's opt-in maximum with at least one resident CTA, the one with the least modelled time
+  :func:`chunk_cost` on the plan's SM count (ties to the larger block). The chunk kernel is sequential over
+  chunks inside a CTA, so its time is the busiest SM's: ``ceil(CTAs / SMs)`` CTAs of ``a + b * dv_block``
+  FMAs per chunk, where ``a`` (the K-side products ``K K^T`` and ``Q K^T``) is repeated by every column
+  block and ``b * dv_block`` (``K S``, ``Q S``, the triangular solve, ``P Vn``, the state update) is
+  split among them. 27B (48 V heads, one sequence): 64 on every target (96 CTAs; the 132-SM H200 would
+  otherwise run 48 CTAs of 128 columns on 36 % of its SMs); only 64 or smaller fit sm_86 / sm_89 /
+  sm_120a's 99 KiB opt-in anyway.
 * Kernels with a grid over sequences loop ``b = blockIdx.y, blockIdx.y + gridDim.y, ...`` and exit past
   ``num_seqs``: any ``grid.y >= 1`` is correct; the runtime should set ``grid.y = B`` of the step (the plan
   is made for ``batch`` sequences, default 1 for prefill and T for decode).
@@ -253,6 +259,22 @@ def chunk_smem_bytes(p: GdnProblem, dv_block: int, chunk: int = CHUNK, tile: int
     return 4 * floats
 
 
+def chunk_cost(p: GdnProblem, dv_block: int, sms: int, batch: int = 1, chunk: int = CHUNK) -> int:
+    """Modelled time of one ``gdn_chunk`` launch, in FMAs per chunk on the busiest SM (module docstring):
+    ``ceil(Hv * dv / dv_block * batch / sms) * (2 C^2 dk + dv_block (3 C dk + 1.5 C^2))`` with C = ``chunk``
+    (G = K K^T and P = Q K^T: C^2 dk each; K S and Q S: C dk dv_block each; the solve C^2/2 dv_block; P Vn
+    C^2 dv_block; the state update dk C dv_block). A relative number for comparing column blocks.
+
+    Raises:
+        PlanError: sms or batch < 1.
+    """
+    if sms < 1 or batch < 1:
+        raise PlanError(f"gdn_chunk cost: need sms >= 1 and batch >= 1 (sms = {sms}, batch = {batch})")
+    ctas = p.hv * (p.dv // dv_block) * batch
+    per_cta = 2 * chunk * chunk * p.dk + dv_block * (3 * chunk * p.dk) + (3 * chunk * chunk * dv_block) // 2
+    return _ceil(ctas, sms) * per_cta
+
+
 def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -387,7 +409,8 @@ class GdnPrefillFamily:
 
     Args:
         route: ``"chunked"`` (default) or ``"recurrent"`` (the simple oracle route).
-        dv_block: force the chunk kernel's column block (default: the largest that fits, see module doc).
+        dv_block: force the chunk kernel's column block (default: the cheapest that fits by
+            :func:`chunk_cost`, see module doc).
         chunk: tokens per chunk (64).
         state_per_thread: for the recurrent route's thread count.
 
@@ -437,21 +460,25 @@ class GdnPrefillFamily:
         """Kernel parameters in order for ``route`` (default the family's)."""
         return arg_names("gdn_chunk" if (route or self.route) != "recurrent" else "gdn_recurrent_prefill")
 
-    def choose_dv_block(self, problem: GdnProblem, ctx: PlanContext) -> int:
-        """The forced dv_block, or the largest candidate whose static + dynamic shared memory fits the
-        arch's opt-in maximum with at least one resident CTA per SM.
+    def choose_dv_block(self, problem: GdnProblem, ctx: PlanContext, batch: int = 1) -> int:
+        """The forced dv_block, or among the candidates whose static + dynamic shared memory fits the arch's
+        opt-in maximum with at least one resident CTA per SM, the one of least :func:`chunk_cost` for
+        ``ctx.sms`` SMs and ``batch`` sequences (ties to the larger block).
 
         Raises:
             PlanError: nothing fits (lists every candidate's bytes and the limit).
         """
-        tried = []
+        tried, fits = [], []
         for d in ([self.dv_block] if self.dv_block else dv_blocks(problem)):
             spec = self.chunk_spec(problem, d)
             dyn = chunk_smem_bytes(problem, d, self.chunk)
             total = ctx.resources_of(spec).static_smem_bytes + dyn
             if total <= ctx.arch.max_smem_per_cta_optin and ctx.occupancy(spec, dyn).ctas_per_sm >= 1:
-                return d
-            tried.append(f"dv_block {d}: {total} B")
+                fits.append((chunk_cost(problem, d, ctx.sms, batch, self.chunk), -d))
+            else:
+                tried.append(f"dv_block {d}: {total} B")
+        if fits:
+            return -min(fits)[1]
         raise PlanError(f"gdn_chunk (dk {problem.dk}, dv {problem.dv}) on {ctx.arch.name}: no dv_block fits the "
                         f"opt-in shared-memory maximum of {ctx.arch.max_smem_per_cta_optin} B ({'; '.join(tried)})")
 
@@ -475,7 +502,7 @@ class GdnPrefillFamily:
                                    tokens=tokens)
         if route != "chunked":
             raise PlanError(f"gdn_prefill: unknown route {route!r}; supported: {', '.join(ROUTES)}")
-        d = self.choose_dv_block(problem, ctx)
+        d = self.choose_dv_block(problem, ctx, batch)
         split = d < problem.dv
         return ctx.make_launch(self.chunk_spec(problem, d), (problem.hv * (problem.dv // d), batch, 1),
                                route="chunked_split" if split else "chunked", tokens=tokens,

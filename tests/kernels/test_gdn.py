@@ -174,14 +174,34 @@ def test_compile_resources_and_plan(arch_ctx, problem):
                     check_launch(ln, a, ctx.resources_of(ln.kernel), ctx.sms)
     core = gdn.GdnPrefillFamily().launch(problem, 200, ctx)
     if problem is gdn.QWEN38_27B:
+        # this plan has 82 SMs: 96 CTAs of 64 columns would be two waves, so sm_90 (the only arch whose
+        # shared memory holds 128 columns) takes one wave of 48 full-width CTAs (chunk_cost)
         want = ("chunked", 128) if arch == "sm_90" else ("chunked_split", 64)
         assert (core.route, core.kernel.param("dv_block")) == want
         assert core.dynamic_smem_bytes == gdn.chunk_smem_bytes(problem, want[1])
         assert core.grid == (48 * 128 // want[1], 1, 1)
         dec = gdn.BY_NAME["gdn_decode"].launch(problem, 3, ctx)
         assert dec.grid == (48, 3, 1) and dec.threads == 512
-    else:
-        assert core.route == "chunked" and core.kernel.param("dv_block") == 64
+    else:  # 6 V heads of 64: 16-column blocks give 24 CTAs, each a quarter of the value-side work
+        assert core.route == "chunked_split" and core.kernel.param("dv_block") == 16
+
+
+def test_dv_block_follows_the_sm_count_and_the_cost_model():
+    """The column block is derived from the plan's SM count (gdn.chunk_cost), not fixed per arch: on a
+    78-SM sm_90 card (H20) one wave of 48 full-width CTAs beats two waves of 64-column ones; on 132 SMs
+    the 96 half-width CTAs win; a 4-sequence chunk on 132 SMs still prefers 64 columns."""
+    p = gdn.QWEN38_27B
+    fam = gdn.GdnPrefillFamily()
+    assert fam.choose_dv_block(p, cases.make_ctx([p], "sm_90", sms=78)) == 128
+    assert fam.choose_dv_block(p, cases.make_ctx([p], "sm_90", sms=132)) == 64
+    assert fam.choose_dv_block(p, cases.make_ctx([p], "sm_90", sms=132), batch=4) == 64
+    assert fam.choose_dv_block(p, cases.make_ctx([p], "sm_86", sms=82)) == 64  # 128 does not fit 99 KiB
+    # the model itself, by hand: ceil(CTAs / SMs) * (2 C^2 dk + d (3 C dk + 1.5 C^2)), C = 64, dk = 128
+    assert gdn.chunk_cost(p, 128, 132) == 1 * (2 * 64 * 64 * 128 + 128 * (3 * 64 * 128 + 6144))
+    assert gdn.chunk_cost(p, 64, 132) == 1 * (2 * 64 * 64 * 128 + 64 * (3 * 64 * 128 + 6144))
+    assert gdn.chunk_cost(p, 64, 78) == 2 * (2 * 64 * 64 * 128 + 64 * (3 * 64 * 128 + 6144))
+    with pytest.raises(PlanError, match="sms >= 1"):
+        gdn.chunk_cost(p, 64, 0)
 
 
 def test_chunk_dv_block_that_fits_nowhere_is_a_plan_error():
@@ -231,10 +251,12 @@ def test_emulated_chunk_prefill_tiny(host_ctx, dv_block):
                            dv_block=dv_block)
 
 
-@pytest.mark.parametrize("arch", ["sm_86", "sm_90"])
-def test_emulated_chunk_prefill_27b_head(host_ctx, arch):
-    """dk = dv = 128: split into two 64-column CTAs + gdn_gated_norm (sm_86 plan) or fused (sm_90 plan)."""
-    out = cases.scenario_prefill(cases.HostBackend(reverse=arch == "sm_86"), host_ctx[arch], WIDE, [0, 9], [65, 2])
+@pytest.mark.parametrize("arch,dv_block", [("sm_86", None), ("sm_90", 128)])
+def test_emulated_chunk_prefill_27b_head(host_ctx, arch, dv_block):
+    """dk = dv = 128: split into column blocks + gdn_gated_norm (the sm_86 plan's own choice: two V heads on
+    82 SMs take the narrowest block), or one fused full-width CTA per head (forced 128, sm_90 only)."""
+    out = cases.scenario_prefill(cases.HostBackend(reverse=arch == "sm_86"), host_ctx[arch], WIDE, [0, 9], [65, 2],
+                                 dv_block=dv_block)
     assert [ln.route for ln in out["launches"]][2:] == (["chunked_split", "gated_norm"] if arch == "sm_86"
                                                          else ["chunked"])
 

@@ -103,3 +103,23 @@ def test_five_sequences_short_histories(backend, ctx, name):
     the batch's slots and ring rows may change (compare_step checks the others bit for bit)."""
     cases.scenario_prefill(backend, ctx, PROBLEMS[name], [0, 1, 2, 3, 250], [3, 70, 1, 2, 5], seed=3)
     cases.scenario_decode(backend, ctx, PROBLEMS[name], [0, 1, 2, 3, 250], seed=4)
+
+
+@pytest.mark.parametrize("name", PROBLEMS)
+@pytest.mark.parametrize("dv_block", gdn.DV_BLOCKS)
+def test_prefill_every_dv_block(backend, name, dv_block):
+    """Each column block the chunk kernel supports, forced, on the device's own plan (the plan picks one by
+    gdn.chunk_cost; the others must stay correct: a smaller SM count or a batch picks them). Blocks that do
+    not divide dv or do not fit the device's shared memory are skipped."""
+    from ninferc.errors import PlanError
+    from ninferc.runtime.kernels import device_arch, device_sm_count
+
+    p = PROBLEMS[name]
+    if dv_block not in gdn.dv_blocks(p):
+        pytest.skip(f"dv_block {dv_block} does not divide dv {p.dv}")
+    c = cases.make_ctx([p], device_arch(), device_sm_count(), dv_block=dv_block)
+    try:
+        gdn.GdnPrefillFamily(dv_block=dv_block).launch(p, 130, c)
+    except PlanError as exc:
+        pytest.skip(str(exc))
+    cases.scenario_prefill(backend, c, p, [0, 40], [130, 3], dv_block=dv_block, seed=dv_block)
