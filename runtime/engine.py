@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -35,7 +34,7 @@ from ninferc.errors import NinfercError, PlanError, TargetError
 from ninferc.ir.graph import KV_GROUP
 from ninferc.ir.reference import rope_inv_freq
 from ninferc.runtime.kernels import DeviceKernel, cupy, device_arch, device_sm_count
-from ninferc.runtime.memory import MemoryPlan
+from ninferc.runtime.memory import MemoryPlan, workspace_sizes
 from ninferc.runtime.paged_kv import PagePool, Sequence, SlotPool
 from ninferc.sampling import SamplingParams
 from ninferc.targets.arch import get_arch, require_plan_runs_on
@@ -267,28 +266,9 @@ class Engine:
         return mp
 
     def _workspace_sizes(self) -> dict[str, int]:
-        """Bytes per named workspace: the max over the launches the engine can make."""
-        ws = {"gemv": 16, "gdn_conv_out": 16, "gdn_o": 16, "attn_q": 16, "attn_partials": 16}
-        cases = [("prefill", self.t_cap, 1, 1), ("decode", self.max_batch, self.max_batch, self.max_batch)]
-        for t in list(range(1, 17)) + [64]:  # every GEMV token count (split-K workspace varies with T)
-            if t <= self.t_cap:
-                cases.append(("prefill", t, 1, 1))
-        for mode, T, B, R in cases:  # noqa: N806
-            for s in self.program.for_mode(mode):
-                ln = step_launch(s, self.geo_ctx, T=T, B=B, R=R)
-                fam = ln.kernel.family
-                if fam == "gemv_coop":
-                    ws["gemv"] = max(ws["gemv"], ln.workspace_bytes)
-                elif fam == "gdn_conv":
-                    ws["gdn_conv_out"] = max(ws["gdn_conv_out"], ln.workspace_bytes)
-                elif fam == "gdn_prefill":
-                    ws["gdn_o"] = max(ws["gdn_o"], ln.workspace_bytes)
-                elif fam == "attn_prep":
-                    p = s.problem
-                    ws["attn_q"] = max(ws["attn_q"], 4 * T * p.heads_q * p.head_dim)
-                elif fam == "attn_decode":
-                    ws["attn_partials"] = max(ws["attn_partials"], ln.workspace_bytes)
-        return {k: int(math.ceil(v / 256) * 256) for k, v in ws.items()}
+        """Bytes per named workspace: the max over the launches the engine can make
+        (:func:`ninferc.runtime.memory.workspace_sizes`)."""
+        return workspace_sizes(self.program, self.geo_ctx, t_cap=self.t_cap, max_batch=self.max_batch)
 
     def _meta_layout(self) -> int:
         """Offsets (in int32 elements) of the per-step metadata arrays in one block; returns bytes."""

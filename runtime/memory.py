@@ -3,9 +3,13 @@ device memory *before* anything is uploaded; the error lists every term in bytes
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
-from ninferc.errors import RuntimeMemoryError
+from ninferc.errors import PlanError, RuntimeMemoryError
+
+#: kernel family -> the named workspace (``Ref("ws", name)``) its ``Launch.workspace_bytes`` sizes
+WORKSPACE_OF = {"gemv_coop": "gemv", "gdn_conv": "gdn_conv_out", "gdn_chunk": "gdn_o", "attn_decode": "attn_partials"}
 
 
 @dataclass
@@ -45,3 +49,39 @@ class MemoryPlan:
                 f"the memory plan needs {self.total:,} bytes but {device} has {free_bytes:,} bytes free "
                 f"(short by {self.total - free_bytes:,} bytes):\n{self.describe()}\n"
                 "reduce --max-context or the batch size, or free device memory")
+
+
+def workspace_sizes(program, ctx, *, t_cap: int, max_batch: int) -> dict[str, int]:
+    """Bytes of every named workspace the runtime allocates: for each, the largest ``Launch.workspace_bytes``
+    of the kernels that use it (:data:`WORKSPACE_OF`) over every step the engine can make -- a prefill chunk
+    of ``t_cap`` tokens, every GEMV-sized prefill (T = 1..16 and 64; split-K workspaces vary with T) and a
+    decode step of ``max_batch`` sequences -- plus ``attn_q`` (fp32 [T, Hq * head_dim] of the attention
+    prep). Each rounded up to 256 bytes, at least 256.
+
+    Args:
+        program: a :class:`ninferc.targets.lower.Program`. ctx: the plan context launches are derived on.
+        t_cap: prefill chunk (tokens). max_batch: decode sequences.
+
+    Raises:
+        PlanError: a launch needs workspace bytes but its kernel family has no named workspace (it would write
+            past whatever buffer it is given).
+    """
+    from ninferc.targets.lower import step_launch
+
+    ws = {"gemv": 16, "gdn_conv_out": 16, "gdn_o": 16, "attn_q": 16, "attn_partials": 16}
+    cases = [("prefill", t_cap, 1, 1), ("decode", max_batch, max_batch, max_batch)]
+    cases += [("prefill", t, 1, 1) for t in list(range(1, 17)) + [64] if t <= t_cap]
+    for mode, T, B, R in cases:  # noqa: N806
+        for s in program.for_mode(mode):
+            ln = step_launch(s, ctx, T=T, B=B, R=R)
+            fam = ln.kernel.family
+            if fam == "attn_prep":
+                p = s.problem
+                ws["attn_q"] = max(ws["attn_q"], 4 * T * p.heads_q * p.head_dim)
+            if ln.workspace_bytes:
+                name = WORKSPACE_OF.get(fam)
+                if name is None:
+                    raise PlanError(f"step {s.name}: kernel {ln.kernel.uri} needs {ln.workspace_bytes} B of workspace "
+                                    f"but family {fam} has no named workspace (runtime.memory.WORKSPACE_OF)")
+                ws[name] = max(ws[name], ln.workspace_bytes)
+    return {k: int(math.ceil(v / 256) * 256) for k, v in ws.items()}

@@ -35,3 +35,32 @@ def test_pages_and_slots():
     slots.take()
     with pytest.raises(PoolExhausted, match="all 1 in use"):
         slots.take()
+
+
+def test_workspace_sizes_cover_every_launch_that_needs_one():
+    """Every launch the engine can make fits the workspace it is bound to. The GDN split route's ``o_ws`` (the
+    chunk kernel's family is ``gdn_chunk``) was once sized by a family name no launch carries, so it stayed at
+    256 B and the kernel wrote past it; the sizing now refuses any family it does not know."""
+    from ninferc.checkpoint import Checkpoint
+    from ninferc.ir.passes import run_pipeline
+    from ninferc.ir.qwen3_5 import build_graph
+    from ninferc.runtime.memory import WORKSPACE_OF, workspace_sizes
+    from ninferc.targets.lower import step_launch
+    from ninferc.targets.model_plan import plan_model
+    from ninferc.testing import models_dir
+
+    g = run_pipeline(build_graph(Checkpoint(models_dir() / "qwen35-tiny-code").config, lm_rows="last"))
+    mp = plan_model(g, "sm_90", sku="h200", decode_batches=(1,), prefill_tokens=(64,))
+    ctx, prog = mp.context(), mp.program
+    sizes = workspace_sizes(prog, ctx, t_cap=1024, max_batch=4)
+    seen = set()
+    for mode, T, B in [("prefill", 1024, 1), ("prefill", 3, 1), ("prefill", 700, 2), ("decode", 4, 4), ("decode", 1, 1)]:
+        for s in prog.for_mode(mode):
+            ln = step_launch(s, ctx, T=T, B=B, R=B)
+            if ln.workspace_bytes:
+                name = WORKSPACE_OF[ln.kernel.family]
+                assert ln.workspace_bytes <= sizes[name], (s.name, ln.kernel.uri, ln.workspace_bytes, sizes[name])
+                seen.add(ln.kernel.family)
+    # the tiny fixture's GDN core takes the split route (16-column blocks), so its o_ws is exercised
+    assert {"gemv_coop", "gdn_conv", "gdn_chunk", "attn_decode"} <= seen
+    assert sizes["gdn_o"] >= 4 * 1024 * 6 * 64
