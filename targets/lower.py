@@ -255,8 +255,12 @@ def _attn_problem(op: Op, graph: Graph, page_size: int, max_context: int) -> Att
     return p
 
 
-def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096) -> Program:
+def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096, fuse_norm: bool = True) -> Program:
     """Lower a compiled graph (after :func:`ninferc.ir.passes.run_pipeline`) to kernel steps.
+
+    ``fuse_norm=False`` keeps every AddRMSNorm a step of its own (no ``add_rmsnorm`` GEMV epilogue): the
+    reference side of an A/B benchmark (bench/fuse_norm_ab.py); the kernels it needs are a subset of the
+    fused program's, so either program runs on the same artifact.
 
     Raises:
         PlanError: an op kind with no kernel, or a fused op whose layout the kernels do not take.
@@ -268,7 +272,8 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096) -> Prog
     prog = Program(page_size=page_size, max_context=max_context)
     add = prog.steps.append
     lm_inputs = {op.inputs[0] for op in graph.ops() if op.kind == "LMHead"}
-    fused_norm = _norms_to_fuse(graph, lm_inputs)  # Linear op name -> the AddRMSNorm op it absorbs
+    # Linear op name -> the AddRMSNorm op it absorbs
+    fused_norm = _norms_to_fuse(graph, lm_inputs) if fuse_norm else {}
     absorbed = {norm.name: lin for lin, norm in fused_norm.items()}
     for op in graph.ops():
         k, a, L = op.kind, op.attrs, op.layer

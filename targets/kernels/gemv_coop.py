@@ -13,10 +13,12 @@ the SwiGLU output -- down_proj's input -- bf16):
   second output: ``XN[t] = bf16(Y[t] / sqrt(mean(Y[t]^2) + eps) * (1 + w))`` (``w`` if not
   ``unit_offset``) -- the ``add_rmsnorm`` of ``rmsnorm.cu.j2`` fused into the GEMV that produces its
   input, so a decode step has no separate norm launch (130 fewer launches per 27B token). Cooperative
-  only (route ``coop_norm``): after the split-K reduction the CTAs that updated Y meet at a second
-  barrier (``ninfer::group_barrier`` on barrier word 1), then each computes ``sum(Y[t]^2)`` over the
-  whole row of every token it touches (same order in every CTA, so every CTA gets the same bits) and
-  writes its own outputs of ``XN``. Same result as the unfused pair up to the order of that sum.
+  only (route ``coop_norm``), one output per thread (the grid covers ``T * N``; the planner checks it,
+  the kernel traps otherwise): after the split-K reduction each CTA adds its outputs into Y and stores
+  its sum of squares per token it touches in the workspace (after the split partials); the CTAs that
+  hold outputs meet at a second barrier (``ninfer::group_barrier`` on barrier word 1) and each sums the
+  partials of its token in CTA order (every CTA gets the same bits) and writes its outputs of ``XN``.
+  Same result as the unfused pair up to the order of the sum of squares.
 
 K must be a multiple of 8 (bf16), 16 (w8) or 64 (w4). Inputs 16-byte aligned.
 
@@ -296,9 +298,11 @@ class GemvCoopFamily:
         ``max(1, K / k_per_vec / 32)`` with k_per_vec = 8 (bf16), 16 (w8), 32 (w4)."""
         return max(1, problem.k // problem.k_per_vec // WARP)
 
-    def workspace_bytes(self, problem: GemvProblem, tokens: int, splits: int) -> int:
-        """Bytes of fp32 partial sums [splits, T, w_rows] a coop launch needs."""
-        return 4 * splits * tokens * problem.w_rows
+    def workspace_bytes(self, problem: GemvProblem, tokens: int, splits: int, threads: int = WARP) -> int:
+        """Bytes a coop launch needs: fp32 partial sums [splits, T, w_rows]; add_rmsnorm adds the per-(token,
+        CTA) sums of squares, fp32 [T, ceil(T * n / threads)] (``threads``: the kernel's CTA size)."""
+        extra = 4 * tokens * -(-tokens * problem.n // threads) if problem.fused_norm else 0
+        return 4 * splits * tokens * problem.w_rows + extra
 
     # ---- route selection -----------------------------------------------------------------------
 
@@ -354,14 +358,14 @@ class GemvCoopFamily:
             spec = self.spec(problem, th, "coop", tile)
             cap = ctx.cap(spec)
             splits = min(cap // base, self.max_splits(problem))
-            if splits >= 1:
+            if splits >= 1 and base * splits * th >= tokens * problem.n:  # one output per thread
                 cand = (base * splits / cap, -th, spec, base, splits)
                 best = cand if best is None or cand[:2] > best[:2] else best
         if best is None:
             return self.launch(problem.unfused(), tokens, ctx)
         _, _, spec, base, splits = best
         return ctx.make_launch(spec, base * splits, route="coop_norm", tokens=tokens, split_k=splits,
-                               workspace_bytes=self.workspace_bytes(problem, tokens, splits))
+                               workspace_bytes=self.workspace_bytes(problem, tokens, splits, spec.threads))
 
     def launch_variant(self, problem: GemvProblem, tokens: int, ctx: PlanContext, threads: int, mode: str,
                        splits: int | None = None, max_tokens: int | None = None) -> Launch:
@@ -387,9 +391,12 @@ class GemvCoopFamily:
                 f"{spec.uri} on {ctx.arch.name}: cooperative grid of {base} x {splits} splits = "
                 f"{base * max(splits, 1)} CTAs exceeds the cooperative cap of {cap} CTAs"
             )
+        if problem.fused_norm and base * splits * threads < tokens * problem.n:
+            raise PlanError(f"{spec.uri}: add_rmsnorm needs one thread per output, but {base * splits} CTAs x "
+                            f"{threads} threads < T x N = {tokens * problem.n}")
         return ctx.make_launch(spec, base * splits, route="coop_norm" if problem.fused_norm else "coop_splitk",
                                tokens=tokens, split_k=splits,
-                               workspace_bytes=self.workspace_bytes(problem, tokens, splits))
+                               workspace_bytes=self.workspace_bytes(problem, tokens, splits, threads))
 
 
 def kernel_args(problem: GemvProblem, launch: Launch, w, x, y, ws=None, barrier=None, scales=None,

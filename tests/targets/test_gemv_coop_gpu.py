@@ -322,7 +322,9 @@ def test_add_rmsnorm_planned_launches_match_reference(device, loader, prob, t, p
     sms = device["sms"] if plan_sms == "device" else min(plan_sms, device["sms"])
     ctx = PlanContext(device["arch"], sms, {u: lk.resources for u, lk in loaded.items()})
     launch = gemv.launch(prob, t, ctx)
-    assert launch.route == "coop_norm", launch
+    if launch.route != "coop_norm":  # the fused grid does not fit this SM count: the store GEMV, norm apart
+        assert launch == gemv.launch(prob.unfused(), t, ctx) and "add_rmsnorm" not in launch.kernel.uri
+        prob = prob.unfused()
     _run_and_check(loaded[launch.kernel.uri], prob, launch, seed=t * 17 + sms)
 
 
