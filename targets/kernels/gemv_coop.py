@@ -192,13 +192,16 @@ class GemvCoopFamily:
             46.7 -> 52.1 us) and keeps 4.
         max_tokens: the largest tile (kept for callers that force one variant: :meth:`spec` and
             :meth:`launch_variant` default to it).
+        prefetch_steps: K steps (16 bytes per lane per W row) each warp asks L2 to prefetch before its PDL
+            wait (``prefetch.global.L2``; weights are constant). A template parameter only when not 1, so
+            the default kernels keep their URI.
     """
 
     name = "gemv_coop"
     template = "gemv_coop.cu.j2"
 
     def __init__(self, threads: tuple[int, ...] = (256, 512), token_tiles: tuple[int, ...] = (1, 4),
-                 rows_per_warp: int = 4, quant_rows_per_warp: int = 2):
+                 rows_per_warp: int = 4, quant_rows_per_warp: int = 2, prefetch_steps: int = 1):
         if any(t % WARP or t <= 0 for t in threads) or rows_per_warp % 2 or quant_rows_per_warp % 2 \
                 or min(rows_per_warp, quant_rows_per_warp) < 2 or not token_tiles or min(token_tiles) < 1:
             raise PlanError(
@@ -211,6 +214,9 @@ class GemvCoopFamily:
         self.token_tiles = tuple(sorted(set(int(t) for t in token_tiles)))
         self.max_tokens = self.token_tiles[-1]
         self.rows_per_warp = int(rows_per_warp)
+        if prefetch_steps < 1:
+            raise PlanError(f"gemv_coop: prefetch_steps = {prefetch_steps} must be at least 1")
+        self.prefetch_steps = int(prefetch_steps)
 
     def rows_for(self, problem: GemvProblem) -> int:
         """W rows per warp for ``problem``'s weight format (``rows_per_warp`` or ``quant_rows_per_warp``)."""
@@ -249,6 +255,8 @@ class GemvCoopFamily:
             params["wfmt"] = problem.wfmt
         if problem.fused_norm:
             params["unit_offset"] = bool(problem.unit_offset)
+        if self.prefetch_steps != 1:
+            params["prefetch_steps"] = self.prefetch_steps
         return KernelSpec.make(self.name, self.template, params, threads, cooperative=(mode == "coop"))
 
     def arg_names(self, problem: GemvProblem) -> tuple[str, ...]:
