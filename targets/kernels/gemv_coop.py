@@ -214,8 +214,8 @@ class GemvCoopFamily:
         self.token_tiles = tuple(sorted(set(int(t) for t in token_tiles)))
         self.max_tokens = self.token_tiles[-1]
         self.rows_per_warp = int(rows_per_warp)
-        if prefetch_steps < 1:
-            raise PlanError(f"gemv_coop: prefetch_steps = {prefetch_steps} must be at least 1")
+        if prefetch_steps < 0:
+            raise PlanError(f"gemv_coop: prefetch_steps = {prefetch_steps} must be >= 0")
         self.prefetch_steps = int(prefetch_steps)
 
     def rows_for(self, problem: GemvProblem) -> int:
