@@ -215,6 +215,21 @@ class ModelConfig:
         cfg = cls.from_hf_dict(raw, source=str(path))
         return cfg if cfg.name else _replace(cfg, name=d.name)
 
+    def check_context(self, max_context: int, what: str = "--max-context") -> None:
+        """Refuse a KV capacity beyond the positions the model was trained for.
+
+        Args:
+            max_context: tokens per sequence the caller wants to hold.
+            what: how the caller names the value in the message (a CLI option or an argument).
+
+        Raises:
+            ConfigError: ``max_context`` < 1 or > ``max_position_embeddings`` (config.json; the positions
+                RoPE was trained on, as transformers' own ``max_position_embeddings`` check uses it).
+        """
+        if not 1 <= max_context <= self.max_position_embeddings:
+            raise ConfigError(f"{what} {max_context} is outside 1..{self.max_position_embeddings}, the model's "
+                              "max_position_embeddings (config.json)")
+
     def validate(self, source: str = "config") -> None:
         """Check consistency of sizes and head counts.
 

@@ -63,6 +63,7 @@ def plan_cmd(model_dir, target, sku, sms, preset, tokens, batches, max_context, 
             "ninferc plan: give exactly one of MODEL_DIR or --preset (presets: " + ", ".join(PRESETS) + ")"
         )
     cfg = get_preset(preset) if preset is not None else ModelConfig.from_dir(model_dir)
+    cfg.check_context(max_context)
     from ninferc.ir.quant import recipe_name
 
     plan = plan_for_config(cfg, arch.name, weights=recipe_name(weights, recipe), kv_dtype=kv_dtype,

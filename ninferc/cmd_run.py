@@ -10,15 +10,21 @@ import click
 from ninferc.errors import NinfercError
 from ninferc.sampling import SamplingParams
 
+#: KV capacity of ``ninferc run`` on a checkpoint directory when --max-context is not given (tokens)
+DEFAULT_CONTEXT = 4096
 
-def open_backend(path: Path, backend: str | None, *, max_context: int, cuda_graph: bool, prefill_chunk: int,
+
+def open_backend(path: Path, backend: str | None, *, max_context: int | None, cuda_graph: bool, prefill_chunk: int,
                  log=None):
-    """(backend object, tokenizer, model config) for a checkpoint dir or an artifact.
+    """(backend object, tokenizer, model config, max_context) for a checkpoint dir or an artifact.
 
     ``backend`` None picks ``cuda`` for an artifact and ``reference`` for a checkpoint directory.
+    ``max_context`` None takes the artifact's compile-time ``--max-context`` (4096 for a checkpoint
+    directory, or its max_position_embeddings when smaller).
 
     Raises:
         NinfercError: path missing; ``cuda`` asked for a checkpoint directory (compile it first).
+        ConfigError: ``max_context`` beyond the model's max_position_embeddings.
     """
     from ninferc.reference_backend import ReferenceBackend
     from ninferc.tokenizer import Tokenizer
@@ -35,27 +41,36 @@ def open_backend(path: Path, backend: str | None, *, max_context: int, cuda_grap
                 "--sku NAME -o model.ninfer` first (see `ninferc plan --help` for targets and SKUs), or use "
                 "--backend reference")
         ck = Checkpoint(path)
-        return ReferenceBackend(ck.config, ck, max_context=max_context), Tokenizer.from_dir(path), ck.config
+        if max_context is None:
+            max_context = min(DEFAULT_CONTEXT, ck.config.max_position_embeddings)
+        ck.config.check_context(max_context)
+        return (ReferenceBackend(ck.config, ck, max_context=max_context), Tokenizer.from_dir(path), ck.config,
+                max_context)
     from ninferc.artifact import Artifact
 
     art = Artifact.open(path)
     tok = art.tokenizer()
+    if max_context is None:
+        max_context = int(art.header["compile"]["max_context"])
+    art.config.check_context(max_context)
     backend = backend or "cuda"
     if backend == "reference":
         return (ReferenceBackend(art.config, art.weights(), graph=art.graph(), max_context=max_context), tok,
-                art.config)
+                art.config, max_context)
     from ninferc.runtime.engine import Engine
 
     eng = Engine.from_artifact(art, max_context=max_context, cuda_graph=cuda_graph, prefill_chunk=prefill_chunk,
                                log=log)
-    return eng.session(), tok, art.config
+    return eng.session(), tok, art.config, max_context
 
 
 @click.command("run")
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--prompt", required=True, help="the prompt text")
 @click.option("--max-new", default=128, type=click.IntRange(min=1), show_default=True, help="tokens to generate at most")
-@click.option("--max-context", default=4096, type=click.IntRange(min=1), show_default=True, help="KV capacity per sequence (tokens)")
+@click.option("--max-context", default=None, type=click.IntRange(min=1),
+              help="KV capacity per sequence (tokens) [default: the artifact's compile-time --max-context; 4096 for "
+                   "a checkpoint directory]")
 @click.option("--prefill-chunk", default=1024, type=click.IntRange(min=1), show_default=True, help="prompt tokens per prefill step")
 @click.option("--greedy", is_flag=True, help="argmax decoding (the default unless --temperature > 0)")
 @click.option("--temperature", default=0.0, show_default=True, help="0 = greedy")
@@ -78,8 +93,8 @@ def run_cmd(path, prompt, max_new, max_context, prefill_chunk, greedy, temperatu
     def log(msg):
         click.echo(msg, err=True)
 
-    be, tok, cfg = open_backend(path, backend, max_context=max_context, cuda_graph=not no_cuda_graph,
-                                prefill_chunk=prefill_chunk, log=log)
+    be, tok, cfg, max_context = open_backend(path, backend, max_context=max_context, cuda_graph=not no_cuda_graph,
+                                             prefill_chunk=prefill_chunk, log=log)
     ids = tok.encode(prompt)
     if len(ids) + max_new > max_context:
         raise NinfercError(f"the prompt ({len(ids)} tokens) plus --max-new {max_new} is {len(ids) + max_new} tokens, "

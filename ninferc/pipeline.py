@@ -35,7 +35,8 @@ def compile_model(
     Returns the artifact header (dict).
 
     Raises:
-        ConfigError / CheckpointError: bad checkpoint; TargetError: unknown arch/SKU;
+        ConfigError / CheckpointError: bad checkpoint, or ``max_context`` beyond the model's
+            max_position_embeddings; TargetError: unknown arch/SKU;
         QuantError / ShapeError: a malformed recipe or KV dtype;
         PlanError: a launch that does not fit the target; CompileError: NVRTC failure.
     """
@@ -48,6 +49,7 @@ def compile_model(
 
     model_dir = Path(model_dir)
     ck = Checkpoint(model_dir)                                    # load: config + lazily read weights
+    ck.config.check_context(max_context)
     graph = build_graph(ck.config, lm_rows="last")                # build: the IR of one model step
     graph = run_pipeline(graph, weights=weights, kv_dtype=kv_dtype,  # passes: validate, fuse, formats, memory
                          dump_dir=dump_ir)

@@ -59,12 +59,38 @@ def test_cli_run_reference_on_artifact(artifacts, goldens):
 
 
 def test_plan_error_names_kernel_and_limit(tiny_dir, tmp_path):
-    """A max context whose split-KV combine needs more shared memory than the arch allows fails at
-    compile time, naming the kernel, the target, the value and the limit."""
-    r = CliRunner().invoke(main, ["compile", str(tiny_dir), "--target", "sm_89", "--sku", "l20", "-o",
-                                  str(tmp_path / "x.ninfer"), "--max-context", str(200_000_000)])
-    assert r.exit_code == 2
-    assert "attn_combine" in r.output and "sm_89" in r.output and "101376" in r.output
+    """A max context whose split-KV combine needs more shared memory than the arch allows fails in the
+    planner, naming the kernel, the target, the value and the limit (the CLI refuses such a context earlier,
+    as beyond the model's positions: next test)."""
+    from ninferc.errors import PlanError
+    from ninferc.ir.config import ModelConfig
+    from ninferc.targets.model_plan import plan_for_config
+
+    with pytest.raises(PlanError) as e:
+        plan_for_config(ModelConfig.from_dir(tiny_dir), "sm_89", sku="l20", max_context=200_000_000)
+    msg = str(e.value)
+    assert "attn_combine" in msg and "sm_89" in msg and "101376" in msg
+
+
+@pytest.mark.parametrize("cmd", ["compile", "plan", "run"])
+def test_max_context_beyond_the_model_positions_is_refused(tiny_dir, tmp_path, cmd):
+    args = {"compile": ["compile", str(tiny_dir), "--target", "sm_89", "--sku", "l20", "-o", str(tmp_path / "x.ninfer")],
+            "plan": ["plan", "--target", "sm_89", "--sku", "l20", str(tiny_dir)],
+            "run": ["run", str(tiny_dir), "--prompt", "abc", "--max-new", "1"]}[cmd]
+    r = CliRunner().invoke(main, [*args, "--max-context", "8193"])
+    assert r.exit_code == 2 and "--max-context 8193 is outside 1..8192" in r.output, r.output
+    assert "max_position_embeddings" in r.output and "Traceback" not in r.output
+
+
+def test_run_defaults_to_the_artifacts_compiled_context(tiny_dir, tmp_path):
+    """`run` without --max-context holds what the artifact was compiled for (here 16 tokens), so a prompt
+    that does not fit is refused with that number."""
+    out = tmp_path / "small.ninfer"
+    r = CliRunner().invoke(main, ["compile", str(tiny_dir), "--target", "sm_89", "--sku", "l20", "-o", str(out),
+                                  "--max-context", "16"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["run", str(out), "--backend", "reference", "--prompt", "abc", "--max-new", "20"])
+    assert r.exit_code == 2 and "over --max-context 16" in r.output, r.output
 
 
 @pytest.mark.parametrize("args,needle", [
