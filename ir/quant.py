@@ -90,6 +90,8 @@ CODE_RANGE = {"w8": (-127, 127), "w4": (-8, 7)}
 QABS = {"w8": 127, "w4": 8}
 #: the tensor classes of ParamSpec.group a recipe assigns formats to
 GROUPS = ("embedding", "lm_head", "attention", "gdn", "mlp", "norm", "other")
+#: classes that hold no matrix weight (norms, the GDN conv weight, A_log, dt_bias): always stored as given
+NEVER_QUANTISED = ("norm", "other")
 
 _TINY = np.finfo(F32).tiny  # smallest normal fp32, 2**-126
 _BF16_ALL = {g: "bf16" for g in GROUPS}
@@ -333,7 +335,8 @@ def recipe(name: str) -> dict[str, str]:
     Norms (and every other non-matrix param) are never quantised.
 
     Raises:
-        QuantError: unknown base recipe, group or format, or a malformed override (lists valid ones).
+        QuantError: unknown base recipe, group or format, a malformed override (lists valid ones), or a
+            quantised format for ``norm`` / ``other`` (never quantised).
     """
     parts = [p.strip() for p in str(name).split(",") if p.strip()]
     if not parts or parts[0] not in RECIPES:
@@ -345,9 +348,14 @@ def recipe(name: str) -> dict[str, str]:
         group, fmt = group.strip(), fmt.strip()
         if not eq or group not in GROUPS:
             raise QuantError(f"recipe {name!r}: bad override {ov!r}; expected group=format with group in "
-                             f"{list(GROUPS)}")
+                             f"{', '.join(GROUPS)}")
         if fmt not in FORMATS:
-            raise QuantError(f"recipe {name!r}: unknown format {fmt!r} for {group}; choose from {list(FORMATS)}")
+            raise QuantError(f"recipe {name!r}: unknown format {fmt!r} for {group}; choose from "
+                             f"{', '.join(FORMATS)}")
+        if group in NEVER_QUANTISED and fmt != "bf16":
+            raise QuantError(f"recipe {name!r}: {group} tensors are never quantised (only matrix weights are: "
+                             f"{', '.join(g for g in GROUPS if g not in NEVER_QUANTISED)}); {group}={fmt} would do "
+                             "nothing")
         out[group] = fmt
     return out
 

@@ -187,6 +187,10 @@ def test_recipes_keep_sensitive_classes_wider():
     for bad in ("w5", "w4,lmhead=w8", "w4,lm_head=int3", "w4,lm_head"):
         with pytest.raises(QuantError):
             recipe(bad)
+    for bad in ("w4,norm=w8", "bf16,other=w4"):  # nothing in those classes is a matrix: refused, not ignored
+        with pytest.raises(QuantError, match="never quantised"):
+            recipe(bad)
+    assert recipe("w4,norm=bf16")["norm"] == "bf16"
 
 
 def test_assign_formats_on_fixture(tiny_ckpt):
