@@ -11,7 +11,16 @@ The rendered source (template + inlined headers) is compiled by the host C++ com
 * ``__shared__`` becomes ``static`` (one CTA at a time), dynamic shared memory is a buffer filled with NaN
   before every CTA, ``%dynamic_smem_size`` reads its size, ``__trap()`` fails the launch;
 * ``ninfer_common.cuh`` is replaced by host versions of the helpers (bf16 rounding to nearest even, warp sums
-  through the shuffle barrier, ``silu``); other headers are compiled as they are.
+  through the shuffle barrier, ``silu``, the vector loads, the grid / group barriers); other headers are
+  compiled as they are;
+* cooperative launches (``launch(..., cooperative=True)``) keep every CTA's fibers alive and run one CTA at a
+  time up to its next grid barrier (``ninfer::grid_barrier`` / ``group_barrier``): the barrier releases once
+  every CTA has reached it or exited, and it checks that the number of CTAs waiting equals the count the
+  kernel passed (so a wrong participant count fails instead of hanging a GPU), applying the real counter
+  arithmetic to the barrier word so tests can check it is left reusable. Static ``__shared__`` arrays are one
+  copy for all CTAs, which is exact because a CTA runs alone between two grid barriers; a kernel keeping
+  static shared data live across a grid barrier would not be emulated faithfully (dynamic shared memory is
+  per CTA).
 
 Host math (glibc ``expf``, ``fmaf``...) is correctly rounded where the GPU's is within 2 ulp, so results match
 the GPU to fp32 rounding, not bit for bit. Compiled libraries are cached by source hash in a temp folder.
@@ -48,12 +57,12 @@ static inline float4 make_float4(float x, float y, float z, float w) { return fl
 static inline uint2 make_uint2(unsigned int x, unsigned int y) { return uint2{x, y}; }
 
 namespace shim {
-enum { READY = 0, WAIT_CTA = 1, WAIT_WARP = 2, DONE = 3 };
-struct Fiber { ucontext_t ctx; dim3 tid; int state; int warp, lane; char* stack; };
+enum { READY = 0, WAIT_CTA = 1, WAIT_WARP = 2, DONE = 3, WAIT_GRID = 4 };
+struct Fiber { ucontext_t ctx; dim3 tid; int state; int warp, lane; char* stack; dim3 bid; char* dyn;
+               unsigned int* bar; unsigned int bar_n; };
 static Fiber* cur = nullptr;
 static ucontext_t sched_ctx;
-static dim3 block_idx, block_dim, grid_dim;
-static char* dyn_smem = nullptr;
+static dim3 block_dim, grid_dim;
 static unsigned int dyn_smem_bytes = 0;
 static int trapped = 0;
 static float shfl_buf[32][32];
@@ -61,7 +70,7 @@ static inline void wait(int st) { cur->state = st; swapcontext(&cur->ctx, &sched
 }  // namespace shim
 
 #define threadIdx (shim::cur->tid)
-#define blockIdx (shim::block_idx)
+#define blockIdx (shim::cur->bid)
 #define blockDim (shim::block_dim)
 #define gridDim (shim::grid_dim)
 #define __global__
@@ -83,6 +92,13 @@ static inline float __shfl_xor_sync(unsigned int, float v, int off) {
   return r;
 }
 static inline float __uint_as_float(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }
+static inline float __int_as_float(int u) { float f; memcpy(&f, &u, 4); return f; }
+static inline unsigned int __byte_perm(unsigned int x, unsigned int y, unsigned int s) {
+  const unsigned long long v = ((unsigned long long)y << 32) | x;  // bytes 0..3 of x, then 4..7 of y
+  unsigned int r = 0;
+  for (int i = 0; i < 4; ++i) r |= (unsigned int)((v >> (8 * ((s >> (4 * i)) & 7))) & 0xffu) << (8 * i);
+  return r;
+}
 static inline unsigned int __float_as_uint(float f) { unsigned int u; memcpy(&u, &f, 4); return u; }
 static inline void __trap() {
   shim::trapped = 1;
@@ -110,6 +126,35 @@ static inline float warp_sum(float v) {
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 static inline void pdl_wait() {}               // one grid at a time on the host: nothing to wait for
 static inline void pdl_launch_dependents() {}
+static inline void prefetch_l2(const void*) {}
+static inline void bf16x8_to_f32(const uint4& v, float (&f)[8]) {
+  f[0] = bf16_lo(v.x); f[1] = bf16_hi(v.x); f[2] = bf16_lo(v.y); f[3] = bf16_hi(v.y);
+  f[4] = bf16_lo(v.z); f[5] = bf16_hi(v.z); f[6] = bf16_lo(v.w); f[7] = bf16_hi(v.w);
+}
+static inline float dot_bf16x8(const uint4& w, const float (&x)[8], float acc) {
+  acc = fmaf(bf16_lo(w.x), x[0], acc); acc = fmaf(bf16_hi(w.x), x[1], acc);
+  acc = fmaf(bf16_lo(w.y), x[2], acc); acc = fmaf(bf16_hi(w.y), x[3], acc);
+  acc = fmaf(bf16_lo(w.z), x[4], acc); acc = fmaf(bf16_hi(w.z), x[5], acc);
+  acc = fmaf(bf16_lo(w.w), x[6], acc); acc = fmaf(bf16_hi(w.w), x[7], acc);
+  return acc;
+}
+static inline uint4 ld_ro_v4(const void* p) { uint4 v; memcpy(&v, p, 16); return v; }
+static inline uint4 ld_stream_v4(const void* p) { uint4 v; memcpy(&v, p, 16); return v; }
+static inline float ld_cg_f32(const float* p) { return *p; }
+// Grid / group barrier of a cooperative emulated launch: every thread of the CTA parks in WAIT_GRID; thread 0
+// records the counter and the participant count for the scheduler, which checks the count and applies the
+// real protocol's arithmetic (ninfer_common.cuh section 5) when it releases the barrier.
+static inline void barrier_sync(unsigned int* bar, unsigned int nctas, bool first) {
+  shim::cur->bar = bar;
+  shim::cur->bar_n = nctas;
+  (void)first;
+  shim::wait(shim::WAIT_GRID);
+}
+static inline void grid_barrier(unsigned int* bar) {
+  barrier_sync(bar, shim::grid_dim.x * shim::grid_dim.y * shim::grid_dim.z,
+               (shim::cur->bid.x | shim::cur->bid.y | shim::cur->bid.z) == 0);
+}
+static inline void group_barrier(unsigned int* bar, unsigned int nctas) { barrier_sync(bar, nctas, shim::cur->bid.x == 0); }
 }  // namespace ninfer
 #define NINFER_PDL_ENTRY() do { ninfer::pdl_wait(); ninfer::pdl_launch_dependents(); } while (0)
 """
@@ -122,75 +167,131 @@ static void fiber_main() {
   swapcontext(&shim::cur->ctx, &shim::sched_ctx);
 }
 
-// Returns 0 on success, 1 on __trap(), 2 on a barrier deadlock.
-extern "C" int shim_launch(int gx, int gy, int gz, int threads, unsigned int dyn_bytes, int reverse,
+// Run the fibers f[0..threads) of one CTA until every live one waits at a grid barrier or is done.
+// Returns 0, 1 on __trap(), 2 on a CTA/warp barrier deadlock.
+static int run_cta(shim::Fiber* f, int threads, int reverse) {
+  for (;;) {
+    for (int k = 0; k < threads; ++k) {
+      const int i = reverse ? threads - 1 - k : k;
+      if (f[i].state != shim::READY) continue;
+      shim::cur = &f[i];
+      swapcontext(&shim::sched_ctx, &f[i].ctx);
+      if (shim::trapped) return 1;
+    }
+    int live = 0, at_cta = 0, at_grid = 0;
+    for (int i = 0; i < threads; ++i) {
+      if (f[i].state != shim::DONE) ++live;
+      if (f[i].state == shim::WAIT_CTA) ++at_cta;
+      if (f[i].state == shim::WAIT_GRID) ++at_grid;
+    }
+    if (live == 0 || (at_grid && at_grid == live)) return 0;
+    if (at_grid) return 2;  // some threads at a grid barrier, the others stuck elsewhere
+    bool released = false;
+    for (int w = 0; w * 32 < threads; ++w) {
+      int waiting = 0, others = 0;
+      for (int i = w * 32; i < threads && i < w * 32 + 32; ++i) {
+        if (f[i].state == shim::WAIT_WARP) ++waiting;
+        else if (f[i].state != shim::DONE) ++others;
+      }
+      if (waiting && !others) {
+        for (int i = w * 32; i < threads && i < w * 32 + 32; ++i)
+          if (f[i].state == shim::WAIT_WARP) f[i].state = shim::READY;
+        released = true;
+      }
+    }
+    if (!released && at_cta == live) {
+      for (int i = 0; i < threads; ++i)
+        if (f[i].state == shim::WAIT_CTA) f[i].state = shim::READY;
+      released = true;
+    }
+    if (!released) return 2;
+  }
+}
+
+static void init_fiber(shim::Fiber& f, int i, dim3 bid, char* stack, size_t stack_bytes, char* dyn) {
+  getcontext(&f.ctx);
+  f.ctx.uc_stack.ss_sp = stack;
+  f.ctx.uc_stack.ss_size = stack_bytes;
+  f.ctx.uc_link = &shim::sched_ctx;
+  makecontext(&f.ctx, fiber_main, 0);
+  f.tid = dim3{(unsigned)i, 0u, 0u};
+  f.bid = bid;
+  f.dyn = dyn;
+  f.warp = i / 32;
+  f.lane = i % 32;
+  f.state = shim::READY;
+  f.bar = nullptr;
+  f.bar_n = 0;
+}
+
+// Returns 0 on success, 1 on __trap(), 2 on a barrier deadlock, 3 on a grid barrier whose waiting CTAs do
+// not match the count the kernel passed (or CTAs waiting on different counters).
+extern "C" int shim_launch(int gx, int gy, int gz, int threads, unsigned int dyn_bytes, int reverse, int coop,
                            void* const* args) {
-  const size_t kStack = 256 * 1024;
-  shim::Fiber* f = (shim::Fiber*)calloc(threads, sizeof(shim::Fiber));
-  for (int i = 0; i < threads; ++i) f[i].stack = (char*)aligned_alloc(64, kStack);
-  shim::dyn_smem = (char*)aligned_alloc(64, dyn_bytes ? ((dyn_bytes + 63) / 64) * 64 : 64);
+  const int nctas = gx * gy * gz;
+  const int live_ctas = coop ? nctas : 1;  // CTAs whose fibers exist at once
+  const size_t kStack = coop ? 64 * 1024 : 256 * 1024;
+  const size_t dyn_alloc = dyn_bytes ? ((dyn_bytes + 63) / 64) * 64 : 64;
+  shim::Fiber* f = (shim::Fiber*)calloc((size_t)live_ctas * threads, sizeof(shim::Fiber));
+  for (int i = 0; i < live_ctas * threads; ++i) f[i].stack = (char*)aligned_alloc(64, kStack);
+  char* dyn = (char*)aligned_alloc(64, dyn_alloc * live_ctas);
   shim::dyn_smem_bytes = dyn_bytes;
   shim::grid_dim = dim3{(unsigned)gx, (unsigned)gy, (unsigned)gz};
   shim::block_dim = dim3{(unsigned)threads, 1u, 1u};
   shim::trapped = 0;
   g_args = args;
   int rc = 0;
-  for (int z = 0; z < gz && rc == 0; ++z)
-    for (int y = 0; y < gy && rc == 0; ++y)
-      for (int x = 0; x < gx && rc == 0; ++x) {
-        shim::block_idx = dim3{(unsigned)x, (unsigned)y, (unsigned)z};
-        memset(shim::dyn_smem, 0xff, dyn_bytes);  // NaN in every float
-        for (int i = 0; i < threads; ++i) {
-          getcontext(&f[i].ctx);
-          f[i].ctx.uc_stack.ss_sp = f[i].stack;
-          f[i].ctx.uc_stack.ss_size = kStack;
-          f[i].ctx.uc_link = &shim::sched_ctx;
-          makecontext(&f[i].ctx, fiber_main, 0);
-          f[i].tid = dim3{(unsigned)i, 0u, 0u};
-          f[i].warp = i / 32;
-          f[i].lane = i % 32;
-          f[i].state = shim::READY;
-        }
-        for (;;) {
-          for (int k = 0; k < threads; ++k) {
-            const int i = reverse ? threads - 1 - k : k;
-            if (f[i].state != shim::READY) continue;
-            shim::cur = &f[i];
-            swapcontext(&shim::sched_ctx, &f[i].ctx);
-            if (shim::trapped) { rc = 1; break; }
-          }
-          if (rc) break;
-          int live = 0, at_cta = 0;
-          for (int i = 0; i < threads; ++i) {
-            if (f[i].state != shim::DONE) ++live;
-            if (f[i].state == shim::WAIT_CTA) ++at_cta;
-          }
-          if (live == 0) break;
-          bool released = false;
-          for (int w = 0; w * 32 < threads; ++w) {
-            int waiting = 0, others = 0;
-            for (int i = w * 32; i < threads && i < w * 32 + 32; ++i) {
-              if (f[i].state == shim::WAIT_WARP) ++waiting;
-              else if (f[i].state != shim::DONE) ++others;
-            }
-            if (waiting && !others) {
-              for (int i = w * 32; i < threads && i < w * 32 + 32; ++i)
-                if (f[i].state == shim::WAIT_WARP) f[i].state = shim::READY;
-              released = true;
-            }
-          }
-          if (!released && at_cta == live) {
+  if (!coop) {
+    for (int z = 0; z < gz && rc == 0; ++z)
+      for (int y = 0; y < gy && rc == 0; ++y)
+        for (int x = 0; x < gx && rc == 0; ++x) {
+          memset(dyn, 0xff, dyn_bytes);  // NaN in every float
+          for (int i = 0; i < threads; ++i)
+            init_fiber(f[i], i, dim3{(unsigned)x, (unsigned)y, (unsigned)z}, f[i].stack, kStack, dyn);
+          rc = run_cta(f, threads, reverse);
+          if (rc == 0)
             for (int i = 0; i < threads; ++i)
-              if (f[i].state == shim::WAIT_CTA) f[i].state = shim::READY;
-            released = true;
-          }
-          if (!released) { rc = 2; break; }
+              if (f[i].state == shim::WAIT_GRID) rc = 3;  // a grid barrier in a non-cooperative launch
         }
+  } else {
+    memset(dyn, 0xff, dyn_alloc * live_ctas);
+    for (int c = 0; c < nctas; ++c) {
+      const dim3 bid{(unsigned)(c % gx), (unsigned)((c / gx) % gy), (unsigned)(c / (gx * gy))};
+      for (int i = 0; i < threads; ++i)
+        init_fiber(f[c * threads + i], i, bid, f[c * threads + i].stack, kStack, dyn + c * dyn_alloc);
+    }
+    for (;;) {
+      for (int c = 0; c < nctas && rc == 0; ++c) rc = run_cta(f + (size_t)c * threads, threads, reverse);
+      if (rc) break;
+      int waiting = 0, done = 0;
+      unsigned int* bar = nullptr;
+      unsigned int count = 0;
+      bool first_waiting = false;
+      for (int c = 0; c < nctas; ++c) {
+        shim::Fiber& t0 = f[(size_t)c * threads];
+        bool any_live = false;
+        for (int i = 0; i < threads; ++i) any_live |= f[(size_t)c * threads + i].state != shim::DONE;
+        if (!any_live) { ++done; continue; }
+        if (t0.state != shim::WAIT_GRID) { rc = 2; break; }  // thread 0 exited while others wait
+        if (bar && (t0.bar != bar || t0.bar_n != count)) { rc = 3; break; }
+        bar = t0.bar;
+        count = t0.bar_n;
+        ++waiting;
+        first_waiting |= (t0.bid.x | t0.bid.y | t0.bid.z) == 0;
       }
-  for (int i = 0; i < threads; ++i) free(f[i].stack);
+      if (rc) break;
+      if (waiting == 0) break;  // every CTA finished
+      if ((unsigned)waiting != count || !first_waiting) { rc = 3; break; }
+      // the protocol's arithmetic: CTA 0 adds 0x80000000 - (n - 1), the others 1 (bit 31 flips, low bits back)
+      *bar += 0x80000000u - (count - 1u);
+      *bar += count - 1u;
+      for (int i = 0; i < nctas * threads; ++i)
+        if (f[i].state == shim::WAIT_GRID) f[i].state = shim::READY;
+    }
+  }
+  for (int i = 0; i < live_ctas * threads; ++i) free(f[i].stack);
   free(f);
-  free(shim::dyn_smem);
-  shim::dyn_smem = nullptr;
+  free(dyn);
   return rc;
 }
 """
@@ -241,7 +342,7 @@ class HostKernel:
         body, n = _BLOCK_RE.subn("// ninfer_common.cuh replaced by the host shim", source)
         if n != 1:
             raise HostKernelError("expected exactly one inlined ninfer_common.cuh block")
-        body = _DYN_RE.sub(r"\1* \2 = reinterpret_cast<\1*>(shim::dyn_smem);", body)
+        body = _DYN_RE.sub(r"\1* \2 = reinterpret_cast<\1*>(shim::cur->dyn);", body)
         body = _DYNSIZE_RE.sub(r"\1 = shim::dyn_smem_bytes;", body)
         call = ", ".join(f"*({t}*)a[{i}]" for i, (t, _) in enumerate(self.params))
         tramp = f'\nstatic void shim_call(void* const* a) {{ {entry}({call}); }}\n'
@@ -259,14 +360,16 @@ class HostKernel:
             os.replace(tmp, lib)
         self._lib = ctypes.CDLL(str(lib))
         self._lib.shim_launch.restype = ctypes.c_int
-        self._lib.shim_launch.argtypes = [ctypes.c_int] * 4 + [ctypes.c_uint, ctypes.c_int, ctypes.c_void_p]
+        self._lib.shim_launch.argtypes = [ctypes.c_int] * 4 + [ctypes.c_uint, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
 
-    def launch(self, grid, block, args, *, smem: int = 0, reverse: bool = False) -> None:
+    def launch(self, grid, block, args, *, smem: int = 0, reverse: bool = False, cooperative: bool = False) -> None:
         """Run the grid. ``args`` in kernel order: numpy arrays (passed by address; must stay alive and
-        contiguous), numpy/int/float scalars, or ``np.uint64(0)`` for a null pointer.
+        contiguous), numpy/int/float scalars, or ``np.uint64(0)`` for a null pointer. ``cooperative``: every
+        CTA's fibers live at once and grid barriers are honoured (module docstring).
 
         Raises:
-            HostKernelError: wrong argument count/kind, ``__trap()``, or a barrier deadlock.
+            HostKernelError: wrong argument count/kind, ``__trap()``, a barrier deadlock, or a grid barrier
+                whose participants do not match its count (or one reached outside a cooperative launch).
         """
         grid = tuple(int(g) for g in (tuple(grid) + (1, 1))[:3])
         threads = int(block[0] if isinstance(block, (tuple, list)) else block)
@@ -292,8 +395,12 @@ class HostKernel:
             else:
                 raise HostKernelError(f"{self.entry}: unsupported parameter type {typ!r} ({name})")
         arr = (ctypes.c_void_p * len(holders))(*[ctypes.cast(ctypes.pointer(h), ctypes.c_void_p) for h in holders])
-        rc = self._lib.shim_launch(grid[0], grid[1], grid[2], threads, int(smem), int(reverse), arr)
+        rc = self._lib.shim_launch(grid[0], grid[1], grid[2], threads, int(smem), int(reverse), int(cooperative), arr)
         if rc == 1:
             raise HostKernelError(f"{self.entry}: __trap() (grid {grid}, block {threads}, smem {smem})")
         if rc == 2:
-            raise HostKernelError(f"{self.entry}: barrier deadlock (divergent __syncthreads/__syncwarp)")
+            raise HostKernelError(f"{self.entry}: barrier deadlock (divergent __syncthreads/__syncwarp, or a CTA "
+                                  "stuck while others wait at a grid barrier)")
+        if rc == 3:
+            raise HostKernelError(f"{self.entry}: grid barrier mismatch (CTAs waiting != the count passed, CTA 0 "
+                                  "absent, different counters, or a grid barrier in a non-cooperative launch)")

@@ -41,23 +41,15 @@ HD256 = A.AttentionProblem(6, 1, 256, 64, 1e7, 1e-6, page_size=64, max_pages=4)
 SHAPES = {f"{n}-{dt}": dataclasses.replace(p, kv_dtype=dt) for n, p in (("tiny", SMALL), ("hd256", HD256))
           for dt in ("int8", "bf16")}
 
-# Host versions of what the attention kernels use beyond the emulator's ninfer_common.cuh shim.
+# Host versions of what the attention kernels use beyond the emulator's shim (cuda_host.py).
 _EXTRA = r"""
 // ---- host helpers for the attention kernels (tests/kernels/test_attention_emulated.py) ----
 static inline uint4 make_uint4(unsigned int x, unsigned int y, unsigned int z, unsigned int w) { return uint4{x, y, z, w}; }
 template <class T> static inline T __ldg(const T* p) { return *p; }
-static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
 static inline float __fdiv_rn(float a, float b) { return a / b; }
 static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline int __float2int_rn(float x) { return (int)nearbyintf(x); }
-namespace ninfer {
-static inline uint4 ld_ro_v4(const void* p) { uint4 v; memcpy(&v, p, 16); return v; }
-static inline void bf16x8_to_f32(const uint4& v, float (&f)[8]) {
-  const unsigned int w[4] = {v.x, v.y, v.z, v.w};
-  for (int i = 0; i < 4; ++i) { f[2 * i] = bf16_lo(w[i]); f[2 * i + 1] = bf16_hi(w[i]); }
-}
-}  // namespace ninfer
 """
 
 # mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 for one warp (PTX ISA, "Matrix Fragments for
@@ -100,7 +92,7 @@ def host_source(spec) -> str:
     src = src.replace(_END_COMMON, _END_COMMON + _EXTRA)
     src, n = _MMA_RE.subn(lambda _: _MMA, src)
     assert n == 1, "mma_bf16_16816 not found in attn_common.cuh"
-    src = src.replace(_DYN_SMEM, "unsigned char* smem = reinterpret_cast<unsigned char*>(shim::dyn_smem);")
+    src = src.replace(_DYN_SMEM, "unsigned char* smem = reinterpret_cast<unsigned char*>(shim::cur->dyn);")
     rest = src.split(_END_COMMON)[1]
     assert "asm(" not in rest and "asm volatile(" not in rest, "inline PTX the emulator cannot run"
     return src
