@@ -1,0 +1,37 @@
+"""bench/ab.py's alternation (CPU, fake sessions): rounds x variants in turn, warm-up steps left untimed
+exactly where a graph is (re)captured, tokens threaded through each variant's own chain."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import ab  # noqa: E402
+
+
+class FakeSession:
+    def __init__(self, log):
+        self.log, self.last = log, None
+
+    def decode(self, tok):
+        self.log.append(tok)
+
+    def sample(self, params):
+        return self.log[-1] + 1
+
+
+def test_alternate_orders_rounds_and_skips_warmup_steps():
+    calls, switched = [], []
+    s = FakeSession(calls)
+    variants = {"a": (lambda: switched.append("a"), s), "b": (lambda: switched.append("b"), s)}
+    toks = {"a": 0, "b": 1000}
+    res = ab.alternate(variants, toks, rounds=2, steps=5, recapture=True, log=lambda m: None)
+    assert switched == ["a", "b", "a", "b"]
+    assert set(res) == {"a", "b"} and all(len(v) == 2 for v in res.values())
+    # recapture: every round decodes WARMUP_STEPS extra steps; each variant's tokens follow its own chain
+    assert len(calls) == 2 * 2 * (5 + ab.WARMUP_STEPS)
+    assert toks == {"a": 2 * (5 + ab.WARMUP_STEPS), "b": 1000 + 2 * (5 + ab.WARMUP_STEPS)}
+    calls.clear()
+    ab.alternate(variants, {"a": 0, "b": 0}, rounds=3, steps=4, recapture=False, log=lambda m: None)
+    assert len(calls) == 2 * (3 * 4 + ab.WARMUP_STEPS)  # only round 0 warms up
+    assert ab.medians({"a": [3.0, 1.0, 2.0]}) == {"a": 2.0}
