@@ -15,8 +15,8 @@ tiles cost.
 Norm fusion (decode): a Linear whose output is read only by an AddRMSNorm (as its ``d``, the mixer/MLP
 output added to the residual stream; not the final norm's row gather) gets the GEMV epilogue
 ``add_rmsnorm``: the GEMV updates the residual stream and writes the normalised activations itself
-(route ``coop_norm``), and that AddRMSNorm step, marked ``absorbed_by`` the Linear's step, is dropped
-from the step (:func:`drop_unneeded_steps`). Where the Linear runs another route (the GEMM of a prefill
+(route ``coop_norm``), and that AddRMSNorm step, marked ``absorbed_by`` the Linear's step, is left out of
+the launches of that step size (:func:`drop_unneeded_steps`). Where the Linear runs another route (the GEMM of a prefill
 chunk, or a GEMV whose fused grid does not fit the cooperative cap), the Linear stores its output and
 the norm step runs as before.
 """

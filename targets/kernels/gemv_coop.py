@@ -330,8 +330,8 @@ class GemvCoopFamily:
         """
         if tokens < 1:
             raise PlanError(f"gemv_coop: T = {tokens} must be at least 1")
-        if problem.fused_norm:
-            return self._launch_fused_norm(problem, tokens, ctx)
+        fused = problem.fused_norm
+        min_splits = 1 if fused else 2  # the fused norm needs the barriers even without split-K
         tile = self.tile_for(tokens, problem)
         chunks = self.token_chunks(tokens, tile)
         coop, plain = [], []
@@ -340,17 +340,21 @@ class GemvCoopFamily:
             cspec = self.spec(problem, th, "coop", tile)
             cap = ctx.cap(cspec)
             splits = min(cap // base, self.max_splits(problem))
-            if splits >= 2:
+            one_per_thread = not fused or base * splits * th >= tokens * problem.n
+            if splits >= min_splits and one_per_thread:
                 coop.append((base * splits / cap, -th, cspec, base, splits))
-            pspec = self.spec(problem, th, "plain", tile)
-            pcap = ctx.cap(pspec)
+            pspec = None if fused else self.spec(problem, th, "plain", tile)
+            pcap = ctx.cap(pspec) if pspec else 0
             if pcap > 0:
                 w = -(-base // pcap)
                 plain.append((base / (w * pcap), -th, pspec, base, 1))
         if coop:
             _, _, spec, base, splits = max(coop, key=lambda c: (c[0], c[1]))
-            return ctx.make_launch(spec, base * splits, route="coop_splitk", tokens=tokens, split_k=splits,
-                                   workspace_bytes=self.workspace_bytes(problem, tokens, splits))
+            return ctx.make_launch(spec, base * splits, route="coop_norm" if fused else "coop_splitk", tokens=tokens,
+                                   split_k=splits, workspace_bytes=self.workspace_bytes(problem, tokens, splits,
+                                                                                       spec.threads))
+        if fused:  # no fused grid fits: the store GEMV, and the norm runs as its own kernel
+            return self.launch(problem.unfused(), tokens, ctx)
         if plain:
             _, _, spec, base, _ = max(plain, key=lambda c: (c[0], c[1]))
             return ctx.make_launch(spec, base, route="plain", tokens=tokens)
@@ -359,24 +363,6 @@ class GemvCoopFamily:
             f"no variant "
             f"({', '.join(map(str, self.threads))} threads) has a resident CTA per SM"
         )
-
-    def _launch_fused_norm(self, problem: GemvProblem, tokens: int, ctx: PlanContext) -> Launch:
-        tile = self.tile_for(tokens, problem)
-        chunks = self.token_chunks(tokens, tile)
-        best = None
-        for th in self.threads:
-            base = self.row_blocks(problem, th) * chunks
-            spec = self.spec(problem, th, "coop", tile)
-            cap = ctx.cap(spec)
-            splits = min(cap // base, self.max_splits(problem))
-            if splits >= 1 and base * splits * th >= tokens * problem.n:  # one output per thread
-                cand = (base * splits / cap, -th, spec, base, splits)
-                best = cand if best is None or cand[:2] > best[:2] else best
-        if best is None:
-            return self.launch(problem.unfused(), tokens, ctx)
-        _, _, spec, base, splits = best
-        return ctx.make_launch(spec, base * splits, route="coop_norm", tokens=tokens, split_k=splits,
-                               workspace_bytes=self.workspace_bytes(problem, tokens, splits, spec.threads))
 
     def launch_variant(self, problem: GemvProblem, tokens: int, ctx: PlanContext, threads: int, mode: str,
                        splits: int | None = None, max_tokens: int | None = None) -> Launch:
