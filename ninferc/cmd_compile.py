@@ -15,7 +15,7 @@ import click
 @click.option("--sms", type=click.IntRange(min=1), default=None, help="SM count, when planning without a SKU")
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), help="the .ninfer file")
 @click.option("--max-context", default=4096, type=click.IntRange(min=1), show_default=True, help="default KV capacity the plan is checked for")
-@click.option("--page-size", default=64, type=click.IntRange(min=32), show_default=True, help="KV page size in tokens")
+@click.option("--page-size", default=64, type=int, show_default=True, help="KV page size in tokens (a positive multiple of 32)")
 @click.option("--weights", "weights", type=click.Choice(["bf16", "w8", "w4"]), default="bf16", show_default=True,
               help="weight format: w8 = int8 per output channel, w4 = int4 per group of 64 along K "
                    "(the recipe keeps the most sensitive tensors wider; see --recipe)")

@@ -101,7 +101,11 @@ def test_run_defaults_to_the_artifacts_compiled_context(tiny_dir, tmp_path):
     (["compile", "{tiny}", "--target", "sm_89", "--sku", "h200", "-o", "x.ninfer"],
      "SKU 'h200' (NVIDIA H200 SXM) is sm_90, not the requested target sm_89"),
     (["plan", "--target", "sm_89", "--sku", "l20", "--preset", "qwen3.8-27b", "--page-size", "0"],
-     "'--page-size': 0 is not in the range x>=32"),
+     "KV page size 0 must be a positive multiple of 32 tokens"),
+    (["plan", "--target", "sm_89", "--sku", "l20", "--preset", "qwen3.8-27b", "--page-size", "16"],
+     "KV page size 16 must be a positive multiple of 32 tokens"),
+    (["compile", "{tiny}", "--target", "sm_89", "--sku", "l20", "-o", "x.ninfer", "--page-size", "48"],
+     "KV page size 48 must be a positive multiple of 32 tokens"),
 ])
 def test_cli_rejects_bad_input_clearly(tiny_dir, args, needle):
     r = CliRunner().invoke(main, [a.format(tiny=tiny_dir) for a in args])
