@@ -9,6 +9,7 @@ median over rounds of its per-round median per-token latency (seconds).
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -21,6 +22,18 @@ from ninferc.sampling import SamplingParams
 
 GREEDY = SamplingParams()
 WARMUP_STEPS = 3  # decode steps of a variant's first round left untimed (they capture its CUDA graph)
+
+
+def arg_parser(weights: str = "bf16") -> argparse.ArgumentParser:
+    """The options every A/B takes: --context (prompt tokens, 512), --steps (timed decode steps per round, 40),
+    --rounds (3), --weights (recipe, default ``weights``), --json (result file)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--context", type=int, default=512)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--weights", default=weights)
+    ap.add_argument("--json", default=None)
+    return ap
 
 
 def preset_engine(weights: str, max_context: int, context: int, graph=None):

@@ -8,20 +8,13 @@ Usage (GPU machine): python bench/pdl_ab.py [--weights bf16] [--context 512] [--
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from ab import alternate, medians, preset_engine, write_json
+from ab import alternate, arg_parser, medians, preset_engine, write_json
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--context", type=int, default=512)
-    ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--weights", default="bf16")
-    ap.add_argument("--json", default=None)
-    a = ap.parse_args(argv)
+    a = arg_parser("bf16").parse_args(argv)
     max_ctx = a.context + (a.steps + 3) * a.rounds * 2 + 16
     eng, s, tok = preset_engine(a.weights, max_ctx, a.context)
     if not eng.pdl:

@@ -10,22 +10,16 @@ Usage (GPU machine): python bench/prefetch_ab.py [--weights w8] [--steps-list 1,
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from ab import alternate, medians, preset_engine, write_json
+from ab import alternate, arg_parser, medians, preset_engine, write_json
 
 from ninferc.targets.kernels import FAMILIES
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--weights", default="w8")
+    ap = arg_parser("w8")
     ap.add_argument("--steps-list", default="1,4,8")
-    ap.add_argument("--context", type=int, default=512)
-    ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     fam = FAMILIES["gemv_coop"]  # the family the lowering and the engine's step plans use
     max_ctx = a.context + (a.steps + 3) * a.rounds + 16
