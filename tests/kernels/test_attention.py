@@ -87,14 +87,20 @@ def test_paged_attention_reference_equals_contiguous_oracle(name):
         np.testing.assert_array_equal(out[a:e], want.astype(np.float32))
 
 
-def test_prep_reference_is_the_unfused_composition_and_writes_only_its_rows():
-    p = TINY
-    rng = np.random.default_rng(2)
+def _prep_two_sequences(p, seed):
+    """Two packed sequences (3 new tokens after 10, 66 after 64) over a filled cache: (prev, new, cache, step
+    inputs, reference_prep's (q_out, k pages, v pages))."""
+    rng = np.random.default_rng(seed)
     prev, new = [10, 64], [3, 66]
     cache = make_cache(p, prev, [a + b for a, b in zip(prev, new)], rng, nan=False)
     st = make_step(p, prev, new, rng)
-    q_out, kp, vp = A.reference_prep(p, st["proj"], st["q_norm_w"], st["k_norm_w"], st["tok_pos"], st["tok_seq"],
-                                     cache.page_table, cache.k_pages, cache.v_pages)
+    return prev, new, cache, st, A.reference_prep(p, st["proj"], st["q_norm_w"], st["k_norm_w"], st["tok_pos"],
+                                                  st["tok_seq"], cache.page_table, cache.k_pages, cache.v_pages)
+
+
+def test_prep_reference_is_the_unfused_composition_and_writes_only_its_rows():
+    p = TINY
+    prev, new, cache, st, (q_out, kp, vp) = _prep_two_sequences(p, seed=2)
     q, _, k, v = p.split_proj(st["proj"])
     pos = st["tok_pos"]
     q_want = ref_partial_rope(ref_rmsnorm(q, st["q_norm_w"], p.eps, True), pos, p.rotary_dim, p.theta)
@@ -463,12 +469,7 @@ def test_int8_reference_prep_quantises_the_fp32_rows_and_gathers_them_dequantise
     """reference_prep (int8) writes quantize_kv of the fp32 k (after RMSNorm + RoPE, no bf16 rounding) and of
     the fp32 v into this step's rows only (codes and scales), and gather_kv reads them back dequantised."""
     p = TINY8
-    rng = np.random.default_rng(12)
-    prev, new = [10, 64], [3, 66]
-    cache = make_cache(p, prev, [a + b for a, b in zip(prev, new)], rng, nan=False)
-    st = make_step(p, prev, new, rng)
-    _, kp, vp = A.reference_prep(p, st["proj"], st["q_norm_w"], st["k_norm_w"], st["tok_pos"], st["tok_seq"],
-                                 cache.page_table, cache.k_pages, cache.v_pages)
+    prev, new, cache, st, (_, kp, vp) = _prep_two_sequences(p, seed=12)
     _, _, k, v = p.split_proj(st["proj"])
     k32 = ref_partial_rope(ref_rmsnorm(k, st["k_norm_w"], p.eps, True), st["tok_pos"], p.rotary_dim, p.theta)
     (kc, ks), (vc, vs) = A.quantize_kv(k32), A.quantize_kv(v)

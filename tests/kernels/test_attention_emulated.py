@@ -195,13 +195,21 @@ def test_emulated_decode(name, ctxs, split_mode):
     ATTENTION.check(ml_dev[..., 1], ml_ref[..., 1], "decode sum")
     ATTENTION.check(o_dev, o_ref, "decode partial outputs")
     run(ln_c, COMBINE.kernel_args(p, ln_c, dev), reverse)
+    _check_attention_out(p, dev, st, cache, (kp_dev, vp_dev), (q_ref, kp_ref, vp_ref),
+                         f"decode + combine ({splits} splits x {pps} pages)", "prep + decode + combine end to end")
+
+
+def _check_attention_out(p, dev, st, cache, dev_pages, refs, what, what_e2e):
+    """The kernels' bf16 output against the reference attention twice: on the q and pages the emulated prep
+    wrote (the attention kernels alone) and on the reference prep's (prep + attention end to end)."""
     out = A.from_bf16_bits(dev["out"])
+    (kp_dev, vp_dev), (q_ref, kp_ref, vp_ref) = dev_pages, refs
     ref = A.reference_attention(p, dev["q_out"], st["proj"], kp_dev, vp_dev, cache.page_table, st["tok_pos"],
                                 st["seq_start"])
-    ATTENTION.check(out, ref, f"decode + combine ({splits} splits x {pps} pages)")
+    ATTENTION.check(out, ref, what)
     ref_e2e = A.reference_attention(p, q_ref, st["proj"], kp_ref, vp_ref, cache.page_table, st["tok_pos"],
                                     st["seq_start"])
-    ATTENTION.check(out, ref_e2e, "prep + decode + combine end to end")
+    ATTENTION.check(out, ref_e2e, what_e2e)
 
 
 @pytest.mark.parametrize("route", A.PREFILL_ROUTES)
@@ -219,11 +227,5 @@ def test_emulated_prefill(name, prev, new, route):
     dev["q"] = dev["q_out"]
     dev["out"] = np.full((int(sum(new)), p.heads_q * p.head_dim), 0xFFFF, np.uint16)
     run(ln, PREFILL.kernel_args(p, ln, dev), reverse)
-    out = A.from_bf16_bits(dev["out"])
-    kp_dev, vp_dev = pages_of(p, dev)
-    ref = A.reference_attention(p, dev["q_out"], st["proj"], kp_dev, vp_dev, cache.page_table, st["tok_pos"],
-                                st["seq_start"])
-    ATTENTION.check(out, ref, f"attn_prefill {route} (emulated, {ln.grid} CTAs)")
-    ref_e2e = A.reference_attention(p, q_ref, st["proj"], kp_ref, vp_ref, cache.page_table, st["tok_pos"],
-                                    st["seq_start"])
-    ATTENTION.check(out, ref_e2e, "prep + prefill end to end")
+    _check_attention_out(p, dev, st, cache, pages_of(p, dev), (q_ref, kp_ref, vp_ref),
+                         f"attn_prefill {route} (emulated, {ln.grid} CTAs)", "prep + prefill end to end")
