@@ -1,7 +1,7 @@
-"""Fused add+RMSNorm A/B in one process: the 27B decode step (synthetic weights) with the residual add and
-RMSNorm fused into the GEMV that produces their input (``gemv_coop`` epilogue ``add_rmsnorm``, route
-``coop_norm``: 130 fewer launches per token) and with every norm as its own ``rmsnorm`` kernel
-(``lower(..., fuse_norm=False)``), each captured as a CUDA graph and replayed alternately (ABAB) at one
+"""Folded-norm A/B in one process: the 27B decode step (synthetic weights) with every AddRMSNorm between two
+Linears done by the GEMVs on either side (the producer's ``add_norm_parts`` epilogue, the consumer's
+``in_norm="parts"``: 129 fewer launches per token, no grid barrier) and with every norm as its own ``rmsnorm``
+kernel (``lower(..., fuse_norm=False)``), each captured as a CUDA graph and replayed alternately (ABAB) at one
 context; median per-token latency of each. Same engine, weights and sequence state -- only the lowered
 program differs -- so run-to-run drift of the device cancels (bench/ab.py).
 

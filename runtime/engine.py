@@ -33,11 +33,13 @@ import numpy as np
 from ninferc.errors import NinfercError, PlanError, TargetError
 from ninferc.ir.graph import KV_GROUP
 from ninferc.ir.reference import rope_inv_freq
-from ninferc.runtime.kernels import DeviceKernel, cupy, device_arch, device_sm_count
+from ninferc.runtime.kernels import DeviceKernel, cupy, device_arch, device_bandwidth_gbs, device_sm_count
 from ninferc.runtime.memory import MemoryPlan, workspace_sizes
 from ninferc.runtime.paged_kv import PagePool, Sequence, SlotPool
 from ninferc.sampling import SamplingParams
 from ninferc.targets.arch import get_arch, require_plan_runs_on
+from ninferc.targets.skus import get_sku
+from ninferc.targets.kernels import FAMILIES
 from ninferc.targets.lower import Ref, Step, arg_names, drop_unneeded_steps, launch_scalars, lower, step_launch
 from ninferc.targets.plan import KernelResources, Launch, PlanContext, check_launch
 
@@ -117,9 +119,12 @@ class Engine:
         self._load_kernels(hdr)
         dev_res = {u: self._driver_resources(k) for u, k in self.kernels.items()}
         plan_res = {k["uri"]: KernelResources(**k["resources"]) for k in hdr["kernels"]}
-        self.dev_ctx = PlanContext(self.dev_arch_obj, self.dev_sms, dev_res)
+        self.dev_bandwidth = device_bandwidth_gbs()
+        self.dev_ctx = PlanContext(self.dev_arch_obj, self.dev_sms, dev_res, bandwidth_gbs=self.dev_bandwidth)
         if plan == "replay":
-            self.geo_ctx = PlanContext(self.target, hdr["plan"]["sms"], plan_res)
+            sku = hdr["plan"].get("sku")
+            bw = get_sku(sku, self.target).bandwidth_gbs if sku else None
+            self.geo_ctx = PlanContext(self.target, hdr["plan"]["sms"], plan_res, bandwidth_gbs=bw)
         else:
             self.geo_ctx = self.dev_ctx
         self.resource_notes = [
@@ -221,7 +226,7 @@ class Engine:
             if k is None:
                 raise PlanError(f"step {s.name}: kernel {ln.kernel.uri} is not in the artifact (built by another "
                                 "ninferc version?); recompile the model")
-            out.append((s, ln, k, self._args(s, ln, B)))
+            out.append((s, ln, k, self._args(s, ln, B, launches)))
         sp = StepPlan(out)
         self._steps[key] = sp
         return sp
@@ -381,12 +386,18 @@ class Engine:
             return {"i32": np.int32, "f32": np.float32, "u64": np.uint64}[ref.dtype](ref.value)
         raise PlanError(f"unknown argument reference kind {k!r}")
 
-    def _args(self, step: Step, ln: Launch, B: int) -> tuple:  # noqa: N803
+    def _args(self, step: Step, ln: Launch, B: int, launches: dict) -> tuple:  # noqa: N803
         scal = launch_scalars(step, ln, self.geo_ctx, B)
         args = []
         for name in arg_names(step, ln):
             if name in scal:
                 args.append(scal[name])
+            elif name in step.bind and step.bind[name].kind == "parts":  # the producer GEMV's norm parts
+                src = launches.get(step.bind[name].name)
+                if src is None:
+                    raise PlanError(f"step {step.name}: argument {name} needs the launch of step "
+                                    f"{step.bind[name].name}, which is not in this step")
+                args.append(np.int32(FAMILIES["gemv_coop"].norm_parts(src[1])))
             elif name in step.bind:
                 args.append(self._ref(step.bind[name]))
             else:

@@ -51,6 +51,20 @@ def device_sm_count() -> int:
     return int(cp.cuda.Device().attributes["MultiProcessorCount"])
 
 
+def device_bandwidth_gbs() -> float | None:
+    """Peak DRAM bandwidth of the current device, GB/s: 2 (double data rate) x memory clock x bus width / 8
+    (cudaDevAttrMemoryClockRate in kHz, cudaDevAttrGlobalMemoryBusWidth in bits -- the CUDA samples'
+    deviceQuery formula); None when the driver does not report them (the plan then assumes the arch's
+    typical bandwidth per SM, :attr:`ninferc.targets.plan.PlanContext.bandwidth_per_sm_gbs`)."""
+    cp = cupy()
+    try:
+        attrs = cp.cuda.Device().attributes
+        clock_khz, width = int(attrs["MemoryClockRate"]), int(attrs["GlobalMemoryBusWidth"])
+    except Exception:  # noqa: BLE001 - an attribute this CuPy / driver does not expose
+        return None
+    return 2.0 * clock_khz * 1e3 * width / 8 / 1e9 if clock_khz > 0 and width > 0 else None
+
+
 #: CUfunction_attribute values (CUDA Driver API, cuda.h ``CUfunction_attribute``)
 FUNC_ATTR = {"MAX_THREADS_PER_BLOCK": 0, "SHARED_SIZE_BYTES": 1, "CONST_SIZE_BYTES": 2, "LOCAL_SIZE_BYTES": 3,
              "NUM_REGS": 4, "PTX_VERSION": 5, "BINARY_VERSION": 6, "MAX_DYNAMIC_SHARED_SIZE_BYTES": 8}

@@ -8,8 +8,18 @@ from dataclasses import dataclass, field
 
 from ninferc.errors import PlanError, RuntimeMemoryError
 
-#: kernel family -> the named workspace (``Ref("ws", name)``) its ``Launch.workspace_bytes`` sizes
+#: kernel family -> the named workspace (``Ref("ws", name)``) its ``Launch.workspace_bytes`` sizes (a GEMV with
+#: the ``add_norm_parts`` epilogue sizes ``norm_ss`` instead: :func:`workspace_of`)
 WORKSPACE_OF = {"gemv_coop": "gemv", "gdn_conv": "gdn_conv_out", "gdn_chunk": "gdn_o", "attn_decode": "attn_partials"}
+
+
+def workspace_of(launch) -> str | None:
+    """The named workspace ``launch.workspace_bytes`` sizes: :data:`WORKSPACE_OF` of its family, except
+    ``norm_ss`` (the norm parts, fp32 [T, row blocks]) for a GEMV with the ``add_norm_parts`` epilogue."""
+    k = launch.kernel
+    if k.family == "gemv_coop" and dict(k.params).get("epilogue") == "add_norm_parts":
+        return "norm_ss"
+    return WORKSPACE_OF.get(k.family)
 
 
 @dataclass
@@ -68,7 +78,7 @@ def workspace_sizes(program, ctx, *, t_cap: int, max_batch: int) -> dict[str, in
     """
     from ninferc.targets.lower import step_launch
 
-    ws = {"gemv": 16, "gdn_conv_out": 16, "gdn_o": 16, "attn_q": 16, "attn_partials": 16}
+    ws = {"gemv": 16, "norm_ss": 16, "gdn_conv_out": 16, "gdn_o": 16, "attn_q": 16, "attn_partials": 16}
     cases = [("prefill", t_cap, 1, 1), ("decode", max_batch, max_batch, max_batch)]
     cases += [("prefill", t, 1, 1) for t in list(range(1, 17)) + [64] if t <= t_cap]
     for mode, T, B, R in cases:  # noqa: N806
@@ -79,9 +89,9 @@ def workspace_sizes(program, ctx, *, t_cap: int, max_batch: int) -> dict[str, in
                 p = s.problem
                 ws["attn_q"] = max(ws["attn_q"], 4 * T * p.heads_q * p.head_dim)
             if ln.workspace_bytes:
-                name = WORKSPACE_OF.get(fam)
+                name = workspace_of(ln)
                 if name is None:
                     raise PlanError(f"step {s.name}: kernel {ln.kernel.uri} needs {ln.workspace_bytes} B of workspace "
-                                    f"but family {fam} has no named workspace (runtime.memory.WORKSPACE_OF)")
+                                    f"but family {fam} has no named workspace (runtime.memory.workspace_of)")
                 ws[name] = max(ws[name], ln.workspace_bytes)
     return {k: int(math.ceil(v / 256) * 256) for k, v in ws.items()}

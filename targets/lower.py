@@ -12,13 +12,16 @@ Routes across families are chosen here and nowhere else: a Linear runs the coope
 boundary where the GEMV's token chunks start re-reading the weight matrix more than the GEMM's
 tiles cost.
 
-Norm fusion (decode): a Linear whose output is read only by an AddRMSNorm (as its ``d``, the mixer/MLP
-output added to the residual stream; not the final norm's row gather) gets the GEMV epilogue
-``add_rmsnorm``: the GEMV updates the residual stream and writes the normalised activations itself
-(route ``coop_norm``), and that AddRMSNorm step, marked ``absorbed_by`` the Linear's step, is left out of
-the launches of that step size (:func:`drop_unneeded_steps`). Where the Linear runs another route (the GEMM of a prefill
-chunk, or a GEMV whose fused grid does not fit the cooperative cap), the Linear stores its output and
-the norm step runs as before.
+Norm folding (decode-size steps): an AddRMSNorm between two Linears
+(:func:`ninferc.ir.passes.common.norms_between_linears`: the mixer or MLP output projection, the residual add
++ norm, the next projection) is done by the two GEMVs: the producer's epilogue ``add_norm_parts`` adds its
+output into the residual stream, writes the norm's bf16 output pre-scaled by the norm weight and each CTA's
+sum of squares; the consumer (``in_norm="parts"``) finishes the norm with the per-token factor. That norm
+step, marked ``absorbed_by`` the producer (and ``absorbed_into`` the consumer), is left out of the launches of
+a step size where both Linears run the GEMV (:func:`drop_unneeded_steps`); a prefill chunk's GEMMs store the
+producer's output, and the norm step runs as its own kernel. The absorbed norm's output lives where the graph's
+memory plan put it (PlanMemory places it as born at the producer, so the producer never overwrites its own
+input); an artifact whose memory plan does not keep it apart from the producer's input is lowered unfused.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import numpy as np
 
 from ninferc.errors import PlanError
 from ninferc.ir.graph import SCALES_SUFFIX, Graph, Op
+from ninferc.ir.passes.common import norms_between_linears
 from ninferc.ir.passes.choose_formats import KV_DTYPES
 from ninferc.targets.kernels import FAMILIES
 from ninferc.targets.kernels.attention import AttentionProblem
@@ -56,7 +60,8 @@ class Ref:
     ``state`` (pool of state ``name``), ``meta`` (batch metadata array ``name``: tokens, tok_pos,
     tok_seq, seq_start, seq_ctx, seq_slot, page_table, row_index), ``ws`` (workspace buffer ``name``),
     ``const`` (scalar ``value`` of ``dtype`` i32/f32/u64, or a host array ``name`` uploaded once such as
-    RoPE inv_freq), ``null`` (a null pointer), ``barrier`` (the grid-barrier counter), ``logits``.
+    RoPE inv_freq), ``null`` (a null pointer), ``barrier`` (the grid-barrier counter), ``logits``, ``parts``
+    (int32: the norm parts -- row blocks -- of step ``name``'s add_norm_parts GEMV launch in the same step).
     """
 
     kind: str
@@ -103,8 +108,10 @@ class Step:
     bind: dict[str, Ref]
     batch: bool = False
     layer: int = -1
-    #: name of the Linear step whose ``coop_norm`` launch performs this (AddRMSNorm) step, if any
+    #: AddRMSNorm steps between two Linears: the producer Linear step whose GEMV (add_norm_parts) does the
+    #: residual add, and the consumer whose GEMV (in_norm parts) finishes the norm
     absorbed_by: str = ""
+    absorbed_into: str = ""
 
 
 class LinearRoute:
@@ -144,8 +151,7 @@ def arg_names(step: Step, launch: Launch) -> tuple[str, ...]:
     """The argument names of the kernel ``launch`` runs, in order."""
     fam = launch.kernel.family
     if fam == "gemv_coop":
-        prob = step.problem if launch.route == "coop_norm" else step.problem.unfused()
-        return FAMILIES["gemv_coop"].arg_names(prob)
+        return FAMILIES["gemv_coop"].arg_names(step.problem)
     if fam == "gemm":
         return gemm_arg_names(LinearRoute.gemm_problem(step.problem))
     if fam == "embed":
@@ -258,9 +264,9 @@ def _attn_problem(op: Op, graph: Graph, page_size: int, max_context: int) -> Att
 def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096, fuse_norm: bool = True) -> Program:
     """Lower a compiled graph (after :func:`ninferc.ir.passes.run_pipeline`) to kernel steps.
 
-    ``fuse_norm=False`` keeps every AddRMSNorm a step of its own (no ``add_rmsnorm`` GEMV epilogue): the
+    ``fuse_norm=False`` keeps every AddRMSNorm a step of its own (no norm folded into the GEMVs): the
     reference side of an A/B benchmark (bench/fuse_norm_ab.py); the kernels it needs are a subset of the
-    fused program's, so either program runs on the same artifact.
+    folded program's, so either program runs on the same artifact.
 
     Raises:
         PlanError: an op kind with no kernel, or a fused op whose layout the kernels do not take.
@@ -272,9 +278,9 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096, fuse_no
     prog = Program(page_size=page_size, max_context=max_context)
     add = prog.steps.append
     lm_inputs = {op.inputs[0] for op in graph.ops() if op.kind == "LMHead"}
-    # Linear op name -> the AddRMSNorm op it absorbs
-    fused_norm = _norms_to_fuse(graph, lm_inputs) if fuse_norm else {}
-    absorbed = {norm.name: lin for lin, norm in fused_norm.items()}
+    folded = _norms_to_fold(graph) if fuse_norm else {}  # norm name -> (producer, consumer) Linear names
+    norm_out = {p: graph.op(n) for n, (p, _) in folded.items()}  # producer Linear -> its norm
+    norm_in = {c: graph.op(n) for n, (_, c) in folded.items()}   # consumer Linear -> its norm
     for op in graph.ops():
         k, a, L = op.kind, op.attrs, op.layer
         if k == "Embedding":
@@ -289,24 +295,31 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096, fuse_no
             gather = y in lm_inputs
             mode = "add_rmsnorm" if k == "AddRMSNorm" else "rmsnorm"
             prob = RMSNormProblem(D, mode, bool(a["unit_offset"]), gather, float(a["eps"]))
+            pc = folded.get(op.name, ("", ""))
             add(Step(op.name, op.name, "both", "rmsnorm", prob, "R" if gather else "T",
                      {"x": T(op.inputs[0]), "d": T(op.inputs[1]) if k == "AddRMSNorm" else NULL,
                       "w": P(op.params["weight"]), "y": T(y),
                       "row_index": Ref("meta", "row_index") if gather else NULL, "eps": F32(a["eps"])}, layer=L,
-                     absorbed_by=absorbed.get(op.name, "")))
+                     absorbed_by=pc[0], absorbed_into=pc[1]))
         elif k in ("Linear", "LMHead"):
             wspec = graph.params[op.params["weight"]]
             N, K = wspec.shape
-            ep = a.get("epilogue", "none")
-            norm = fused_norm.get(op.name)
-            if norm is not None:
-                prob = GemvProblem(K, N, "add_rmsnorm", wfmt=wspec.dtype, unit_offset=bool(norm.attrs["unit_offset"]))
-                extra = {"h": T(norm.inputs[0]), "norm_w": P(norm.params["weight"]), "xn": T(norm.outputs[-1]),
-                         "eps": F32(norm.attrs["eps"])}
+            ep = "swiglu" if a.get("epilogue", "none") == "swiglu" else "store"
+            n_out = N // 2 if ep == "swiglu" else N
+            extra = {}
+            if op.name in norm_out:  # residual add + the next norm's inputs, in the GEMV
+                norm = norm_out[op.name]
+                prob = GemvProblem(K, n_out, "add_norm_parts", wfmt=wspec.dtype,
+                                   unit_offset=bool(norm.attrs["unit_offset"]))
+                extra = {"h": T(norm.inputs[0]), "norm_w": P(norm.params["weight"]), "xs": T(norm.outputs[-1]),
+                         "ss_out": Ref("ws", "norm_ss")}
+            elif op.name in norm_in:  # finishes the norm whose parts its producer wrote
+                norm = norm_in[op.name]
+                prob = GemvProblem(K, n_out, ep, wfmt=wspec.dtype, in_norm="parts")
+                extra = {"ss_in": Ref("ws", "norm_ss"), "ss_parts": Ref("parts", folded[norm.name][0]),
+                         "in_eps": F32(norm.attrs["eps"])}
             else:
-                prob = GemvProblem(K, N // 2 if ep == "swiglu" else N, "swiglu" if ep == "swiglu" else "store",
-                                   wfmt=wspec.dtype)
-                extra = {}
+                prob = GemvProblem(K, n_out, ep, wfmt=wspec.dtype)
             y = Ref("logits") if k == "LMHead" else T(op.outputs[0])
             add(Step(op.name, op.name, "both", "linear", prob, "R" if k == "LMHead" else "T",
                      {"x": T(op.inputs[0]), "w": P(wspec.name), "scales": _scales(wspec), "y": y,
@@ -357,30 +370,34 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096, fuse_no
     return prog
 
 
-def _norms_to_fuse(graph: Graph, lm_inputs: set[str]) -> dict[str, Op]:
-    """Linear op name -> the AddRMSNorm it can absorb (module docstring): the Linear has no epilogue, its
-    output is read by that norm alone, as ``d``, and the norm's output does not feed the LM head (the final
-    norm gathers logit rows)."""
-    readers: dict[str, list[Op]] = {}
-    for op in graph.ops():
-        for t in op.inputs:
-            readers.setdefault(t, []).append(op)
+def _norms_to_fold(graph: Graph) -> dict[str, tuple[str, str]]:
+    """The norms between two Linears (:func:`ninferc.ir.passes.common.norms_between_linears`) whose output's
+    arena storage is apart from the producer's input (true for every graph PlanMemory placed since norms are
+    folded; a graph planned otherwise keeps those norms unfused)."""
+    mem = graph.meta.get("memory", {})
+    tensors, aliases = mem.get("tensors", {}), mem.get("aliases", {})
+
+    def span(t):
+        p = tensors.get(aliases.get(t, t))
+        return None if p is None else (p["offset_per_token"], p["offset_per_token"] + p["row_bytes"])
+
     out = {}
-    for op in graph.ops():
-        if op.kind != "Linear" or op.attrs.get("epilogue", "none") != "none":
-            continue
-        r = readers.get(op.outputs[0], [])
-        if (len(r) == 1 and r[0].kind == "AddRMSNorm" and tuple(r[0].inputs[1:]) == (op.outputs[0],)
-                and r[0].outputs[-1] not in lm_inputs
-                and graph.params[r[0].params["weight"]].shape[0] == graph.params[op.params["weight"]].shape[0]):
-            out[op.name] = r[0]
+    for norm, (prod, cons) in norms_between_linears(graph).items():
+        y, x = span(graph.op(norm).outputs[-1]), span(graph.op(prod).inputs[0])
+        if y is not None and x is not None and (y[1] <= x[0] or x[1] <= y[0]):
+            out[norm] = (prod, cons)
     return out
 
 
 def drop_unneeded_steps(steps: list[Step], launches: dict[str, Launch]) -> list[Step]:
     """The steps of ``steps`` that must run, given every step's launch (by step name): the GDN gated-norm
     step runs only after the ``chunked_split`` core route (the fused core writes y); an AddRMSNorm step
-    ``absorbed_by`` a Linear is skipped when that Linear's launch took the ``coop_norm`` route."""
+    ``absorbed_by`` / ``absorbed_into`` two Linears is skipped when both launches are GEMVs (which then do the
+    norm between them).
+
+    Raises:
+        PlanError: one of the two Linears runs the GEMV and the other not (the folded norm would be half done).
+    """
     out = []
     for s in steps:
         if s.family == "gdn_gated_norm":
@@ -388,8 +405,13 @@ def drop_unneeded_steps(steps: list[Step], launches: dict[str, Launch]) -> list[
             if core is None or core.route != "chunked_split":
                 continue
         if s.absorbed_by:
-            lin = launches.get(s.absorbed_by)
-            if lin is not None and lin.route == "coop_norm":
+            prod, cons = launches.get(s.absorbed_by), launches.get(s.absorbed_into)
+            gemv = [ln is not None and ln.kernel.family == "gemv_coop" for ln in (prod, cons)]
+            if all(gemv):
                 continue
+            if any(gemv):
+                raise PlanError(f"step {s.name}: its producer {s.absorbed_by} and consumer {s.absorbed_into} must both "
+                                f"run the GEMV (found {prod.kernel.uri if prod else None} and "
+                                f"{cons.kernel.uri if cons else None}); the folded norm needs both halves")
         out.append(s)
     return out

@@ -62,7 +62,8 @@ class ModelPlan:
 
     def context(self) -> PlanContext:
         """A PlanContext over this plan's target, SM count and resources."""
-        return PlanContext(self.target, self.sms, self.resources)
+        return PlanContext(self.target, self.sms, self.resources,
+                           bandwidth_gbs=self.sku.bandwidth_gbs if self.sku else None)
 
     def records(self) -> list[dict]:
         """One record per (step, kernel URI) in execution order (``kernel`` = step name)."""
@@ -130,7 +131,11 @@ class ModelPlan:
         sku = f" ({self.sku.name})" if self.sku else ""
         fmts = self.formats_json()
         fmt = f", weights {fmts['weights']}, KV {fmts['kv_dtype']}" if fmts else ""
-        lines = [f"target {self.target}{sku}, {self.sms} SMs, NVRTC {self.nvrtc[0]}.{self.nvrtc[1]}, "
+        ctx = self.context()
+        bw = (f"DRAM {ctx.bandwidth_gbs:,.0f} GB/s" if ctx.bandwidth_gbs is not None else
+              f"DRAM bandwidth unknown (GEMV cost model assumes {ctx.bandwidth_per_sm_gbs:.1f} GB/s per SM, the arch's "
+              "typical SKU)")
+        lines = [f"target {self.target}{sku}, {self.sms} SMs, {bw}, NVRTC {self.nvrtc[0]}.{self.nvrtc[1]}, "
                  f"max context {self.program.max_context}, KV page {self.program.page_size} tokens{fmt}",
                  "columns: x = layers sharing the row; B=n / T=n = grid CTAs for a decode step of n sequences / a "
                  "prefill chunk of n tokens ('-': another kernel serves it; 'c=kS': a cooperative grid of c CTAs "

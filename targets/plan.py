@@ -178,21 +178,42 @@ class Launch:
 
 
 class PlanContext:
-    """What a :class:`KernelFamily` sees while planning: the target, the SM count, the resources of
-    each variant (by URI) and the occupancy calculator.
+    """What a :class:`KernelFamily` sees while planning: the target, the SM count, the DRAM bandwidth, the
+    resources of each variant (by URI) and the occupancy calculator.
 
     Args:
         arch: target.
         sms: SM count of the SKU or device.
         resources: URI -> :class:`KernelResources` for every variant the family declared.
+        bandwidth_gbs: peak DRAM bandwidth of the SKU or device, GB/s (the SKU table's datasheet figure, or
+            the device's memory clock x bus width); None when the plan has only an SM count, in which case
+            :attr:`bandwidth_per_sm_gbs` is the arch's typical figure
+            (:func:`ninferc.targets.skus.typical_bandwidth_per_sm`). Used by cost models that choose between
+            variants (the GEMV's, :mod:`ninferc.targets.kernels.gemv_coop`), never by a limit check.
+
+    Raises:
+        PlanError: a non-positive SM count or bandwidth.
     """
 
-    def __init__(self, arch: str | Arch, sms: int, resources: Mapping[str, KernelResources]):
+    def __init__(self, arch: str | Arch, sms: int, resources: Mapping[str, KernelResources],
+                 bandwidth_gbs: float | None = None):
         self.arch = get_arch(arch)
         if int(sms) <= 0:
             raise PlanError(f"plan for {self.arch.name}: SM count must be positive, got {sms}")
+        if bandwidth_gbs is not None and not bandwidth_gbs > 0:
+            raise PlanError(f"plan for {self.arch.name}: DRAM bandwidth must be positive, got {bandwidth_gbs} GB/s")
         self.sms = int(sms)
         self.resources = dict(resources)
+        self.bandwidth_gbs = None if bandwidth_gbs is None else float(bandwidth_gbs)
+
+    @property
+    def bandwidth_per_sm_gbs(self) -> float:
+        """DRAM bandwidth per SM, GB/s: the given bandwidth / SMs, else the arch's typical figure."""
+        if self.bandwidth_gbs is not None:
+            return self.bandwidth_gbs / self.sms
+        from ninferc.targets.skus import typical_bandwidth_per_sm
+
+        return typical_bandwidth_per_sm(self.arch.name)
 
     def resources_of(self, spec: KernelSpec) -> KernelResources:
         """Resources of ``spec``. Raises PlanError if the family did not declare it as a variant."""
@@ -582,7 +603,7 @@ def make_plan(
     specs = [s for _, fam, prob in instances for s in fam.variants(prob)]
     built = compile_variants(specs, a, options=options, jobs=jobs)
     resources = {uri: r for uri, (_, r) in built.items()}
-    ctx = PlanContext(a, int(sms), resources)
+    ctx = PlanContext(a, int(sms), resources, bandwidth_gbs=sku_obj.bandwidth_gbs if sku_obj else None)
 
     launches: dict[str, list[Launch]] = {}
     used: dict[str, KernelSpec] = {}

@@ -130,6 +130,19 @@ def skus_for_arch(arch: str) -> list[Sku]:
     return [s for s in SKUS if s.arch == a.name]
 
 
+def typical_bandwidth_per_sm(arch: str) -> float:
+    """The median of ``bandwidth_gbs / sms`` over the SKUs of ``arch`` (GB/s per SM): what a plan made for a
+    bare SM count (``--sms``, no SKU) assumes about the DRAM bandwidth each SM can draw on.
+
+    Raises:
+        TargetError: unknown arch, or an arch with no SKU in the table.
+    """
+    per = sorted(s.bandwidth_gbs / s.sms for s in skus_for_arch(arch))
+    if not per:
+        raise TargetError(f"no SKU of {arch} in the table: no typical bandwidth per SM")
+    return per[len(per) // 2]
+
+
 def get_sku(name: str, arch: str | None = None) -> Sku:
     """Look a SKU up by short name, case/space/dash-insensitive (``"L20"``, ``"rtx-4090"``,
     ``"RTX 5090 Laptop"``).

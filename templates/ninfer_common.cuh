@@ -154,14 +154,6 @@ __device__ __forceinline__ void grid_barrier(unsigned int* bar) {
   barrier_sync(bar, gridDim.x * gridDim.y * gridDim.z, (blockIdx.x | blockIdx.y | blockIdx.z) == 0);
 }
 
-// The first `nctas` CTAs of a 1-D grid only (blockIdx.x < nctas; the others must not call it): lets a kernel
-// synchronise the CTAs that still have work after a grid barrier. Give it a counter of its own, not the
-// whole-grid barrier's: a CTA still spinning on that one while the group's arrivals flip bit 31 twice would
-// miss its release.
-__device__ __forceinline__ void group_barrier(unsigned int* bar, unsigned int nctas) {
-  barrier_sync(bar, nctas, blockIdx.x == 0);
-}
-
 // ---------------------------------------------------------------------------------------------
 // 6. activations (fp32)
 // ---------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Helpers shared by the IR passes: dead-op elimination and View-chain resolution."""
+"""Helpers shared by the IR passes: dead-op elimination, View-chain resolution, and the norms a decode-size
+lowering folds into the GEMVs on either side of them."""
 
 from __future__ import annotations
 
@@ -51,3 +52,41 @@ def mark(g: Graph, name: str) -> Graph:
     """Record that pass ``name`` ran (graph.meta['passes'])."""
     g.meta.setdefault("passes", []).append(name)
     return g
+
+
+def norms_between_linears(g: Graph) -> dict[str, tuple[str, str]]:
+    """AddRMSNorm ops that sit between two Linears and nothing else: norm name -> (producer, consumer) Linear
+    names. The producer has no epilogue, its output is the norm's ``d`` (input 1) and is read by this norm
+    alone; the norm's output ``y`` (output 1) is read by the consumer Linear alone (not an LM head), whose K is
+    the norm's width; neither Linear is itself the producer or consumer of another such norm.
+
+    These are the norms a decode-size lowering may fold into the two GEMVs
+    (:mod:`ninferc.targets.kernels.gemv_coop`: ``add_norm_parts`` + ``in_norm parts``), where the producer
+    writes ``y`` -- so :func:`ninferc.ir.passes.plan_memory.plan_memory` places ``y`` as born at the producer.
+    """
+    readers: dict[str, list[Op]] = {}
+    for op in g.ops():
+        for t in op.inputs:
+            readers.setdefault(t, []).append(op)
+    found: dict[str, tuple[str, str]] = {}
+    for norm in g.ops():
+        if norm.kind != "AddRMSNorm":
+            continue
+        prod = g.producer(norm.inputs[1])
+        y_readers = readers.get(norm.outputs[-1], [])
+        if (prod is None or prod.kind != "Linear" or prod.attrs.get("epilogue", "none") != "none"
+                or readers.get(prod.outputs[0], []) != [norm] or len(y_readers) != 1 or y_readers[0].kind != "Linear"
+                or y_readers[0].inputs[0] != norm.outputs[-1]):
+            continue
+        cons = y_readers[0]
+        width = g.params[norm.params["weight"]].shape[0]
+        if (g.params[prod.params["weight"]].shape[0] != width
+                or g.params[cons.params["weight"]].shape[1] != width):
+            continue
+        found[norm.name] = (prod.name, cons.name)
+    # a Linear may take one role only (one parts workspace per GEMV launch)
+    roles: dict[str, int] = {}
+    for p, c in found.values():
+        roles[p] = roles.get(p, 0) + 1
+        roles[c] = roles.get(c, 0) + 1
+    return {n: pc for n, pc in found.items() if roles[pc[0]] == 1 and roles[pc[1]] == 1}

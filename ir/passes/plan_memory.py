@@ -8,6 +8,9 @@ byte ``T_max * offset_per_token`` and spans ``T * row_bytes``. Offsets are multi
 
 Aliases: a View aliases its base (no storage); ``AddRMSNorm``'s sum output reuses its residual input
 (the kernel updates the residual stream in place; the pass checks that input dies there).
+Early births: the output of an AddRMSNorm between two Linears (:func:`ninferc.ir.passes.common.norms_between_linears`)
+is placed as if the producer Linear wrote it, because in a decode-size step it does (the GEMV's
+``add_norm_parts`` epilogue): its storage then never overlaps the producer's own input.
 Excluded: graph inputs (``tokens``, ``positions`` are batch metadata) and ``LMHead`` outputs (the
 logits buffer is sized by sequences, not tokens, and allocated by the runtime).
 """
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 from ninferc.ir.graph import DTYPE_BYTES, Graph
 from ninferc.ir.ops import ShapeError
-from ninferc.ir.passes.common import mark
+from ninferc.ir.passes.common import mark, norms_between_linears
 
 ALIGN = 256
 INPLACE = {"AddRMSNorm": {0: 0}}  # kind -> {output index: input index it overwrites}
@@ -66,13 +69,16 @@ def plan_memory(graph: Graph) -> Graph:
             if readers:
                 raise ShapeError(f"op {op.name} updates {src} in place but {readers[0]} reads it later")
     excluded = set(g.inputs) | {op.outputs[0] for op in ops if op.kind == "LMHead"}
+    born_with: dict[str, list[str]] = {}  # producer Linear -> norm outputs placed with its own
+    for norm, (prod, _) in norms_between_linears(g).items():
+        born_with.setdefault(prod, []).append(g.op(norm).outputs[-1])
     live: list[tuple[int, int, int]] = []  # (offset, size, dies_at)
     placed: dict[str, dict] = {}
     end = 0
     for op in ops:
         i = index[op.name]
         live = [iv for iv in live if iv[2] >= i]  # free what died before this op
-        for t in op.outputs:
+        for t in (*op.outputs, *born_with.get(op.name, ())):
             if t in alias or t in excluded or t in placed:
                 continue
             spec = g.tensors[t]

@@ -1,4 +1,4 @@
-"""Cooperative split-K GEMV for decode-size token counts (template ``gemv_coop.cu.j2``).
+"""Decode-size GEMV: plain or cooperative split-K (template ``gemv_coop.cu.j2``).
 
 Contract
 --------
@@ -6,19 +6,23 @@ Contract
 accumulation, then an epilogue into ``Y[T, N]`` (dtypes per templates/README.md: Linear outputs fp32,
 the SwiGLU output -- down_proj's input -- bf16):
 
-* ``store``         ``Y = acc``, fp32                                   (N_w = N)
-* ``residual_add``  ``Y += acc``, fp32 (Y is the residual stream)         (N_w = N)
-* ``swiglu``        W stacks [gate; up] (N_w = 2N): ``Y[:, i] = bf16(silu(acc[:, i]) * acc[:, N + i])``
-* ``add_rmsnorm``   ``Y += acc`` as residual_add, then the next layer's RMSNorm of the updated rows into a
-  second output: ``XN[t] = bf16(Y[t] / sqrt(mean(Y[t]^2) + eps) * (1 + w))`` (``w`` if not
-  ``unit_offset``) -- the ``add_rmsnorm`` of ``rmsnorm.cu.j2`` fused into the GEMV that produces its
-  input, so a decode step has no separate norm launch (130 fewer launches per 27B token). Cooperative
-  only (route ``coop_norm``), one output per thread (the grid covers ``T * N``; the planner checks it,
-  the kernel traps otherwise): after the split-K reduction each CTA adds its outputs into Y and stores
-  its sum of squares per token it touches in the workspace (after the split partials); the CTAs that
-  hold outputs meet at a second barrier (``ninfer::group_barrier`` on barrier word 1) and each sums the
-  partials of its token in CTA order (every CTA gets the same bits) and writes its outputs of ``XN``.
-  Same result as the unfused pair up to the order of the sum of squares.
+* ``store``           ``Y = acc``, fp32                                   (N_w = N)
+* ``residual_add``    ``H += acc``, fp32 (H is the residual stream)        (N_w = N)
+* ``swiglu``          W stacks [gate; up] (N_w = 2N): ``Y[:, i] = bf16(silu(acc[:, i]) * acc[:, N + i])``
+* ``add_norm_parts``  the residual add of the ``AddRMSNorm`` that follows the GEMV, and what the GEMV that reads
+  that norm's output needs, so the decode step has no norm kernel and no grid barrier:
+  ``H += acc``; ``XS = bf16(H * (1 + w))`` (``w`` if not ``unit_offset``; w = the norm's weight, fp32 [N]);
+  ``SS[t, b] = sum(H[t, o]^2 for o in row block b)`` (fp32 [T, row_blocks], one part per CTA, a fixed
+  summation order). Plain route only (each output has one owner CTA).
+
+Input modes (``GemvProblem.in_norm``):
+
+* ``none``   X is bf16.
+* ``parts``  X is the ``XS`` of an ``add_norm_parts`` GEMV and the kernel finishes the RMSNorm: every dot product
+  of token t is multiplied by ``1 / sqrt(sum(SS[t, :]) / K + eps)`` (the parts summed in a fixed order, so
+  every CTA gets the same bits). Together: ``Y = RMSNorm(H) @ W^T`` with the norm's ``(1 + w)`` applied before
+  the bf16 rounding of X and its per-token factor after the dot products -- the unfused pair (AddRMSNorm kernel,
+  then the GEMV on its bf16 output) up to where X is rounded.
 
 K must be a multiple of 8 (bf16), 16 (w8) or 64 (w4). Inputs 16-byte aligned.
 
@@ -39,52 +43,49 @@ FADD of ``-(2^23 + bias)`` give ``q`` exactly (bias 128 for int8 read as offset 
 :mod:`ninferc.ir.quant`, on every arch: no repacking. Each lane issues one 16-byte load of a W row per
 step (8 bf16, 16 int8 or 32 int4 elements), consecutive lanes take consecutive 16-byte vectors, so a warp
 reads 512 contiguous bytes of the row per step -- four full 128-byte lines, the same coalescing as bf16.
-The nibble order inside a byte is what the kernel unpacks (two masks), and a 32-element w4 vector starts
-at a multiple of 32, so it never straddles a scale group. Interleaved layouts (Marlin-style) exist to feed
-tensor-core fragments; this CUDA-core GEMV gains nothing from them.
-
-*Cost.* Per element and row: PRMT + FADD once (the codes of a sub-chunk are dequantised once for all of a
-CTA's tokens), plus one FFMA per token. At T = 1 that is about 3.5 (w8) / 7 (w4) lane instructions per
-weight byte against bf16's ~1.1, so on a card with many bytes/clock per SM (H200) the w4 kernel may be
-issue-bound rather than bandwidth-bound; measure before tuning (bench/). Registers: w8 ~90-98, w4 ~126
-per thread (bf16: 60-64), i.e. 2 CTAs of 256 threads per SM; the plan's caps and splits follow.
 
 Kernel shape
 ------------
-A warp owns ``rows_per_warp`` W rows (for swiglu: half gate rows, the matching half up rows) and
-streams them along K, one 16-byte vector per lane per step (8 bf16 / 16 int8 / 32 int4 elements; a warp
-reads 512 contiguous bytes per row per step);
-a CTA of ``threads`` owns ``threads/32 * outputs_per_warp`` outputs (a row block). A CTA handles up
-to ``max_tokens`` tokens (a token chunk; for w8 / w4 the family compiles token tiles 1 and 4 and a launch
-of T tokens takes the smallest tile >= T, so one-sequence decode runs the one-token kernel; bf16 has the
-4-token tile only). The grid is 1-D:
+A warp owns ``rows_per_warp`` W rows (for swiglu: half gate rows, the matching half up rows) and streams them
+along K, one 16-byte vector per lane per step. ``k_warps`` warps share one row group, each taking every
+``k_warps``-th step (their sums are added through shared memory, in warp order); a CTA of ``threads`` holds
+``threads / 32 / k_warps`` row groups. A CTA handles up to ``max_tokens`` tokens (a token chunk; the family
+compiles tiles 1 and 4 and a launch of T tokens takes the smallest tile >= T). The grid is 1-D:
 ``row_blocks * splits * token_chunks`` CTAs (nothing on y/z, so no 65535 limit applies).
 
-Routes (chosen here, by the plan -- the kernel has no launch constants)
-------------------------------------------------------------------------
-* ``coop_splitk``: the ``mode=coop`` variant, launched cooperatively. Each CTA reduces one K slice
-  into an fp32 workspace ``[splits, T, N_w]``; a grid barrier (``ninfer::grid_barrier``, counter left
-  reusable) separates that from the in-kernel reduction + epilogue. ``splits`` = the largest number
-  such that ``base * splits <= cap`` where ``base = row_blocks * token_chunks`` and ``cap`` = resident
-  CTAs/SM x SMs of that variant, capped at ``K/VEC/32`` with VEC = 8, 16 or 32 K elements per 16-byte
-  vector for bf16, w8, w4 (:meth:`GemvCoopFamily.max_splits`: every lane gets at least one 16-byte
-  step), so the grid fills one wave of resident CTAs. Used when that gives ``splits >= 2``.
-* ``plain``: the ``mode=plain`` variant, non-cooperative, one split, epilogue from registers, no
-  workspace and no barrier. Used as soon as no variant fits two splits -- i.e. exactly at the T (or N)
-  where ``2 * base > cap`` for every thread-count variant.
+Routes and the cost model (chosen here, by the plan -- the kernel has no launch constants)
+-----------------------------------------------------------------------------------------
+* ``plain``: one split, epilogue from registers, no workspace, no barrier. Every (threads, k_warps) shape of
+  :attr:`GemvCoopFamily.plain_shapes` is a candidate.
+* ``coop_splitk``: the ``mode=coop`` variant, launched cooperatively: each CTA reduces one K slice into an fp32
+  workspace ``[splits, T, N_w]``, a grid barrier, then the grid reduces and applies the epilogue. ``splits`` =
+  the most with ``base * splits <= cap`` (``cap`` = resident CTAs/SM x SMs), at most ``K / VEC / 32``.
+  Not for ``add_norm_parts``.
 
-Among candidates of the chosen route the variant with the best SM fill wins (coop: ``grid / cap``;
-plain: ``grid / (waves * cap)``), ties to fewer threads.
+The launch is the candidate with the least :func:`estimate_us`, a streaming model of the kernel on the plan's
+target: its inputs are the compiled variant's resident CTAs/SM (registers, shared memory: the occupancy
+calculator), the SM count and the DRAM bandwidth per SM (the SKU's, the device's, or the arch's typical
+figure), and the problem shape. A launch streams its weight bytes at the DRAM bandwidth when the warps it keeps
+resident have enough bytes in flight (Little's law: bandwidth x a loaded latency of ``LATENCY_US``), slower in
+proportion otherwise; each warp also spends ``OVERHEAD_STEPS`` (+ ``REDUCE_STEPS`` per doubling of k_warps) of
+its K steps' time on start-up, the x loads and the reduction, and the last, partly filled wave of CTAs costs
+one CTA duration at ``TAIL_STEP_US`` per step, scaled by how empty it is; a cooperative launch adds its barrier
+and reduction pass. The constants were fitted to an H200 sweep of every shape x format of the 27B decode step
+(``bench/gemv_ksplit_sweep.py``, ``bench/results/gemv_ksplit_sweep_h200_*.json``): the model's pick is within
+1.5 % of the fastest measured variant on average and 6 % in the worst case, where the old rule (one K-streaming
+warp per row group, cooperative split-K when two splits fit) lost up to 30 %.
 
 Runtime arguments (:meth:`GemvCoopFamily.arg_names`, :func:`kernel_args`): bf16 ``w, x, y, ws, barrier, k,
-n_out, t_total, splits``; w8 / w4 ``w, scales, x, y, ws, barrier, k, n_out, t_total, splits`` -- pointers
-then int32.
-The barrier counter is one zero-initialised uint32 per stream (left reusable by the kernel); ``ws`` is
-``Launch.workspace_bytes`` of scratch (no initialisation needed), unused by ``plain``.
+n_out, t_total, splits``; w8 / w4 ``w, scales, x, y, ...`` -- pointers then int32; ``residual_add`` and
+``add_norm_parts`` name ``y`` ``h``; ``add_norm_parts`` appends ``norm_w, xs, ss_out``, ``in_norm parts``
+appends ``ss_in, ss_parts, in_eps``. The barrier counter is one zero-initialised uint32 per stream (left
+reusable by the kernel); ``ws`` is ``Launch.workspace_bytes`` of scratch (coop only, no initialisation needed).
+``add_norm_parts`` launches size ``ss_out`` instead (``Launch.workspace_bytes``, see :meth:`GemvCoopFamily.norm_parts`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -96,12 +97,25 @@ from ninferc.ir.reference import ref_rmsnorm
 from ninferc.targets.kernels._weights import WFORMATS, check_weight_k
 from ninferc.targets.plan import KernelSpec, Launch, PlanContext
 
-EPILOGUES = ("store", "residual_add", "swiglu", "add_rmsnorm")
+EPILOGUES = ("store", "residual_add", "swiglu", "add_norm_parts")
 MODES = ("coop", "plain")
+IN_NORMS = ("none", "parts")
 WARP = 32  # threads per warp on every CUDA architecture
 VEC = 8    # bf16 elements per 16-byte load
 #: K elements per 16-byte weight load, per weight format
 VEC_OF = {"bf16": VEC, "w8": 16, "w4": 32}
+#: weight bytes per K element, per format (codes only; the fp32 scales are counted separately)
+BYTES_PER_ELEMENT = {"bf16": 2.0, "w8": 1.0, "w4": 0.5}
+
+# ---- cost model constants (fitted on the H200: module docstring) ----
+#: loaded DRAM latency, microseconds: bytes in flight needed = bandwidth x this (Little's law)
+LATENCY_US = 0.8
+#: per-warp fixed cost in K steps (start-up, x loads, warp reduction, epilogue)
+OVERHEAD_STEPS = 3.0
+#: extra per-warp cost in K steps per doubling of k_warps (the shared-memory reduction and its barrier)
+REDUCE_STEPS = 2.0
+#: microseconds per K step of a CTA running in the last, partly filled wave
+TAIL_STEP_US = 0.2
 
 
 @dataclass(frozen=True)
@@ -111,14 +125,16 @@ class GemvProblem:
     Attributes:
         k: reduction length (columns of X and W); multiple of 8 (bf16), 16 (w8) or 64 (w4).
         n: output features (columns of Y). For swiglu W has 2n rows ([gate; up]).
-        epilogue: ``"store" | "residual_add" | "swiglu" | "add_rmsnorm"``.
+        epilogue: ``"store" | "residual_add" | "swiglu" | "add_norm_parts"`` (module docstring).
         wfmt: weight format ``"bf16" | "w8" | "w4"`` (module docstring; :mod:`ninferc.ir.quant`).
-        unit_offset: add_rmsnorm only: scale by ``1 + w`` (zero-centred norm weights, the Qwen3.5 default)
+        unit_offset: add_norm_parts only: scale by ``1 + w`` (zero-centred norm weights, the Qwen3.5 default)
             or by ``w``; ignored (and not part of the kernel's identity) for the other epilogues.
+        in_norm: ``"none"`` or ``"parts"`` (X is an add_norm_parts GEMV's XS; module docstring).
 
     Raises:
         PlanError: unknown weight format, k not a positive multiple of its format's K multiple (the message
-            names K, the format and the multiple), n not positive, or an unknown epilogue.
+            names K, the format and the multiple), n not positive, an unknown epilogue or input mode, or
+            add_norm_parts together with in_norm parts (both use the one parts workspace).
     """
 
     k: int
@@ -126,6 +142,7 @@ class GemvProblem:
     epilogue: str = "store"
     wfmt: str = "bf16"
     unit_offset: bool = True
+    in_norm: str = "none"
 
     def __post_init__(self):
         check_weight_k("gemv_coop", self.k, self.wfmt)
@@ -133,6 +150,11 @@ class GemvProblem:
             raise PlanError(f"gemv_coop: N = {self.n} must be positive")
         if self.epilogue not in EPILOGUES:
             raise PlanError(f"gemv_coop: unknown epilogue {self.epilogue!r}; supported: {', '.join(EPILOGUES)}")
+        if self.in_norm not in IN_NORMS:
+            raise PlanError(f"gemv_coop: unknown in_norm {self.in_norm!r}; supported: {', '.join(IN_NORMS)}")
+        if self.norm_out and self.norm_in:
+            raise PlanError("gemv_coop: a GEMV cannot both write norm parts (add_norm_parts) and read them "
+                            "(in_norm parts): they share one workspace")
 
     @property
     def w_rows(self) -> int:
@@ -140,14 +162,20 @@ class GemvProblem:
         return 2 * self.n if self.epilogue == "swiglu" else self.n
 
     @property
-    def fused_norm(self) -> bool:
-        """True for the ``add_rmsnorm`` epilogue (cooperative only, extra arguments)."""
-        return self.epilogue == "add_rmsnorm"
+    def norm_out(self) -> bool:
+        """True for the ``add_norm_parts`` epilogue (plain only; extra arguments norm_w, xs, ss_out)."""
+        return self.epilogue == "add_norm_parts"
+
+    @property
+    def norm_in(self) -> bool:
+        """True for ``in_norm == "parts"`` (extra arguments ss_in, ss_parts, in_eps)."""
+        return self.in_norm == "parts"
 
     def unfused(self) -> "GemvProblem":
-        """The same GEMV with a plain ``store`` epilogue instead of ``add_rmsnorm`` (the route taken when
-        the fused kernel's cooperative grid does not fit; the norm then runs as its own kernel)."""
-        return GemvProblem(self.k, self.n, "store", self.wfmt) if self.fused_norm else self
+        """The same GEMV as a plain store of ``acc`` with bf16 X: what the prefill GEMM route and the unfused
+        program compute for a Linear whose norm runs as its own kernel."""
+        ep = "swiglu" if self.epilogue == "swiglu" else "store"
+        return GemvProblem(self.k, self.n, ep, self.wfmt)
 
     @property
     def quantized(self) -> bool:
@@ -158,6 +186,13 @@ class GemvProblem:
     def k_per_vec(self) -> int:
         """K elements per 16-byte weight vector: 8 (bf16), 16 (w8), 32 (w4)."""
         return VEC_OF[self.wfmt]
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of W as stored (codes + fp32 scales for w8 / w4)."""
+        n = self.w_rows * self.k
+        return {"bf16": 2 * n, "w8": n + 4 * self.w_rows,
+                "w4": n // 2 + 4 * self.w_rows * (self.k // GROUP_SIZE)}[self.wfmt]
 
     def weight_shapes(self) -> dict[str, tuple[tuple[int, ...], str]]:
         """The weight arrays the kernel reads, name -> (shape, numpy dtype name): bf16 ``w`` [w_rows, K]
@@ -171,82 +206,126 @@ class GemvProblem:
         return {"w": ((r, k), "bfloat16")}
 
 
+def estimate_us(problem: GemvProblem, tokens: int, *, threads: int, k_warps: int, rows_per_warp: int, tile: int,
+                ctas_per_sm: int, sms: int, bandwidth_per_sm_gbs: float, splits: int = 1) -> float:
+    """Modelled time of one launch, microseconds (module docstring, "Routes and the cost model").
+
+    Args:
+        problem: the GEMV. tokens: T. threads, k_warps, rows_per_warp, tile: the variant (tile = max_tokens).
+        ctas_per_sm: the variant's resident CTAs per SM (occupancy calculator). sms: SM count.
+        bandwidth_per_sm_gbs: DRAM bandwidth per SM, GB/s. splits: K splits of a cooperative launch (1 = plain).
+
+    Returns:
+        streaming time (weight bytes x token chunks at the bandwidth the resident warps can sustain) + the
+        last wave's tail (+ the barrier and reduction pass when ``splits > 1``). Only its ordering between
+        variants is used.
+    """
+    warps = threads // WARP
+    groups = warps // k_warps
+    outs = groups * (rows_per_warp // 2 if problem.epilogue == "swiglu" else rows_per_warp)
+    chunks = -(-tokens // tile)
+    ctas = -(-problem.n // outs) * chunks * splits
+    cap = max(1, ctas_per_sm) * sms
+    kvec = problem.k // problem.k_per_vec
+    steps = -(-kvec // (k_warps * WARP * splits))
+    over = OVERHEAD_STEPS + REDUCE_STEPS * math.log2(k_warps)
+    bw = bandwidth_per_sm_gbs * sms * 1e3  # bytes per microsecond
+    inflight = min(ctas, cap) * warps * rows_per_warp * 16 * WARP * steps / (steps + over)
+    stream = problem.weight_bytes * chunks / (bw * min(1.0, inflight / (bw * LATENCY_US)))
+    waves = ctas / cap
+    tail = (steps + over) * TAIL_STEP_US * ((math.ceil(waves) - waves + 1) if waves > 1 else 1.0)
+    barrier = (2 + splits) * LATENCY_US if splits > 1 else 0.0
+    return stream + tail + barrier
+
+
 class GemvCoopFamily:
     """The ``gemv_coop`` kernel family (see module docstring).
 
     Args:
-        threads: thread-count variants (multiples of 32, each <= 1024).
-        token_tiles: the ``max_tokens`` variants (tokens per CTA, a template parameter; larger T adds
-            token chunks to the grid) of the quantised formats. A launch for T tokens uses the smallest
-            tile >= T, else the largest (:meth:`tile_for`): a w8/w4 decode step of one sequence (T = 1)
-            gets the one-token kernel, whose single-token accumulators need fewer registers (sm_90, K=5120
-            gate|up coop, 256 threads: w8 74 vs 98, w4 92 vs 125). Measured on the H200 (bench/NOTES.md,
-            session 2): 27B w8 decode 84.5 -> 106 tok/s, w4 + int8 KV 97 -> 109 tok/s; bf16 did not gain
-            (62-65 tok/s either way, within run-to-run spread), so bf16 keeps only the largest tile.
+        plain_shapes: (threads, k_warps) of the plain variants (threads a multiple of 32; k_warps divides the
+            CTA's warps). Default: 128 threads with 1, 2 or 4 warps per row group, 256 threads with 2 or 4 --
+            on the H200 sweep these five hold the fastest variant of every 27B decode shape within 0.5 %
+            (512-thread CTAs and 8-16 warps per row group never won).
+        coop_threads: thread counts of the cooperative split-K variants (k_warps 1).
+        token_tiles: the ``max_tokens`` variants (tokens per CTA, a template parameter; larger T adds token chunks
+            to the grid). A launch for T tokens uses the smallest tile >= T, else the largest (:meth:`tile_for`):
+            one-sequence decode (T = 1) gets the one-token kernel, whose single-token accumulators need fewer
+            registers (w8 / w4: H200, session 2: 27B w8 decode 84.5 -> 106 tok/s).
         rows_per_warp: W rows a warp accumulates at once (even), bf16 weights.
         quant_rows_per_warp: the same for w8 / w4 weights. Default 2, from the H200 sweep
             (``bench/gemv_sweep.py``, bench/results/gemv_sweep_h200_4086f82.json; 27B decode shapes, T = 1):
-            with 2 rows a w4 warp needs 48 registers instead of 85-94, more warps stay resident to hide
-            the dequantisation's ALU latency, and the kernel time drops by 5-26 % (w4 down 41.7 -> 33.1 us,
-            gate|up 52.1 -> 46.7 us; w8 down 40.6 -> 34.5 us), while bf16 is mixed (gdn in-projection
-            46.7 -> 52.1 us) and keeps 4.
-        max_tokens: the largest tile (kept for callers that force one variant: :meth:`spec` and
-            :meth:`launch_variant` default to it).
+            with 2 rows a w4 warp needs 48 registers instead of 85-94 and the kernel time drops by 5-26 %.
         prefetch_steps: K steps (16 bytes per lane per W row) each warp asks L2 to prefetch before its PDL
             wait (``prefetch.global.L2``; weights are constant); 0 = none. A template parameter only when
             not 1, so the default kernels keep their URI. Default 1 from same-process A/Bs on the H200
-            (``bench/prefetch_ab.py``, 27B decode at context 512): bf16 0 -> 1 step 15.06 -> 14.83 ms/token;
-            w8 0 / 1 / 2 steps 9.17 / 9.13 / 9.10 ms (within noise), 4 and 8 steps 3.6 % and 16 % slower
-            than 1 (bench/results/prefetch_ab_*).
+            (``bench/prefetch_ab.py``: bf16 0 -> 1 step 15.06 -> 14.83 ms/token; 4 and 8 steps slower).
+
+    Raises:
+        PlanError: bad family parameters (names them).
     """
 
     name = "gemv_coop"
     template = "gemv_coop.cu.j2"
 
-    def __init__(self, threads: tuple[int, ...] = (256, 512), token_tiles: tuple[int, ...] = (1, 4),
+    def __init__(self, plain_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 2), (256, 4)),
+                 coop_threads: tuple[int, ...] = (256, 512), token_tiles: tuple[int, ...] = (1, 4),
                  rows_per_warp: int = 4, quant_rows_per_warp: int = 2, prefetch_steps: int = 1):
-        if any(t % WARP or t <= 0 for t in threads) or rows_per_warp % 2 or quant_rows_per_warp % 2 \
-                or min(rows_per_warp, quant_rows_per_warp) < 2 or not token_tiles or min(token_tiles) < 1:
+        bad_shape = [s for s in plain_shapes if s[0] % WARP or s[0] <= 0 or s[1] < 1 or (s[0] // WARP) % s[1]]
+        if (bad_shape or not plain_shapes or any(t % WARP or t <= 0 for t in coop_threads) or rows_per_warp % 2
+                or quant_rows_per_warp % 2 or min(rows_per_warp, quant_rows_per_warp) < 2 or not token_tiles
+                or min(token_tiles) < 1):
             raise PlanError(
-                f"gemv_coop: bad family parameters threads={threads} (multiples of {WARP}), "
-                f"rows_per_warp={rows_per_warp} and quant_rows_per_warp={quant_rows_per_warp} (even, >= 2), "
-                f"token_tiles={token_tiles} (each >= 1)"
-            )
-        self.quant_rows_per_warp = int(quant_rows_per_warp)
-        self.threads = tuple(threads)
+                f"gemv_coop: bad family parameters plain_shapes={plain_shapes} ((threads, k_warps): threads a "
+                f"multiple of {WARP}, k_warps dividing its warps), coop_threads={coop_threads}, rows_per_warp="
+                f"{rows_per_warp} and quant_rows_per_warp={quant_rows_per_warp} (even, >= 2), "
+                f"token_tiles={token_tiles} (each >= 1)")
+        if prefetch_steps < 0:
+            raise PlanError(f"gemv_coop: prefetch_steps = {prefetch_steps} must be >= 0")
+        self.plain_shapes = tuple((int(t), int(k)) for t, k in plain_shapes)
+        self.coop_threads = tuple(int(t) for t in coop_threads)
         self.token_tiles = tuple(sorted(set(int(t) for t in token_tiles)))
         self.max_tokens = self.token_tiles[-1]
         self.rows_per_warp = int(rows_per_warp)
-        if prefetch_steps < 0:
-            raise PlanError(f"gemv_coop: prefetch_steps = {prefetch_steps} must be >= 0")
+        self.quant_rows_per_warp = int(quant_rows_per_warp)
         self.prefetch_steps = int(prefetch_steps)
+
+    @property
+    def threads(self) -> tuple[int, ...]:
+        """Every thread count the family compiles (plain and cooperative)."""
+        return tuple(sorted({t for t, _ in self.plain_shapes} | set(self.coop_threads)))
 
     def rows_for(self, problem: GemvProblem) -> int:
         """W rows per warp for ``problem``'s weight format (``rows_per_warp`` or ``quant_rows_per_warp``)."""
         return self.quant_rows_per_warp if problem.quantized else self.rows_per_warp
 
-    def tiles(self, problem: GemvProblem) -> tuple[int, ...]:
-        """Token tiles compiled for ``problem``: all of ``token_tiles`` for w8 / w4, the largest for bf16."""
-        return self.token_tiles if problem.quantized else (self.max_tokens,)
+    def tiles(self, problem: GemvProblem | None = None) -> tuple[int, ...]:
+        """Token tiles compiled (every format)."""
+        return self.token_tiles
 
     def tile_for(self, tokens: int, problem: GemvProblem | None = None) -> int:
-        """The token tile (``max_tokens`` variant) a launch of T = ``tokens`` uses: the smallest of
-        :meth:`tiles` >= T, else the largest."""
-        tiles = self.token_tiles if problem is None else self.tiles(problem)
-        return next((t for t in tiles if t >= tokens), self.max_tokens)
+        """The token tile (``max_tokens`` variant) a launch of T = ``tokens`` uses: the smallest tile >= T,
+        else the largest."""
+        return next((t for t in self.token_tiles if t >= tokens), self.max_tokens)
 
     # ---- identity ------------------------------------------------------------------------------
 
-    def spec(self, problem: GemvProblem, threads: int, mode: str, max_tokens: int | None = None) -> KernelSpec:
-        """The kernel for (epilogue, weight format, threads, mode); K and N are runtime arguments, not
-        identity. ``wfmt`` is a parameter only for w8 / w4 (URI ``..._wfmt-w8``), so bf16 kernels keep
-        their URI and rendered source.
+    def spec(self, problem: GemvProblem, threads: int, mode: str, max_tokens: int | None = None,
+             k_warps: int = 1) -> KernelSpec:
+        """The kernel for (epilogue, input mode, weight format, threads, k_warps, mode, tile); K and N are
+        runtime arguments, not identity. ``wfmt``, ``k_warps`` and ``in_norm`` are parameters only when not
+        their defaults (bf16, 1, none), so those kernels keep a short URI.
 
         Raises:
-            PlanError: unknown mode.
+            PlanError: unknown mode, k_warps not dividing the CTA's warps, or add_norm_parts in coop mode.
         """
         if mode not in MODES:
             raise PlanError(f"gemv_coop: unknown mode {mode!r}; supported: {', '.join(MODES)}")
+        if k_warps < 1 or (threads // WARP) % k_warps:
+            raise PlanError(f"gemv_coop: k_warps = {k_warps} must divide the {threads // WARP} warps of a "
+                            f"{threads}-thread CTA")
+        if problem.norm_out and mode != "plain":
+            raise PlanError("gemv_coop: add_norm_parts runs in plain mode only (one CTA owns each output), "
+                            f"not {mode!r}")
         params = {
             "threads": threads,
             "max_tokens": self.max_tokens if max_tokens is None else int(max_tokens),
@@ -256,8 +335,12 @@ class GemvCoopFamily:
         }
         if problem.quantized:
             params["wfmt"] = problem.wfmt
-        if problem.fused_norm:
+        if problem.norm_out:
             params["unit_offset"] = bool(problem.unit_offset)
+        if problem.norm_in:
+            params["in_norm"] = problem.in_norm
+        if k_warps != 1:
+            params["k_warps"] = int(k_warps)
         if self.prefetch_steps != 1:
             params["prefetch_steps"] = self.prefetch_steps
         return KernelSpec.make(self.name, self.template, params, threads, cooperative=(mode == "coop"))
@@ -265,40 +348,45 @@ class GemvCoopFamily:
     def arg_names(self, problem: GemvProblem) -> tuple[str, ...]:
         """Kernel parameters in order (templates/README.md ABI): pointers w (bf16 [N_w, K]; w8: int8
         [N_w, K]; w4: uint8 [N_w, K/2]), for w8 / w4 only scales (fp32 [N_w] / [N_w, K/64]), x (bf16
-        [T, K]), y (fp32 [T, N], bf16 for swiglu), ws (fp32 scratch, ``Launch.workspace_bytes``), barrier
-        (uint32 counter, zero-initialised once); int32 k, n_out (= N), t_total (= T), splits
-        (= ``Launch.split_k``). ``add_rmsnorm`` names its fp32 output ``h`` (the residual stream, updated in
-        place) instead of ``y`` and appends ``norm_w`` (fp32 [N]), ``xn`` (bf16 [T, N]) and float ``eps``;
-        its ``barrier`` needs two words."""
+        [T, K]), y (fp32 [T, N], bf16 for swiglu; named ``h`` -- the residual stream, updated in place -- for
+        residual_add and add_norm_parts), ws (fp32 scratch, ``Launch.workspace_bytes`` of a coop launch),
+        barrier (uint32 counter, zero-initialised once); int32 k, n_out (= N), t_total (= T), splits
+        (= ``Launch.split_k``). add_norm_parts appends ``norm_w`` (fp32 [N]), ``xs`` (bf16 [T, N]), ``ss_out``
+        (fp32 [T, row_blocks]); in_norm parts appends ``ss_in`` (fp32 [T, ss_parts]), int32 ``ss_parts`` and
+        float ``in_eps``."""
         head = ("w", "scales") if problem.quantized else ("w",)
-        if problem.fused_norm:
-            return (*head, "x", "h", "ws", "barrier", "k", "n_out", "t_total", "splits", "norm_w", "xn", "eps")
-        return (*head, "x", "y", "ws", "barrier", "k", "n_out", "t_total", "splits")
+        y = "h" if problem.epilogue in ("residual_add", "add_norm_parts") else "y"
+        tail = (("norm_w", "xs", "ss_out") if problem.norm_out else ()) + (
+            ("ss_in", "ss_parts", "in_eps") if problem.norm_in else ())
+        return (*head, "x", y, "ws", "barrier", "k", "n_out", "t_total", "splits", *tail)
 
     def variants(self, problem: GemvProblem) -> list[KernelSpec]:
-        """Every kernel a launch for ``problem`` may use: each token tile x thread count x {coop, plain};
-        for add_rmsnorm the cooperative fused kernels plus every variant of :meth:`GemvProblem.unfused`."""
-        if problem.fused_norm:
-            return ([self.spec(problem, t, "coop", mt) for mt in self.tiles(problem) for t in self.threads]
-                    + self.variants(problem.unfused()))
-        return [self.spec(problem, t, m, mt) for mt in self.tiles(problem) for t in self.threads for m in MODES]
+        """Every kernel a launch for ``problem`` may use: each token tile x (each plain shape, and each
+        cooperative thread count unless add_norm_parts)."""
+        out = []
+        for mt in self.tiles(problem):
+            out += [self.spec(problem, th, "plain", mt, kw) for th, kw in self.plain_shapes]
+            if not problem.norm_out:
+                out += [self.spec(problem, th, "coop", mt) for th in self.coop_threads]
+        return out
 
     def sample_problems(self) -> list[GemvProblem]:
-        """One small problem per epilogue and weight format (covers every template parameter value)."""
-        return [GemvProblem(256, 704, e, f) for f in WFORMATS for e in EPILOGUES] + [
-            GemvProblem(256, 704, "add_rmsnorm", "bf16", unit_offset=False)]
+        """One small problem per epilogue, input mode and weight format (covers every template parameter value)."""
+        out = [GemvProblem(256, 704, e, f) for f in WFORMATS for e in EPILOGUES]
+        out += [GemvProblem(256, 704, e, f, in_norm="parts") for f in WFORMATS for e in ("store", "swiglu")]
+        return out + [GemvProblem(256, 704, "add_norm_parts", "bf16", unit_offset=False)]
 
     # ---- geometry ------------------------------------------------------------------------------
 
-    def outputs_per_cta(self, problem: GemvProblem, threads: int) -> int:
-        """Outputs (columns of Y) one CTA produces."""
+    def outputs_per_cta(self, problem: GemvProblem, threads: int, k_warps: int = 1) -> int:
+        """Outputs (columns of Y) one CTA produces: (warps / k_warps) row groups x outputs per warp."""
         rw = self.rows_for(problem)
         per_warp = rw // 2 if problem.epilogue == "swiglu" else rw
-        return threads // WARP * per_warp
+        return threads // WARP // k_warps * per_warp
 
-    def row_blocks(self, problem: GemvProblem, threads: int) -> int:
+    def row_blocks(self, problem: GemvProblem, threads: int, k_warps: int = 1) -> int:
         """CTAs along N: ceil(n / outputs_per_cta)."""
-        return -(-problem.n // self.outputs_per_cta(problem, threads))
+        return -(-problem.n // self.outputs_per_cta(problem, threads, k_warps))
 
     def token_chunks(self, tokens: int, tile: int | None = None) -> int:
         """CTAs along T: ceil(T / tile) (default tile: the largest)."""
@@ -309,77 +397,86 @@ class GemvCoopFamily:
         ``max(1, K / k_per_vec / 32)`` with k_per_vec = 8 (bf16), 16 (w8), 32 (w4)."""
         return max(1, problem.k // problem.k_per_vec // WARP)
 
-    def workspace_bytes(self, problem: GemvProblem, tokens: int, splits: int, threads: int = WARP) -> int:
-        """Bytes a coop launch needs: fp32 partial sums [splits, T, w_rows]; add_rmsnorm adds the per-(token,
-        CTA) sums of squares, fp32 [T, ceil(T * n / threads)] (``threads``: the kernel's CTA size)."""
-        extra = 4 * tokens * -(-tokens * problem.n // threads) if problem.fused_norm else 0
-        return 4 * splits * tokens * problem.w_rows + extra
+    def workspace_bytes(self, problem: GemvProblem, tokens: int, splits: int) -> int:
+        """Bytes a coop launch needs: fp32 partial sums [splits, T, w_rows]."""
+        return 4 * splits * tokens * problem.w_rows
+
+    def norm_parts(self, launch: Launch) -> int:
+        """The ``ss_parts`` (row blocks) of an add_norm_parts launch: the consumer GEMV's ``ss_parts`` argument.
+
+        Raises:
+            PlanError: ``launch`` is not an add_norm_parts gemv_coop launch.
+        """
+        k = launch.kernel
+        if k.family != self.name or k.param("epilogue") != "add_norm_parts":
+            raise PlanError(f"{k.uri}: not an add_norm_parts GEMV launch (no norm parts)")
+        return launch.ctas // self.token_chunks(launch.tokens, k.param("max_tokens"))
 
     # ---- route selection -----------------------------------------------------------------------
 
-    def launch(self, problem: GemvProblem, tokens: int, ctx: PlanContext) -> Launch:
-        """The launch for T = ``tokens`` on ``ctx`` (see module docstring for the route rule).
+    def _estimate(self, problem: GemvProblem, tokens: int, ctx: PlanContext, spec: KernelSpec, k_warps: int,
+                  splits: int = 1) -> float:
+        occ = ctx.occupancy(spec)
+        return estimate_us(problem, tokens, threads=spec.threads, k_warps=k_warps,
+                           rows_per_warp=self.rows_for(problem), tile=spec.param("max_tokens"),
+                           ctas_per_sm=occ.ctas_per_sm, sms=ctx.sms, bandwidth_per_sm_gbs=ctx.bandwidth_per_sm_gbs,
+                           splits=splits)
 
-        ``add_rmsnorm``: route ``coop_norm``, the fused kernel with the most splits that fit its cooperative cap
-        (at least one: the norm needs the grid barrier even without split-K); when no variant's grid of
-        ``base`` CTAs fits, the launch of :meth:`GemvProblem.unfused` (``coop_splitk`` or ``plain``: the
-        caller then runs the norm as its own kernel, see ``ninferc.targets.lower.drop_unneeded_steps``).
+    def launch(self, problem: GemvProblem, tokens: int, ctx: PlanContext) -> Launch:
+        """The launch for T = ``tokens`` on ``ctx``: the candidate (every plain shape; every cooperative thread
+        count with the most splits its cap allows, when that is >= 2) with the least :func:`estimate_us`; ties
+        to the plain route, fewer k_warps, fewer threads.
 
         Raises:
             PlanError: T < 1, or no variant can be resident at all on this target.
         """
         if tokens < 1:
             raise PlanError(f"gemv_coop: T = {tokens} must be at least 1")
-        fused = problem.fused_norm
-        min_splits = 1 if fused else 2  # the fused norm needs the barriers even without split-K
         tile = self.tile_for(tokens, problem)
         chunks = self.token_chunks(tokens, tile)
-        coop, plain = [], []
-        for th in self.threads:
-            base = self.row_blocks(problem, th) * chunks
-            cspec = self.spec(problem, th, "coop", tile)
-            cap = ctx.cap(cspec)
-            splits = min(cap // base, self.max_splits(problem))
-            one_per_thread = not fused or base * splits * th >= tokens * problem.n
-            if splits >= min_splits and one_per_thread:
-                coop.append((base * splits / cap, -th, cspec, base, splits))
-            pspec = None if fused else self.spec(problem, th, "plain", tile)
-            pcap = ctx.cap(pspec) if pspec else 0
-            if pcap > 0:
-                w = -(-base // pcap)
-                plain.append((base / (w * pcap), -th, pspec, base, 1))
+        cands = []
+        for th, kw in self.plain_shapes:
+            spec = self.spec(problem, th, "plain", tile, kw)
+            if ctx.occupancy(spec).ctas_per_sm > 0:
+                grid = self.row_blocks(problem, th, kw) * chunks
+                cands.append((self._estimate(problem, tokens, ctx, spec, kw), 0, kw, th, spec, grid, 1))
+        if not problem.norm_out:
+            for th in self.coop_threads:
+                spec = self.spec(problem, th, "coop", tile)
+                cap = ctx.cap(spec)
+                base = self.row_blocks(problem, th) * chunks
+                splits = min(cap // base, self.max_splits(problem))
+                if splits >= 2:
+                    cands.append((self._estimate(problem, tokens, ctx, spec, 1, splits), 1, 1, th, spec,
+                                  base * splits, splits))
+        if not cands:
+            raise PlanError(
+                f"gemv_coop (K={problem.k}, N={problem.n}, {problem.epilogue}, {problem.wfmt}) on {ctx.arch.name}: "
+                f"no variant ({', '.join(f'{t} threads' for t in self.threads)}) has a resident CTA per SM")
+        _, coop, _, _, spec, grid, splits = min(cands, key=lambda c: c[:4])
         if coop:
-            _, _, spec, base, splits = max(coop, key=lambda c: (c[0], c[1]))
-            return ctx.make_launch(spec, base * splits, route="coop_norm" if fused else "coop_splitk", tokens=tokens,
-                                   split_k=splits, workspace_bytes=self.workspace_bytes(problem, tokens, splits,
-                                                                                       spec.threads))
-        if fused:  # no fused grid fits: the store GEMV, and the norm runs as its own kernel
-            return self.launch(problem.unfused(), tokens, ctx)
-        if plain:
-            _, _, spec, base, _ = max(plain, key=lambda c: (c[0], c[1]))
-            return ctx.make_launch(spec, base, route="plain", tokens=tokens)
-        raise PlanError(
-            f"gemv_coop (K={problem.k}, N={problem.n}, {problem.epilogue}, {problem.wfmt}) on {ctx.arch.name}: "
-            f"no variant "
-            f"({', '.join(map(str, self.threads))} threads) has a resident CTA per SM"
-        )
+            return ctx.make_launch(spec, grid, route="coop_splitk", tokens=tokens, split_k=splits,
+                                   workspace_bytes=self.workspace_bytes(problem, tokens, splits))
+        ws = 4 * tokens * (grid // chunks) if problem.norm_out else 0  # ss_out [T, row_blocks]
+        return ctx.make_launch(spec, grid, route="plain", tokens=tokens, workspace_bytes=ws)
 
     def launch_variant(self, problem: GemvProblem, tokens: int, ctx: PlanContext, threads: int, mode: str,
-                       splits: int | None = None, max_tokens: int | None = None) -> Launch:
+                       splits: int | None = None, max_tokens: int | None = None, k_warps: int = 1) -> Launch:
         """A launch of one forced variant, bypassing route selection (tests and benchmarks).
 
         ``coop``: ``splits`` defaults to the most that fit the cooperative cap (may be 1); ``plain``:
-        always one split. ``max_tokens``: the token tile (default the largest).
+        always one split. ``max_tokens``: the token tile (default the largest). ``k_warps``: warps per row group.
 
         Raises:
-            PlanError: the cooperative grid cannot fit even with one split, or ``splits`` exceeds the cap.
+            PlanError: the cooperative grid cannot fit even with one split, or ``splits`` exceeds the cap; the
+                spec's own errors (:meth:`spec`).
         """
-        base = self.row_blocks(problem, threads) * self.token_chunks(tokens, max_tokens)
-        spec = self.spec(problem, threads, mode, max_tokens)
+        chunks = self.token_chunks(tokens, max_tokens)
+        base = self.row_blocks(problem, threads, k_warps) * chunks
+        spec = self.spec(problem, threads, mode, max_tokens, k_warps)
         if mode == "plain":
-            if problem.fused_norm:
-                raise PlanError(f"{spec.uri}: add_rmsnorm has no plain mode (the norm needs the grid barrier)")
-            return ctx.make_launch(spec, base, route="plain", tokens=tokens)
+            ws = 4 * tokens * (base // chunks) if problem.norm_out else 0
+            return ctx.make_launch(spec, base, route="plain", tokens=tokens, workspace_bytes=ws)
         cap = ctx.cap(spec)
         if splits is None:
             splits = min(cap // base, self.max_splits(problem))
@@ -388,28 +485,22 @@ class GemvCoopFamily:
                 f"{spec.uri} on {ctx.arch.name}: cooperative grid of {base} x {splits} splits = "
                 f"{base * max(splits, 1)} CTAs exceeds the cooperative cap of {cap} CTAs"
             )
-        if problem.fused_norm and base * splits * threads < tokens * problem.n:
-            raise PlanError(f"{spec.uri}: add_rmsnorm needs one thread per output, but {base * splits} CTAs x "
-                            f"{threads} threads < T x N = {tokens * problem.n}")
-        return ctx.make_launch(spec, base * splits, route="coop_norm" if problem.fused_norm else "coop_splitk",
-                               tokens=tokens, split_k=splits,
-                               workspace_bytes=self.workspace_bytes(problem, tokens, splits, threads))
+        return ctx.make_launch(spec, base * splits, route="coop_splitk", tokens=tokens, split_k=splits,
+                               workspace_bytes=self.workspace_bytes(problem, tokens, splits))
 
 
 def kernel_args(problem: GemvProblem, launch: Launch, w, x, y, ws=None, barrier=None, scales=None,
-                norm_w=None, xn=None, eps=None) -> tuple:
+                norm_w=None, xs=None, ss_out=None, ss_in=None, ss_parts=None, in_eps=None) -> tuple:
     """Kernel argument tuple in :meth:`GemvCoopFamily.arg_names` order: bf16 ``w, x, y, ws, barrier, k,
     n_out, t_total, splits``; w8 / w4 ``w, scales, x, y, ...`` (``scales`` right after ``w``).
 
     Pointers are passed through (device arrays); an unused ``ws``/``barrier`` (plain route) becomes a
-    64-bit null (``np.uint64(0)``, pointer-sized). Sizes become ``np.int32``.
-
-    add_rmsnorm: ``y`` is the residual stream ``h`` (updated in place), and ``norm_w``, ``xn``, ``eps`` are
-    appended (all required).
+    64-bit null (``np.uint64(0)``, pointer-sized). Sizes become ``np.int32``. ``y`` is the residual stream
+    for residual_add / add_norm_parts. add_norm_parts appends ``norm_w, xs, ss_out``; in_norm parts appends
+    ``ss_in, ss_parts`` (int32), ``in_eps`` (float32).
 
     Raises:
-        PlanError: ``scales`` missing for a w8 / w4 problem, or given for a bf16 one; add_rmsnorm without
-            norm_w / xn / eps.
+        PlanError: ``scales`` missing for a w8 / w4 problem, or given for a bf16 one; a norm argument missing.
     """
     null = np.uint64(0)
     if problem.quantized and scales is None:
@@ -419,10 +510,14 @@ def kernel_args(problem: GemvProblem, launch: Launch, w, x, y, ws=None, barrier=
     head = (w, scales) if problem.quantized else (w,)
     args = (*head, x, y, ws if ws is not None else null, barrier if barrier is not None else null,
             np.int32(problem.k), np.int32(problem.n), np.int32(launch.tokens), np.int32(launch.split_k))
-    if problem.fused_norm:
-        if norm_w is None or xn is None or eps is None:
-            raise PlanError("gemv_coop: add_rmsnorm needs norm_w, xn and eps")
-        return (*args, norm_w, xn, np.float32(eps))
+    if problem.norm_out:
+        if norm_w is None or xs is None or ss_out is None:
+            raise PlanError("gemv_coop: add_norm_parts needs norm_w, xs and ss_out")
+        args += (norm_w, xs, ss_out)
+    if problem.norm_in:
+        if ss_in is None or ss_parts is None or in_eps is None:
+            raise PlanError("gemv_coop: in_norm parts needs ss_in, ss_parts and in_eps")
+        args += (ss_in, np.int32(ss_parts), np.float32(in_eps))
     return args
 
 
@@ -456,7 +551,17 @@ def dequantize_weight(problem: GemvProblem, codes, scales) -> np.ndarray:
     return QuantTensor(problem.wfmt, (problem.w_rows, problem.k), codes, scales).dequantize()
 
 
-def reference(problem: GemvProblem, x, w, y_in=None, scales=None, norm_w=None, eps=None):
+def norm_input(h, norm_w, unit_offset: bool):
+    """What an add_norm_parts GEMV hands the next GEMV for the residual stream ``h`` (fp32 [T, D]) and the norm
+    weight ``norm_w`` (fp32 [D]): ``(xs, ss)`` with ``xs = bf16(h * (1 + w))`` (``w`` if not unit_offset;
+    ``ml_dtypes.bfloat16`` [T, D]) and ``ss`` = fp32 [T, 1], the sum of ``h^2`` (one part)."""
+    h = _f32(h)
+    scale = (np.float32(1) + _f32(norm_w)) if unit_offset else _f32(norm_w)
+    xs = (h * scale).astype(ml_dtypes.bfloat16)
+    return xs, np.sum(h * h, axis=-1, keepdims=True, dtype=np.float32)
+
+
+def reference(problem: GemvProblem, x, w, y_in=None, scales=None, norm_w=None, ss_in=None, in_eps=None):
     """Reference output of the GEMV + epilogue.
 
     Args:
@@ -464,19 +569,20 @@ def reference(problem: GemvProblem, x, w, y_in=None, scales=None, norm_w=None, e
         x: [T, K] bf16 (``ml_dtypes.bfloat16``) or any float array holding bf16 values.
         w: bf16: [w_rows, K] same as x; w8 / w4: the codes (int8 [w_rows, K] / uint8 [w_rows, K/2]),
             dequantised with ``scales`` by :func:`dequantize_weight` (``fl32(q * scale)``).
-        y_in: [T, N] fp32 residual stream (``residual_add`` / ``add_rmsnorm``).
+        y_in: [T, N] fp32 residual stream (``residual_add`` / ``add_norm_parts``).
         scales: w8 / w4 only: fp32 [w_rows] / [w_rows, K/64].
-        norm_w, eps: add_rmsnorm only: fp32 [N] norm weight and epsilon.
+        norm_w: add_norm_parts only: fp32 [N] weight of the norm that follows.
+        ss_in, in_eps: in_norm parts only: fp32 [T, parts] partial sums of squares (any number of parts) and eps:
+            ``acc[t] *= 1 / sqrt(sum(ss_in[t]) / K + in_eps)``.
 
     Returns:
         [T, N]: ``acc`` (fp32), ``y_in + acc`` (fp32) or ``bf16(silu(gate) * up)`` (``ml_dtypes.bfloat16``),
-        with ``acc = x @ w.T`` computed in fp32; add_rmsnorm: the pair ``(h, xn)`` with ``h = y_in + acc``
-        (fp32) and ``xn`` = :func:`ninferc.ir.reference.ref_rmsnorm` of ``h`` rounded to bf16, what the
-        unfused GEMV + rmsnorm kernel pair computes.
+        with ``acc = x @ w.T`` computed in fp32; add_norm_parts: ``(h, xs, ss)`` with ``h = y_in + acc`` and
+        ``(xs, ss)`` = :func:`norm_input` of it (ss as one part per token).
 
     Raises:
-        PlanError: shapes that do not match the problem; scales missing (w8 / w4) or given (bf16);
-            add_rmsnorm without norm_w / eps.
+        PlanError: shapes that do not match the problem; scales missing (w8 / w4) or given (bf16); a norm
+            argument missing.
     """
     if problem.quantized:
         if scales is None:
@@ -491,16 +597,20 @@ def reference(problem: GemvProblem, x, w, y_in=None, scales=None, norm_w=None, e
             f"got {x32.shape} and {w32.shape}"
         )
     acc = x32 @ w32.T
+    if problem.norm_in:
+        if ss_in is None or in_eps is None:
+            raise PlanError("gemv_coop reference: in_norm parts needs ss_in and in_eps")
+        total = np.sum(_f32(ss_in), axis=-1, keepdims=True, dtype=np.float32)
+        acc = acc * (np.float32(1) / np.sqrt(total / np.float32(problem.k) + np.float32(in_eps)))
     if problem.epilogue == "store":
         return acc
     if problem.epilogue == "residual_add":
         return _f32(y_in) + acc
-    if problem.fused_norm:
-        if norm_w is None or eps is None:
-            raise PlanError("gemv_coop reference: add_rmsnorm needs norm_w and eps")
+    if problem.norm_out:
+        if norm_w is None:
+            raise PlanError("gemv_coop reference: add_norm_parts needs norm_w")
         h = _f32(y_in) + acc
-        xn = ref_rmsnorm(h, _f32(norm_w), float(eps), problem.unit_offset)
-        return h, xn.astype(ml_dtypes.bfloat16)
+        return (h, *norm_input(h, norm_w, problem.unit_offset))
     gate, up = acc[:, : problem.n], acc[:, problem.n:]
     return ((gate / (np.float32(1) + np.exp(-gate))) * up).astype(ml_dtypes.bfloat16)
 

@@ -14,7 +14,7 @@ The rendered source (template + inlined headers) is compiled by the host C++ com
   through the shuffle barrier, ``silu``, the vector loads, the grid / group barriers); other headers are
   compiled as they are;
 * cooperative launches (``launch(..., cooperative=True)``) keep every CTA's fibers alive and run one CTA at a
-  time up to its next grid barrier (``ninfer::grid_barrier`` / ``group_barrier``): the barrier releases once
+  time up to its next grid barrier (``ninfer::grid_barrier``): the barrier releases once
   every CTA has reached it or exited, and it checks that the number of CTAs waiting equals the count the
   kernel passed (so a wrong participant count fails instead of hanging a GPU), applying the real counter
   arithmetic to the barrier word so tests can check it is left reusable. Static ``__shared__`` arrays are one
@@ -154,7 +154,6 @@ static inline void grid_barrier(unsigned int* bar) {
   barrier_sync(bar, shim::grid_dim.x * shim::grid_dim.y * shim::grid_dim.z,
                (shim::cur->bid.x | shim::cur->bid.y | shim::cur->bid.z) == 0);
 }
-static inline void group_barrier(unsigned int* bar, unsigned int nctas) { barrier_sync(bar, nctas, shim::cur->bid.x == 0); }
 }  // namespace ninfer
 #define NINFER_PDL_ENTRY() do { ninfer::pdl_wait(); ninfer::pdl_launch_dependents(); } while (0)
 """

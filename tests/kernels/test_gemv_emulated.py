@@ -1,9 +1,11 @@
 """gemv_coop on the CPU emulator (tests/kernels/cuda_host.py), cooperative launches included: every epilogue
-(store, residual_add, swiglu, add_rmsnorm) and weight format (bf16, w8, w4), the cooperative split-K route with
-its grid barrier and the fused norm's second (group) barrier, and the plain route -- against the numpy
-reference, on small shapes whose row blocks are partial and whose fused-norm CTAs straddle tokens. Outputs and
-the workspace are poisoned with NaN first; both barrier words must come back reusable. The GPU tier runs the
-same kernels on the device (tests/targets/test_gemv_coop_gpu.py); this one runs in CI without a GPU.
+(store, residual_add, swiglu, add_norm_parts), input mode (bf16 x, in_norm parts) and weight format (bf16, w8,
+w4), the cooperative split-K route with its grid barrier and the plain route with 1, 2 and 4 warps per row group
+-- against the numpy reference, on small shapes whose row blocks are partial. The folded norm is also run as
+the pair it is in a decode step (add_norm_parts GEMV, then an in_norm parts GEMV) against the unfused chain
+(GEMV, AddRMSNorm, GEMV). Outputs and the workspace are poisoned with NaN first; the barrier word must come back
+reusable. The GPU tier runs the same kernels on the device (tests/targets/test_gemv_coop_gpu.py); this one runs
+in CI without a GPU.
 """
 
 from __future__ import annotations
@@ -18,28 +20,39 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ninferc.errors import PlanError  # noqa: E402
 from ninferc.ir.quant import quantize  # noqa: E402
-from ninferc.targets.kernels.gemv_coop import GemvCoopFamily, GemvProblem, kernel_args, reference  # noqa: E402
+from ninferc.ir.reference import ref_rmsnorm  # noqa: E402
+from ninferc.targets.kernels.gemv_coop import GemvCoopFamily, GemvProblem, kernel_args, norm_input, reference  # noqa: E402
 from ninferc.targets.plan import PlanContext, compile_variants  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU emulator needs g++")
 
 ARCH, SMS = "sm_90", 132  # the plan the launches come from; the emulator runs any grid
-FAM = GemvCoopFamily(threads=(256,))
+FAM = GemvCoopFamily(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,))
 BF16_NAN = 0x7FC0
 #: fp32 accumulation in a different order than numpy's matmul (relative L2); bf16 outputs: a few one-ulp flips
 F32_REL, BF16_REL = 1e-5, 2e-3
 
 # (format, K): K gives the cooperative route at least two K splits (K / (elements per 16-byte vector) / 32)
 SHAPES = {"bf16": 512, "w8": 1024, "w4": 2048}
-N = 96  # 3 row blocks of 32 outputs (bf16, 4 rows per warp) / 2 of 64 (w8, w4: 2 rows per warp, partial)
+N = 96  # partial row blocks for every shape (bf16: 16 outputs per 128-thread CTA with 1 warp per group)
+EPILOGUES = ("store", "residual_add", "swiglu", "add_norm_parts")
+
+
+def _problems():
+    for f, k in SHAPES.items():
+        for e in EPILOGUES:
+            yield GemvProblem(k, N, e, f)
+        for e in ("store", "swiglu"):
+            yield GemvProblem(k, N, e, f, in_norm="parts")
+        yield GemvProblem(k, N, "add_norm_parts", f, unit_offset=False)
 
 
 @pytest.fixture(scope="module")
 def ctx():
-    specs = [s for f, k in SHAPES.items() for e in ("store", "residual_add", "swiglu", "add_rmsnorm")
-             for u in (True, False) for s in FAM.variants(GemvProblem(k, N, e, f, unit_offset=u))]
+    specs = [s for p in _problems() for s in FAM.variants(p)]
+    specs += [FAM.spec(GemvProblem(N, 40, "swiglu", f, in_norm="parts"), 128, "plain", t, kw)
+              for f in SHAPES if f == "bf16" for t in (1, 4) for kw in (1, 2, 4)]
     built = compile_variants(specs, ARCH)
     return PlanContext(ARCH, SMS, {u: r for u, (_, r) in built.items()})
 
@@ -50,93 +63,147 @@ def _rel(out, ref) -> float:
     return float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
 
 
-def _run(prob: GemvProblem, launch, seed: int):
+def _bf16_bits_to_f32(a: np.ndarray) -> np.ndarray:
+    return (a.astype(np.uint32) << 16).view(np.float32)
+
+
+def _weights(rng, prob: GemvProblem):
+    """(device codes / bf16 bits, scales or None, fp32 dequantised reference weights)."""
+    w = (rng.standard_normal((prob.w_rows, prob.k), dtype=np.float32) / np.float32(np.sqrt(prob.k))
+         ).astype(ml_dtypes.bfloat16)
+    if prob.quantized:
+        qt = quantize(w, prob.wfmt)
+        return np.ascontiguousarray(qt.codes), np.ascontiguousarray(qt.scales), qt.dequantize()
+    return np.ascontiguousarray(w.view(np.uint16)), None, w.astype(np.float32)
+
+
+def _run(prob: GemvProblem, launch, seed: int, source: str | None = None):
+    """Run one launch on the emulator and check it against :func:`reference`."""
     from cuda_host import HostKernel
 
     rng = np.random.default_rng(seed)
     t, k = launch.tokens, prob.k
-    w = (rng.standard_normal((prob.w_rows, k), dtype=np.float32) / np.float32(np.sqrt(k))).astype(ml_dtypes.bfloat16)
-    if prob.quantized:
-        qt = quantize(w, prob.wfmt)
-        w_dev, scales, w_ref = np.ascontiguousarray(qt.codes), np.ascontiguousarray(qt.scales), qt.dequantize()
-    else:
-        w_dev, scales, w_ref = np.ascontiguousarray(w.view(np.uint16)), None, w.astype(np.float32)
+    w_dev, scales, w_ref = _weights(rng, prob)
     x = rng.standard_normal((t, k), dtype=np.float32).astype(ml_dtypes.bfloat16)
     x_dev = np.ascontiguousarray(x.view(np.uint16))
     ws = np.full(max(launch.workspace_bytes // 4, 1), np.nan, np.float32)
-    barrier = np.zeros(2, np.uint32)
-    y_in, norm = None, {}
+    barrier = np.zeros(1, np.uint32)
+    y_in, extra, ref_extra = None, {}, {}
     if prob.epilogue == "swiglu":
         y = np.full((t, prob.n), BF16_NAN, np.uint16)
-    elif prob.epilogue in ("residual_add", "add_rmsnorm"):
+    elif prob.epilogue in ("residual_add", "add_norm_parts"):
         y_in = rng.standard_normal((t, prob.n), dtype=np.float32)
         y = y_in.copy()
-        if prob.fused_norm:
-            norm = {"norm_w": (rng.standard_normal(prob.n, dtype=np.float32) * np.float32(0.2)),
-                    "xn": np.full((t, prob.n), BF16_NAN, np.uint16), "eps": 1e-6}
     else:
         y = np.full((t, prob.n), np.nan, np.float32)
+    parts = 0
+    if prob.norm_out:
+        parts = FAM.norm_parts(launch)
+        nw = rng.standard_normal(prob.n, dtype=np.float32) * np.float32(0.2)
+        extra = {"norm_w": nw, "xs": np.full((t, prob.n), BF16_NAN, np.uint16),
+                 "ss_out": np.full((t, parts), np.nan, np.float32)}
+        ref_extra = {"norm_w": nw}
+        assert launch.workspace_bytes == 4 * t * parts  # the engine sizes norm_ss from it
+    if prob.norm_in:
+        ss = np.abs(rng.standard_normal((t, 5), dtype=np.float32)) * np.float32(k / 5)
+        extra = {"ss_in": ss, "ss_parts": 5, "in_eps": 1e-6}
+        ref_extra = {"ss_in": ss, "in_eps": 1e-6}
     spec = launch.kernel
-    hk = HostKernel(spec.render(), spec.entry)
-    hk.launch(launch.grid, launch.block, kernel_args(prob, launch, w_dev, x_dev, y, ws, barrier, scales=scales, **norm),
+    hk = HostKernel(source or spec.render(), spec.entry)
+    hk.launch(launch.grid, launch.block, kernel_args(prob, launch, w_dev, x_dev, y, ws, barrier, scales=scales, **extra),
               cooperative=launch.cooperative)
-    ref_prob = GemvProblem(k, prob.n, prob.epilogue, unit_offset=prob.unit_offset)
-    if prob.fused_norm:
-        h_ref, xn_ref = reference(ref_prob, x, w_ref, y_in, norm_w=norm["norm_w"], eps=norm["eps"])
+    ref_prob = GemvProblem(k, prob.n, prob.epilogue, unit_offset=prob.unit_offset, in_norm=prob.in_norm)
+    ref = reference(ref_prob, x, w_ref, y_in, **ref_extra)
+    if prob.norm_out:
+        h_ref, xs_ref, ss_ref = ref
         assert _rel(y, h_ref) < F32_REL
-        got = (norm["xn"].astype(np.uint32) << 16).view(np.float32)
-        assert _rel(got, xn_ref.astype(np.float32)) < BF16_REL
+        assert _rel(_bf16_bits_to_f32(extra["xs"]), xs_ref.astype(np.float32)) < BF16_REL
+        # the parts cover the outputs exactly once: their sum is the row's sum of squares
+        np.testing.assert_allclose(extra["ss_out"].sum(axis=1, keepdims=True), ss_ref, rtol=1e-5)
     elif prob.epilogue == "swiglu":
-        got = (y.astype(np.uint32) << 16).view(np.float32)
-        assert _rel(got, reference(ref_prob, x, w_ref).astype(np.float32)) < BF16_REL
+        assert _rel(_bf16_bits_to_f32(y), ref.astype(np.float32)) < BF16_REL
     else:
-        assert _rel(y, reference(ref_prob, x, w_ref, y_in)) < F32_REL
+        assert _rel(y, ref) < F32_REL
     if launch.cooperative:  # the emulator applied the protocol's arithmetic: low 31 bits back to zero
-        assert int(barrier[0]) & 0x7FFFFFFF == 0 and int(barrier[1]) & 0x7FFFFFFF == 0
         assert int(barrier[0]) == 0x80000000  # exactly one grid barrier
-        assert int(barrier[1]) == (0x80000000 if prob.fused_norm else 0)  # the norm's group barrier, once
+    else:
+        assert int(barrier[0]) == 0
 
 
-CASES = [(f, e, mode, t) for f in SHAPES for e in ("store", "residual_add", "swiglu", "add_rmsnorm")
-         for mode in ("coop", "plain") for t in (1, 3) if not (e == "add_rmsnorm" and mode == "plain")]
+def _cases():
+    """Per problem: one token with 4 warps per row group, three (a partial 4-token tile) with 2, and the
+    cooperative route with three tokens; bf16 also one warp per row group (the k_warps = 1 source)."""
+    for p in _problems():
+        yield p, 1, 128, "plain", 4
+        yield p, 3, 128, "plain", 2
+        if p.wfmt == "bf16":
+            yield p, 1, 128, "plain", 1
+        if not p.norm_out:
+            yield p, 3, 256, "coop", 1
 
 
-@pytest.mark.parametrize("fmt,epilogue,mode,t", CASES, ids=lambda v: str(v))
-def test_gemv_kernel_on_the_emulator(ctx, fmt, epilogue, mode, t):
-    prob = GemvProblem(SHAPES[fmt], N, epilogue, fmt, unit_offset=(t == 1))
+CASES = list(_cases())
+
+
+@pytest.mark.parametrize("case", range(len(CASES)),
+                         ids=[f"{p.wfmt}-{p.epilogue}-{p.in_norm}-u{int(p.unit_offset)}-t{t}-{m}{th}kw{kw}"
+                              for p, t, th, m, kw in CASES])
+def test_gemv_kernel_on_the_emulator(ctx, case):
+    prob, t, th, mode, kw = CASES[case]
     splits = 2 if mode == "coop" else None
-    launch = FAM.launch_variant(prob, t, ctx, 256, mode, splits, max_tokens=FAM.tile_for(t, prob))
+    launch = FAM.launch_variant(prob, t, ctx, th, mode, splits, max_tokens=FAM.tile_for(t, prob), k_warps=kw)
     assert launch.cooperative == (mode == "coop") and launch.split_k == (2 if mode == "coop" else 1)
-    _run(prob, launch, seed=len(CASES) * t + CASES.index((fmt, epilogue, mode, t)))
+    _run(prob, launch, seed=case)
 
 
-def test_fused_norm_tail_with_one_split_and_tokens_straddling_ctas(ctx):
-    """add_rmsnorm with T = 3 and N = 96: CTA 0 owns outputs 0..255 (all of tokens 0 and 1, part of token 2),
-    CTA 1 the rest of token 2 -- the per-(token, CTA) partial sums and the CTA range each token sums over."""
-    prob = GemvProblem(SHAPES["bf16"], N, "add_rmsnorm")
-    launch = FAM.launch_variant(prob, 3, ctx, 256, "coop", 1)
-    assert launch.ctas * 256 >= 3 * N > 256
-    _run(prob, launch, seed=7)
+@pytest.mark.parametrize("fmt", list(SHAPES))
+@pytest.mark.parametrize("t", [1, 3, 6])
+def test_folded_norm_pair_equals_the_unfused_chain(ctx, fmt, t):
+    """add_norm_parts GEMV (K -> D) then an in_norm parts swiglu GEMV (D -> 40), with different CTA shapes on the
+    two sides (so the parts the consumer sums are not its own row blocks), against GEMV + AddRMSNorm (fp32,
+    ``ref_rmsnorm``) + GEMV. The only difference allowed is where x is rounded to bf16."""
+    from cuda_host import HostKernel
+
+    d = N
+    prod = GemvProblem(SHAPES[fmt], d, "add_norm_parts", fmt)
+    cons = GemvProblem(d, 40, "swiglu", "bf16", in_norm="parts")
+    tile = FAM.tile_for(t)
+    lp = FAM.launch_variant(prod, t, ctx, 128, "plain", max_tokens=tile, k_warps=4 if t == 1 else 1)
+    lc = FAM.launch_variant(cons, t, ctx, 128, "plain", max_tokens=tile, k_warps=2)
+    rng = np.random.default_rng(100 + t)
+    wp, sp, wp_ref = _weights(rng, prod)
+    wc, _, wc_ref = _weights(rng, cons)
+    x = rng.standard_normal((t, prod.k), dtype=np.float32).astype(ml_dtypes.bfloat16)
+    h0 = rng.standard_normal((t, d), dtype=np.float32)
+    nw = rng.standard_normal(d, dtype=np.float32) * np.float32(0.2)
+    parts = FAM.norm_parts(lp)
+    h, xs = h0.copy(), np.full((t, d), BF16_NAN, np.uint16)
+    ss = np.full((t, parts), np.nan, np.float32)
+    HostKernel(lp.kernel.render(), lp.kernel.entry).launch(lp.grid, lp.block, kernel_args(
+        prod, lp, wp, np.ascontiguousarray(x.view(np.uint16)), h, scales=sp, norm_w=nw, xs=xs, ss_out=ss))
+    y = np.full((t, 40), BF16_NAN, np.uint16)
+    HostKernel(lc.kernel.render(), lc.kernel.entry).launch(lc.grid, lc.block, kernel_args(
+        cons, lc, wc, xs, y, ss_in=ss, ss_parts=parts, in_eps=1e-6))
+    h_ref = h0 + x.astype(np.float32) @ wp_ref.T
+    assert _rel(h, h_ref) < F32_REL
+    g = ref_rmsnorm(h_ref, nw, 1e-6, True) @ wc_ref.T
+    want = g[:, :40] / (1 + np.exp(-g[:, :40])) * g[:, 40:]
+    assert _rel(_bf16_bits_to_f32(y), want) < 1e-2  # x rounded to bf16 before vs after the norm's 1/rms
+    # and exactly what the reference of the pair gives
+    xs_ref, ss_ref = norm_input(h_ref, nw, True)
+    pair = reference(GemvProblem(d, 40, "swiglu", in_norm="parts"), xs_ref, wc_ref, ss_in=ss_ref, in_eps=1e-6)
+    assert _rel(_bf16_bits_to_f32(y), pair.astype(np.float32)) < BF16_REL
 
 
-def test_emulator_catches_a_wrong_group_barrier_count(ctx):
-    """A negative control: the same kernel with the group barrier's participant count off by one must fail in
-    the emulator (on a GPU it would hang)."""
-    from cuda_host import HostKernel, HostKernelError
-
-    prob = GemvProblem(SHAPES["bf16"], N, "add_rmsnorm")
-    launch = FAM.launch_variant(prob, 3, ctx, 256, "coop", 2)
+def test_emulator_catches_a_missing_barrier_in_the_k_warps_sum(ctx):
+    """A negative control: without the __syncthreads between the warps' shared-memory writes and the group's
+    sum, the first warp of a row group adds partial sums its peers have not written yet -- the emulator's
+    scheduler (each fiber runs to its next barrier, in thread order) must make that a wrong answer."""
+    prob = GemvProblem(SHAPES["bf16"], N, "store")
+    launch = FAM.launch_variant(prob, 1, ctx, 128, "plain", max_tokens=1, k_warps=4)
     src = launch.kernel.render()
-    needle = "ninfer::group_barrier(barrier + 1, (unsigned int)active);"
+    needle = "    __syncthreads();\n    const int first = warp - kw;"
     assert src.count(needle) == 1
-    hk = HostKernel(src.replace(needle, "ninfer::group_barrier(barrier + 1, (unsigned int)active + 1u);"),
-                    launch.kernel.entry)
-    rng = np.random.default_rng(0)
-    w = np.ascontiguousarray(rng.integers(0, 1 << 14, (N, prob.k)).astype(np.uint16))
-    x = np.ascontiguousarray(rng.integers(0, 1 << 14, (3, prob.k)).astype(np.uint16))
-    args = kernel_args(prob, launch, w, x, np.zeros((3, N), np.float32), np.zeros(launch.workspace_bytes // 4, np.float32),
-                       np.zeros(2, np.uint32), norm_w=np.ones(N, np.float32), xn=np.zeros((3, N), np.uint16), eps=1e-6)
-    with pytest.raises(HostKernelError, match="grid barrier mismatch"):
-        hk.launch(launch.grid, launch.block, args, cooperative=True)
-    with pytest.raises(PlanError):  # and the planner refuses a fused grid that cannot give each output a thread
-        FAM.launch_variant(GemvProblem(SHAPES["bf16"], N, "add_rmsnorm"), 3, ctx, 256, "plain")
+    with pytest.raises(AssertionError):
+        _run(prob, launch, seed=1, source=src.replace(needle, "    const int first = warp - kw;"))
+    _run(prob, launch, seed=1)  # the real source passes with the same inputs

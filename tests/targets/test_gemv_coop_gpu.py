@@ -4,7 +4,9 @@ For the running device: compile each kernel with ninferc.targets.nvrtc for the d
 exact cubin with ``cupy.RawModule(path=...)`` (CuPy's own compile path adds options that change
 registers, ../shared/notes/cubin-resources.md), launch it cooperatively when the plan says so, and
 compare with the numpy reference on fresh random inputs (outputs and workspace poisoned with NaN
-first; never zeros). Every case runs twice: the grid-barrier counter must come back reusable.
+first; never zeros). Every case runs twice: the grid-barrier counter must come back reusable. The folded
+norm (``add_norm_parts`` producer, ``in_norm parts`` consumer) also runs as the pair it is in a decode step,
+against the unfused chain.
 Also: our occupancy calculator vs ``cuOccupancyMaxActiveBlocksPerMultiprocessor``, and cubin-read
 registers / static shared / local bytes / launch bounds vs the driver's function attributes.
 
@@ -40,17 +42,20 @@ from ninferc.ir.quant import quantize  # noqa: E402
 from ninferc.targets.arch import arch_for_compute_capability  # noqa: E402
 from ninferc.targets.cubin import read_resources  # noqa: E402
 from ninferc.targets.kernels import FAMILIES, representative_instances  # noqa: E402
-from ninferc.targets.kernels.gemv_coop import GemvProblem, kernel_args, reference  # noqa: E402
+from ninferc.ir.reference import ref_rmsnorm  # noqa: E402
+from ninferc.targets.kernels.gemv_coop import GemvProblem, kernel_args, norm_input, reference  # noqa: E402
 from ninferc.targets.nvrtc import compile_cubin  # noqa: E402
 from ninferc.targets.occupancy import occupancy  # noqa: E402
 from ninferc.targets.plan import PlanContext, make_plan  # noqa: E402
 
 # Named tolerance for GEMV outputs (relative L2 error); moves to the shared tolerance presets module.
 GEMV_REL_L2 = 2e-3
-# add_rmsnorm's bf16 output vs the reference's bf16: they differ only where the fp32 value (accumulation
-# order, sum-of-squares order) lands on the other side of a bf16 rounding boundary, one bf16 ulp (2^-8
-# relative) at a few elements.
+# add_norm_parts' bf16 xs vs the reference's bf16: they differ only where the fp32 value (accumulation
+# order) lands on the other side of a bf16 rounding boundary, one bf16 ulp (2^-8 relative) at a few elements.
 NORM_BF16_REL_L2 = 2e-3
+# the folded pair vs the unfused chain (GEMV, fp32 RMSNorm, GEMV): x rounded to bf16 before the norm's 1/rms
+# instead of after, plus the bf16 swiglu output
+FOLDED_REL_L2 = 1e-2
 BF16_NAN = 0x7FC0
 
 
@@ -186,38 +191,43 @@ def _run_and_check(loaded, prob, launch, seed):
     """Launch twice on fresh inputs; poisoned outputs/workspace; barrier counter left reusable."""
     w, w_dev, s_dev = _weights_for(prob)
     # the same GEMV on the (dequantised) fp32 weights
-    ref_prob = GemvProblem(prob.k, prob.n, prob.epilogue, unit_offset=prob.unit_offset)
+    ref_prob = GemvProblem(prob.k, prob.n, prob.epilogue, unit_offset=prob.unit_offset, in_norm=prob.in_norm)
     t = launch.tokens
     ws = cp.full(max(launch.workspace_bytes // 4, 1), np.nan, dtype=cp.float32)
-    barrier = cp.zeros(2, dtype=cp.uint32)
+    barrier = cp.zeros(1, dtype=cp.uint32)
     rng = np.random.default_rng(seed)
     for rep in range(2):
         x = rng.standard_normal((t, prob.k), dtype=np.float32).astype(ml_dtypes.bfloat16)
         x_dev = cp.asarray(x.view(np.uint16))
-        y_in, norm = None, {}
+        y_in, extra, ref_extra = None, {}, {}
         if prob.epilogue == "swiglu":
             y = cp.full((t, prob.n), BF16_NAN, dtype=cp.uint16)
-        elif prob.fused_norm:  # residual stream in, normalised bf16 out (poisoned)
-            y_in = rng.standard_normal((t, prob.n), dtype=np.float32)
-            y = cp.asarray(y_in)
-            nw = rng.standard_normal(prob.n, dtype=np.float32) * np.float32(0.2)
-            norm = {"norm_w": cp.asarray(nw), "xn": cp.full((t, prob.n), BF16_NAN, dtype=cp.uint16), "eps": 1e-6}
-        elif prob.epilogue == "residual_add":
+        elif prob.epilogue in ("residual_add", "add_norm_parts"):
             y_in = rng.standard_normal((t, prob.n), dtype=np.float32)
             y = cp.asarray(y_in)
         else:
             y = cp.full((t, prob.n), np.nan, dtype=cp.float32)
+        if prob.norm_out:  # the parts are the launch's workspace (the engine's norm_ss)
+            nw = rng.standard_normal(prob.n, dtype=np.float32) * np.float32(0.2)
+            extra = {"norm_w": cp.asarray(nw), "xs": cp.full((t, prob.n), BF16_NAN, dtype=cp.uint16), "ss_out": ws}
+            ref_extra = {"norm_w": nw}
+        if prob.norm_in:
+            ss = np.abs(rng.standard_normal((t, 7), dtype=np.float32)) * np.float32(prob.k / 7)
+            extra = {"ss_in": cp.asarray(ss), "ss_parts": 7, "in_eps": 1e-6}
+            ref_extra = {"ss_in": ss, "in_eps": 1e-6}
         ws.fill(np.nan)
-        args = kernel_args(prob, launch, w_dev, x_dev, y, ws, barrier, scales=s_dev, **norm)
+        args = kernel_args(prob, launch, w_dev, x_dev, y, ws, barrier, scales=s_dev, **extra)
         loaded.launch(launch, args)
         cp.cuda.get_current_stream().synchronize()
-        if prob.fused_norm:
-            ref, ref_xn = reference(ref_prob, x, w, y_in, norm_w=cp.asnumpy(norm["norm_w"]), eps=norm["eps"])
-            got_xn = cp.asnumpy(norm["xn"]).view(ml_dtypes.bfloat16).astype(np.float32)
-            e = _rel(got_xn, ref_xn.astype(np.float32))
-            assert e < NORM_BF16_REL_L2, f"{launch.kernel.uri} T={t} split={launch.split_k} rep={rep}: xn rel L2 {e:.2e}"
-        else:
-            ref = reference(ref_prob, x, w, y_in)
+        ref = reference(ref_prob, x, w, y_in, **ref_extra)
+        if prob.norm_out:
+            ref, ref_xs, ref_ss = ref
+            got_xs = cp.asnumpy(extra["xs"]).view(ml_dtypes.bfloat16).astype(np.float32)
+            e = _rel(got_xs, ref_xs.astype(np.float32))
+            assert e < NORM_BF16_REL_L2, f"{launch.kernel.uri} T={t} rep={rep}: xs rel L2 {e:.2e}"
+            parts = cp.asnumpy(ws[:t * FAMILIES["gemv_coop"].norm_parts(launch)]).reshape(t, -1)
+            e = _rel(parts.sum(axis=1, keepdims=True), ref_ss)
+            assert e < 1e-5, f"{launch.kernel.uri} T={t} rep={rep}: sum of the norm parts rel {e:.2e}"
         if prob.epilogue == "swiglu":
             out = cp.asnumpy(y).view(ml_dtypes.bfloat16).astype(np.float32)
             ref = ref.astype(np.float32)
@@ -231,7 +241,6 @@ def _run_and_check(loaded, prob, launch, seed):
             assert d < GEMV_REL_L2, f"{launch.kernel.uri}: residual delta rel L2 {d:.2e}"
         if launch.cooperative:
             assert int(barrier.get()[0]) & 0x7FFFFFFF == 0, "grid barrier counter not left reusable"
-            assert int(barrier.get()[1]) & 0x7FFFFFFF == 0, "group barrier counter not left reusable"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -245,27 +254,35 @@ GATE_UP = GemvProblem(5120, 17408, "swiglu")
 MID_SWIGLU = GemvProblem(5120, 2048, "swiglu")
 NARROW = GemvProblem(2048, 256, "residual_add")  # 8 row blocks at 256 threads: many K splits
 TINY = [GemvProblem(256, 704, e) for e in ("store", "residual_add", "swiglu")]
+# the folded norm's two halves at the 27B shapes (and the fixture's, N = 704 / K = 256)
+NORM_CASES = [GemvProblem(17408, 5120, "add_norm_parts", f) for f in ("bf16", "w8", "w4")] + [
+    GemvProblem(6144, 5120, "add_norm_parts", "bf16"), GemvProblem(704, 256, "add_norm_parts", "bf16", unit_offset=False),
+    GemvProblem(704, 256, "add_norm_parts", "w4"), GemvProblem(5120, 17408, "swiglu", "bf16", in_norm="parts"),
+    GemvProblem(5120, 16480, "store", "w8", in_norm="parts"), GemvProblem(5120, 14336, "store", "w4", in_norm="parts"),
+    GemvProblem(256, 704, "swiglu", "w8", in_norm="parts")]
 
-FORCED = [  # (problem, T, threads, mode, splits or None = most that fit)
-    (QKV, 1, 256, "plain", None), (QKV, 2, 512, "coop", 1),
-    (DOWN, 1, 256, "coop", None), (DOWN, 3, 512, "coop", 2), (DOWN, 5, 512, "plain", None),
-    (O_PROJ, 4, 256, "coop", None), (GATE_UP, 1, 256, "plain", None), (GATE_UP, 2, 512, "plain", None),
-    (MID_SWIGLU, 2, 256, "coop", None), (MID_SWIGLU, 1, 512, "coop", 2), (NARROW, 1, 256, "coop", None),
-    (NARROW, 6, 512, "coop", None),
-    (TINY[0], 7, 256, "coop", None), (TINY[1], 1, 512, "coop", None), (TINY[2], 9, 256, "plain", None),
-    (TINY[2], 3, 512, "coop", 1), (TINY[0], 1, 512, "plain", None),
+FORCED = [  # (problem, T, threads, mode, splits or None = most that fit, k_warps)
+    (QKV, 1, 128, "plain", None, 2), (QKV, 2, 512, "coop", 1, 1),
+    (DOWN, 1, 256, "coop", None, 1), (DOWN, 3, 512, "coop", 2, 1), (DOWN, 5, 256, "plain", None, 4),
+    (O_PROJ, 4, 256, "coop", None, 1), (O_PROJ, 1, 128, "plain", None, 4), (GATE_UP, 1, 128, "plain", None, 1),
+    (GATE_UP, 2, 256, "plain", None, 2), (MID_SWIGLU, 2, 256, "coop", None, 1), (MID_SWIGLU, 1, 512, "coop", 2, 1),
+    (NARROW, 1, 256, "coop", None, 1), (NARROW, 6, 512, "coop", None, 1), (NARROW, 1, 128, "plain", None, 4),
+    (TINY[0], 7, 256, "coop", None, 1), (TINY[1], 1, 512, "coop", None, 1), (TINY[2], 9, 128, "plain", None, 2),
+    (TINY[2], 3, 512, "coop", 1, 1), (TINY[0], 1, 256, "plain", None, 4),
+    (NORM_CASES[0], 1, 128, "plain", None, 4), (NORM_CASES[0], 5, 128, "plain", None, 1),
+    (NORM_CASES[6], 3, 256, "plain", None, 2), (NORM_CASES[6], 8, 512, "coop", None, 1),
 ]
 
 
 @pytest.mark.parametrize("case", range(len(FORCED)))
 def test_forced_variants_match_reference(device, loader, case):
-    prob, t, threads, mode, splits = FORCED[case]
+    prob, t, threads, mode, splits, kw = FORCED[case]
     gemv = FAMILIES["gemv_coop"]
-    spec = gemv.spec(prob, threads, mode)
+    spec = gemv.spec(prob, threads, mode, gemv.tile_for(t), kw)
     loaded = loader(spec)
     ctx = PlanContext(device["arch"], device["sms"], {spec.uri: loaded.resources})
     try:
-        launch = gemv.launch_variant(prob, t, ctx, threads, mode, splits)
+        launch = gemv.launch_variant(prob, t, ctx, threads, mode, splits, max_tokens=gemv.tile_for(t), k_warps=kw)
     except PlanError as exc:  # a smaller device than the H200 the cases were sized for
         pytest.skip(str(exc))
     _run_and_check(loaded, prob, launch, seed=case)
@@ -273,7 +290,8 @@ def test_forced_variants_match_reference(device, loader, case):
 
 @pytest.mark.parametrize("plan_sms", ["device", 92, 82])
 @pytest.mark.parametrize("t", [1, 3, 4, 16])
-@pytest.mark.parametrize("prob", [QKV, DOWN, O_PROJ, GATE_UP, MID_SWIGLU, NARROW, *TINY], ids=lambda p: f"k{p.k}_n{p.n}_{p.epilogue}")
+@pytest.mark.parametrize("prob", [QKV, DOWN, O_PROJ, GATE_UP, MID_SWIGLU, NARROW, *TINY, *NORM_CASES],
+                         ids=lambda p: f"k{p.k}_n{p.n}_{p.epilogue}_{p.wfmt}_{p.in_norm}_u{int(p.unit_offset)}")
 def test_planned_launches_match_reference(device, loader, prob, t, plan_sms):
     """The family's own route choice for the device's SM count and for smaller cards (a 92- or 82-SM
     plan always fits a larger device), compiled for the device arch."""
@@ -305,45 +323,46 @@ def test_every_arch_plan_runs_on_this_device(device, loader, arch, sku):
             _run_and_check(lk, prob, ln, seed=zlib.crc32(f"{arch}/{name}/{ln.tokens}".encode()))
 
 
-NORM_CASES = [GemvProblem(17408, 5120, "add_rmsnorm", f) for f in ("bf16", "w8", "w4")] + [
-    GemvProblem(6144, 5120, "add_rmsnorm", "bf16"), GemvProblem(704, 256, "add_rmsnorm", "bf16", unit_offset=False),
-    GemvProblem(704, 256, "add_rmsnorm", "w4"), GemvProblem(256, 2048, "add_rmsnorm", "w8", unit_offset=False),
-    GemvProblem(256, 704, "add_rmsnorm", "bf16")]  # N = 704: a CTA's 256 outputs straddle two tokens
-
-
 @pytest.mark.parametrize("plan_sms", ["device", 82])
-@pytest.mark.parametrize("t", [1, 3, 4, 8])
-@pytest.mark.parametrize("prob", NORM_CASES, ids=lambda p: f"k{p.k}_n{p.n}_{p.wfmt}_u{int(p.unit_offset)}")
-def test_add_rmsnorm_planned_launches_match_reference(device, loader, prob, t, plan_sms):
-    """The fused residual add + RMSNorm epilogue (route coop_norm, two barriers) on the plan's own launch:
-    h == y_in + acc, xn == bf16 RMSNorm(h) of the reference, both barrier words left reusable."""
+@pytest.mark.parametrize("t", [1, 3, 8])
+@pytest.mark.parametrize("fmt", ["bf16", "w8", "w4"])
+def test_folded_norm_pair_matches_the_unfused_chain(device, loader, fmt, t, plan_sms):
+    """The decode step's folded norm at the 27B shapes, each half on its planned launch: down_proj (K = 17408
+    -> 5120, add_norm_parts) then gate|up (5120 -> 2 x 17408, swiglu, in_norm parts) reading the down launch's
+    parts, against down_proj + fp32 AddRMSNorm + gate|up."""
     gemv = FAMILIES["gemv_coop"]
-    loaded = {s.uri: loader(s) for s in gemv.variants(prob)}
+    prod = GemvProblem(17408, 5120, "add_norm_parts", fmt)
+    cons = GemvProblem(5120, 17408, "swiglu", fmt, in_norm="parts")
+    loaded = {s.uri: loader(s) for p in (prod, cons) for s in gemv.variants(p)}
     sms = device["sms"] if plan_sms == "device" else min(plan_sms, device["sms"])
     ctx = PlanContext(device["arch"], sms, {u: lk.resources for u, lk in loaded.items()})
-    launch = gemv.launch(prob, t, ctx)
-    if launch.route != "coop_norm":  # the fused grid does not fit this SM count: the store GEMV, norm apart
-        assert launch == gemv.launch(prob.unfused(), t, ctx) and "add_rmsnorm" not in launch.kernel.uri
-        prob = prob.unfused()
-    _run_and_check(loaded[launch.kernel.uri], prob, launch, seed=t * 17 + sms)
-
-
-@pytest.mark.parametrize("splits", [1, 2, 3])
-@pytest.mark.parametrize("threads", [256, 512])
-def test_add_rmsnorm_forced_splits(device, loader, threads, splits):
-    """Every split count and thread count of the fused kernel -- 27B down_proj shape, T = 4."""
-    gemv = FAMILIES["gemv_coop"]
-    prob = GemvProblem(17408, 5120, "add_rmsnorm")
-    spec = gemv.spec(prob, threads, "coop")
-    loaded = loader(spec)
-    ctx = PlanContext(device["arch"], device["sms"], {spec.uri: loaded.resources})
-    try:
-        launch = gemv.launch_variant(prob, 4, ctx, threads, "coop", splits)
-    except PlanError as exc:  # that many splits exceed this variant's cooperative cap on this device
-        if splits == 1:
-            raise
-        pytest.skip(str(exc))
-    _run_and_check(loaded, prob, launch, seed=threads + splits)
+    lp, lc = gemv.launch(prod, t, ctx), gemv.launch(cons, t, ctx)
+    wp, wp_dev, sp_dev = _weights_for(prod)
+    wc, wc_dev, sc_dev = _weights_for(cons)
+    rng = np.random.default_rng(t * 7 + sms)
+    x = rng.standard_normal((t, prod.k), dtype=np.float32).astype(ml_dtypes.bfloat16)
+    h0 = rng.standard_normal((t, 5120), dtype=np.float32)
+    nw = rng.standard_normal(5120, dtype=np.float32) * np.float32(0.2)
+    h = cp.asarray(h0)
+    xs = cp.full((t, 5120), BF16_NAN, dtype=cp.uint16)
+    ss = cp.full(max(lp.workspace_bytes // 4, 1), np.nan, dtype=cp.float32)
+    y = cp.full((t, 17408), BF16_NAN, dtype=cp.uint16)
+    loaded[lp.kernel.uri].launch(lp, kernel_args(prod, lp, wp_dev, cp.asarray(x.view(np.uint16)), h, scales=sp_dev,
+                                                 norm_w=cp.asarray(nw), xs=xs, ss_out=ss))
+    loaded[lc.kernel.uri].launch(lc, kernel_args(cons, lc, wc_dev, xs, y, scales=sc_dev, ss_in=ss,
+                                                 ss_parts=gemv.norm_parts(lp), in_eps=1e-6))
+    cp.cuda.get_current_stream().synchronize()
+    h_ref = h0 + x.astype(np.float32) @ wp.T
+    assert _rel(cp.asnumpy(h), h_ref) < GEMV_REL_L2
+    g = ref_rmsnorm(h_ref, nw, 1e-6, True) @ wc.T
+    want = g[:, :17408] / (1 + np.exp(-g[:, :17408])) * g[:, 17408:]
+    got = cp.asnumpy(y).view(ml_dtypes.bfloat16).astype(np.float32)
+    e = _rel(got, want)
+    assert e < FOLDED_REL_L2, f"{lp.kernel.uri} -> {lc.kernel.uri} T={t}: rel L2 {e:.2e}"
+    xs_ref, ss_ref = norm_input(h_ref, nw, True)
+    pair = reference(GemvProblem(5120, 17408, "swiglu", in_norm="parts"), xs_ref, wc, ss_in=ss_ref, in_eps=1e-6)
+    e = _rel(got, pair.astype(np.float32))
+    assert e < NORM_BF16_REL_L2 + GEMV_REL_L2, f"vs the pair's own reference: rel L2 {e:.2e}"
 
 
 def test_cubin_resources_equal_driver_attributes(device, loader):
@@ -402,14 +421,14 @@ def test_quant_forced_variants_match_reference(device, loader, fmt, shape, mode,
     falling back to the other thread count, skipped only when no cooperative grid fits the device)."""
     prob = _q(shape, fmt)
     gemv = FAMILIES["gemv_coop"]
-    order = (256, 512) if t % 2 else (512, 256)
+    order = ((256, 1), (512, 1)) if mode == "coop" else ((128, 4), (256, 2)) if t % 2 else ((256, 2), (128, 1))
     last = None
-    for threads in order:
-        spec = gemv.spec(prob, threads, mode)
+    for threads, kw in order:
+        spec = gemv.spec(prob, threads, mode, gemv.tile_for(t), kw)
         loaded = loader(spec)
         ctx = PlanContext(device["arch"], device["sms"], {spec.uri: loaded.resources})
         try:
-            launch = gemv.launch_variant(prob, t, ctx, threads, mode)
+            launch = gemv.launch_variant(prob, t, ctx, threads, mode, max_tokens=gemv.tile_for(t), k_warps=kw)
         except PlanError as exc:  # the cooperative grid of this T does not fit with even one split
             last = exc
             continue
@@ -445,5 +464,5 @@ def test_quant_lm_head_w8(device, loader, t):
     launch = gemv.launch(LM_HEAD, t, ctx)
     _run_and_check(loaded[launch.kernel.uri], LM_HEAD, launch, seed=t)
     if t == 1:
-        forced = gemv.launch_variant(LM_HEAD, t, ctx, 512, "plain")
+        forced = gemv.launch_variant(LM_HEAD, t, ctx, 128, "plain", max_tokens=1, k_warps=4)
         _run_and_check(loaded[forced.kernel.uri], LM_HEAD, forced, seed=99)

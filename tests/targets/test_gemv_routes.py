@@ -1,6 +1,9 @@
-"""gemv_coop route selection: caps scale with SM count, cooperative grids never exceed the cap, routes
-switch exactly at the boundary, and the boundary moves with the SM count (same compiled kernels)."""
+"""gemv_coop route selection: caps scale with the SM count, cooperative grids never exceed the cap, the
+chosen launch is the cheapest candidate under the cost model (recomputed here from the candidates), the
+model gives hand-computed answers, and the choice follows the device (same compiled kernels, other SM
+count / bandwidth)."""
 
+import math
 import re
 from fractions import Fraction
 
@@ -10,26 +13,45 @@ import pytest
 
 from targets_testlib import family_resources
 from ninferc.errors import PlanError
-from ninferc.targets.kernels.gemv_coop import GemvProblem, kernel_args, reference
+from ninferc.ir.reference import ref_rmsnorm
+from ninferc.targets.kernels.gemv_coop import (LATENCY_US, OVERHEAD_STEPS, REDUCE_STEPS, TAIL_STEP_US, GemvProblem,
+                                               estimate_us, kernel_args, norm_input, reference)
 from ninferc.targets.plan import PlanContext, check_launch
 from ninferc.targets.skus import get_sku, skus_for_arch
 
 O_PROJ = GemvProblem(6144, 5120, "residual_add")
+DOWN = GemvProblem(17408, 5120, "add_norm_parts")
+PROBLEMS = [O_PROJ, DOWN, GemvProblem(5120, 17408, "swiglu", in_norm="parts"), GemvProblem(5120, 1344, "store"),
+            GemvProblem(256, 704, "store"), GemvProblem(512, 96, "store"), GemvProblem(4096, 64, "store", "w8"),
+            GemvProblem(5120, 16480, "store", "w4", in_norm="parts")]
 
 
 def ctx(arch, sku):
-    return PlanContext(arch, get_sku(sku, arch).sms, family_resources(arch))
+    s = get_sku(sku, arch)
+    return PlanContext(arch, s.sms, family_resources(arch), bandwidth_gbs=s.bandwidth_gbs)
 
 
-def coop_fits(gemv, prob, tokens, c):
-    """Independent statement of the route rule: some thread variant fits >= 2 splits, where a split
-    is one CTA per (32-thread warp x 4 rows) output block per 4-token chunk and the cap is CTAs/SM x SMs."""
-    for th in gemv.threads:
-        outs = th // 32 * (2 if prob.epilogue == "swiglu" else 4)
-        base = -(-prob.n // outs) * -(-tokens // 4)
-        if 2 * base <= c.cap(gemv.spec(prob, th, "coop")) and prob.k // 256 >= 2:
-            return True
-    return False
+def candidates(gemv, prob, tokens, c):
+    """Every launch the route rule considers, with its modelled time: each plain shape; each cooperative thread
+    count with the most splits that fit (when >= 2) -- stated independently of GemvCoopFamily.launch."""
+    tile = gemv.tile_for(tokens)
+    out = []
+    for th, kw in gemv.plain_shapes:
+        spec = gemv.spec(prob, th, "plain", tile, kw)
+        t = estimate_us(prob, tokens, threads=th, k_warps=kw, rows_per_warp=gemv.rows_for(prob), tile=tile,
+                        ctas_per_sm=c.occupancy(spec).ctas_per_sm, sms=c.sms, bandwidth_per_sm_gbs=c.bandwidth_per_sm_gbs)
+        out.append((t, gemv.launch_variant(prob, tokens, c, th, "plain", max_tokens=tile, k_warps=kw)))
+    if not prob.norm_out:
+        for th in gemv.coop_threads:
+            spec = gemv.spec(prob, th, "coop", tile)
+            base = gemv.row_blocks(prob, th) * -(-tokens // tile)
+            splits = min(c.cap(spec) // base, max(1, prob.k // prob.k_per_vec // 32))
+            if splits >= 2:
+                t = estimate_us(prob, tokens, threads=th, k_warps=1, rows_per_warp=gemv.rows_for(prob), tile=tile,
+                                ctas_per_sm=c.occupancy(spec).ctas_per_sm, sms=c.sms,
+                                bandwidth_per_sm_gbs=c.bandwidth_per_sm_gbs, splits=splits)
+                out.append((t, gemv.launch_variant(prob, tokens, c, th, "coop", splits, max_tokens=tile)))
+    return out
 
 
 def test_l20_and_4090_caps_differ_by_the_sm_ratio(gemv):
@@ -37,53 +59,76 @@ def test_l20_and_4090_caps_differ_by_the_sm_ratio(gemv):
     for spec in gemv.variants(O_PROJ):
         assert l20.occupancy(spec).ctas_per_sm == r4090.occupancy(spec).ctas_per_sm
         assert Fraction(l20.cap(spec), r4090.cap(spec)) == Fraction(92, 128)
-    a, b = gemv.launch(O_PROJ, 1, l20), gemv.launch(O_PROJ, 1, r4090)
-    assert a.cooperative and b.cooperative and a.ctas <= a.coop_cap and b.ctas <= b.coop_cap
-    assert (a.split_k, b.split_k) == (a.coop_cap // (a.ctas // a.split_k), b.coop_cap // (b.ctas // b.split_k))
-    assert b.split_k > a.split_k  # more SMs, more K splits for the same row blocks
 
 
 @pytest.mark.parametrize("arch", ["sm_86", "sm_89", "sm_90", "sm_120a"])
-def test_sweep_never_exceeds_cap_and_switches_exactly_at_boundary(gemv, arch):
-    problems = [O_PROJ, GemvProblem(17408, 5120, "residual_add"), GemvProblem(5120, 17408, "swiglu"),
-                GemvProblem(5120, 1344, "store"), GemvProblem(256, 704, "store"), GemvProblem(512, 96, "store")]
+def test_every_launch_fits_and_is_the_cheapest_candidate(gemv, arch):
     for sku in skus_for_arch(arch):
         c = ctx(arch, sku.key)
-        for prob in problems:
-            prev = None
-            for t in range(1, 65):
+        for prob in PROBLEMS:
+            for t in (1, 2, 4, 5, 8, 16):
                 ln = gemv.launch(prob, t, c)
                 check_launch(ln, arch, c.resources_of(ln.kernel), c.sms)
-                assert ln.route == ("coop_splitk" if coop_fits(gemv, prob, t, c) else "plain"), (sku.key, prob, t)
+                cands = candidates(gemv, prob, t, c)
+                best = min(x for x, _ in cands)
+                assert any(x == best and cl == ln for x, cl in cands), (sku.key, prob, t, ln.kernel.uri)
                 if ln.cooperative:
                     assert 2 <= ln.split_k and ln.ctas <= ln.coop_cap and ln.waves == 1
                     assert ln.workspace_bytes == 4 * ln.split_k * t * prob.w_rows
                 else:
-                    assert ln.split_k == 1 and ln.workspace_bytes == 0
-                if prev == "plain":  # monotone in T: once plain, plain for every larger T
-                    assert ln.route == "plain"
-                prev = ln.route
+                    assert ln.split_k == 1
+                    parts = gemv.norm_parts(ln) if prob.norm_out else 0
+                    assert ln.workspace_bytes == 4 * t * parts
+                assert (ln.kernel.param("max_tokens"), ln.ctas % -(-t // ln.kernel.param("max_tokens"))) == \
+                    (gemv.tile_for(t), 0)
 
 
-def last_coop_t(gemv, prob, c, t_max=128):
-    ts = [t for t in range(1, t_max + 1) if gemv.launch(prob, t, c).route == "coop_splitk"]
-    return max(ts) if ts else 0
+def test_cost_model_known_answers():
+    """estimate_us on hand-computed cases: a grid with more bytes in flight than bandwidth x latency streams at
+    the bandwidth; one with half as many streams at half of it; a multi-wave grid adds the tail of its last,
+    partly empty wave; a cooperative launch adds its barrier and reduction pass."""
+    p = GemvProblem(8192, 4096)  # bf16: 64 MiB of weights, 1024 16-byte vectors per row
+    kw = dict(threads=128, rows_per_warp=4, tile=1, sms=100, bandwidth_per_sm_gbs=40.0)
+    bw = 40.0 * 100 * 1e3  # bytes / us
+    # k_warps 4: 1 row group of 4 rows -> 1024 CTAs; 8 steps per warp (1024 / (4 * 32)); cap 8 * 100 = 800
+    steps, over = 8, OVERHEAD_STEPS + 2 * REDUCE_STEPS
+    inflight = 800 * 4 * 4 * 512 * steps / (steps + over)
+    assert inflight > bw * LATENCY_US  # saturated
+    waves = 1024 / 800
+    want = p.weight_bytes / bw + (steps + over) * TAIL_STEP_US * (math.ceil(waves) - waves + 1)
+    assert estimate_us(p, 1, k_warps=4, ctas_per_sm=8, **kw) == pytest.approx(want)
+    # k_warps 1 with 4 warps -> 4 row groups, 256 CTAs of 32 steps, one partial wave: in flight below the need
+    steps, over = 32, OVERHEAD_STEPS
+    inflight = 256 * 4 * 4 * 512 * steps / (steps + over)
+    frac = inflight / (bw * LATENCY_US)
+    assert frac < 1
+    want = p.weight_bytes / (bw * frac) + (steps + over) * TAIL_STEP_US
+    assert estimate_us(p, 1, k_warps=1, ctas_per_sm=8, **kw) == pytest.approx(want)
+    # cooperative: 2 splits halve the steps and double the CTAs, plus (2 + splits) latencies
+    steps = 16
+    inflight = 512 * 4 * 4 * 512 * steps / (steps + over)
+    want = p.weight_bytes / (bw * min(1, inflight / (bw * LATENCY_US))) + (steps + over) * TAIL_STEP_US \
+        + 4 * LATENCY_US
+    assert estimate_us(p, 1, k_warps=1, ctas_per_sm=8, splits=2, **kw) == pytest.approx(want)
+    # more tokens than the tile: the weights are streamed once per token chunk
+    assert estimate_us(p, 8, k_warps=4, ctas_per_sm=8, **{**kw, "tile": 4}) > 2 * p.weight_bytes / bw
 
 
-def test_boundary_moves_with_sm_count_3090_vs_3090ti(gemv):
-    """Same sm_86 cubins, 82 vs 84 SMs: a problem whose cooperative grid needs 165..168 CTAs per split
-    (256 threads) stays cooperative one token chunk longer on the 3090 Ti."""
-    r3090, r3090ti = ctx("sm_86", "rtx3090"), ctx("sm_86", "rtx3090ti")
-    prob = GemvProblem(5120, 42 * 32, "store")  # 42 row blocks of 32 outputs at 256 threads
-    a, b = last_coop_t(gemv, prob, r3090), last_coop_t(gemv, prob, r3090ti)
-    assert (a, b) == (12, 16)
-    la, lb = gemv.launch(prob, 16, r3090), gemv.launch(prob, 16, r3090ti)
-    assert la.route == "plain" and lb.route == "coop_splitk"
-    assert lb.ctas == 2 * 168 == lb.coop_cap and la.coop_cap == la.ctas_per_sm * 82
-    # and across many shapes the boundaries differ somewhere, never in the 3090's favour
-    diffs = [(n, last_coop_t(gemv, GemvProblem(5120, n), r3090, 64), last_coop_t(gemv, GemvProblem(5120, n), r3090ti, 64))
-             for n in range(256, 4096, 256)]
-    assert any(x != y for _, x, y in diffs) and all(x <= y for _, x, y in diffs)
+def test_choice_follows_the_device(gemv):
+    """The same sm_89 cubins pick another CTA shape for the 27B down projection on a 128-SM RTX 4090 than on
+    a 92-SM L20, and the same cubins on the same SMs pick by bandwidth: the plan is derived, not a table."""
+    l20, r4090 = gemv.launch(DOWN, 1, ctx("sm_89", "l20")), gemv.launch(DOWN, 1, ctx("sm_89", "rtx4090"))
+    assert l20.kernel.uri != r4090.kernel.uri
+    res = family_resources("sm_90")
+    slow, fast = PlanContext("sm_90", 132, res, bandwidth_gbs=500.0), PlanContext("sm_90", 132, res, bandwidth_gbs=4800.0)
+    shapes = {(gemv.launch(p, 1, slow).kernel.uri, gemv.launch(p, 1, fast).kernel.uri) for p in PROBLEMS}
+    assert any(a != b for a, b in shapes)
+    # a bare SM count uses the arch's typical bandwidth per SM (median of its SKUs)
+    bare = PlanContext("sm_89", 92, family_resources("sm_89"))
+    per = sorted(s.bandwidth_gbs / s.sms for s in skus_for_arch("sm_89"))
+    assert bare.bandwidth_per_sm_gbs == per[len(per) // 2]
+    with pytest.raises(PlanError, match="bandwidth must be positive"):
+        PlanContext("sm_89", 92, {}, bandwidth_gbs=0)
 
 
 def test_launch_variant_forced_and_errors(gemv):
@@ -92,7 +137,12 @@ def test_launch_variant_forced_and_errors(gemv):
     assert ln.cooperative and ln.split_k == 1 and ln.ctas == 80
     with pytest.raises(PlanError, match="exceeds the cooperative cap"):
         gemv.launch_variant(O_PROJ, 64, c, 256, "coop", splits=2)
-    assert gemv.launch_variant(O_PROJ, 64, c, 256, "plain").ctas == 160 * 16
+    assert gemv.launch_variant(O_PROJ, 64, c, 128, "plain").ctas == 320 * 16
+    assert gemv.launch_variant(O_PROJ, 1, c, 128, "plain", max_tokens=1, k_warps=4).ctas == 5120 // 4
+    with pytest.raises(PlanError, match="k_warps = 3 must divide the 4 warps"):
+        gemv.launch_variant(O_PROJ, 1, c, 128, "plain", k_warps=3)
+    with pytest.raises(PlanError, match="plain mode only"):
+        gemv.launch_variant(DOWN, 1, c, 256, "coop")
 
 
 def test_problem_validation():
@@ -100,44 +150,47 @@ def test_problem_validation():
         GemvProblem(5121, 5120)
     with pytest.raises(PlanError, match="epilogue"):
         GemvProblem(64, 64, "gelu")
+    with pytest.raises(PlanError, match="in_norm"):
+        GemvProblem(64, 64, in_norm="unit")
+    with pytest.raises(PlanError, match="both write norm parts"):
+        GemvProblem(64, 64, "add_norm_parts", in_norm="parts")
 
 
 def test_arg_names_match_the_template_signature(gemv):
     for prob in gemv.sample_problems():
-        spec = gemv.variants(prob)[0]
-        src = spec.render()
-        sig = re.search(rf"{spec.entry}\(([^)]*)\)", src).group(1)
-        names = [p.split()[-1].strip("*") for p in sig.replace("__restrict__", "").split(",")]
-        assert tuple(names) == gemv.arg_names(prob)
+        for spec in gemv.variants(prob):
+            src = spec.render()
+            sig = re.search(rf"{spec.entry}\(([^)]*)\)", src).group(1)
+            names = [p.split()[-1].strip("*") for p in sig.replace("__restrict__", "").split(",")]
+            assert tuple(names) == gemv.arg_names(prob)
         ln = gemv.launch(prob, 3, ctx("sm_90", "h200"))
-        norm = dict(norm_w="NW", xn="XN", eps=1e-6) if prob.fused_norm else {}
-        args = kernel_args(prob, ln, "W", "X", "Y", scales="S" if prob.quantized else None, **norm)
-        assert len(args) == len(names)
-        tail = args[-5:-3] if prob.fused_norm else args[-2:]
-        assert tail == (3, ln.split_k)
+        extra = {}
+        if prob.norm_out:
+            extra = dict(norm_w="NW", xs="XS", ss_out="SS")
+        if prob.norm_in:
+            extra = dict(ss_in="SS", ss_parts=7, in_eps=1e-6)
+        args = kernel_args(prob, ln, "W", "X", "Y", scales="S" if prob.quantized else None, **extra)
+        assert len(args) == len(gemv.arg_names(prob))
+        i = gemv.arg_names(prob).index("t_total")
+        assert args[i:i + 2] == (3, ln.split_k)
 
 
-def test_add_rmsnorm_route_is_cooperative_and_falls_back_to_store(gemv):
-    """The fused norm always launches cooperatively (one split if that is all that fits) and takes the
-    unfused store launch when not even one split fits the cap; it has no plain mode."""
+def test_add_norm_parts_is_plain_and_sizes_its_parts(gemv):
     c = ctx("sm_90", "h200")
-    fused = GemvProblem(5120, 5120, "add_rmsnorm")
-    ln = gemv.launch(fused, 1, c)
-    assert ln.route == "coop_norm" and ln.cooperative and "add_rmsnorm" in ln.kernel.uri and ln.ctas <= c.cap(ln.kernel)
-    # w8 at T=4: the store GEMV is plain (two splits do not fit), the fused one runs coop with one split
-    w8 = GemvProblem(5120, 5120, "add_rmsnorm", "w8")
-    assert gemv.launch(w8.unfused(), 4, c).route == "plain"
-    ln4 = gemv.launch(w8, 4, c)
-    assert ln4.route == "coop_norm" and ln4.split_k == 1
-    # a shape whose grid exceeds every variant's cap: the unfused launch, never a silent oversize grid
-    wide = GemvProblem(256, 262144, "add_rmsnorm")
-    lw = gemv.launch(wide, 1, c)
-    assert lw.route in ("plain", "coop_splitk") and "add_rmsnorm" not in lw.kernel.uri
-    assert lw == gemv.launch(wide.unfused(), 1, c)
-    with pytest.raises(PlanError, match="no plain mode"):
-        gemv.launch_variant(fused, 1, c, 256, "plain")
-    with pytest.raises(PlanError, match="norm_w, xn and eps"):
-        kernel_args(fused, ln, "W", "X", "Y")
+    for t in (1, 3, 8):
+        ln = gemv.launch(DOWN, t, c)
+        assert ln.route == "plain" and not ln.cooperative and "add_norm_parts" in ln.kernel.uri
+        parts = gemv.norm_parts(ln)
+        kwarps = dict(ln.kernel.params).get("k_warps", 1)
+        assert parts == -(-DOWN.n // gemv.outputs_per_cta(DOWN, ln.threads, kwarps))
+        assert ln.workspace_bytes == 4 * t * parts
+    with pytest.raises(PlanError, match="not an add_norm_parts"):
+        gemv.norm_parts(gemv.launch(O_PROJ, 1, c))
+    with pytest.raises(PlanError, match="norm_w, xs and ss_out"):
+        kernel_args(DOWN, gemv.launch(DOWN, 1, c), "W", "X", "Y")
+    cons = GemvProblem(5120, 17408, "swiglu", in_norm="parts")
+    with pytest.raises(PlanError, match="ss_in, ss_parts and in_eps"):
+        kernel_args(cons, gemv.launch(cons, 1, c), "W", "X", "Y")
 
 
 def test_reference_epilogues():
@@ -156,11 +209,19 @@ def test_reference_epilogues():
         reference(GemvProblem(16, 8), x[:, :8], w)
     nw = rng.standard_normal(8).astype(np.float32)
     for unit in (True, False):
-        h, xn = reference(GemvProblem(16, 8, "add_rmsnorm", unit_offset=unit), x, w, y0, norm_w=nw, eps=1e-6)
+        h, xs, ss = reference(GemvProblem(16, 8, "add_norm_parts", unit_offset=unit), x, w, y0, norm_w=nw)
         np.testing.assert_array_equal(h, y0 + acc)
         scale = (1 + nw) if unit else nw
-        want = h / np.sqrt((h.astype(np.float64) ** 2).mean(axis=1, keepdims=True) + 1e-6) * scale
-        assert xn.dtype == ml_dtypes.bfloat16
-        np.testing.assert_allclose(xn.astype(np.float32), want, rtol=8e-3, atol=1e-6)
-    with pytest.raises(PlanError, match="norm_w and eps"):
-        reference(GemvProblem(16, 8, "add_rmsnorm"), x, w, y0)
+        assert xs.dtype == ml_dtypes.bfloat16
+        np.testing.assert_allclose(xs.astype(np.float32), h * scale, rtol=4e-3)
+        np.testing.assert_allclose(ss[:, 0], (h.astype(np.float64) ** 2).sum(axis=1), rtol=1e-6)
+        # the consumer with these parts is the GEMV of the RMSNorm of h (up to the bf16 rounding of xs)
+        w2 = rng.standard_normal((5, 8)).astype(np.float32)
+        got = reference(GemvProblem(8, 5, in_norm="parts"), xs, w2, ss_in=ss, in_eps=1e-6)
+        want = ref_rmsnorm(h, nw, 1e-6, unit) @ w2.T
+        np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
+        np.testing.assert_array_equal(norm_input(h, nw, unit)[0], xs)
+    with pytest.raises(PlanError, match="needs norm_w"):
+        reference(GemvProblem(16, 8, "add_norm_parts"), x, w, y0)
+    with pytest.raises(PlanError, match="ss_in and in_eps"):
+        reference(GemvProblem(16, 8, in_norm="parts"), x, w)

@@ -41,38 +41,38 @@ def test_cooperative_grid_over_cap(gemv):
 
 def test_grid_y_over_65535(gemv):
     ctx = ctx_for(gemv)
-    ln = ctx.make_launch(gemv.spec(PROB, 256, "plain"), (4, 70000, 1), route="plain", tokens=1)
+    ln = ctx.make_launch(gemv.spec(PROB, 256, "plain", k_warps=2), (4, 70000, 1), route="plain", tokens=1)
     expect(ln, "sm_89", OK, 70000, 65535, "fold it onto x")
 
 
 def test_grid_z_over_65535(gemv):
     ctx = ctx_for(gemv)
-    ln = ctx.make_launch(gemv.spec(PROB, 256, "plain"), (1, 1, 65536), route="plain", tokens=1)
+    ln = ctx.make_launch(gemv.spec(PROB, 256, "plain", k_warps=2), (1, 1, 65536), route="plain", tokens=1)
     expect(ln, "sm_89", OK, 65536, 65535)
 
 
 def test_static_smem_over_48k(gemv):
     res = dataclasses.replace(OK, static_smem_bytes=49 * 1024)
-    ln = ctx_for(gemv).make_launch(gemv.spec(PROB, 256, "plain"), 8, route="plain", tokens=1)
+    ln = ctx_for(gemv).make_launch(gemv.spec(PROB, 256, "plain", k_warps=2), 8, route="plain", tokens=1)
     expect(ln, "sm_89", res, 49 * 1024, 48 * 1024)
 
 
 def test_dynamic_smem_over_optin(gemv):
     # e.g. a split-KV combine whose shared memory grows with max context
     ctx = ctx_for(gemv, "sm_86", 82)
-    ln = ctx.make_launch(gemv.spec(PROB, 256, "plain"), 8, route="plain", tokens=1)
+    ln = ctx.make_launch(gemv.spec(PROB, 256, "plain", k_warps=2), 8, route="plain", tokens=1)
     ln = dataclasses.replace(ln, dynamic_smem_bytes=128 * 1024)
     expect(ln, "sm_86", OK, 128 * 1024, 99 * 1024, "opt-in")
 
 
 def test_block_over_1024(gemv):
-    ln = ctx_for(gemv).make_launch(gemv.spec(PROB, 256, "plain"), 8, route="plain", tokens=1)
+    ln = ctx_for(gemv).make_launch(gemv.spec(PROB, 256, "plain", k_warps=2), 8, route="plain", tokens=1)
     ln = dataclasses.replace(ln, block=(2048, 1, 1))
     expect(ln, "sm_89", dataclasses.replace(OK, max_threads=None), 2048, 1024)
 
 
 def test_block_over_launch_bounds(gemv):
-    ln = ctx_for(gemv).make_launch(gemv.spec(PROB, 256, "plain"), 8, route="plain", tokens=1)
+    ln = ctx_for(gemv).make_launch(gemv.spec(PROB, 256, "plain", k_warps=2), 8, route="plain", tokens=1)
     ln = dataclasses.replace(ln, block=(512, 1, 1))
     expect(ln, "sm_89", OK, 512, 256, "launch bounds")
 
@@ -80,7 +80,7 @@ def test_block_over_launch_bounds(gemv):
 def test_zero_resident_ctas(gemv):
     res = dataclasses.replace(OK, registers=255, max_threads=None)
     ctx = PlanContext("sm_90", 132, {s.uri: res for s in gemv.variants(PROB)})
-    ln = ctx.make_launch(gemv.spec(PROB, 256, "plain"), 8, route="plain", tokens=1)
+    ln = ctx.make_launch(gemv.spec(PROB, 256, "plain", k_warps=2), 8, route="plain", tokens=1)
     ln = dataclasses.replace(ln, block=(1024, 1, 1))
     expect(ln, "sm_90", res, "0 resident CTAs", "registers", 255, "at least 1")
 
@@ -91,7 +91,7 @@ def test_barrier_kernel_must_launch_cooperatively(gemv):
 
 
 def test_stale_occupancy_is_caught(gemv):
-    ln = ctx_for(gemv).make_launch(gemv.spec(PROB, 256, "plain"), 8, route="plain", tokens=1)
+    ln = ctx_for(gemv).make_launch(gemv.spec(PROB, 256, "plain", k_warps=2), 8, route="plain", tokens=1)
     expect(ln, "sm_89", dataclasses.replace(OK, registers=128), "assumes 4", "give 2")
 
 

@@ -1,0 +1,160 @@
+"""Device sweep of the decode GEMV's CTA shape (27B shapes, T = 1): threads x k_warps (warps sharing one row
+group, each streaming part of K) x rows_per_warp, for the GEMVs of a decode step as the planner lowers them
+(``add_norm_parts`` for the projections that feed a norm, ``in_norm="parts"`` for those that read one), with the
+cost model's estimate (``ninferc.targets.kernels.gemv_coop.estimate_us``) of every variant next to its time and
+the planner's own pick -- the data the model's constants are fitted on. Every launch is timed inside a CUDA
+graph of back-to-back PDL launches over distinct weight copies (more bytes than L2 holds), as the decode step
+runs them.
+
+Correctness is the GPU tier's job (tests/targets/test_gemv_coop_gpu.py); this only times.
+
+Usage (GPU machine): python bench/gemv_ksplit_sweep.py [--json FILE] [--formats bf16,w8,w4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from ninferc.bench import git_commit
+from ninferc.runtime.kernels import DeviceKernel, cupy, device_arch, device_bandwidth_gbs, device_sm_count
+from ninferc.targets.arch import get_arch
+from ninferc.targets.cubin import read_resources
+from ninferc.targets.kernels.gemv_coop import GemvCoopFamily, GemvProblem, estimate_us, kernel_args
+from ninferc.targets.plan import PlanContext
+
+#: (name, K, N, epilogue, in_norm) of the 27B decode GEMVs as lowered
+SHAPES = [("gdn_in", 5120, 16480, "store", "parts"), ("gdn_out", 6144, 5120, "add_norm_parts", "none"),
+          ("gate_up", 5120, 17408, "swiglu", "parts"), ("down", 17408, 5120, "add_norm_parts", "none"),
+          ("qkv", 5120, 14336, "store", "parts"), ("lm_head", 5120, 248320, "store", "none")]
+CONFIGS = [(th, kw) for th in (128, 256, 512) for kw in (1, 2, 4, 8) if (th // 32) % kw == 0]
+
+
+class Bufs:
+    """Distinct weight copies of one problem (so a graph of launches streams from DRAM, not L2) + activations."""
+
+    def __init__(self, cp, p: GemvProblem, min_bytes: int):
+        self.copies = max(3, -(-min_bytes // p.weight_bytes))
+        rng = cp.random.RandomState(1)
+        K, R = p.k, p.w_rows
+        self.w, self.sc = [], []
+        for _ in range(self.copies):
+            if p.wfmt == "bf16":
+                self.w.append(rng.randint(0x3000, 0x3C00, (R, K), dtype=cp.int32).astype(cp.uint16))
+                self.sc.append(None)
+            elif p.wfmt == "w8":
+                self.w.append(rng.randint(-127, 128, (R, K), dtype=cp.int32).astype(cp.int8))
+                self.sc.append(cp.full(R, 1e-3, cp.float32))
+            else:
+                self.w.append(rng.randint(0, 256, (R, K // 2), dtype=cp.int32).astype(cp.uint8))
+                self.sc.append(cp.full((R, K // 64), 1e-3, cp.float32))
+        self.x = rng.randint(0x3000, 0x3C00, (4, K), dtype=cp.int32).astype(cp.uint16)
+        n = p.n
+        self.y = cp.zeros((4, n), cp.uint16 if p.epilogue == "swiglu" else cp.float32)
+        self.h = rng.standard_normal((4, n), dtype=cp.float32)
+        self.xs = cp.zeros((4, n), cp.uint16)
+        self.nw = cp.zeros(n, cp.float32)
+        self.ss = cp.ones(4 * 8192, cp.float32)
+        self.ws = cp.empty(64 << 20, cp.uint8)
+        self.barrier = cp.zeros(64, cp.uint32)
+
+    def args(self, p: GemvProblem, ln, i: int):
+        i %= self.copies
+        y = self.h if p.epilogue in ("residual_add", "add_norm_parts") else self.y
+        extra = {}
+        if p.norm_out:
+            extra = {"norm_w": self.nw, "xs": self.xs, "ss_out": self.ss}
+        if p.norm_in:
+            extra = {"ss_in": self.ss, "ss_parts": 640, "in_eps": 1e-6}
+        return kernel_args(p, ln, self.w[i], self.x, y, self.ws, self.barrier, scales=self.sc[i], **extra)
+
+
+def time_graph(cp, stream, calls, reps: int = 5) -> float:
+    """Median seconds per call of a CUDA graph that runs ``calls`` (zero-argument launchers) back to back."""
+    stream.synchronize()
+    stream.begin_capture()
+    for c in calls:
+        c()
+    g = stream.end_capture()
+    g.launch(stream=stream)
+    stream.synchronize()
+    ts = []
+    for _ in range(reps):
+        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+        e0.record(stream)
+        g.launch(stream=stream)
+        e1.record(stream)
+        e1.synchronize()
+        ts.append(cp.cuda.get_elapsed_time(e0, e1) * 1e-3 / len(calls))
+    return float(np.median(ts))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--formats", default="bf16,w8,w4")
+    ap.add_argument("--min-bytes", type=int, default=1 << 30, help="weight bytes per timed graph (distinct copies)")
+    a = ap.parse_args(argv)
+    cp = cupy()
+    t_start = time.time()
+    arch, sms, bw = get_arch(device_arch()), device_sm_count(), device_bandwidth_gbs()
+    stream = cp.cuda.Stream(non_blocking=True)
+    planner = GemvCoopFamily()
+    rows = []
+    for fmt in a.formats.split(","):
+        fams = {rw: GemvCoopFamily(plain_shapes=tuple(CONFIGS), rows_per_warp=rw, quant_rows_per_warp=rw)
+                for rw in (2, 4)}
+        probs = {name: GemvProblem(K, N, ep, fmt, in_norm=inn) for name, K, N, ep, inn in SHAPES}
+        todo = {s.uri: s for p in probs.values() for fam in (planner, *fams.values()) for s in fam.variants(p)
+                if s.param("max_tokens") == 1}
+        t0 = time.time()
+        with ThreadPoolExecutor(16) as pool:
+            loaded = dict(zip(todo, pool.map(DeviceKernel.from_spec, todo.values())))
+        res = {u: read_resources(k.compiled.cubin, arch.name, k.compiled.ptx)[k.entry] for u, k in loaded.items()}
+        ctx = PlanContext(arch, sms, res, bandwidth_gbs=bw)
+        print(f"{fmt}: {len(loaded)} kernels compiled in {time.time() - t0:.1f} s (DRAM {bw} GB/s)", flush=True)
+        for name, p in probs.items():
+            bufs = Bufs(cp, p, a.min_bytes)
+
+            def run(ln, tag, **extra):
+                k = loaded[ln.kernel.uri]
+                calls = [lambda i=i: k.launch(ln.grid, ln.block, bufs.args(p, ln, i), cooperative=ln.cooperative,
+                                              stream=stream, pdl=True) for i in range(max(bufs.copies, 24))]
+                t = time_graph(cp, stream, calls)
+                r = {"fmt": fmt, "shape": name, "tag": tag, "uri": ln.kernel.uri, "route": ln.route, "ctas": ln.ctas,
+                     "split_k": ln.split_k, "ctas_per_sm": ln.ctas_per_sm, "regs": res[ln.kernel.uri].registers,
+                     "us": t * 1e6, "gbps": p.weight_bytes / t / 1e9, **extra}
+                rows.append(r)
+                return r
+
+            pick = run(planner.launch(p, 1, ctx), "planner")
+            cands = []
+            for rw, fam in fams.items():
+                for th, kw in CONFIGS:
+                    ln = fam.launch_variant(p, 1, ctx, th, "plain", max_tokens=1, k_warps=kw)
+                    est = estimate_us(p, 1, threads=th, k_warps=kw, rows_per_warp=rw, tile=1,
+                                      ctas_per_sm=ln.ctas_per_sm, sms=sms, bandwidth_per_sm_gbs=ctx.bandwidth_per_sm_gbs)
+                    cands.append(run(ln, "sweep", rw=rw, threads=th, k_warps=kw, tile=1, estimate_us=est))
+            best = min(cands, key=lambda r: r["us"])
+            print(f"{fmt:4} {name:8} planner {pick['uri'].split('__')[1]:52} {pick['us']:7.1f} us {pick['gbps']:6.0f} GB/s"
+                  f" | best rw{best['rw']} th{best['threads']} kw{best['k_warps']} {best['us']:7.1f} us "
+                  f"{best['gbps']:6.0f} GB/s", flush=True)
+            del bufs
+            cp.get_default_memory_pool().free_all_blocks()
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "sms": sms,
+                       "bandwidth_gbs": bw, "commit": git_commit(),
+                       "command": "python bench/gemv_ksplit_sweep.py " + " ".join(argv or sys.argv[1:]),
+                       "date": time.strftime("%Y-%m-%d %H:%M:%S"), "seconds": time.time() - t_start, "rows": rows},
+                      f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
