@@ -15,7 +15,6 @@ import sys
 
 from ab import alternate, arg_parser, medians, preset_engine, write_json
 
-from ninferc.runtime.memory import workspace_sizes
 from ninferc.targets.lower import lower
 
 
@@ -25,16 +24,10 @@ def main(argv=None) -> int:
     eng, s, tok = preset_engine(a.weights, max_ctx, a.context)
     programs = {"fused": eng.program,
                 "unfused": lower(eng.graph, page_size=eng.page_size, max_context=max_ctx, fuse_norm=False)}
-    need = workspace_sizes(programs["unfused"], eng.geo_ctx, t_cap=eng.t_cap, max_batch=eng.max_batch)
-    for k, v in need.items():  # the unfused program's split-K may want more GEMV workspace
-        if v > eng.ws[k].nbytes:
-            eng.ws[k] = eng.cp.empty(v, eng.cp.uint8)
 
     def use(mode):
         def switch():
-            eng.program = programs[mode]
-            eng._steps.clear()
-            eng._graphs.clear()  # recapture the decode graph from this program
+            eng.use_program(programs[mode])  # compiles the unfused program's own GEMVs once; recaptures the graph
         return switch
 
     res = alternate({m: (use(m), s) for m in programs}, {m: tok for m in programs}, rounds=a.rounds, steps=a.steps,

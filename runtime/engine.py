@@ -184,6 +184,36 @@ class Engine:
         for uri, (src, entry) in srcs.items():
             self.kernels[uri] = DeviceKernel(src, entry, uri, options, arch=self.dev_arch)
 
+    def use_program(self, program) -> None:
+        """Run ``program`` (a :class:`ninferc.targets.lower.Program` lowered from this engine's graph, e.g.
+        ``lower(graph, fuse_norm=False)`` for an A/B) from now on: kernels of its steps' variants that the
+        artifact does not hold are rendered from the installed templates and compiled for the device with the
+        artifact's options, their resources read from the driver; workspaces grow to what it needs; cached step
+        plans and CUDA graphs are dropped.
+
+        Raises:
+            CompileError: NVRTC failed. PlanError: a "replay" engine (the artifact's plan has no resources for
+                kernels it did not compile).
+        """
+        from ninferc.targets.lower import step_variants
+
+        options = tuple(self.art.header["compile"]["options"])
+        for s in program.steps:
+            for spec in step_variants(s):
+                if spec.uri in self.kernels:
+                    continue
+                if self.plan_mode == "replay":
+                    raise PlanError(f"{spec.uri}: not in the artifact, and a replayed plan has no resources for it")
+                k = DeviceKernel(spec.render(), spec.entry, spec.uri, options, arch=self.dev_arch)
+                self.kernels[spec.uri] = k
+                self.dev_ctx.resources[spec.uri] = self._driver_resources(k)
+        self.program = program
+        for name, nbytes in workspace_sizes(program, self.geo_ctx, t_cap=self.t_cap, max_batch=self.max_batch).items():
+            if name not in self.ws or nbytes > self.ws[name].nbytes:
+                self.ws[name] = self.cp.empty(nbytes, self.cp.uint8)
+        self._steps.clear()
+        self._graphs.clear()
+
     @staticmethod
     def _driver_resources(k: DeviceKernel) -> KernelResources:
         a = k.attributes()

@@ -105,8 +105,9 @@ def _run(prob: GemvProblem, launch, seed: int, source: str | None = None):
         ref_extra = {"norm_w": nw}
         assert launch.workspace_bytes == 4 * t * parts  # the engine sizes norm_ss from it
     if prob.norm_in:
-        ss = np.abs(rng.standard_normal((t, 5), dtype=np.float32)) * np.float32(k / 5)
-        extra = {"ss_in": ss, "ss_parts": 5, "in_eps": 1e-6}
+        n_parts = 5 if t == 1 else 300  # 300: the 8-wide part loop and its remainder
+        ss = np.abs(rng.standard_normal((t, n_parts), dtype=np.float32)) * np.float32(k / n_parts)
+        extra = {"ss_in": ss, "ss_parts": n_parts, "in_eps": 1e-6}
         ref_extra = {"ss_in": ss, "in_eps": 1e-6}
     spec = launch.kernel
     hk = HostKernel(source or spec.render(), spec.entry)

@@ -219,3 +219,33 @@ def test_cli_run_prints_golden_text(artifacts, goldens):
     want = Tokenizer.from_dir(models_dir() / "qwen35-tiny-code").decode(case["greedy_ids"][:n])
     assert r.stdout == want + "\n"
     assert "decode" in r.stderr and "tok/s" in r.stderr
+
+
+def test_folded_norm_program_equals_the_unfused_one(artifacts, goldens):
+    """The decode step with every norm between two Linears folded into their GEMVs (the engine's program) and
+    the same artifact lowered with every norm as its own kernel (``lower(fuse_norm=False)``, kernels compiled
+    by ``Engine.use_program``): teacher-forced decode logits agree to the route-reordering tolerance (x is
+    rounded to bf16 before the norm's 1/rms in one, after it in the other), and the folded program launches
+    no rmsnorm kernel between two Linears."""
+    from ninferc.artifact import Artifact
+    from ninferc.runtime.engine import Engine
+    from ninferc.targets.lower import lower
+
+    e = Engine(Artifact.open(artifacts["sm_90"]), cuda_graph=False)
+    case = goldens["cases"][0]
+    out = {}
+    folded = e.program
+    unfused = lower(e.graph, page_size=e.page_size, max_context=e.max_context, fuse_norm=False)
+    for name, prog in (("folded", folded), ("unfused", unfused)):
+        e.use_program(prog)
+        norms = [s for s, *_ in e.step_plan("decode", 1, 1, 1).launches if s.family == "rmsnorm"]
+        assert len(norms) == (2 if name == "folded" else 2 * e.config.num_hidden_layers + 1), [s.name for s in norms]
+        s = e.session()
+        logits = s.prefill(case["prompt_ids"], 1024)
+        rows = []
+        for tok in case["greedy_ids"][:12]:
+            logits = s.decode(tok)
+            rows.append(logits.get())
+        out[name] = np.stack(rows)
+        s.close()
+    ENGINE_REORDER.check(out["folded"], out["unfused"], "folded vs unfused norm, decode logits")
