@@ -120,7 +120,7 @@ def test_choice_follows_the_device(gemv):
     l20, r4090 = gemv.launch(DOWN, 1, ctx("sm_89", "l20")), gemv.launch(DOWN, 1, ctx("sm_89", "rtx4090"))
     assert l20.kernel.uri != r4090.kernel.uri
     res = family_resources("sm_90")
-    slow, fast = PlanContext("sm_90", 132, res, bandwidth_gbs=500.0), PlanContext("sm_90", 132, res, bandwidth_gbs=4800.0)
+    slow, fast = PlanContext("sm_90", 132, res, bandwidth_gbs=100.0), PlanContext("sm_90", 132, res, bandwidth_gbs=8000.0)
     shapes = {(gemv.launch(p, 1, slow).kernel.uri, gemv.launch(p, 1, fast).kernel.uri) for p in PROBLEMS}
     assert any(a != b for a, b in shapes)
     # a bare SM count uses the arch's typical bandwidth per SM (median of its SKUs)
