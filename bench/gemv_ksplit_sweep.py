@@ -107,7 +107,8 @@ def main(argv=None) -> int:
     planner = GemvCoopFamily()
     rows = []
     for fmt in a.formats.split(","):
-        fams = {rw: GemvCoopFamily(plain_shapes=tuple(CONFIGS), rows_per_warp=rw, quant_rows_per_warp=rw)
+        fams = {rw: GemvCoopFamily(plain_shapes=tuple(CONFIGS), rows_per_warp=rw, quant_rows_per_warp=rw,
+                                   norm_rows_per_warp=rw)
                 for rw in (2, 4)}
         probs = {name: GemvProblem(K, N, ep, fmt, in_norm=inn) for name, K, N, ep, inn in SHAPES}
         todo = {s.uri: s for p in probs.values() for fam in (planner, *fams.values()) for s in fam.variants(p)

@@ -70,10 +70,12 @@ resident have enough bytes in flight (Little's law: bandwidth x a loaded latency
 proportion otherwise; each warp also spends ``OVERHEAD_STEPS`` (+ ``REDUCE_STEPS`` per doubling of k_warps) of
 its K steps' time on start-up, the x loads and the reduction, and the last, partly filled wave of CTAs costs
 one CTA duration at ``TAIL_STEP_US`` per step, scaled by how empty it is; a cooperative launch adds its barrier
-and reduction pass. The constants were fitted to an H200 sweep of every shape x format of the 27B decode step
-(``bench/gemv_ksplit_sweep.py``, ``bench/results/gemv_ksplit_sweep_h200_*.json``): the model's pick is within
-1.5 % of the fastest measured variant on average and 6 % in the worst case, where the old rule (one K-streaming
-warp per row group, cooperative split-K when two splits fit) lost up to 30 %.
+and reduction pass. The constants were fitted to an H200 sweep of every GEMV shape x format of the 27B decode
+step (``bench/gemv_ksplit_sweep.py``; ``bench/results/gemv_ksplit_sweep_h200_9965633.json``, 18 shape x format
+cases, each over the five plain shapes): the model's pick is within 0.5 % of the fastest measured variant on
+average and 6 % in the worst case (w4 down_proj), where the old rule (one K-streaming warp per row group,
+cooperative split-K when two splits fit) lost up to 30 % (``..._2936e5d_proto.json``). On other cards the model
+has the same inputs (their SM count, occupancy and bandwidth per SM) but no measurement behind its constants.
 
 Runtime arguments (:meth:`GemvCoopFamily.arg_names`, :func:`kernel_args`): bf16 ``w, x, y, ws, barrier, k,
 n_out, t_total, splits``; w8 / w4 ``w, scales, x, y, ...`` -- pointers then int32; ``residual_add`` and
@@ -109,11 +111,11 @@ BYTES_PER_ELEMENT = {"bf16": 2.0, "w8": 1.0, "w4": 0.5}
 
 # ---- cost model constants (fitted on the H200: module docstring) ----
 #: loaded DRAM latency, microseconds: bytes in flight needed = bandwidth x this (Little's law)
-LATENCY_US = 0.8
+LATENCY_US = 1.0
 #: per-warp fixed cost in K steps (start-up, x loads, warp reduction, epilogue)
 OVERHEAD_STEPS = 3.0
 #: extra per-warp cost in K steps per doubling of k_warps (the shared-memory reduction and its barrier)
-REDUCE_STEPS = 2.0
+REDUCE_STEPS = 1.0
 #: microseconds per K step of a CTA running in the last, partly filled wave
 TAIL_STEP_US = 0.2
 
@@ -255,6 +257,10 @@ class GemvCoopFamily:
         quant_rows_per_warp: the same for w8 / w4 weights. Default 2, from the H200 sweep
             (``bench/gemv_sweep.py``, bench/results/gemv_sweep_h200_4086f82.json; 27B decode shapes, T = 1):
             with 2 rows a w4 warp needs 48 registers instead of 85-94 and the kernel time drops by 5-26 %.
+        norm_rows_per_warp: the same for the add_norm_parts epilogue, every format. Default 2: on the H200 the
+            bf16 27B down_proj / out_proj with it take 41 / 16 us against 62 / 24 us with 4 rows per warp at the
+            same CTA shape (``bench/gemv_ksplit_sweep.py``, session 4; 4 rows per warp are fine for the same
+            GEMV with a plain residual add -- the difference was measured, not explained).
         prefetch_steps: K steps (16 bytes per lane per W row) each warp asks L2 to prefetch before its PDL
             wait (``prefetch.global.L2``; weights are constant); 0 = none. A template parameter only when
             not 1, so the default kernels keep their URI. Default 1 from same-process A/Bs on the H200
@@ -269,15 +275,18 @@ class GemvCoopFamily:
 
     def __init__(self, plain_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 2), (256, 4)),
                  coop_threads: tuple[int, ...] = (256, 512), token_tiles: tuple[int, ...] = (1, 4),
-                 rows_per_warp: int = 4, quant_rows_per_warp: int = 2, prefetch_steps: int = 1):
+                 rows_per_warp: int = 4, quant_rows_per_warp: int = 2, norm_rows_per_warp: int = 2,
+                 prefetch_steps: int = 1):
         bad_shape = [s for s in plain_shapes if s[0] % WARP or s[0] <= 0 or s[1] < 1 or (s[0] // WARP) % s[1]]
         if (bad_shape or not plain_shapes or any(t % WARP or t <= 0 for t in coop_threads) or rows_per_warp % 2
-                or quant_rows_per_warp % 2 or min(rows_per_warp, quant_rows_per_warp) < 2 or not token_tiles
+                or quant_rows_per_warp % 2 or norm_rows_per_warp % 2
+                or min(rows_per_warp, quant_rows_per_warp, norm_rows_per_warp) < 2 or not token_tiles
                 or min(token_tiles) < 1):
             raise PlanError(
                 f"gemv_coop: bad family parameters plain_shapes={plain_shapes} ((threads, k_warps): threads a "
                 f"multiple of {WARP}, k_warps dividing its warps), coop_threads={coop_threads}, rows_per_warp="
-                f"{rows_per_warp} and quant_rows_per_warp={quant_rows_per_warp} (even, >= 2), "
+                f"{rows_per_warp}, quant_rows_per_warp={quant_rows_per_warp}, norm_rows_per_warp={norm_rows_per_warp} "
+                f"(even, >= 2), "
                 f"token_tiles={token_tiles} (each >= 1)")
         if prefetch_steps < 0:
             raise PlanError(f"gemv_coop: prefetch_steps = {prefetch_steps} must be >= 0")
@@ -287,6 +296,7 @@ class GemvCoopFamily:
         self.max_tokens = self.token_tiles[-1]
         self.rows_per_warp = int(rows_per_warp)
         self.quant_rows_per_warp = int(quant_rows_per_warp)
+        self.norm_rows_per_warp = int(norm_rows_per_warp)
         self.prefetch_steps = int(prefetch_steps)
 
     @property
@@ -295,7 +305,10 @@ class GemvCoopFamily:
         return tuple(sorted({t for t, _ in self.plain_shapes} | set(self.coop_threads)))
 
     def rows_for(self, problem: GemvProblem) -> int:
-        """W rows per warp for ``problem``'s weight format (``rows_per_warp`` or ``quant_rows_per_warp``)."""
+        """W rows per warp for ``problem``: ``norm_rows_per_warp`` for the add_norm_parts epilogue, else
+        ``quant_rows_per_warp`` (w8 / w4) or ``rows_per_warp`` (bf16)."""
+        if problem.norm_out:
+            return self.norm_rows_per_warp
         return self.quant_rows_per_warp if problem.quantized else self.rows_per_warp
 
     def tiles(self, problem: GemvProblem | None = None) -> tuple[int, ...]:
