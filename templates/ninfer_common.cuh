@@ -170,7 +170,10 @@ __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 // and its memory operations are visible). pdl_launch_dependents() lets the next kernel's CTAs be
 // scheduled as soon as every CTA of this grid has issued it (or exited) -- they then sit in their own
 // pdl_wait(), so calling it early is safe. Reading constant data (weights) before pdl_wait() is
-// allowed. Below sm_90 both are no-ops and the runtime launches without the attribute.
+// allowed, and so is an L2 prefetch of anything (prefetch.global.L2 moves no data into registers and L2 is
+// coherent for every SM, so a line the previous kernel writes afterwards is simply updated there): kernels
+// prefetch constant weights, the GDN state and the first KV pages of their work before waiting, to overlap the
+// previous kernel's tail. Below sm_90 both are no-ops and the runtime launches without the attribute.
 // NINFER_PDL_ENTRY marks a kernel as PDL-aware: the runtime only launches kernels whose source uses it
 // with the attribute (ninferc.runtime.kernels.DeviceKernel.pdl_capable).
 __device__ __forceinline__ void pdl_wait() {
