@@ -224,9 +224,10 @@ def test_cli_run_prints_golden_text(artifacts, goldens):
 def test_folded_norm_program_equals_the_unfused_one(artifacts, goldens):
     """The decode step with every norm between two Linears folded into their GEMVs (the engine's program) and
     the same artifact lowered with every norm as its own kernel (``lower(fuse_norm=False)``, kernels compiled
-    by ``Engine.use_program``): teacher-forced decode logits agree to the route-reordering tolerance (x is
+    by ``Engine.use_program``): teacher-forced decode logits agree (x is
     rounded to bf16 before the norm's 1/rms in one, after it in the other), and the folded program launches
-    no rmsnorm kernel between two Linears."""
+    no rmsnorm kernel between two Linears. The bound is ENGINE_LOGITS (the bf16-storage error itself: moving
+    where one bf16 rounding happens is bounded by it); the H200 measured 0.082 (session 4)."""
     from ninferc.artifact import Artifact
     from ninferc.runtime.engine import Engine
     from ninferc.targets.lower import lower
@@ -248,4 +249,4 @@ def test_folded_norm_program_equals_the_unfused_one(artifacts, goldens):
             rows.append(logits.get())
         out[name] = np.stack(rows)
         s.close()
-    ENGINE_REORDER.check(out["folded"], out["unfused"], "folded vs unfused norm, decode logits")
+    ENGINE_LOGITS.check(out["folded"], out["unfused"], "folded vs unfused norm, decode logits")
