@@ -7,8 +7,9 @@ binding of every kernel argument to a symbolic :class:`Ref` (an activation tenso
 weight, a state pool, batch metadata, a workspace, a constant). The runtime resolves Refs to device
 pointers and scalars; the plan evaluates the same steps' launches for representative T on a target.
 
-Routes across families are chosen here and nowhere else: a Linear runs the cooperative split-K GEMV
-(``gemv_coop``) while T <= :data:`GEMV_MAX_TOKENS` and the tensor-core GEMM (``gemm``) above, the
+Routes across families are chosen here and nowhere else: a Linear runs the decode GEMV (``gemv_coop``, whose
+own CTA shape and split-K route its cost model picks) while T <= :data:`GEMV_MAX_TOKENS` and the tensor-core
+GEMM (``gemm``) above, the
 boundary where the GEMV's token chunks start re-reading the weight matrix more than the GEMM's
 tiles cost.
 

@@ -132,7 +132,7 @@ class ModelPlan:
         fmts = self.formats_json()
         fmt = f", weights {fmts['weights']}, KV {fmts['kv_dtype']}" if fmts else ""
         ctx = self.context()
-        bw = (f"DRAM {ctx.bandwidth_gbs:,.0f} GB/s" if ctx.bandwidth_gbs is not None else
+        bw = (f"DRAM {ctx.bandwidth_gbs:,.0f} GB/s (SKU datasheet)" if ctx.bandwidth_gbs is not None else
               f"DRAM bandwidth unknown (GEMV cost model assumes {ctx.bandwidth_per_sm_gbs:.1f} GB/s per SM, the arch's "
               "typical SKU)")
         lines = [f"target {self.target}{sku}, {self.sms} SMs, {bw}, NVRTC {self.nvrtc[0]}.{self.nvrtc[1]}, "
