@@ -46,7 +46,7 @@ def _check_bound(w, qt: QuantTensor, what: str) -> float:
 
 # ---- round trip --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("fmt", QFORMATS)
-@pytest.mark.parametrize("seed,kind", enumerate(["normal", "heavy", "outliers", "bf16"]))
+@pytest.mark.parametrize("seed,kind", list(enumerate(["normal", "heavy", "outliers", "bf16"])))
 def test_round_trip_random_within_bound(fmt, seed, kind):
     w = _random((96, 512), kind, seed=seed)
     qt = quantize(w, fmt)
