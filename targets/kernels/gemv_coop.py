@@ -106,8 +106,6 @@ WARP = 32  # threads per warp on every CUDA architecture
 VEC = 8    # bf16 elements per 16-byte load
 #: K elements per 16-byte weight load, per weight format
 VEC_OF = {"bf16": VEC, "w8": 16, "w4": 32}
-#: weight bytes per K element, per format (codes only; the fp32 scales are counted separately)
-BYTES_PER_ELEMENT = {"bf16": 2.0, "w8": 1.0, "w4": 0.5}
 
 # ---- cost model constants (fitted on the H200: module docstring) ----
 #: loaded DRAM latency, microseconds: bytes in flight needed = bandwidth x this (Little's law)
@@ -172,12 +170,6 @@ class GemvProblem:
     def norm_in(self) -> bool:
         """True for ``in_norm == "parts"`` (extra arguments ss_in, ss_parts, in_eps)."""
         return self.in_norm == "parts"
-
-    def unfused(self) -> "GemvProblem":
-        """The same GEMV as a plain store of ``acc`` with bf16 X: what the prefill GEMM route and the unfused
-        program compute for a Linear whose norm runs as its own kernel."""
-        ep = "swiglu" if self.epilogue == "swiglu" else "store"
-        return GemvProblem(self.k, self.n, ep, self.wfmt)
 
     @property
     def quantized(self) -> bool:
@@ -255,7 +247,7 @@ class GemvCoopFamily:
             registers (w8 / w4: H200, session 2: 27B w8 decode 84.5 -> 106 tok/s).
         rows_per_warp: W rows a warp accumulates at once (even), bf16 weights.
         quant_rows_per_warp: the same for w8 / w4 weights. Default 2, from the H200 sweep
-            (``bench/gemv_sweep.py``, bench/results/gemv_sweep_h200_4086f82.json; 27B decode shapes, T = 1):
+            (session 2's sweep, bench/results/gemv_sweep_h200_4086f82.json; 27B decode shapes, T = 1):
             with 2 rows a w4 warp needs 48 registers instead of 85-94 and the kernel time drops by 5-26 %.
         norm_rows_per_warp: the same for the add_norm_parts epilogue, every format. Default 2: on the H200 the
             bf16 27B down_proj / out_proj with it take 41 / 16 us against 62 / 24 us with 4 rows per warp at the
@@ -311,11 +303,7 @@ class GemvCoopFamily:
             return self.norm_rows_per_warp
         return self.quant_rows_per_warp if problem.quantized else self.rows_per_warp
 
-    def tiles(self, problem: GemvProblem | None = None) -> tuple[int, ...]:
-        """Token tiles compiled (every format)."""
-        return self.token_tiles
-
-    def tile_for(self, tokens: int, problem: GemvProblem | None = None) -> int:
+    def tile_for(self, tokens: int) -> int:
         """The token tile (``max_tokens`` variant) a launch of T = ``tokens`` uses: the smallest tile >= T,
         else the largest."""
         return next((t for t in self.token_tiles if t >= tokens), self.max_tokens)
@@ -377,7 +365,7 @@ class GemvCoopFamily:
         """Every kernel a launch for ``problem`` may use: each token tile x (each plain shape, and each
         cooperative thread count unless add_norm_parts)."""
         out = []
-        for mt in self.tiles(problem):
+        for mt in self.token_tiles:
             out += [self.spec(problem, th, "plain", mt, kw) for th, kw in self.plain_shapes]
             if not problem.norm_out:
                 out += [self.spec(problem, th, "coop", mt) for th in self.coop_threads]
@@ -414,6 +402,11 @@ class GemvCoopFamily:
         """Bytes a coop launch needs: fp32 partial sums [splits, T, w_rows]."""
         return 4 * splits * tokens * problem.w_rows
 
+    def parts_bytes(self, problem: GemvProblem, tokens: int, row_blocks: int) -> int:
+        """``Launch.workspace_bytes`` of a plain launch: the add_norm_parts ``ss_out``, fp32 [T, row_blocks]; 0 for
+        every other epilogue."""
+        return 4 * tokens * row_blocks if problem.norm_out else 0
+
     def norm_parts(self, launch: Launch) -> int:
         """The ``ss_parts`` (row blocks) of an add_norm_parts launch: the consumer GEMV's ``ss_parts`` argument.
 
@@ -445,7 +438,7 @@ class GemvCoopFamily:
         """
         if tokens < 1:
             raise PlanError(f"gemv_coop: T = {tokens} must be at least 1")
-        tile = self.tile_for(tokens, problem)
+        tile = self.tile_for(tokens)
         chunks = self.token_chunks(tokens, tile)
         cands = []
         for th, kw in self.plain_shapes:
@@ -470,8 +463,8 @@ class GemvCoopFamily:
         if coop:
             return ctx.make_launch(spec, grid, route="coop_splitk", tokens=tokens, split_k=splits,
                                    workspace_bytes=self.workspace_bytes(problem, tokens, splits))
-        ws = 4 * tokens * (grid // chunks) if problem.norm_out else 0  # ss_out [T, row_blocks]
-        return ctx.make_launch(spec, grid, route="plain", tokens=tokens, workspace_bytes=ws)
+        return ctx.make_launch(spec, grid, route="plain", tokens=tokens,
+                               workspace_bytes=self.parts_bytes(problem, tokens, grid // chunks))
 
     def launch_variant(self, problem: GemvProblem, tokens: int, ctx: PlanContext, threads: int, mode: str,
                        splits: int | None = None, max_tokens: int | None = None, k_warps: int = 1) -> Launch:
@@ -488,8 +481,8 @@ class GemvCoopFamily:
         base = self.row_blocks(problem, threads, k_warps) * chunks
         spec = self.spec(problem, threads, mode, max_tokens, k_warps)
         if mode == "plain":
-            ws = 4 * tokens * (base // chunks) if problem.norm_out else 0
-            return ctx.make_launch(spec, base, route="plain", tokens=tokens, workspace_bytes=ws)
+            return ctx.make_launch(spec, base, route="plain", tokens=tokens,
+                                   workspace_bytes=self.parts_bytes(problem, tokens, base // chunks))
         cap = ctx.cap(spec)
         if splits is None:
             splits = min(cap // base, self.max_splits(problem))

@@ -152,7 +152,7 @@ CASES = list(_cases())
 def test_gemv_kernel_on_the_emulator(ctx, case):
     prob, t, th, mode, kw = CASES[case]
     splits = 2 if mode == "coop" else None
-    launch = FAM.launch_variant(prob, t, ctx, th, mode, splits, max_tokens=FAM.tile_for(t, prob), k_warps=kw)
+    launch = FAM.launch_variant(prob, t, ctx, th, mode, splits, max_tokens=FAM.tile_for(t), k_warps=kw)
     assert launch.cooperative == (mode == "coop") and launch.split_k == (2 if mode == "coop" else 1)
     _run(prob, launch, seed=case)
 
