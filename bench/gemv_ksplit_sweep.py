@@ -33,6 +33,8 @@ SHAPES = [("gdn_in", 5120, 16480, "store", "parts"), ("gdn_out", 6144, 5120, "ad
           ("gate_up", 5120, 17408, "swiglu", "parts"), ("down", 17408, 5120, "add_norm_parts", "none"),
           ("qkv", 5120, 14336, "store", "parts"), ("lm_head", 5120, 248320, "store", "none")]
 CONFIGS = [(th, kw) for th in (128, 256, 512) for kw in (1, 2, 4, 8) if (th // 32) % kw == 0]
+#: the tensor-core w4 variants' shapes: the same plus 16 warps per row group (a 16-row tile)
+MMA_CONFIGS = [*CONFIGS, (512, 16)]
 
 
 class Bufs:
@@ -107,9 +109,12 @@ def main(argv=None) -> int:
     planner = GemvCoopFamily()
     rows = []
     for fmt in a.formats.split(","):
-        fams = {rw: GemvCoopFamily(plain_shapes=tuple(CONFIGS), rows_per_warp=rw, quant_rows_per_warp=rw,
-                                   norm_rows_per_warp=rw)
+        # (rows per warp, tensor cores?) -> the family whose plain variants are swept
+        fams = {(rw, False): GemvCoopFamily(plain_shapes=tuple(CONFIGS), rows_per_warp=rw, quant_rows_per_warp=rw,
+                                            norm_rows_per_warp=rw, w4_mma=False)
                 for rw in (2, 4)}
+        if fmt == "w4":
+            fams[(16, True)] = GemvCoopFamily(mma_shapes=tuple(MMA_CONFIGS))
         probs = {name: GemvProblem(K, N, ep, fmt, in_norm=inn) for name, K, N, ep, inn in SHAPES}
         todo = {s.uri: s for p in probs.values() for fam in (planner, *fams.values()) for s in fam.variants(p)
                 if s.param("max_tokens") == 1}
@@ -135,16 +140,18 @@ def main(argv=None) -> int:
 
             pick = run(planner.launch(p, 1, ctx), "planner")
             cands = []
-            for rw, fam in fams.items():
-                for th, kw in CONFIGS:
+            for (rw, mma), fam in fams.items():
+                for th, kw in MMA_CONFIGS if mma else CONFIGS:
                     ln = fam.launch_variant(p, 1, ctx, th, "plain", max_tokens=1, k_warps=kw)
                     est = estimate_us(p, 1, threads=th, k_warps=kw, rows_per_warp=rw, tile=1,
-                                      ctas_per_sm=ln.ctas_per_sm, sms=sms, bandwidth_per_sm_gbs=ctx.bandwidth_per_sm_gbs)
-                    cands.append(run(ln, "sweep", rw=rw, threads=th, k_warps=kw, tile=1, estimate_us=est))
-            best = min(cands, key=lambda r: r["us"])
-            print(f"{fmt:4} {name:8} planner {pick['uri'].split('__')[1]:52} {pick['us']:7.1f} us {pick['gbps']:6.0f} GB/s"
-                  f" | best rw{best['rw']} th{best['threads']} kw{best['k_warps']} {best['us']:7.1f} us "
-                  f"{best['gbps']:6.0f} GB/s", flush=True)
+                                      ctas_per_sm=ln.ctas_per_sm, sms=sms, bandwidth_per_sm_gbs=ctx.bandwidth_per_sm_gbs,
+                                      mma=mma)
+                    cands.append(run(ln, "sweep", rw=rw, mma=mma, threads=th, k_warps=kw, tile=1, estimate_us=est))
+            for mma in sorted({r["mma"] for r in cands}):
+                best = min((r for r in cands if r["mma"] == mma), key=lambda r: r["us"])
+                print(f"{fmt:4} {name:8} planner {pick['uri'].split('__')[1]:52} {pick['us']:7.1f} us "
+                      f"{pick['gbps']:6.0f} GB/s | best{' mma' if mma else ''} rw{best['rw']} th{best['threads']} "
+                      f"kw{best['k_warps']} {best['us']:7.1f} us {best['gbps']:6.0f} GB/s", flush=True)
             del bufs
             cp.get_default_memory_pool().free_all_blocks()
     if a.json:

@@ -70,18 +70,8 @@ __device__ __forceinline__ void load_f32(const float* p, float (&f)[kN]) {
   }
 }
 
-// D += A * B with one warp-wide mma.sync.m16n8k16 (bf16 inputs, fp32 accumulate; sm_80+, so every
-// ninferc target). Fragments (PTX ISA "Matrix Fragments for mma.m16n8k16 with floating point type"),
-// with g = lane / 4, t = lane % 4, element 2i of a pair in the low half:
-//   A 16x16 (row-major): a[0] = A[g][2t..2t+1], a[1] = A[g+8][2t..], a[2] = A[g][2t+8..], a[3] = A[g+8][2t+8..]
-//   B 16x8  (k x n):     b0 = B[2t..2t+1][g],   b1 = B[2t+8..2t+9][g]
-//   C/D 16x8:            d[0..1] = D[g][2t..2t+1], d[2..3] = D[g+8][2t..2t+1]
-__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned int (&a)[4], unsigned int b0,
-                                               unsigned int b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+// D += A * B, one warp-wide mma.sync.m16n8k16 (ninfer_common.cuh section 8).
+using ninfer::mma_bf16_16816;
 
 // Split fp32 x into bf16 hi + lo with hi + lo = x to ~16 mantissa bits (hi = bf16(x), lo = bf16(x - hi)):
 // two bf16 MMAs on (hi, lo) keep an fp32 operand's accuracy.

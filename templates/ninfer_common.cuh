@@ -18,6 +18,7 @@
 //   5. grid-wide barrier for cooperative launches
 //   6. activations
 //   7. programmatic dependent launch (sm_90+)
+//   8. tensor cores: mma.sync m16n8k16 (bf16 in, fp32 accumulate) and bf16x2 arithmetic
 #pragma once
 
 namespace ninfer {
@@ -192,6 +193,38 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // ninferc: allow-magic (griddepcontrol is PTX sm_90+)
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+// ---------------------------------------------------------------------------------------------
+// 8. tensor cores and bf16x2 arithmetic (sm_80+ PTX, so every ninferc target)
+// ---------------------------------------------------------------------------------------------
+
+// D += A * B with one warp-wide mma.sync.m16n8k16 (bf16 inputs, fp32 accumulate). Fragments (PTX ISA
+// "Matrix Fragments for mma.m16n8k16 with floating point type"), with g = lane / 4, t = lane % 4, element 2i
+// of a pair in the low half:
+//   A 16x16 (row-major): a[0] = A[g][2t..2t+1], a[1] = A[g+8][2t..], a[2] = A[g][2t+8..], a[3] = A[g+8][2t+8..]
+//   B 16x8  (k x n):     b0 = B[2t..2t+1][g],   b1 = B[2t+8..2t+9][g]
+//   C/D 16x8:            d[0..1] = D[g][2t..2t+1], d[2..3] = D[g+8][2t..2t+1]
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned int (&a)[4], unsigned int b0,
+                                               unsigned int b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// a * b + c on two packed bf16 (element 2i in the low half), rounded to nearest even per element
+// (PTX fma.rn.bf16x2, sm_80+): exact whenever the result is a bf16 value, e.g. small integers.
+__device__ __forceinline__ unsigned int fma_bf16x2(unsigned int a, unsigned int b, unsigned int c) {
+  unsigned int d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+// Streaming read-only 8-byte load (weights touched once; not allocated in L1). 8-byte aligned.
+__device__ __forceinline__ uint2 ld_stream_v2(const void* p) {
+  uint2 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
 }
 
 }  // namespace ninfer

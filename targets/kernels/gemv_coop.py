@@ -116,6 +116,12 @@ OVERHEAD_STEPS = 3.0
 REDUCE_STEPS = 1.0
 #: microseconds per K step of a CTA running in the last, partly filled wave
 TAIL_STEP_US = 0.2
+#: rows of W a warp of the tensor-core (mma) w4 variants owns: one m16n8k16 A tile
+MMA_ROWS = 16
+#: scale groups whose loads an mma warp issues together (``kMmaUnroll`` in the template)
+MMA_UNROLL = 2
+#: most tokens an mma variant's CTA takes: the n = 8 columns of the m16n8k16 tile
+MMA_MAX_TOKENS = 8
 
 
 @dataclass(frozen=True)
@@ -201,13 +207,15 @@ class GemvProblem:
 
 
 def estimate_us(problem: GemvProblem, tokens: int, *, threads: int, k_warps: int, rows_per_warp: int, tile: int,
-                ctas_per_sm: int, sms: int, bandwidth_per_sm_gbs: float, splits: int = 1) -> float:
+                ctas_per_sm: int, sms: int, bandwidth_per_sm_gbs: float, splits: int = 1, mma: bool = False) -> float:
     """Modelled time of one launch, microseconds (module docstring, "Routes and the cost model").
 
     Args:
         problem: the GEMV. tokens: T. threads, k_warps, rows_per_warp, tile: the variant (tile = max_tokens).
         ctas_per_sm: the variant's resident CTAs per SM (occupancy calculator). sms: SM count.
         bandwidth_per_sm_gbs: DRAM bandwidth per SM, GB/s. splits: K splits of a cooperative launch (1 = plain).
+        mma: the tensor-core w4 variant: a warp step is ``MMA_UNROLL`` scale groups of its 16 rows (1 KiB)
+            instead of one 16-byte vector per lane and row.
 
     Returns:
         streaming time (weight bytes x token chunks at the bandwidth the resident warps can sustain) + the
@@ -220,11 +228,15 @@ def estimate_us(problem: GemvProblem, tokens: int, *, threads: int, k_warps: int
     chunks = -(-tokens // tile)
     ctas = -(-problem.n // outs) * chunks * splits
     cap = max(1, ctas_per_sm) * sms
-    kvec = problem.k // problem.k_per_vec
-    steps = -(-kvec // (k_warps * WARP * splits))
+    if mma:
+        steps = -(-(problem.k // GROUP_SIZE) // (k_warps * splits * MMA_UNROLL))
+        step_bytes = MMA_ROWS * GROUP_SIZE // 2 * MMA_UNROLL
+    else:
+        steps = -(-(problem.k // problem.k_per_vec) // (k_warps * WARP * splits))
+        step_bytes = rows_per_warp * 16 * WARP
     over = OVERHEAD_STEPS + REDUCE_STEPS * math.log2(k_warps)
     bw = bandwidth_per_sm_gbs * sms * 1e3  # bytes per microsecond
-    inflight = min(ctas, cap) * warps * rows_per_warp * 16 * WARP * steps / (steps + over)
+    inflight = min(ctas, cap) * warps * step_bytes * steps / (steps + over)
     stream = problem.weight_bytes * chunks / (bw * min(1.0, inflight / (bw * LATENCY_US)))
     waves = ctas / cap
     tail = (steps + over) * TAIL_STEP_US * ((math.ceil(waves) - waves + 1) if waves > 1 else 1.0)
@@ -257,6 +269,13 @@ class GemvCoopFamily:
             wait (``prefetch.global.L2``; weights are constant); 0 = none. A template parameter only when
             not 1, so the default kernels keep their URI. Default 1 from same-process A/Bs on the H200
             (``bench/prefetch_ab.py``: bf16 0 -> 1 step 15.06 -> 14.83 ms/token; 4 and 8 steps slower).
+        w4_mma: w4 problems use the tensor-core variants (template ``mma``; module docstring, "Tensor-core
+            w4"): 16 rows per warp, the dot products on mma.sync. Every w4 variant of the family is then an
+            mma variant (the cost model has no ALU term, so the two kinds are not compared by it).
+        mma_shapes: the plain (threads, k_warps) shapes of the mma variants, in place of ``plain_shapes``: a
+            16-row warp tile leaves few row groups on a short N (5,120 outputs = 320 tiles), so more warps
+            share each tile's K to keep enough bytes in flight. At most 256 threads: a 512-thread CTA's 128
+            registers per thread make the 4-token variants spill (sm_86 / sm_89) and the 1-token one on sm_120a.
 
     Raises:
         PlanError: bad family parameters (names them).
@@ -268,21 +287,28 @@ class GemvCoopFamily:
     def __init__(self, plain_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 2), (256, 4)),
                  coop_threads: tuple[int, ...] = (256, 512), token_tiles: tuple[int, ...] = (1, 4),
                  rows_per_warp: int = 4, quant_rows_per_warp: int = 2, norm_rows_per_warp: int = 2,
-                 prefetch_steps: int = 1):
-        bad_shape = [s for s in plain_shapes if s[0] % WARP or s[0] <= 0 or s[1] < 1 or (s[0] // WARP) % s[1]]
-        if (bad_shape or not plain_shapes or any(t % WARP or t <= 0 for t in coop_threads) or rows_per_warp % 2
+                 prefetch_steps: int = 1, w4_mma: bool = True,
+                 mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))):
+        bad_shape = [s for s in (*plain_shapes, *mma_shapes)
+                     if s[0] % WARP or s[0] <= 0 or s[1] < 1 or (s[0] // WARP) % s[1]]
+        if (bad_shape or not plain_shapes or not mma_shapes or any(t % WARP or t <= 0 for t in coop_threads) or rows_per_warp % 2
                 or quant_rows_per_warp % 2 or norm_rows_per_warp % 2
                 or min(rows_per_warp, quant_rows_per_warp, norm_rows_per_warp) < 2 or not token_tiles
                 or min(token_tiles) < 1):
             raise PlanError(
-                f"gemv_coop: bad family parameters plain_shapes={plain_shapes} ((threads, k_warps): threads a "
+                f"gemv_coop: bad family parameters plain_shapes={plain_shapes}, mma_shapes={mma_shapes} "
+                f"((threads, k_warps): threads a "
                 f"multiple of {WARP}, k_warps dividing its warps), coop_threads={coop_threads}, rows_per_warp="
                 f"{rows_per_warp}, quant_rows_per_warp={quant_rows_per_warp}, norm_rows_per_warp={norm_rows_per_warp} "
                 f"(even, >= 2), "
                 f"token_tiles={token_tiles} (each >= 1)")
         if prefetch_steps < 0:
             raise PlanError(f"gemv_coop: prefetch_steps = {prefetch_steps} must be >= 0")
+        if w4_mma and max(token_tiles) > MMA_MAX_TOKENS:
+            raise PlanError(f"gemv_coop: token_tiles={token_tiles}: the w4 mma variants take at most "
+                            f"{MMA_MAX_TOKENS} tokens per CTA (the m16n8k16 tile's n)")
         self.plain_shapes = tuple((int(t), int(k)) for t, k in plain_shapes)
+        self.mma_shapes = tuple((int(t), int(k)) for t, k in mma_shapes)
         self.coop_threads = tuple(int(t) for t in coop_threads)
         self.token_tiles = tuple(sorted(set(int(t) for t in token_tiles)))
         self.max_tokens = self.token_tiles[-1]
@@ -290,15 +316,28 @@ class GemvCoopFamily:
         self.quant_rows_per_warp = int(quant_rows_per_warp)
         self.norm_rows_per_warp = int(norm_rows_per_warp)
         self.prefetch_steps = int(prefetch_steps)
+        self.w4_mma = bool(w4_mma)
 
     @property
     def threads(self) -> tuple[int, ...]:
-        """Every thread count the family compiles (plain and cooperative)."""
-        return tuple(sorted({t for t, _ in self.plain_shapes} | set(self.coop_threads)))
+        """Every thread count the family compiles (plain, mma and cooperative)."""
+        return tuple(sorted({t for t, _ in (*self.plain_shapes, *self.mma_shapes)} | set(self.coop_threads)))
+
+    def shapes_for(self, problem: GemvProblem) -> tuple[tuple[int, int], ...]:
+        """The plain (threads, k_warps) candidates of ``problem``: ``mma_shapes`` for the tensor-core variants,
+        else ``plain_shapes``."""
+        return self.mma_shapes if self.mma_for(problem) else self.plain_shapes
+
+    def mma_for(self, problem: GemvProblem) -> bool:
+        """True when ``problem`` runs on the tensor-core variants: a w4 problem and ``w4_mma``."""
+        return self.w4_mma and problem.wfmt == "w4"
 
     def rows_for(self, problem: GemvProblem) -> int:
-        """W rows per warp for ``problem``: ``norm_rows_per_warp`` for the add_norm_parts epilogue, else
-        ``quant_rows_per_warp`` (w8 / w4) or ``rows_per_warp`` (bf16)."""
+        """W rows per warp for ``problem``: ``MMA_ROWS`` (16) for the tensor-core variants, else
+        ``norm_rows_per_warp`` for the add_norm_parts epilogue, else ``quant_rows_per_warp`` (w8 / w4) or
+        ``rows_per_warp`` (bf16)."""
+        if self.mma_for(problem):
+            return MMA_ROWS
         if problem.norm_out:
             return self.norm_rows_per_warp
         return self.quant_rows_per_warp if problem.quantized else self.rows_per_warp
@@ -336,6 +375,8 @@ class GemvCoopFamily:
         }
         if problem.quantized:
             params["wfmt"] = problem.wfmt
+        if self.mma_for(problem):
+            params["mma"] = True
         if problem.norm_out:
             params["unit_offset"] = bool(problem.unit_offset)
         if problem.norm_in:
@@ -366,7 +407,7 @@ class GemvCoopFamily:
         cooperative thread count unless add_norm_parts)."""
         out = []
         for mt in self.token_tiles:
-            out += [self.spec(problem, th, "plain", mt, kw) for th, kw in self.plain_shapes]
+            out += [self.spec(problem, th, "plain", mt, kw) for th, kw in self.shapes_for(problem)]
             if not problem.norm_out:
                 out += [self.spec(problem, th, "coop", mt) for th in self.coop_threads]
         return out
@@ -426,7 +467,7 @@ class GemvCoopFamily:
         return estimate_us(problem, tokens, threads=spec.threads, k_warps=k_warps,
                            rows_per_warp=self.rows_for(problem), tile=spec.param("max_tokens"),
                            ctas_per_sm=occ.ctas_per_sm, sms=ctx.sms, bandwidth_per_sm_gbs=ctx.bandwidth_per_sm_gbs,
-                           splits=splits)
+                           splits=splits, mma=self.mma_for(problem))
 
     def launch(self, problem: GemvProblem, tokens: int, ctx: PlanContext) -> Launch:
         """The launch for T = ``tokens`` on ``ctx``: the candidate (every plain shape; every cooperative thread
@@ -441,7 +482,7 @@ class GemvCoopFamily:
         tile = self.tile_for(tokens)
         chunks = self.token_chunks(tokens, tile)
         cands = []
-        for th, kw in self.plain_shapes:
+        for th, kw in self.shapes_for(problem):
             spec = self.spec(problem, th, "plain", tile, kw)
             if ctx.occupancy(spec).ctas_per_sm > 0:
                 grid = self.row_blocks(problem, th, kw) * chunks

@@ -55,6 +55,7 @@ struct alignas(16) uint4 { unsigned int x, y, z, w; };
 static inline float2 make_float2(float x, float y) { return float2{x, y}; }
 static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 static inline uint2 make_uint2(unsigned int x, unsigned int y) { return uint2{x, y}; }
+static inline uint4 make_uint4(unsigned int x, unsigned int y, unsigned int z, unsigned int w) { return uint4{x, y, z, w}; }
 
 namespace shim {
 enum { READY = 0, WAIT_CTA = 1, WAIT_WARP = 2, DONE = 3, WAIT_GRID = 4 };
@@ -88,6 +89,14 @@ static inline float __shfl_xor_sync(unsigned int, float v, int off) {
   shim::shfl_buf[w][l] = v;
   __syncwarp();
   const float r = shim::shfl_buf[w][(l ^ off) & 31];
+  __syncwarp();
+  return r;
+}
+static inline float __shfl_sync(unsigned int, float v, int src) {
+  const int w = shim::cur->warp, l = shim::cur->lane;
+  shim::shfl_buf[w][l] = v;
+  __syncwarp();
+  const float r = shim::shfl_buf[w][src & 31];
   __syncwarp();
   return r;
 }
@@ -141,6 +150,43 @@ static inline float dot_bf16x8(const uint4& w, const float (&x)[8], float acc) {
 static inline uint4 ld_ro_v4(const void* p) { uint4 v; memcpy(&v, p, 16); return v; }
 static inline uint4 ld_stream_v4(const void* p) { uint4 v; memcpy(&v, p, 16); return v; }
 static inline float ld_cg_f32(const float* p) { return *p; }
+static inline uint2 ld_stream_v2(const void* p) { uint2 v; memcpy(&v, p, 8); return v; }
+// fma.rn.bf16x2: per half, the fp32 fma (exact for bf16 inputs' products up to 16 bits) rounded to bf16.
+static inline unsigned int fma_bf16x2(unsigned int a, unsigned int b, unsigned int c) {
+  unsigned int d = 0;
+  for (int h = 0; h < 2; ++h) {
+    const float r = fmaf(__uint_as_float(((a >> (16 * h)) & 0xffffu) << 16), __uint_as_float(((b >> (16 * h)) & 0xffffu) << 16),
+                         __uint_as_float(((c >> (16 * h)) & 0xffffu) << 16));
+    d |= (unsigned int)f32_to_bf16(r) << (16 * h);
+  }
+  return d;
+}
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 for one warp (PTX ISA, "Matrix Fragments for
+// mma.m16n8k16 with floating point type"), g = lane / 4, t = lane % 4, element 2i of a pair in the low half:
+// A (16 x 16): a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1], a2 = A[g][2t+8, 2t+9], a3 = A[g+8][2t+8, 2t+9];
+// B (16 x 8, k x n): b0 = B[2t, 2t+1][g], b1 = B[2t+8, 2t+9][g]; D: d0, d1 = D[g][2t, 2t+1], d2, d3 = D[g+8][..].
+// The warp's fragments are gathered through warp barriers; products summed in double, then rounded once.
+static inline void mma_bf16_16816(float (&d)[4], const unsigned int (&a)[4], unsigned int b0, unsigned int b1) {
+  static unsigned int fa[32][32][4], fb[32][32][2];
+  const int w = shim::cur->warp, l = shim::cur->lane;
+  for (int i = 0; i < 4; ++i) fa[w][l][i] = a[i];
+  fb[w][l][0] = b0;
+  fb[w][l][1] = b1;
+  __syncwarp();
+  auto half = [](unsigned int word, int hi) { return hi ? __uint_as_float(word & 0xffff0000u) : __uint_as_float(word << 16); };
+  auto A = [&](int r, int k) { return half(fa[w][(r % 8) * 4 + (k % 8) / 2][(r >= 8) + 2 * (k >= 8)], k % 2); };
+  auto B = [&](int k, int n) { return half(fb[w][n * 4 + (k % 8) / 2][k >= 8], k % 2); };
+  const int g = l / 4, t = l % 4;
+  float out[4];
+  for (int e = 0; e < 4; ++e) {
+    const int r = g + 8 * (e / 2), c = 2 * t + e % 2;
+    double acc = d[e];
+    for (int k = 0; k < 16; ++k) acc += (double)A(r, k) * (double)B(k, c);
+    out[e] = (float)acc;
+  }
+  __syncwarp();
+  for (int e = 0; e < 4; ++e) d[e] = out[e];
+}
 // Grid / group barrier of a cooperative emulated launch: every thread of the CTA parks in WAIT_GRID; thread 0
 // records the counter and the participant count for the scheduler, which checks the count and applies the
 // real protocol's arithmetic (ninfer_common.cuh section 5) when it releases the barrier.

@@ -6,10 +6,10 @@ around the page boundaries (63 / 64 / 65 / 129 / 130), garbage (NaN / Inf scales
 row, NaN-poisoned outputs, both thread schedules.
 
 The emulator replaces ``ninfer_common.cuh`` by host versions; this file adds the few helpers the attention
-kernels use on top (read-only vector loads, ``__ldg``, the ``__f*_rn`` intrinsics) and a host
-``mma.sync.m16n8k16`` (bf16 inputs, fp32 accumulate) that gathers the warp's fragments through warp barriers,
-with the fragment layout written out from the PTX ISA independently of the kernel
-(``templates/attn_common.cuh`` documents the same layout). Host math is correctly rounded where the GPU's is
+kernels use on top (read-only vector loads, ``__ldg``, the ``__f*_rn`` intrinsics); the shim's host
+``mma.sync.m16n8k16`` (bf16 inputs, fp32 accumulate) gathers the warp's fragments through warp barriers, with the
+fragment layout written out from the PTX ISA independently of the kernel (``templates/ninfer_common.cuh`` section 8
+documents the same layout). Host math is correctly rounded where the GPU's is
 within 2 ulp, so k (RMSNorm + RoPE) can still differ from numpy by an ulp: the int8 rows are checked with
 :func:`attn_cases.check_int8_rows`, as on the GPU.
 """
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 import shutil
 import zlib
 
@@ -44,7 +43,6 @@ SHAPES = {f"{n}-{dt}": dataclasses.replace(p, kv_dtype=dt) for n, p in (("tiny",
 # Host versions of what the attention kernels use beyond the emulator's shim (cuda_host.py).
 _EXTRA = r"""
 // ---- host helpers for the attention kernels (tests/kernels/test_attention_emulated.py) ----
-static inline uint4 make_uint4(unsigned int x, unsigned int y, unsigned int z, unsigned int w) { return uint4{x, y, z, w}; }
 template <class T> static inline T __ldg(const T* p) { return *p; }
 static inline float __fdiv_rn(float a, float b) { return a / b; }
 static inline float __fmul_rn(float a, float b) { return a * b; }
@@ -52,46 +50,15 @@ static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline int __float2int_rn(float x) { return (int)nearbyintf(x); }
 """
 
-# mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 for one warp (PTX ISA, "Matrix Fragments for
-# mma.m16n8k16 with floating point type"), g = lane / 4, t = lane % 4, element 2i of a pair in the low half:
-# A (16 x 16): a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1], a2 = A[g][2t+8, 2t+9], a3 = A[g+8][2t+8, 2t+9];
-# B (16 x 8, k x n): b0 = B[2t, 2t+1][g], b1 = B[2t+8, 2t+9][g]; D: d0, d1 = D[g][2t, 2t+1], d2, d3 = D[g+8][..].
-_MMA = r"""__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned int (&a)[4], unsigned int b0,
-                                               unsigned int b1) {
-  static unsigned int fa[32][32][4], fb[32][32][2];
-  const int w = shim::cur->warp, l = shim::cur->lane;
-  for (int i = 0; i < 4; ++i) fa[w][l][i] = a[i];
-  fb[w][l][0] = b0;
-  fb[w][l][1] = b1;
-  __syncwarp();
-  auto half = [](unsigned int word, int hi) { return hi ? __uint_as_float(word & 0xffff0000u) : __uint_as_float(word << 16); };
-  auto A = [&](int r, int k) { return half(fa[w][(r % 8) * 4 + (k % 8) / 2][(r >= 8) + 2 * (k >= 8)], k % 2); };
-  auto B = [&](int k, int n) { return half(fb[w][n * 4 + (k % 8) / 2][k >= 8], k % 2); };
-  const int g = l / 4, t = l % 4;
-  float out[4];
-  for (int e = 0; e < 4; ++e) {
-    const int r = g + 8 * (e / 2), c = 2 * t + e % 2;
-    double acc = d[e];
-    for (int k = 0; k < 16; ++k) acc += (double)A(r, k) * (double)B(k, c);
-    out[e] = (float)acc;
-  }
-  __syncwarp();
-  for (int e = 0; e < 4; ++e) d[e] = out[e];
-}
-"""
-
-_MMA_RE = re.compile(r"__device__ __forceinline__ void mma_bf16_16816\(.*?\n}\n", re.S)
 _END_COMMON = "// ---- end ninfer_common.cuh ----\n"
 _DYN_SMEM = "extern __shared__ __align__(16) unsigned char smem[];"
 
 
 def host_source(spec) -> str:
-    """The rendered kernel with the host helpers added and the PTX mma replaced (for cuda_host.HostKernel)."""
+    """The rendered kernel with the host helpers added (for cuda_host.HostKernel)."""
     src = spec.render()
     assert src.count(_END_COMMON) == 1
     src = src.replace(_END_COMMON, _END_COMMON + _EXTRA)
-    src, n = _MMA_RE.subn(lambda _: _MMA, src)
-    assert n == 1, "mma_bf16_16816 not found in attn_common.cuh"
     src = src.replace(_DYN_SMEM, "unsigned char* smem = reinterpret_cast<unsigned char*>(shim::cur->dyn);")
     rest = src.split(_END_COMMON)[1]
     assert "asm(" not in rest and "asm volatile(" not in rest, "inline PTX the emulator cannot run"

@@ -28,7 +28,10 @@ from ninferc.targets.plan import PlanContext, compile_variants  # noqa: E402
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU emulator needs g++")
 
 ARCH, SMS = "sm_90", 132  # the plan the launches come from; the emulator runs any grid
-FAM = GemvCoopFamily(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,))
+FAM = GemvCoopFamily(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,),
+                     mma_shapes=((128, 1), (128, 2), (128, 4)))
+#: the same family with w4 on the fp32 FMA path (FAM runs w4 on tensor cores, the default)
+FAM_SIMT = GemvCoopFamily(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,), w4_mma=False)
 BF16_NAN = 0x7FC0
 #: fp32 accumulation in a different order than numpy's matmul (relative L2); bf16 outputs: a few one-ulp flips
 F32_REL, BF16_REL = 1e-5, 2e-3
@@ -51,6 +54,7 @@ def _problems():
 @pytest.fixture(scope="module")
 def ctx():
     specs = [s for p in _problems() for s in FAM.variants(p)]
+    specs += [s for p in _problems() if p.wfmt == "w4" for s in FAM_SIMT.variants(p)]
     specs += [FAM.spec(GemvProblem(N, 40, "swiglu", f, in_norm="parts"), 128, "plain", t, kw)
               for f in SHAPES if f == "bf16" for t in (1, 4) for kw in (1, 2, 4)]
     built = compile_variants(specs, ARCH)
@@ -133,27 +137,31 @@ def _run(prob: GemvProblem, launch, seed: int, source: str | None = None):
 
 def _cases():
     """Per problem: one token with 4 warps per row group, three (a partial 4-token tile) with 2, and the
-    cooperative route with three tokens; bf16 also one warp per row group (the k_warps = 1 source)."""
+    cooperative route with three tokens; bf16 also one warp per row group (the k_warps = 1 source). w4 runs on
+    tensor cores (the family default) and again on the fp32 FMA path (``simt``)."""
     for p in _problems():
-        yield p, 1, 128, "plain", 4
-        yield p, 3, 128, "plain", 2
-        if p.wfmt == "bf16":
-            yield p, 1, 128, "plain", 1
-        if not p.norm_out:
-            yield p, 3, 256, "coop", 1
+        for simt in (False, True) if p.wfmt == "w4" else (False,):
+            yield p, 1, 128, "plain", 4, simt
+            yield p, 3, 128, "plain", 2, simt
+            if p.wfmt == "bf16":
+                yield p, 1, 128, "plain", 1, simt
+            if not p.norm_out:
+                yield p, 3, 256, "coop", 1, simt
 
 
 CASES = list(_cases())
 
 
 @pytest.mark.parametrize("case", range(len(CASES)),
-                         ids=[f"{p.wfmt}-{p.epilogue}-{p.in_norm}-u{int(p.unit_offset)}-t{t}-{m}{th}kw{kw}"
-                              for p, t, th, m, kw in CASES])
+                         ids=[f"{p.wfmt}{'-simt' if simt else ''}-{p.epilogue}-{p.in_norm}-u{int(p.unit_offset)}-t{t}-"
+                              f"{m}{th}kw{kw}" for p, t, th, m, kw, simt in CASES])
 def test_gemv_kernel_on_the_emulator(ctx, case):
-    prob, t, th, mode, kw = CASES[case]
+    prob, t, th, mode, kw, simt = CASES[case]
+    fam = FAM_SIMT if simt else FAM
     splits = 2 if mode == "coop" else None
-    launch = FAM.launch_variant(prob, t, ctx, th, mode, splits, max_tokens=FAM.tile_for(t), k_warps=kw)
+    launch = fam.launch_variant(prob, t, ctx, th, mode, splits, max_tokens=fam.tile_for(t), k_warps=kw)
     assert launch.cooperative == (mode == "coop") and launch.split_k == (2 if mode == "coop" else 1)
+    assert dict(launch.kernel.params).get("mma", False) == (prob.wfmt == "w4" and not simt)
     _run(prob, launch, seed=case)
 
 

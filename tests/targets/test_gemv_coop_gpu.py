@@ -43,7 +43,7 @@ from ninferc.targets.arch import arch_for_compute_capability  # noqa: E402
 from ninferc.targets.cubin import read_resources  # noqa: E402
 from ninferc.targets.kernels import FAMILIES, representative_instances  # noqa: E402
 from ninferc.ir.reference import ref_rmsnorm  # noqa: E402
-from ninferc.targets.kernels.gemv_coop import GemvProblem, kernel_args, norm_input, reference  # noqa: E402
+from ninferc.targets.kernels.gemv_coop import GemvCoopFamily, GemvProblem, kernel_args, norm_input, reference  # noqa: E402
 from ninferc.targets.nvrtc import compile_cubin  # noqa: E402
 from ninferc.targets.occupancy import occupancy  # noqa: E402
 from ninferc.targets.plan import PlanContext, make_plan  # noqa: E402
@@ -412,15 +412,22 @@ def _pid(p):
     return f"k{p.k}_n{p.n}_{p.epilogue}"
 
 
+#: w4 on the fp32 FMA path (the registered family runs w4 on tensor cores)
+W4_SIMT = GemvCoopFamily(w4_mma=False)
+
+
 @pytest.mark.parametrize("t", Q_TOKENS)
 @pytest.mark.parametrize("mode", ["coop", "plain"])
 @pytest.mark.parametrize("shape", Q_SHAPES, ids=_pid)
-@pytest.mark.parametrize("fmt", QFORMATS)
+@pytest.mark.parametrize("fmt", [*QFORMATS, "w4-simt"])
 def test_quant_forced_variants_match_reference(device, loader, fmt, shape, mode, t):
     """One forced variant per case (threads alternate with T; coop with the most splits the cap allows,
-    falling back to the other thread count, skipped only when no cooperative grid fits the device)."""
+    falling back to the other thread count, skipped only when no cooperative grid fits the device). w4 runs
+    on tensor cores (the family default) and, as ``w4-simt``, on the fp32 FMA path."""
+    gemv = W4_SIMT if fmt == "w4-simt" else FAMILIES["gemv_coop"]
+    fmt = fmt.split("-")[0]
     prob = _q(shape, fmt)
-    gemv = FAMILIES["gemv_coop"]
+    assert dict(gemv.spec(prob, 128, "plain", 1).params).get("mma", False) == (gemv.mma_for(prob))
     order = ((256, 1), (512, 1)) if mode == "coop" else ((128, 4), (256, 2)) if t % 2 else ((256, 2), (128, 1))
     last = None
     for threads, kw in order:

@@ -36,10 +36,14 @@ def candidates(gemv, prob, tokens, c):
     count with the most splits that fit (when >= 2) -- stated independently of GemvCoopFamily.launch."""
     tile = gemv.tile_for(tokens)
     out = []
-    for th, kw in gemv.plain_shapes:
+    mma = prob.wfmt == "w4"  # the registered family runs w4 on tensor cores, over its mma shapes
+    assert gemv.mma_for(prob) == mma
+    for th, kw in gemv.mma_shapes if mma else gemv.plain_shapes:
         spec = gemv.spec(prob, th, "plain", tile, kw)
+        assert dict(spec.params).get("mma", False) == mma
         t = estimate_us(prob, tokens, threads=th, k_warps=kw, rows_per_warp=gemv.rows_for(prob), tile=tile,
-                        ctas_per_sm=c.occupancy(spec).ctas_per_sm, sms=c.sms, bandwidth_per_sm_gbs=c.bandwidth_per_sm_gbs)
+                        ctas_per_sm=c.occupancy(spec).ctas_per_sm, sms=c.sms, bandwidth_per_sm_gbs=c.bandwidth_per_sm_gbs,
+                        mma=mma)
         out.append((t, gemv.launch_variant(prob, tokens, c, th, "plain", max_tokens=tile, k_warps=kw)))
     if not prob.norm_out:
         for th in gemv.coop_threads:
@@ -49,7 +53,7 @@ def candidates(gemv, prob, tokens, c):
             if splits >= 2:
                 t = estimate_us(prob, tokens, threads=th, k_warps=1, rows_per_warp=gemv.rows_for(prob), tile=tile,
                                 ctas_per_sm=c.occupancy(spec).ctas_per_sm, sms=c.sms,
-                                bandwidth_per_sm_gbs=c.bandwidth_per_sm_gbs, splits=splits)
+                                bandwidth_per_sm_gbs=c.bandwidth_per_sm_gbs, splits=splits, mma=mma)
                 out.append((t, gemv.launch_variant(prob, tokens, c, th, "coop", splits, max_tokens=tile)))
     return out
 
