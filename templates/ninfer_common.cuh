@@ -220,6 +220,22 @@ __device__ __forceinline__ unsigned int fma_bf16x2(unsigned int a, unsigned int 
   return d;
 }
 
+// Asynchronous global -> shared copies (PTX cp.async, sm_80+): 8 or 4 bytes, cached in L1 (.ca; the only
+// form for sizes below 16), both addresses aligned to the size. A thread's copies become visible to itself
+// after cp_async_wait<N>() leaves at most N of its committed groups pending; to other threads after a
+// barrier that follows that wait.
+__device__ __forceinline__ void cp_async8(void* smem_dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"((unsigned)__cvta_generic_to_shared(smem_dst)),
+               "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* smem_dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((unsigned)__cvta_generic_to_shared(smem_dst)),
+               "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
 // Streaming read-only 8-byte load (weights touched once; not allocated in L1). 8-byte aligned.
 __device__ __forceinline__ uint2 ld_stream_v2(const void* p) {
   uint2 v;

@@ -118,8 +118,19 @@ REDUCE_STEPS = 1.0
 TAIL_STEP_US = 0.2
 #: rows of W a warp of the tensor-core (mma) w4 variants owns: one m16n8k16 A tile
 MMA_ROWS = 16
-#: scale groups whose loads an mma warp issues together (``kMmaUnroll`` in the template)
-MMA_UNROLL = 2
+#: stages of an mma warp's cp.async ring (template ``mma_stages``): ``MMA_STAGES - 1`` scale groups in flight
+MMA_STAGES = 8
+#: bytes of one stage of that ring: 16 bytes of codes per lane + the 16 rows' fp32 scales (``kStageBytes``)
+MMA_STAGE_BYTES = WARP * 16 + 16 * 4
+#: static shared memory a kernel may declare (CUDA C Programming Guide, "Shared Memory": 48 KB without the
+#: dynamic opt-in); the mma ring of a large CTA gets fewer stages to fit
+STATIC_SMEM_LIMIT = 48 * 1024
+
+
+def mma_stages(threads: int) -> int:
+    """Stages of each warp's cp.async ring in an mma variant of ``threads`` threads: ``MMA_STAGES``, fewer when
+    the CTA's rings would exceed ``STATIC_SMEM_LIMIT`` (512 threads: 5)."""
+    return max(2, min(MMA_STAGES, STATIC_SMEM_LIMIT // (threads // WARP * MMA_STAGE_BYTES)))
 #: most tokens an mma variant's CTA takes: the n = 8 columns of the m16n8k16 tile
 MMA_MAX_TOKENS = 8
 
@@ -214,8 +225,9 @@ def estimate_us(problem: GemvProblem, tokens: int, *, threads: int, k_warps: int
         problem: the GEMV. tokens: T. threads, k_warps, rows_per_warp, tile: the variant (tile = max_tokens).
         ctas_per_sm: the variant's resident CTAs per SM (occupancy calculator). sms: SM count.
         bandwidth_per_sm_gbs: DRAM bandwidth per SM, GB/s. splits: K splits of a cooperative launch (1 = plain).
-        mma: the tensor-core w4 variant: a warp step is ``MMA_UNROLL`` scale groups of its 16 rows (1 KiB)
-            instead of one 16-byte vector per lane and row.
+        mma: the tensor-core w4 variant: a warp step is the ``mma_stages(threads) - 1`` scale groups of its 16
+            rows its cp.async ring holds in flight (3.5 KiB at 8 stages) instead of one 16-byte vector per lane and
+            row.
 
     Returns:
         streaming time (weight bytes x token chunks at the bandwidth the resident warps can sustain) + the
@@ -229,8 +241,9 @@ def estimate_us(problem: GemvProblem, tokens: int, *, threads: int, k_warps: int
     ctas = -(-problem.n // outs) * chunks * splits
     cap = max(1, ctas_per_sm) * sms
     if mma:
-        steps = -(-(problem.k // GROUP_SIZE) // (k_warps * splits * MMA_UNROLL))
-        step_bytes = MMA_ROWS * GROUP_SIZE // 2 * MMA_UNROLL
+        inflight_groups = mma_stages(threads) - 1
+        steps = -(-(problem.k // GROUP_SIZE) // (k_warps * splits * inflight_groups))
+        step_bytes = MMA_ROWS * GROUP_SIZE // 2 * inflight_groups
     else:
         steps = -(-(problem.k // problem.k_per_vec) // (k_warps * WARP * splits))
         step_bytes = rows_per_warp * 16 * WARP
@@ -377,6 +390,7 @@ class GemvCoopFamily:
             params["wfmt"] = problem.wfmt
         if self.mma_for(problem):
             params["mma"] = True
+            params["mma_stages"] = mma_stages(threads)
         if problem.norm_out:
             params["unit_offset"] = bool(problem.unit_offset)
         if problem.norm_in:

@@ -151,6 +151,12 @@ static inline uint4 ld_ro_v4(const void* p) { uint4 v; memcpy(&v, p, 16); return
 static inline uint4 ld_stream_v4(const void* p) { uint4 v; memcpy(&v, p, 16); return v; }
 static inline float ld_cg_f32(const float* p) { return *p; }
 static inline uint2 ld_stream_v2(const void* p) { uint2 v; memcpy(&v, p, 8); return v; }
+// cp.async on the host: the copy completes at once (the wait / commit protocol is then trivially met; a read
+// before the copy is issued would still see stale data, as on the GPU)
+static inline void cp_async8(void* dst, const void* src) { memcpy(dst, src, 8); }
+static inline void cp_async4(void* dst, const void* src) { memcpy(dst, src, 4); }
+static inline void cp_async_commit() {}
+template <int N> static inline void cp_async_wait() {}
 // fma.rn.bf16x2: per half, the fp32 fma (exact for bf16 inputs' products up to 16 bits) rounded to bf16.
 static inline unsigned int fma_bf16x2(unsigned int a, unsigned int b, unsigned int c) {
   unsigned int d = 0;
