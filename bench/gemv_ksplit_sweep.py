@@ -25,7 +25,7 @@ from ninferc.bench import git_commit
 from ninferc.runtime.kernels import DeviceKernel, cupy, device_arch, device_bandwidth_gbs, device_sm_count
 from ninferc.targets.arch import get_arch
 from ninferc.targets.cubin import read_resources
-from ninferc.targets.kernels.gemv_coop import GemvCoopFamily, GemvProblem, estimate_us, kernel_args
+from ninferc.targets.kernels.gemv_coop import GemvCoopFamily, GemvProblem, estimate_us, kernel_args, mma_stages
 from ninferc.targets.plan import PlanContext
 
 #: (name, K, N, epilogue, in_norm) of the 27B decode GEMVs as lowered
@@ -33,8 +33,8 @@ SHAPES = [("gdn_in", 5120, 16480, "store", "parts"), ("gdn_out", 6144, 5120, "ad
           ("gate_up", 5120, 17408, "swiglu", "parts"), ("down", 17408, 5120, "add_norm_parts", "none"),
           ("qkv", 5120, 14336, "store", "parts"), ("lm_head", 5120, 248320, "store", "none")]
 CONFIGS = [(th, kw) for th in (128, 256, 512) for kw in (1, 2, 4, 8) if (th // 32) % kw == 0]
-#: the tensor-core w4 variants' shapes: the same plus 16 warps per row group (a 16-row tile)
-MMA_CONFIGS = [*CONFIGS, (512, 16)]
+#: the tensor-core w4 variants' shapes: those whose cp.async rings fit the static shared memory
+MMA_CONFIGS = [(th, kw) for th, kw in CONFIGS if mma_stages(th) >= 2]
 
 
 class Bufs:

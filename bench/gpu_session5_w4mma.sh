@@ -1,5 +1,5 @@
 # Device run (session 5): the tensor-core w4 GEMV (run 35: registers as the in-flight buffer; run 36: a per-warp
-# cp.async ring). GEMV GPU tier for w4 (mma and simt) + the plan/occupancy
+# cp.async ring; run 37: the ring copies whole 128-byte lines of each row). GEMV GPU tier for w4 (mma and simt) + the plan/occupancy
 # checks; the w4 shape sweep (mma vs fp32-FMA variants, T = 1); the 27B w4 bench with a profile; the engine tier.
 # Run as NINFERC_COMMIT=<hash> bash bench/gpu_session5_w4mma.sh
 source bench/gpu_setup.sh

@@ -232,6 +232,12 @@ __device__ __forceinline__ void cp_async4(void* smem_dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((unsigned)__cvta_generic_to_shared(smem_dst)),
                "l"(src) : "memory");
 }
+// 16 bytes through L2 only (.cg: streamed data); src_bytes < 16 copies that many and zero-fills the rest
+// (src_bytes = 0 reads nothing: a masked copy). Both addresses 16-byte aligned.
+__device__ __forceinline__ void cp_async16(void* smem_dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"((unsigned)__cvta_generic_to_shared(smem_dst)),
+               "l"(src), "r"(src_bytes) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }

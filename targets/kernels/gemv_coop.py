@@ -118,10 +118,12 @@ REDUCE_STEPS = 1.0
 TAIL_STEP_US = 0.2
 #: rows of W a warp of the tensor-core (mma) w4 variants owns: one m16n8k16 A tile
 MMA_ROWS = 16
-#: stages of an mma warp's cp.async ring (template ``mma_stages``): ``MMA_STAGES - 1`` scale groups in flight
-MMA_STAGES = 8
-#: bytes of one stage of that ring: 16 bytes of codes per lane + the 16 rows' fp32 scales (``kStageBytes``)
-MMA_STAGE_BYTES = WARP * 16 + 16 * 4
+#: stages of an mma warp's cp.async ring (template ``mma_stages``): ``MMA_STAGES - 1`` chunks in flight
+MMA_STAGES = 3
+#: scale groups per ring stage (``kChunk``): 4 x 32 bytes = one 128-byte line of each of the 16 rows
+MMA_CHUNK = 4
+#: bytes of one stage of that ring: the 16 rows' codes and fp32 scales of one chunk (``kStageBytes``)
+MMA_STAGE_BYTES = MMA_ROWS * MMA_CHUNK * (GROUP_SIZE // 2 + 4)
 #: static shared memory a kernel may declare (CUDA C Programming Guide, "Shared Memory": 48 KB without the
 #: dynamic opt-in); the mma ring of a large CTA gets fewer stages to fit
 STATIC_SMEM_LIMIT = 48 * 1024
@@ -129,8 +131,9 @@ STATIC_SMEM_LIMIT = 48 * 1024
 
 def mma_stages(threads: int) -> int:
     """Stages of each warp's cp.async ring in an mma variant of ``threads`` threads: ``MMA_STAGES``, fewer when
-    the CTA's rings would exceed ``STATIC_SMEM_LIMIT`` (512 threads: 5)."""
-    return max(2, min(MMA_STAGES, STATIC_SMEM_LIMIT // (threads // WARP * MMA_STAGE_BYTES)))
+    the CTA's rings would exceed ``STATIC_SMEM_LIMIT`` (256 threads: 2); below 2 (512 threads) the variant does
+    not exist (:meth:`GemvCoopFamily.coop_threads_for`)."""
+    return min(MMA_STAGES, STATIC_SMEM_LIMIT // (threads // WARP * MMA_STAGE_BYTES))
 #: most tokens an mma variant's CTA takes: the n = 8 columns of the m16n8k16 tile
 MMA_MAX_TOKENS = 8
 
@@ -241,7 +244,7 @@ def estimate_us(problem: GemvProblem, tokens: int, *, threads: int, k_warps: int
     ctas = -(-problem.n // outs) * chunks * splits
     cap = max(1, ctas_per_sm) * sms
     if mma:
-        inflight_groups = mma_stages(threads) - 1
+        inflight_groups = (mma_stages(threads) - 1) * MMA_CHUNK
         steps = -(-(problem.k // GROUP_SIZE) // (k_warps * splits * inflight_groups))
         step_bytes = MMA_ROWS * GROUP_SIZE // 2 * inflight_groups
     else:
@@ -336,6 +339,13 @@ class GemvCoopFamily:
         """Every thread count the family compiles (plain, mma and cooperative)."""
         return tuple(sorted({t for t, _ in (*self.plain_shapes, *self.mma_shapes)} | set(self.coop_threads)))
 
+    def coop_threads_for(self, problem: GemvProblem) -> tuple[int, ...]:
+        """The cooperative thread counts of ``problem``: ``coop_threads``, for the mma variants only those whose
+        ring gets at least 2 stages (:func:`mma_stages`)."""
+        if self.mma_for(problem):
+            return tuple(t for t in self.coop_threads if mma_stages(t) >= 2)
+        return self.coop_threads
+
     def shapes_for(self, problem: GemvProblem) -> tuple[tuple[int, int], ...]:
         """The plain (threads, k_warps) candidates of ``problem``: ``mma_shapes`` for the tensor-core variants,
         else ``plain_shapes``."""
@@ -389,6 +399,10 @@ class GemvCoopFamily:
         if problem.quantized:
             params["wfmt"] = problem.wfmt
         if self.mma_for(problem):
+            if mma_stages(threads) < 2:
+                raise PlanError(f"gemv_coop: no w4 mma variant of {threads} threads: its cp.async rings "
+                                f"({threads // WARP} x 2 x {MMA_STAGE_BYTES} B) exceed {STATIC_SMEM_LIMIT} B of static "
+                                "shared memory")
             params["mma"] = True
             params["mma_stages"] = mma_stages(threads)
         if problem.norm_out:
@@ -423,7 +437,7 @@ class GemvCoopFamily:
         for mt in self.token_tiles:
             out += [self.spec(problem, th, "plain", mt, kw) for th, kw in self.shapes_for(problem)]
             if not problem.norm_out:
-                out += [self.spec(problem, th, "coop", mt) for th in self.coop_threads]
+                out += [self.spec(problem, th, "coop", mt) for th in self.coop_threads_for(problem)]
         return out
 
     def sample_problems(self) -> list[GemvProblem]:
@@ -502,7 +516,7 @@ class GemvCoopFamily:
                 grid = self.row_blocks(problem, th, kw) * chunks
                 cands.append((self._estimate(problem, tokens, ctx, spec, kw), 0, kw, th, spec, grid, 1))
         if not problem.norm_out:
-            for th in self.coop_threads:
+            for th in self.coop_threads_for(problem):
                 spec = self.spec(problem, th, "coop", tile)
                 cap = ctx.cap(spec)
                 base = self.row_blocks(problem, th) * chunks

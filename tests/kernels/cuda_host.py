@@ -155,6 +155,10 @@ static inline uint2 ld_stream_v2(const void* p) { uint2 v; memcpy(&v, p, 8); ret
 // before the copy is issued would still see stale data, as on the GPU)
 static inline void cp_async8(void* dst, const void* src) { memcpy(dst, src, 8); }
 static inline void cp_async4(void* dst, const void* src) { memcpy(dst, src, 4); }
+static inline void cp_async16(void* dst, const void* src, int n) {
+  memset(dst, 0, 16);
+  if (n > 0) memcpy(dst, src, n);
+}
 static inline void cp_async_commit() {}
 template <int N> static inline void cp_async_wait() {}
 // fma.rn.bf16x2: per half, the fp32 fma (exact for bf16 inputs' products up to 16 bits) rounded to bf16.

@@ -204,6 +204,19 @@ def test_folded_norm_pair_equals_the_unfused_chain(ctx, fmt, t):
     assert _rel(_bf16_bits_to_f32(y), pair.astype(np.float32)) < BF16_REL
 
 
+@pytest.mark.parametrize("mode", ["plain", "coop"])
+def test_w4_mma_partial_chunk(mode):
+    """The mma ring copies 4 scale groups per stage: K = 704 (11 groups) leaves a partial last chunk (zero-filled
+    codes, uncopied scales), and 2 K splits of 6 / 5 groups start a split mid-chunk."""
+    prob = GemvProblem(704, 40, "store", "w4")
+    th, kw = (128, 2) if mode == "plain" else (256, 1)
+    spec = FAM.spec(prob, th, mode, 1, kw)
+    c = PlanContext(ARCH, SMS, {u: r for u, (_, r) in compile_variants([spec], ARCH).items()})
+    launch = FAM.launch_variant(prob, 1, c, th, mode, 2 if mode == "coop" else None, max_tokens=1, k_warps=kw)
+    assert dict(launch.kernel.params)["mma"] and launch.split_k == (2 if mode == "coop" else 1)
+    _run(prob, launch, seed=7)
+
+
 def test_emulator_catches_a_missing_barrier_in_the_k_warps_sum(ctx):
     """A negative control: without the __syncthreads between the warps' shared-memory writes and the group's
     sum, the first warp of a row group adds partial sums its peers have not written yet -- the emulator's

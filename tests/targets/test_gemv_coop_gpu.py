@@ -428,7 +428,8 @@ def test_quant_forced_variants_match_reference(device, loader, fmt, shape, mode,
     fmt = fmt.split("-")[0]
     prob = _q(shape, fmt)
     assert dict(gemv.spec(prob, 128, "plain", 1).params).get("mma", False) == (gemv.mma_for(prob))
-    order = ((256, 1), (512, 1)) if mode == "coop" else ((128, 4), (256, 2)) if t % 2 else ((256, 2), (128, 1))
+    order = (tuple((th, 1) for th in gemv.coop_threads_for(prob)) if mode == "coop"
+             else ((128, 4), (256, 2)) if t % 2 else ((256, 2), (128, 1)))
     last = None
     for threads, kw in order:
         spec = gemv.spec(prob, threads, mode, gemv.tile_for(t), kw)

@@ -46,7 +46,7 @@ def candidates(gemv, prob, tokens, c):
                         mma=mma)
         out.append((t, gemv.launch_variant(prob, tokens, c, th, "plain", max_tokens=tile, k_warps=kw)))
     if not prob.norm_out:
-        for th in gemv.coop_threads:
+        for th in gemv.coop_threads_for(prob):
             spec = gemv.spec(prob, th, "coop", tile)
             base = gemv.row_blocks(prob, th) * -(-tokens // tile)
             splits = min(c.cap(spec) // base, max(1, prob.k // prob.k_per_vec // 32))
