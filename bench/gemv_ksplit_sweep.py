@@ -100,6 +100,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
     ap.add_argument("--formats", default="bf16,w8,w4")
+    ap.add_argument("--tokens", type=int, default=1, help="T of every launch (the token tile is the family's for T)")
     ap.add_argument("--min-bytes", type=int, default=1 << 30, help="weight bytes per timed graph (distinct copies)")
     a = ap.parse_args(argv)
     cp = cupy()
@@ -114,10 +115,10 @@ def main(argv=None) -> int:
                                             norm_rows_per_warp=rw, w4_mma=False)
                 for rw in (2, 4)}
         if fmt == "w4":
-            fams[(16, True)] = GemvCoopFamily(mma_shapes=tuple(MMA_CONFIGS))
+            fams[(16, True)] = GemvCoopFamily(mma_shapes=tuple(MMA_CONFIGS), w4_mma=True)
         probs = {name: GemvProblem(K, N, ep, fmt, in_norm=inn) for name, K, N, ep, inn in SHAPES}
         todo = {s.uri: s for p in probs.values() for fam in (planner, *fams.values()) for s in fam.variants(p)
-                if s.param("max_tokens") == 1}
+                if s.param("max_tokens") == planner.tile_for(a.tokens)}
         t0 = time.time()
         with ThreadPoolExecutor(16) as pool:
             loaded = dict(zip(todo, pool.map(DeviceKernel.from_spec, todo.values())))
@@ -138,15 +139,17 @@ def main(argv=None) -> int:
                 rows.append(r)
                 return r
 
-            pick = run(planner.launch(p, 1, ctx), "planner")
+            T, tile = a.tokens, planner.tile_for(a.tokens)
+            pick = run(planner.launch(p, T, ctx), "planner")
             cands = []
             for (rw, mma), fam in fams.items():
                 for th, kw in MMA_CONFIGS if mma else CONFIGS:
-                    ln = fam.launch_variant(p, 1, ctx, th, "plain", max_tokens=1, k_warps=kw)
-                    est = estimate_us(p, 1, threads=th, k_warps=kw, rows_per_warp=rw, tile=1,
+                    ln = fam.launch_variant(p, T, ctx, th, "plain", max_tokens=tile, k_warps=kw)
+                    est = estimate_us(p, T, threads=th, k_warps=kw, rows_per_warp=rw, tile=tile,
                                       ctas_per_sm=ln.ctas_per_sm, sms=sms, bandwidth_per_sm_gbs=ctx.bandwidth_per_sm_gbs,
                                       mma=mma)
-                    cands.append(run(ln, "sweep", rw=rw, mma=mma, threads=th, k_warps=kw, tile=1, estimate_us=est))
+                    cands.append(run(ln, "sweep", rw=rw, mma=mma, threads=th, k_warps=kw, tile=tile, tokens=T,
+                                     estimate_us=est))
             for mma in sorted({r["mma"] for r in cands}):
                 best = min((r for r in cands if r["mma"] == mma), key=lambda r: r["us"])
                 print(f"{fmt:4} {name:8} planner {pick['uri'].split('__')[1]:52} {pick['us']:7.1f} us "

