@@ -112,10 +112,10 @@ def main(argv=None) -> int:
     for fmt in a.formats.split(","):
         # (rows per warp, tensor cores?) -> the family whose plain variants are swept
         fams = {(rw, False): GemvCoopFamily(plain_shapes=tuple(CONFIGS), rows_per_warp=rw, quant_rows_per_warp=rw,
-                                            norm_rows_per_warp=rw, w4_mma=False)
+                                            norm_rows_per_warp=rw, w4_mma_tiles=())
                 for rw in (2, 4)}
         if fmt == "w4":
-            fams[(16, True)] = GemvCoopFamily(mma_shapes=tuple(MMA_CONFIGS), w4_mma=True)
+            fams[(16, True)] = GemvCoopFamily(mma_shapes=tuple(MMA_CONFIGS), w4_mma_tiles=(1, 4))
         probs = {name: GemvProblem(K, N, ep, fmt, in_norm=inn) for name, K, N, ep, inn in SHAPES}
         todo = {s.uri: s for p in probs.values() for fam in (planner, *fams.values()) for s in fam.variants(p)
                 if s.param("max_tokens") == planner.tile_for(a.tokens)}

@@ -285,11 +285,14 @@ class GemvCoopFamily:
             wait (``prefetch.global.L2``; weights are constant); 0 = none. A template parameter only when
             not 1, so the default kernels keep their URI. Default 1 from same-process A/Bs on the H200
             (``bench/prefetch_ab.py``: bf16 0 -> 1 step 15.06 -> 14.83 ms/token; 4 and 8 steps slower).
-        w4_mma: w4 problems use the tensor-core variants (template ``mma``; module docstring, "Tensor-core
-            w4"): 16 rows per warp, the dot products on mma.sync. Every w4 variant of the family is then an
-            mma variant (the cost model has no ALU term, so the two kinds are not compared by it). Default off:
-            on the H200 (``bench/gemv_ksplit_sweep.py``, session 5, T = 1) the best mma variant of every 27B
-            decode shape was 1-8 % slower than the best fp32-FMA one (down_proj / out_proj 40-60 % slower).
+        w4_mma_tiles: the token tiles whose w4 variants run on tensor cores (template ``mma``: 16 rows per warp,
+            the dot products on mma.sync; every w4 variant of such a tile is an mma variant -- the cost model has
+            no ALU term, so the two kinds are not compared by it). Default (4,), from the H200 sweep
+            (``bench/gemv_ksplit_sweep.py``, session 5, every 27B decode shape, best variant of each kind): at
+            T = 4 the mma variants take 31.6 / 15.8 / 58.2 / 44.7 / 30.8 / 267 us (GDN in, GDN out, gate|up,
+            down, q|k|v, LM head) against 51.1 / 26.4 / 110.5 / 62.0 / 50.9 / 531 us on fp32 FMAs (1.4-2.0x);
+            at T = 1 they were 1-8 % slower (down_proj / out_proj 40-60 % slower), so the 1-token tile keeps
+            the FMA path.
         mma_shapes: the plain (threads, k_warps) shapes of the mma variants, in place of ``plain_shapes``: a
             16-row warp tile leaves few row groups on a short N (5,120 outputs = 320 tiles), so more warps
             share each tile's K to keep enough bytes in flight. At most 256 threads: a 512-thread CTA's 128
@@ -305,7 +308,7 @@ class GemvCoopFamily:
     def __init__(self, plain_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 2), (256, 4)),
                  coop_threads: tuple[int, ...] = (256, 512), token_tiles: tuple[int, ...] = (1, 4),
                  rows_per_warp: int = 4, quant_rows_per_warp: int = 2, norm_rows_per_warp: int = 2,
-                 prefetch_steps: int = 1, w4_mma: bool = False,
+                 prefetch_steps: int = 1, w4_mma_tiles: tuple[int, ...] = (4,),
                  mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))):
         bad_shape = [s for s in (*plain_shapes, *mma_shapes)
                      if s[0] % WARP or s[0] <= 0 or s[1] < 1 or (s[0] // WARP) % s[1]]
@@ -322,8 +325,8 @@ class GemvCoopFamily:
                 f"token_tiles={token_tiles} (each >= 1)")
         if prefetch_steps < 0:
             raise PlanError(f"gemv_coop: prefetch_steps = {prefetch_steps} must be >= 0")
-        if w4_mma and max(token_tiles) > MMA_MAX_TOKENS:
-            raise PlanError(f"gemv_coop: token_tiles={token_tiles}: the w4 mma variants take at most "
+        if any(t > MMA_MAX_TOKENS for t in w4_mma_tiles):
+            raise PlanError(f"gemv_coop: w4_mma_tiles={w4_mma_tiles}: the w4 mma variants take at most "
                             f"{MMA_MAX_TOKENS} tokens per CTA (the m16n8k16 tile's n)")
         self.plain_shapes = tuple((int(t), int(k)) for t, k in plain_shapes)
         self.mma_shapes = tuple((int(t), int(k)) for t, k in mma_shapes)
@@ -334,34 +337,35 @@ class GemvCoopFamily:
         self.quant_rows_per_warp = int(quant_rows_per_warp)
         self.norm_rows_per_warp = int(norm_rows_per_warp)
         self.prefetch_steps = int(prefetch_steps)
-        self.w4_mma = bool(w4_mma)
+        self.w4_mma_tiles = tuple(int(t) for t in w4_mma_tiles)
 
     @property
     def threads(self) -> tuple[int, ...]:
         """Every thread count the family compiles (plain, mma and cooperative)."""
         return tuple(sorted({t for t, _ in (*self.plain_shapes, *self.mma_shapes)} | set(self.coop_threads)))
 
-    def coop_threads_for(self, problem: GemvProblem) -> tuple[int, ...]:
-        """The cooperative thread counts of ``problem``: ``coop_threads``, for the mma variants only those whose
-        ring gets at least 2 stages (:func:`mma_stages`)."""
-        if self.mma_for(problem):
+    def coop_threads_for(self, problem: GemvProblem, tile: int) -> tuple[int, ...]:
+        """The cooperative thread counts of ``problem`` at token tile ``tile``: ``coop_threads``, for the mma
+        variants only those whose ring gets at least 2 stages (:func:`mma_stages`)."""
+        if self.mma_for(problem, tile):
             return tuple(t for t in self.coop_threads if mma_stages(t) >= 2)
         return self.coop_threads
 
-    def shapes_for(self, problem: GemvProblem) -> tuple[tuple[int, int], ...]:
-        """The plain (threads, k_warps) candidates of ``problem``: ``mma_shapes`` for the tensor-core variants,
-        else ``plain_shapes``."""
-        return self.mma_shapes if self.mma_for(problem) else self.plain_shapes
+    def shapes_for(self, problem: GemvProblem, tile: int) -> tuple[tuple[int, int], ...]:
+        """The plain (threads, k_warps) candidates of ``problem`` at token tile ``tile``: ``mma_shapes`` for the
+        tensor-core variants, else ``plain_shapes``."""
+        return self.mma_shapes if self.mma_for(problem, tile) else self.plain_shapes
 
-    def mma_for(self, problem: GemvProblem) -> bool:
-        """True when ``problem`` runs on the tensor-core variants: a w4 problem and ``w4_mma``."""
-        return self.w4_mma and problem.wfmt == "w4"
+    def mma_for(self, problem: GemvProblem, tile: int) -> bool:
+        """True when ``problem`` at token tile ``tile`` runs on the tensor-core variants: a w4 problem and a tile
+        of ``w4_mma_tiles``."""
+        return problem.wfmt == "w4" and tile in self.w4_mma_tiles
 
-    def rows_for(self, problem: GemvProblem) -> int:
-        """W rows per warp for ``problem``: ``MMA_ROWS`` (16) for the tensor-core variants, else
+    def rows_for(self, problem: GemvProblem, tile: int) -> int:
+        """W rows per warp for ``problem`` at token tile ``tile``: ``MMA_ROWS`` (16) for the tensor-core variants, else
         ``norm_rows_per_warp`` for the add_norm_parts epilogue, else ``quant_rows_per_warp`` (w8 / w4) or
         ``rows_per_warp`` (bf16)."""
-        if self.mma_for(problem):
+        if self.mma_for(problem, tile):
             return MMA_ROWS
         if problem.norm_out:
             return self.norm_rows_per_warp
@@ -391,16 +395,17 @@ class GemvCoopFamily:
         if problem.norm_out and mode != "plain":
             raise PlanError("gemv_coop: add_norm_parts runs in plain mode only (one CTA owns each output), "
                             f"not {mode!r}")
+        tile = self.max_tokens if max_tokens is None else int(max_tokens)
         params = {
             "threads": threads,
-            "max_tokens": self.max_tokens if max_tokens is None else int(max_tokens),
-            "rows_per_warp": self.rows_for(problem),
+            "max_tokens": tile,
+            "rows_per_warp": self.rows_for(problem, tile),
             "epilogue": problem.epilogue,
             "mode": mode,
         }
         if problem.quantized:
             params["wfmt"] = problem.wfmt
-        if self.mma_for(problem):
+        if self.mma_for(problem, tile):
             if mma_stages(threads) < 2:
                 raise PlanError(f"gemv_coop: no w4 mma variant of {threads} threads: its cp.async rings "
                                 f"({threads // WARP} x 2 x {MMA_STAGE_BYTES} B) exceed {STATIC_SMEM_LIMIT} B of static "
@@ -437,9 +442,9 @@ class GemvCoopFamily:
         cooperative thread count unless add_norm_parts)."""
         out = []
         for mt in self.token_tiles:
-            out += [self.spec(problem, th, "plain", mt, kw) for th, kw in self.shapes_for(problem)]
+            out += [self.spec(problem, th, "plain", mt, kw) for th, kw in self.shapes_for(problem, mt)]
             if not problem.norm_out:
-                out += [self.spec(problem, th, "coop", mt) for th in self.coop_threads_for(problem)]
+                out += [self.spec(problem, th, "coop", mt) for th in self.coop_threads_for(problem, mt)]
         return out
 
     def sample_problems(self) -> list[GemvProblem]:
@@ -450,15 +455,16 @@ class GemvCoopFamily:
 
     # ---- geometry ------------------------------------------------------------------------------
 
-    def outputs_per_cta(self, problem: GemvProblem, threads: int, k_warps: int = 1) -> int:
-        """Outputs (columns of Y) one CTA produces: (warps / k_warps) row groups x outputs per warp."""
-        rw = self.rows_for(problem)
+    def outputs_per_cta(self, problem: GemvProblem, threads: int, k_warps: int = 1, tile: int = 1) -> int:
+        """Outputs (columns of Y) one CTA of token tile ``tile`` produces: (warps / k_warps) row groups x outputs
+        per warp."""
+        rw = self.rows_for(problem, tile)
         per_warp = rw // 2 if problem.epilogue == "swiglu" else rw
         return threads // WARP // k_warps * per_warp
 
-    def row_blocks(self, problem: GemvProblem, threads: int, k_warps: int = 1) -> int:
-        """CTAs along N: ceil(n / outputs_per_cta)."""
-        return -(-problem.n // self.outputs_per_cta(problem, threads, k_warps))
+    def row_blocks(self, problem: GemvProblem, threads: int, k_warps: int = 1, tile: int = 1) -> int:
+        """CTAs along N: ceil(n / outputs_per_cta) (at token tile ``tile``)."""
+        return -(-problem.n // self.outputs_per_cta(problem, threads, k_warps, tile))
 
     def token_chunks(self, tokens: int, tile: int | None = None) -> int:
         """CTAs along T: ceil(T / tile) (default tile: the largest)."""
@@ -495,9 +501,9 @@ class GemvCoopFamily:
                   splits: int = 1) -> float:
         occ = ctx.occupancy(spec)
         return estimate_us(problem, tokens, threads=spec.threads, k_warps=k_warps,
-                           rows_per_warp=self.rows_for(problem), tile=spec.param("max_tokens"),
+                           rows_per_warp=self.rows_for(problem, spec.param("max_tokens")), tile=spec.param("max_tokens"),
                            ctas_per_sm=occ.ctas_per_sm, sms=ctx.sms, bandwidth_per_sm_gbs=ctx.bandwidth_per_sm_gbs,
-                           splits=splits, mma=self.mma_for(problem))
+                           splits=splits, mma=self.mma_for(problem, spec.param("max_tokens")))
 
     def launch(self, problem: GemvProblem, tokens: int, ctx: PlanContext) -> Launch:
         """The launch for T = ``tokens`` on ``ctx``: the candidate (every plain shape; every cooperative thread
@@ -512,16 +518,16 @@ class GemvCoopFamily:
         tile = self.tile_for(tokens)
         chunks = self.token_chunks(tokens, tile)
         cands = []
-        for th, kw in self.shapes_for(problem):
+        for th, kw in self.shapes_for(problem, tile):
             spec = self.spec(problem, th, "plain", tile, kw)
             if ctx.occupancy(spec).ctas_per_sm > 0:
-                grid = self.row_blocks(problem, th, kw) * chunks
+                grid = self.row_blocks(problem, th, kw, tile) * chunks
                 cands.append((self._estimate(problem, tokens, ctx, spec, kw), 0, kw, th, spec, grid, 1))
         if not problem.norm_out:
-            for th in self.coop_threads_for(problem):
+            for th in self.coop_threads_for(problem, tile):
                 spec = self.spec(problem, th, "coop", tile)
                 cap = ctx.cap(spec)
-                base = self.row_blocks(problem, th) * chunks
+                base = self.row_blocks(problem, th, 1, tile) * chunks
                 splits = min(cap // base, self.max_splits(problem))
                 if splits >= 2:
                     cands.append((self._estimate(problem, tokens, ctx, spec, 1, splits), 1, 1, th, spec,
@@ -549,7 +555,7 @@ class GemvCoopFamily:
                 spec's own errors (:meth:`spec`).
         """
         chunks = self.token_chunks(tokens, max_tokens)
-        base = self.row_blocks(problem, threads, k_warps) * chunks
+        base = self.row_blocks(problem, threads, k_warps, self.max_tokens if max_tokens is None else max_tokens) * chunks
         spec = self.spec(problem, threads, mode, max_tokens, k_warps)
         if mode == "plain":
             return ctx.make_launch(spec, base, route="plain", tokens=tokens,

@@ -28,10 +28,10 @@ from ninferc.targets.plan import PlanContext, compile_variants  # noqa: E402
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU emulator needs g++")
 
 ARCH, SMS = "sm_90", 132  # the plan the launches come from; the emulator runs any grid
-FAM = GemvCoopFamily(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,))
-#: the same family with w4 on tensor cores (``w4_mma``; FAM runs w4 on the fp32 FMA path, the default)
+FAM = GemvCoopFamily(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,), w4_mma_tiles=())
+#: the same family with w4 on tensor cores at every token tile (FAM: on fp32 FMAs at every tile)
 FAM_MMA = GemvCoopFamily(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,),
-                         mma_shapes=((128, 1), (128, 2), (128, 4)), w4_mma=True)
+                         mma_shapes=((128, 1), (128, 2), (128, 4)), w4_mma_tiles=(1, 4))
 BF16_NAN = 0x7FC0
 #: fp32 accumulation in a different order than numpy's matmul (relative L2); bf16 outputs: a few one-ulp flips
 F32_REL, BF16_REL = 1e-5, 2e-3

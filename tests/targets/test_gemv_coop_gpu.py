@@ -412,8 +412,8 @@ def _pid(p):
     return f"k{p.k}_n{p.n}_{p.epilogue}"
 
 
-#: w4 on tensor cores (the registered family runs w4 on the fp32 FMA path)
-W4_MMA = GemvCoopFamily(w4_mma=True)
+#: w4 on tensor cores at every token tile (the registered family: the 4-token tile only)
+W4_MMA = GemvCoopFamily(w4_mma_tiles=(1, 4))
 
 
 @pytest.mark.parametrize("t", Q_TOKENS)
@@ -423,12 +423,13 @@ W4_MMA = GemvCoopFamily(w4_mma=True)
 def test_quant_forced_variants_match_reference(device, loader, fmt, shape, mode, t):
     """One forced variant per case (threads alternate with T; coop with the most splits the cap allows,
     falling back to the other thread count, skipped only when no cooperative grid fits the device). w4 runs
-    on the fp32 FMA path (the family default) and, as ``w4-mma``, on tensor cores."""
+    as the family runs it (fp32 FMAs for one token, tensor cores for the 4-token tile) and, as ``w4-mma``, on
+    tensor cores for every T."""
     gemv = W4_MMA if fmt == "w4-mma" else FAMILIES["gemv_coop"]
     fmt = fmt.split("-")[0]
     prob = _q(shape, fmt)
-    assert dict(gemv.spec(prob, 128, "plain", 1).params).get("mma", False) == (gemv.mma_for(prob))
-    order = (tuple((th, 1) for th in gemv.coop_threads_for(prob)) if mode == "coop"
+    assert dict(gemv.spec(prob, 128, "plain", 1).params).get("mma", False) == gemv.mma_for(prob, 1)
+    order = (tuple((th, 1) for th in gemv.coop_threads_for(prob, gemv.tile_for(t))) if mode == "coop"
              else ((128, 4), (256, 2)) if t % 2 else ((256, 2), (128, 1)))
     last = None
     for threads, kw in order:

@@ -36,21 +36,21 @@ def candidates(gemv, prob, tokens, c):
     count with the most splits that fit (when >= 2) -- stated independently of GemvCoopFamily.launch."""
     tile = gemv.tile_for(tokens)
     out = []
-    mma = gemv.mma_for(prob)  # the tensor-core w4 variants (off in the registered family) use their own shapes
+    mma = gemv.mma_for(prob, tile)  # the tensor-core w4 variants (4-token tile) use their own shapes
     for th, kw in gemv.mma_shapes if mma else gemv.plain_shapes:
         spec = gemv.spec(prob, th, "plain", tile, kw)
         assert dict(spec.params).get("mma", False) == mma
-        t = estimate_us(prob, tokens, threads=th, k_warps=kw, rows_per_warp=gemv.rows_for(prob), tile=tile,
+        t = estimate_us(prob, tokens, threads=th, k_warps=kw, rows_per_warp=gemv.rows_for(prob, tile), tile=tile,
                         ctas_per_sm=c.occupancy(spec).ctas_per_sm, sms=c.sms, bandwidth_per_sm_gbs=c.bandwidth_per_sm_gbs,
                         mma=mma)
         out.append((t, gemv.launch_variant(prob, tokens, c, th, "plain", max_tokens=tile, k_warps=kw)))
     if not prob.norm_out:
-        for th in gemv.coop_threads_for(prob):
+        for th in gemv.coop_threads_for(prob, tile):
             spec = gemv.spec(prob, th, "coop", tile)
-            base = gemv.row_blocks(prob, th) * -(-tokens // tile)
+            base = gemv.row_blocks(prob, th, 1, tile) * -(-tokens // tile)
             splits = min(c.cap(spec) // base, max(1, prob.k // prob.k_per_vec // 32))
             if splits >= 2:
-                t = estimate_us(prob, tokens, threads=th, k_warps=1, rows_per_warp=gemv.rows_for(prob), tile=tile,
+                t = estimate_us(prob, tokens, threads=th, k_warps=1, rows_per_warp=gemv.rows_for(prob, tile), tile=tile,
                                 ctas_per_sm=c.occupancy(spec).ctas_per_sm, sms=c.sms,
                                 bandwidth_per_sm_gbs=c.bandwidth_per_sm_gbs, splits=splits, mma=mma)
                 out.append((t, gemv.launch_variant(prob, tokens, c, th, "coop", splits, max_tokens=tile)))
