@@ -17,7 +17,7 @@ from ninferc.errors import PlanError
 from ninferc.ir.quant import GROUP_SIZE, quantize
 from ninferc.targets.arch import ARCHS
 from ninferc.targets.kernels import FAMILIES
-from ninferc.targets.kernels.gemv_coop import (WFORMATS, GemvProblem, dequantize_weight, kernel_args,
+from ninferc.targets.kernels.gemv_coop import (WFORMATS, GemvProblem, dequantize_weight, kernel_args, mma_stages,
                                                reference)
 from ninferc.targets.plan import PlanContext, check_launch, compile_variants
 from ninferc.targets.skus import skus_for_arch
@@ -75,12 +75,19 @@ def test_uris_differ_per_format():
         for spec in GEMV.variants(bf):
             th, mode = spec.threads, spec.param("mode")
             mt, kw = spec.param("max_tokens"), dict(spec.params).get("k_warps", 1)
+            if GEMV.mma_for(GemvProblem(256, 704, ep, "w4"), mt) and mma_stages(th) < 2:
+                continue  # no tensor-core w4 variant of this CTA size (its rings exceed static shared memory)
             uris = {f: GEMV.spec(GemvProblem(256, 704, ep, f), th, mode, mt, kw).uri for f in WFORMATS}
             assert len(set(uris.values())) == 3
             # quantised kernels differ by the format and by their rows per warp (quant_rows_per_warp)
             qbase = spec.uri.replace(f"_rw{GEMV.rows_per_warp}_", f"_rw{GEMV.quant_rows_per_warp}_")
             assert uris["w8"] == qbase + "_wfmt-w8"
-            assert uris["w4"] == qbase + "_wfmt-w4"
+            if GEMV.mma_for(GemvProblem(256, 704, ep, "w4"), mt):  # tensor-core w4 (4-token tile): 16 rows per warp
+                mbase = re.sub(r"_rw\d+_", "_rw16_", spec.uri.replace(
+                    f"_tok{mt}_", f"_tok{mt}_mma1_mma_stages{mma_stages(th)}_"))
+                assert uris["w4"] == mbase + "_wfmt-w4"
+            else:
+                assert uris["w4"] == qbase + "_wfmt-w4"
     # sample problems cover every (epilogue, format) pair and both input modes, so CI compiles every template
     # parameter value
     assert {(p.epilogue, p.wfmt) for p in GEMV.sample_problems()} == {
@@ -91,12 +98,15 @@ def test_uris_differ_per_format():
 
 
 def test_rendered_quant_source_matches_the_format_constants():
-    w4 = GEMV.spec(GemvProblem(256, 704, "store", "w4"), 256, "coop").render()
-    w8 = GEMV.spec(GemvProblem(256, 704, "store", "w8"), 256, "coop").render()
+    w4 = GEMV.spec(GemvProblem(256, 704, "store", "w4"), 256, "coop", 1).render()
+    w8 = GEMV.spec(GemvProblem(256, 704, "store", "w8"), 256, "coop", 1).render()
+    w4_mma = GEMV.spec(GemvProblem(256, 704, "store", "w4"), 256, "coop", 4).render()  # tensor cores (4-token tile)
     assert f"constexpr int kW4Group = {GROUP_SIZE};" in w4
     assert "constexpr bool kW4 = true;" in w4 and "constexpr bool kW4 = false;" in w8
+    assert "constexpr bool kMma = false;" in w4 and "constexpr bool kMma = true;" in w4_mma
     for src in (w4, w8):
         assert "ld_stream_v4(wrow[j]" in src  # weights still stream as 16-byte loads
+    assert "cp_async16(" in w4_mma and "mma_bf16_16816(" in w4_mma  # whole 16-byte pieces into the ring
 
 
 # ------------------------------------------------------------------------------------------------
