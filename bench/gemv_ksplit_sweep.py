@@ -110,12 +110,14 @@ def main(argv=None) -> int:
     planner = GemvCoopFamily()
     rows = []
     for fmt in a.formats.split(","):
-        # (rows per warp, tensor cores?) -> the family whose plain variants are swept
-        fams = {(rw, False): GemvCoopFamily(plain_shapes=tuple(CONFIGS), rows_per_warp=rw, quant_rows_per_warp=rw,
-                                            norm_rows_per_warp=rw, w4_mma_tiles=())
+        # (rows per warp, mma ring chunk or 0 for the fp32-FMA path) -> the family whose plain variants are swept
+        fams = {(rw, 0): GemvCoopFamily(plain_shapes=tuple(CONFIGS), rows_per_warp=rw, quant_rows_per_warp=rw,
+                                        norm_rows_per_warp=rw, w4_mma_tiles=())
                 for rw in (2, 4)}
         if fmt == "w4":
-            fams[(16, True)] = GemvCoopFamily(mma_shapes=tuple(MMA_CONFIGS), w4_mma_tiles=(1, 4))
+            for chunk in (4, 8):
+                fams[(16, chunk)] = GemvCoopFamily(mma_shapes=tuple(MMA_CONFIGS), w4_mma_tiles=(1, 4),
+                                                   mma_chunk=chunk)
         probs = {name: GemvProblem(K, N, ep, fmt, in_norm=inn) for name, K, N, ep, inn in SHAPES}
         todo = {s.uri: s for p in probs.values() for fam in (planner, *fams.values()) for s in fam.variants(p)
                 if s.param("max_tokens") == planner.tile_for(a.tokens)}
@@ -142,18 +144,19 @@ def main(argv=None) -> int:
             T, tile = a.tokens, planner.tile_for(a.tokens)
             pick = run(planner.launch(p, T, ctx), "planner")
             cands = []
-            for (rw, mma), fam in fams.items():
-                for th, kw in MMA_CONFIGS if mma else CONFIGS:
+            for (rw, chunk), fam in fams.items():
+                mma = chunk > 0
+                for th, kw in fam.shapes_for(p, tile) if mma else CONFIGS:
                     ln = fam.launch_variant(p, T, ctx, th, "plain", max_tokens=tile, k_warps=kw)
                     est = estimate_us(p, T, threads=th, k_warps=kw, rows_per_warp=rw, tile=tile,
                                       ctas_per_sm=ln.ctas_per_sm, sms=sms, bandwidth_per_sm_gbs=ctx.bandwidth_per_sm_gbs,
-                                      mma=mma)
-                    cands.append(run(ln, "sweep", rw=rw, mma=mma, threads=th, k_warps=kw, tile=tile, tokens=T,
+                                      mma=mma, mma_chunk=chunk or 4)
+                    cands.append(run(ln, "sweep", rw=rw, mma=chunk, threads=th, k_warps=kw, tile=tile, tokens=T,
                                      estimate_us=est))
             for mma in sorted({r["mma"] for r in cands}):
                 best = min((r for r in cands if r["mma"] == mma), key=lambda r: r["us"])
                 print(f"{fmt:4} {name:8} planner {pick['uri'].split('__')[1]:52} {pick['us']:7.1f} us "
-                      f"{pick['gbps']:6.0f} GB/s | best{' mma' if mma else ''} rw{best['rw']} th{best['threads']} "
+                      f"{pick['gbps']:6.0f} GB/s | best{f' mma{mma}' if mma else ''} rw{best['rw']} th{best['threads']} "
                       f"kw{best['k_warps']} {best['us']:7.1f} us {best['gbps']:6.0f} GB/s", flush=True)
             del bufs
             cp.get_default_memory_pool().free_all_blocks()

@@ -134,18 +134,21 @@ MMA_ROWS = 16
 MMA_STAGES = 3
 #: scale groups per ring stage (``kChunk``): 4 x 32 bytes = one 128-byte line of each of the 16 rows
 MMA_CHUNK = 4
-#: bytes of one stage of that ring: the 16 rows' codes and fp32 scales of one chunk (``kStageBytes``)
-MMA_STAGE_BYTES = MMA_ROWS * MMA_CHUNK * (GROUP_SIZE // 2 + 4)
+
+
+def mma_stage_bytes(chunk: int = MMA_CHUNK) -> int:
+    """Bytes of one ring stage of ``chunk`` groups: the 16 rows' codes and fp32 scales (``kStageBytes``)."""
+    return MMA_ROWS * chunk * (GROUP_SIZE // 2 + 4)
 #: static shared memory a kernel may declare (CUDA C Programming Guide, "Shared Memory": 48 KB without the
 #: dynamic opt-in); the mma ring of a large CTA gets fewer stages to fit
 STATIC_SMEM_LIMIT = 48 * 1024
 
 
-def mma_stages(threads: int) -> int:
+def mma_stages(threads: int, chunk: int = MMA_CHUNK) -> int:
     """Stages of each warp's cp.async ring in an mma variant of ``threads`` threads: ``MMA_STAGES``, fewer when
     the CTA's rings would exceed ``STATIC_SMEM_LIMIT`` (256 threads: 2); below 2 (512 threads) the variant does
     not exist (:meth:`GemvCoopFamily.coop_threads_for`)."""
-    return min(MMA_STAGES, STATIC_SMEM_LIMIT // (threads // WARP * MMA_STAGE_BYTES))
+    return min(MMA_STAGES, STATIC_SMEM_LIMIT // (threads // WARP * mma_stage_bytes(chunk)))
 #: most tokens an mma variant's CTA takes: the n = 8 columns of the m16n8k16 tile
 MMA_MAX_TOKENS = 8
 
@@ -233,7 +236,8 @@ class GemvProblem:
 
 
 def estimate_us(problem: GemvProblem, tokens: int, *, threads: int, k_warps: int, rows_per_warp: int, tile: int,
-                ctas_per_sm: int, sms: int, bandwidth_per_sm_gbs: float, splits: int = 1, mma: bool = False) -> float:
+                ctas_per_sm: int, sms: int, bandwidth_per_sm_gbs: float, splits: int = 1, mma: bool = False,
+                mma_chunk: int = MMA_CHUNK) -> float:
     """Modelled time of one launch, microseconds (module docstring, "Routes and the cost model").
 
     Args:
@@ -242,7 +246,7 @@ def estimate_us(problem: GemvProblem, tokens: int, *, threads: int, k_warps: int
         bandwidth_per_sm_gbs: DRAM bandwidth per SM, GB/s. splits: K splits of a cooperative launch (1 = plain).
         mma: the tensor-core w4 variant: a warp step is the ``mma_stages(threads) - 1`` scale groups of its 16
             rows its cp.async ring holds in flight (3.5 KiB at 8 stages) instead of one 16-byte vector per lane and
-            row.
+            row. mma_chunk: its scale groups per ring stage.
 
     Returns:
         streaming time (weight bytes x token chunks at the bandwidth the resident warps can sustain) + the
@@ -256,7 +260,7 @@ def estimate_us(problem: GemvProblem, tokens: int, *, threads: int, k_warps: int
     ctas = -(-problem.n // outs) * chunks * splits
     cap = max(1, ctas_per_sm) * sms
     if mma:
-        inflight_groups = (mma_stages(threads) - 1) * MMA_CHUNK
+        inflight_groups = (mma_stages(threads, mma_chunk) - 1) * mma_chunk
         steps = -(-(problem.k // GROUP_SIZE) // (k_warps * splits * inflight_groups))
         step_bytes = MMA_ROWS * GROUP_SIZE // 2 * inflight_groups
     else:
@@ -305,6 +309,7 @@ class GemvCoopFamily:
             down, q|k|v, LM head) against 51.1 / 26.4 / 110.5 / 62.0 / 50.9 / 531 us on fp32 FMAs (1.4-2.0x);
             at T = 1 they were 1-8 % slower (down_proj / out_proj 40-60 % slower), so the 1-token tile keeps
             the FMA path.
+        mma_chunk: scale groups per stage of the mma variants' cp.async rings (4: 128 bytes of each row; or 8).
         mma_shapes: the plain (threads, k_warps) shapes of the mma variants, in place of ``plain_shapes``: a
             16-row warp tile leaves few row groups on a short N (5,120 outputs = 320 tiles), so more warps
             share each tile's K to keep enough bytes in flight. At most 256 threads: a 512-thread CTA's 128
@@ -320,7 +325,7 @@ class GemvCoopFamily:
     def __init__(self, plain_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 2), (256, 4)),
                  coop_threads: tuple[int, ...] = (256, 512), token_tiles: tuple[int, ...] = (1, 4),
                  rows_per_warp: int = 4, quant_rows_per_warp: int = 2, norm_rows_per_warp: int = 2,
-                 prefetch_steps: int = 1, w4_mma_tiles: tuple[int, ...] = (4,),
+                 prefetch_steps: int = 1, w4_mma_tiles: tuple[int, ...] = (4,), mma_chunk: int = MMA_CHUNK,
                  mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))):
         bad_shape = [s for s in (*plain_shapes, *mma_shapes)
                      if s[0] % WARP or s[0] <= 0 or s[1] < 1 or (s[0] // WARP) % s[1]]
@@ -350,6 +355,9 @@ class GemvCoopFamily:
         self.norm_rows_per_warp = int(norm_rows_per_warp)
         self.prefetch_steps = int(prefetch_steps)
         self.w4_mma_tiles = tuple(int(t) for t in w4_mma_tiles)
+        if mma_chunk not in (4, 8):
+            raise PlanError(f"gemv_coop: mma_chunk = {mma_chunk}: the ring stages 4 or 8 scale groups")
+        self.mma_chunk = int(mma_chunk)
 
     @property
     def threads(self) -> tuple[int, ...]:
@@ -360,13 +368,15 @@ class GemvCoopFamily:
         """The cooperative thread counts of ``problem`` at token tile ``tile``: ``coop_threads``, for the mma
         variants only those whose ring gets at least 2 stages (:func:`mma_stages`)."""
         if self.mma_for(problem, tile):
-            return tuple(t for t in self.coop_threads if mma_stages(t) >= 2)
+            return tuple(t for t in self.coop_threads if mma_stages(t, self.mma_chunk) >= 2)
         return self.coop_threads
 
     def shapes_for(self, problem: GemvProblem, tile: int) -> tuple[tuple[int, int], ...]:
         """The plain (threads, k_warps) candidates of ``problem`` at token tile ``tile``: ``mma_shapes`` for the
         tensor-core variants, else ``plain_shapes``."""
-        return self.mma_shapes if self.mma_for(problem, tile) else self.plain_shapes
+        if self.mma_for(problem, tile):
+            return tuple(s for s in self.mma_shapes if mma_stages(s[0], self.mma_chunk) >= 2)
+        return self.plain_shapes
 
     def mma_for(self, problem: GemvProblem, tile: int) -> bool:
         """True when ``problem`` at token tile ``tile`` runs on the tensor-core variants: a w4 problem and a tile
@@ -418,12 +428,14 @@ class GemvCoopFamily:
         if problem.quantized:
             params["wfmt"] = problem.wfmt
         if self.mma_for(problem, tile):
-            if mma_stages(threads) < 2:
+            if mma_stages(threads, self.mma_chunk) < 2:
                 raise PlanError(f"gemv_coop: no w4 mma variant of {threads} threads: its cp.async rings "
-                                f"({threads // WARP} x 2 x {MMA_STAGE_BYTES} B) exceed {STATIC_SMEM_LIMIT} B of static "
+                                f"({threads // WARP} x 2 x {mma_stage_bytes(self.mma_chunk)} B) exceed {STATIC_SMEM_LIMIT} B of static "
                                 "shared memory")
             params["mma"] = True
-            params["mma_stages"] = mma_stages(threads)
+            params["mma_stages"] = mma_stages(threads, self.mma_chunk)
+            if self.mma_chunk != MMA_CHUNK:
+                params["mma_chunk"] = self.mma_chunk
         if problem.norm_out:
             params["unit_offset"] = bool(problem.unit_offset)
         if problem.norm_in:
@@ -515,7 +527,7 @@ class GemvCoopFamily:
         return estimate_us(problem, tokens, threads=spec.threads, k_warps=k_warps,
                            rows_per_warp=self.rows_for(problem, spec.param("max_tokens")), tile=spec.param("max_tokens"),
                            ctas_per_sm=occ.ctas_per_sm, sms=ctx.sms, bandwidth_per_sm_gbs=ctx.bandwidth_per_sm_gbs,
-                           splits=splits, mma=self.mma_for(problem, spec.param("max_tokens")))
+                           splits=splits, mma=self.mma_for(problem, spec.param("max_tokens")), mma_chunk=self.mma_chunk)
 
     def launch(self, problem: GemvProblem, tokens: int, ctx: PlanContext) -> Launch:
         """The launch for T = ``tokens`` on ``ctx``: the candidate (every plain shape; every cooperative thread
