@@ -1,0 +1,91 @@
+"""Device probe (diagnostic, session 5): what limits the w4 decode GEMV at T = 1? Times the tensor-core w4 kernel of
+the 27B gate|up and down_proj shapes as rendered, and with parts of its work removed from the rendered source --
+``nomath``: the dequantisation and the mma replaced by one FMA per group that keeps every load live; ``nox``: also
+no x loads -- next to the fp32-FMA kernel, each in a CUDA graph of back-to-back PDL launches over distinct weight
+copies (bench/gemv_ksplit_sweep.py's method). The outputs of the modified kernels are meaningless; only times.
+
+Usage (GPU machine): python bench/w4_stream_probe.py [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gemv_ksplit_sweep import Bufs, time_graph  # noqa: E402
+
+from ninferc.bench import git_commit  # noqa: E402
+from ninferc.runtime.kernels import DeviceKernel, cupy, device_arch, device_sm_count  # noqa: E402
+from ninferc.targets.arch import get_arch  # noqa: E402
+from ninferc.targets.cubin import read_resources  # noqa: E402
+from ninferc.targets.kernels.gemv_coop import GemvCoopFamily, GemvProblem  # noqa: E402
+from ninferc.targets.plan import PlanContext  # noqa: E402
+
+SHAPES = {"gate_up": GemvProblem(5120, 17408, "swiglu", "w4", in_norm="parts"),
+          "down": GemvProblem(17408, 5120, "add_norm_parts", "w4")}
+MMA_MATH = re.compile(r"        float d\[4\] = \{0\.0f, 0\.0f, 0\.0f, 0\.0f\};\n.*?c\[3\] = fmaf\(d\[3\], sb, c\[3\]\);\n", re.S)
+NOMATH = ("        c[0] = fmaf(__uint_as_float((wa.x ^ wb.y ^ xa.x ^ xb.w) & 0x3f7fffffu), sa, c[0]);\n"
+          "        c[2] = fmaf(__uint_as_float((wa.y ^ wb.x ^ xa.z ^ xb.y) & 0x3f7fffffu), sb, c[2]);\n")
+X_LOADS = [("uint4 xa = ninfer::ld_ro_v4(xr + (size_t)gi * kW4Group);", "uint4 xa = make_uint4(gi, 1u, 2u, 3u);"),
+           ("uint4 xb = ninfer::ld_ro_v4(xr + (size_t)gi * kW4Group + 8);", "uint4 xb = make_uint4(4u, gi, 6u, 7u);")]
+
+
+def variants(src: str) -> dict[str, str]:
+    out = {"full": src}
+    nomath, n = MMA_MATH.subn(NOMATH, src)
+    assert n == 1, "mma block not found"
+    out["nomath"] = nomath
+    nox = nomath
+    for a, b in X_LOADS:
+        assert nox.count(a) == 1, a
+        nox = nox.replace(a, b)
+    out["nox"] = nox
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    cp = cupy()
+    arch, sms = get_arch(device_arch()), device_sm_count()
+    stream = cp.cuda.Stream(non_blocking=True)
+    mma = GemvCoopFamily(w4_mma_tiles=(1, 4))
+    fma = GemvCoopFamily(w4_mma_tiles=())
+    rows = []
+    for name, p in SHAPES.items():
+        bufs = Bufs(cp, p, 1 << 30)
+        cases = [("fma", fma, 128, 1 if name == "gate_up" else 4, {"full": None}),
+                 ("mma", mma, 128, 4, None), ("mma", mma, 256, 8, None)]
+        for kind, fam, th, kw, srcs in cases:
+            spec = fam.spec(p, th, "plain", 1, kw)
+            for tag, src in (variants(spec.render()) if srcs is None else {"full": spec.render()}).items():
+                k = DeviceKernel(src, spec.entry, spec.uri + "-" + tag)
+                res = {spec.uri: read_resources(k.compiled.cubin, arch.name, k.compiled.ptx)[spec.entry]}
+                ln = fam.launch_variant(p, 1, PlanContext(arch, sms, res), th, "plain", max_tokens=1, k_warps=kw)
+                calls = [lambda i=i: k.launch(ln.grid, ln.block, bufs.args(p, ln, i), stream=stream, pdl=True)
+                         for i in range(max(bufs.copies, 24))]
+                t = time_graph(cp, stream, calls)
+                r = {"shape": name, "kind": kind, "variant": tag, "threads": th, "k_warps": kw, "ctas": ln.ctas,
+                     "regs": res[spec.uri].registers, "us": t * 1e6, "gbps": p.weight_bytes / t / 1e9}
+                rows.append(r)
+                print(f"{name:8} {kind} th{th} kw{kw} {tag:7} regs {r['regs']:3} {r['us']:7.1f} us {r['gbps']:6.0f} GB/s",
+                      flush=True)
+        del bufs
+        cp.get_default_memory_pool().free_all_blocks()
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "sms": sms,
+                       "commit": git_commit(), "command": "python bench/w4_stream_probe.py " + " ".join(argv or sys.argv[1:]),
+                       "date": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
