@@ -136,19 +136,20 @@ MMA_STAGES = 3
 MMA_CHUNK = 4
 
 
-def mma_stage_bytes(chunk: int = MMA_CHUNK) -> int:
-    """Bytes of one ring stage of ``chunk`` groups: the 16 rows' codes and fp32 scales (``kStageBytes``)."""
-    return MMA_ROWS * chunk * (GROUP_SIZE // 2 + 4)
+def mma_stage_bytes(chunk: int = MMA_CHUNK, tile: int = 1) -> int:
+    """Bytes of one ring stage of ``chunk`` groups for token tile ``tile``: the 16 rows' codes and fp32 scales and
+    the chunk's bf16 x of ``tile`` tokens (``kStageBytes``)."""
+    return MMA_ROWS * chunk * (GROUP_SIZE // 2 + 4) + tile * chunk * GROUP_SIZE * 2
 #: static shared memory a kernel may declare (CUDA C Programming Guide, "Shared Memory": 48 KB without the
 #: dynamic opt-in); the mma ring of a large CTA gets fewer stages to fit
 STATIC_SMEM_LIMIT = 48 * 1024
 
 
-def mma_stages(threads: int, chunk: int = MMA_CHUNK) -> int:
+def mma_stages(threads: int, chunk: int = MMA_CHUNK, tile: int = 1) -> int:
     """Stages of each warp's cp.async ring in an mma variant of ``threads`` threads: ``MMA_STAGES``, fewer when
     the CTA's rings would exceed ``STATIC_SMEM_LIMIT`` (256 threads: 2); below 2 (512 threads) the variant does
     not exist (:meth:`GemvCoopFamily.coop_threads_for`)."""
-    return min(MMA_STAGES, STATIC_SMEM_LIMIT // (threads // WARP * mma_stage_bytes(chunk)))
+    return min(MMA_STAGES, STATIC_SMEM_LIMIT // (threads // WARP * mma_stage_bytes(chunk, tile)))
 #: most tokens an mma variant's CTA takes: the n = 8 columns of the m16n8k16 tile
 MMA_MAX_TOKENS = 8
 
@@ -260,7 +261,7 @@ def estimate_us(problem: GemvProblem, tokens: int, *, threads: int, k_warps: int
     ctas = -(-problem.n // outs) * chunks * splits
     cap = max(1, ctas_per_sm) * sms
     if mma:
-        inflight_groups = (mma_stages(threads, mma_chunk) - 1) * mma_chunk
+        inflight_groups = (mma_stages(threads, mma_chunk, tile) - 1) * mma_chunk
         steps = -(-(problem.k // GROUP_SIZE) // (k_warps * splits * inflight_groups))
         step_bytes = MMA_ROWS * GROUP_SIZE // 2 * inflight_groups
     else:
@@ -365,17 +366,19 @@ class GemvCoopFamily:
         return tuple(sorted({t for t, _ in (*self.plain_shapes, *self.mma_shapes)} | set(self.coop_threads)))
 
     def coop_threads_for(self, problem: GemvProblem, tile: int) -> tuple[int, ...]:
-        """The cooperative thread counts of ``problem`` at token tile ``tile``: ``coop_threads``, for the mma
-        variants only those whose ring gets at least 2 stages (:func:`mma_stages`)."""
+        """The cooperative thread counts of ``problem`` at token tile ``tile``: ``coop_threads``; for the mma
+        variants those and the smallest ``mma_shapes`` CTA, each only if its ring gets at least 2 stages
+        (:func:`mma_stages`: at the 4-token tile only 128-thread mma CTAs fit)."""
         if self.mma_for(problem, tile):
-            return tuple(t for t in self.coop_threads if mma_stages(t, self.mma_chunk) >= 2)
+            cands = sorted({*self.coop_threads, min(t for t, _ in self.mma_shapes)})
+            return tuple(t for t in cands if mma_stages(t, self.mma_chunk, tile) >= 2)
         return self.coop_threads
 
     def shapes_for(self, problem: GemvProblem, tile: int) -> tuple[tuple[int, int], ...]:
         """The plain (threads, k_warps) candidates of ``problem`` at token tile ``tile``: ``mma_shapes`` for the
         tensor-core variants, else ``plain_shapes``."""
         if self.mma_for(problem, tile):
-            return tuple(s for s in self.mma_shapes if mma_stages(s[0], self.mma_chunk) >= 2)
+            return tuple(s for s in self.mma_shapes if mma_stages(s[0], self.mma_chunk, tile) >= 2)
         return self.plain_shapes
 
     def mma_for(self, problem: GemvProblem, tile: int) -> bool:
@@ -428,12 +431,13 @@ class GemvCoopFamily:
         if problem.quantized:
             params["wfmt"] = problem.wfmt
         if self.mma_for(problem, tile):
-            if mma_stages(threads, self.mma_chunk) < 2:
+            if mma_stages(threads, self.mma_chunk, tile) < 2:
                 raise PlanError(f"gemv_coop: no w4 mma variant of {threads} threads: its cp.async rings "
-                                f"({threads // WARP} x 2 x {mma_stage_bytes(self.mma_chunk)} B) exceed {STATIC_SMEM_LIMIT} B of static "
+                                f"({threads // WARP} x 2 x {mma_stage_bytes(self.mma_chunk, tile)} B) exceed {STATIC_SMEM_LIMIT} B "
+                                "of static "
                                 "shared memory")
             params["mma"] = True
-            params["mma_stages"] = mma_stages(threads, self.mma_chunk)
+            params["mma_stages"] = mma_stages(threads, self.mma_chunk, tile)
             if self.mma_chunk != MMA_CHUNK:
                 params["mma_chunk"] = self.mma_chunk
         if problem.norm_out:

@@ -159,6 +159,8 @@ def test_gemv_kernel_on_the_emulator(ctx, case):
     prob, t, th, mode, kw, mma = CASES[case]
     fam = FAM_MMA if mma else FAM
     splits = 2 if mode == "coop" else None
+    if mode == "coop" and th not in fam.coop_threads_for(prob, fam.tile_for(t)):
+        th = fam.coop_threads_for(prob, fam.tile_for(t))[-1]  # mma at the 4-token tile: 128-thread rings only
     launch = fam.launch_variant(prob, t, ctx, th, mode, splits, max_tokens=fam.tile_for(t), k_warps=kw)
     assert launch.cooperative == (mode == "coop") and launch.split_k == (2 if mode == "coop" else 1)
     assert dict(launch.kernel.params).get("mma", False) == mma

@@ -75,7 +75,7 @@ def test_uris_differ_per_format():
         for spec in GEMV.variants(bf):
             th, mode = spec.threads, spec.param("mode")
             mt, kw = spec.param("max_tokens"), dict(spec.params).get("k_warps", 1)
-            if GEMV.mma_for(GemvProblem(256, 704, ep, "w4"), mt) and mma_stages(th) < 2:
+            if GEMV.mma_for(GemvProblem(256, 704, ep, "w4"), mt) and mma_stages(th, tile=mt) < 2:
                 continue  # no tensor-core w4 variant of this CTA size (its rings exceed static shared memory)
             uris = {f: GEMV.spec(GemvProblem(256, 704, ep, f), th, mode, mt, kw).uri for f in WFORMATS}
             assert len(set(uris.values())) == 3
@@ -84,7 +84,7 @@ def test_uris_differ_per_format():
             assert uris["w8"] == qbase + "_wfmt-w8"
             if GEMV.mma_for(GemvProblem(256, 704, ep, "w4"), mt):  # tensor-core w4 (4-token tile): 16 rows per warp
                 mbase = re.sub(r"_rw\d+_", "_rw16_", spec.uri.replace(
-                    f"_tok{mt}_", f"_tok{mt}_mma1_mma_stages{mma_stages(th)}_"))
+                    f"_tok{mt}_", f"_tok{mt}_mma1_mma_stages{mma_stages(th, tile=mt)}_"))
                 assert uris["w4"] == mbase + "_wfmt-w4"
             else:
                 assert uris["w4"] == qbase + "_wfmt-w4"
@@ -100,7 +100,7 @@ def test_uris_differ_per_format():
 def test_rendered_quant_source_matches_the_format_constants():
     w4 = GEMV.spec(GemvProblem(256, 704, "store", "w4"), 256, "coop", 1).render()
     w8 = GEMV.spec(GemvProblem(256, 704, "store", "w8"), 256, "coop", 1).render()
-    w4_mma = GEMV.spec(GemvProblem(256, 704, "store", "w4"), 256, "coop", 4).render()  # tensor cores (4-token tile)
+    w4_mma = GEMV.spec(GemvProblem(256, 704, "store", "w4"), 128, "coop", 4).render()  # tensor cores (4-token tile)
     assert f"constexpr int kW4Group = {GROUP_SIZE};" in w4
     assert "constexpr bool kW4 = true;" in w4 and "constexpr bool kW4 = false;" in w8
     assert "constexpr bool kMma = false;" in w4 and "constexpr bool kMma = true;" in w4_mma
@@ -250,7 +250,8 @@ def test_fewer_splits_for_narrower_formats_on_a_long_k():
     """A narrow N with a long K is split as far as the format allows: the split count is capped at
     K/(32 x vector length), so w4 gets at most a quarter of bf16's splits."""
     ctx = PlanContext("sm_90", 132, resources("sm_90"))
-    got = {f: GEMV.launch_variant(GemvProblem(17408, 256, "residual_add", f), 1, ctx, 256, "coop") for f in WFORMATS}
+    got = {f: GEMV.launch_variant(GemvProblem(17408, 256, "residual_add", f), 1, ctx, 256, "coop",
+                                   max_tokens=1) for f in WFORMATS}
     assert all(g.split_k >= 2 for g in got.values())
     assert got["w4"].split_k <= 17 and got["w8"].split_k <= 34
     assert got["w4"].split_k <= got["w8"].split_k <= got["bf16"].split_k
