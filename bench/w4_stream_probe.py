@@ -1,7 +1,8 @@
 """Device probe (diagnostic, session 5): what limits the w4 decode GEMV at T = 1? Times the tensor-core w4 kernel of
 the 27B gate|up and down_proj shapes as rendered, and with parts of its work removed from the rendered source --
 ``nomath``: the dequantisation and the mma replaced by one FMA per group that keeps every load live; ``nox``: also
-no x loads -- next to the fp32-FMA kernel, each in a CUDA graph of back-to-back PDL launches over distinct weight
+no x reads (session 5 run 41: x loaded from L1 / L2 at each group; since 2df7107 x comes through the ring, and
+``nox`` drops only its shared-memory reads) -- next to the fp32-FMA kernel, each in a CUDA graph of back-to-back PDL launches over distinct weight
 copies (bench/gemv_ksplit_sweep.py's method). The outputs of the modified kernels are meaningless; only times.
 
 Usage (GPU machine): python bench/w4_stream_probe.py [--json FILE]
@@ -32,8 +33,8 @@ SHAPES = {"gate_up": GemvProblem(5120, 17408, "swiglu", "w4", in_norm="parts"),
 MMA_MATH = re.compile(r"        float d\[4\] = \{0\.0f, 0\.0f, 0\.0f, 0\.0f\};\n.*?c\[3\] = fmaf\(d\[3\], sb, c\[3\]\);\n", re.S)
 NOMATH = ("        c[0] = fmaf(__uint_as_float((wa.x ^ wb.y ^ xa.x ^ xb.w) & 0x3f7fffffu), sa, c[0]);\n"
           "        c[2] = fmaf(__uint_as_float((wa.y ^ wb.x ^ xa.z ^ xb.y) & 0x3f7fffffu), sb, c[2]);\n")
-X_LOADS = [("uint4 xa = ninfer::ld_ro_v4(xr + (size_t)gi * kW4Group);", "uint4 xa = make_uint4(gi, 1u, 2u, 3u);"),
-           ("uint4 xb = ninfer::ld_ro_v4(xr + (size_t)gi * kW4Group + 8);", "uint4 xb = make_uint4(4u, gi, 6u, 7u);")]
+X_LOADS = [("uint4 xa = *reinterpret_cast<const uint4*>(st + xoff + u * 128);", "uint4 xa = make_uint4(gi, 1u, 2u, 3u);"),
+           ("uint4 xb = *reinterpret_cast<const uint4*>(st + xoff + u * 128 + 16);", "uint4 xb = make_uint4(4u, gi, 6u, 7u);")]
 
 
 def variants(src: str) -> dict[str, str]:
