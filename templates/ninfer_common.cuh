@@ -18,7 +18,7 @@
 //   5. grid-wide barrier for cooperative launches
 //   6. activations
 //   7. programmatic dependent launch (sm_90+)
-//   8. tensor cores: mma.sync m16n8k16 (bf16 in, fp32 accumulate) and bf16x2 arithmetic
+//   8. tensor cores (mma.sync m16n8k16, bf16 in, fp32 accumulate) and async copies (cp.async)
 #pragma once
 
 namespace ninfer {
@@ -196,7 +196,7 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 8. tensor cores and bf16x2 arithmetic (sm_80+ PTX, so every ninferc target)
+// 8. tensor cores and async copies (sm_80+ PTX, so every ninferc target)
 // ---------------------------------------------------------------------------------------------
 
 // D += A * B with one warp-wide mma.sync.m16n8k16 (bf16 inputs, fp32 accumulate). Fragments (PTX ISA
@@ -212,22 +212,10 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned int
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// a * b + c on two packed bf16 (element 2i in the low half), rounded to nearest even per element
-// (PTX fma.rn.bf16x2, sm_80+): exact whenever the result is a bf16 value, e.g. small integers.
-__device__ __forceinline__ unsigned int fma_bf16x2(unsigned int a, unsigned int b, unsigned int c) {
-  unsigned int d;
-  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
-
-// Asynchronous global -> shared copies (PTX cp.async, sm_80+): 8 or 4 bytes, cached in L1 (.ca; the only
-// form for sizes below 16), both addresses aligned to the size. A thread's copies become visible to itself
+// Asynchronous global -> shared copies (PTX cp.async, sm_80+): 4 bytes cached in L1 (.ca; the only form for sizes
+// below 16), both addresses aligned to the size. A thread's copies become visible to itself
 // after cp_async_wait<N>() leaves at most N of its committed groups pending; to other threads after a
 // barrier that follows that wait.
-__device__ __forceinline__ void cp_async8(void* smem_dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"((unsigned)__cvta_generic_to_shared(smem_dst)),
-               "l"(src) : "memory");
-}
 __device__ __forceinline__ void cp_async4(void* smem_dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((unsigned)__cvta_generic_to_shared(smem_dst)),
                "l"(src) : "memory");
@@ -242,12 +230,6 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
-// Streaming read-only 8-byte load (weights touched once; not allocated in L1). 8-byte aligned.
-__device__ __forceinline__ uint2 ld_stream_v2(const void* p) {
-  uint2 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
-  return v;
-}
 
 }  // namespace ninfer
 

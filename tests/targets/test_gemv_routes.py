@@ -37,7 +37,7 @@ def candidates(gemv, prob, tokens, c):
     tile = gemv.tile_for(tokens)
     out = []
     mma = gemv.mma_for(prob, tile)  # the tensor-core w4 variants (4-token tile) use their own shapes
-    for th, kw in gemv.mma_shapes if mma else gemv.plain_shapes:
+    for th, kw in gemv.shapes_for(prob, tile) if mma else gemv.plain_shapes:
         spec = gemv.spec(prob, th, "plain", tile, kw)
         assert dict(spec.params).get("mma", False) == mma
         t = estimate_us(prob, tokens, threads=th, k_warps=kw, rows_per_warp=gemv.rows_for(prob, tile), tile=tile,
