@@ -18,7 +18,7 @@
 //   5. grid-wide barrier for cooperative launches
 //   6. activations
 //   7. programmatic dependent launch (sm_90+)
-//   8. tensor cores (mma.sync m16n8k16, bf16 in, fp32 accumulate) and async copies (cp.async)
+//   8. tensor cores (mma.sync m16n8k16, bf16 in, fp32 accumulate), bf16x2 fma, async copies (cp.async)
 #pragma once
 
 namespace ninfer {
@@ -196,7 +196,7 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 8. tensor cores and async copies (sm_80+ PTX, so every ninferc target)
+// 8. tensor cores, bf16x2 fma and async copies (sm_80+ PTX, so every ninferc target)
 // ---------------------------------------------------------------------------------------------
 
 // D += A * B with one warp-wide mma.sync.m16n8k16 (bf16 inputs, fp32 accumulate). Fragments (PTX ISA
@@ -210,6 +210,14 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned int
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// a * b + c on two packed bf16 (element 2i in the low half), rounded to nearest even per element
+// (PTX fma.rn.bf16x2, sm_80+): exact whenever the result is a bf16 value, e.g. small integers.
+__device__ __forceinline__ unsigned int fma_bf16x2(unsigned int a, unsigned int b, unsigned int c) {
+  unsigned int d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
 }
 
 // Asynchronous global -> shared copies (PTX cp.async, sm_80+): 4 bytes cached in L1 (.ca; the only form for sizes

@@ -49,9 +49,9 @@ Tensor-core w4 (template ``mma``; the token tiles of ``GemvCoopFamily.w4_mma_til
 A warp owns 16 W rows, one ``mma.sync.m16n8k16`` A tile (rows g = lane / 4 and g + 8), and the chunk's tokens are
 the B columns (column g = token g, zero past T; n = 8, so T <= 8). Per scale group of 64 K elements, lane
 (g, q = lane % 4) takes codes 16q .. 16q + 15 of its two rows: each word of 8 codes gives the bf16 pairs
-(136 + q[e_i], 136 + q[e_i+4]) exactly (nibble under the exponent of 128), a second mma per k-tile with A = -136
-takes the offset off in the fp32 accumulators, and the mma of the group read K in that permuted order for A and B
-alike (B pairs by PRMT of x), so the sum is the same; each group's fp32 sums are multiplied by its scale once (as the FMA path does). The warp streams
+(q[e_i], q[e_i+4]) exactly (nibble under the exponent of 128, then one ``fma.rn.bf16x2`` subtracting 136; taking
+the 136 off with a second mma per k-tile instead was slower on the H200, session 5 run 43), and the four mma of
+the group read K in that permuted order for A and B alike (B pairs by PRMT of x), so the sum is the same; each group's fp32 sums are multiplied by its scale once (as the FMA path does). The warp streams
 chunks of 4 groups (128 bytes of each row, their scales and the chunk's x of every token) through a private
 ``mma_stages``-deep cp.async ring in shared memory, XOR-swizzled for the fragment reads; before the PDL wait only
 the first chunks' weight lines are prefetched into L2. Same epilogues, input modes

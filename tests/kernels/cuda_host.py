@@ -159,6 +159,16 @@ static inline void cp_async16(void* dst, const void* src, int n) {
 }
 static inline void cp_async_commit() {}
 template <int N> static inline void cp_async_wait() {}
+// fma.rn.bf16x2: per half, the fp32 fma (exact for bf16 inputs' products up to 16 bits) rounded to bf16.
+static inline unsigned int fma_bf16x2(unsigned int a, unsigned int b, unsigned int c) {
+  unsigned int d = 0;
+  for (int h = 0; h < 2; ++h) {
+    const float r = fmaf(__uint_as_float(((a >> (16 * h)) & 0xffffu) << 16), __uint_as_float(((b >> (16 * h)) & 0xffffu) << 16),
+                         __uint_as_float(((c >> (16 * h)) & 0xffffu) << 16));
+    d |= (unsigned int)f32_to_bf16(r) << (16 * h);
+  }
+  return d;
+}
 // mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 for one warp (PTX ISA, "Matrix Fragments for
 // mma.m16n8k16 with floating point type"), g = lane / 4, t = lane % 4, element 2i of a pair in the low half:
 // A (16 x 16): a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1], a2 = A[g][2t+8, 2t+9], a3 = A[g+8][2t+8, 2t+9];
