@@ -306,11 +306,12 @@ class GemvCoopFamily:
         w4_mma_tiles: the token tiles whose w4 variants run on tensor cores (template ``mma``: 16 rows per warp,
             the dot products on mma.sync; every w4 variant of such a tile is an mma variant -- the cost model has
             no ALU term, so the two kinds are not compared by it). Default (4,), from the H200 sweep
-            (``bench/gemv_ksplit_sweep.py``, session 5, every 27B decode shape, best variant of each kind): at
-            T = 4 the mma variants take 31.6 / 15.8 / 58.2 / 44.7 / 30.8 / 267 us (GDN in, GDN out, gate|up,
-            down, q|k|v, LM head) against 51.1 / 26.4 / 110.5 / 62.0 / 50.9 / 531 us on fp32 FMAs (1.4-2.0x);
-            at T = 1 they were 1-8 % slower (down_proj / out_proj 40-60 % slower), so the 1-token tile keeps
-            the FMA path.
+            (``bench/gemv_ksplit_sweep.py``, session 5 run 42, every 27B decode shape, best variant of each kind,
+            ``bench/results/gemv_ksplit_sweep_w4_t4_h200_5149fc8.json``): at T = 4 the mma variants take 28.2 /
+            15.1 / 48.8 / 35.6 / 24.8 / 265 us (GDN in, GDN out, gate|up, down, q|k|v, LM head) against 51.3 /
+            26.5 / 110.6 / 62.3 / 51.0 / 533 us on fp32 FMAs (1.7-2.3x); at T = 1 they are at parity or slower
+            (gate|up 42.7 vs 40.5 us, down 25.4 vs 22.2; the 27B w4 decode 125.3 vs 131 tok/s), so the 1-token
+            tile keeps the FMA path.
         mma_chunk: scale groups per stage of the mma variants' cp.async rings (4: 128 bytes of each row; or 8).
         mma_shapes: the plain (threads, k_warps) shapes of the mma variants, in place of ``plain_shapes``: a
             16-row warp tile leaves few row groups on a short N (5,120 outputs = 320 tiles), so more warps
