@@ -33,8 +33,9 @@ SHAPES = [("gdn_in", 5120, 16480, "store", "parts"), ("gdn_out", 6144, 5120, "ad
           ("gate_up", 5120, 17408, "swiglu", "parts"), ("down", 17408, 5120, "add_norm_parts", "none"),
           ("qkv", 5120, 14336, "store", "parts"), ("lm_head", 5120, 248320, "store", "none")]
 CONFIGS = [(th, kw) for th in (128, 256, 512) for kw in (1, 2, 4, 8) if (th // 32) % kw == 0]
-#: the tensor-core w4 variants' shapes: those whose cp.async rings fit the static shared memory
-MMA_CONFIGS = [(th, kw) for th, kw in CONFIGS if mma_stages(th) >= 2]
+#: the tensor-core w4 variants' shapes: those whose cp.async rings fit the static shared memory at one token
+#: (GemvCoopFamily.shapes_for drops the ones that do not fit a larger tile)
+MMA_CONFIGS = [(th, kw) for th, kw in CONFIGS if mma_stages(th, 1) >= 2]
 
 
 class Bufs:
@@ -110,14 +111,12 @@ def main(argv=None) -> int:
     planner = GemvCoopFamily()
     rows = []
     for fmt in a.formats.split(","):
-        # (rows per warp, mma ring chunk or 0 for the fp32-FMA path) -> the family whose plain variants are swept
-        fams = {(rw, 0): GemvCoopFamily(plain_shapes=tuple(CONFIGS), rows_per_warp=rw, quant_rows_per_warp=rw,
-                                        norm_rows_per_warp=rw, w4_mma_tiles=())
+        # (rows per warp, tensor cores?) -> the family whose plain variants are swept
+        fams = {(rw, False): GemvCoopFamily(plain_shapes=tuple(CONFIGS), rows_per_warp=rw, quant_rows_per_warp=rw,
+                                            norm_rows_per_warp=rw, w4_mma_tiles=())
                 for rw in (2, 4)}
         if fmt == "w4":
-            for chunk in (4, 8):
-                fams[(16, chunk)] = GemvCoopFamily(mma_shapes=tuple(MMA_CONFIGS), w4_mma_tiles=(1, 4),
-                                                   mma_chunk=chunk)
+            fams[(16, True)] = GemvCoopFamily(mma_shapes=tuple(MMA_CONFIGS), w4_mma_tiles=(1, 4))
         probs = {name: GemvProblem(K, N, ep, fmt, in_norm=inn) for name, K, N, ep, inn in SHAPES}
         todo = {s.uri: s for p in probs.values() for fam in (planner, *fams.values()) for s in fam.variants(p)
                 if s.param("max_tokens") == planner.tile_for(a.tokens)}
@@ -144,19 +143,18 @@ def main(argv=None) -> int:
             T, tile = a.tokens, planner.tile_for(a.tokens)
             pick = run(planner.launch(p, T, ctx), "planner")
             cands = []
-            for (rw, chunk), fam in fams.items():
-                mma = chunk > 0
+            for (rw, mma), fam in fams.items():
                 for th, kw in fam.shapes_for(p, tile) if mma else CONFIGS:
                     ln = fam.launch_variant(p, T, ctx, th, "plain", max_tokens=tile, k_warps=kw)
                     est = estimate_us(p, T, threads=th, k_warps=kw, rows_per_warp=rw, tile=tile,
                                       ctas_per_sm=ln.ctas_per_sm, sms=sms, bandwidth_per_sm_gbs=ctx.bandwidth_per_sm_gbs,
-                                      mma=mma, mma_chunk=chunk or 4)
-                    cands.append(run(ln, "sweep", rw=rw, mma=chunk, threads=th, k_warps=kw, tile=tile, tokens=T,
+                                      mma=mma)
+                    cands.append(run(ln, "sweep", rw=rw, mma=mma, threads=th, k_warps=kw, tile=tile, tokens=T,
                                      estimate_us=est))
             for mma in sorted({r["mma"] for r in cands}):
                 best = min((r for r in cands if r["mma"] == mma), key=lambda r: r["us"])
                 print(f"{fmt:4} {name:8} planner {pick['uri'].split('__')[1]:52} {pick['us']:7.1f} us "
-                      f"{pick['gbps']:6.0f} GB/s | best{f' mma{mma}' if mma else ''} rw{best['rw']} th{best['threads']} "
+                      f"{pick['gbps']:6.0f} GB/s | best{' mma' if mma else ''} rw{best['rw']} th{best['threads']} "
                       f"kw{best['k_warps']} {best['us']:7.1f} us {best['gbps']:6.0f} GB/s", flush=True)
             del bufs
             cp.get_default_memory_pool().free_all_blocks()

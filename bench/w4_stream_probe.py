@@ -38,6 +38,8 @@ X_LOADS = [("uint4 xa = *reinterpret_cast<const uint4*>(st + xoff + u * 128);", 
 
 
 def variants(src: str) -> dict[str, str]:
+    """The rendered mma kernel ``src`` as run ("full"), without its math ("nomath") and also without its x reads
+    ("nox"). Raises AssertionError if the template no longer has the blocks this cuts (the probe is then stale)."""
     out = {"full": src}
     nomath, n = MMA_MATH.subn(NOMATH, src)
     assert n == 1, "mma block not found"
@@ -51,6 +53,7 @@ def variants(src: str) -> dict[str, str]:
 
 
 def main(argv=None) -> int:
+    """Time every variant of both shapes; print one line each, write ``--json`` rows (us, GB/s of weight bytes)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)

@@ -3,8 +3,7 @@
 // (kept out of ninfer_common.cuh; any family may include it). No CUDA headers, no per-arch numbers.
 //
 //   smem_addr     generic -> 32-bit shared-window address (for cp.async / ldmatrix operands)
-//   cp_async16    16-byte global -> shared copy (cp.async.cg, L2 only), zero-filling when src_bytes = 0
-//   cp_async_commit / cp_async_wait<N>   commit a group / wait until at most N groups are pending
+//   cp_async16, cp_async_commit, cp_async_wait<N>   (ninfer_common.cuh section 8, re-exported)
 //   ldmatrix_x4   four 8x8 b16 matrices from shared memory, one per 8-lane address group
 //   mma_bf16      D += A * B, mma.sync m16n8k16, A row-major bf16, B column-major bf16, fp32 accumulators
 #pragma once
@@ -16,11 +15,8 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
-// 16-byte global -> shared copy; src_bytes = 0 writes zeros and reads nothing (masked edges).
-__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-using ninfer::cp_async_commit;  // ninfer_common.cuh section 8
+using ninfer::cp_async16;  // ninfer_common.cuh section 8
+using ninfer::cp_async_commit;
 using ninfer::cp_async_wait;
 
 __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {

@@ -51,11 +51,12 @@ the B columns (column g = token g, zero past T; n = 8, so T <= 8). Per scale gro
 (g, q = lane % 4) takes codes 16q .. 16q + 15 of its two rows: each word of 8 codes gives the bf16 pairs
 (q[e_i], q[e_i+4]) exactly (nibble under the exponent of 128, then one ``fma.rn.bf16x2`` subtracting 136; taking
 the 136 off with a second mma per k-tile instead was slower on the H200, session 5 run 43), and the four mma of
-the group read K in that permuted order for A and B alike (B pairs by PRMT of x), so the sum is the same; each group's fp32 sums are multiplied by its scale once (as the FMA path does). The warp streams
-chunks of 4 groups (128 bytes of each row, their scales and the chunk's x of every token) through a private
-``mma_stages``-deep cp.async ring in shared memory, XOR-swizzled for the fragment reads; before the PDL wait only
-the first chunks' weight lines are prefetched into L2. Same epilogues, input modes
-and routes as the FMA kernels (the writer warp stores its 16 x T outputs in rounds of 32).
+the group read K in that permuted order for A and B alike (B pairs by PRMT of x), so the sum is the same; each
+group's fp32 sums are multiplied by its scale once (as the FMA path does). The warp streams chunks of 4 groups
+(128 bytes of each row, their scales and the chunk's x of every token) through a private ``mma_stages``-deep
+cp.async ring in shared memory, XOR-swizzled for the fragment reads; before the PDL wait only the first chunks'
+weight lines are prefetched into L2 (x is the previous kernel's output). Same epilogues, input modes and routes as
+the FMA kernels (the writer warp stores its 16 x T outputs in rounds of 32).
 
 Kernel shape
 ------------
@@ -133,26 +134,29 @@ TAIL_STEP_US = 0.2
 MMA_ROWS = 16
 #: stages of an mma warp's cp.async ring (template ``mma_stages``): ``MMA_STAGES - 1`` chunks in flight
 MMA_STAGES = 3
-#: scale groups per ring stage (``kChunk``): 4 x 32 bytes = one 128-byte line of each of the 16 rows
+#: scale groups per ring stage (``kChunk`` in the template): 4 x 32 bytes = one 128-byte line of each of the 16
+#: rows (8 groups per stage were slower on the H200: bench/NOTES.md run 40)
 MMA_CHUNK = 4
-
-
-def mma_stage_bytes(chunk: int = MMA_CHUNK, tile: int = 1) -> int:
-    """Bytes of one ring stage of ``chunk`` groups for token tile ``tile``: the 16 rows' codes and fp32 scales and
-    the chunk's bf16 x of ``tile`` tokens (``kStageBytes``)."""
-    return MMA_ROWS * chunk * (GROUP_SIZE // 2 + 4) + tile * chunk * GROUP_SIZE * 2
+#: most tokens an mma variant's CTA takes: the n = 8 columns of the m16n8k16 tile
+MMA_MAX_TOKENS = 8
 #: static shared memory a kernel may declare (CUDA C Programming Guide, "Shared Memory": 48 KB without the
 #: dynamic opt-in); the mma ring of a large CTA gets fewer stages to fit
 STATIC_SMEM_LIMIT = 48 * 1024
 
 
-def mma_stages(threads: int, chunk: int = MMA_CHUNK, tile: int = 1) -> int:
-    """Stages of each warp's cp.async ring in an mma variant of ``threads`` threads: ``MMA_STAGES``, fewer when
-    the CTA's rings would exceed ``STATIC_SMEM_LIMIT`` (256 threads: 2); below 2 (512 threads) the variant does
-    not exist (:meth:`GemvCoopFamily.coop_threads_for`)."""
-    return min(MMA_STAGES, STATIC_SMEM_LIMIT // (threads // WARP * mma_stage_bytes(chunk, tile)))
-#: most tokens an mma variant's CTA takes: the n = 8 columns of the m16n8k16 tile
-MMA_MAX_TOKENS = 8
+def mma_stage_bytes(tile: int) -> int:
+    """Bytes of one mma ring stage for token tile ``tile`` (``kStageBytes``): ``MMA_CHUNK`` groups of the 16 rows'
+    codes (32 B per row and group) and fp32 scales, plus the chunk's bf16 x of ``tile`` tokens (128 B per token
+    and group)."""
+    return MMA_ROWS * MMA_CHUNK * (GROUP_SIZE // 2 + 4) + tile * MMA_CHUNK * GROUP_SIZE * 2
+
+
+def mma_stages(threads: int, tile: int) -> int:
+    """Stages of each warp's cp.async ring in an mma variant of ``threads`` threads and token tile ``tile``:
+    ``MMA_STAGES``, fewer when the CTA's rings would exceed ``STATIC_SMEM_LIMIT`` (1 token: 256 threads get 2;
+    4 tokens: 128 threads get 2). Below 2 the variant does not exist: :meth:`GemvCoopFamily.shapes_for` and
+    :meth:`GemvCoopFamily.coop_threads_for` leave it out, :meth:`GemvCoopFamily.spec` refuses it."""
+    return min(MMA_STAGES, STATIC_SMEM_LIMIT // (threads // WARP * mma_stage_bytes(tile)))
 
 
 @dataclass(frozen=True)
@@ -238,17 +242,16 @@ class GemvProblem:
 
 
 def estimate_us(problem: GemvProblem, tokens: int, *, threads: int, k_warps: int, rows_per_warp: int, tile: int,
-                ctas_per_sm: int, sms: int, bandwidth_per_sm_gbs: float, splits: int = 1, mma: bool = False,
-                mma_chunk: int = MMA_CHUNK) -> float:
+                ctas_per_sm: int, sms: int, bandwidth_per_sm_gbs: float, splits: int = 1, mma: bool = False) -> float:
     """Modelled time of one launch, microseconds (module docstring, "Routes and the cost model").
 
     Args:
         problem: the GEMV. tokens: T. threads, k_warps, rows_per_warp, tile: the variant (tile = max_tokens).
         ctas_per_sm: the variant's resident CTAs per SM (occupancy calculator). sms: SM count.
         bandwidth_per_sm_gbs: DRAM bandwidth per SM, GB/s. splits: K splits of a cooperative launch (1 = plain).
-        mma: the tensor-core w4 variant: a warp step is the ``mma_stages(threads) - 1`` scale groups of its 16
-            rows its cp.async ring holds in flight (3.5 KiB at 8 stages) instead of one 16-byte vector per lane and
-            row. mma_chunk: its scale groups per ring stage.
+        mma: the tensor-core w4 variant: a warp step is the ``(mma_stages - 1) x MMA_CHUNK`` scale groups of its
+            16 rows its cp.async ring holds in flight (4 KiB at 3 stages) instead of one 16-byte vector per lane
+            and row.
 
     Returns:
         streaming time (weight bytes x token chunks at the bandwidth the resident warps can sustain) + the
@@ -262,7 +265,7 @@ def estimate_us(problem: GemvProblem, tokens: int, *, threads: int, k_warps: int
     ctas = -(-problem.n // outs) * chunks * splits
     cap = max(1, ctas_per_sm) * sms
     if mma:
-        inflight_groups = (mma_stages(threads, mma_chunk, tile) - 1) * mma_chunk
+        inflight_groups = (mma_stages(threads, tile) - 1) * MMA_CHUNK
         steps = -(-(problem.k // GROUP_SIZE) // (k_warps * splits * inflight_groups))
         step_bytes = MMA_ROWS * GROUP_SIZE // 2 * inflight_groups
     else:
@@ -312,7 +315,6 @@ class GemvCoopFamily:
             26.5 / 110.6 / 62.3 / 51.0 / 533 us on fp32 FMAs (1.7-2.3x); at T = 1 they are at parity or slower
             (gate|up 42.7 vs 40.5 us, down 25.4 vs 22.2; the 27B w4 decode 125.3 vs 131 tok/s), so the 1-token
             tile keeps the FMA path.
-        mma_chunk: scale groups per stage of the mma variants' cp.async rings (4: 128 bytes of each row; or 8).
         mma_shapes: the plain (threads, k_warps) shapes of the mma variants, in place of ``plain_shapes``: a
             16-row warp tile leaves few row groups on a short N (5,120 outputs = 320 tiles), so more warps
             share each tile's K to keep enough bytes in flight. At most 256 threads: a 512-thread CTA's 128
@@ -328,7 +330,7 @@ class GemvCoopFamily:
     def __init__(self, plain_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 2), (256, 4)),
                  coop_threads: tuple[int, ...] = (256, 512), token_tiles: tuple[int, ...] = (1, 4),
                  rows_per_warp: int = 4, quant_rows_per_warp: int = 2, norm_rows_per_warp: int = 2,
-                 prefetch_steps: int = 1, w4_mma_tiles: tuple[int, ...] = (4,), mma_chunk: int = MMA_CHUNK,
+                 prefetch_steps: int = 1, w4_mma_tiles: tuple[int, ...] = (4,),
                  mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))):
         bad_shape = [s for s in (*plain_shapes, *mma_shapes)
                      if s[0] % WARP or s[0] <= 0 or s[1] < 1 or (s[0] // WARP) % s[1]]
@@ -358,9 +360,6 @@ class GemvCoopFamily:
         self.norm_rows_per_warp = int(norm_rows_per_warp)
         self.prefetch_steps = int(prefetch_steps)
         self.w4_mma_tiles = tuple(int(t) for t in w4_mma_tiles)
-        if mma_chunk not in (4, 8):
-            raise PlanError(f"gemv_coop: mma_chunk = {mma_chunk}: the ring stages 4 or 8 scale groups")
-        self.mma_chunk = int(mma_chunk)
 
     @property
     def threads(self) -> tuple[int, ...]:
@@ -373,14 +372,14 @@ class GemvCoopFamily:
         (:func:`mma_stages`: at the 4-token tile only 128-thread mma CTAs fit)."""
         if self.mma_for(problem, tile):
             cands = sorted({*self.coop_threads, min(t for t, _ in self.mma_shapes)})
-            return tuple(t for t in cands if mma_stages(t, self.mma_chunk, tile) >= 2)
+            return tuple(t for t in cands if mma_stages(t, tile) >= 2)
         return self.coop_threads
 
     def shapes_for(self, problem: GemvProblem, tile: int) -> tuple[tuple[int, int], ...]:
         """The plain (threads, k_warps) candidates of ``problem`` at token tile ``tile``: ``mma_shapes`` for the
         tensor-core variants, else ``plain_shapes``."""
         if self.mma_for(problem, tile):
-            return tuple(s for s in self.mma_shapes if mma_stages(s[0], self.mma_chunk, tile) >= 2)
+            return tuple(s for s in self.mma_shapes if mma_stages(s[0], tile) >= 2)
         return self.plain_shapes
 
     def mma_for(self, problem: GemvProblem, tile: int) -> bool:
@@ -433,15 +432,12 @@ class GemvCoopFamily:
         if problem.quantized:
             params["wfmt"] = problem.wfmt
         if self.mma_for(problem, tile):
-            if mma_stages(threads, self.mma_chunk, tile) < 2:
-                raise PlanError(f"gemv_coop: no w4 mma variant of {threads} threads: its cp.async rings "
-                                f"({threads // WARP} x 2 x {mma_stage_bytes(self.mma_chunk, tile)} B) exceed {STATIC_SMEM_LIMIT} B "
-                                "of static "
-                                "shared memory")
+            if mma_stages(threads, tile) < 2:
+                raise PlanError(f"gemv_coop: no w4 mma variant of {threads} threads at a {tile}-token tile: its "
+                                f"cp.async rings ({threads // WARP} warps x 2 stages x {mma_stage_bytes(tile)} B) "
+                                f"exceed the {STATIC_SMEM_LIMIT} B of static shared memory")
             params["mma"] = True
-            params["mma_stages"] = mma_stages(threads, self.mma_chunk, tile)
-            if self.mma_chunk != MMA_CHUNK:
-                params["mma_chunk"] = self.mma_chunk
+            params["mma_stages"] = mma_stages(threads, tile)
         if problem.norm_out:
             params["unit_offset"] = bool(problem.unit_offset)
         if problem.norm_in:
@@ -533,7 +529,7 @@ class GemvCoopFamily:
         return estimate_us(problem, tokens, threads=spec.threads, k_warps=k_warps,
                            rows_per_warp=self.rows_for(problem, spec.param("max_tokens")), tile=spec.param("max_tokens"),
                            ctas_per_sm=occ.ctas_per_sm, sms=ctx.sms, bandwidth_per_sm_gbs=ctx.bandwidth_per_sm_gbs,
-                           splits=splits, mma=self.mma_for(problem, spec.param("max_tokens")), mma_chunk=self.mma_chunk)
+                           splits=splits, mma=self.mma_for(problem, spec.param("max_tokens")))
 
     def launch(self, problem: GemvProblem, tokens: int, ctx: PlanContext) -> Launch:
         """The launch for T = ``tokens`` on ``ctx``: the candidate (every plain shape; every cooperative thread
@@ -584,8 +580,9 @@ class GemvCoopFamily:
             PlanError: the cooperative grid cannot fit even with one split, or ``splits`` exceeds the cap; the
                 spec's own errors (:meth:`spec`).
         """
-        chunks = self.token_chunks(tokens, max_tokens)
-        base = self.row_blocks(problem, threads, k_warps, self.max_tokens if max_tokens is None else max_tokens) * chunks
+        tile = self.max_tokens if max_tokens is None else max_tokens
+        chunks = self.token_chunks(tokens, tile)
+        base = self.row_blocks(problem, threads, k_warps, tile) * chunks
         spec = self.spec(problem, threads, mode, max_tokens, k_warps)
         if mode == "plain":
             return ctx.make_launch(spec, base, route="plain", tokens=tokens,

@@ -206,14 +206,13 @@ def test_folded_norm_pair_equals_the_unfused_chain(ctx, fmt, t):
     assert _rel(_bf16_bits_to_f32(y), pair.astype(np.float32)) < BF16_REL
 
 
-@pytest.mark.parametrize("chunk", [4, 8])
 @pytest.mark.parametrize("mode", ["plain", "coop"])
-def test_w4_mma_partial_chunk(mode, chunk):
-    """The mma ring copies 4 (or 8) scale groups per stage: K = 704 (11 groups) leaves a partial last chunk
-    (zero-filled codes, uncopied scales), and 2 K splits of 6 / 5 groups start a split mid-chunk."""
-    fam = GemvCoopFamily(coop_threads=(128, 256), mma_shapes=((128, 2),), w4_mma_tiles=(1, 4), mma_chunk=chunk)
+def test_w4_mma_partial_chunk(mode):
+    """The mma ring copies 4 scale groups per stage: K = 704 (11 groups) leaves a partial last chunk (zero-filled
+    codes, uncopied scales), and 2 K splits of 6 / 5 groups start a split mid-chunk."""
+    fam = FAM_MMA
     prob = GemvProblem(704, 40, "store", "w4")
-    th, kw = (128, 2) if mode == "plain" else (128 if chunk == 8 else 256, 1)
+    th, kw = (128, 2) if mode == "plain" else (256, 1)
     spec = fam.spec(prob, th, mode, 1, kw)
     c = PlanContext(ARCH, SMS, {u: r for u, (_, r) in compile_variants([spec], ARCH).items()})
     launch = fam.launch_variant(prob, 1, c, th, mode, 2 if mode == "coop" else None, max_tokens=1, k_warps=kw)
