@@ -12,21 +12,29 @@ channels, K input features; the embedding table ``[V, H]`` is treated the same w
 ``w4``
     int4 with codes in **[-8, 7]**, one fp32 scale per group of :data:`GROUP_SIZE` = 64 consecutive
     elements along K (K must be a multiple of 64). Per group, let ``big`` be the larger and ``small``
-    the smaller of the two one-sided extremes ``max(w, 0)`` and ``max(-w, 0)``; the scale is
-    ``d = sign * max(fl32(big / 8), fl32(small / 7.5))`` with ``sign = +1`` when the negative side is
-    the larger (ties included) and ``-1`` otherwise; ``q = clip(rint(fl32(w / d)), -8, 7)``. So the
-    dominant extreme always lands on code -8 (a negative scale flips a positive-dominant group), the
+    the smaller of the two one-sided extremes ``max(w, 0)`` and ``max(-w, 0)``, and ``sign = +1`` when
+    the negative side is the larger (ties included), ``-1`` otherwise. The absmax scale is
+    ``mag_0 = max(fl32(big / 8), fl32(small / 7.5))``; the smallest scale that still clips nothing by
+    more than half a step is ``lo = max(fl32(big / 8.5), fl32(small / 7.5))``. The quantiser tries the
+    :data:`W4_SEARCH_STEPS` + 1 = 11 magnitudes ``mag_i = max(fl32(mag_0 - (mag_0 - lo) i / 10), lo)``
+    (the expression in float64, one rounding), ``d_i = sign * mag_i``, ``q = clip(rint(fl32(w / d_i)),
+    -8, 7)``, and keeps the one with the least squared error ``sum((fl32(w / d) - q)^2) (mag / mag_0)^2``
+    over the group (fp32, summed in a fixed pairwise order; ties keep the larger scale) -- a
+    least-squares scale search over a bound-preserving range, as llama.cpp's ``make_qx_quants`` does over
+    a wider one. So the dominant extreme always lands on code -8 (``big / mag`` lies in [8, 8.5]), the
     other side reaches at most 7.5 (rounded and, at worst, clipped to 7 within the same half step), and
     negating a group negates its scale and leaves its codes unchanged. ``codes`` uint8 [N, K/2],
     ``scales`` fp32 [N, K/64] (row-major, signed).
 
-    *Why [-8, 7] with a signed scale, not [-7, 7] with* ``max|w| / 7``: the step is ``max|w| / 8`` for
-    nearly every group (``max|w| / 7.5`` at worst, when both extremes are within 1/16 of each other)
-    instead of ``max|w| / 7`` — 12.5 % finer, using all 16 codes — while keeping the ``|scale| / 2``
-    bound for every element. Measured on the fixture (bench/quant_fidelity.py, short goldens, the w4
-    recipe): top-1 agreement with the bf16 model 0.867 and mean KL 0.091 with the symmetric [-7, 7] rule,
-    which misses issue 6's 0.90; 0.921 and KL 0.056 with the rule above (all numbers in
-    bench/results/quant_fidelity_cpu.json).
+    *Why [-8, 7] with a signed scale, not [-7, 7] with* ``max|w| / 7``: the step is ``max|w| / 8`` (or
+    finer) for nearly every group (``max|w| / 7.5`` at worst, when both extremes are within 1/16 of each
+    other) instead of ``max|w| / 7`` — 12.5 % finer, using all 16 codes — while keeping the
+    ``|scale| / 2`` bound for every element. *Why the search*: rounding error, not the range, dominates
+    int4; a slightly smaller step often lowers a group's squared error. Measured on the fixture
+    (bench/quant_fidelity.py, the w4 recipe; bench/results/quant_fidelity_cpu.json): short goldens top-1
+    agreement with the bf16 model / mean KL 0.867 / 0.091 with the symmetric [-7, 7] rule, 0.921 / 0.056
+    with the [-8, 7] absmax scale, **0.929 / 0.046** with the search; long prompt (3,031 positions)
+    0.831 / 0.122, 0.833 / 0.099, **0.845 / 0.087**. Relative weight RMSE 0.0748 -> 0.0721.
     The sign of the scale is free for a kernel (it multiplies by the scale either way); llama.cpp's
     Q4_0 uses the same signed ``max / -8`` scale, but clips the other side, which we avoid.
 
@@ -51,9 +59,10 @@ Error bound (:func:`error_bound`): ``|w - dequantize(q)| <= |scale| / 2`` per el
 rounding of the scale, the quotient and the dequantising product; exactly,
 ``|w - fl32(q * scale)| <= |scale| * (1/2 + 4 * qabs * 2**-24)`` with ``qabs`` = 127 (w8) or 8 (w4).
 Proof sketch: ``|w / scale| <= qabs + 1/2`` by construction (w8: ``amax / scale <= 127 (1 + 2^-24)``;
-w4: ``big / |d| <= 8``, ``small / |d| <= 7.5 (1 + 2^-24)``), so the fp32 quotient is off by at most
-``(qabs + 1) 2^-24``; rounding adds at most 1/2 (a clip from 8 to 7 only happens at quotients within
-that rounding slack of 7.5, so it too stays within 1/2 plus slack); ``fl(q * scale)`` adds at most
+w4: ``big / |d| <= 8.5 (1 + 2^-24)``, ``small / |d| <= 7.5 (1 + 2^-24)``, as every candidate is
+``>= lo``), so the fp32 quotient is off by at most ``(qabs + 1) 2^-24``; rounding adds at most 1/2 (a
+clip from 8 to 7, or from -9 to -8, only happens at quotients within that rounding slack of 7.5 or -8.5,
+so it too stays within 1/2 plus slack); ``fl(q * scale)`` adds at most
 ``qabs 2^-24`` scales.
 
 Recipes (:func:`recipe`) map the tensor classes of :attr:`ninferc.ir.graph.ParamSpec.group`
@@ -213,18 +222,57 @@ def _w8_scales_and_codes(wf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return scale, np.clip(np.rint(quot), -127, 127).astype(np.int8)  # round half to even, clip
 
 
+#: w4 scale candidates per group (see the module docstring): magnitudes mag_0 > ... > mag_N between the
+#: absmax rule's scale and the smallest scale that still clips nothing beyond half a step
+W4_SEARCH_STEPS = 10
+#: elements quantised per block of rows (fits a CPU cache; the result does not depend on it)
+_CHUNK_ELEMENTS = 1 << 18
+
+
+def _w4_codes(wg: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """Codes int8 [..., 64] = clip(rint(fl32(w / d)), -8, 7) for signed scales d [...]."""
+    return np.clip(np.rint((wg / scale[..., None]).astype(F32)), -8, 7).astype(np.int8)
+
+
+def _group_sum(e: np.ndarray) -> np.ndarray:
+    """Sum fp32 [..., 64] over the last axis in a fixed pairwise order (adjacent pairs, six levels), so the
+    result is the same on every machine and numpy build (a plain ``np.sum`` may reassociate per SIMD width)."""
+    while e.shape[-1] > 1:
+        e = e[..., 0::2] + e[..., 1::2]
+    return e[..., 0]
+
+
 def _w4_scales_and_codes(wg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """wg fp32 [..., 64] -> (signed scales fp32 [...], codes int8 [..., 64] in [-8, 7]) by the w4 rule."""
+    """wg fp32 [..., 64] -> (signed scales fp32 [...], codes int8 [..., 64] in [-8, 7]) by the w4 rule:
+    the least-squares choice among W4_SEARCH_STEPS + 1 bound-preserving scale candidates."""
     pos = np.maximum(np.max(wg, axis=-1), F32(0))              # largest positive value (exact)
     neg = np.maximum(-np.min(wg, axis=-1), F32(0))             # largest negative magnitude (exact)
     neg_dominant = neg >= pos
     big = np.where(neg_dominant, neg, pos)
     small = np.where(neg_dominant, pos, neg)
-    mag = np.maximum((big / F32(8)).astype(F32), (small / F32(7.5)).astype(F32))
-    tiny = mag < _TINY                                         # zero / subnormal scale -> +1
-    scale = np.where(tiny, F32(1.0), np.where(neg_dominant, mag, -mag)).astype(F32)
-    quot = (wg / scale[..., None]).astype(F32)                 # fl32(w / d)
-    return scale, np.clip(np.rint(quot), -8, 7).astype(np.int8)
+    mag0 = np.maximum((big / F32(8)).astype(F32), (small / F32(7.5)).astype(F32))      # absmax rule
+    lo = np.maximum((big / F32(8.5)).astype(F32), (small / F32(7.5)).astype(F32))      # no clip past 1/2 step
+    tiny = mag0 < _TINY                                        # zero / subnormal scale -> +1
+    sign = np.where(neg_dominant, F32(1), F32(-1))
+    best = np.where(tiny, F32(1.0), sign * mag0).astype(F32)
+    if W4_SEARCH_STEPS:
+        best_e = None
+        m0, span = mag0.astype(np.float64), mag0.astype(np.float64) - lo.astype(np.float64)
+        for i in range(W4_SEARCH_STEPS + 1):
+            # mag_i = fl32(mag0 - (mag0 - lo) i / N) (float64 of exact inputs, one rounding), never below lo
+            mag = np.maximum((m0 - span * (i / W4_SEARCH_STEPS)).astype(F32), lo)
+            scale = np.where(tiny, F32(1.0), sign * mag).astype(F32)
+            t = (wg / scale[..., None]).astype(F32)            # fl32(w / d)
+            r = t - np.clip(np.rint(t), F32(-8), F32(7))      # quotient error, in steps
+            ratio = np.where(tiny, F32(1), mag / np.where(tiny, F32(1), mag0)).astype(F32)
+            err = _group_sum(r * r) * (ratio * ratio)          # ~ sum (w - q d)^2 / mag0^2, fp32, fixed order
+            if best_e is None:
+                best_e = err
+            else:
+                better = err < best_e                          # strict: ties keep the larger scale
+                best = np.where(better, scale, best)
+                best_e = np.where(better, err, best_e)
+    return best.astype(F32), _w4_codes(wg, best)
 
 
 def quantize(w, fmt: str, *, name: str = "tensor") -> QuantTensor:
@@ -246,7 +294,11 @@ def quantize(w, fmt: str, *, name: str = "tensor") -> QuantTensor:
     if K % GROUP_SIZE:
         raise QuantError(f"{name}: w4 needs K (input features) to be a multiple of {GROUP_SIZE}, "
                          f"found K = {K} (shape {[N, K]})")
-    scales, q = _w4_scales_and_codes(wf.reshape(N, K // GROUP_SIZE, GROUP_SIZE))
+    wg = wf.reshape(N, K // GROUP_SIZE, GROUP_SIZE)
+    rows = max(1, _CHUNK_ELEMENTS // K)  # row blocks that stay in cache (rows are independent: same bytes)
+    parts = [_w4_scales_and_codes(wg[r:r + rows]) for r in range(0, N, rows)]
+    scales = np.concatenate([p[0] for p in parts]) if parts else np.zeros((0, K // GROUP_SIZE), F32)
+    q = np.concatenate([p[1] for p in parts]) if parts else np.zeros((0, K // GROUP_SIZE, GROUP_SIZE), np.int8)
     return QuantTensor("w4", (N, K), pack_int4(q.reshape(N, K)), np.ascontiguousarray(scales))
 
 
@@ -324,13 +376,13 @@ def recipe(name: str) -> dict[str, str]:
 
     * w8 keeps LM head and embedding bf16: each at w8 adds only ~0.5e-4 / ~1e-4 KL to w8's 3.7e-4, but
       w8 sits at issue 6's 0.98 edge (0.983) and an int8 LM head alone drops it to 0.979.
-    * w4 puts the LM head at w8: w4 with LM head bf16 or w8 is indistinguishable (KL 0.0565 vs 0.0563),
-      LM head at w4 adds +0.003 (+5 %); at the 27B shape the LM head is 2.54 GB of bf16, so w8 saves
+    * w4 puts the LM head at w8: w4 with LM head bf16 or w8 is indistinguishable (KL 0.0465 vs 0.0463
+      under the scale search; 0.0565 vs 0.0563 before it), LM head at w4 adds +0.003 (+7 %); at the 27B shape the LM head is 2.54 GB of bf16, so w8 saves
       1.27 GB per decoded token (roofline 253 -> 275 tok/s) for nothing measurable, and w4 would save
       0.56 GB more (-> 285 tok/s) at a measurable cost.
     * w4 puts the embedding at w8: it is read one row per token (no decode bandwidth), so its format
-      only sets artifact size; w8 costs nothing measurable and halves it, while w4 costs +0.015 KL
-      (+26 %, the largest single-class cost after MLP and GDN).
+      only sets artifact size; w8 costs nothing measurable and halves it, while w4 costs +0.012 KL
+      (+25 %, the largest single-class cost after MLP and GDN).
 
     Norms (and every other non-matrix param) are never quantised.
 
