@@ -113,10 +113,12 @@ def main(argv=None) -> int:
     for fmt in a.formats.split(","):
         # (rows per warp, tensor cores?) -> the family whose plain variants are swept
         fams = {(rw, False): GemvCoopFamily(plain_shapes=tuple(CONFIGS), rows_per_warp=rw, quant_rows_per_warp=rw,
-                                            norm_rows_per_warp=rw, w4_mma_tiles=())
+                                            norm_rows_per_warp=rw, w4_mma_tiles=(), w8_mma_tiles=())
                 for rw in (2, 4)}
         if fmt == "w4":
             fams[(16, True)] = GemvCoopFamily(mma_shapes=tuple(MMA_CONFIGS), w4_mma_tiles=(1, 4))
+        if fmt == "w8":  # the fp16-mma w8 kernels exist at the 1-token tile only
+            fams[(16, True)] = GemvCoopFamily(mma_shapes=tuple(CONFIGS), w8_mma_tiles=(1,))
         probs = {name: GemvProblem(K, N, ep, fmt, in_norm=inn) for name, K, N, ep, inn in SHAPES}
         todo = {s.uri: s for p in probs.values() for fam in (planner, *fams.values()) for s in fam.variants(p)
                 if s.param("max_tokens") == planner.tile_for(a.tokens)}
@@ -132,7 +134,8 @@ def main(argv=None) -> int:
             def run(ln, tag, **extra):
                 k = loaded[ln.kernel.uri]
                 calls = [lambda i=i: k.launch(ln.grid, ln.block, bufs.args(p, ln, i), cooperative=ln.cooperative,
-                                              stream=stream, pdl=True) for i in range(max(bufs.copies, 24))]
+                                              smem=ln.dynamic_smem_bytes, stream=stream, pdl=True)
+                         for i in range(max(bufs.copies, 24))]
                 t = time_graph(cp, stream, calls)
                 r = {"fmt": fmt, "shape": name, "tag": tag, "uri": ln.kernel.uri, "route": ln.route, "ctas": ln.ctas,
                      "split_k": ln.split_k, "ctas_per_sm": ln.ctas_per_sm, "regs": res[ln.kernel.uri].registers,
@@ -144,6 +147,8 @@ def main(argv=None) -> int:
             pick = run(planner.launch(p, T, ctx), "planner")
             cands = []
             for (rw, mma), fam in fams.items():
+                if mma and not fam.mma_for(p, tile):
+                    continue  # e.g. w8 at a token tile without mma kernels
                 for th, kw in fam.shapes_for(p, tile) if mma else CONFIGS:
                     ln = fam.launch_variant(p, T, ctx, th, "plain", max_tokens=tile, k_warps=kw)
                     est = estimate_us(p, T, threads=th, k_warps=kw, rows_per_warp=rw, tile=tile,

@@ -73,7 +73,7 @@ def main(argv=None) -> int:
                 k = DeviceKernel(src, spec.entry, spec.uri + "-" + tag)
                 res = {spec.uri: read_resources(k.compiled.cubin, arch.name, k.compiled.ptx)[spec.entry]}
                 ln = fam.launch_variant(p, 1, PlanContext(arch, sms, res), th, "plain", max_tokens=1, k_warps=kw)
-                calls = [lambda i=i: k.launch(ln.grid, ln.block, bufs.args(p, ln, i), stream=stream, pdl=True)
+                calls = [lambda i=i: k.launch(ln.grid, ln.block, bufs.args(p, ln, i), smem=ln.dynamic_smem_bytes, stream=stream, pdl=True)
                          for i in range(max(bufs.copies, 24))]
                 t = time_graph(cp, stream, calls)
                 r = {"shape": name, "kind": kind, "variant": tag, "threads": th, "k_warps": kw, "ctas": ln.ctas,

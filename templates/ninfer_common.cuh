@@ -212,6 +212,38 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned int
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// The same mma with fp16 inputs (mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32): same fragments, fp16
+// halves instead of bf16. Products of fp16 values are exact in fp32.
+__device__ __forceinline__ void mma_f16_16816(float (&d)[4], const unsigned int (&a)[4], unsigned int b0,
+                                              unsigned int b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// a * b + c on two packed fp16 (element 2i in the low half), rounded to nearest even per element (PTX
+// fma.rn.f16x2, sm_53+): exact whenever the result is an fp16 value, e.g. integers up to 2048.
+__device__ __forceinline__ unsigned int fma_f16x2(unsigned int a, unsigned int b, unsigned int c) {
+  unsigned int d;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+// a + b on two packed fp16, rounded to nearest even per element (PTX add.rn.f16x2, sm_53+).
+__device__ __forceinline__ unsigned int add_f16x2(unsigned int a, unsigned int b) {
+  unsigned int d;
+  asm("add.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// Two fp32 -> packed fp16 (lo in the low half), each rounded to nearest even (PTX cvt.rn.f16x2.f32, sm_80+;
+// overflow gives +-inf, values below the fp16 normal range become subnormal or zero).
+__device__ __forceinline__ unsigned int f32x2_to_f16x2(float lo, float hi) {
+  unsigned int d;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+
 // a * b + c on two packed bf16 (element 2i in the low half), rounded to nearest even per element
 // (PTX fma.rn.bf16x2, sm_80+): exact whenever the result is a bf16 value, e.g. small integers.
 __device__ __forceinline__ unsigned int fma_bf16x2(unsigned int a, unsigned int b, unsigned int c) {

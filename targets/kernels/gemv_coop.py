@@ -58,6 +58,20 @@ cp.async ring in shared memory, XOR-swizzled for the fragment reads; before the 
 weight lines are prefetched into L2 (x is the previous kernel's output). Same epilogues, input modes and routes as
 the FMA kernels (the writer warp stores its 16 x T outputs in rounds of 32).
 
+Tensor-core w8 (template ``mma`` with ``wfmt`` w8; the token tiles of ``GemvCoopFamily.w8_mma_tiles``, default 1)
+-----------------------------------------------------------------------------------------------------------------
+The same 16-row warp tile, on ``mma.sync.m16n8k16`` with **fp16** inputs: int8 codes are not exact in bf16 (8
+significant bits) but are in fp16 (11). Each CTA first converts its tokens' x into fp16 in dynamic shared memory
+(``tile * K * 2`` bytes, :meth:`GemvCoopFamily.dynamic_smem_bytes`), each token scaled by the power of two
+``2^e`` that puts ``max|x|`` in ``[2^14, 2^15)`` -- exact for every bf16 value down to ``2^-29 max|x|`` (smaller
+ones land in fp16 subnormals, error <= ``2^-39 max|x|``), and no overflow whatever the activation range. Per
+64-element block lane (g, q) streams 16 bytes of rows g and g + 8 straight from global memory (4 blocks per step);
+one LOP3 per pair puts the offset-binary bytes u = q + 128 of elements (e, e + 2) under the fp16 exponent of 1024
+and one ``add.rn.f16x2`` of -1152 gives q exactly, the mma reads K in that permuted order for A and B alike (x is
+stored in shared memory with each quad permuted to match), and the row scale and ``2^-e`` multiply the warp's
+fp32 totals. About 11 instructions per 8 codes (2 rows x 4) and k-tile against ~30 on fp32 FMAs. Plain route only
+(a cooperative split would convert x once per split); same epilogues and input modes.
+
 Kernel shape
 ------------
 A warp owns ``rows_per_warp`` W rows (for swiglu: half gate rows, the matching half up rows) and streams them
@@ -142,6 +156,11 @@ MMA_MAX_TOKENS = 8
 #: static shared memory a kernel may declare (CUDA C Programming Guide, "Shared Memory": 48 KB without the
 #: dynamic opt-in); the mma ring of a large CTA gets fewer stages to fit
 STATIC_SMEM_LIMIT = 48 * 1024
+#: bytes of fp16 x (token tile x K) the w8 mma variants keep in dynamic shared memory at most (under the 48 KiB a
+#: launch gets without the opt-in, with the static buffers); larger K (or tile) takes the FMA variants
+W8_MMA_X_BYTES = 40 * 1024
+#: 64-element blocks per warp step of the w8 mma variants (template ``kMmaUnroll``)
+W8_MMA_UNROLL = 4
 
 
 def mma_stage_bytes(tile: int) -> int:
@@ -264,7 +283,10 @@ def estimate_us(problem: GemvProblem, tokens: int, *, threads: int, k_warps: int
     chunks = -(-tokens // tile)
     ctas = -(-problem.n // outs) * chunks * splits
     cap = max(1, ctas_per_sm) * sms
-    if mma:
+    if mma and problem.wfmt == "w8":
+        steps = -(-(problem.k // 64) // (k_warps * splits * W8_MMA_UNROLL))
+        step_bytes = MMA_ROWS * 64 * W8_MMA_UNROLL
+    elif mma:
         inflight_groups = (mma_stages(threads, tile) - 1) * MMA_CHUNK
         steps = -(-(problem.k // GROUP_SIZE) // (k_warps * splits * inflight_groups))
         step_bytes = MMA_ROWS * GROUP_SIZE // 2 * inflight_groups
@@ -315,6 +337,8 @@ class GemvCoopFamily:
             26.5 / 110.6 / 62.3 / 51.0 / 533 us on fp32 FMAs (1.7-2.3x); at T = 1 they are at parity or slower
             (gate|up 42.7 vs 40.5 us, down 25.4 vs 22.2; the 27B w4 decode 125.3 vs 131 tok/s), so the 1-token
             tile keeps the FMA path.
+        w8_mma_tiles: the token tiles whose w8 variants run on tensor cores (fp16 mma, module docstring), where K is
+            a multiple of 64 and the tile's fp16 x fits ``W8_MMA_X_BYTES``; default (1,): the one-token decode.
         mma_shapes: the plain (threads, k_warps) shapes of the mma variants, in place of ``plain_shapes``: a
             16-row warp tile leaves few row groups on a short N (5,120 outputs = 320 tiles), so more warps
             share each tile's K to keep enough bytes in flight. At most 256 threads: a 512-thread CTA's 128
@@ -330,7 +354,7 @@ class GemvCoopFamily:
     def __init__(self, plain_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 2), (256, 4)),
                  coop_threads: tuple[int, ...] = (256, 512), token_tiles: tuple[int, ...] = (1, 4),
                  rows_per_warp: int = 4, quant_rows_per_warp: int = 2, norm_rows_per_warp: int = 2,
-                 prefetch_steps: int = 1, w4_mma_tiles: tuple[int, ...] = (4,),
+                 prefetch_steps: int = 1, w4_mma_tiles: tuple[int, ...] = (4,), w8_mma_tiles: tuple[int, ...] = (1,),
                  mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))):
         bad_shape = [s for s in (*plain_shapes, *mma_shapes)
                      if s[0] % WARP or s[0] <= 0 or s[1] < 1 or (s[0] // WARP) % s[1]]
@@ -347,9 +371,9 @@ class GemvCoopFamily:
                 f"token_tiles={token_tiles} (each >= 1)")
         if prefetch_steps < 0:
             raise PlanError(f"gemv_coop: prefetch_steps = {prefetch_steps} must be >= 0")
-        if any(t > MMA_MAX_TOKENS for t in w4_mma_tiles):
-            raise PlanError(f"gemv_coop: w4_mma_tiles={w4_mma_tiles}: the w4 mma variants take at most "
-                            f"{MMA_MAX_TOKENS} tokens per CTA (the m16n8k16 tile's n)")
+        if any(t > MMA_MAX_TOKENS for t in (*w4_mma_tiles, *w8_mma_tiles)):
+            raise PlanError(f"gemv_coop: w4_mma_tiles={w4_mma_tiles}, w8_mma_tiles={w8_mma_tiles}: the mma variants "
+                            f"take at most {MMA_MAX_TOKENS} tokens per CTA (the m16n8k16 tile's n)")
         self.plain_shapes = tuple((int(t), int(k)) for t, k in plain_shapes)
         self.mma_shapes = tuple((int(t), int(k)) for t, k in mma_shapes)
         self.coop_threads = tuple(int(t) for t in coop_threads)
@@ -360,6 +384,7 @@ class GemvCoopFamily:
         self.norm_rows_per_warp = int(norm_rows_per_warp)
         self.prefetch_steps = int(prefetch_steps)
         self.w4_mma_tiles = tuple(int(t) for t in w4_mma_tiles)
+        self.w8_mma_tiles = tuple(int(t) for t in w8_mma_tiles)
 
     @property
     def threads(self) -> tuple[int, ...]:
@@ -370,6 +395,8 @@ class GemvCoopFamily:
         """The cooperative thread counts of ``problem`` at token tile ``tile``: ``coop_threads``; for the mma
         variants those and the smallest ``mma_shapes`` CTA, each only if its ring gets at least 2 stages
         (:func:`mma_stages`: at the 4-token tile only 128-thread mma CTAs fit)."""
+        if self.mma_for(problem, tile) and problem.wfmt == "w8":
+            return ()  # plain only: every CTA converts its tokens' whole x
         if self.mma_for(problem, tile):
             cands = sorted({*self.coop_threads, min(t for t, _ in self.mma_shapes)})
             return tuple(t for t in cands if mma_stages(t, tile) >= 2)
@@ -378,13 +405,18 @@ class GemvCoopFamily:
     def shapes_for(self, problem: GemvProblem, tile: int) -> tuple[tuple[int, int], ...]:
         """The plain (threads, k_warps) candidates of ``problem`` at token tile ``tile``: ``mma_shapes`` for the
         tensor-core variants, else ``plain_shapes``."""
+        if self.mma_for(problem, tile) and problem.wfmt == "w8":
+            return self.mma_shapes
         if self.mma_for(problem, tile):
             return tuple(s for s in self.mma_shapes if mma_stages(s[0], tile) >= 2)
         return self.plain_shapes
 
     def mma_for(self, problem: GemvProblem, tile: int) -> bool:
         """True when ``problem`` at token tile ``tile`` runs on the tensor-core variants: a w4 problem and a tile
-        of ``w4_mma_tiles``."""
+        of ``w4_mma_tiles``, or a w8 problem, a tile of ``w8_mma_tiles``, K a multiple of 64 and the tile's fp16 x
+        within ``W8_MMA_X_BYTES`` of shared memory."""
+        if problem.wfmt == "w8":
+            return tile in self.w8_mma_tiles and problem.k % 64 == 0 and tile * problem.k * 2 <= W8_MMA_X_BYTES
         return problem.wfmt == "w4" and tile in self.w4_mma_tiles
 
     def rows_for(self, problem: GemvProblem, tile: int) -> int:
@@ -396,6 +428,11 @@ class GemvCoopFamily:
         if problem.norm_out:
             return self.norm_rows_per_warp
         return self.quant_rows_per_warp if problem.quantized else self.rows_per_warp
+
+    def dynamic_smem_bytes(self, problem: GemvProblem, tile: int) -> int:
+        """Dynamic shared memory of a launch of ``problem`` at token tile ``tile``, bytes: the fp16 x of the tile's
+        tokens (``tile * K * 2``) for the w8 mma variants, else 0."""
+        return tile * problem.k * 2 if self.mma_for(problem, tile) and problem.wfmt == "w8" else 0
 
     def tile_for(self, tokens: int) -> int:
         """The token tile (``max_tokens`` variant) a launch of T = ``tokens`` uses: the smallest tile >= T,
@@ -431,7 +468,11 @@ class GemvCoopFamily:
         }
         if problem.quantized:
             params["wfmt"] = problem.wfmt
-        if self.mma_for(problem, tile):
+        if self.mma_for(problem, tile) and problem.wfmt == "w8":
+            if mode != "plain":
+                raise PlanError(f"gemv_coop: the w8 mma variants run in plain mode only, not {mode!r}")
+            params["mma"] = True
+        elif self.mma_for(problem, tile):
             if mma_stages(threads, tile) < 2:
                 raise PlanError(f"gemv_coop: no w4 mma variant of {threads} threads at a {tile}-token tile: its "
                                 f"cp.async rings ({threads // WARP} warps x 2 stages x {mma_stage_bytes(tile)} B) "
@@ -525,7 +566,7 @@ class GemvCoopFamily:
 
     def _estimate(self, problem: GemvProblem, tokens: int, ctx: PlanContext, spec: KernelSpec, k_warps: int,
                   splits: int = 1) -> float:
-        occ = ctx.occupancy(spec)
+        occ = ctx.occupancy(spec, self.dynamic_smem_bytes(problem, spec.param("max_tokens")))
         return estimate_us(problem, tokens, threads=spec.threads, k_warps=k_warps,
                            rows_per_warp=self.rows_for(problem, spec.param("max_tokens")), tile=spec.param("max_tokens"),
                            ctas_per_sm=occ.ctas_per_sm, sms=ctx.sms, bandwidth_per_sm_gbs=ctx.bandwidth_per_sm_gbs,
@@ -546,7 +587,7 @@ class GemvCoopFamily:
         cands = []
         for th, kw in self.shapes_for(problem, tile):
             spec = self.spec(problem, th, "plain", tile, kw)
-            if ctx.occupancy(spec).ctas_per_sm > 0:
+            if ctx.occupancy(spec, self.dynamic_smem_bytes(problem, tile)).ctas_per_sm > 0:
                 grid = self.row_blocks(problem, th, kw, tile) * chunks
                 cands.append((self._estimate(problem, tokens, ctx, spec, kw), 0, kw, th, spec, grid, 1))
         if not problem.norm_out:
@@ -567,6 +608,7 @@ class GemvCoopFamily:
             return ctx.make_launch(spec, grid, route="coop_splitk", tokens=tokens, split_k=splits,
                                    workspace_bytes=self.workspace_bytes(problem, tokens, splits))
         return ctx.make_launch(spec, grid, route="plain", tokens=tokens,
+                               dynamic_smem=self.dynamic_smem_bytes(problem, tile),
                                workspace_bytes=self.parts_bytes(problem, tokens, grid // chunks))
 
     def launch_variant(self, problem: GemvProblem, tokens: int, ctx: PlanContext, threads: int, mode: str,
@@ -586,6 +628,7 @@ class GemvCoopFamily:
         spec = self.spec(problem, threads, mode, max_tokens, k_warps)
         if mode == "plain":
             return ctx.make_launch(spec, base, route="plain", tokens=tokens,
+                                   dynamic_smem=self.dynamic_smem_bytes(problem, tile),
                                    workspace_bytes=self.parts_bytes(problem, tokens, base // chunks))
         cap = ctx.cap(spec)
         if splits is None:

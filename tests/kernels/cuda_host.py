@@ -195,6 +195,45 @@ static inline void mma_bf16_16816(float (&d)[4], const unsigned int (&a)[4], uns
   __syncwarp();
   for (int e = 0; e < 4; ++e) d[e] = out[e];
 }
+// fp16 on the host: GCC's _Float16 (IEEE binary16, conversions rounded to nearest even, subnormals kept).
+static inline float f16_bits_to_f32(unsigned int h) { _Float16 v; unsigned short b = (unsigned short)h; memcpy(&v, &b, 2); return (float)v; }
+static inline unsigned int f32_to_f16_bits(float f) { _Float16 v = (_Float16)f; unsigned short b; memcpy(&b, &v, 2); return b; }
+static inline unsigned int f32x2_to_f16x2(float lo, float hi) { return f32_to_f16_bits(lo) | (f32_to_f16_bits(hi) << 16); }
+// fma.rn.f16x2: per half, the exact a * b + c (double: exact for fp16 inputs) rounded once to fp16.
+static inline unsigned int fma_f16x2(unsigned int a, unsigned int b, unsigned int c) {
+  unsigned int d = 0;
+  for (int h = 0; h < 2; ++h) {
+    const double r = (double)f16_bits_to_f32((a >> (16 * h)) & 0xffffu) * (double)f16_bits_to_f32((b >> (16 * h)) & 0xffffu)
+                     + (double)f16_bits_to_f32((c >> (16 * h)) & 0xffffu);
+    _Float16 v = (_Float16)r;  // double -> fp16, one rounding
+    unsigned short bits; memcpy(&bits, &v, 2);
+    d |= (unsigned int)bits << (16 * h);
+  }
+  return d;
+}
+static inline unsigned int add_f16x2(unsigned int a, unsigned int b) { return fma_f16x2(a, 0x3C003C00u, b); }
+// mma.sync m16n8k16 with fp16 inputs: mma_bf16_16816's fragments, fp16 halves.
+static inline void mma_f16_16816(float (&d)[4], const unsigned int (&a)[4], unsigned int b0, unsigned int b1) {
+  static unsigned int fa[32][32][4], fb[32][32][2];
+  const int w = shim::cur->warp, l = shim::cur->lane;
+  for (int i = 0; i < 4; ++i) fa[w][l][i] = a[i];
+  fb[w][l][0] = b0;
+  fb[w][l][1] = b1;
+  __syncwarp();
+  auto half = [](unsigned int word, int hi) { return f16_bits_to_f32(hi ? word >> 16 : word & 0xffffu); };
+  auto A = [&](int r, int k) { return half(fa[w][(r % 8) * 4 + (k % 8) / 2][(r >= 8) + 2 * (k >= 8)], k % 2); };
+  auto B = [&](int k, int n) { return half(fb[w][n * 4 + (k % 8) / 2][k >= 8], k % 2); };
+  const int g = l / 4, t = l % 4;
+  float out[4];
+  for (int e = 0; e < 4; ++e) {
+    const int r = g + 8 * (e / 2), c = 2 * t + e % 2;
+    double acc = d[e];
+    for (int k = 0; k < 16; ++k) acc += (double)A(r, k) * (double)B(k, c);
+    out[e] = (float)acc;
+  }
+  __syncwarp();
+  for (int e = 0; e < 4; ++e) d[e] = out[e];
+}
 // Grid / group barrier of a cooperative emulated launch: every thread of the CTA parks in WAIT_GRID; thread 0
 // records the counter and the participant count for the scheduler, which checks the count and applies the
 // real protocol's arithmetic (ninfer_common.cuh section 5) when it releases the barrier.

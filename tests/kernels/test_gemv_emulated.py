@@ -28,10 +28,11 @@ from ninferc.targets.plan import PlanContext, compile_variants  # noqa: E402
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU emulator needs g++")
 
 ARCH, SMS = "sm_90", 132  # the plan the launches come from; the emulator runs any grid
-FAM = GemvCoopFamily(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,), w4_mma_tiles=())
-#: the same family with w4 on tensor cores at every token tile (FAM: on fp32 FMAs at every tile)
+FAM = GemvCoopFamily(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,), w4_mma_tiles=(),
+                     w8_mma_tiles=())
+#: the same family with w4 on tensor cores at every token tile and w8 at the 1-token tile (FAM: on fp32 FMAs)
 FAM_MMA = GemvCoopFamily(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,),
-                         mma_shapes=((128, 1), (128, 2), (128, 4)), w4_mma_tiles=(1, 4))
+                         mma_shapes=((128, 1), (128, 2), (128, 4)), w4_mma_tiles=(1, 4), w8_mma_tiles=(1,))
 BF16_NAN = 0x7FC0
 #: fp32 accumulation in a different order than numpy's matmul (relative L2); bf16 outputs: a few one-ulp flips
 F32_REL, BF16_REL = 1e-5, 2e-3
@@ -54,7 +55,7 @@ def _problems():
 @pytest.fixture(scope="module")
 def ctx():
     specs = [s for p in _problems() for s in FAM.variants(p)]
-    specs += [s for p in _problems() if p.wfmt == "w4" for s in FAM_MMA.variants(p)]
+    specs += [s for p in _problems() if p.wfmt != "bf16" for s in FAM_MMA.variants(p)]
     specs += [FAM.spec(GemvProblem(N, 40, "swiglu", f, in_norm="parts"), 128, "plain", t, kw)
               for f in SHAPES if f == "bf16" for t in (1, 4) for kw in (1, 2, 4)]
     built = compile_variants(specs, ARCH)
@@ -81,14 +82,18 @@ def _weights(rng, prob: GemvProblem):
     return np.ascontiguousarray(w.view(np.uint16)), None, w.astype(np.float32)
 
 
-def _run(prob: GemvProblem, launch, seed: int, source: str | None = None):
-    """Run one launch on the emulator and check it against :func:`reference`."""
+def _run(prob: GemvProblem, launch, seed: int, source: str | None = None, x_scale=None):
+    """Run one launch on the emulator and check it against :func:`reference` (``x_scale``: per-token factors of
+    x, [T])."""
     from cuda_host import HostKernel
 
     rng = np.random.default_rng(seed)
     t, k = launch.tokens, prob.k
     w_dev, scales, w_ref = _weights(rng, prob)
-    x = rng.standard_normal((t, k), dtype=np.float32).astype(ml_dtypes.bfloat16)
+    x = rng.standard_normal((t, k), dtype=np.float32)
+    if x_scale is not None:
+        x *= np.asarray(x_scale, np.float32)[:, None]
+    x = x.astype(ml_dtypes.bfloat16)
     x_dev = np.ascontiguousarray(x.view(np.uint16))
     ws = np.full(max(launch.workspace_bytes // 4, 1), np.nan, np.float32)
     barrier = np.zeros(1, np.uint32)
@@ -116,7 +121,7 @@ def _run(prob: GemvProblem, launch, seed: int, source: str | None = None):
     spec = launch.kernel
     hk = HostKernel(source or spec.render(), spec.entry)
     hk.launch(launch.grid, launch.block, kernel_args(prob, launch, w_dev, x_dev, y, ws, barrier, scales=scales, **extra),
-              cooperative=launch.cooperative)
+              smem=launch.dynamic_smem_bytes, cooperative=launch.cooperative)
     ref_prob = GemvProblem(k, prob.n, prob.epilogue, unit_offset=prob.unit_offset, in_norm=prob.in_norm)
     ref = reference(ref_prob, x, w_ref, y_in, **ref_extra)
     if prob.norm_out:
@@ -138,7 +143,8 @@ def _run(prob: GemvProblem, launch, seed: int, source: str | None = None):
 def _cases():
     """Per problem: one token with 4 warps per row group, three (a partial 4-token tile) with 2, and the
     cooperative route with three tokens; bf16 also one warp per row group (the k_warps = 1 source). w4 runs on
-    the fp32 FMA path (the family default) and again on tensor cores (``mma``)."""
+    the fp32 FMA path and again on tensor cores (``mma``); w8 too, its mma variants at one token (plain only,
+    1 and 4 warps per row group)."""
     for p in _problems():
         for mma in (False, True) if p.wfmt == "w4" else (False,):
             yield p, 1, 128, "plain", 4, mma
@@ -147,6 +153,9 @@ def _cases():
                 yield p, 1, 128, "plain", 1, mma
             if not p.norm_out:
                 yield p, 3, 256, "coop", 1, mma
+        if p.wfmt == "w8":
+            yield p, 1, 128, "plain", 4, True
+            yield p, 1, 128, "plain", 1, True
 
 
 CASES = list(_cases())
@@ -204,6 +213,20 @@ def test_folded_norm_pair_equals_the_unfused_chain(ctx, fmt, t):
     xs_ref, ss_ref = norm_input(h_ref, nw, True)
     pair = reference(GemvProblem(d, 40, "swiglu", in_norm="parts"), xs_ref, wc_ref, ss_in=ss_ref, in_eps=1e-6)
     assert _rel(_bf16_bits_to_f32(y), pair.astype(np.float32)) < BF16_REL
+
+
+@pytest.mark.parametrize("k,kw,x_scale", [(704, 2, 1.0), (1024, 1, 3e5), (1024, 4, 2e-6), (1600, 2, 1.0)])
+def test_w8_mma_x_range_and_partial_steps(k, kw, x_scale):
+    """The w8 mma variant converts x to fp16 under a per-token power of two: x far above the fp16 range (3e5) or
+    far below its normal range (2e-6) must come out as exact as fp32 FMAs; K = 704 / 1,600 (11 / 25 blocks of
+    64) leave a partial last step of kMmaUnroll blocks, interleaved over k_warps warps."""
+    fam = FAM_MMA
+    prob = GemvProblem(k, 40, "residual_add", "w8")
+    spec = fam.spec(prob, 128, "plain", 1, kw)
+    assert dict(spec.params)["mma"] and fam.dynamic_smem_bytes(prob, 1) == 2 * k
+    c = PlanContext(ARCH, SMS, {u: r for u, (_, r) in compile_variants([spec], ARCH).items()})
+    launch = fam.launch_variant(prob, 1, c, 128, "plain", max_tokens=1, k_warps=kw)
+    _run(prob, launch, seed=11, x_scale=[x_scale])
 
 
 @pytest.mark.parametrize("mode", ["plain", "coop"])

@@ -77,11 +77,20 @@ def test_uris_differ_per_format():
             mt, kw = spec.param("max_tokens"), dict(spec.params).get("k_warps", 1)
             if GEMV.mma_for(GemvProblem(256, 704, ep, "w4"), mt) and mma_stages(th, tile=mt) < 2:
                 continue  # no tensor-core w4 variant of this CTA size (its rings exceed static shared memory)
+            w8mma = GEMV.mma_for(GemvProblem(256, 704, ep, "w8"), mt)  # tensor-core w8 (1-token tile): plain only
+            if w8mma and mode != "plain":
+                with pytest.raises(PlanError, match="plain mode only"):
+                    GEMV.spec(GemvProblem(256, 704, ep, "w8"), th, mode, mt, kw)
+                continue
             uris = {f: GEMV.spec(GemvProblem(256, 704, ep, f), th, mode, mt, kw).uri for f in WFORMATS}
             assert len(set(uris.values())) == 3
             # quantised kernels differ by the format and by their rows per warp (quant_rows_per_warp)
             qbase = spec.uri.replace(f"_rw{GEMV.rows_per_warp}_", f"_rw{GEMV.quant_rows_per_warp}_")
-            assert uris["w8"] == qbase + "_wfmt-w8"
+            if w8mma:
+                assert uris["w8"] == re.sub(r"_rw\d+_", "_rw16_", spec.uri.replace(f"_tok{mt}_", f"_tok{mt}_mma1_")
+                                            ) + "_wfmt-w8"
+            else:
+                assert uris["w8"] == qbase + "_wfmt-w8"
             if GEMV.mma_for(GemvProblem(256, 704, ep, "w4"), mt):  # tensor-core w4 (4-token tile): 16 rows per warp
                 mbase = re.sub(r"_rw\d+_", "_rw16_", spec.uri.replace(
                     f"_tok{mt}_", f"_tok{mt}_mma1_mma_stages{mma_stages(th, tile=mt)}_"))
@@ -99,14 +108,17 @@ def test_uris_differ_per_format():
 
 def test_rendered_quant_source_matches_the_format_constants():
     w4 = GEMV.spec(GemvProblem(256, 704, "store", "w4"), 256, "coop", 1).render()
-    w8 = GEMV.spec(GemvProblem(256, 704, "store", "w8"), 256, "coop", 1).render()
+    w8 = GEMV.spec(GemvProblem(256, 704, "store", "w8"), 256, "coop", 4).render()
     w4_mma = GEMV.spec(GemvProblem(256, 704, "store", "w4"), 128, "coop", 4).render()  # tensor cores (4-token tile)
+    w8_mma = GEMV.spec(GemvProblem(256, 704, "store", "w8"), 128, "plain", 1).render()  # tensor cores (1 token)
     assert f"constexpr int kW4Group = {GROUP_SIZE};" in w4
     assert "constexpr bool kW4 = true;" in w4 and "constexpr bool kW4 = false;" in w8
     assert "constexpr bool kMma = false;" in w4 and "constexpr bool kMma = true;" in w4_mma
+    assert "constexpr bool kMma = false;" in w8 and "constexpr bool kMma = true;" in w8_mma
     for src in (w4, w8):
         assert "ld_stream_v4(wrow[j]" in src  # weights still stream as 16-byte loads
     assert "cp_async16(" in w4_mma and "mma_bf16_16816(" in w4_mma  # whole 16-byte pieces into the ring
+    assert "mma_f16_16816(" in w8_mma and "ld_stream_v4(ra " in w8_mma and "mma_w4_ktile" not in w8_mma
 
 
 # ------------------------------------------------------------------------------------------------
@@ -251,7 +263,8 @@ def test_fewer_splits_for_narrower_formats_on_a_long_k():
     K/(32 x vector length), so w4 gets at most a quarter of bf16's splits."""
     ctx = PlanContext("sm_90", 132, resources("sm_90"))
     got = {f: GEMV.launch_variant(GemvProblem(17408, 256, "residual_add", f), 1, ctx, 256, "coop",
-                                   max_tokens=1) for f in WFORMATS}
+                                   max_tokens=4 if f == "w8" else 1)  # the FMA kernels (w8 mma: plain only)
+           for f in WFORMATS}
     assert all(g.split_k >= 2 for g in got.values())
     assert got["w4"].split_k <= 17 and got["w8"].split_k <= 34
     assert got["w4"].split_k <= got["w8"].split_k <= got["bf16"].split_k

@@ -36,13 +36,15 @@ def candidates(gemv, prob, tokens, c):
     count with the most splits that fit (when >= 2) -- stated independently of GemvCoopFamily.launch."""
     tile = gemv.tile_for(tokens)
     out = []
-    mma = gemv.mma_for(prob, tile)  # the tensor-core w4 variants (4-token tile) use their own shapes
+    mma = gemv.mma_for(prob, tile)  # the tensor-core variants (w4: 4-token tile, w8: 1-token) use their own shapes
+    dyn = tile * prob.k * 2 if mma and prob.wfmt == "w8" else 0  # w8 mma: the tokens' fp16 x in dynamic smem
+    assert gemv.dynamic_smem_bytes(prob, tile) == dyn
     for th, kw in gemv.shapes_for(prob, tile) if mma else gemv.plain_shapes:
         spec = gemv.spec(prob, th, "plain", tile, kw)
         assert dict(spec.params).get("mma", False) == mma
         t = estimate_us(prob, tokens, threads=th, k_warps=kw, rows_per_warp=gemv.rows_for(prob, tile), tile=tile,
-                        ctas_per_sm=c.occupancy(spec).ctas_per_sm, sms=c.sms, bandwidth_per_sm_gbs=c.bandwidth_per_sm_gbs,
-                        mma=mma)
+                        ctas_per_sm=c.occupancy(spec, dyn).ctas_per_sm, sms=c.sms,
+                        bandwidth_per_sm_gbs=c.bandwidth_per_sm_gbs, mma=mma)
         out.append((t, gemv.launch_variant(prob, tokens, c, th, "plain", max_tokens=tile, k_warps=kw)))
     if not prob.norm_out:
         for th in gemv.coop_threads_for(prob, tile):
