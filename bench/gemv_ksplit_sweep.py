@@ -117,8 +117,8 @@ def main(argv=None) -> int:
                 for rw in (2, 4)}
         if fmt == "w4":
             fams[(16, True)] = GemvCoopFamily(mma_shapes=tuple(MMA_CONFIGS), w4_mma_tiles=(1, 4))
-        if fmt == "w8":  # the fp16-mma w8 kernels exist at the 1-token tile only
-            fams[(16, True)] = GemvCoopFamily(mma_shapes=tuple(CONFIGS), w8_mma_tiles=(1,))
+        if fmt == "w8":  # the fp16-mma w8 kernels (where the tile's x fits shared memory)
+            fams[(16, True)] = GemvCoopFamily(mma_shapes=tuple(CONFIGS), w8_mma_tiles=(1, 4))
         probs = {name: GemvProblem(K, N, ep, fmt, in_norm=inn) for name, K, N, ep, inn in SHAPES}
         todo = {s.uri: s for p in probs.values() for fam in (planner, *fams.values()) for s in fam.variants(p)
                 if s.param("max_tokens") == planner.tile_for(a.tokens)}

@@ -338,7 +338,11 @@ class GemvCoopFamily:
             (gate|up 42.7 vs 40.5 us, down 25.4 vs 22.2; the 27B w4 decode 125.3 vs 131 tok/s), so the 1-token
             tile keeps the FMA path.
         w8_mma_tiles: the token tiles whose w8 variants run on tensor cores (fp16 mma, module docstring), where K is
-            a multiple of 64 and the tile's fp16 x fits ``W8_MMA_X_BYTES``; default (1,): the one-token decode.
+            a multiple of 64 and the tile's fp16 x fits ``W8_MMA_X_BYTES``. Default (): at T = 1 on the H200 they are
+            correct and slower (session 6 run 46, ``bench/results/gemv_ksplit_sweep_w8_t1_h200_c8764ba.json``, best
+            variant of each kind, mma vs FMA: gate|up 54.2 vs 45.4 us, down 31.9 vs 23.0, GDN in 27.1 vs 24.2, GDN
+            out 13.2 vs 9.6, q|k|v 24.1 vs 20.3; 27B w8 decode 99.6 vs ~118 tok/s), like the w4 mma variants at
+            T = 1: both tensor-core kernels stream at most ~3.3 TB/s there.
         mma_shapes: the plain (threads, k_warps) shapes of the mma variants, in place of ``plain_shapes``: a
             16-row warp tile leaves few row groups on a short N (5,120 outputs = 320 tiles), so more warps
             share each tile's K to keep enough bytes in flight. At most 256 threads: a 512-thread CTA's 128
@@ -354,7 +358,7 @@ class GemvCoopFamily:
     def __init__(self, plain_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 2), (256, 4)),
                  coop_threads: tuple[int, ...] = (256, 512), token_tiles: tuple[int, ...] = (1, 4),
                  rows_per_warp: int = 4, quant_rows_per_warp: int = 2, norm_rows_per_warp: int = 2,
-                 prefetch_steps: int = 1, w4_mma_tiles: tuple[int, ...] = (4,), w8_mma_tiles: tuple[int, ...] = (1,),
+                 prefetch_steps: int = 1, w4_mma_tiles: tuple[int, ...] = (4,), w8_mma_tiles: tuple[int, ...] = (),
                  mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))):
         bad_shape = [s for s in (*plain_shapes, *mma_shapes)
                      if s[0] % WARP or s[0] <= 0 or s[1] < 1 or (s[0] // WARP) % s[1]]

@@ -30,9 +30,9 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU emu
 ARCH, SMS = "sm_90", 132  # the plan the launches come from; the emulator runs any grid
 FAM = GemvCoopFamily(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,), w4_mma_tiles=(),
                      w8_mma_tiles=())
-#: the same family with w4 on tensor cores at every token tile and w8 at the 1-token tile (FAM: on fp32 FMAs)
+#: the same family with w4 on tensor cores at every token tile and w8 at both tiles (FAM: on fp32 FMAs)
 FAM_MMA = GemvCoopFamily(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,),
-                         mma_shapes=((128, 1), (128, 2), (128, 4)), w4_mma_tiles=(1, 4), w8_mma_tiles=(1,))
+                         mma_shapes=((128, 1), (128, 2), (128, 4)), w4_mma_tiles=(1, 4), w8_mma_tiles=(1, 4))
 BF16_NAN = 0x7FC0
 #: fp32 accumulation in a different order than numpy's matmul (relative L2); bf16 outputs: a few one-ulp flips
 F32_REL, BF16_REL = 1e-5, 2e-3
@@ -143,8 +143,8 @@ def _run(prob: GemvProblem, launch, seed: int, source: str | None = None, x_scal
 def _cases():
     """Per problem: one token with 4 warps per row group, three (a partial 4-token tile) with 2, and the
     cooperative route with three tokens; bf16 also one warp per row group (the k_warps = 1 source). w4 runs on
-    the fp32 FMA path and again on tensor cores (``mma``); w8 too, its mma variants at one token (plain only,
-    1 and 4 warps per row group)."""
+    the fp32 FMA path and again on tensor cores (``mma``); w8 too, its mma variants plain only (one token with 1
+    and 4 warps per row group, three with 2)."""
     for p in _problems():
         for mma in (False, True) if p.wfmt == "w4" else (False,):
             yield p, 1, 128, "plain", 4, mma
@@ -156,6 +156,7 @@ def _cases():
         if p.wfmt == "w8":
             yield p, 1, 128, "plain", 4, True
             yield p, 1, 128, "plain", 1, True
+            yield p, 3, 128, "plain", 2, True
 
 
 CASES = list(_cases())

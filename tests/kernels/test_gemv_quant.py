@@ -17,8 +17,8 @@ from ninferc.errors import PlanError
 from ninferc.ir.quant import GROUP_SIZE, quantize
 from ninferc.targets.arch import ARCHS
 from ninferc.targets.kernels import FAMILIES
-from ninferc.targets.kernels.gemv_coop import (WFORMATS, GemvProblem, dequantize_weight, kernel_args, mma_stages,
-                                               reference)
+from ninferc.targets.kernels.gemv_coop import (WFORMATS, GemvCoopFamily, GemvProblem, dequantize_weight, kernel_args,
+                                               mma_stages, reference)
 from ninferc.targets.plan import PlanContext, check_launch, compile_variants
 from ninferc.targets.skus import skus_for_arch
 
@@ -110,7 +110,7 @@ def test_rendered_quant_source_matches_the_format_constants():
     w4 = GEMV.spec(GemvProblem(256, 704, "store", "w4"), 256, "coop", 1).render()
     w8 = GEMV.spec(GemvProblem(256, 704, "store", "w8"), 256, "coop", 4).render()
     w4_mma = GEMV.spec(GemvProblem(256, 704, "store", "w4"), 128, "coop", 4).render()  # tensor cores (4-token tile)
-    w8_mma = GEMV.spec(GemvProblem(256, 704, "store", "w8"), 128, "plain", 1).render()  # tensor cores (1 token)
+    w8_mma = GemvCoopFamily(w8_mma_tiles=(1,)).spec(GemvProblem(256, 704, "store", "w8"), 128, "plain", 1).render()
     assert f"constexpr int kW4Group = {GROUP_SIZE};" in w4
     assert "constexpr bool kW4 = true;" in w4 and "constexpr bool kW4 = false;" in w8
     assert "constexpr bool kMma = false;" in w4 and "constexpr bool kMma = true;" in w4_mma

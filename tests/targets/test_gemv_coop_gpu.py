@@ -414,21 +414,21 @@ def _pid(p):
 
 #: w4 on tensor cores at every token tile (the registered family: the 4-token tile only)
 W4_MMA = GemvCoopFamily(w4_mma_tiles=(1, 4))
-#: w8 on fp32 FMAs at every token tile (the registered family: tensor cores at the 1-token tile)
-W8_FMA = GemvCoopFamily(w8_mma_tiles=())
+#: w8 on tensor cores (fp16 mma) at the 1- and 4-token tiles (the registered family: fp32 FMAs)
+W8_MMA = GemvCoopFamily(w8_mma_tiles=(1, 4))
 
 
 @pytest.mark.parametrize("t", Q_TOKENS)
 @pytest.mark.parametrize("mode", ["coop", "plain"])
 @pytest.mark.parametrize("shape", Q_SHAPES, ids=_pid)
-@pytest.mark.parametrize("fmt", [*QFORMATS, "w4-mma", "w8-fma"])
+@pytest.mark.parametrize("fmt", [*QFORMATS, "w4-mma", "w8-mma"])
 def test_quant_forced_variants_match_reference(device, loader, fmt, shape, mode, t):
     """One forced variant per case (threads alternate with T; coop with the most splits the cap allows,
     falling back to the other thread count, skipped only when no cooperative grid fits the device -- or when
     the variant has no cooperative form: the w8 mma kernels are plain only). w4 runs as the family runs it
     (fp32 FMAs for one token, tensor cores for the 4-token tile) and, as ``w4-mma``, on tensor cores for every
-    T; w8 as the family runs it (tensor cores for one token) and, as ``w8-fma``, on fp32 FMAs for every T."""
-    gemv = {"w4-mma": W4_MMA, "w8-fma": W8_FMA}.get(fmt, FAMILIES["gemv_coop"])
+    T; w8 as the family runs it (fp32 FMAs) and, as ``w8-mma``, on tensor cores where its x fits (1 and 4 tokens)."""
+    gemv = {"w4-mma": W4_MMA, "w8-mma": W8_MMA}.get(fmt, FAMILIES["gemv_coop"])
     fmt = fmt.split("-")[0]
     prob = _q(shape, fmt)
     assert dict(gemv.spec(prob, 128, "plain", 1).params).get("mma", False) == gemv.mma_for(prob, 1)
