@@ -58,7 +58,7 @@ cp.async ring in shared memory, XOR-swizzled for the fragment reads; before the 
 weight lines are prefetched into L2 (x is the previous kernel's output). Same epilogues, input modes and routes as
 the FMA kernels (the writer warp stores its 16 x T outputs in rounds of 32).
 
-Tensor-core w8 (template ``mma`` with ``wfmt`` w8; the token tiles of ``GemvCoopFamily.w8_mma_tiles``, default 1)
+Tensor-core w8 (template ``mma`` with ``wfmt`` w8; the token tiles of ``GemvCoopFamily.w8_mma_tiles``, default 4)
 -----------------------------------------------------------------------------------------------------------------
 The same 16-row warp tile, on ``mma.sync.m16n8k16`` with **fp16** inputs: int8 codes are not exact in bf16 (8
 significant bits) but are in fp16 (11). Each CTA first converts its tokens' x into fp16 in dynamic shared memory
@@ -338,8 +338,11 @@ class GemvCoopFamily:
             (gate|up 42.7 vs 40.5 us, down 25.4 vs 22.2; the 27B w4 decode 125.3 vs 131 tok/s), so the 1-token
             tile keeps the FMA path.
         w8_mma_tiles: the token tiles whose w8 variants run on tensor cores (fp16 mma, module docstring), where K is
-            a multiple of 64 and the tile's fp16 x fits ``W8_MMA_X_BYTES``. Default (): at T = 1 on the H200 they are
-            correct and slower (session 6 run 46, ``bench/results/gemv_ksplit_sweep_w8_t1_h200_c8764ba.json``, best
+            a multiple of 64 and the tile's fp16 x fits ``W8_MMA_X_BYTES``. Default (4,), from the H200 sweeps: at T = 4
+            they win 1.5-1.6x where they fit (session 6 run 47,
+            ``bench/results/gemv_ksplit_sweep_w8_t4_h200_13d5dd2.json``, best of each kind, mma vs FMA: GDN in 33.0 vs
+            52.6 us, gate|up 65.1 vs 99.9, q|k|v 30.8 vs 45.3, an LM head at w8 351 vs 537; GDN out and down, K = 6,144
+            / 17,408, need more than 40 KiB of x at 4 tokens and stay on FMAs); at T = 1 they are correct and slower (session 6 run 46, ``bench/results/gemv_ksplit_sweep_w8_t1_h200_c8764ba.json``, best
             variant of each kind, mma vs FMA: gate|up 54.2 vs 45.4 us, down 31.9 vs 23.0, GDN in 27.1 vs 24.2, GDN
             out 13.2 vs 9.6, q|k|v 24.1 vs 20.3; 27B w8 decode 99.6 vs ~118 tok/s), like the w4 mma variants at
             T = 1: both tensor-core kernels stream at most ~3.3 TB/s there.
@@ -358,7 +361,7 @@ class GemvCoopFamily:
     def __init__(self, plain_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 2), (256, 4)),
                  coop_threads: tuple[int, ...] = (256, 512), token_tiles: tuple[int, ...] = (1, 4),
                  rows_per_warp: int = 4, quant_rows_per_warp: int = 2, norm_rows_per_warp: int = 2,
-                 prefetch_steps: int = 1, w4_mma_tiles: tuple[int, ...] = (4,), w8_mma_tiles: tuple[int, ...] = (),
+                 prefetch_steps: int = 1, w4_mma_tiles: tuple[int, ...] = (4,), w8_mma_tiles: tuple[int, ...] = (4,),
                  mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))):
         bad_shape = [s for s in (*plain_shapes, *mma_shapes)
                      if s[0] % WARP or s[0] <= 0 or s[1] < 1 or (s[0] // WARP) % s[1]]
@@ -519,10 +522,16 @@ class GemvCoopFamily:
         return out
 
     def sample_problems(self) -> list[GemvProblem]:
-        """One small problem per epilogue, input mode and weight format (covers every template parameter value)."""
+        """One small problem per epilogue, input mode and weight format (covers every template parameter value),
+        and the w8 ones again with a K too long for the w8 mma variants."""
         out = [GemvProblem(256, 704, e, f) for f in WFORMATS for e in EPILOGUES]
         out += [GemvProblem(256, 704, e, f, in_norm="parts") for f in WFORMATS for e in ("store", "swiglu")]
-        return out + [GemvProblem(256, 704, "add_norm_parts", "bf16", unit_offset=False)]
+        out += [GemvProblem(256, 704, "add_norm_parts", "bf16", unit_offset=False)]
+        # whether a w8 launch runs on tensor cores depends on K (its x must fit W8_MMA_X_BYTES): a long-K copy of
+        # each w8 problem gives the FMA variants of the mma tiles too, so these cover every K
+        long_k = W8_MMA_X_BYTES // 2 + 64
+        return out + [GemvProblem(long_k, p.n, p.epilogue, p.wfmt, unit_offset=p.unit_offset, in_norm=p.in_norm)
+                      for p in out if p.wfmt == "w8"]
 
     # ---- geometry ------------------------------------------------------------------------------
 

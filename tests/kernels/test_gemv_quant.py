@@ -108,7 +108,7 @@ def test_uris_differ_per_format():
 
 def test_rendered_quant_source_matches_the_format_constants():
     w4 = GEMV.spec(GemvProblem(256, 704, "store", "w4"), 256, "coop", 1).render()
-    w8 = GEMV.spec(GemvProblem(256, 704, "store", "w8"), 256, "coop", 4).render()
+    w8 = GEMV.spec(GemvProblem(256, 704, "store", "w8"), 256, "coop", 1).render()  # FMAs (the 1-token tile)
     w4_mma = GEMV.spec(GemvProblem(256, 704, "store", "w4"), 128, "coop", 4).render()  # tensor cores (4-token tile)
     w8_mma = GemvCoopFamily(w8_mma_tiles=(1,)).spec(GemvProblem(256, 704, "store", "w8"), 128, "plain", 1).render()
     assert f"constexpr int kW4Group = {GROUP_SIZE};" in w4

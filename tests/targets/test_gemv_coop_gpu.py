@@ -414,7 +414,7 @@ def _pid(p):
 
 #: w4 on tensor cores at every token tile (the registered family: the 4-token tile only)
 W4_MMA = GemvCoopFamily(w4_mma_tiles=(1, 4))
-#: w8 on tensor cores (fp16 mma) at the 1- and 4-token tiles (the registered family: fp32 FMAs)
+#: w8 on tensor cores (fp16 mma) at the 1- and 4-token tiles (the registered family: the 4-token tile only)
 W8_MMA = GemvCoopFamily(w8_mma_tiles=(1, 4))
 
 
@@ -427,7 +427,8 @@ def test_quant_forced_variants_match_reference(device, loader, fmt, shape, mode,
     falling back to the other thread count, skipped only when no cooperative grid fits the device -- or when
     the variant has no cooperative form: the w8 mma kernels are plain only). w4 runs as the family runs it
     (fp32 FMAs for one token, tensor cores for the 4-token tile) and, as ``w4-mma``, on tensor cores for every
-    T; w8 as the family runs it (fp32 FMAs) and, as ``w8-mma``, on tensor cores where its x fits (1 and 4 tokens)."""
+    T; w8 as the family runs it (fp32 FMAs for one token, tensor cores for the 4-token tile where its x fits) and,
+    as ``w8-mma``, on tensor cores at both tiles."""
     gemv = {"w4-mma": W4_MMA, "w8-mma": W8_MMA}.get(fmt, FAMILIES["gemv_coop"])
     fmt = fmt.split("-")[0]
     prob = _q(shape, fmt)
