@@ -4,7 +4,9 @@ of each per block); the FMA kernel reads 512 contiguous bytes of one row. This t
 shapes as rendered (``full``), with its dequantisation and mma cut (``nomath``: one FMA per block keeps every load
 live), and both again reading a **tiled** layout instead -- each 16-row tile's 64-element blocks stored as 1 KiB
 contiguous (16 rows x 64 bytes), so a warp step of 4 blocks is 4 KiB of consecutive addresses (``tiled``,
-``tiled-nomath``) -- next to the planner's FMA kernel, each in a CUDA graph of back-to-back PDL launches over
+``tiled-nomath``), and full / tiled with ``__launch_bounds__`` asking for 1,024 threads per SM (64 registers, no
+spills: ``full-lb``, ``tiled-lb``; the math variants otherwise take 80 registers, 6 CTAs of 128 threads per SM
+against 8 without the math) -- next to the planner's FMA kernel, each in a CUDA graph of back-to-back PDL launches over
 distinct weight copies (bench/gemv_ksplit_sweep.py's method). The tiled kernels read the same bytes in another
 order: their outputs are meaningless; only times.
 
@@ -43,7 +45,7 @@ ROW_LOADS = [("wa[u] = ninfer::ld_stream_v4(ra + (size_t)(b + u) * 64 + 16 * fq)
 
 
 def variants(src: str) -> dict[str, str]:
-    """full / nomath / tiled / tiled-nomath sources of the rendered w8 mma kernel ``src`` (AssertionError if the
+    """full / nomath / tiled / tiled-nomath / full-lb / tiled-lb sources of the rendered w8 mma kernel ``src`` (AssertionError if the
     template no longer has the lines this rewrites: the probe is then stale)."""
     nomath, n = MATH.subn(NOMATH, src)
     assert n == 1, "mma block not found"
@@ -51,7 +53,10 @@ def variants(src: str) -> dict[str, str]:
     for a, b in ROW_LOADS:
         assert src.count(a) == 1, a
         tiled, tiled_nomath = tiled.replace(a, b), tiled_nomath.replace(a, b)
-    return {"full": src, "nomath": nomath, "tiled": tiled, "tiled-nomath": tiled_nomath}
+    lb = ("__launch_bounds__(kThreads, kOneCtaFloor)", "__launch_bounds__(kThreads, 1024 / kThreads)")
+    assert src.count(lb[0]) == 1, lb[0]
+    return {"full": src, "nomath": nomath, "tiled": tiled, "tiled-nomath": tiled_nomath,
+            "full-lb": src.replace(*lb), "tiled-lb": tiled.replace(*lb)}
 
 
 def main(argv=None) -> int:
