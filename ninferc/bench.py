@@ -20,6 +20,8 @@ from typing import Callable
 
 import numpy as np
 
+from ninferc.errors import NinfercError
+
 from ninferc.sampling import SamplingParams
 
 
@@ -126,8 +128,16 @@ def profile_table(rows: list[tuple[str, str, float]], title: str) -> tuple[str, 
 
 
 def run_bench(engine, *, prompt_tokens=(512, 8192), decode_tokens: int = 64, chunk: int = 8192,
-              log: Callable[[str], None] = print, seed: int = 0, profile: bool = False) -> dict:
-    """Prefill and decode timings on ``engine`` (one sequence). Returns the result dict (no provenance)."""
+              log: Callable[[str], None] = print, seed: int = 0, profile: bool = False, batch: int = 1) -> dict:
+    """Prefill and decode timings on ``engine`` (one sequence), and with ``batch`` > 1 the decode of ``batch``
+    sequences together at each prompt length (``batch_decode``: aggregate tok/s = batch / median step time, each
+    step a replay of the captured B-sequence graph with the greedy sampler, timed up to reading back its B ids).
+    Returns the result dict (no provenance).
+
+    Raises:
+        NinfercError: ``batch`` above the engine's ``max_batch``."""
+    if batch > engine.max_batch:
+        raise NinfercError(f"--batch {batch} exceeds the engine's max_batch {engine.max_batch}")
     cp = engine.cp
     rng = np.random.default_rng(seed)
     V = engine.vocab  # noqa: N806
@@ -171,6 +181,25 @@ def run_bench(engine, *, prompt_tokens=(512, 8192), decode_tokens: int = 64, chu
             f"(median {med * 1e3:.2f} ms)")
         s.close()
         cp.cuda.runtime.deviceSynchronize()
+        if batch > 1:
+            ss = [engine.session() for _ in range(batch)]
+            for x in ss:
+                x.prefill(rng.integers(0, V, L).tolist(), min(chunk, L))
+            engine.decode_batch(ss, [int(t) for t in rng.integers(0, V, batch)])  # eager; samples the next ids
+            blat = []
+            for i in range(decode_tokens):
+                t = time.perf_counter()
+                engine.decode_batch(ss, None)  # graph replay (captured on the first call)
+                engine.batch_tokens(batch)
+                blat.append(time.perf_counter() - t)
+            blat = blat[3:] if len(blat) > 8 else blat
+            bmed = float(np.median(blat))
+            res.setdefault("batch_decode", []).append({"context": L, "batch": batch, "tok_s": batch / bmed,
+                                                       "median_step_ms": bmed * 1e3, "single_tok_s": 1.0 / med})
+            log(f"prompt {L}: batched decode of {batch}: {batch / bmed:,.1f} tok/s ({bmed * 1e3:.2f} ms per step)")
+            for x in ss:
+                x.close()
+            cp.cuda.runtime.deviceSynchronize()
     return res
 
 

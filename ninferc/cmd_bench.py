@@ -25,13 +25,15 @@ from ninferc.errors import NinfercError
 @click.option("--prompt-tokens", default="512,8192", show_default=True, help="comma-separated prompt lengths")
 @click.option("--decode-tokens", default=64, type=click.IntRange(min=1), show_default=True, help="decode steps timed per prompt length")
 @click.option("--prefill-chunk", default=8192, type=click.IntRange(min=1), show_default=True)
+@click.option("--batch", default=1, type=click.IntRange(min=1), show_default=True,
+              help="also decode this many sequences together at each prompt length (aggregate tok/s)")
 @click.option("--profile", is_flag=True, help="also time every kernel of one decode step and one prefill chunk")
 @click.option("--peer", type=click.Choice(["hf"]), default=None,
               help="also run HF transformers on the same weights (zero-copy views of the engine's) in this "
                    "process, after our run, and report ours / peer")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None, help="write results here")
 def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, recipe, kv_dtype, prompt_tokens,
-              decode_tokens, prefill_chunk, profile, peer, json_path):
+              decode_tokens, prefill_chunk, batch, profile, peer, json_path):
     """Measure copy bandwidth, prefill tok/s + TTFT and decode tok/s (median per-token latency) and report
     the fraction of the memory roofline measured in the same process."""
     from ninferc.bench import copy_bandwidth_gbps, finish, matmul_peak_tflops, run_bench, write_json
@@ -70,7 +72,7 @@ def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, rec
         graph = run_pipeline(build_graph(cfg, lm_rows="last"), weights=recipe_name, kv_dtype=kv_dtype)
         arch = target or device_arch()
         mp = plan_model(graph, arch, sku=sku, sms=None if sku else device_sm_count(), max_context=max_ctx,
-                        decode_batches=(1,), prefill_tokens=(1, 64, 1024))
+                        decode_batches=(1, batch) if batch > 1 else (1,), prefill_tokens=(1, 64, 1024))
         art = SyntheticArtifact(cfg, graph, mp)
         weights = f"{recipe_name} (synthetic)"
     else:
@@ -82,9 +84,9 @@ def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, rec
     copy = copy_bandwidth_gbps(cp)
     peak = matmul_peak_tflops()
     log(f"copy bandwidth {copy:,.0f} GB/s; bf16 matmul {peak if peak is None else round(peak, 1)} TFLOP/s")
-    eng = Engine(art, max_context=max_ctx, prefill_chunk=min(prefill_chunk, max(lens)), log=log)
+    eng = Engine(art, max_context=max_ctx, prefill_chunk=min(prefill_chunk, max(lens)), max_batch=batch, log=log)
     res = run_bench(eng, prompt_tokens=lens, decode_tokens=decode_tokens, chunk=prefill_chunk, log=log,
-                    profile=profile)
+                    profile=profile, batch=batch)
     out = finish(res, engine=eng, copy_gbps=copy, peak_tflops=peak, weights=weights,
                  command="ninferc " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
     if peer == "hf":
@@ -99,6 +101,9 @@ def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, rec
         lines.append(f"{d['context']:>7}  {d['tok_s']:>12.2f}  {d['roofline_tok_s']:>14.2f}  "
                      f"{d['fraction_of_roofline']:>8.3f}  |  {p['prompt_tokens']:>6}  {p['tok_s']:>13,.0f}  "
                      f"{p['ttft_ms']:>7.0f}  {p['tflops']:>7.1f}")
+    for d in out.get("batch_decode", []):
+        lines.append(f"batched decode: {d['batch']} sequences at context {d['context']}: {d['tok_s']:,.1f} tok/s "
+                     f"({d['median_step_ms']:.2f} ms per step; one sequence {d['single_tok_s']:.1f} tok/s)")
     if "peer" in out:
         pr = out["peer_ratio"]
         lines.append(f"peer {out['peer'].get('name')} {out['peer'].get('version')} (fast path "

@@ -543,6 +543,55 @@ class Engine:
             self._graphs[key] = g
         return g
 
+    def decode_batch(self, sessions: list["Session"], tokens: list[int] | None = None) -> "DeviceLogits":
+        """One decode step of B = ``len(sessions)`` sequences together (each session prefilled, distinct): every
+        GEMV reads its weights once for the B tokens (the token tiles of ``gemv_coop``), attention and GDN take
+        each sequence's own context and state.
+
+        Args:
+            sessions: the sequences, in row order (B <= ``max_batch``).
+            tokens: the B host ids to append (uploaded; the step runs eagerly, then the greedy sampler writes the
+                next B ids to the device), or None: append the ids the greedy sampler wrote in the previous
+                batched step, by replaying the captured B-sequence decode graph (model + greedy sampler) when
+                CUDA graphs are on (eagerly otherwise). :meth:`batch_tokens` reads those ids back.
+
+        Returns:
+            the device logits [B, V] of the step.
+
+        Raises:
+            NinfercError: no sessions, more than ``max_batch``, a session twice or before its prefill, ``tokens``
+                of the wrong length, a context past ``max_context``.
+        """
+        B = len(sessions)  # noqa: N806
+        if not 1 <= B <= self.max_batch:
+            raise NinfercError(f"decode_batch: {B} sequences; this engine decodes 1 to {self.max_batch} together "
+                               "(max_batch)")
+        if len({id(x) for x in sessions}) != B or any(x.seq is None for x in sessions):
+            raise NinfercError("decode_batch: every session must be prefilled and appear once")
+        if tokens is not None and len(tokens) != B:
+            raise NinfercError(f"decode_batch: {len(tokens)} tokens for {B} sequences")
+        for x in sessions:
+            x.seq.ensure_capacity(x.seq.length + 1, self.pages, self.max_pages)
+        rows = np.arange(B, dtype=np.int32)
+        with self.stream:
+            self.write_meta(tok_pos=[x.seq.length for x in sessions], tok_seq=rows, seq_start=np.arange(B + 1),
+                            seq_ctx=[x.seq.length + 1 for x in sessions], seq_slot=[x.seq.slot for x in sessions],
+                            row_index=rows, page_rows=[x.seq.pages for x in sessions],
+                            tokens=None if tokens is None else list(tokens))
+            if tokens is None and self.cuda_graph:
+                self.decode_graph(B, True).launch(stream=self.stream)
+            else:
+                self.run("decode", B, B, B)
+                self.sample_step(True, B)
+        for x in sessions:
+            x.seq.length += 1
+            x._pending, x._last = False, None
+        return DeviceLogits(self.logits[:B], self.stream)
+
+    def batch_tokens(self, B: int) -> list[int]:  # noqa: N803
+        """The B ids the greedy sampler wrote in the last :meth:`decode_batch` (one device-to-host read)."""
+        return [int(t) for t in self.tokens[:B].get(stream=self.stream)]
+
     def new_sequence(self) -> Sequence:
         """A sequence holding a free GDN slot (PoolExhausted when none is free)."""
         return Sequence(slot=self.slots.take())
