@@ -62,7 +62,8 @@ Tensor-core w8 (template ``mma`` with ``wfmt`` w8; the token tiles of ``GemvCoop
 -----------------------------------------------------------------------------------------------------------------
 The same 16-row warp tile, on ``mma.sync.m16n8k16`` with **fp16** inputs: int8 codes are not exact in bf16 (8
 significant bits) but are in fp16 (11). Each CTA first converts its tokens' x into fp16 in dynamic shared memory
-(``tile * K * 2`` bytes, :meth:`GemvCoopFamily.dynamic_smem_bytes`), each token scaled by the power of two
+(``tile * K * 2`` bytes, or K segments of at most ``W8_MMA_X_BYTES`` converted in turn:
+:meth:`GemvCoopFamily.dynamic_smem_bytes`), each token scaled by the power of two
 ``2^e`` that puts ``max|x|`` in ``[2^14, 2^15)`` -- exact for every bf16 value down to ``2^-29 max|x|`` (smaller
 ones land in fp16 subnormals, error <= ``2^-39 max|x|``), and no overflow whatever the activation range. Per
 64-element block lane (g, q) streams 16 bytes of rows g and g + 8 straight from global memory (4 blocks per step);
@@ -156,8 +157,8 @@ MMA_MAX_TOKENS = 8
 #: static shared memory a kernel may declare (CUDA C Programming Guide, "Shared Memory": 48 KB without the
 #: dynamic opt-in); the mma ring of a large CTA gets fewer stages to fit
 STATIC_SMEM_LIMIT = 48 * 1024
-#: bytes of fp16 x (token tile x K) the w8 mma variants keep in dynamic shared memory at most (under the 48 KiB a
-#: launch gets without the opt-in, with the static buffers); larger K (or tile) takes the FMA variants
+#: bytes of fp16 x (token tile x K segment) the w8 mma variants keep in dynamic shared memory at most (under the
+#: 48 KiB a launch gets without the opt-in, with the static buffers); a longer K is converted in segments
 W8_MMA_X_BYTES = 40 * 1024
 #: 64-element blocks per warp step of the w8 mma variants (template ``kMmaUnroll``)
 W8_MMA_UNROLL = 4
@@ -342,7 +343,8 @@ class GemvCoopFamily:
             they win 1.5-1.6x where they fit (session 6 run 47,
             ``bench/results/gemv_ksplit_sweep_w8_t4_h200_13d5dd2.json``, best of each kind, mma vs FMA: GDN in 33.0 vs
             52.6 us, gate|up 65.1 vs 99.9, q|k|v 30.8 vs 45.3, an LM head at w8 351 vs 537; GDN out and down, K = 6,144
-            / 17,408, need more than 40 KiB of x at 4 tokens and stay on FMAs); at T = 1 they are correct and slower (session 6 run 46, ``bench/results/gemv_ksplit_sweep_w8_t1_h200_c8764ba.json``, best
+            / 17,408, then still needed more than 40 KiB of x at 4 tokens and stayed on FMAs; since run 53 a long K is
+            converted in segments); at T = 1 they are correct and slower (session 6 run 46, ``bench/results/gemv_ksplit_sweep_w8_t1_h200_c8764ba.json``, best
             variant of each kind, mma vs FMA: gate|up 54.2 vs 45.4 us, down 31.9 vs 23.0, GDN in 27.1 vs 24.2, GDN
             out 13.2 vs 9.6, q|k|v 24.1 vs 20.3; 27B w8 decode 99.6 vs ~118 tok/s), like the w4 mma variants at
             T = 1: both tensor-core kernels stream at most ~3.3 TB/s there.
@@ -423,7 +425,7 @@ class GemvCoopFamily:
         of ``w4_mma_tiles``, or a w8 problem, a tile of ``w8_mma_tiles``, K a multiple of 64 and the tile's fp16 x
         within ``W8_MMA_X_BYTES`` of shared memory."""
         if problem.wfmt == "w8":
-            return tile in self.w8_mma_tiles and problem.k % 64 == 0 and tile * problem.k * 2 <= W8_MMA_X_BYTES
+            return tile in self.w8_mma_tiles and problem.k % 64 == 0
         return problem.wfmt == "w4" and tile in self.w4_mma_tiles
 
     def rows_for(self, problem: GemvProblem, tile: int) -> int:
@@ -437,9 +439,14 @@ class GemvCoopFamily:
         return self.quant_rows_per_warp if problem.quantized else self.rows_per_warp
 
     def dynamic_smem_bytes(self, problem: GemvProblem, tile: int) -> int:
-        """Dynamic shared memory of a launch of ``problem`` at token tile ``tile``, bytes: the fp16 x of the tile's
-        tokens (``tile * K * 2``) for the w8 mma variants, else 0."""
-        return tile * problem.k * 2 if self.mma_for(problem, tile) and problem.wfmt == "w8" else 0
+        """Dynamic shared memory of a launch of ``problem`` at token tile ``tile``, bytes: for the w8 mma variants
+        the fp16 x of the tile's tokens over one K segment -- the whole K when ``tile * K * 2 <=
+        W8_MMA_X_BYTES``, else the fewest equal segments (multiples of 64 elements) that fit -- else 0."""
+        if not (self.mma_for(problem, tile) and problem.wfmt == "w8"):
+            return 0
+        blocks = problem.k // 64
+        segs = -(-tile * problem.k * 2 // W8_MMA_X_BYTES)
+        return tile * -(-blocks // segs) * 64 * 2
 
     def tile_for(self, tokens: int) -> int:
         """The token tile (``max_tokens`` variant) a launch of T = ``tokens`` uses: the smallest tile >= T,
@@ -523,14 +530,13 @@ class GemvCoopFamily:
 
     def sample_problems(self) -> list[GemvProblem]:
         """One small problem per epilogue, input mode and weight format (covers every template parameter value),
-        and the w8 ones again with a K too long for the w8 mma variants."""
+        and the w8 ones again with a K the w8 mma variants do not take (not a multiple of 64)."""
         out = [GemvProblem(256, 704, e, f) for f in WFORMATS for e in EPILOGUES]
         out += [GemvProblem(256, 704, e, f, in_norm="parts") for f in WFORMATS for e in ("store", "swiglu")]
         out += [GemvProblem(256, 704, "add_norm_parts", "bf16", unit_offset=False)]
-        # whether a w8 launch runs on tensor cores depends on K (its x must fit W8_MMA_X_BYTES): a long-K copy of
-        # each w8 problem gives the FMA variants of the mma tiles too, so these cover every K
-        long_k = W8_MMA_X_BYTES // 2 + 64
-        return out + [GemvProblem(long_k, p.n, p.epilogue, p.wfmt, unit_offset=p.unit_offset, in_norm=p.in_norm)
+        # whether a w8 launch runs on tensor cores depends on K (a multiple of 64): a K = 272 copy of each w8
+        # problem gives the FMA variants of the mma tiles too, so these cover every K
+        return out + [GemvProblem(272, p.n, p.epilogue, p.wfmt, unit_offset=p.unit_offset, in_norm=p.in_norm)
                       for p in out if p.wfmt == "w8"]
 
     # ---- geometry ------------------------------------------------------------------------------

@@ -230,6 +230,20 @@ def test_w8_mma_x_range_and_partial_steps(k, kw, x_scale):
     _run(prob, launch, seed=11, x_scale=[x_scale])
 
 
+@pytest.mark.parametrize("k,kw", [(6144, 2), (5184, 4)])
+def test_w8_mma_k_segments(k, kw):
+    """At the 4-token tile a long K's fp16 x does not fit W8_MMA_X_BYTES: it is converted and streamed in K segments
+    (6,144: two of 3,072; 5,184 = 81 blocks: 2,624 + 2,560, the last one shorter), three tokens (a partial tile)."""
+    fam = FAM_MMA
+    prob = GemvProblem(k, 40, "store", "w8", in_norm="parts")
+    assert fam.dynamic_smem_bytes(prob, 4) < 4 * k * 2  # segmented
+    spec = fam.spec(prob, 128, "plain", 4, kw)
+    c = PlanContext(ARCH, SMS, {u: r for u, (_, r) in compile_variants([spec], ARCH).items()})
+    launch = fam.launch_variant(prob, 3, c, 128, "plain", max_tokens=4, k_warps=kw)
+    assert dict(launch.kernel.params)["mma"]
+    _run(prob, launch, seed=13, x_scale=[1.0, 50.0, 1e-3])
+
+
 @pytest.mark.parametrize("mode", ["plain", "coop"])
 def test_w4_mma_partial_chunk(mode):
     """The mma ring copies 4 scale groups per stage: K = 704 (11 groups) leaves a partial last chunk (zero-filled
