@@ -1,4 +1,4 @@
-# Device run (session 6, 53): w8 mma at 4 tokens for every K (a long K's x converted in segments) -- GEMV w8 GPU tier,
+# Device run (session 6, 53-54): w8 mma at 4 tokens for every K (a long K's x converted in segments) -- GEMV w8 GPU tier,
 # the w8 sweep at T = 4, the 27B w8 bench with --batch 4. Run as NINFERC_COMMIT=<hash> bash bench/gpu_session6_h.sh
 source bench/gpu_setup.sh
 gpu_tests gemv_w8 110 tests/targets/test_gemv_coop_gpu.py -k "w8"
