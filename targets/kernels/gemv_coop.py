@@ -486,8 +486,6 @@ class GemvCoopFamily:
             if mode != "plain":
                 raise PlanError(f"gemv_coop: the w8 mma variants run in plain mode only, not {mode!r}")
             params["mma"] = True
-            if tile * problem.k * 2 > W8_MMA_X_BYTES:
-                params["x_segments"] = True
         elif self.mma_for(problem, tile):
             if mma_stages(threads, tile) < 2:
                 raise PlanError(f"gemv_coop: no w4 mma variant of {threads} threads at a {tile}-token tile: its "
@@ -532,17 +530,14 @@ class GemvCoopFamily:
 
     def sample_problems(self) -> list[GemvProblem]:
         """One small problem per epilogue, input mode and weight format (covers every template parameter value),
-        and the w8 ones again with a K the w8 mma variants do not take (not a multiple of 64) and a K they take in
-        segments."""
+        and the w8 ones again with a K the w8 mma variants do not take (not a multiple of 64)."""
         out = [GemvProblem(256, 704, e, f) for f in WFORMATS for e in EPILOGUES]
         out += [GemvProblem(256, 704, e, f, in_norm="parts") for f in WFORMATS for e in ("store", "swiglu")]
         out += [GemvProblem(256, 704, "add_norm_parts", "bf16", unit_offset=False)]
-        # which w8 kernel a launch uses depends on K: the mma tiles take a multiple of 64, in K segments when the
-        # tile's x exceeds W8_MMA_X_BYTES; copies of each w8 problem at K = 272 (FMA) and a long K (segmented) make
-        # these cover every K
-        long_k = W8_MMA_X_BYTES // 2 + 64
-        return out + [GemvProblem(kk, p.n, p.epilogue, p.wfmt, unit_offset=p.unit_offset, in_norm=p.in_norm)
-                      for p in out if p.wfmt == "w8" for kk in (272, long_k)]
+        # whether a w8 launch runs on tensor cores depends on K (a multiple of 64): a K = 272 copy of each w8
+        # problem gives the FMA variants of the mma tiles too, so these cover every K
+        return out + [GemvProblem(272, p.n, p.epilogue, p.wfmt, unit_offset=p.unit_offset, in_norm=p.in_norm)
+                      for p in out if p.wfmt == "w8"]
 
     # ---- geometry ------------------------------------------------------------------------------
 
