@@ -21,7 +21,6 @@ from typing import Callable
 import numpy as np
 
 from ninferc.errors import NinfercError
-
 from ninferc.sampling import SamplingParams
 
 
