@@ -169,32 +169,6 @@ static inline unsigned int fma_bf16x2(unsigned int a, unsigned int b, unsigned i
   }
   return d;
 }
-// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 for one warp (PTX ISA, "Matrix Fragments for
-// mma.m16n8k16 with floating point type"), g = lane / 4, t = lane % 4, element 2i of a pair in the low half:
-// A (16 x 16): a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1], a2 = A[g][2t+8, 2t+9], a3 = A[g+8][2t+8, 2t+9];
-// B (16 x 8, k x n): b0 = B[2t, 2t+1][g], b1 = B[2t+8, 2t+9][g]; D: d0, d1 = D[g][2t, 2t+1], d2, d3 = D[g+8][..].
-// The warp's fragments are gathered through warp barriers; products summed in double, then rounded once.
-static inline void mma_bf16_16816(float (&d)[4], const unsigned int (&a)[4], unsigned int b0, unsigned int b1) {
-  static unsigned int fa[32][32][4], fb[32][32][2];
-  const int w = shim::cur->warp, l = shim::cur->lane;
-  for (int i = 0; i < 4; ++i) fa[w][l][i] = a[i];
-  fb[w][l][0] = b0;
-  fb[w][l][1] = b1;
-  __syncwarp();
-  auto half = [](unsigned int word, int hi) { return hi ? __uint_as_float(word & 0xffff0000u) : __uint_as_float(word << 16); };
-  auto A = [&](int r, int k) { return half(fa[w][(r % 8) * 4 + (k % 8) / 2][(r >= 8) + 2 * (k >= 8)], k % 2); };
-  auto B = [&](int k, int n) { return half(fb[w][n * 4 + (k % 8) / 2][k >= 8], k % 2); };
-  const int g = l / 4, t = l % 4;
-  float out[4];
-  for (int e = 0; e < 4; ++e) {
-    const int r = g + 8 * (e / 2), c = 2 * t + e % 2;
-    double acc = d[e];
-    for (int k = 0; k < 16; ++k) acc += (double)A(r, k) * (double)B(k, c);
-    out[e] = (float)acc;
-  }
-  __syncwarp();
-  for (int e = 0; e < 4; ++e) d[e] = out[e];
-}
 // fp16 on the host: GCC's _Float16 (IEEE binary16, conversions rounded to nearest even, subnormals kept).
 static inline float f16_bits_to_f32(unsigned int h) { _Float16 v; unsigned short b = (unsigned short)h; memcpy(&v, &b, 2); return (float)v; }
 static inline unsigned int f32_to_f16_bits(float f) { _Float16 v = (_Float16)f; unsigned short b; memcpy(&b, &v, 2); return b; }
@@ -212,15 +186,20 @@ static inline unsigned int fma_f16x2(unsigned int a, unsigned int b, unsigned in
   return d;
 }
 static inline unsigned int add_f16x2(unsigned int a, unsigned int b) { return fma_f16x2(a, 0x3C003C00u, b); }
-// mma.sync m16n8k16 with fp16 inputs: mma_bf16_16816's fragments, fp16 halves.
-static inline void mma_f16_16816(float (&d)[4], const unsigned int (&a)[4], unsigned int b0, unsigned int b1) {
+// mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32 for one warp (PTX ISA, "Matrix Fragments for
+// mma.m16n8k16 with floating point type"), g = lane / 4, t = lane % 4, element 2i of a pair in the low half:
+// A (16 x 16): a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1], a2 = A[g][2t+8, 2t+9], a3 = A[g+8][2t+8, 2t+9];
+// B (16 x 8, k x n): b0 = B[2t, 2t+1][g], b1 = B[2t+8, 2t+9][g]; D: d0, d1 = D[g][2t, 2t+1], d2, d3 = D[g+8][..].
+// ``half(word, hi)`` decodes one 16-bit element. The warp's fragments are gathered through warp barriers;
+// products summed in double, then rounded once.
+template <typename Half>
+static inline void mma_16816(float (&d)[4], const unsigned int (&a)[4], unsigned int b0, unsigned int b1, Half half) {
   static unsigned int fa[32][32][4], fb[32][32][2];
   const int w = shim::cur->warp, l = shim::cur->lane;
   for (int i = 0; i < 4; ++i) fa[w][l][i] = a[i];
   fb[w][l][0] = b0;
   fb[w][l][1] = b1;
   __syncwarp();
-  auto half = [](unsigned int word, int hi) { return f16_bits_to_f32(hi ? word >> 16 : word & 0xffffu); };
   auto A = [&](int r, int k) { return half(fa[w][(r % 8) * 4 + (k % 8) / 2][(r >= 8) + 2 * (k >= 8)], k % 2); };
   auto B = [&](int k, int n) { return half(fb[w][n * 4 + (k % 8) / 2][k >= 8], k % 2); };
   const int g = l / 4, t = l % 4;
@@ -233,6 +212,14 @@ static inline void mma_f16_16816(float (&d)[4], const unsigned int (&a)[4], unsi
   }
   __syncwarp();
   for (int e = 0; e < 4; ++e) d[e] = out[e];
+}
+static inline float bf16_half(unsigned int word, int hi) { return hi ? __uint_as_float(word & 0xffff0000u) : __uint_as_float(word << 16); }
+static inline float f16_half(unsigned int word, int hi) { return f16_bits_to_f32(hi ? word >> 16 : word & 0xffffu); }
+static inline void mma_bf16_16816(float (&d)[4], const unsigned int (&a)[4], unsigned int b0, unsigned int b1) {
+  mma_16816(d, a, b0, b1, bf16_half);
+}
+static inline void mma_f16_16816(float (&d)[4], const unsigned int (&a)[4], unsigned int b0, unsigned int b1) {
+  mma_16816(d, a, b0, b1, f16_half);
 }
 // Grid / group barrier of a cooperative emulated launch: every thread of the CTA parks in WAIT_GRID; thread 0
 // records the counter and the participant count for the scheduler, which checks the count and applies the
