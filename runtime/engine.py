@@ -61,7 +61,8 @@ class Engine:
     Args:
         art: an opened :class:`ninferc.artifact.Artifact`.
         max_context: KV capacity per sequence (tokens).
-        max_batch: sequences decoded together (B); 1 is the first milestone.
+        max_batch: sequences decoded together (B, :meth:`decode_batch`); it sizes the GDN slots, KV pages and
+            decode workspaces.
         prefill_chunk: most tokens per prefill step (sizes the activation arena).
         max_logit_rows: most logit rows one step may return (default max_batch; tests raise it to read
             prompt-position logits).
