@@ -10,7 +10,8 @@ from ninferc.errors import PlanError, RuntimeMemoryError
 
 #: kernel family -> the named workspace (``Ref("ws", name)``) its ``Launch.workspace_bytes`` sizes (a GEMV with
 #: the ``add_norm_parts`` epilogue sizes ``norm_ss`` instead: :func:`workspace_of`)
-WORKSPACE_OF = {"gemv_coop": "gemv", "gdn_conv": "gdn_conv_out", "gdn_chunk": "gdn_o", "attn_decode": "attn_partials"}
+WORKSPACE_OF = {"gemv_coop": "gemv", "gdn_conv": "gdn_conv_out", "gdn_chunk": "gdn_o", "gdn_chunk_wy": "gdn_wy",
+                "attn_decode": "attn_partials"}
 
 
 def workspace_of(launch) -> str | None:
@@ -78,7 +79,7 @@ def workspace_sizes(program, ctx, *, t_cap: int, max_batch: int) -> dict[str, in
     """
     from ninferc.targets.lower import step_launch
 
-    ws = {"gemv": 16, "norm_ss": 16, "gdn_conv_out": 16, "gdn_o": 16, "attn_q": 16, "attn_partials": 16}
+    ws = {"gemv": 16, "norm_ss": 16, "gdn_conv_out": 16, "gdn_o": 16, "gdn_wy": 16, "attn_q": 16, "attn_partials": 16}
     cases = [("prefill", t_cap, 1, 1), ("decode", max_batch, max_batch, max_batch)]
     cases += [("prefill", t, 1, 1) for t in list(range(1, 17)) + [64] if t <= t_cap]
     for mode, T, B, R in cases:  # noqa: N806

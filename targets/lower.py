@@ -39,6 +39,7 @@ from ninferc.ir.passes.choose_formats import KV_DTYPES
 from ninferc.targets.kernels import FAMILIES
 from ninferc.targets.kernels.attention import AttentionProblem
 from ninferc.targets.kernels.elementwise import EmbedProblem, RMSNormProblem, embed_arg_names, rmsnorm_arg_names
+from ninferc.targets.kernels.gdn import SPLIT_ROUTES as GDN_SPLIT_ROUTES
 from ninferc.targets.kernels.gdn import GdnProblem
 from ninferc.targets.kernels.gdn import arg_names as gdn_arg_names
 from ninferc.targets.kernels.gemm import GemmProblem, group_m_for
@@ -333,12 +334,14 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096, fuse_no
                       "dt_bias": P(op.params["dt_bias"]), "norm_w": P(op.params["norm"]),
                       "conv_ring": Ref("state", op.states["conv"]), "rec_state": Ref("state", op.states["recurrent"]),
                       "y": T(op.outputs[0]), "conv_out": Ref("ws", "gdn_conv_out"), "o_ws": Ref("ws", "gdn_o"),
+                      "wy_ws": Ref("ws", "gdn_wy"),
                       "tok_pos": Ref("meta", "tok_pos"), "tok_seq": Ref("meta", "tok_seq"),
                       "seq_start": Ref("meta", "seq_start"), "seq_slot": Ref("meta", "seq_slot"),
                       "scale": F32(a["scale"]), "l2_eps": F32(a["l2_eps"]), "norm_eps": F32(a["eps"])}
             add(Step(f"{op.name}.decode", op.name, "decode", "gdn_decode", p, "T", common, layer=L))
             add(Step(f"{op.name}.conv", op.name, "prefill", "gdn_conv", p, "T", common, layer=L))
             add(Step(f"{op.name}.ring", op.name, "prefill", "gdn_ring_update", p, "T", common, batch=True, layer=L))
+            add(Step(f"{op.name}.wy", op.name, "prefill", "gdn_chunk_wy", p, "T", common, batch=True, layer=L))
             add(Step(f"{op.name}.core", op.name, "prefill", "gdn_prefill", p, "T", common, batch=True, layer=L))
             add(Step(f"{op.name}.norm", op.name, "prefill", "gdn_gated_norm", p, "T", common, layer=L))
         elif k == "GatedAttentionBlock":
@@ -391,8 +394,9 @@ def _norms_to_fold(graph: Graph) -> dict[str, tuple[str, str]]:
 
 
 def drop_unneeded_steps(steps: list[Step], launches: dict[str, Launch]) -> list[Step]:
-    """The steps of ``steps`` that must run, given every step's launch (by step name): the GDN gated-norm
-    step runs only after the ``chunked_split`` core route (the fused core writes y); an AddRMSNorm step
+    """The steps of ``steps`` that must run, given every step's launch (by step name): the GDN ``gdn_chunk_wy``
+    step runs only before a ``wy`` / ``wy_split`` core route, the gated-norm step only after a ``chunked_split``
+    / ``wy_split`` one (the fused core writes y); an AddRMSNorm step
     ``absorbed_by`` / ``absorbed_into`` two Linears is skipped when both launches are GEMVs (which then do the
     norm between them).
 
@@ -403,7 +407,11 @@ def drop_unneeded_steps(steps: list[Step], launches: dict[str, Launch]) -> list[
     for s in steps:
         if s.family == "gdn_gated_norm":
             core = launches.get(s.name[: -len(".norm")] + ".core")
-            if core is None or core.route != "chunked_split":
+            if core is None or core.route not in GDN_SPLIT_ROUTES:
+                continue
+        if s.family == "gdn_chunk_wy":
+            core = launches.get(s.name[: -len(".wy")] + ".core")
+            if core is None or not core.route.startswith("wy"):
                 continue
         if s.absorbed_by:
             prod, cons = launches.get(s.absorbed_by), launches.get(s.absorbed_into)

@@ -5,6 +5,7 @@
 //   1. scalar math: softplus, sigmoid, the GDN gating (ref_gdn_gating)
 //   2. CTA-wide sums (two __syncthreads each, so the scratch can be reused at once)
 //   3. the conv-ring / projection layout (templates/README.md "State layouts")
+//   4. per-row scalars of one prefill chunk (gdn_chunk, gdn_chunk_wy)
 #pragma once
 
 namespace gdn {
@@ -76,6 +77,64 @@ __device__ __forceinline__ float conv_input(const float* __restrict__ proj, int 
   if (p < 0) return 0.0f;
   if (p >= pos0) return proj[(size_t)(t_first + (p - pos0)) * proj_dim + c];
   return ring_slot[(size_t)(p % width) * conv_dim + c];
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. per-row scalars of one chunk of kC tokens starting at token tc, L <= kC of them valid (rows >= L
+//    are padding and get zeros, as in ref_gated_delta_rule_chunked): c = cumsum(g) (sequential, like
+//    numpy's cumsum), beta, rq = 1/||q||, rk = 1/||k|| (l2_eps inside the root, ref_l2norm). One warp
+//    per row for the norms; ends with a barrier, so every thread may read the four vectors.
+// ---------------------------------------------------------------------------------------------
+// The record gdn_chunk_wy writes per (token t, V head h) at wy_ws + (t * Hv + h) * kFloats (fp32), which
+// the scan (gdn_chunk wy=1) reads: w row [dk] | u row [dv] | P row [C] (zeros above the diagonal) |
+// qf = rq scale e^c, kf = rk e^(c_last - c), e^(c_last), c.
+template <int kDk, int kDv, int kC>
+struct WyRecord {
+  static constexpr int kW = 0, kU = kDk, kP = kDk + kDv, kS = kDk + kDv + kC, kFloats = kDk + kDv + kC + 4;
+};
+
+template <int kC, int kDk>
+__device__ __forceinline__ void chunk_row_scalars(const float* __restrict__ conv_out, int conv_dim,
+                                                  const float* __restrict__ proj, int proj_dim, int tc, int L,
+                                                  int q_off, int k_off, int off_a, int off_b, float a_log, float dtb,
+                                                  float l2_eps, float* s_c, float* s_beta, float* s_rq, float* s_rk) {
+  const int warp = threadIdx.x / ninfer::kWarpSize, lane = threadIdx.x % ninfer::kWarpSize;
+  const int nwarps = blockDim.x / ninfer::kWarpSize;
+  for (int i = warp; i < kC; i += nwarps) {
+    float sq = 0.0f, sk = 0.0f;
+    if (i < L) {
+      const float* __restrict__ row = conv_out + (size_t)(tc + i) * conv_dim;
+      for (int d = lane; d < kDk; d += ninfer::kWarpSize) {
+        const float qv = row[q_off + d], kv = row[k_off + d];
+        sq += qv * qv;
+        sk += kv * kv;
+      }
+    }
+    sq = ninfer::warp_sum(sq);
+    sk = ninfer::warp_sum(sk);
+    if (lane == 0) {
+      float g = 0.0f, beta = 0.0f, rq = 0.0f, rk = 0.0f;
+      if (i < L) {
+        const float* __restrict__ prow = proj + (size_t)(tc + i) * proj_dim;
+        gating(prow[off_a], prow[off_b], a_log, dtb, g, beta);
+        rq = 1.0f / sqrtf(sq + l2_eps);
+        rk = 1.0f / sqrtf(sk + l2_eps);
+      }
+      s_c[i] = g;
+      s_beta[i] = beta;
+      s_rq[i] = rq;
+      s_rk[i] = rk;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {  // c = cumsum(g), sequential like numpy
+    float acc = 0.0f;
+    for (int i = 0; i < kC; ++i) {
+      acc += s_c[i];
+      s_c[i] = acc;
+    }
+  }
+  __syncthreads();
 }
 
 }  // namespace gdn

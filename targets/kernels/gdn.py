@@ -31,20 +31,33 @@ Kernels and launch geometry (chosen here, never in the templates)
   same step). State in registers, read once and written once.
 * prefill step, several packed sequences: ``gdn_conv`` (grid ``(T, ceil(conv_dim/threads))``, reads the
   ring, writes ``conv_out [T, conv_dim]`` fp32) -> ``gdn_ring_update`` (grid ``(ceil(conv_dim/threads), B)``,
-  writes the last ``min(W, n_b)`` inputs of each sequence; must follow ``gdn_conv``) -> the core, route
-  ``chunked`` (``gdn_chunk.cu.j2``, grid ``(Hv * dv/dv_block, B)``, block 256, dynamic shared memory from
-  :func:`chunk_smem_bytes`) or ``recurrent`` (``gdn_recurrent.cu.j2`` mode ``prefill``, grid ``(Hv, B)``)
-  -> only when ``dv_block < dv`` (route ``chunked_split``): ``gdn_gated_norm`` (grid ``(T,)``), reading
-  the fp32 ``o_ws [T, Hv*dv]`` the chunk kernel wrote.
-* ``dv_block``: among the divisors of dv in {256, 128, 64, 32, 16} whose shared memory (static + dynamic)
-  fits the arch's opt-in maximum with at least one resident CTA, the one with the least modelled time
-  :func:`chunk_cost` on the plan's SM count (ties to the larger block). The chunk kernel is sequential over
-  chunks inside a CTA, so its time is the busiest SM's: ``ceil(CTAs / SMs)`` CTAs of ``a + b * dv_block``
-  FMAs per chunk, where ``a`` (the K-side products ``K K^T`` and ``Q K^T``) is repeated by every column
-  block and ``b * dv_block`` (``K S``, ``Q S``, the triangular solve, ``P Vn``, the state update) is
-  split among them. 27B (48 V heads, one sequence): 64 on every target (96 CTAs; the 132-SM H200 would
-  otherwise run 48 CTAs of 128 columns on 36 % of its SMs); only 64 or smaller fit sm_86 / sm_89 /
-  sm_120a's 99 KiB opt-in anyway.
+  writes the last ``min(W, n_b)`` inputs of each sequence; must follow ``gdn_conv``) -> the core, one of
+  three routes:
+
+  - ``wy`` (default): ``gdn_chunk_wy`` (:class:`GdnChunkWyFamily`, grid ``(chunks, Hv)`` -- every chunk of
+    every sequence at once) computes each chunk's local part of the reference -- ``w``, ``u``, the
+    decay-masked ``q k^T`` and the row factors -- into the fp32 records ``wy_ws [T, Hv, dk + dv + 64 + 4]``;
+    then the ``gdn_chunk`` *scan* (``wy=1``, grid ``(Hv * dv/dv_block, B)``) runs only the reference's
+    sequential loop body per chunk: ``v_new = u - w S``, ``o = qd S + P v_new``, ``S <- S e^(c_last) + kd^T
+    v_new``. The triangular solve and the ``K K^T`` / ``Q K^T`` products leave the sequential path, which on
+    the 27B shape ran on 96 CTAs of 132 SMs, and move to a launch of ``128 x 48`` CTAs per 8,192 tokens.
+  - ``chunked``: ``gdn_chunk`` alone (``wy=0``, grid ``(Hv * dv/dv_block, B)``, block 256, dynamic shared
+    memory from :func:`chunk_smem_bytes`), everything per chunk inside the sequential CTA (the route before
+    ``wy``; kept as its A/B partner and for the tests).
+  - ``recurrent`` (``gdn_recurrent.cu.j2`` mode ``prefill``, grid ``(Hv, B)``), the simple oracle.
+
+  Only when ``dv_block < dv`` (routes ``chunked_split``, ``wy_split``): ``gdn_gated_norm`` (grid ``(T,)``),
+  reading the fp32 ``o_ws [T, Hv*dv]`` the chunk kernel wrote.
+* ``dv_block`` of route ``chunked``: among the divisors of dv in {256, 128, 64, 32, 16} whose shared memory
+  (static + dynamic) fits the arch's opt-in maximum with at least one resident CTA, the one with the least
+  modelled time :func:`chunk_cost` on the plan's SM count (ties to the larger block). The chunk kernel is
+  sequential over chunks inside a CTA, so its time is the busiest SM's: ``ceil(CTAs / SMs)`` CTAs of
+  ``a + b * dv_block`` FMAs per chunk, where ``a`` (the K-side products ``K K^T`` and ``Q K^T``) is repeated
+  by every column block and ``b * dv_block`` (``K S``, ``Q S``, the triangular solve, ``P Vn``, the state
+  update) is split among them. 27B (48 V heads, one sequence): 64 on every target (96 CTAs; the 132-SM H200
+  would otherwise run 48 CTAs of 128 columns on 36 % of its SMs); only 64 or smaller fit sm_86 / sm_89 /
+  sm_120a's 99 KiB opt-in anyway. Route ``wy`` chooses its scan's block the same way by :func:`scan_cost`
+  (FMA issue or shared-memory loads per chunk, whichever binds; nothing is repeated per block).
 * Kernels with a grid over sequences loop ``b = blockIdx.y, blockIdx.y + gridDim.y, ...`` and exit past
   ``num_seqs``: any ``grid.y >= 1`` is correct; the runtime should set ``grid.y = B`` of the step (the plan
   is made for ``batch`` sequences, default 1 for prefill and T for decode).
@@ -86,8 +99,13 @@ DV_BLOCKS = (256, 128, 64, 32, 16)
 """``dv_block`` values the chunk kernel supports (it needs ``256 % dv_block == 0`` and a multiple of 16)."""
 STATE_FLOATS_PER_THREAD = 32
 """Default register budget for the state in the recurrent kernels (fp32 values of S per thread)."""
-ROUTES = ("chunked", "recurrent")
-"""Prefill core routes: ``chunked`` (gdn_chunk, + gdn_gated_norm when split) and ``recurrent``."""
+ROUTES = ("wy", "chunked", "recurrent")
+"""Prefill core routes: ``wy`` (gdn_chunk_wy, then the gdn_chunk scan; + gdn_gated_norm when split),
+``chunked`` (gdn_chunk alone; + gdn_gated_norm when split) and ``recurrent``."""
+SPLIT_ROUTES = ("chunked_split", "wy_split")
+"""Core routes that write the fp32 ``o_ws`` and need :class:`GdnGatedNormFamily` after them."""
+WY_TILE = 64
+"""Columns of ``X = [beta e^c k | beta v]`` per product tile of ``gdn_chunk_wy`` (its ``kXW``)."""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -246,17 +264,39 @@ def dv_blocks(p: GdnProblem) -> list[int]:
 
 
 def chunk_smem_bytes(p: GdnProblem, dv_block: int, chunk: int = CHUNK, tile: int | None = None,
-                     threads: int = CHUNK_THREADS) -> int:
+                     threads: int = CHUNK_THREADS, wy: bool = False) -> int:
     """Dynamic shared memory (bytes) of ``gdn_chunk`` -- the same layout as the template's constants:
     ``S [dk][dv_block] | P, Lm [chunk][chunk+1] | KT [tile][chunk+1] | union(QT [tile][chunk+1],
-    R [chunk][RS]) | 4 vectors [chunk]`` with ``RS = roundup32(dv_block) + 32 / (threads / dv_block)``.
-    27B: 93824 B at dv_block 64, 145024 B at 128."""
+    R [chunk][RS]) | 4 vectors [chunk]`` with ``RS = roundup32(dv_block) + 32 / (threads / dv_block)``;
+    the scan of route ``wy`` (``wy=True``) has no ``Lm``. 27B: 93824 B at dv_block 64, 145024 B at 128
+    (scan: 77184 / 128384 B)."""
     tile = tile or dk_tile(p)
     tpc = threads // dv_block
     rs = -(-dv_block // 32) * 32 + WARP // tpc
-    floats = (p.dk * dv_block + 2 * chunk * (chunk + 1) + tile * (chunk + 1)
+    floats = (p.dk * dv_block + (1 if wy else 2) * chunk * (chunk + 1) + tile * (chunk + 1)
               + max(tile * (chunk + 1), chunk * rs) + 4 * chunk)
     return 4 * floats
+
+
+def wy_smem_bytes(p: GdnProblem, chunk: int = CHUNK, tile: int | None = None) -> int:
+    """Dynamic shared memory (bytes) of ``gdn_chunk_wy`` -- the template's layout: ``A0, A [chunk][chunk+1] |
+    union(QT, KT [tile][chunk+1] each, X [chunk][WY_TILE+1]) | 4 vectors [chunk]``. 27B: 51200 B."""
+    tile = tile or dk_tile(p)
+    floats = 2 * chunk * (chunk + 1) + max(2 * tile * (chunk + 1), chunk * (WY_TILE + 1)) + 4 * chunk
+    return 4 * floats
+
+
+def wy_record_floats(p: GdnProblem, chunk: int = CHUNK) -> int:
+    """fp32 values of one ``gdn_chunk_wy`` record (per token and V head; ``gdn::WyRecord``): w [dk] | u [dv] |
+    P row [chunk] | qf, kf, e^(c_last), c."""
+    return p.dk + p.dv + chunk + 4
+
+
+def wy_chunks(tokens: int, batch: int, chunk: int = CHUNK) -> int:
+    """Grid x of ``gdn_chunk_wy``: an upper bound on ``sum_b ceil(n_b / chunk)`` over ``batch`` non-empty
+    sequences of ``tokens`` tokens in all, ``floor((tokens + batch (chunk - 1)) / chunk)`` (CTAs past the
+    last chunk exit at once)."""
+    return (tokens + batch * (chunk - 1)) // chunk
 
 
 def chunk_cost(p: GdnProblem, dv_block: int, sms: int, batch: int = 1, chunk: int = CHUNK) -> int:
@@ -272,6 +312,29 @@ def chunk_cost(p: GdnProblem, dv_block: int, sms: int, batch: int = 1, chunk: in
         raise PlanError(f"gdn_chunk cost: need sms >= 1 and batch >= 1 (sms = {sms}, batch = {batch})")
     ctas = p.hv * (p.dv // dv_block) * batch
     per_cta = 2 * chunk * chunk * p.dk + dv_block * (3 * chunk * p.dk) + (3 * chunk * chunk * dv_block) // 2
+    return _ceil(ctas, sms) * per_cta
+
+
+def scan_cost(p: GdnProblem, dv_block: int, sms: int, batch: int = 1, chunk: int = CHUNK) -> float:
+    """Modelled time of one ``gdn_chunk`` scan launch (route ``wy``), in SM cycles per chunk on the busiest SM:
+    ``ceil(CTAs / sms)`` CTAs, each ``max(FMAs / 128, shared loads / 32)`` -- FMA issue (128 fp32 lanes per SM)
+    or shared-memory words (32 banks per clock), whichever binds (CUDA C Programming Guide, "Arithmetic
+    Instructions" throughput table and "Shared Memory"). Per chunk and thread of the 16 x 16 grid (rows r =
+    chunk / 16, columns n = dv_block / 16): ``w S`` and ``Qe S`` take dk (2 r + n) loads for 2 dk r n FMAs, ``P v_new``
+    chunk (r + n) for chunk r n, the state update (dk / dk_tile) chunk (dk_tile / 16 + n) for (dk / 16) n chunk. Unlike the
+    ``chunked`` route nothing is repeated per column block, so small blocks only lose arithmetic intensity.
+
+    Raises:
+        PlanError: sms or batch < 1.
+    """
+    if sms < 1 or batch < 1:
+        raise PlanError(f"gdn scan cost: need sms >= 1 and batch >= 1 (sms = {sms}, batch = {batch})")
+    r, n, threads = chunk // 16, max(1, dv_block // 16), CHUNK_THREADS
+    fma = 2 * p.dk * r * n + chunk * r * n + (p.dk // 16) * n * chunk
+    tile = dk_tile(p)
+    loads = p.dk * (2 * r + n) + chunk * (r + n) + (p.dk // tile) * chunk * (tile // 16 + n)
+    per_cta = threads * max(fma / 128, loads / 32)
+    ctas = p.hv * (p.dv // dv_block) * batch
     return _ceil(ctas, sms) * per_cta
 
 
@@ -404,11 +467,12 @@ class GdnRingUpdateFamily(_OneKernelFamily):
 
 
 class GdnPrefillFamily:
-    """The prefill core: route ``chunked`` (``gdn_chunk.cu.j2``) or ``recurrent`` (``gdn_recurrent.cu.j2``
-    mode ``prefill``), both reading ``conv_out`` from ``gdn_conv``.
+    """The prefill core: route ``wy`` (the ``gdn_chunk.cu.j2`` scan, ``wy=1``, after :class:`GdnChunkWyFamily`),
+    ``chunked`` (``gdn_chunk.cu.j2`` alone) or ``recurrent`` (``gdn_recurrent.cu.j2`` mode ``prefill``), all
+    reading ``conv_out`` from ``gdn_conv``.
 
     Args:
-        route: ``"chunked"`` (default) or ``"recurrent"`` (the simple oracle route).
+        route: ``"wy"`` (default), ``"chunked"`` or ``"recurrent"`` (the simple oracle route).
         dv_block: force the chunk kernel's column block (default: the cheapest that fits by
             :func:`chunk_cost`, see module doc).
         chunk: tokens per chunk (64).
@@ -421,15 +485,16 @@ class GdnPrefillFamily:
     name = "gdn_prefill"
     template = "gdn_chunk.cu.j2"
 
-    def __init__(self, route: str = "chunked", dv_block: int | None = None, chunk: int = CHUNK,
+    def __init__(self, route: str = "wy", dv_block: int | None = None, chunk: int = CHUNK,
                  state_per_thread: int = STATE_FLOATS_PER_THREAD):
         if route not in ROUTES:
             raise PlanError(f"gdn_prefill: unknown route {route!r}; supported: {', '.join(ROUTES)}")
         self.route, self.dv_block, self.chunk = route, dv_block, int(chunk)
         self.state_per_thread = int(state_per_thread)
 
-    def chunk_spec(self, problem: GdnProblem, dv_block: int) -> KernelSpec:
-        """The chunk kernel with ``dv_block`` state columns per CTA.
+    def chunk_spec(self, problem: GdnProblem, dv_block: int, wy: bool = False) -> KernelSpec:
+        """The chunk kernel with ``dv_block`` state columns per CTA: the whole chunked core (``wy=False``) or the
+        scan of route ``wy`` (``wy=True``, reading :class:`GdnChunkWyFamily`'s records).
 
         Raises:
             PlanError: dv_block not a supported divisor of dv, or dk not a multiple of 16.
@@ -439,6 +504,10 @@ class GdnPrefillFamily:
                             f"{DV_BLOCKS}")
         params = {**problem.dims(), "dv_block": dv_block, "chunk": self.chunk, "dk_tile": dk_tile(problem),
                   "threads": CHUNK_THREADS}
+        if wy:
+            # min_ctas 1 is only a register-allocation hint (any launch has one resident CTA): without it ptxas
+            # (CUDA 13) holds the scan to ~48 registers and spills 8-24 bytes of its register blocks
+            params.update(wy=1, min_ctas=1)
         return KernelSpec.make("gdn_chunk", "gdn_chunk.cu.j2", params, CHUNK_THREADS, cooperative=False)
 
     def recurrent_spec(self, problem: GdnProblem) -> KernelSpec:
@@ -448,9 +517,11 @@ class GdnPrefillFamily:
         return KernelSpec.make("gdn_recurrent_prefill", "gdn_recurrent.cu.j2", params, th, cooperative=False)
 
     def variants(self, problem: GdnProblem) -> list[KernelSpec]:
-        """Chunk kernels for every candidate dv_block (or the forced one) plus the recurrent kernel."""
+        """Chunk kernels (scan and whole) for every candidate dv_block (or the forced one) plus the recurrent
+        kernel."""
         blocks = [self.dv_block] if self.dv_block else dv_blocks(problem)
-        return [self.chunk_spec(problem, d) for d in blocks] + [self.recurrent_spec(problem)]
+        return ([self.chunk_spec(problem, d, wy=True) for d in blocks] + [self.chunk_spec(problem, d) for d in blocks]
+                + [self.recurrent_spec(problem)])
 
     def sample_problems(self) -> list[GdnProblem]:
         """The tiny fixture's GDN."""
@@ -460,21 +531,23 @@ class GdnPrefillFamily:
         """Kernel parameters in order for ``route`` (default the family's)."""
         return arg_names("gdn_chunk" if (route or self.route) != "recurrent" else "gdn_recurrent_prefill")
 
-    def choose_dv_block(self, problem: GdnProblem, ctx: PlanContext, batch: int = 1) -> int:
+    def choose_dv_block(self, problem: GdnProblem, ctx: PlanContext, batch: int = 1, wy: bool = False) -> int:
         """The forced dv_block, or among the candidates whose static + dynamic shared memory fits the arch's
-        opt-in maximum with at least one resident CTA per SM, the one of least :func:`chunk_cost` for
-        ``ctx.sms`` SMs and ``batch`` sequences (ties to the larger block).
+        opt-in maximum with at least one resident CTA per SM, the one of least modelled time -- :func:`chunk_cost`
+        (route ``chunked``) or :func:`scan_cost` (``wy``) for ``ctx.sms`` SMs and ``batch`` sequences (ties to
+        the larger block).
 
         Raises:
             PlanError: nothing fits (lists every candidate's bytes and the limit).
         """
         tried, fits = [], []
         for d in ([self.dv_block] if self.dv_block else dv_blocks(problem)):
-            spec = self.chunk_spec(problem, d)
-            dyn = chunk_smem_bytes(problem, d, self.chunk)
+            spec = self.chunk_spec(problem, d, wy=wy)
+            dyn = chunk_smem_bytes(problem, d, self.chunk, wy=wy)
             total = ctx.resources_of(spec).static_smem_bytes + dyn
             if total <= ctx.arch.max_smem_per_cta_optin and ctx.occupancy(spec, dyn).ctas_per_sm >= 1:
-                fits.append((chunk_cost(problem, d, ctx.sms, batch, self.chunk), -d))
+                cost = (scan_cost if wy else chunk_cost)(problem, d, ctx.sms, batch, self.chunk)
+                fits.append((cost, -d))
             else:
                 tried.append(f"dv_block {d}: {total} B")
         if fits:
@@ -488,7 +561,8 @@ class GdnPrefillFamily:
 
         Routes: ``chunked`` (dv_block == dv: y written, fused norm), ``chunked_split`` (dv_block < dv: o
         written to the fp32 workspace ``o_ws [T, Hv*dv]`` = ``workspace_bytes``; follow with
-        :class:`GdnGatedNormFamily`), ``recurrent``.
+        :class:`GdnGatedNormFamily`), ``wy`` / ``wy_split`` (the same two, as the scan after
+        :class:`GdnChunkWyFamily`), ``recurrent``.
 
         Raises:
             PlanError: T < 1, batch outside [1, T], unknown route, or no dv_block fits.
@@ -500,19 +574,80 @@ class GdnPrefillFamily:
         if route == "recurrent":
             return ctx.make_launch(self.recurrent_spec(problem), (problem.hv, batch, 1), route="recurrent",
                                    tokens=tokens)
-        if route != "chunked":
+        if route not in ("chunked", "wy"):
             raise PlanError(f"gdn_prefill: unknown route {route!r}; supported: {', '.join(ROUTES)}")
-        d = self.choose_dv_block(problem, ctx, batch)
+        wy = route == "wy"
+        d = self.choose_dv_block(problem, ctx, batch, wy=wy)
         split = d < problem.dv
-        return ctx.make_launch(self.chunk_spec(problem, d), (problem.hv * (problem.dv // d), batch, 1),
-                               route="chunked_split" if split else "chunked", tokens=tokens,
-                               dynamic_smem=chunk_smem_bytes(problem, d, self.chunk),
+        return ctx.make_launch(self.chunk_spec(problem, d, wy=wy), (problem.hv * (problem.dv // d), batch, 1),
+                               route=route + "_split" if split else route, tokens=tokens,
+                               dynamic_smem=chunk_smem_bytes(problem, d, self.chunk, wy=wy),
                                workspace_bytes=4 * tokens * problem.value_dim if split else 0)
+
+
+class GdnChunkWyFamily:
+    """``gdn_chunk_wy``: the chunk-local half of route ``wy`` (``gdn_chunk_wy.cu.j2``): per (chunk, V head), all
+    chunks of every sequence in one launch, the reference's ``w``, ``u``, decay-masked ``q k^T`` and row factors,
+    written as one record of :func:`wy_record_floats` fp32 per (token, V head) into ``wy_ws [T, Hv, rec]`` for the
+    ``gdn_chunk`` scan. Requires chunk 64 and dk, dv multiples of 16.
+
+    Args:
+        chunk: tokens per chunk (64).
+    """
+
+    name = "gdn_chunk_wy"
+    template = "gdn_chunk_wy.cu.j2"
+
+    def __init__(self, chunk: int = CHUNK):
+        self.chunk = int(chunk)
+
+    def spec(self, problem: GdnProblem) -> KernelSpec:
+        """The kernel for ``problem``.
+
+        Raises:
+            PlanError: chunk other than 64, or dk / dv not multiples of 16 (names the value).
+        """
+        if self.chunk != 64:
+            raise PlanError(f"gdn_chunk_wy: chunk = {self.chunk}; the kernel's solve maps 4 lanes to each of 64 "
+                            "columns, so only chunk 64 is supported")
+        for name in ("dk", "dv"):
+            if getattr(problem, name) % 16:
+                raise PlanError(f"gdn_chunk_wy: {name} = {getattr(problem, name)} must be a multiple of 16")
+        params = {**problem.dims(), "chunk": self.chunk, "dk_tile": dk_tile(problem), "threads": CHUNK_THREADS}
+        return KernelSpec.make(self.name, self.template, params, CHUNK_THREADS, cooperative=False)
+
+    def variants(self, problem: GdnProblem) -> list[KernelSpec]:
+        """The one kernel."""
+        return [self.spec(problem)]
+
+    def sample_problems(self) -> list[GdnProblem]:
+        """The tiny fixture's GDN."""
+        return [TINY]
+
+    def arg_names(self, problem: GdnProblem) -> tuple[str, ...]:
+        """Kernel parameters in order (see :func:`arg_names`)."""
+        return arg_names(self.name)
+
+    def launch(self, problem: GdnProblem, tokens: int, ctx: PlanContext, batch: int = 1) -> Launch:
+        """Grid (:func:`wy_chunks` (T, batch), Hv), route ``wy``; workspace = ``wy_ws`` (4 T Hv rec bytes).
+
+        Raises:
+            PlanError: T < 1, batch outside [1, T], or the grid over the arch's limits.
+        """
+        if tokens < 1 or not 1 <= batch <= tokens:
+            raise PlanError(f"gdn_chunk_wy: need T >= 1 and 1 <= batch <= T (T = {tokens}, batch = {batch})")
+        n = wy_chunks(tokens, batch, self.chunk)
+        if n > ctx.arch.max_grid_dims[0] or problem.hv > ctx.arch.max_grid_dims[1]:
+            raise PlanError(f"gdn_chunk_wy on {ctx.arch.name}: grid ({n}, {problem.hv}) exceeds the grid limits "
+                            f"{ctx.arch.max_grid_dims[:2]}")
+        return ctx.make_launch(self.spec(problem), (n, problem.hv, 1), route="wy", tokens=tokens,
+                               dynamic_smem=wy_smem_bytes(problem, self.chunk),
+                               workspace_bytes=4 * tokens * problem.hv * wy_record_floats(problem, self.chunk))
 
 
 class GdnGatedNormFamily(_OneKernelFamily):
     """``gdn_gated_norm``: y (bf16) = RMSNorm(o) * w * silu(z) per (token, V head) from the fp32 ``o_ws``;
-    needed after the ``chunked_split`` route only (one warp per V head at a time)."""
+    needed after the ``chunked_split`` / ``wy_split`` routes only (one warp per V head at a time)."""
 
     name = "gdn_gated_norm"
     template = "gdn_gated_norm.cu.j2"
@@ -530,14 +665,15 @@ TINY = GdnProblem(hk=2, hv=6, dk=64, dv=64, width=4)
 QWEN38_27B = GdnProblem(hk=16, hv=48, dk=128, dv=128, width=4)
 """The 27B preset's GDN shape."""
 
-FAMILIES = [GdnDecodeFamily(), GdnConvFamily(), GdnRingUpdateFamily(), GdnPrefillFamily(), GdnGatedNormFamily()]
+FAMILIES = [GdnDecodeFamily(), GdnConvFamily(), GdnRingUpdateFamily(), GdnChunkWyFamily(), GdnPrefillFamily(),
+            GdnGatedNormFamily()]
 """The GDN families (discovered by ``targets/kernels/__init__.py``)."""
 BY_NAME = {f.name: f for f in FAMILIES}
 """The GDN families by name."""
 
 
 def layer_launches(problem: GdnProblem, tokens: int, ctx: PlanContext, *, decode: bool, batch: int | None = None,
-                   route: str = "chunked") -> list[tuple[str, Launch]]:
+                   route: str = "wy") -> list[tuple[str, Launch]]:
     """The ordered launches of one GDN layer for one step (same stream, in this order).
 
     Args:
@@ -546,20 +682,22 @@ def layer_launches(problem: GdnProblem, tokens: int, ctx: PlanContext, *, decode
         ctx: plan context holding resources of every variant of the GDN families.
         decode: one token per sequence (T = B): the single fused ``gdn_decode`` launch.
         batch: B for prefill (default 1).
-        route: prefill core route (``chunked`` | ``recurrent``).
+        route: prefill core route (``wy`` | ``chunked`` | ``recurrent``).
 
     Returns:
-        [(kernel name, Launch)]: decode -> [decode]; prefill -> [conv, ring_update, core, (gated_norm when
-        the core route is ``chunked_split``)].
+        [(kernel name, Launch)]: decode -> [decode]; prefill -> [conv, ring_update, (chunk_wy for route wy), core,
+        (gated_norm when the core route is ``chunked_split`` or ``wy_split``)].
     """
     if decode:
         return [("gdn_decode", BY_NAME["gdn_decode"].launch(problem, tokens, ctx))]
     batch = batch or 1
     core = GdnPrefillFamily(route=route).launch(problem, tokens, ctx, batch=batch)
     out = [("gdn_conv", BY_NAME["gdn_conv"].launch(problem, tokens, ctx)),
-           ("gdn_ring_update", BY_NAME["gdn_ring_update"].launch(problem, tokens, ctx, batch=batch)),
-           (core.kernel.family, core)]
-    if core.route == "chunked_split":
+           ("gdn_ring_update", BY_NAME["gdn_ring_update"].launch(problem, tokens, ctx, batch=batch))]
+    if core.route.startswith("wy"):
+        out.append(("gdn_chunk_wy", BY_NAME["gdn_chunk_wy"].launch(problem, tokens, ctx, batch=batch)))
+    out.append((core.kernel.family, core))
+    if core.route in SPLIT_ROUTES:
         out.append(("gdn_gated_norm", BY_NAME["gdn_gated_norm"].launch(problem, tokens, ctx)))
     return out
 
@@ -575,22 +713,24 @@ _ARGS = {
                               "tok_pos", "seq_start", "seq_slot", "num_seqs", "scale", "l2_eps", "norm_eps"],
     "gdn_conv": ["proj", "conv_w", "conv_ring", "conv_out", "tok_pos", "tok_seq", "seq_start", "seq_slot"],
     "gdn_ring_update": ["proj", "conv_ring", "tok_pos", "seq_start", "seq_slot", "num_seqs"],
-    "gdn_chunk": ["conv_out", "proj", "A_log", "dt_bias", "norm_w", "rec_state", "y", "o_ws",
+    "gdn_chunk": ["conv_out", "proj", "A_log", "dt_bias", "norm_w", "rec_state", "y", "o_ws", "wy_ws",
                   "tok_pos", "seq_start", "seq_slot", "num_seqs", "scale", "l2_eps", "norm_eps"],
+    "gdn_chunk_wy": ["conv_out", "proj", "A_log", "dt_bias", "wy_ws", "seq_start", "num_seqs", "scale", "l2_eps"],
     "gdn_gated_norm": ["o_ws", "proj", "norm_w", "y", "norm_eps"],
 }
 _INT_ARGS = {"num_seqs"}
 _FLOAT_ARGS = {"scale", "l2_eps", "norm_eps"}
-_OPTIONAL_PTRS = {"gdn_chunk": {"y", "o_ws"}}
+_OPTIONAL_PTRS = {"gdn_chunk": {"y", "o_ws", "wy_ws"}}
 
 
 def arg_names(kernel: str) -> tuple[str, ...]:
     """Parameter names, in order, of a GDN kernel (``KernelSpec.family``: gdn_decode, gdn_conv,
-    gdn_ring_update, gdn_chunk, gdn_recurrent_prefill, gdn_gated_norm).
+    gdn_ring_update, gdn_chunk_wy, gdn_chunk, gdn_recurrent_prefill, gdn_gated_norm).
 
     Pointer dtypes/shapes: proj fp32 [T, proj_dim]; conv_out fp32 [T, conv_dim]; conv_w fp32 [conv_dim, W];
     A_log, dt_bias fp32 [Hv]; norm_w fp32 [dv]; conv_ring fp32 [slots, W, conv_dim]; rec_state fp32
-    [slots, Hv, dk, dv]; y bf16 (uint16) [T, Hv*dv]; o_ws fp32 [T, Hv*dv]; tok_pos, tok_seq int32 [T];
+    [slots, Hv, dk, dv]; y bf16 (uint16) [T, Hv*dv]; o_ws fp32 [T, Hv*dv]; wy_ws fp32 [T, Hv, rec]
+    (:func:`wy_record_floats`); tok_pos, tok_seq int32 [T];
     seq_start int32 [B+1]; seq_slot int32 [B]. Scalars: num_seqs int32 (B); scale, l2_eps, norm_eps fp32.
 
     Raises:
@@ -609,7 +749,7 @@ def kernel_args(launch: Launch, problem: GdnProblem, buffers: Mapping[str, Any])
         launch: a launch of one of the GDN kernels.
         problem: supplies ``scale``, ``l2_eps``, ``norm_eps`` when ``buffers`` does not.
         buffers: name -> device array / pointer, plus ``num_seqs`` (B). For ``gdn_chunk`` an absent ``y``
-            (split route) or ``o_ws`` (fused route) is passed as a null pointer.
+            (split route), ``o_ws`` (fused route) or ``wy_ws`` (route ``chunked``) is passed as a null pointer.
 
     Raises:
         KeyError: a required buffer is missing (names it and the kernel).

@@ -199,11 +199,11 @@ class Runner:
         backend: :class:`HostBackend` or :class:`CupyBackend`.
         ctx: plan context for the target the kernels are planned for.
         problem: shapes. weights: :func:`random_weights`. state: initial slots (numpy; copied).
-        route: prefill core route (``chunked`` | ``recurrent``). dv_block: force the chunk kernel's block.
+        route: prefill core route (``wy`` | ``chunked`` | ``recurrent``). dv_block: force the chunk kernel's block.
     """
 
     def __init__(self, backend, ctx: PlanContext, problem: gdn.GdnProblem, weights, state: SlotState,
-                 route: str = "chunked", dv_block: int | None = None):
+                 route: str = "wy", dv_block: int | None = None):
         self.be, self.ctx, self.p, self.route = backend, ctx, problem, route
         self.prefill = gdn.GdnPrefillFamily(route=route, dv_block=dv_block)
         self.w = {k: backend.put(v) for k, v in weights.items()}
@@ -232,7 +232,8 @@ class Runner:
         return bf16_to_f32(be.get(y))
 
     def prefill_step(self, proj: np.ndarray, batch: gdn.Batch) -> dict:
-        """conv -> ring update -> core (-> gated norm); returns y (fp32 from bf16), conv_out and the launches."""
+        """conv -> ring update -> (chunk_wy ->) core (-> gated norm); returns y (fp32 from bf16), conv_out and the
+        launches. Workspaces start as NaN; a buffer a route must not need is passed as a null pointer."""
         p, be = self.p, self.be
         T, B = batch.tokens, batch.num_seqs
         conv = gdn.BY_NAME["gdn_conv"].launch(p, T, self.ctx)
@@ -241,12 +242,18 @@ class Runner:
         y = be.put(np.full((T, p.value_dim), BF16_NAN, np.uint16))
         conv_out = be.put(np.full((T, p.conv_dim), np.nan, F32))
         o_ws = be.put(np.full((T, p.value_dim), np.nan, F32))
+        launches = [conv, ring]
         bufs = {"proj": be.put(proj), **{k: v for k, v in self.w.items()}, "conv_ring": self.ring,
                 "rec_state": self.rec, "y": y, "conv_out": conv_out, "o_ws": o_ws, **self._meta(batch)}
-        if core.route == "chunked":
-            bufs.pop("o_ws")  # the fused route must not need it (passed as null)
-        launches = [conv, ring, core]
-        if core.route == "chunked_split":
+        if core.route.startswith("wy"):
+            wy = gdn.BY_NAME["gdn_chunk_wy"].launch(p, T, self.ctx, batch=B)
+            assert wy.workspace_bytes == 4 * T * p.hv * gdn.wy_record_floats(p)
+            bufs["wy_ws"] = be.put(np.full((T, p.hv, gdn.wy_record_floats(p)), np.nan, F32))
+            launches.append(wy)
+        if core.route in ("chunked", "wy"):
+            bufs.pop("o_ws")  # the fused routes must not need it (passed as null)
+        launches.append(core)
+        if core.route in gdn.SPLIT_ROUTES:
             bufs.pop("y")
             launches.append(gdn.BY_NAME["gdn_gated_norm"].launch(p, T, self.ctx))
         for ln in launches:
@@ -302,7 +309,7 @@ def scenario_decode(backend, ctx, p, starts, seed=0):
     compare_step(p, batch, y, run.state(), ref, f"decode starts={starts}")
 
 
-def scenario_prefill(backend, ctx, p, starts, lengths, route="chunked", dv_block=None, seed=0):
+def scenario_prefill(backend, ctx, p, starts, lengths, route="wy", dv_block=None, seed=0):
     """One prefill step of packed sequences (positions ``starts``, ``lengths`` tokens) over garbage slots."""
     rng = np.random.default_rng(seed)
     B = len(starts)
@@ -322,7 +329,7 @@ def scenario_prefill(backend, ctx, p, starts, lengths, route="chunked", dv_block
     return out
 
 
-def scenario_chain(backend, ctx, p, route="chunked", dv_block=None, seed=0, first=(70, 5), later=(3, 1)):
+def scenario_chain(backend, ctx, p, route="wy", dv_block=None, seed=0, first=(70, 5), later=(3, 1)):
     """Two sequences: prefill ``first`` tokens (from position 0 over garbage), two decode steps, one more
     prefill of ``later`` tokens, one decode step; kernels vs the reference chain at every step."""
     rng = np.random.default_rng(seed)
@@ -350,8 +357,8 @@ def scenario_chain(backend, ctx, p, route="chunked", dv_block=None, seed=0, firs
 
 
 def scenario_routes_agree(backend, ctx, p, starts, lengths, seed=0):
-    """Chunked and recurrent prefill of the same inputs agree with each other (y: BF16_ELEMENTWISE, state:
-    GDN_STATE), the recurrent route being the simple oracle of the chunked one."""
+    """The wy, chunked and recurrent prefill of the same inputs agree with each other (y: BF16_ELEMENTWISE,
+    state: GDN_STATE), the recurrent route being the simple oracle of the other two."""
     rng = np.random.default_rng(seed)
     B = len(starts)
     slots = list(range(B))
@@ -363,10 +370,12 @@ def scenario_routes_agree(backend, ctx, p, starts, lengths, seed=0):
     batch = gdn.Batch.make(starts, lengths, slots)
     proj = random_proj(p, batch.tokens, rng)
     outs = {}
-    for route in ("chunked", "recurrent"):
+    for route in ("wy", "chunked", "recurrent"):
         run = Runner(backend, ctx, p, w, st, route=route)
         outs[route] = (run.prefill_step(proj, batch)["y"], run.state())
-    (yc, sc), (yr, sr) = outs["chunked"], outs["recurrent"]
-    check(BF16_ELEMENTWISE, yc, yr, "chunked vs recurrent: y")
-    for s in slots:
-        check(GDN_STATE, sc.rec_state[s], sr.rec_state[s], f"chunked vs recurrent: rec_state[slot {s}]")
+    yr, sr = outs["recurrent"]
+    for route in ("wy", "chunked"):
+        yc, sc = outs[route]
+        check(BF16_ELEMENTWISE, yc, yr, f"{route} vs recurrent: y")
+        for s in slots:
+            check(GDN_STATE, sc.rec_state[s], sr.rec_state[s], f"{route} vs recurrent: rec_state[slot {s}]")

@@ -172,14 +172,23 @@ def test_compile_resources_and_plan(arch_ctx, problem):
             for route in gdn.ROUTES:
                 for name, ln in gdn.layer_launches(problem, T, ctx, decode=decode, batch=B, route=route):
                     check_launch(ln, a, ctx.resources_of(ln.kernel), ctx.sms)
-    core = gdn.GdnPrefillFamily().launch(problem, 200, ctx)
+    core = gdn.GdnPrefillFamily(route="chunked").launch(problem, 200, ctx)
+    scan = gdn.GdnPrefillFamily().launch(problem, 200, ctx)  # route wy
+    wy = gdn.BY_NAME["gdn_chunk_wy"].launch(problem, 200, ctx, batch=2)
+    assert wy.grid == (5, problem.hv, 1) and wy.route == "wy"  # (200 + 2 * 63) // 64: two sequences' chunks
+    assert wy.workspace_bytes == 4 * 200 * problem.hv * (problem.dk + problem.dv + 64 + 4)
+    assert wy.dynamic_smem_bytes == gdn.wy_smem_bytes(problem)
     if problem is gdn.QWEN38_27B:
         # this plan has 82 SMs: 96 CTAs of 64 columns would be two waves, so sm_90 (the only arch whose
-        # shared memory holds 128 columns) takes one wave of 48 full-width CTAs (chunk_cost)
+        # shared memory holds 128 columns) takes one wave of 48 full-width CTAs (chunk_cost); the scan
+        # (scan_cost) makes the same choice here
         want = ("chunked", 128) if arch == "sm_90" else ("chunked_split", 64)
         assert (core.route, core.kernel.param("dv_block")) == want
         assert core.dynamic_smem_bytes == gdn.chunk_smem_bytes(problem, want[1])
         assert core.grid == (48 * 128 // want[1], 1, 1)
+        want_scan = ("wy", 128) if arch == "sm_90" else ("wy_split", 64)
+        assert (scan.route, scan.kernel.param("dv_block"), scan.kernel.param("wy")) == (*want_scan, 1)
+        assert scan.dynamic_smem_bytes == gdn.chunk_smem_bytes(problem, want_scan[1], wy=True)
         dec = gdn.BY_NAME["gdn_decode"].launch(problem, 3, ctx)
         assert dec.grid == (48, 3, 1) and dec.threads == 512
     else:  # 6 V heads of 64: 16-column blocks give 24 CTAs, each a quarter of the value-side work
@@ -202,6 +211,12 @@ def test_dv_block_follows_the_sm_count_and_the_cost_model():
     assert gdn.chunk_cost(p, 64, 78) == 2 * (2 * 64 * 64 * 128 + 64 * (3 * 64 * 128 + 6144))
     with pytest.raises(PlanError, match="sms >= 1"):
         gdn.chunk_cost(p, 64, 0)
+    # the scan of route wy: the shared-memory loads bind at every block (dk 128, C 64, r = 4 rows per thread);
+    # per thread 256 * max(FMAs / 128, loads / 32): block 64 (n = 4) = 256 * (128 * 12 + 64 * 8 + 4 * 64 * 6) / 32
+    assert gdn.scan_cost(p, 64, 132) == 256 * (128 * 12 + 64 * 8 + 4 * 64 * 6) / 32
+    assert gdn.scan_cost(p, 32, 132) == 2 * 256 * (128 * 10 + 64 * 6 + 4 * 64 * 4) / 32
+    assert fam.choose_dv_block(p, cases.make_ctx([p], "sm_90", sms=132), wy=True) == 64
+    assert fam.choose_dv_block(p, cases.make_ctx([p], "sm_90", sms=78), wy=True) == 128
 
 
 def test_chunk_dv_block_that_fits_nowhere_is_a_plan_error():
@@ -245,20 +260,32 @@ def test_emulated_decode(host_ctx, reverse):
     cases.scenario_decode(be, host_ctx["sm_90"], WIDE, [1, 0])
 
 
+@pytest.mark.parametrize("route", ["wy", "chunked"])
 @pytest.mark.parametrize("dv_block", [64, 32, 16])
-def test_emulated_chunk_prefill_tiny(host_ctx, dv_block):
+def test_emulated_chunk_prefill_tiny(host_ctx, dv_block, route):
     cases.scenario_prefill(cases.HostBackend(reverse=dv_block == 32), host_ctx["sm_90"], gdn.TINY, [0, 3], [70, 1],
-                           dv_block=dv_block)
+                           route=route, dv_block=dv_block)
 
 
+@pytest.mark.parametrize("route", ["wy", "chunked"])
 @pytest.mark.parametrize("arch,dv_block", [("sm_86", None), ("sm_90", 128)])
-def test_emulated_chunk_prefill_27b_head(host_ctx, arch, dv_block):
+def test_emulated_chunk_prefill_27b_head(host_ctx, arch, dv_block, route):
     """dk = dv = 128: split into column blocks + gdn_gated_norm (the sm_86 plan's own choice: two V heads on
-    82 SMs take the narrowest block), or one fused full-width CTA per head (forced 128, sm_90 only)."""
+    82 SMs take the narrowest block), or one fused full-width CTA per head (forced 128, sm_90 only); route wy
+    adds gdn_chunk_wy before the scan."""
     out = cases.scenario_prefill(cases.HostBackend(reverse=arch == "sm_86"), host_ctx[arch], WIDE, [0, 9], [65, 2],
-                                 dv_block=dv_block)
-    assert [ln.route for ln in out["launches"]][2:] == (["chunked_split", "gated_norm"] if arch == "sm_86"
-                                                         else ["chunked"])
+                                 route=route, dv_block=dv_block)
+    want = [f"{route}_split", "gated_norm"] if arch == "sm_86" else [route]
+    assert [ln.route for ln in out["launches"]][2:] == (["wy"] if route == "wy" else []) + want
+
+
+def test_emulated_wy_chunks_of_many_sequences(host_ctx):
+    """gdn_chunk_wy maps its flat grid onto every sequence's chunks (here 1 + 3 + 1 + 2 chunks of lengths 1,
+    130, 64 and 65, one sequence empty) and its extra CTAs exit; the scan then reads exactly those records."""
+    out = cases.scenario_prefill(cases.HostBackend(reverse=True), host_ctx["sm_86"], SMALL, [0, 7, 3, 0, 2],
+                                 [1, 130, 0, 64, 65])
+    wy = next(ln for ln in out["launches"] if ln.kernel.family == "gdn_chunk_wy")
+    assert wy.grid[0] == gdn.wy_chunks(260, 5) == 8  # 7 chunks needed
 
 
 def test_emulated_recurrent_prefill(host_ctx):

@@ -88,6 +88,7 @@ def test_driver_occupancy_matches_plan(backend, name):
     c = cases.make_ctx([p], device_arch(), device_sm_count())
     lns = gdn.layer_launches(p, 1, c, decode=True) + gdn.layer_launches(p, 200, c, decode=False, batch=2)
     lns += gdn.layer_launches(p, 200, c, decode=False, batch=2, route="recurrent")
+    lns += gdn.layer_launches(p, 200, c, decode=False, batch=2, route="chunked")
     for _, ln in lns:
         k = DeviceKernel.from_spec(ln.kernel)
         got = k.driver_occupancy(ln.threads, ln.dynamic_smem_bytes)
@@ -106,11 +107,12 @@ def test_five_sequences_short_histories(backend, ctx, name):
 
 
 @pytest.mark.parametrize("name", PROBLEMS)
+@pytest.mark.parametrize("route", ["wy", "chunked"])
 @pytest.mark.parametrize("dv_block", gdn.DV_BLOCKS)
-def test_prefill_every_dv_block(backend, name, dv_block):
-    """Each column block the chunk kernel supports, forced, on the device's own plan (the plan picks one by
-    gdn.chunk_cost; the others must stay correct: a smaller SM count or a batch picks them). Blocks that do
-    not divide dv or do not fit the device's shared memory are skipped."""
+def test_prefill_every_dv_block(backend, name, dv_block, route):
+    """Each column block the chunk kernel supports, forced, on the device's own plan, for both chunked routes
+    (the plan picks one by gdn.scan_cost / chunk_cost; the others must stay correct: a smaller SM count or a
+    batch picks them). Blocks that do not divide dv or do not fit the device's shared memory are skipped."""
     from ninferc.errors import PlanError
     from ninferc.runtime.kernels import device_arch, device_sm_count
 
@@ -119,7 +121,7 @@ def test_prefill_every_dv_block(backend, name, dv_block):
         pytest.skip(f"dv_block {dv_block} does not divide dv {p.dv}")
     c = cases.make_ctx([p], device_arch(), device_sm_count(), dv_block=dv_block)
     try:
-        gdn.GdnPrefillFamily(dv_block=dv_block).launch(p, 130, c)
+        gdn.GdnPrefillFamily(route=route, dv_block=dv_block).launch(p, 130, c)
     except PlanError as exc:
         pytest.skip(str(exc))
-    cases.scenario_prefill(backend, c, p, [0, 40], [130, 3], dv_block=dv_block, seed=dv_block)
+    cases.scenario_prefill(backend, c, p, [0, 40], [130, 3], route=route, dv_block=dv_block, seed=dv_block)
