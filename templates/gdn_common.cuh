@@ -93,54 +93,37 @@ struct WyRecord {
   static constexpr int kW = 0, kU = kDk, kP = kDk + kDv, kS = kDk + kDv + kC, kFloats = kDk + kDv + kC + 4;
 };
 
-template <int kC, int kDk, int kThreads>
+template <int kC, int kDk>
 __device__ __forceinline__ void chunk_row_scalars(const float* __restrict__ conv_out, int conv_dim,
                                                   const float* __restrict__ proj, int proj_dim, int tc, int L,
                                                   int q_off, int k_off, int off_a, int off_b, float a_log, float dtb,
                                                   float l2_eps, float* s_c, float* s_beta, float* s_rq, float* s_rk) {
-  constexpr int kWarps = kThreads / ninfer::kWarpSize;
-  constexpr int kRowsPerWarp = (kC + kWarps - 1) / kWarps;      // rows warp, warp + kWarps, ...
-  constexpr int kPerLane = (kDk + ninfer::kWarpSize - 1) / ninfer::kWarpSize;
-  static_assert(kRowsPerWarp <= ninfer::kWarpSize, "one lane per row for the gating");
   const int warp = threadIdx.x / ninfer::kWarpSize, lane = threadIdx.x % ninfer::kWarpSize;
-  // gating: lane r of each warp takes row warp + r kWarps (all loads issued before any use)
-  if (lane < kRowsPerWarp && warp + lane * kWarps < kC) {
-    const int i = warp + lane * kWarps;
-    float g = 0.0f, beta = 0.0f;
-    if (i < L) {
-      const float* __restrict__ prow = proj + (size_t)(tc + i) * proj_dim;
-      gating(prow[off_a], prow[off_b], a_log, dtb, g, beta);
-    }
-    s_c[i] = g;
-    s_beta[i] = beta;
-  }
-  // norms: every load of the warp's rows first, then the sums (unrolled, so the loads overlap)
-  float sq[kRowsPerWarp], sk[kRowsPerWarp];
-#pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
-    const int i = warp + r * kWarps;
-    sq[r] = sk[r] = 0.0f;
+  const int nwarps = blockDim.x / ninfer::kWarpSize;
+  for (int i = warp; i < kC; i += nwarps) {
+    float sq = 0.0f, sk = 0.0f;
     if (i < L) {
       const float* __restrict__ row = conv_out + (size_t)(tc + i) * conv_dim;
-#pragma unroll
-      for (int u = 0; u < kPerLane; ++u) {
-        const int d = lane + u * ninfer::kWarpSize;
-        if (d < kDk) {
-          const float qv = row[q_off + d], kv = row[k_off + d];
-          sq[r] += qv * qv;
-          sk[r] += kv * kv;
-        }
+      for (int d = lane; d < kDk; d += ninfer::kWarpSize) {
+        const float qv = row[q_off + d], kv = row[k_off + d];
+        sq += qv * qv;
+        sk += kv * kv;
       }
     }
-  }
-#pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
-    const int i = warp + r * kWarps;
-    const float q2 = ninfer::warp_sum(sq[r]);
-    const float k2 = ninfer::warp_sum(sk[r]);
-    if (lane == 0 && i < kC) {
-      s_rq[i] = i < L ? 1.0f / sqrtf(q2 + l2_eps) : 0.0f;
-      s_rk[i] = i < L ? 1.0f / sqrtf(k2 + l2_eps) : 0.0f;
+    sq = ninfer::warp_sum(sq);
+    sk = ninfer::warp_sum(sk);
+    if (lane == 0) {
+      float g = 0.0f, beta = 0.0f, rq = 0.0f, rk = 0.0f;
+      if (i < L) {
+        const float* __restrict__ prow = proj + (size_t)(tc + i) * proj_dim;
+        gating(prow[off_a], prow[off_b], a_log, dtb, g, beta);
+        rq = 1.0f / sqrtf(sq + l2_eps);
+        rk = 1.0f / sqrtf(sk + l2_eps);
+      }
+      s_c[i] = g;
+      s_beta[i] = beta;
+      s_rq[i] = rq;
+      s_rk[i] = rk;
     }
   }
   __syncthreads();
@@ -152,20 +135,6 @@ __device__ __forceinline__ void chunk_row_scalars(const float* __restrict__ conv
     }
   }
   __syncthreads();
-}
-
-// Copy kElems elements into shared memory, kThreads threads, all global loads issued before the first store
-// (a loop that loads, stores and loads again waits one memory latency per element): element e of thread tid is
-// e = tid + it * kThreads; load(e) returns its value, store(e, v) puts it in place.
-template <int kElems, int kThreads, typename Load, typename Store>
-__device__ __forceinline__ void stage(Load load, Store store) {
-  static_assert(kElems % kThreads == 0, "stage: the element count must be a multiple of the thread count");
-  constexpr int kIt = kElems / kThreads;
-  float v[kIt];
-#pragma unroll
-  for (int it = 0; it < kIt; ++it) v[it] = load((int)threadIdx.x + it * kThreads);
-#pragma unroll
-  for (int it = 0; it < kIt; ++it) store((int)threadIdx.x + it * kThreads, v[it]);
 }
 
 }  // namespace gdn
