@@ -40,6 +40,7 @@ from ninferc.targets.kernels import FAMILIES
 from ninferc.targets.kernels.attention import AttentionProblem
 from ninferc.targets.kernels.elementwise import EmbedProblem, RMSNormProblem, embed_arg_names, rmsnorm_arg_names
 from ninferc.targets.kernels.gdn import SPLIT_ROUTES as GDN_SPLIT_ROUTES
+from ninferc.targets.kernels.gdn import WY_ROUTES as GDN_WY_ROUTES
 from ninferc.targets.kernels.gdn import GdnProblem
 from ninferc.targets.kernels.gdn import arg_names as gdn_arg_names
 from ninferc.targets.kernels.gemm import GemmProblem, group_m_for
@@ -411,7 +412,7 @@ def drop_unneeded_steps(steps: list[Step], launches: dict[str, Launch]) -> list[
                 continue
         if s.family == "gdn_chunk_wy":
             core = launches.get(s.name[: -len(".wy")] + ".core")
-            if core is None or not core.route.startswith("wy"):
+            if core is None or core.route not in GDN_WY_ROUTES:
                 continue
         if s.absorbed_by:
             prod, cons = launches.get(s.absorbed_by), launches.get(s.absorbed_into)

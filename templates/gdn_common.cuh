@@ -6,6 +6,7 @@
 //   2. CTA-wide sums (two __syncthreads each, so the scratch can be reused at once)
 //   3. the conv-ring / projection layout (templates/README.md "State layouts")
 //   4. per-row scalars of one prefill chunk (gdn_chunk, gdn_chunk_wy)
+//   5. the record gdn_chunk_wy writes and the gdn_chunk scan reads
 #pragma once
 
 namespace gdn {
@@ -85,14 +86,6 @@ __device__ __forceinline__ float conv_input(const float* __restrict__ proj, int 
 //    numpy's cumsum), beta, rq = 1/||q||, rk = 1/||k|| (l2_eps inside the root, ref_l2norm). One warp
 //    per row for the norms; ends with a barrier, so every thread may read the four vectors.
 // ---------------------------------------------------------------------------------------------
-// The record gdn_chunk_wy writes per (token t, V head h) at wy_ws + (t * Hv + h) * kFloats (fp32), which
-// the scan (gdn_chunk wy=1) reads: w row [dk] | u row [dv] | P row [C] (zeros above the diagonal) |
-// qf = rq scale e^c, kf = rk e^(c_last - c), e^(c_last), c.
-template <int kDk, int kDv, int kC>
-struct WyRecord {
-  static constexpr int kW = 0, kU = kDk, kP = kDk + kDv, kS = kDk + kDv + kC, kFloats = kDk + kDv + kC + 4;
-};
-
 template <int kC, int kDk>
 __device__ __forceinline__ void chunk_row_scalars(const float* __restrict__ conv_out, int conv_dim,
                                                   const float* __restrict__ proj, int proj_dim, int tc, int L,
@@ -136,5 +129,15 @@ __device__ __forceinline__ void chunk_row_scalars(const float* __restrict__ conv
   }
   __syncthreads();
 }
+
+// ---------------------------------------------------------------------------------------------
+// 5. the record gdn_chunk_wy writes per (token t, V head h) at wy_ws + (t * Hv + h) * kFloats (fp32), which
+//    the scan (gdn_chunk wy=1) reads: w row [dk] | u row [dv] | P row [C] (zeros above the diagonal) |
+//    qf = rq scale e^c, kf = rk e^(c_last - c), e^(c_last), c.
+// ---------------------------------------------------------------------------------------------
+template <int kDk, int kDv, int kC>
+struct WyRecord {
+  static constexpr int kW = 0, kU = kDk, kP = kDk + kDv, kS = kDk + kDv + kC, kFloats = kDk + kDv + kC + 4;
+};
 
 }  // namespace gdn

@@ -102,6 +102,8 @@ STATE_FLOATS_PER_THREAD = 32
 ROUTES = ("wy", "chunked", "recurrent")
 """Prefill core routes: ``wy`` (gdn_chunk_wy, then the gdn_chunk scan; + gdn_gated_norm when split),
 ``chunked`` (gdn_chunk alone; + gdn_gated_norm when split) and ``recurrent``."""
+WY_ROUTES = ("wy", "wy_split")
+"""Core routes that read :class:`GdnChunkWyFamily`'s records (its launch must run before them)."""
 SPLIT_ROUTES = ("chunked_split", "wy_split")
 """Core routes that write the fp32 ``o_ws`` and need :class:`GdnGatedNormFamily` after them."""
 WY_TILE = 64
@@ -504,6 +506,9 @@ class GdnPrefillFamily:
                             f"{DV_BLOCKS}")
         params = {**problem.dims(), "dv_block": dv_block, "chunk": self.chunk, "dk_tile": dk_tile(problem),
                   "threads": CHUNK_THREADS}
+        if wy and self.chunk != CHUNK:
+            raise PlanError(f"gdn_prefill: route wy needs chunk {CHUNK} (gdn_chunk_wy's records are per {CHUNK}-token "
+                            f"chunk), found chunk = {self.chunk}")
         if wy:
             # min_ctas 1 is only a register-allocation hint (any launch has one resident CTA): without it ptxas
             # (CUDA 13) holds the scan to ~48 registers and spills 8-24 bytes of its register blocks
@@ -585,7 +590,7 @@ class GdnPrefillFamily:
                                workspace_bytes=4 * tokens * problem.value_dim if split else 0)
 
 
-class GdnChunkWyFamily:
+class GdnChunkWyFamily(_OneKernelFamily):
     """``gdn_chunk_wy``: the chunk-local half of route ``wy`` (``gdn_chunk_wy.cu.j2``): per (chunk, V head), all
     chunks of every sequence in one launch, the reference's ``w``, ``u``, decay-masked ``q k^T`` and row factors,
     written as one record of :func:`wy_record_floats` fp32 per (token, V head) into ``wy_ws [T, Hv, rec]`` for the
@@ -599,6 +604,7 @@ class GdnChunkWyFamily:
     template = "gdn_chunk_wy.cu.j2"
 
     def __init__(self, chunk: int = CHUNK):
+        super().__init__(CHUNK_THREADS)
         self.chunk = int(chunk)
 
     def spec(self, problem: GdnProblem) -> KernelSpec:
@@ -607,26 +613,14 @@ class GdnChunkWyFamily:
         Raises:
             PlanError: chunk other than 64, or dk / dv not multiples of 16 (names the value).
         """
-        if self.chunk != 64:
-            raise PlanError(f"gdn_chunk_wy: chunk = {self.chunk}; the kernel's solve maps 4 lanes to each of 64 "
-                            "columns, so only chunk 64 is supported")
+        if self.chunk != CHUNK:
+            raise PlanError(f"gdn_chunk_wy: chunk = {self.chunk}; the kernel's solve maps 4 lanes to each of "
+                            f"{CHUNK} columns, so only chunk {CHUNK} is supported")
         for name in ("dk", "dv"):
             if getattr(problem, name) % 16:
                 raise PlanError(f"gdn_chunk_wy: {name} = {getattr(problem, name)} must be a multiple of 16")
-        params = {**problem.dims(), "chunk": self.chunk, "dk_tile": dk_tile(problem), "threads": CHUNK_THREADS}
-        return KernelSpec.make(self.name, self.template, params, CHUNK_THREADS, cooperative=False)
-
-    def variants(self, problem: GdnProblem) -> list[KernelSpec]:
-        """The one kernel."""
-        return [self.spec(problem)]
-
-    def sample_problems(self) -> list[GdnProblem]:
-        """The tiny fixture's GDN."""
-        return [TINY]
-
-    def arg_names(self, problem: GdnProblem) -> tuple[str, ...]:
-        """Kernel parameters in order (see :func:`arg_names`)."""
-        return arg_names(self.name)
+        params = {**problem.dims(), "chunk": self.chunk, "dk_tile": dk_tile(problem), "threads": self.threads}
+        return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=False)
 
     def launch(self, problem: GdnProblem, tokens: int, ctx: PlanContext, batch: int = 1) -> Launch:
         """Grid (:func:`wy_chunks` (T, batch), Hv), route ``wy``; workspace = ``wy_ws`` (4 T Hv rec bytes).
@@ -694,7 +688,7 @@ def layer_launches(problem: GdnProblem, tokens: int, ctx: PlanContext, *, decode
     core = GdnPrefillFamily(route=route).launch(problem, tokens, ctx, batch=batch)
     out = [("gdn_conv", BY_NAME["gdn_conv"].launch(problem, tokens, ctx)),
            ("gdn_ring_update", BY_NAME["gdn_ring_update"].launch(problem, tokens, ctx, batch=batch))]
-    if core.route.startswith("wy"):
+    if core.route in WY_ROUTES:
         out.append(("gdn_chunk_wy", BY_NAME["gdn_chunk_wy"].launch(problem, tokens, ctx, batch=batch)))
     out.append((core.kernel.family, core))
     if core.route in SPLIT_ROUTES:

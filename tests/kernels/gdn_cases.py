@@ -245,7 +245,7 @@ class Runner:
         launches = [conv, ring]
         bufs = {"proj": be.put(proj), **{k: v for k, v in self.w.items()}, "conv_ring": self.ring,
                 "rec_state": self.rec, "y": y, "conv_out": conv_out, "o_ws": o_ws, **self._meta(batch)}
-        if core.route.startswith("wy"):
+        if core.route in gdn.WY_ROUTES:
             wy = gdn.BY_NAME["gdn_chunk_wy"].launch(p, T, self.ctx, batch=B)
             assert wy.workspace_bytes == 4 * T * p.hv * gdn.wy_record_floats(p)
             bufs["wy_ws"] = be.put(np.full((T, p.hv, gdn.wy_record_floats(p)), np.nan, F32))

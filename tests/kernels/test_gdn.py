@@ -225,6 +225,16 @@ def test_chunk_dv_block_that_fits_nowhere_is_a_plan_error():
         gdn.GdnPrefillFamily(dv_block=128).launch(gdn.QWEN38_27B, 64, ctx)
 
 
+def test_route_wy_needs_chunk_64():
+    ctx = cases.make_ctx([gdn.TINY], "sm_90", sms=132)
+    with pytest.raises(PlanError, match="route wy needs chunk 64.*chunk = 32"):
+        gdn.GdnPrefillFamily(chunk=32).launch(gdn.TINY, 100, ctx)
+    with pytest.raises(PlanError, match="gdn_chunk_wy: chunk = 32"):
+        gdn.GdnChunkWyFamily(chunk=32).spec(gdn.TINY)
+    with pytest.raises(PlanError, match="dk = 24 must be a multiple of 16"):
+        gdn.GdnChunkWyFamily().spec(gdn.GdnProblem(hk=1, hv=1, dk=24, dv=64))
+
+
 def test_kernel_args_order_and_types():
     ctx = cases.make_ctx([gdn.TINY], "sm_90", sms=132)
     ln = gdn.GdnPrefillFamily().launch(gdn.TINY, 10, ctx)
