@@ -200,7 +200,7 @@ class Engine:
 
         options = tuple(self.art.header["compile"]["options"])
         for s in program.steps:
-            for spec in step_variants(s):
+            for spec in step_variants(s, self.dev_arch):
                 if spec.uri in self.kernels:
                     continue
                 if self.plan_mode == "replay":

@@ -48,7 +48,7 @@ from ninferc.targets.kernels.gemm import arg_names as gemm_arg_names
 from ninferc.targets.kernels.gemv_coop import GemvProblem
 from ninferc.targets.kernels.sample import SampleProblem
 from ninferc.targets.kernels.sample import arg_names as sample_arg_names
-from ninferc.targets.plan import KernelSpec, Launch, PlanContext
+from ninferc.targets.plan import KernelSpec, Launch, PlanContext, family_variants
 
 #: largest T served by the GEMV route of a Linear (its kernels hold 4 tokens per pass; two passes
 #: still read the weights from L2 mostly); above it the tensor-core GEMM reads them once per M-tile
@@ -125,6 +125,7 @@ class LinearRoute:
     """
 
     name = "linear"
+    arch_variants = True  # variants(problem, arch): see ninferc.targets.plan.family_variants
 
     def __init__(self):
         self.gemv, self.gemm = FAMILIES["gemv_coop"], FAMILIES["gemm"]
@@ -134,9 +135,10 @@ class LinearRoute:
         """The tensor-core GEMM problem equivalent to a GEMV problem."""
         return GemmProblem(p.k, p.n, "swiglu_bf16" if p.epilogue == "swiglu" else "store_f32", wfmt=p.wfmt)
 
-    def variants(self, p: GemvProblem) -> list[KernelSpec]:
-        """GEMV and GEMM variants together (both routes are compiled)."""
-        return self.gemv.variants(p) + self.gemm.variants(self.gemm_problem(p))
+    def variants(self, p: GemvProblem, arch=None) -> list[KernelSpec]:
+        """GEMV and GEMM variants together (both routes are compiled); ``arch`` adds the target's
+        arch-specific GEMM routes (:meth:`GemmFamily.variants`)."""
+        return self.gemv.variants(p) + self.gemm.variants(self.gemm_problem(p), arch)
 
     def launch(self, p: GemvProblem, tokens: int, ctx: PlanContext) -> Launch:
         """The GEMV launch up to GEMV_MAX_TOKENS, the GEMM launch above."""
@@ -203,9 +205,10 @@ def step_launch(step: Step, ctx: PlanContext, *, T: int, B: int, R: int) -> Laun
     return fam.launch(step.problem, n, ctx)
 
 
-def step_variants(step: Step) -> list[KernelSpec]:
-    """Every kernel the step's family may launch for its problem."""
-    return family(step.family).variants(step.problem)
+def step_variants(step: Step, arch=None) -> list[KernelSpec]:
+    """Every kernel the step's family may launch for its problem on ``arch`` (name or Arch; None: the
+    portable variants only -- the GEMM's wgmma routes need the target)."""
+    return family_variants(family(step.family), step.problem, arch)
 
 
 # ---------------------------------------------------------------------------------------------------

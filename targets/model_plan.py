@@ -189,7 +189,7 @@ def plan_model(
     program = lower(graph, page_size=page_size, max_context=max_context)
     specs = {}
     for s in program.steps:
-        for v in step_variants(s):
+        for v in step_variants(s, a):
             specs[v.uri] = v
     built = compile_variants(list(specs.values()), a, options=options)
     resources = {u: r for u, (_, r) in built.items()}

@@ -33,6 +33,21 @@ adds ptxas' resource lines to the log (a free cross-check of the cubin reader); 
 code generation. Record these in the artifact; the runtime must compile with the same tuple."""
 
 _ARCH_RE = re.compile(r"^sm_\d{2,3}[af]?$")
+
+ARCH_SPECIFIC_MARKER = "#define NINFER_ARCH_SPECIFIC 1"
+"""A rendered source containing this line uses arch-specific instructions (``wgmma``, ``setmaxnreg``: PTX ISA
+"Architecture-specific features", targets ``sm_90a`` / ``sm_120a``) and is compiled for the arch-specific
+variant of the target (:func:`nvrtc_arch`). Code for ``sm_XXa`` runs only on devices of exactly that compute
+capability, which is what a ninferc target is anyway."""
+
+
+def nvrtc_arch(source: str, arch: str) -> str:
+    """The ``-arch`` NVRTC compiles ``source`` with for target ``arch``: ``arch`` itself, or its arch-specific
+    variant (``sm_90`` -> ``sm_90a``; already-suffixed names unchanged) when the source carries
+    :data:`ARCH_SPECIFIC_MARKER`."""
+    if ARCH_SPECIFIC_MARKER in source and arch[-1] not in "af":
+        return arch + "a"
+    return arch
 _CACHE_FORMAT = 1
 
 
@@ -278,7 +293,9 @@ def compile_cubin(
 
     Args:
         source: self-contained CUDA C (from :func:`ninferc.targets.render.render_template`).
-        arch: NVRTC target, ``"sm_86" | "sm_89" | "sm_90" | "sm_120a"`` (or the device's own arch).
+        arch: NVRTC target, ``"sm_86" | "sm_89" | "sm_90" | "sm_120a"`` (or the device's own arch); a source
+            with :data:`ARCH_SPECIFIC_MARKER` is compiled for :func:`nvrtc_arch` (``sm_90`` -> ``sm_90a``) and
+            the result's ``arch`` / ``options`` say so.
         name: program name, normally the kernel URI.
         options: NVRTC options besides ``-arch``; default :data:`DEFAULT_OPTIONS`.
         use_cache: read/write the disk cache (default True).
@@ -292,6 +309,7 @@ def compile_cubin(
     """
     options = tuple(options)
     version = nvrtc_version()
+    arch = nvrtc_arch(source, arch)
     key = cache_key(source, arch, options, version)
     path = _entry_path(cache_dir(), key)
     if use_cache:

@@ -527,6 +527,18 @@ def resolve_sms(arch: str | Arch, sku: str | Sku | None, sms: int | None) -> tup
     return sku_obj, int(sms)
 
 
+def family_variants(fam, problem, arch) -> list[KernelSpec]:
+    """``fam.variants(problem)``, or ``fam.variants(problem, arch)`` for a family whose kernels depend on the
+    target (class attribute ``arch_variants = True``: the GEMM, whose wgmma routes exist on sm_90 only).
+
+    Args:
+        fam: a kernel family. problem: its problem. arch: target name or :class:`Arch` (None: portable set).
+    """
+    if getattr(fam, "arch_variants", False):
+        return fam.variants(problem, arch)
+    return fam.variants(problem)
+
+
 def compile_variants(specs: Sequence[KernelSpec], arch: str | Arch, *, options: tuple[str, ...] = DEFAULT_OPTIONS,
                      jobs: int | None = None) -> dict[str, tuple[CompileResult, KernelResources]]:
     """Render, compile (disk-cached) and analyse kernels for one target.
@@ -600,7 +612,7 @@ def make_plan(
     if dup:
         raise PlanError(f"plan for {a.name}: duplicate instance names {dup}")
 
-    specs = [s for _, fam, prob in instances for s in fam.variants(prob)]
+    specs = [s for _, fam, prob in instances for s in family_variants(fam, prob, a)]
     built = compile_variants(specs, a, options=options, jobs=jobs)
     resources = {uri: r for uri, (_, r) in built.items()}
     ctx = PlanContext(a, int(sms), resources, bandwidth_gbs=sku_obj.bandwidth_gbs if sku_obj else None)
@@ -632,5 +644,5 @@ def make_plan(
 
 __all__ = [
     "DEFAULT_TOKENS", "KernelSpec", "KernelResources", "Launch", "PlanContext", "KernelFamily",
-    "check_launch", "compile_variants", "make_plan", "resolve_sms", "Plan",
+    "check_launch", "compile_variants", "family_variants", "make_plan", "resolve_sms", "Plan",
 ]

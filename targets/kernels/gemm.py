@@ -61,6 +61,13 @@ tensor-pipe throughput, larger tiles reuse more operands). Ties go to the larger
 narrow N picks the small tile (more CTAs to fill the SMs), and prefill at T >= ~1024 picks 128x128.
 ``Launch.waves`` = ceil(ctas / (CTAs/SM x SMs)) from the occupancy calculator. No split-K (split_k = 1).
 
+Hopper routes (``wgmma_<bm>x<bn>x64``, :data:`WGMMA_TILES`; bf16 W on :data:`WGMMA_ARCHS` only): template
+``gemm_wgmma.cu.j2``, the same contract, arguments, epilogues and rasterisation, one warpgroup per 64 tile
+rows issuing ``wgmma.mma_async.m64n<bn>k16`` straight from the 128-byte-swizzled shared tiles (no ldmatrix,
+accumulators in registers), fed by the same zero-filling ``cp.async`` loads. They join the candidates of the
+cost rule above (their stage counts :data:`WGMMA_STAGES`), so a plan for sm_90 takes them where the model
+says and any other target never compiles them (:meth:`GemmFamily.variants` with the target's arch).
+
 Runtime arguments (:func:`arg_names`, :func:`kernel_args`): ``x, w, y, t, n_out, k, ldx, group_m`` --
 three pointers then five int32 (bf16 W); quantised W adds the fp32 scales pointer after ``w``:
 ``x, w, scales, y, t, n_out, k, ldx, group_m``.
@@ -107,6 +114,7 @@ class GemmTile:
     warps_m: int
     warps_n: int
     efficiency: float
+    kind: str = "mma"
 
     @property
     def threads(self) -> int:
@@ -115,13 +123,17 @@ class GemmTile:
 
     @property
     def route(self) -> str:
-        """Route name, ``mma_<bm>x<bn>x<bk>_w<warps_m>x<warps_n>``."""
+        """Route name, ``mma_<bm>x<bn>x<bk>_w<warps_m>x<warps_n>`` or ``wgmma_<bm>x<bn>x<bk>``."""
+        if self.kind == "wgmma":
+            return f"wgmma_{self.bm}x{self.bn}x{self.bk}"
         return f"mma_{self.bm}x{self.bn}x{self.bk}_w{self.warps_m}x{self.warps_n}"
 
     def smem_bytes(self, stages: int) -> int:
         """Dynamic shared memory of the pipeline: stages * (bm + bn) * bk bf16 (the same for quantised W:
-        its tile is stored in shared memory as bf16)."""
-        return stages * (self.bm + self.bn) * self.bk * 2
+        its tile is stored in shared memory as bf16); wgmma tiles add :data:`WGMMA_ALIGN` bytes of slack so the
+        kernel can start its tiles on a 1024-byte boundary (the 128-byte swizzle atom)."""
+        slack = WGMMA_ALIGN if self.kind == "wgmma" else 0
+        return stages * (self.bm + self.bn) * self.bk * 2 + slack
 
     def wq_layout(self, wfmt: str) -> tuple[int, int, int] | None:
         """How the template loads a quantised W tile (mirrors its ``wq_fits``/``kWqBytes``).
@@ -143,6 +155,10 @@ class GemmTile:
 
     def check(self, epilogue: str, wfmt: str = "bf16") -> None:
         """Raise PlanError if the template's static_asserts would reject this tile (for ``wfmt``)."""
+        if self.kind == "wgmma":
+            return self._check_wgmma(epilogue, wfmt)
+        if self.kind != "mma":
+            raise PlanError(f"gemm tile kind {self.kind!r}: expected 'mma' or 'wgmma'")
         wm, wn = self.bm // self.warps_m, self.bn // self.warps_n
         chunks = self.bk // VEC
         bad = []
@@ -164,6 +180,26 @@ class GemmTile:
         if bad:
             raise PlanError(f"gemm tile {self.bm}x{self.bn}x{self.bk}: " + "; ".join(bad))
 
+    def _check_wgmma(self, epilogue: str, wfmt: str) -> None:
+        """The static_asserts of ``gemm_wgmma.cu.j2``: one warpgroup (4 warps of 16 rows) per 64 tile rows,
+        wgmma N = bn in [16, 256] step 16 (PTX ISA wgmma shapes m64nNk16), bk = 64, bf16 W only."""
+        bad = []
+        if self.bm % WGMMA_M or self.bm < WGMMA_M:
+            bad.append(f"bm = {self.bm} must be a positive multiple of {WGMMA_M} (one warpgroup per 64 rows)")
+        if self.warps_m != self.bm // 16 or self.warps_n != 1:
+            bad.append(f"warps {self.warps_m}x{self.warps_n} must be {self.bm // 16}x1 (4 warps of 16 rows per "
+                       f"warpgroup)")
+        if self.bn % 16 or not 16 <= self.bn <= WGMMA_MAX_N:
+            bad.append(f"bn = {self.bn} must be a multiple of 16 in [16, {WGMMA_MAX_N}] (the wgmma N)")
+        if epilogue == "swiglu_bf16" and (self.bn // 2) % 8:
+            bad.append(f"swiglu needs bn/2 = {self.bn // 2} to be a multiple of 8")
+        if self.bk != 64:
+            bad.append(f"bk = {self.bk} must be 64 (one 128-byte swizzle row)")
+        if wfmt != "bf16":
+            bad.append(f"weights {wfmt}: the wgmma tile takes bf16 W only")
+        if bad:
+            raise PlanError(f"gemm wgmma tile {self.bm}x{self.bn}x{self.bk}: " + "; ".join(bad))
+
 
 TILES: tuple[GemmTile, ...] = (
     GemmTile(128, 128, 32, 2, 4, 1.0),   # prefill: 8 warps of 64x32
@@ -181,6 +217,28 @@ BENCH_TILES: tuple[GemmTile, ...] = (
 high throughput), compiled and verified by the tests but not routed by default: promote them into
 :data:`TILES` with measured efficiencies once the H200 throughput report (tests/kernels/test_gemm_gpu.py)
 shows them ahead."""
+
+WGMMA_M = 64
+"""Rows of one ``wgmma.mma_async`` (m64nNk16; PTX ISA "Asynchronous Warpgroup Level Matrix Multiply")."""
+WGMMA_MAX_N = 256
+"""Largest wgmma N for bf16 inputs (PTX ISA wgmma shapes: N = 8..256 in steps of 8; the template needs 16)."""
+WGMMA_ALIGN = 1024
+"""Alignment of a 128-byte-swizzled wgmma operand in shared memory, bytes (PTX ISA "Shared Memory Matrix
+Layout": the swizzle pattern repeats every 8 rows of 128 B)."""
+WGMMA_ARCHS: tuple[str, ...] = ("sm_90",)
+"""Targets with ``wgmma`` (PTX ISA: ``wgmma.mma_async`` requires ``sm_90a``; the sources carry
+:data:`ninferc.targets.nvrtc.ARCH_SPECIFIC_MARKER`, so the sm_90 target compiles them for sm_90a)."""
+
+WGMMA_TILES: tuple[GemmTile, ...] = (
+    GemmTile(128, 256, 64, 8, 1, 1.6, "wgmma"),  # 2 warpgroups, each m64 x n256 (128 fp32 accumulators)
+    GemmTile(128, 128, 64, 8, 1, 1.4, "wgmma"),  # 2 warpgroups of m64 x n128 (2 CTAs/SM at 3 stages)
+)
+"""Hopper routes (bf16 W, :data:`WGMMA_ARCHS` only). Efficiencies relative to the 128x128 mma.sync tile are a
+first model, to be replaced by the H200 measurements of ``tests/kernels/test_gemm_gpu.py``'s throughput
+report."""
+
+WGMMA_STAGES: tuple[int, ...] = (3, 4)
+"""Pipeline depths of the wgmma tiles (>= 3: the stage refilled at k-tile kt is the one read at kt - 2)."""
 
 STAGES: tuple[int, ...] = (3, 4)
 """Pipeline depths compiled per tile; the launch picks per target (3 stages keeps two 128x128 CTAs per
@@ -257,30 +315,68 @@ class GemmFamily:
     """The ``gemm`` kernel family (see module docstring).
 
     Args:
-        tiles: tile routes (default :data:`TILES`). stages: pipeline depths per tile (default :data:`STAGES`).
+        tiles: mma.sync tile routes (default :data:`TILES`). stages: pipeline depths per tile (default
+            :data:`STAGES`). wgmma_tiles / wgmma_stages: the Hopper routes (default :data:`WGMMA_TILES` /
+            :data:`WGMMA_STAGES`), compiled and routed only for bf16 W on :data:`WGMMA_ARCHS`.
 
     Raises:
-        PlanError: a tile the template cannot build, or a stage count < 2.
+        PlanError: a tile the template cannot build, or a stage count < 2 (< 3 for wgmma).
     """
 
     name = "gemm"
     template = "gemm.cu.j2"
+    arch_variants = True  # variants(problem, arch): see ninferc.targets.plan.family_variants
+    wgmma_template = "gemm_wgmma.cu.j2"
 
-    def __init__(self, tiles: tuple[GemmTile, ...] = TILES, stages: tuple[int, ...] = STAGES):
+    def __init__(self, tiles: tuple[GemmTile, ...] = TILES, stages: tuple[int, ...] = STAGES,
+                 wgmma_tiles: tuple[GemmTile, ...] = WGMMA_TILES, wgmma_stages: tuple[int, ...] = WGMMA_STAGES):
         if not tiles or any(s < 2 for s in stages) or not stages:
             raise PlanError(f"gemm: need at least one tile and stage counts >= 2, got {tiles}, {stages}")
+        if wgmma_tiles and (not wgmma_stages or any(s < 3 for s in wgmma_stages)):
+            raise PlanError(f"gemm: wgmma stage counts must be >= 3, got {wgmma_stages}")
         for t in tiles:
+            if t.kind != "mma":
+                raise PlanError(f"gemm: {t.route} is not an mma.sync tile (pass it in wgmma_tiles)")
             for ep in EPILOGUES:
                 for wf in WFORMATS:
                     t.check(ep, wf)
+        for t in wgmma_tiles:
+            if t.kind != "wgmma":
+                raise PlanError(f"gemm: {t.route} is not a wgmma tile")
+            for ep in EPILOGUES:
+                t.check(ep)
         self.tiles = tuple(tiles)
         self.stages = tuple(stages)
+        self.wgmma_tiles = tuple(wgmma_tiles)
+        self.wgmma_stages = tuple(wgmma_stages)
+
+    def uses_wgmma(self, problem: GemmProblem, arch) -> bool:
+        """True when the wgmma routes apply: bf16 W on a target in :data:`WGMMA_ARCHS` (``arch`` a name or
+        :class:`~ninferc.targets.arch.Arch`; None = unknown target, False)."""
+        name = getattr(arch, "name", arch)
+        return bool(self.wgmma_tiles) and not problem.quantized and name in WGMMA_ARCHS
+
+    def _routes(self, problem: GemmProblem, arch) -> list[tuple[GemmTile, tuple[int, ...]]]:
+        routes = [(t, self.stages) for t in self.tiles]
+        if self.uses_wgmma(problem, arch):
+            routes += [(t, self.wgmma_stages) for t in self.wgmma_tiles]
+        return routes
 
     # ---- identity ------------------------------------------------------------------------------
 
     def spec(self, problem: GemmProblem, tile: GemmTile, stages: int) -> KernelSpec:
         """The kernel for (epilogue, weight format, tile, stages); ``wfmt`` is a parameter only when the
-        weights are quantised (bf16 URIs and sources are those of the kernel before quantisation)."""
+        weights are quantised (bf16 URIs and sources are those of the kernel before quantisation). wgmma
+        tiles render ``gemm_wgmma.cu.j2`` (parameter ``kind = "wgmma"``, no warp grid).
+
+        Raises:
+            PlanError: a wgmma tile with quantised W.
+        """
+        if tile.kind == "wgmma":
+            tile.check(problem.epilogue, problem.wfmt)
+            params = {"threads": tile.threads, "bm": tile.bm, "bn": tile.bn, "bk": tile.bk, "stages": stages,
+                      "epilogue": problem.epilogue, "kind": "wgmma"}
+            return KernelSpec.make(self.name, self.wgmma_template, params, tile.threads, cooperative=False)
         params = {
             "threads": tile.threads,
             "bm": tile.bm,
@@ -295,9 +391,10 @@ class GemmFamily:
             params["wfmt"] = problem.wfmt
         return KernelSpec.make(self.name, self.template, params, tile.threads, cooperative=False)
 
-    def variants(self, problem: GemmProblem) -> list[KernelSpec]:
-        """Every kernel a launch for ``problem`` may use: each tile x each stage count."""
-        return [self.spec(problem, t, s) for t in self.tiles for s in self.stages]
+    def variants(self, problem: GemmProblem, arch=None) -> list[KernelSpec]:
+        """Every kernel a launch for ``problem`` on ``arch`` may use: each tile x each stage count, plus the
+        wgmma tiles where :meth:`uses_wgmma` (``arch`` None: the portable mma.sync variants only)."""
+        return [self.spec(problem, t, s) for t, stages in self._routes(problem, arch) for s in stages]
 
     def sample_problems(self) -> list[GemmProblem]:
         """One small problem per epilogue and weight format (covers every template parameter value)."""
@@ -307,6 +404,8 @@ class GemmFamily:
     def tile_of(spec: KernelSpec) -> GemmTile:
         """Reconstruct the :class:`GemmTile` of a spec (efficiency not recorded: 0)."""
         p = dict(spec.params)
+        if p.get("kind") == "wgmma":
+            return GemmTile(p["bm"], p["bn"], p["bk"], p["bm"] // 16, 1, 0.0, "wgmma")
         return GemmTile(p["bm"], p["bn"], p["bk"], p["warps_m"], p["warps_n"], 0.0)
 
     # ---- geometry ------------------------------------------------------------------------------
@@ -320,9 +419,9 @@ class GemmFamily:
         """CTAs: ceil(T / bm) * ceil(N / out_per_cta)."""
         return -(-tokens // tile.bm) * -(-problem.n // self.out_per_cta(problem, tile))
 
-    def _best_stages(self, problem: GemmProblem, tile: GemmTile, ctx: PlanContext):
+    def _best_stages(self, problem: GemmProblem, tile: GemmTile, stages: tuple[int, ...], ctx: PlanContext):
         best = None
-        for s in self.stages:
+        for s in stages:
             spec = self.spec(problem, tile, s)
             smem = tile.smem_bytes(s)
             if smem + ctx.resources_of(spec).static_smem_bytes > ctx.arch.max_smem_per_cta_optin:
@@ -344,8 +443,8 @@ class GemmFamily:
         if tokens < 1:
             raise PlanError(f"gemm: T = {tokens} must be at least 1")
         cands = []
-        for order, tile in enumerate(self.tiles):
-            best = self._best_stages(problem, tile, ctx)
+        for order, (tile, stages) in enumerate(self._routes(problem, ctx.arch)):
+            best = self._best_stages(problem, tile, stages, ctx)
             if best is None:
                 continue
             _, spec, smem = best

@@ -16,12 +16,13 @@ import numpy as np
 import pytest
 
 from gemm_emulator import emulate
+from gemm_wgmma_emulator import emulate as emulate_wgmma
 from ninferc.errors import PlanError
 from ninferc.ir.quant import quantize
 from ninferc.targets.arch import ARCHS, get_arch
-from ninferc.targets.kernels.gemm import (BENCH_TILES, EPILOGUES, GROUP_M, STAGES, TILES, WFORMATS, GemmFamily,
-                                          GemmProblem, GemmTile, arg_names, dequantize_weight, group_m_for,
-                                          kernel_args, reference)
+from ninferc.targets.kernels.gemm import (BENCH_TILES, EPILOGUES, GROUP_M, STAGES, TILES, WFORMATS, WGMMA_ARCHS,
+                                          WGMMA_STAGES, WGMMA_TILES, GemmFamily, GemmProblem, GemmTile, arg_names,
+                                          dequantize_weight, group_m_for, kernel_args, reference)
 from ninferc.targets.occupancy import occupancy
 from ninferc.targets.plan import PlanContext, check_launch, compile_variants
 from ninferc.targets.render import read_template_file
@@ -44,7 +45,7 @@ SHAPES_TINY = [(256, 1036, "store_f32"), (256, 768, "store_f32"), (256, 704, "sw
 @functools.lru_cache(maxsize=None)
 def resources(arch: str):
     """URI -> KernelResources of every gemm variant incl. the benchmark tiles (both epilogues) on ``arch``."""
-    specs = [s for p in FAM_ALL.sample_problems() for s in FAM_ALL.variants(p)]
+    specs = [s for p in FAM_ALL.sample_problems() for s in FAM_ALL.variants(p, arch)]
     return {uri: r for uri, (_, r) in compile_variants(specs, arch).items()}
 
 
@@ -57,8 +58,9 @@ def test_variants_compile_without_spills(arch):
     res = resources(arch)
     a = get_arch(arch)
     lines = [f"gemm on {arch}: uri  regs  static_smem  dyn_smem  local  CTAs/SM(limiter)"]
+    n_wgmma = 0
     for p in FAM_ALL.sample_problems():
-        for spec in FAM_ALL.variants(p):
+        for spec in FAM_ALL.variants(p, arch):
             r = res[spec.uri]
             tile = FAM.tile_of(spec)
             dyn = tile.smem_bytes(spec.param("stages"))
@@ -73,6 +75,9 @@ def test_variants_compile_without_spills(arch):
             # with bf16 and with quantised weights
             if (tile.bm, tile.bn, tile.bk, tile.warps_m * tile.warps_n) == (128, 128, 32, 8):
                 assert r.registers <= 128, f"{spec.uri}: {r.registers} registers on {arch}"
+            n_wgmma += tile.kind == "wgmma"
+    # the wgmma routes exist exactly on the wgmma targets, for bf16 W, every tile x stage x epilogue
+    assert n_wgmma == (len(WGMMA_TILES) * len(WGMMA_STAGES) * len(EPILOGUES) if arch in WGMMA_ARCHS else 0)
     print("\n".join(lines))
 
 
@@ -116,10 +121,12 @@ def test_route_selection(arch, wfmt):
             assert ln.waves == -(-ln.ctas // (ln.ctas_per_sm * ctx.sms))
             assert ln.split_k == 1 and not ln.cooperative
             # the stage count is the one with the most resident CTAs (ties: deeper pipeline)
-            per = {s: ctx.occupancy(FAM.spec(p, tile, s), tile.smem_bytes(s)).ctas_per_sm for s in STAGES}
+            stages = WGMMA_STAGES if tile.kind == "wgmma" else STAGES
+            per = {s: ctx.occupancy(FAM.spec(p, tile, s), tile.smem_bytes(s)).ctas_per_sm for s in stages}
             best = max(per.values())
             assert per[ln.kernel.param("stages")] == best
-            assert ln.kernel.param("stages") == max(s for s in STAGES if per[s] == best)
+            assert ln.kernel.param("stages") == max(s for s in stages if per[s] == best)
+            assert tile.kind == "mma" or (arch in WGMMA_ARCHS and wfmt == "bf16"), (arch, wfmt, ln.route)
             if t == 1:
                 assert tile.bm == min(tt.bm for tt in TILES), f"T=1 should take the smallest tile, got {ln.route}"
             # tile rows never shrink as T grows
@@ -127,7 +134,8 @@ def test_route_selection(arch, wfmt):
             prev_bm = tile.bm
         if k * n >= 5120 * 5120:
             big = FAM.launch(p, 8192, ctx)
-            assert big.route == TILES[0].route, f"{p} at T=8192 on {arch}: {big.route}"
+            want = WGMMA_TILES[0] if arch in WGMMA_ARCHS and wfmt == "bf16" else TILES[0]
+            assert big.route == want.route, f"{p} at T=8192 on {arch}: {big.route}"
 
 
 @pytest.mark.parametrize("wfmt", WFORMATS)
@@ -136,6 +144,11 @@ def test_stage_choice_per_arch(wfmt):
     p = GemmProblem(5120, 16480, wfmt=wfmt)
     for arch, stages in (("sm_86", 3), ("sm_89", 3), ("sm_120a", 3), ("sm_90", 4)):
         ln = FAM.launch(p, 8192, ctx_for(arch))
+        if arch in WGMMA_ARCHS and wfmt == "bf16":
+            # the 128x256 wgmma tile: 4 stages of 48 KiB + 1 KiB alignment slack, one CTA per SM
+            assert ln.route == WGMMA_TILES[0].route and ln.kernel.param("stages") == 4, ln.kernel.uri
+            assert ln.dynamic_smem_bytes == 4 * (128 + 256) * 64 * 2 + 1024 and ln.ctas_per_sm == 1
+            continue
         assert ln.route == TILES[0].route and ln.kernel.param("stages") == stages, (arch, ln.kernel.uri)
         assert ln.ctas_per_sm == 2, (arch, ln.ctas_per_sm, ln.limiter)
 
@@ -216,6 +229,68 @@ def test_emulated_quantized_kernel_matches_reference(tile, epilogue, wfmt):
         err = np.abs(y - ref)
         i = np.unravel_index(np.argmax(err), err.shape)
         assert err[i] <= 1e-9 * max(1.0, np.abs(ref).max()), f"{spec.uri}: max err {err[i]} at {i}"
+
+
+WGMMA_EMU_CASES = [
+    # (T, N, K, ldx): T and N not tile multiples, partial last k-tile (K = 72, 200), ldx > K, several M groups
+    (37, 70, 72, 80),
+    (150, 203, 200, 200),
+    (5, 9, 8, 8),
+    (300, 130, 320, 328),
+]
+
+
+@pytest.mark.parametrize("tile", WGMMA_TILES, ids=lambda t: t.route)
+@pytest.mark.parametrize("epilogue", EPILOGUES)
+def test_emulated_wgmma_kernel_matches_reference(tile, epilogue):
+    """The wgmma kernel's index math (loads, swizzle, descriptors, pipeline stage reuse, accumulator
+    layout, epilogue) replayed by gemm_wgmma_emulator against the reference, at both stage counts."""
+    rng = np.random.default_rng(13)
+    for i, (T, N, K, ldx) in enumerate(WGMMA_EMU_CASES):
+        p = GemmProblem(K, N, epilogue, ldx)
+        x = rng.standard_normal((T, ldx))
+        x[:, K:] = np.nan  # columns past K must never be read
+        w = rng.standard_normal((p.w_rows, K))
+        spec = FAM.spec(p, tile, WGMMA_STAGES[i % len(WGMMA_STAGES)])
+        gm = max(1, min(GROUP_M, -(-T // tile.bm)))
+        y, writes = emulate_wgmma(dict(spec.params), x, w, T, N, K, ldx, gm, FAM.grid(p, T, tile),
+                                  smem_offset=16 * (i + 1))
+        assert (writes == 1).all(), f"{spec.uri} T={T} N={N}: elements written {np.unique(writes)} times"
+        assert np.isfinite(y).all(), f"{spec.uri} T={T} N={N} K={K}: non-finite output (read of unwritten smem?)"
+        ref = reference(p, x[:, :K], w)
+        err = np.abs(y - ref)
+        j = np.unravel_index(np.argmax(err), err.shape)
+        assert err[j] <= 1e-9 * max(1.0, np.abs(ref).max()), f"{spec.uri}: max err {err[j]} at {j}"
+
+
+def test_wgmma_tiles_compile_for_the_arch_specific_target():
+    """wgmma kernels carry the arch-specific marker and compile for sm_90a (no spills, one CTA per SM at 4
+    stages by shared memory); the tile rules reject what the template's static_asserts would."""
+    from ninferc.targets.nvrtc import ARCH_SPECIFIC_MARKER, compile_cubin, nvrtc_arch
+
+    spec = FAM.spec(GemmProblem(5120, 17408, "swiglu_bf16"), WGMMA_TILES[0], 4)
+    src = spec.render()
+    assert ARCH_SPECIFIC_MARKER in src and "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16" in src
+    assert nvrtc_arch(src, "sm_90") == "sm_90a" and nvrtc_arch(src, "sm_120a") == "sm_120a"
+    assert nvrtc_arch(FAM.spec(GemmProblem(5120, 17408), TILES[0], 3).render(), "sm_90") == "sm_90"
+    res = compile_cubin(src, "sm_90", name=spec.uri)
+    assert res.arch == "sm_90a" and res.options[0] == "-arch=sm_90a"
+    r = resources("sm_90")[spec.uri]
+    assert r.local_bytes == 0 and r.registers <= 255
+    assert spec.uri == "gemm__bk64_bm128_bn256_swiglu_bf16_kind-wgmma_stages4_th256"
+    with pytest.raises(PlanError, match="bf16 W only"):
+        FAM.spec(GemmProblem(5120, 17408, wfmt="w8"), WGMMA_TILES[0], 4)
+    with pytest.raises(PlanError, match="bn = 272 must be a multiple of 16 in"):
+        GemmFamily(wgmma_tiles=(GemmTile(128, 272, 64, 8, 1, 1.0, "wgmma"),))
+    with pytest.raises(PlanError, match="wgmma stage counts must be >= 3"):
+        GemmFamily(wgmma_stages=(2,))
+    with pytest.raises(PlanError, match="not an mma.sync tile"):
+        GemmFamily(tiles=WGMMA_TILES)
+    # quantised W and the other targets never see a wgmma variant
+    assert not any(s.param("bk") == 64 and "kind" in dict(s.params)
+                   for s in FAM.variants(GemmProblem(5120, 17408, wfmt="w4"), "sm_90"))
+    for arch in ("sm_86", "sm_89", "sm_120a", None):
+        assert all("kind" not in dict(s.params) for s in FAM.variants(GemmProblem(5120, 17408), arch))
 
 
 def _bank_groups(chunks: int, rows, cs):

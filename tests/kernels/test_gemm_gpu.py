@@ -30,8 +30,9 @@ from gpu_testlib_prefill import (BF16_NAN, bf16_bits_to_f32, check, device_ctx, 
 from ninferc.ir.tolerances import GEMM, GEMM_BF16_OUT  # noqa: E402
 from ninferc.targets.arch import get_arch  # noqa: E402
 from ninferc.runtime.kernels import device_arch, device_sm_count  # noqa: E402
-from ninferc.targets.kernels.gemm import (BENCH_TILES, STAGES, TILES, WFORMATS, GemmFamily,  # noqa: E402
-                                          GemmProblem, GemmTile, dequantize_weight, kernel_args, reference)
+from ninferc.targets.kernels.gemm import (BENCH_TILES, STAGES, TILES, WFORMATS, WGMMA_ARCHS,  # noqa: E402
+                                          WGMMA_STAGES, WGMMA_TILES, GemmFamily, GemmProblem, GemmTile,
+                                          dequantize_weight, kernel_args, reference)
 from ninferc.targets.occupancy import occupancy  # noqa: E402
 from ninferc.targets.plan import PlanContext, compile_variants  # noqa: E402
 
@@ -49,11 +50,16 @@ TOKENS = (1, 7, 64, 100, 1024)
 _W_CACHE: dict = {}
 
 
-def _all_specs(wfmts=WFORMATS):
-    """Every variant the tests launch: all tiles x stages x epilogues for each weight format (bk 64 only
-    for quantised W)."""
+def _all_specs(wfmts=WFORMATS, arch=None):
+    """Every variant the tests launch on ``arch`` (default this device's): all tiles x stages x epilogues for
+    each weight format (bk 64 only for quantised W; the wgmma tiles where the arch has them)."""
+    arch = arch or device_arch()
     return [s for wf in wfmts for ep in ("store_f32", "swiglu_bf16")
-            for s in (FAM_Q if wf != "bf16" else FAM_ALL).variants(GemmProblem(256, 704, ep, wfmt=wf))]
+            for s in (FAM_Q if wf != "bf16" else FAM_ALL).variants(GemmProblem(256, 704, ep, wfmt=wf), arch)]
+
+
+def _wgmma_here() -> bool:
+    return device_arch() in WGMMA_ARCHS
 
 
 @pytest.fixture(scope="module")
@@ -140,6 +146,23 @@ def test_every_variant(ctx, shape, tile, stages, t):
     _run(p, ln, seed=zlib.crc32(f"{shape}/{tile}/{stages}/{t}".encode()), what="forced")
 
 
+@pytest.mark.parametrize("t", (1, 7, 100, 300, 1024))
+@pytest.mark.parametrize("stages", WGMMA_STAGES)
+@pytest.mark.parametrize("tile", WGMMA_TILES, ids=lambda tl: tl.route)
+@pytest.mark.parametrize("shape", SHAPES_TINY + SHAPES_27B, ids=lambda s: f"k{s[0]}_n{s[1]}_{s[2]}")
+def test_every_wgmma_variant(ctx, shape, tile, stages, t):
+    """The Hopper routes, forced, on every shape (odd T, N not a tile multiple, K = 704 with a partial
+    last k-tile)."""
+    if not _wgmma_here():
+        pytest.skip(f"no wgmma on {device_arch()} (targets {WGMMA_ARCHS})")
+    k, n, ep = shape
+    if k >= 5120 and t not in (100, 1024):
+        pytest.skip("27B shapes: two T per variant are enough")
+    p = GemmProblem(k, n, ep)
+    ln = FAM.launch_variant(p, t, ctx, tile, stages)
+    _run(p, ln, seed=zlib.crc32(f"{shape}/{tile}/{stages}/{t}".encode()), what="forced wgmma")
+
+
 @pytest.mark.parametrize("ep", ["store_f32", "swiglu_bf16"])
 def test_strided_x_and_odd_n(ctx, ep):
     # X with a row stride > K (a column window of a wider activation), N not a multiple of anything
@@ -167,7 +190,7 @@ def test_every_arch_plan_runs_here(arch, sms):
     """Per-arch regression: the launch each target's plan chooses (template parameters, grid, dynamic
     shared memory, decided with that target's cubin resources and SM count), compiled for this device,
     computes the right answer."""
-    res = {u: r for u, (_, r) in compile_variants(_all_specs(("bf16",)), arch).items()}
+    res = {u: r for u, (_, r) in compile_variants(_all_specs(("bf16",), arch), arch).items()}
     plan_ctx = PlanContext(arch, sms, res)
     for k, n, ep in [(5120, 16480, "store_f32"), (5120, 17408, "swiglu_bf16"), (256, 704, "swiglu_bf16")]:
         p = GemmProblem(k, n, ep)
@@ -175,6 +198,8 @@ def test_every_arch_plan_runs_here(arch, sms):
             ln = FAM.launch(p, t, plan_ctx)
             if ln.dynamic_smem_bytes > get_arch(device_arch()).max_smem_per_cta_optin:
                 continue  # a plan for a larger-shared-memory part than this device
+            if ln.kernel.param("bk") == 64 and "kind" in dict(ln.kernel.params) and not _wgmma_here():
+                continue  # a wgmma route: runs only on its own arch
             _run(p, ln, seed=zlib.crc32(f"{arch}/{k}/{n}/{t}".encode()), what=f"plan for {arch}")
 
 
@@ -307,16 +332,18 @@ def test_throughput_report(ctx):
             x_bits, _ = rand_bf16((t, k), 1.0, 5)
             y = cp.empty((t, p.n), dtype=cp.uint16 if ep == "swiglu_bf16" else cp.float32)
             flops = 2.0 * t * k * p.w_rows
-            for tile in TILES + BENCH_TILES:
-                for st in STAGES:
-                    if tile.smem_bytes(st) > ctx.arch.max_smem_per_cta_optin:
-                        continue
-                    ln = FAM_ALL.launch_variant(p, t, ctx, tile, st)
-                    ms = _time_ms(ln, kernel_args(p, ln, x_bits, w_bits, y))
-                    mark = "  <- planned" if ln.kernel.uri == planned.kernel.uri else ""
-                    lines.append(f"  T={t} K={k} N_w={p.w_rows} {ep}: {tile.route} s{st} grid {ln.ctas} "
-                                 f"({ln.waves} waves, {ln.ctas_per_sm} CTAs/SM) {ms:.3f} ms = "
-                                 f"{flops / ms / 1e9:.1f} TFLOP/s{mark}")
+            routes = [(tl, st) for tl in TILES + BENCH_TILES for st in STAGES]
+            if _wgmma_here():
+                routes += [(tl, st) for tl in WGMMA_TILES for st in WGMMA_STAGES]
+            for tile, st in routes:
+                if tile.smem_bytes(st) > ctx.arch.max_smem_per_cta_optin:
+                    continue
+                ln = FAM_ALL.launch_variant(p, t, ctx, tile, st)
+                ms = _time_ms(ln, kernel_args(p, ln, x_bits, w_bits, y))
+                mark = "  <- planned" if ln.kernel.uri == planned.kernel.uri else ""
+                lines.append(f"  T={t} K={k} N_w={p.w_rows} {ep}: {tile.route} s{st} grid {ln.ctas} "
+                             f"({ln.waves} waves, {ln.ctas_per_sm} CTAs/SM) {ms:.3f} ms = "
+                             f"{flops / ms / 1e9:.1f} TFLOP/s{mark}")
     print("\n".join(lines))
 
 
