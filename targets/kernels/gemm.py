@@ -230,15 +230,16 @@ WGMMA_ARCHS: tuple[str, ...] = ("sm_90",)
 :data:`ninferc.targets.nvrtc.ARCH_SPECIFIC_MARKER`, so the sm_90 target compiles them for sm_90a)."""
 
 WGMMA_TILES: tuple[GemmTile, ...] = (
-    GemmTile(128, 256, 64, 8, 1, 1.6, "wgmma"),  # 2 warpgroups, each m64 x n256 (128 fp32 accumulators)
-    GemmTile(128, 128, 64, 8, 1, 1.4, "wgmma"),  # 2 warpgroups of m64 x n128 (2 CTAs/SM at 3 stages)
+    GemmTile(128, 256, 64, 8, 1, 1.8, "wgmma"),  # 2 warpgroups, each m64 x n256 (128 fp32 accumulators)
 )
-"""Hopper routes (bf16 W, :data:`WGMMA_ARCHS` only). Efficiencies relative to the 128x128 mma.sync tile are a
-first model, to be replaced by the H200 measurements of ``tests/kernels/test_gemm_gpu.py``'s throughput
-report."""
+"""Hopper routes (bf16 W, :data:`WGMMA_ARCHS` only). Efficiency relative to the 128x128 mma.sync tile from the
+H200 throughput report (bench/NOTES.md run 59): 4 stages of 128x256 ran the 27B projections at T = 8,192 at
+494-677 TFLOP/s (mma.sync 128x128: ~340). A 128x128 wgmma tile measured slower on every 27B shape at T = 1,024
+and 8,192 (2 CTAs/SM at 3 stages: 335-495 TFLOP/s; 4 stages: 425-498) and is not routed."""
 
-WGMMA_STAGES: tuple[int, ...] = (3, 4)
-"""Pipeline depths of the wgmma tiles (>= 3: the stage refilled at k-tile kt is the one read at kt - 2)."""
+WGMMA_STAGES: tuple[int, ...] = (4,)
+"""Pipeline depths of the wgmma tiles (the template needs >= 3: the stage refilled at k-tile kt is the one read
+at kt - 2). 4 stages = 193 KiB of the 227 KiB opt-in: 3 stages ran 25-40 % slower in run 59."""
 
 STAGES: tuple[int, ...] = (3, 4)
 """Pipeline depths compiled per tile; the launch picks per target (3 stages keeps two 128x128 CTAs per
