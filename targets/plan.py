@@ -273,7 +273,10 @@ class KernelFamily(Protocol):
     """A kernel family (one template, many specialisations) -- implemented in ``targets/kernels/``.
 
     Attributes:
-        name: family name (URI prefix). template: template file name.
+        name: family name (URI prefix). template: template file name. A family that renders more than one
+            template also lists them all in ``templates`` (the GEMM: mma.sync and wgmma); a family whose
+            variants depend on the target sets ``arch_variants = True`` and takes ``variants(problem, arch)``
+            (:func:`family_variants`).
     """
 
     name: str

@@ -328,6 +328,7 @@ class GemmFamily:
     template = "gemm.cu.j2"
     arch_variants = True  # variants(problem, arch): see ninferc.targets.plan.family_variants
     wgmma_template = "gemm_wgmma.cu.j2"
+    templates = (template, wgmma_template)  # every template this family renders
 
     def __init__(self, tiles: tuple[GemmTile, ...] = TILES, stages: tuple[int, ...] = STAGES,
                  wgmma_tiles: tuple[GemmTile, ...] = WGMMA_TILES, wgmma_stages: tuple[int, ...] = WGMMA_STAGES):

@@ -8,7 +8,7 @@ import functools
 
 from ninferc.targets.arch import ARCHS
 from ninferc.targets.kernels import FAMILIES
-from ninferc.targets.plan import compile_variants
+from ninferc.targets.plan import compile_variants, family_variants
 
 ALL_ARCHS = tuple(ARCHS)
 
@@ -17,5 +17,5 @@ ALL_ARCHS = tuple(ARCHS)
 def family_resources(arch: str):
     """URI -> KernelResources for every variant of every registered family's sample problems on
     ``arch`` (gemv_coop's K and N are runtime arguments, so these are also the 27B kernels)."""
-    specs = [s for fam in FAMILIES.values() for p in fam.sample_problems() for s in fam.variants(p)]
+    specs = [s for fam in FAMILIES.values() for p in fam.sample_problems() for s in family_variants(fam, p, arch)]
     return {uri: r for uri, (_, r) in compile_variants(specs, arch).items()}
