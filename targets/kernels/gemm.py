@@ -61,10 +61,12 @@ tensor-pipe throughput, larger tiles reuse more operands). Ties go to the larger
 narrow N picks the small tile (more CTAs to fill the SMs), and prefill at T >= ~1024 picks 128x128.
 ``Launch.waves`` = ceil(ctas / (CTAs/SM x SMs)) from the occupancy calculator. No split-K (split_k = 1).
 
-Hopper routes (``wgmma_<bm>x<bn>x64``, :data:`WGMMA_TILES`; bf16 W on :data:`WGMMA_ARCHS` only): template
+Hopper routes (``wgmma_<bm>x<bn>x64``, :data:`WGMMA_TILES`; :data:`WGMMA_ARCHS` only, every weight format): template
 ``gemm_wgmma.cu.j2``, the same contract, arguments, epilogues and rasterisation, one warpgroup per 64 tile
 rows issuing ``wgmma.mma_async.m64n<bn>k16`` straight from the 128-byte-swizzled shared tiles (no ldmatrix,
-accumulators in registers), fed by the same zero-filling ``cp.async`` loads. They join the candidates of the
+accumulators in registers), fed by the same zero-filling ``cp.async`` loads; quantised W is dequantised into the
+same shared layout by the mma.sync kernel's code (``gemm_wq.inc.j2``), its codes loaded one k-tile ahead and
+stored while the current k-tile's wgmma runs. They join the candidates of the
 cost rule above (their stage counts :data:`WGMMA_STAGES`), so a plan for sm_90 takes them where the model
 says and any other target never compiles them (:meth:`GemmFamily.variants` with the target's arch).
 
@@ -182,7 +184,8 @@ class GemmTile:
 
     def _check_wgmma(self, epilogue: str, wfmt: str) -> None:
         """The static_asserts of ``gemm_wgmma.cu.j2``: one warpgroup (4 warps of 16 rows) per 64 tile rows,
-        wgmma N = bn in [16, 256] step 16 (PTX ISA wgmma shapes m64nNk16), bk = 64, bf16 W only."""
+        wgmma N = bn in [16, 256] step 16 (PTX ISA wgmma shapes m64nNk16), bk = 64; quantised W needs a code
+        load layout (:meth:`wq_layout`, the same rule as the mma.sync kernel: ``gemm_wq.inc.j2``)."""
         bad = []
         if self.bm % WGMMA_M or self.bm < WGMMA_M:
             bad.append(f"bm = {self.bm} must be a positive multiple of {WGMMA_M} (one warpgroup per 64 rows)")
@@ -195,8 +198,13 @@ class GemmTile:
             bad.append(f"swiglu needs bn/2 = {self.bn // 2} to be a multiple of 8")
         if self.bk != 64:
             bad.append(f"bk = {self.bk} must be 64 (one 128-byte swizzle row)")
-        if wfmt != "bf16":
-            bad.append(f"weights {wfmt}: the wgmma tile takes bf16 W only")
+        rows = self.threads // (self.bk // VEC)  # rows one cp.async pass of all threads covers
+        if not bad and ((self.bn // 2) % rows or self.bm % rows):
+            bad.append(f"bm = {self.bm} and bn/2 = {self.bn // 2} must be multiples of the {rows} rows one "
+                       f"cp.async pass of {self.threads} threads covers")
+        if wfmt != "bf16" and not bad and self.wq_layout(wfmt) is None:
+            bad.append(f"{wfmt}: no 16/8/4-byte code load divides the {self.bn}x{self.bk} W tile evenly "
+                       f"among {self.threads} threads")
         if bad:
             raise PlanError(f"gemm wgmma tile {self.bm}x{self.bn}x{self.bk}: " + "; ".join(bad))
 
@@ -232,7 +240,7 @@ WGMMA_ARCHS: tuple[str, ...] = ("sm_90",)
 WGMMA_TILES: tuple[GemmTile, ...] = (
     GemmTile(128, 256, 64, 8, 1, 1.8, "wgmma"),  # 2 warpgroups, each m64 x n256 (128 fp32 accumulators)
 )
-"""Hopper routes (bf16 W, :data:`WGMMA_ARCHS` only). Efficiency relative to the 128x128 mma.sync tile from the
+"""Hopper routes (:data:`WGMMA_ARCHS` only; bf16, w8 and w4 W). Efficiency relative to the 128x128 mma.sync tile from the
 H200 throughput report (bench/NOTES.md run 59): 4 stages of 128x256 ran the 27B projections at T = 8,192 at
 494-677 TFLOP/s (mma.sync 128x128: ~340). A 128x128 wgmma tile measured slower on every 27B shape at T = 1,024
 and 8,192 (2 CTAs/SM at 3 stages: 335-495 TFLOP/s; 4 stages: 425-498) and is not routed."""
@@ -318,7 +326,7 @@ class GemmFamily:
     Args:
         tiles: mma.sync tile routes (default :data:`TILES`). stages: pipeline depths per tile (default
             :data:`STAGES`). wgmma_tiles / wgmma_stages: the Hopper routes (default :data:`WGMMA_TILES` /
-            :data:`WGMMA_STAGES`), compiled and routed only for bf16 W on :data:`WGMMA_ARCHS`.
+            :data:`WGMMA_STAGES`), compiled and routed only on :data:`WGMMA_ARCHS`.
 
     Raises:
         PlanError: a tile the template cannot build, or a stage count < 2 (< 3 for wgmma).
@@ -346,17 +354,18 @@ class GemmFamily:
             if t.kind != "wgmma":
                 raise PlanError(f"gemm: {t.route} is not a wgmma tile")
             for ep in EPILOGUES:
-                t.check(ep)
+                for wf in WFORMATS:
+                    t.check(ep, wf)
         self.tiles = tuple(tiles)
         self.stages = tuple(stages)
         self.wgmma_tiles = tuple(wgmma_tiles)
         self.wgmma_stages = tuple(wgmma_stages)
 
     def uses_wgmma(self, problem: GemmProblem, arch) -> bool:
-        """True when the wgmma routes apply: bf16 W on a target in :data:`WGMMA_ARCHS` (``arch`` a name or
-        :class:`~ninferc.targets.arch.Arch`; None = unknown target, False)."""
+        """True when the wgmma routes apply: a target in :data:`WGMMA_ARCHS` (``arch`` a name or
+        :class:`~ninferc.targets.arch.Arch`; None = unknown target, False), any weight format."""
         name = getattr(arch, "name", arch)
-        return bool(self.wgmma_tiles) and not problem.quantized and name in WGMMA_ARCHS
+        return bool(self.wgmma_tiles) and name in WGMMA_ARCHS
 
     def _routes(self, problem: GemmProblem, arch) -> list[tuple[GemmTile, tuple[int, ...]]]:
         routes = [(t, self.stages) for t in self.tiles]
@@ -372,12 +381,14 @@ class GemmFamily:
         tiles render ``gemm_wgmma.cu.j2`` (parameter ``kind = "wgmma"``, no warp grid).
 
         Raises:
-            PlanError: a wgmma tile with quantised W.
+            PlanError: a tile the template cannot build for this problem (:meth:`GemmTile.check`).
         """
         if tile.kind == "wgmma":
             tile.check(problem.epilogue, problem.wfmt)
             params = {"threads": tile.threads, "bm": tile.bm, "bn": tile.bn, "bk": tile.bk, "stages": stages,
                       "epilogue": problem.epilogue, "kind": "wgmma"}
+            if problem.quantized:
+                params["wfmt"] = problem.wfmt
             return KernelSpec.make(self.name, self.wgmma_template, params, tile.threads, cooperative=False)
         params = {
             "threads": tile.threads,

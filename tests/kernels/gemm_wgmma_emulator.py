@@ -14,8 +14,12 @@ hardware rules written out from the PTX ISA (8.x), independently of the kernel:
 
 The pipeline is checked too: the stage a load refills must not be one that an unretired wgmma may still
 read (the kernel retires k-tile kt - 2 before refilling its stage at kt), and every read must find data of
-the k-tile it expects (reads of never-written shared memory give NaN). Output starts NaN and every store is
-counted. Arithmetic is float64.
+the k-tile it expects (reads of never-written shared memory give NaN). With quantised W (``params["wfmt"]``)
+the W tile follows the kernel's register schedule instead of cp.async: the prologue stores tiles 0 ..
+stages-3, and iteration kt stores W tile kt + stages - 2 after issuing k-tile kt's wgmma (while k-tiles kt - 1
+and kt may both be in flight); ``w`` is then the dequantised weight (``bf16_rn(fl32(q * scale))``, what the
+shared tile holds -- the unit layout of ``gemm_wq.inc.j2`` is covered by gemm_emulator). Output starts NaN and
+every store is counted. Arithmetic is float64.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ def emulate(params: dict, x: np.ndarray, w: np.ndarray, t: int, n_out: int, k: i
     """
     bm, bn, bk, stages = params["bm"], params["bn"], params["bk"], params["stages"]
     swiglu = params["epilogue"] == "swiglu_bf16"
+    quant = "wfmt" in params
     assert bk == 64 and params["threads"] == 2 * bm
     chunks = bk // 8
     out_per_cta = bn // 2 if swiglu else bn
@@ -84,9 +89,10 @@ def emulate(params: dict, x: np.ndarray, w: np.ndarray, t: int, n_out: int, k: i
         m0 = (first_m + in_group % gsize) * bm
         n0 = (in_group // gsize) * out_per_cta
         smem = np.full(total // 2, np.nan)
-        holds = [-1] * stages  # k-tile each stage holds
+        holds = [-1] * stages    # k-tile whose X tile each stage holds
+        holds_w = [-1] * stages  # k-tile whose W tile each stage holds
 
-        def load(stage, kt):
+        def load(stage, kt, with_w=True):
             k0 = kt * bk
             a0 = base // 2 + stage * stage_elems
             for r in range(bm):
@@ -95,7 +101,13 @@ def emulate(params: dict, x: np.ndarray, w: np.ndarray, t: int, n_out: int, k: i
                     dst = a0 + (r * chunks + (c ^ (r & 7))) * 8
                     ok = row < t and col < k
                     smem[dst:dst + 8] = x[row, col:col + 8] if ok else 0.0
-            b0 = a0 + tile_a
+            holds[stage] = kt
+            if with_w:
+                store_w(stage, kt)
+
+        def store_w(stage, kt):
+            k0 = kt * bk
+            b0 = base // 2 + stage * stage_elems + tile_a
             for r in range(bn):
                 if swiglu:
                     up = r >= bn // 2
@@ -108,7 +120,7 @@ def emulate(params: dict, x: np.ndarray, w: np.ndarray, t: int, n_out: int, k: i
                     col = k0 + c * 8
                     dst = b0 + (r * chunks + (c ^ (r & 7))) * 8
                     smem[dst:dst + 8] = w[wrow, col:col + 8] if ok and col < k else 0.0
-            holds[stage] = kt
+            holds_w[stage] = kt
 
         for s in range(stages - 2):
             if s < ktiles:
@@ -119,9 +131,10 @@ def emulate(params: dict, x: np.ndarray, w: np.ndarray, t: int, n_out: int, k: i
             pf = kt + stages - 2
             if pf < ktiles:
                 assert pf % stages not in in_flight, f"refill of stage {pf % stages} while a wgmma reads it"
-                load(pf % stages, pf)
+                load(pf % stages, pf, with_w=not quant)
             st = kt % stages
-            assert holds[st] == kt, f"k-tile {kt} reads stage {st} holding k-tile {holds[st]}"
+            assert holds[st] == kt, f"k-tile {kt} reads stage {st} holding X of k-tile {holds[st]}"
+            assert holds_w[st] == kt, f"k-tile {kt} reads stage {st} holding W of k-tile {holds_w[st]}"
             sa = base + st * stage_elems * 2
             for wg in range(bm // 64):
                 da = _desc(sa + wg * 64 * ROW_BYTES, ATOM)
@@ -131,6 +144,9 @@ def emulate(params: dict, x: np.ndarray, w: np.ndarray, t: int, n_out: int, k: i
                     b = _fetch(smem, db + 2 * kk, bn)
                     acc[wg * 64:(wg + 1) * 64] += a @ b.T
             in_flight.append(st)
+            if quant and pf < ktiles:  # the dequantised W store, before wgmma.wait_group 1
+                assert pf % stages not in in_flight, f"W store into stage {pf % stages} while a wgmma reads it"
+                store_w(pf % stages, pf)
             in_flight = in_flight[-1:]  # wgmma.wait_group 1: only k-tile kt's group may remain
         # epilogue: registers -> (row, col) by the PTX fragment rule, then the template's store mapping
         blocks = bn // 8

@@ -76,8 +76,9 @@ def test_variants_compile_without_spills(arch):
             if (tile.bm, tile.bn, tile.bk, tile.warps_m * tile.warps_n) == (128, 128, 32, 8):
                 assert r.registers <= 128, f"{spec.uri}: {r.registers} registers on {arch}"
             n_wgmma += tile.kind == "wgmma"
-    # the wgmma routes exist exactly on the wgmma targets, for bf16 W, every tile x stage x epilogue
-    assert n_wgmma == (len(WGMMA_TILES) * len(WGMMA_STAGES) * len(EPILOGUES) if arch in WGMMA_ARCHS else 0)
+    # the wgmma routes exist exactly on the wgmma targets, every tile x stage x epilogue x weight format
+    assert n_wgmma == (len(WGMMA_TILES) * len(WGMMA_STAGES) * len(EPILOGUES) * len(WFORMATS)
+                       if arch in WGMMA_ARCHS else 0)
     print("\n".join(lines))
 
 
@@ -126,7 +127,7 @@ def test_route_selection(arch, wfmt):
             best = max(per.values())
             assert per[ln.kernel.param("stages")] == best
             assert ln.kernel.param("stages") == max(s for s in stages if per[s] == best)
-            assert tile.kind == "mma" or (arch in WGMMA_ARCHS and wfmt == "bf16"), (arch, wfmt, ln.route)
+            assert tile.kind == "mma" or arch in WGMMA_ARCHS, (arch, wfmt, ln.route)
             if t == 1:
                 assert tile.bm == min(tt.bm for tt in TILES), f"T=1 should take the smallest tile, got {ln.route}"
             # tile rows never shrink as T grows
@@ -134,7 +135,7 @@ def test_route_selection(arch, wfmt):
             prev_bm = tile.bm
         if k * n >= 5120 * 5120:
             big = FAM.launch(p, 8192, ctx)
-            want = WGMMA_TILES[0] if arch in WGMMA_ARCHS and wfmt == "bf16" else TILES[0]
+            want = WGMMA_TILES[0] if arch in WGMMA_ARCHS else TILES[0]
             assert big.route == want.route, f"{p} at T=8192 on {arch}: {big.route}"
 
 
@@ -144,7 +145,7 @@ def test_stage_choice_per_arch(wfmt):
     p = GemmProblem(5120, 16480, wfmt=wfmt)
     for arch, stages in (("sm_86", 3), ("sm_89", 3), ("sm_120a", 3), ("sm_90", 4)):
         ln = FAM.launch(p, 8192, ctx_for(arch))
-        if arch in WGMMA_ARCHS and wfmt == "bf16":
+        if arch in WGMMA_ARCHS:
             # the 128x256 wgmma tile: 4 stages of 48 KiB + 1 KiB alignment slack, one CTA per SM
             assert ln.route == WGMMA_TILES[0].route and ln.kernel.param("stages") == 4, ln.kernel.uri
             assert ln.dynamic_smem_bytes == 4 * (128 + 256) * 64 * 2 + 1024 and ln.ctas_per_sm == 1
@@ -240,24 +241,39 @@ WGMMA_EMU_CASES = [
 ]
 
 
+#: quantised W: K a multiple of 16 (w8) / 64 (w4), partial last k-tile where the format allows
+WGMMA_QEMU_CASES = {
+    "w8": [(37, 70, 80, 88), (150, 203, 208, 208), (5, 9, 16, 16), (300, 130, 320, 328)],
+    "w4": [(37, 70, 128, 136), (150, 203, 192, 192), (5, 9, 64, 64), (300, 130, 320, 328)],
+}
+
+
+@pytest.mark.parametrize("wfmt", WFORMATS)
 @pytest.mark.parametrize("tile", WGMMA_TILES, ids=lambda t: t.route)
 @pytest.mark.parametrize("epilogue", EPILOGUES)
-def test_emulated_wgmma_kernel_matches_reference(tile, epilogue):
-    """The wgmma kernel's index math (loads, swizzle, descriptors, pipeline stage reuse, accumulator
-    layout, epilogue) replayed by gemm_wgmma_emulator against the reference, at both stage counts."""
+def test_emulated_wgmma_kernel_matches_reference(tile, epilogue, wfmt):
+    """The wgmma kernel's index math (loads, swizzle, descriptors, pipeline stage reuse -- for quantised W
+    the register schedule of the dequantised W stores --, accumulator layout, epilogue) replayed by
+    gemm_wgmma_emulator against the reference, at both legal stage counts."""
     rng = np.random.default_rng(13)
-    for i, (T, N, K, ldx) in enumerate(WGMMA_EMU_CASES):
-        p = GemmProblem(K, N, epilogue, ldx)
+    for i, (T, N, K, ldx) in enumerate(WGMMA_EMU_CASES if wfmt == "bf16" else WGMMA_QEMU_CASES[wfmt]):
+        p = GemmProblem(K, N, epilogue, ldx, wfmt)
         x = rng.standard_normal((T, ldx))
         x[:, K:] = np.nan  # columns past K must never be read
-        w = rng.standard_normal((p.w_rows, K))
+        if p.quantized:
+            qt = _quant_weights(rng, p.w_rows, K, wfmt)
+            w, codes, scales = dequantize_weight(p, qt).astype(np.float64), qt.codes, qt.scales
+        else:
+            w = codes = rng.standard_normal((p.w_rows, K))
+            scales = None
         spec = FAM.spec(p, tile, (3, 4)[i % 2])  # the template at both legal depths (4 is routed)
+        assert ("wfmt" in dict(spec.params)) == p.quantized
         gm = max(1, min(GROUP_M, -(-T // tile.bm)))
         y, writes = emulate_wgmma(dict(spec.params), x, w, T, N, K, ldx, gm, FAM.grid(p, T, tile),
                                   smem_offset=16 * (i + 1))
         assert (writes == 1).all(), f"{spec.uri} T={T} N={N}: elements written {np.unique(writes)} times"
         assert np.isfinite(y).all(), f"{spec.uri} T={T} N={N} K={K}: non-finite output (read of unwritten smem?)"
-        ref = reference(p, x[:, :K], w)
+        ref = reference(p, x[:, :K], codes, scales=scales)
         err = np.abs(y - ref)
         j = np.unravel_index(np.argmax(err), err.shape)
         assert err[j] <= 1e-9 * max(1.0, np.abs(ref).max()), f"{spec.uri}: max err {err[j]} at {j}"
@@ -278,17 +294,26 @@ def test_wgmma_tiles_compile_for_the_arch_specific_target():
     r = resources("sm_90")[spec.uri]
     assert r.local_bytes == 0 and r.registers <= 255
     assert spec.uri == "gemm__bk64_bm128_bn256_swiglu_bf16_kind-wgmma_stages4_th256"
-    with pytest.raises(PlanError, match="bf16 W only"):
-        FAM.spec(GemmProblem(5120, 17408, wfmt="w8"), WGMMA_TILES[0], 4)
+    for wf, regs_src in (("w8", "const unsigned char* __restrict__ w, const float* __restrict__ scales"),
+                         ("w4", "uint8 codes [n_w, k/2]")):
+        q = FAM.spec(GemmProblem(5120, 17408, "swiglu_bf16", wfmt=wf), WGMMA_TILES[0], 4)
+        assert q.uri == spec.uri + f"_wfmt-{wf}" and regs_src in q.render() and "wq_store(smem, pf % kStages" in q.render()
+        rq = resources("sm_90")[q.uri]
+        assert rq.local_bytes == 0 and rq.registers <= 255, (q.uri, rq)
+    # (a tile that passes the cp.async pass rule always has a code load layout: bn >= threads / 4 rows of 8
+    # four-byte units each divide among the threads)
+    assert GemmTile(64, 32, 64, 4, 1, 1.0, "wgmma").wq_layout("w4") == (8, 16, 1)
+    with pytest.raises(PlanError, match="bn/2 = 16 must be multiples of the 32 rows"):
+        GemmTile(128, 32, 64, 8, 1, 1.0, "wgmma").check("store_f32")
     with pytest.raises(PlanError, match="bn = 272 must be a multiple of 16 in"):
         GemmFamily(wgmma_tiles=(GemmTile(128, 272, 64, 8, 1, 1.0, "wgmma"),))
     with pytest.raises(PlanError, match="wgmma stage counts must be >= 3"):
         GemmFamily(wgmma_stages=(2,))
     with pytest.raises(PlanError, match="not an mma.sync tile"):
         GemmFamily(tiles=WGMMA_TILES)
-    # quantised W and the other targets never see a wgmma variant
-    assert not any(s.param("bk") == 64 and "kind" in dict(s.params)
-                   for s in FAM.variants(GemmProblem(5120, 17408, wfmt="w4"), "sm_90"))
+    # every format gets the wgmma variants on sm_90; the other targets never see one
+    for wf in WFORMATS:
+        assert any("kind" in dict(s.params) for s in FAM.variants(GemmProblem(5120, 17408, wfmt=wf), "sm_90"))
     for arch in ("sm_86", "sm_89", "sm_120a", None):
         assert all("kind" not in dict(s.params) for s in FAM.variants(GemmProblem(5120, 17408), arch))
 
@@ -394,7 +419,8 @@ def test_bf16_identity_unchanged_and_formats_differ():
     assert specs["bf16"].uri == BF16_URI and "wfmt" not in dict(specs["bf16"].params)
     assert specs["w8"].uri == BF16_URI + "_wfmt-w8" and specs["w4"].uri == BF16_URI + "_wfmt-w4"
     assert len({s.entry for s in specs.values()}) == 3
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False,
+                             loader=jinja2.FunctionLoader(read_template_file))  # the quantised kernels' include
     tmpl = env.from_string(read_template_file("gemm.cu.j2"))
     text = {wf: tmpl.render(**dict(s.params), entry=s.entry) for wf, s in specs.items()}
     assert hashlib.sha256(text["bf16"].encode()).hexdigest() == BF16_TEMPLATE_SHA256

@@ -150,15 +150,18 @@ def test_every_variant(ctx, shape, tile, stages, t):
 @pytest.mark.parametrize("stages", WGMMA_STAGES)
 @pytest.mark.parametrize("tile", WGMMA_TILES, ids=lambda tl: tl.route)
 @pytest.mark.parametrize("shape", SHAPES_TINY + SHAPES_27B, ids=lambda s: f"k{s[0]}_n{s[1]}_{s[2]}")
-def test_every_wgmma_variant(ctx, shape, tile, stages, t):
+@pytest.mark.parametrize("wfmt", WFORMATS)
+def test_every_wgmma_variant(ctx, wfmt, shape, tile, stages, t):
     """The Hopper routes, forced, on every shape (odd T, N not a tile multiple, K = 704 with a partial
-    last k-tile)."""
+    last k-tile) and weight format (random codes / scales as the quantised tests draw them)."""
     if not _wgmma_here():
         pytest.skip(f"no wgmma on {device_arch()} (targets {WGMMA_ARCHS})")
     k, n, ep = shape
     if k >= 5120 and t not in (100, 1024):
         pytest.skip("27B shapes: two T per variant are enough")
-    p = GemmProblem(k, n, ep)
+    if wfmt != "bf16" and t not in (7, 300, 1024):
+        pytest.skip("quantised W: three T per shape are enough")
+    p = GemmProblem(k, n, ep, wfmt=wfmt)
     ln = FAM.launch_variant(p, t, ctx, tile, stages)
     _run(p, ln, seed=zlib.crc32(f"{shape}/{tile}/{stages}/{t}".encode()), what="forced wgmma")
 
