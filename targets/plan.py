@@ -536,6 +536,9 @@ def family_variants(fam, problem, arch) -> list[KernelSpec]:
 
     Args:
         fam: a kernel family. problem: its problem. arch: target name or :class:`Arch` (None: portable set).
+
+    Returns:
+        The :class:`KernelSpec` list the family may launch for ``problem`` on ``arch``.
     """
     if getattr(fam, "arch_variants", False):
         return fam.variants(problem, arch)

@@ -92,6 +92,32 @@ def _mma(acc: np.ndarray, a: np.ndarray, b0: np.ndarray, b1: np.ndarray) -> None
     acc[:, 3] += D[_G + 8, 2 * _C + 1]
 
 
+def cta_tile(bid: int, t: int, n_out: int, bm: int, out_per: int, group_m: int):
+    """The (m0, n0) tile of CTA ``bid`` under the kernels' grouped rasterisation (group_m M-tiles per group,
+    M fastest inside a group), or None for a CTA past the tiles. Shared by both gemm templates."""
+    tiles_m, tiles_n = -(-t // bm), -(-n_out // out_per)
+    if bid >= tiles_m * tiles_n:
+        return None
+    per_group = group_m * tiles_n
+    group = bid // per_group
+    first_m = group * group_m
+    gsize = min(tiles_m - first_m, group_m)
+    in_group = bid - group * per_group
+    m_tile, n_tile = first_m + in_group % gsize, in_group // gsize
+    assert m_tile < tiles_m and n_tile < tiles_n, (bid, m_tile, n_tile)
+    return m_tile * bm, n_tile * out_per
+
+
+def w_row(r: int, n0: int, n_out: int, bn: int, swiglu: bool):
+    """(W row, exists) of shared-tile row ``r`` of the CTA at output column n0: for swiglu the first bn/2 tile
+    rows are gate rows n0.., the rest the matching up rows n_out + n0..; rows past the outputs do not exist."""
+    if swiglu:
+        up = r >= bn // 2
+        o = n0 + (r - bn // 2 if up else r)
+        return (n_out + o if up else o), o < n_out
+    return n0 + r, n0 + r < n_out
+
+
 def emulate(params: dict, x: np.ndarray, w: np.ndarray, t: int, n_out: int, k: int, ldx: int, group_m: int,
             grid: int, scales: np.ndarray | None = None):
     """Run the kernel's logic on float arrays.
@@ -130,32 +156,16 @@ def emulate(params: dict, x: np.ndarray, w: np.ndarray, t: int, n_out: int, k: i
     y = np.full((t, n_out), np.nan)
     writes = np.zeros((t, n_out), dtype=np.int64)
 
-    tiles_m = -(-t // BM)
-    tiles_n = -(-n_out // out_per)
-    per_group = group_m * tiles_n
     ktiles = -(-k // BK)
     lanes = np.arange(WARP)
 
     for bid in range(grid):
-        if bid >= tiles_m * tiles_n:
+        tile = cta_tile(bid, t, n_out, BM, out_per, group_m)
+        if tile is None:
             continue
-        group = bid // per_group
-        first_m = group * group_m
-        gsize = min(tiles_m - first_m, group_m)
-        in_group = bid - group * per_group
-        m_tile = first_m + in_group % gsize
-        n_tile = in_group // gsize
-        assert m_tile < tiles_m and n_tile < tiles_n, (bid, m_tile, n_tile)
-        m0, n0 = m_tile * BM, n_tile * out_per
+        m0, n0 = tile
         smem = np.full(S * stage_elems, np.nan)
         acc = np.zeros((WMW * WNW, MI, NI, WARP, 4))
-
-        def w_row(r):
-            if swiglu:
-                up = r >= BN // 2
-                o = n0 + (r - BN // 2 if up else r)
-                return (n_out + o if up else o), o < n_out
-            return n0 + r, n0 + r < n_out
 
         def wq_load(kt):
             """Per thread and unit: (tile row, unit-in-row, fp32 dequantised values or None = zero)."""
@@ -165,7 +175,7 @@ def emulate(params: dict, x: np.ndarray, w: np.ndarray, t: int, n_out: int, k: i
                 for u in range(UL):
                     i = tid + u * TH
                     r, c = i // UPR, i % UPR
-                    wrow, ok = w_row(r)
+                    wrow, ok = w_row(r, n0, n_out, BN, swiglu)
                     col = k0 + c * UE
                     ok = ok and col < k
                     if not ok:
@@ -203,14 +213,7 @@ def emulate(params: dict, x: np.ndarray, w: np.ndarray, t: int, n_out: int, k: i
                 for j in range(BN * CH // TH):
                     i = tid + j * TH
                     r, c = i // CH, i % CH
-                    if swiglu:
-                        up = r >= BN // 2
-                        o = n0 + (r - BN // 2 if up else r)
-                        ok = o < n_out
-                        wrow = n_out + o if up else o
-                    else:
-                        wrow = n0 + r
-                        ok = wrow < n_out
+                    wrow, ok = w_row(r, n0, n_out, BN, swiglu)
                     col = k0 + c * 8
                     ok = ok and col < k
                     dst = base_b + _swz(r, c, CH) * 8

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from gemm_emulator import cta_tile, w_row
+
 ATOM = 1024       # bytes: 8 rows x 128 B
 ROW_BYTES = 128   # bk = 64 bf16
 
@@ -76,18 +78,12 @@ def emulate(params: dict, x: np.ndarray, w: np.ndarray, t: int, n_out: int, k: i
     total = base + stages * stage_elems * 2
     y = np.full((t, n_out), np.nan)
     writes = np.zeros((t, n_out), dtype=np.int64)
-    tiles_m, tiles_n = -(-t // bm), -(-n_out // out_per_cta)
     ktiles = -(-k // bk)
     for bid in range(grid):
-        per_group = group_m * tiles_n
-        if bid >= tiles_m * tiles_n:
+        tile = cta_tile(bid, t, n_out, bm, out_per_cta, group_m)
+        if tile is None:
             continue
-        group = bid // per_group
-        first_m = group * group_m
-        gsize = min(tiles_m - first_m, group_m)
-        in_group = bid - group * per_group
-        m0 = (first_m + in_group % gsize) * bm
-        n0 = (in_group // gsize) * out_per_cta
+        m0, n0 = tile
         smem = np.full(total // 2, np.nan)
         holds = [-1] * stages    # k-tile whose X tile each stage holds
         holds_w = [-1] * stages  # k-tile whose W tile each stage holds
@@ -109,13 +105,7 @@ def emulate(params: dict, x: np.ndarray, w: np.ndarray, t: int, n_out: int, k: i
             k0 = kt * bk
             b0 = base // 2 + stage * stage_elems + tile_a
             for r in range(bn):
-                if swiglu:
-                    up = r >= bn // 2
-                    o = n0 + (r - bn // 2 if up else r)
-                    ok, wrow = o < n_out, (n_out + o if up else o)
-                else:
-                    wrow = n0 + r
-                    ok = wrow < n_out
+                wrow, ok = w_row(r, n0, n_out, bn, swiglu)
                 for c in range(chunks):
                     col = k0 + c * 8
                     dst = b0 + (r * chunks + (c ^ (r & 7))) * 8

@@ -313,9 +313,9 @@ def test_wgmma_tiles_compile_for_the_arch_specific_target():
         GemmFamily(tiles=WGMMA_TILES)
     # every format gets the wgmma variants on sm_90; the other targets never see one
     for wf in WFORMATS:
-        assert any("kind" in dict(s.params) for s in FAM.variants(GemmProblem(5120, 17408, wfmt=wf), "sm_90"))
+        assert any(FAM.tile_of(s).kind == "wgmma" for s in FAM.variants(GemmProblem(5120, 17408, wfmt=wf), "sm_90"))
     for arch in ("sm_86", "sm_89", "sm_120a", None):
-        assert all("kind" not in dict(s.params) for s in FAM.variants(GemmProblem(5120, 17408), arch))
+        assert all(FAM.tile_of(s).kind == "mma" for s in FAM.variants(GemmProblem(5120, 17408), arch))
 
 
 def _bank_groups(chunks: int, rows, cs):

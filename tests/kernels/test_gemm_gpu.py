@@ -201,7 +201,7 @@ def test_every_arch_plan_runs_here(arch, sms):
             ln = FAM.launch(p, t, plan_ctx)
             if ln.dynamic_smem_bytes > get_arch(device_arch()).max_smem_per_cta_optin:
                 continue  # a plan for a larger-shared-memory part than this device
-            if ln.kernel.param("bk") == 64 and "kind" in dict(ln.kernel.params) and not _wgmma_here():
+            if FAM.tile_of(ln.kernel).kind == "wgmma" and not _wgmma_here():
                 continue  # a wgmma route: runs only on its own arch
             _run(p, ln, seed=zlib.crc32(f"{arch}/{k}/{n}/{t}".encode()), what=f"plan for {arch}")
 
@@ -302,7 +302,7 @@ def test_quant_every_arch_plan_runs_here(arch, sms):
             ln = FAM.launch(p, t, plan_ctx)
             if ln.dynamic_smem_bytes > get_arch(device_arch()).max_smem_per_cta_optin:
                 continue
-            if "kind" in dict(ln.kernel.params) and not _wgmma_here():
+            if FAM.tile_of(ln.kernel).kind == "wgmma" and not _wgmma_here():
                 continue  # a wgmma route: runs only on its own arch
             _run(p, ln, seed=zlib.crc32(f"{arch}/{p}/{t}".encode()), what=f"plan for {arch}")
 
