@@ -111,14 +111,20 @@ def main(argv=None) -> int:
     planner = GemvCoopFamily()
     rows = []
     for fmt in a.formats.split(","):
-        # (rows per warp, tensor cores?) -> the family whose plain variants are swept
-        fams = {(rw, False): GemvCoopFamily(plain_shapes=tuple(CONFIGS), rows_per_warp=rw, quant_rows_per_warp=rw,
-                                            norm_rows_per_warp=rw, w4_mma_tiles=(), w8_mma_tiles=())
+        # (rows per warp, kind: fma | mma | dp) -> the family whose plain variants are swept
+        fams = {(rw, "fma"): GemvCoopFamily(plain_shapes=tuple(CONFIGS), rows_per_warp=rw, quant_rows_per_warp=rw,
+                                            norm_rows_per_warp=rw, w4_mma_tiles=(), w8_mma_tiles=(), w8_dp_tiles=(),
+                                            w4_dp_tiles=())
                 for rw in (2, 4)}
         if fmt == "w4":
-            fams[(16, True)] = GemvCoopFamily(mma_shapes=tuple(MMA_CONFIGS), w4_mma_tiles=(1, 4))
+            fams[(16, "mma")] = GemvCoopFamily(mma_shapes=tuple(MMA_CONFIGS), w4_mma_tiles=(1, 4), w4_dp_tiles=())
         if fmt == "w8":  # the fp16-mma w8 kernels (where the tile's x fits shared memory)
-            fams[(16, True)] = GemvCoopFamily(mma_shapes=tuple(CONFIGS), w8_mma_tiles=(1, 4))
+            fams[(16, "mma")] = GemvCoopFamily(mma_shapes=tuple(CONFIGS), w8_mma_tiles=(1, 4), w8_dp_tiles=())
+        if fmt in ("w8", "w4"):  # integer dot products on int16 x (the tiles given, no mma tiles)
+            for rw in (2, 4):
+                fams[(rw, "dp")] = GemvCoopFamily(plain_shapes=tuple(CONFIGS), quant_rows_per_warp=rw,
+                                                  norm_rows_per_warp=rw, w4_mma_tiles=(), w8_mma_tiles=(),
+                                                  w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4))
         probs = {name: GemvProblem(K, N, ep, fmt, in_norm=inn) for name, K, N, ep, inn in SHAPES}
         todo = {s.uri: s for p in probs.values() for fam in (planner, *fams.values()) for s in fam.variants(p)
                 if s.param("max_tokens") == planner.tile_for(a.tokens)}
@@ -146,20 +152,21 @@ def main(argv=None) -> int:
             T, tile = a.tokens, planner.tile_for(a.tokens)
             pick = run(planner.launch(p, T, ctx), "planner")
             cands = []
-            for (rw, mma), fam in fams.items():
-                if mma and not fam.mma_for(p, tile):
-                    continue  # e.g. w8 at a token tile without mma kernels
+            for (rw, kind), fam in fams.items():
+                mma = kind == "mma"
+                if (mma and not fam.mma_for(p, tile)) or (kind == "dp" and not fam.dp_for(p, tile)):
+                    continue  # e.g. w8 at a token tile without mma kernels, a dp x that does not fit
                 for th, kw in fam.shapes_for(p, tile) if mma else CONFIGS:
                     ln = fam.launch_variant(p, T, ctx, th, "plain", max_tokens=tile, k_warps=kw)
                     est = estimate_us(p, T, threads=th, k_warps=kw, rows_per_warp=rw, tile=tile,
                                       ctas_per_sm=ln.ctas_per_sm, sms=sms, bandwidth_per_sm_gbs=ctx.bandwidth_per_sm_gbs,
                                       mma=mma)
-                    cands.append(run(ln, "sweep", rw=rw, mma=mma, threads=th, k_warps=kw, tile=tile, tokens=T,
-                                     estimate_us=est))
-            for mma in sorted({r["mma"] for r in cands}):
-                best = min((r for r in cands if r["mma"] == mma), key=lambda r: r["us"])
+                    cands.append(run(ln, "sweep", rw=rw, mma=mma, kind=kind, threads=th, k_warps=kw, tile=tile,
+                                     tokens=T, estimate_us=est))
+            for kind in sorted({r["kind"] for r in cands}):
+                best = min((r for r in cands if r["kind"] == kind), key=lambda r: r["us"])
                 print(f"{fmt:4} {name:8} planner {pick['uri'].split('__')[1]:52} {pick['us']:7.1f} us "
-                      f"{pick['gbps']:6.0f} GB/s | best{' mma' if mma else ''} rw{best['rw']} th{best['threads']} "
+                      f"{pick['gbps']:6.0f} GB/s | best {kind:3} rw{best['rw']} th{best['threads']} "
                       f"kw{best['k_warps']} {best['us']:7.1f} us {best['gbps']:6.0f} GB/s", flush=True)
             del bufs
             cp.get_default_memory_pool().free_all_blocks()

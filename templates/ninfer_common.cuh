@@ -19,6 +19,7 @@
 //   6. activations
 //   7. programmatic dependent launch (sm_90+)
 //   8. tensor cores (mma.sync m16n8k16, bf16 in, fp32 accumulate), bf16x2 fma, async copies (cp.async)
+//   9. integer dot products (dp2a)
 #pragma once
 
 namespace ninfer {
@@ -270,6 +271,23 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
+// ---------------------------------------------------------------------------------------------
+// 9. integer dot products (PTX dp2a, sm_61+, so every ninferc target)
+// ---------------------------------------------------------------------------------------------
+
+// c + a.h0 * b.b0 + a.h1 * b.b1: the two signed 16-bit halves of a (h0 the low one) times the two signed low
+// bytes of b, in int32 (PTX ISA "dp2a": .lo takes bytes 0 and 1 of b). Exact while the sum fits int32.
+__device__ __forceinline__ int dp2a_lo(unsigned int a, unsigned int b, int c) {
+  int d;
+  asm("dp2a.lo.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+// The same with the two high bytes of b: c + a.h0 * b.b2 + a.h1 * b.b3 (PTX dp2a.hi).
+__device__ __forceinline__ int dp2a_hi(unsigned int a, unsigned int b, int c) {
+  int d;
+  asm("dp2a.hi.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
 
 }  // namespace ninfer
 

@@ -73,6 +73,21 @@ stored in shared memory with each quad permuted to match), and the row scale and
 fp32 totals. About 11 instructions per 8 codes (2 rows x 4) and k-tile against ~30 on fp32 FMAs. Plain route only
 (a cooperative split would convert x once per split); same epilogues and input modes.
 
+Integer dot products (template ``dp``; the token tiles of ``GemvCoopFamily.w8_dp_tiles`` / ``w4_dp_tiles``, default 1)
+-----------------------------------------------------------------------------------------------------------------
+The fp32-FMA kernels above spend ~3.5 (w8) / ~7 (w4) instructions per weight byte converting codes and x to fp32
+and multiplying, which caps them at ~3.3 / ~2.4 TB/s on the H200 against ~4.3 for bf16 (bench/NOTES.md runs 14,
+45). The ``dp`` variants keep the FMA kernels' warp shape, layout and loads, but first stage the CTA's tokens' x in
+dynamic shared memory as **int16** under one power of two per 64-element block (the ``2^e`` that puts the block's
+``max|x|`` in ``[2^14, 2^15)``: :func:`dp_x`, exact for every element down to ``2^-7`` of its block's max, error
+<= ``2^-15 max|block|`` below), then each 16-byte weight vector is 8 (w8) or 16 (w4) ``dp2a`` (PTX: two int16 x
+int8 products plus an int32 add) per row and token -- an exact int32 ``sum(q * xq)`` that the block's ``2^-e``
+(and the w4 group scale) turn into fp32. w4 nibbles are used as stored (``u = q + 8``; x is staged in the nibbles'
+order and the offset comes off as ``8 * sum(xq)`` per 32 elements, exact). About 10 (w8) / 33 (w4) instructions
+per 16-byte vector and row instead of ~56 / ~126. The only numerical difference from the FMA kernels is the int16
+rounding of x, which :func:`reference` reproduces (``dp=True``). Plain route only; K a multiple of 64; dynamic
+shared memory ``tile * K * (2 + 4/64 (+ 4/32 for w4))`` bytes, at most ``DP_X_BYTES`` (else the FMA kernels).
+
 Kernel shape
 ------------
 A warp owns ``rows_per_warp`` W rows (for swiglu: half gate rows, the matching half up rows) and streams them
@@ -162,6 +177,40 @@ STATIC_SMEM_LIMIT = 48 * 1024
 W8_MMA_X_BYTES = 40 * 1024
 #: 64-element blocks per warp step of the w8 mma variants (template ``kMmaUnroll``)
 W8_MMA_UNROLL = 4
+#: K elements per int16 x scale of the dp variants (template ``kDpBlock``)
+DP_BLOCK = 64
+#: bytes of staged int16 x (+ its block scales and sums) the dp variants may keep in dynamic shared memory: as
+#: ``W8_MMA_X_BYTES``, under the 48 KiB a launch gets without the opt-in; a longer x stays on the FMA kernels
+DP_X_BYTES = 40 * 1024
+
+
+def dp_x_bytes(wfmt: str, k: int, tile: int) -> int:
+    """Dynamic shared memory of a dp variant, bytes: per token int16 x [K], fp32 ``2^-e`` [K / 64] and, for w4,
+    fp32 sums of the int16 x [K / 32] (template ``dp``)."""
+    return tile * (2 * k + 4 * (k // DP_BLOCK) + (4 * (k // 32) if wfmt == "w4" else 0))
+
+
+def dp_x(x) -> np.ndarray:
+    """The x a dp variant multiplies by, as fp32 [T, K]: per token and 64-element block, ``rint(x 2^e) 2^-e`` with
+    ``e = 14 - floor(log2 max|block|)`` clamped to [-126, 126] (the template's staging; round half to even).
+
+    Args:
+        x: [T, K] bf16 values (``ml_dtypes.bfloat16`` or any float array holding bf16 values), K % 64 == 0.
+
+    Raises:
+        PlanError: K not a multiple of 64.
+    """
+    x32 = _f32(x)
+    t, k = x32.shape
+    if k % DP_BLOCK:
+        raise PlanError(f"gemv_coop dp: K = {k} is not a multiple of {DP_BLOCK}")
+    b = x32.reshape(t, k // DP_BLOCK, DP_BLOCK)
+    m = np.abs(b).max(axis=-1, keepdims=True)
+    ex = ((m.view(np.uint32) >> 23) & 0xFF).astype(np.int64) - 127
+    e = np.clip(14 - ex, -126, 126)
+    sc = np.ldexp(np.float32(1), e).astype(np.float32)
+    q = np.rint(b * sc)  # exact product (power of two), round half to even
+    return (q * np.ldexp(np.float32(1), -e).astype(np.float32)).astype(np.float32).reshape(t, k)
 
 
 def mma_stage_bytes(tile: int) -> int:
@@ -348,6 +397,9 @@ class GemvCoopFamily:
             variant of each kind, mma vs FMA: gate|up 54.2 vs 45.4 us, down 31.9 vs 23.0, GDN in 27.1 vs 24.2, GDN
             out 13.2 vs 9.6, q|k|v 24.1 vs 20.3; 27B w8 decode 99.6 vs ~118 tok/s), like the w4 mma variants at
             T = 1: both tensor-core kernels stream at most ~3.3 TB/s there.
+        w8_dp_tiles / w4_dp_tiles: the token tiles whose w8 / w4 variants use integer dot products (template ``dp``,
+            module docstring) where K is a multiple of 64, the staged x fits ``DP_X_BYTES`` and the tile is not an mma
+            tile. Default (1,): the one-sequence decode GEMVs.
         mma_shapes: the plain (threads, k_warps) shapes of the mma variants, in place of ``plain_shapes``: a
             16-row warp tile leaves few row groups on a short N (5,120 outputs = 320 tiles), so more warps
             share each tile's K to keep enough bytes in flight. At most 256 threads: a 512-thread CTA's 128
@@ -364,6 +416,7 @@ class GemvCoopFamily:
                  coop_threads: tuple[int, ...] = (256, 512), token_tiles: tuple[int, ...] = (1, 4),
                  rows_per_warp: int = 4, quant_rows_per_warp: int = 2, norm_rows_per_warp: int = 2,
                  prefetch_steps: int = 1, w4_mma_tiles: tuple[int, ...] = (4,), w8_mma_tiles: tuple[int, ...] = (4,),
+                 w8_dp_tiles: tuple[int, ...] = (1,), w4_dp_tiles: tuple[int, ...] = (1,),
                  mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))):
         bad_shape = [s for s in (*plain_shapes, *mma_shapes)
                      if s[0] % WARP or s[0] <= 0 or s[1] < 1 or (s[0] // WARP) % s[1]]
@@ -394,6 +447,8 @@ class GemvCoopFamily:
         self.prefetch_steps = int(prefetch_steps)
         self.w4_mma_tiles = tuple(int(t) for t in w4_mma_tiles)
         self.w8_mma_tiles = tuple(int(t) for t in w8_mma_tiles)
+        self.w8_dp_tiles = tuple(int(t) for t in w8_dp_tiles)
+        self.w4_dp_tiles = tuple(int(t) for t in w4_dp_tiles)
 
     @property
     def threads(self) -> tuple[int, ...]:
@@ -404,7 +459,7 @@ class GemvCoopFamily:
         """The cooperative thread counts of ``problem`` at token tile ``tile``: ``coop_threads``; for the mma
         variants those and the smallest ``mma_shapes`` CTA, each only if its ring gets at least 2 stages
         (:func:`mma_stages`: at the 4-token tile only 128-thread mma CTAs fit)."""
-        if self.mma_for(problem, tile) and problem.wfmt == "w8":
+        if self.dp_for(problem, tile) or (self.mma_for(problem, tile) and problem.wfmt == "w8"):
             return ()  # plain only: every CTA converts its tokens' whole x
         if self.mma_for(problem, tile):
             cands = sorted({*self.coop_threads, min(t for t, _ in self.mma_shapes)})
@@ -416,6 +471,8 @@ class GemvCoopFamily:
         tensor-core variants, else ``plain_shapes``."""
         if self.mma_for(problem, tile) and problem.wfmt == "w8":
             return self.mma_shapes
+        if self.dp_for(problem, tile):
+            return self.plain_shapes
         if self.mma_for(problem, tile):
             return tuple(s for s in self.mma_shapes if mma_stages(s[0], tile) >= 2)
         return self.plain_shapes
@@ -427,6 +484,14 @@ class GemvCoopFamily:
         if problem.wfmt == "w8":
             return tile in self.w8_mma_tiles and problem.k % 64 == 0
         return problem.wfmt == "w4" and tile in self.w4_mma_tiles
+
+    def dp_for(self, problem: GemvProblem, tile: int) -> bool:
+        """True when ``problem`` at token tile ``tile`` runs on the integer-dot-product variants (module docstring):
+        a w8 / w4 problem, a tile of ``w8_dp_tiles`` / ``w4_dp_tiles`` that is not an mma tile, K a multiple of 64
+        and the staged x (:func:`dp_x_bytes`) within ``DP_X_BYTES``."""
+        tiles = {"w8": self.w8_dp_tiles, "w4": self.w4_dp_tiles}.get(problem.wfmt, ())
+        return (tile in tiles and problem.k % DP_BLOCK == 0 and not self.mma_for(problem, tile)
+                and dp_x_bytes(problem.wfmt, problem.k, tile) <= DP_X_BYTES)
 
     def rows_for(self, problem: GemvProblem, tile: int) -> int:
         """W rows per warp for ``problem`` at token tile ``tile``: ``MMA_ROWS`` (16) for the tensor-core variants, else
@@ -441,7 +506,10 @@ class GemvCoopFamily:
     def dynamic_smem_bytes(self, problem: GemvProblem, tile: int) -> int:
         """Dynamic shared memory of a launch of ``problem`` at token tile ``tile``, bytes: for the w8 mma variants
         the fp16 x of the tile's tokens over one K segment -- the whole K when ``tile * K * 2 <=
-        W8_MMA_X_BYTES``, else the fewest equal segments (multiples of 64 elements) that fit -- else 0."""
+        W8_MMA_X_BYTES``, else the fewest equal segments (multiples of 64 elements) that fit; for the dp variants
+        :func:`dp_x_bytes` -- else 0."""
+        if self.dp_for(problem, tile):
+            return dp_x_bytes(problem.wfmt, problem.k, tile)
         if not (self.mma_for(problem, tile) and problem.wfmt == "w8"):
             return 0
         blocks = problem.k // 64
@@ -493,6 +561,10 @@ class GemvCoopFamily:
                                 f"exceed the {STATIC_SMEM_LIMIT} B of static shared memory")
             params["mma"] = True
             params["mma_stages"] = mma_stages(threads, tile)
+        elif self.dp_for(problem, tile):
+            if mode != "plain":
+                raise PlanError(f"gemv_coop: the dp (integer dot product) variants run in plain mode only, not {mode!r}")
+            params["dp"] = True
         if problem.norm_out:
             params["unit_offset"] = bool(problem.unit_offset)
         if problem.norm_in:
@@ -733,7 +805,8 @@ def norm_input(h, norm_w, unit_offset: bool):
     return xs, np.sum(h * h, axis=-1, keepdims=True, dtype=np.float32)
 
 
-def reference(problem: GemvProblem, x, w, y_in=None, scales=None, norm_w=None, ss_in=None, in_eps=None):
+def reference(problem: GemvProblem, x, w, y_in=None, scales=None, norm_w=None, ss_in=None, in_eps=None,
+              dp: bool = False):
     """Reference output of the GEMV + epilogue.
 
     Args:
@@ -746,6 +819,8 @@ def reference(problem: GemvProblem, x, w, y_in=None, scales=None, norm_w=None, s
         norm_w: add_norm_parts only: fp32 [N] weight of the norm that follows.
         ss_in, in_eps: in_norm parts only: fp32 [T, parts] partial sums of squares (any number of parts) and eps:
             ``acc[t] *= 1 / sqrt(sum(ss_in[t]) / K + in_eps)``.
+        dp: the launch is a dp (integer dot product) variant: x is first rounded as its staging rounds it
+            (:func:`dp_x`).
 
     Returns:
         [T, N]: ``acc`` (fp32), ``y_in + acc`` (fp32) or ``bf16(silu(gate) * up)`` (``ml_dtypes.bfloat16``),
@@ -763,6 +838,8 @@ def reference(problem: GemvProblem, x, w, y_in=None, scales=None, norm_w=None, s
     elif scales is not None:
         raise PlanError("gemv_coop reference: a bf16 problem takes no scales")
     x32, w32 = _f32(x), _f32(w)
+    if dp and x32.ndim == 2 and x32.shape[1] == problem.k:
+        x32 = dp_x(x32)
     if x32.shape[1] != problem.k or w32.shape != (problem.w_rows, problem.k):
         raise PlanError(
             f"gemv_coop reference: expected x [T, {problem.k}] and w [{problem.w_rows}, {problem.k}], "

@@ -109,6 +109,7 @@ static inline unsigned int __byte_perm(unsigned int x, unsigned int y, unsigned 
   return r;
 }
 static inline unsigned int __float_as_uint(float f) { unsigned int u; memcpy(&u, &f, 4); return u; }
+static inline int __float2int_rn(float f) { return (int)lrintf(f); }  // round to nearest even (default mode)
 static inline void __trap() {
   shim::trapped = 1;
   shim::cur->state = shim::DONE;
@@ -221,6 +222,14 @@ static inline void mma_bf16_16816(float (&d)[4], const unsigned int (&a)[4], uns
 static inline void mma_f16_16816(float (&d)[4], const unsigned int (&a)[4], unsigned int b0, unsigned int b1) {
   mma_16816(d, a, b0, b1, f16_half);
 }
+// dp2a.{lo,hi}.s32.s32: the two signed 16-bit halves of a times two signed bytes of b (bytes 0, 1 or 2, 3), plus c.
+static inline int dp2a_sel(unsigned int a, unsigned int b, int c, int hi) {
+  const long long s = (long long)c + (long long)(short)(a & 0xffffu) * (signed char)((b >> (16 * hi)) & 0xffu) +
+                      (long long)(short)(a >> 16) * (signed char)((b >> (16 * hi + 8)) & 0xffu);
+  return (int)(unsigned int)(unsigned long long)s;  // wraps like the 32-bit adder
+}
+static inline int dp2a_lo(unsigned int a, unsigned int b, int c) { return dp2a_sel(a, b, c, 0); }
+static inline int dp2a_hi(unsigned int a, unsigned int b, int c) { return dp2a_sel(a, b, c, 1); }
 // Grid / group barrier of a cooperative emulated launch: every thread of the CTA parks in WAIT_GRID; thread 0
 // records the counter and the participant count for the scheduler, which checks the count and applies the
 // real protocol's arithmetic (ninfer_common.cuh section 5) when it releases the barrier.

@@ -29,10 +29,14 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU emu
 
 ARCH, SMS = "sm_90", 132  # the plan the launches come from; the emulator runs any grid
 FAM = GemvCoopFamily(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,), w4_mma_tiles=(),
-                     w8_mma_tiles=())
+                     w8_mma_tiles=(), w8_dp_tiles=(), w4_dp_tiles=())
 #: the same family with w4 on tensor cores at every token tile and w8 at both tiles (FAM: on fp32 FMAs)
 FAM_MMA = GemvCoopFamily(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,),
                          mma_shapes=((128, 1), (128, 2), (128, 4)), w4_mma_tiles=(1, 4), w8_mma_tiles=(1, 4))
+#: the same family with w8 / w4 on integer dot products (dp2a on int16 x) at both token tiles
+FAM_DP = GemvCoopFamily(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,), w4_mma_tiles=(),
+                        w8_mma_tiles=(), w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4))
+FAMS = {"fma": FAM, "mma": FAM_MMA, "dp": FAM_DP}
 BF16_NAN = 0x7FC0
 #: fp32 accumulation in a different order than numpy's matmul (relative L2); bf16 outputs: a few one-ulp flips
 F32_REL, BF16_REL = 1e-5, 2e-3
@@ -55,7 +59,7 @@ def _problems():
 @pytest.fixture(scope="module")
 def ctx():
     specs = [s for p in _problems() for s in FAM.variants(p)]
-    specs += [s for p in _problems() if p.wfmt != "bf16" for s in FAM_MMA.variants(p)]
+    specs += [s for p in _problems() if p.wfmt != "bf16" for fam in (FAM_MMA, FAM_DP) for s in fam.variants(p)]
     specs += [FAM.spec(GemvProblem(N, 40, "swiglu", f, in_norm="parts"), 128, "plain", t, kw)
               for f in SHAPES if f == "bf16" for t in (1, 4) for kw in (1, 2, 4)]
     built = compile_variants(specs, ARCH)
@@ -82,9 +86,9 @@ def _weights(rng, prob: GemvProblem):
     return np.ascontiguousarray(w.view(np.uint16)), None, w.astype(np.float32)
 
 
-def _run(prob: GemvProblem, launch, seed: int, source: str | None = None, x_scale=None):
+def _run(prob: GemvProblem, launch, seed: int, source: str | None = None, x_scale=None, x_edit=None):
     """Run one launch on the emulator and check it against :func:`reference` (``x_scale``: per-token factors of
-    x, [T])."""
+    x, [T]; ``x_edit``: a function that changes the fp32 x [T, K] in place before its bf16 rounding)."""
     from cuda_host import HostKernel
 
     rng = np.random.default_rng(seed)
@@ -93,6 +97,8 @@ def _run(prob: GemvProblem, launch, seed: int, source: str | None = None, x_scal
     x = rng.standard_normal((t, k), dtype=np.float32)
     if x_scale is not None:
         x *= np.asarray(x_scale, np.float32)[:, None]
+    if x_edit is not None:
+        x_edit(x)
     x = x.astype(ml_dtypes.bfloat16)
     x_dev = np.ascontiguousarray(x.view(np.uint16))
     ws = np.full(max(launch.workspace_bytes // 4, 1), np.nan, np.float32)
@@ -123,7 +129,7 @@ def _run(prob: GemvProblem, launch, seed: int, source: str | None = None, x_scal
     hk.launch(launch.grid, launch.block, kernel_args(prob, launch, w_dev, x_dev, y, ws, barrier, scales=scales, **extra),
               smem=launch.dynamic_smem_bytes, cooperative=launch.cooperative)
     ref_prob = GemvProblem(k, prob.n, prob.epilogue, unit_offset=prob.unit_offset, in_norm=prob.in_norm)
-    ref = reference(ref_prob, x, w_ref, y_in, **ref_extra)
+    ref = reference(ref_prob, x, w_ref, y_in, **ref_extra, dp=bool(dict(spec.params).get("dp", False)))
     if prob.norm_out:
         h_ref, xs_ref, ss_ref = ref
         assert _rel(y, h_ref) < F32_REL
@@ -144,37 +150,68 @@ def _cases():
     """Per problem: one token with 4 warps per row group, three (a partial 4-token tile) with 2, and the
     cooperative route with three tokens; bf16 also one warp per row group (the k_warps = 1 source). w4 runs on
     the fp32 FMA path and again on tensor cores (``mma``); w8 too, its mma variants plain only (one token with 1
-    and 4 warps per row group, three with 2)."""
+    and 4 warps per row group, three with 2); w8 and w4 again on integer dot products (``dp``, plain only: the
+    same three plain shapes)."""
     for p in _problems():
-        for mma in (False, True) if p.wfmt == "w4" else (False,):
-            yield p, 1, 128, "plain", 4, mma
-            yield p, 3, 128, "plain", 2, mma
+        for kind in ("fma", "mma") if p.wfmt == "w4" else ("fma",):
+            yield p, 1, 128, "plain", 4, kind
+            yield p, 3, 128, "plain", 2, kind
             if p.wfmt == "bf16":
-                yield p, 1, 128, "plain", 1, mma
+                yield p, 1, 128, "plain", 1, kind
             if not p.norm_out:
-                yield p, 3, 256, "coop", 1, mma
+                yield p, 3, 256, "coop", 1, kind
         if p.wfmt == "w8":
-            yield p, 1, 128, "plain", 4, True
-            yield p, 1, 128, "plain", 1, True
-            yield p, 3, 128, "plain", 2, True
+            yield p, 1, 128, "plain", 4, "mma"
+            yield p, 1, 128, "plain", 1, "mma"
+            yield p, 3, 128, "plain", 2, "mma"
+        if p.wfmt != "bf16":
+            yield p, 1, 128, "plain", 4, "dp"
+            yield p, 1, 128, "plain", 1, "dp"
+            yield p, 3, 128, "plain", 2, "dp"
 
 
 CASES = list(_cases())
 
 
 @pytest.mark.parametrize("case", range(len(CASES)),
-                         ids=[f"{p.wfmt}{'-mma' if mma else ''}-{p.epilogue}-{p.in_norm}-u{int(p.unit_offset)}-t{t}-"
-                              f"{m}{th}kw{kw}" for p, t, th, m, kw, mma in CASES])
+                         ids=[f"{p.wfmt}{'' if kind == 'fma' else '-' + kind}-{p.epilogue}-{p.in_norm}-u{int(p.unit_offset)}"
+                              f"-t{t}-{m}{th}kw{kw}" for p, t, th, m, kw, kind in CASES])
 def test_gemv_kernel_on_the_emulator(ctx, case):
-    prob, t, th, mode, kw, mma = CASES[case]
-    fam = FAM_MMA if mma else FAM
+    prob, t, th, mode, kw, kind = CASES[case]
+    fam = FAMS[kind]
     splits = 2 if mode == "coop" else None
     if mode == "coop" and th not in fam.coop_threads_for(prob, fam.tile_for(t)):
         th = fam.coop_threads_for(prob, fam.tile_for(t))[-1]  # mma at the 4-token tile: 128-thread rings only
     launch = fam.launch_variant(prob, t, ctx, th, mode, splits, max_tokens=fam.tile_for(t), k_warps=kw)
     assert launch.cooperative == (mode == "coop") and launch.split_k == (2 if mode == "coop" else 1)
-    assert dict(launch.kernel.params).get("mma", False) == mma
+    assert dict(launch.kernel.params).get("mma", False) == (kind == "mma")
+    assert dict(launch.kernel.params).get("dp", False) == (kind == "dp")
     _run(prob, launch, seed=case)
+
+
+def _outlier_blocks(x):
+    """Block 0 of every token all zero, block 1 with one element 1e4 times the rest (its small elements lose bits
+    in int16), the last block 1e-30 of the rest (near the bottom of the exponent clamp)."""
+    x[:, :64] = 0.0
+    x[:, 64:128] *= np.float32(1e-2)
+    x[:, 70] = np.float32(100.0)
+    x[:, -64:] *= np.float32(1e-30)
+
+
+@pytest.mark.parametrize("fmt", ["w8", "w4"])
+@pytest.mark.parametrize("k,kw,x_scale", [(704, 2, [1.0]), (1024, 1, [3e5]), (1024, 4, [2e-6]), (1600, 2, [1.0, 7.0, 1e-3])])
+def test_dp_x_range_and_partial_steps(fmt, k, kw, x_scale):
+    """The dp variants stage x as int16 under a power of two per 64-element block: a zero block, a block with an
+    outlier, tiny and huge activations must match the reference that rounds x the same way (:func:`dp_x`); K = 704
+    / 1,600 leave partial last steps over k_warps warps, three tokens a partial 4-token tile."""
+    prob = GemvProblem(k, 40, "residual_add", fmt)
+    tile = 1 if len(x_scale) == 1 else 4
+    spec = FAM_DP.spec(prob, 128, "plain", tile, kw)
+    assert dict(spec.params)["dp"]
+    c = PlanContext(ARCH, SMS, {u: r for u, (_, r) in compile_variants([spec], ARCH).items()})
+    launch = FAM_DP.launch_variant(prob, len(x_scale), c, 128, "plain", max_tokens=tile, k_warps=kw)
+    assert launch.dynamic_smem_bytes == FAM_DP.dynamic_smem_bytes(prob, tile) > 2 * k * tile
+    _run(prob, launch, seed=17, x_scale=x_scale, x_edit=_outlier_blocks)
 
 
 @pytest.mark.parametrize("fmt", list(SHAPES))

@@ -78,7 +78,9 @@ def test_uris_differ_per_format():
             if GEMV.mma_for(GemvProblem(256, 704, ep, "w4"), mt) and mma_stages(th, tile=mt) < 2:
                 continue  # no tensor-core w4 variant of this CTA size (its rings exceed static shared memory)
             w8mma = GEMV.mma_for(GemvProblem(256, 704, ep, "w8"), mt)  # tensor-core w8 (1-token tile): plain only
-            if w8mma and mode != "plain":
+            dp = GEMV.dp_for(GemvProblem(256, 704, ep, "w8"), mt)  # integer dot products (1-token tile): plain only
+            assert dp == GEMV.dp_for(GemvProblem(256, 704, ep, "w4"), mt)
+            if (w8mma or dp) and mode != "plain":
                 with pytest.raises(PlanError, match="plain mode only"):
                     GEMV.spec(GemvProblem(256, 704, ep, "w8"), th, mode, mt, kw)
                 continue
@@ -86,6 +88,8 @@ def test_uris_differ_per_format():
             assert len(set(uris.values())) == 3
             # quantised kernels differ by the format and by their rows per warp (quant_rows_per_warp)
             qbase = spec.uri.replace(f"_rw{GEMV.rows_per_warp}_", f"_rw{GEMV.quant_rows_per_warp}_")
+            if dp:  # the dp flag is the first parameter of the URI
+                qbase = qbase.replace("gemv_coop__", "gemv_coop__dp1_")
             if w8mma:
                 assert uris["w8"] == re.sub(r"_rw\d+_", "_rw16_", spec.uri.replace(f"_tok{mt}_", f"_tok{mt}_mma1_")
                                             ) + "_wfmt-w8"
@@ -107,8 +111,11 @@ def test_uris_differ_per_format():
 
 
 def test_rendered_quant_source_matches_the_format_constants():
-    w4 = GEMV.spec(GemvProblem(256, 704, "store", "w4"), 256, "coop", 1).render()
-    w8 = GEMV.spec(GemvProblem(256, 704, "store", "w8"), 256, "coop", 1).render()  # FMAs (the 1-token tile)
+    fma = GemvCoopFamily(w8_dp_tiles=(), w4_dp_tiles=())
+    w4 = fma.spec(GemvProblem(256, 704, "store", "w4"), 256, "coop", 1).render()
+    w8 = fma.spec(GemvProblem(256, 704, "store", "w8"), 256, "coop", 1).render()  # FMAs (the 1-token tile)
+    w4_dp = GEMV.spec(GemvProblem(256, 704, "store", "w4"), 128, "plain", 1).render()  # dp2a (the 1-token tile)
+    w8_dp = GEMV.spec(GemvProblem(256, 704, "store", "w8"), 128, "plain", 1).render()
     w4_mma = GEMV.spec(GemvProblem(256, 704, "store", "w4"), 128, "coop", 4).render()  # tensor cores (4-token tile)
     w8_mma = GemvCoopFamily(w8_mma_tiles=(1,)).spec(GemvProblem(256, 704, "store", "w8"), 128, "plain", 1).render()
     assert f"constexpr int kW4Group = {GROUP_SIZE};" in w4
@@ -119,6 +126,11 @@ def test_rendered_quant_source_matches_the_format_constants():
         assert "ld_stream_v4(wrow[j]" in src  # weights still stream as 16-byte loads
     assert "cp_async16(" in w4_mma and "mma_bf16_16816(" in w4_mma  # whole 16-byte pieces into the ring
     assert "mma_f16_16816(" in w8_mma and "ld_stream_v4(ra " in w8_mma and "mma_w4_ktile" not in w8_mma
+    for src in (w4_dp, w8_dp):
+        assert "constexpr bool kDp = true;" in src and "ld_stream_v4(wrow[j]" in src and "dp2a_lo(" in src
+    assert "dp_w4x8(wv[j].x" in w4_dp and "dp_w8x16(wv[j]" in w8_dp
+    for src in (w4, w8, w4_mma, w8_mma):
+        assert "constexpr bool kDp = true;" not in src and "dp_w8x16" not in src
 
 
 # ------------------------------------------------------------------------------------------------
@@ -261,9 +273,11 @@ def test_quant_routes_respect_caps_and_format_split_limits(arch):
 def test_fewer_splits_for_narrower_formats_on_a_long_k():
     """A narrow N with a long K is split as far as the format allows: the split count is capped at
     K/(32 x vector length), so w4 gets at most a quarter of bf16's splits."""
-    ctx = PlanContext("sm_90", 132, resources("sm_90"))
-    got = {f: GEMV.launch_variant(GemvProblem(17408, 256, "residual_add", f), 1, ctx, 256, "coop",
-                                   max_tokens=1) for f in WFORMATS}  # the FMA kernels of every format
+    fma = GemvCoopFamily(w8_dp_tiles=(), w4_dp_tiles=())  # the FMA kernels of every format (dp: plain only)
+    specs = [fma.spec(GemvProblem(17408, 256, "residual_add", f), 256, "coop", 1) for f in WFORMATS]
+    ctx = PlanContext("sm_90", 132, {u: r for u, (_, r) in compile_variants(specs, "sm_90").items()})
+    got = {f: fma.launch_variant(GemvProblem(17408, 256, "residual_add", f), 1, ctx, 256, "coop",
+                                  max_tokens=1) for f in WFORMATS}
     assert all(g.split_k >= 2 for g in got.values())
     assert got["w4"].split_k <= 17 and got["w8"].split_k <= 34
     assert got["w4"].split_k <= got["w8"].split_k <= got["bf16"].split_k

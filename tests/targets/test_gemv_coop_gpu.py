@@ -219,7 +219,8 @@ def _run_and_check(loaded, prob, launch, seed):
         args = kernel_args(prob, launch, w_dev, x_dev, y, ws, barrier, scales=s_dev, **extra)
         loaded.launch(launch, args)
         cp.cuda.get_current_stream().synchronize()
-        ref = reference(ref_prob, x, w, y_in, **ref_extra)
+        dp = bool(dict(launch.kernel.params).get("dp", False))  # x rounded to int16 per block as the kernel does
+        ref = reference(ref_prob, x, w, y_in, **ref_extra, dp=dp)
         if prob.norm_out:
             ref, ref_xs, ref_ss = ref
             got_xs = cp.asnumpy(extra["xs"]).view(ml_dtypes.bfloat16).astype(np.float32)
@@ -236,7 +237,7 @@ def _run_and_check(loaded, prob, launch, seed):
         err = _rel(out, ref)
         assert err < GEMV_REL_L2, f"{launch.kernel.uri} T={t} split={launch.split_k} rep={rep}: rel L2 {err:.2e}"
         if y_in is not None:  # the accumulated part alone must also be right
-            acc = reference(GemvProblem(prob.k, prob.n, "store"), x, w)
+            acc = reference(GemvProblem(prob.k, prob.n, "store"), x, w, dp=dp)
             d = _rel(out - y_in, acc)
             assert d < GEMV_REL_L2, f"{launch.kernel.uri}: residual delta rel L2 {d:.2e}"
         if launch.cooperative:
@@ -416,20 +417,28 @@ def _pid(p):
 W4_MMA = GemvCoopFamily(w4_mma_tiles=(1, 4))
 #: w8 on tensor cores (fp16 mma) at the 1- and 4-token tiles (the registered family: the 4-token tile only)
 W8_MMA = GemvCoopFamily(w8_mma_tiles=(1, 4))
+#: w8 / w4 on fp32 FMAs at the 1-token tile (the registered family runs that tile on integer dot products)
+FMA = GemvCoopFamily(w8_dp_tiles=(), w4_dp_tiles=())
+#: w8 / w4 on integer dot products at both token tiles (the registered family: the 1-token tile only)
+DP = GemvCoopFamily(w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4), w8_mma_tiles=(), w4_mma_tiles=())
 
 
 @pytest.mark.parametrize("t", Q_TOKENS)
 @pytest.mark.parametrize("mode", ["coop", "plain"])
 @pytest.mark.parametrize("shape", Q_SHAPES, ids=_pid)
-@pytest.mark.parametrize("fmt", [*QFORMATS, "w4-mma", "w8-mma"])
+@pytest.mark.parametrize("fmt", [*QFORMATS, "w4-mma", "w8-mma", "w8-fma", "w4-fma", "w8-dp", "w4-dp"])
 def test_quant_forced_variants_match_reference(device, loader, fmt, shape, mode, t):
     """One forced variant per case (threads alternate with T; coop with the most splits the cap allows,
     falling back to the other thread count, skipped only when no cooperative grid fits the device -- or when
     the variant has no cooperative form: the w8 mma kernels are plain only). w4 runs as the family runs it
     (fp32 FMAs for one token, tensor cores for the 4-token tile) and, as ``w4-mma``, on tensor cores for every
-    T; w8 as the family runs it (fp32 FMAs for one token, tensor cores for the 4-token tile where its x fits) and,
-    as ``w8-mma``, on tensor cores at both tiles."""
-    gemv = {"w4-mma": W4_MMA, "w8-mma": W8_MMA}.get(fmt, FAMILIES["gemv_coop"])
+    T; w8 as the family runs it (integer dot products for one token, tensor cores for the 4-token tile where its x
+    fits) and, as ``w8-mma``, on tensor cores at both tiles; both formats as ``-fma`` on fp32 FMAs at the 1-token
+    tile and as ``-dp`` on integer dot products at both tiles (plain only)."""
+    gemv = {"w4-mma": W4_MMA, "w8-mma": W8_MMA, "w8-fma": FMA, "w4-fma": FMA, "w8-dp": DP, "w4-dp": DP}.get(
+        fmt, FAMILIES["gemv_coop"])
+    if fmt.endswith("-fma") and t != 1:
+        pytest.skip("above one token the FMA family's tiles are the registered family's (covered by w8 / w4)")
     fmt = fmt.split("-")[0]
     prob = _q(shape, fmt)
     assert dict(gemv.spec(prob, 128, "plain", 1).params).get("mma", False) == gemv.mma_for(prob, 1)
@@ -451,7 +460,7 @@ def test_quant_forced_variants_match_reference(device, loader, fmt, shape, mode,
         assert launch.kernel.param("wfmt") == fmt
         _run_and_check(loaded, prob, launch, seed=zlib.crc32(f"{prob}/{mode}/{t}".encode()))
         return
-    pytest.skip(str(last) if last else f"{fmt} at T = {t}: no {mode} variant (w8 mma is plain only)")
+    pytest.skip(str(last) if last else f"{fmt} at T = {t}: no {mode} variant (w8 mma and dp are plain only)")
 
 
 @pytest.mark.parametrize("plan_sms", ["device", 82])

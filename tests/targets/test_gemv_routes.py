@@ -36,12 +36,17 @@ def candidates(gemv, prob, tokens, c):
     count with the most splits that fit (when >= 2) -- stated independently of GemvCoopFamily.launch."""
     tile = gemv.tile_for(tokens)
     out = []
-    mma = gemv.mma_for(prob, tile)  # the tensor-core variants (w4: 4-token tile, w8: 1-token) use their own shapes
+    mma = gemv.mma_for(prob, tile)  # the tensor-core variants (w4 / w8: 4-token tile) use their own shapes
+    dp = gemv.dp_for(prob, tile)  # integer dot products (w8 / w4, 1-token tile): the plain shapes, plain only
     dyn = tile * prob.k * 2 if mma and prob.wfmt == "w8" else 0  # w8 mma: the tokens' fp16 x in dynamic smem
+    if dp:  # int16 x, fp32 block scales, w4: fp32 sums per 32 elements
+        dyn = tile * (2 * prob.k + 4 * prob.k // 64 + (4 * prob.k // 32 if prob.wfmt == "w4" else 0))
     assert gemv.dynamic_smem_bytes(prob, tile) == dyn
+    if dp:
+        assert gemv.coop_threads_for(prob, tile) == ()
     for th, kw in gemv.shapes_for(prob, tile) if mma else gemv.plain_shapes:
         spec = gemv.spec(prob, th, "plain", tile, kw)
-        assert dict(spec.params).get("mma", False) == mma
+        assert dict(spec.params).get("mma", False) == mma and dict(spec.params).get("dp", False) == dp
         t = estimate_us(prob, tokens, threads=th, k_warps=kw, rows_per_warp=gemv.rows_for(prob, tile), tile=tile,
                         ctas_per_sm=c.occupancy(spec, dyn).ctas_per_sm, sms=c.sms,
                         bandwidth_per_sm_gbs=c.bandwidth_per_sm_gbs, mma=mma)
