@@ -120,11 +120,13 @@ def main(argv=None) -> int:
             fams[(16, "mma")] = GemvCoopFamily(mma_shapes=tuple(MMA_CONFIGS), w4_mma_tiles=(1, 4), w4_dp_tiles=())
         if fmt == "w8":  # the fp16-mma w8 kernels (where the tile's x fits shared memory)
             fams[(16, "mma")] = GemvCoopFamily(mma_shapes=tuple(CONFIGS), w8_mma_tiles=(1, 4), w8_dp_tiles=())
-        if fmt in ("w8", "w4"):  # integer dot products on int16 x (the tiles given, no mma tiles)
+        if fmt in ("w8", "w4"):  # integer dot products on int16 x (the tiles given, no mma tiles); dpp: persistent
             for rw in (2, 4):
-                fams[(rw, "dp")] = GemvCoopFamily(plain_shapes=tuple(CONFIGS), quant_rows_per_warp=rw,
-                                                  norm_rows_per_warp=rw, w4_mma_tiles=(), w8_mma_tiles=(),
-                                                  w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4))
+                for kind in ("dp", "dpp"):
+                    fams[(rw, kind)] = GemvCoopFamily(plain_shapes=tuple(CONFIGS), quant_rows_per_warp=rw,
+                                                      norm_rows_per_warp=rw, w4_mma_tiles=(), w8_mma_tiles=(),
+                                                      w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4),
+                                                      dp_persistent=kind == "dpp")
         probs = {name: GemvProblem(K, N, ep, fmt, in_norm=inn) for name, K, N, ep, inn in SHAPES}
         todo = {s.uri: s for p in probs.values() for fam in (planner, *fams.values()) for s in fam.variants(p)
                 if s.param("max_tokens") == planner.tile_for(a.tokens)}
@@ -154,7 +156,7 @@ def main(argv=None) -> int:
             cands = []
             for (rw, kind), fam in fams.items():
                 mma = kind == "mma"
-                if (mma and not fam.mma_for(p, tile)) or (kind == "dp" and not fam.dp_for(p, tile)):
+                if (mma and not fam.mma_for(p, tile)) or (kind.startswith("dp") and not fam.dp_for(p, tile)):
                     continue  # e.g. w8 at a token tile without mma kernels, a dp x that does not fit
                 for th, kw in fam.shapes_for(p, tile) if mma else CONFIGS:
                     ln = fam.launch_variant(p, T, ctx, th, "plain", max_tokens=tile, k_warps=kw)

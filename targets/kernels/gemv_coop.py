@@ -400,6 +400,9 @@ class GemvCoopFamily:
         w8_dp_tiles / w4_dp_tiles: the token tiles whose w8 / w4 variants use integer dot products (template ``dp``,
             module docstring) where K is a multiple of 64, the staged x fits ``DP_X_BYTES`` and the tile is not an mma
             tile. Default (1,): the one-sequence decode GEMVs.
+        dp_persistent: the dp variants are persistent (template ``persist``): a grid of one balanced wave
+            (:meth:`persistent_grid`) whose CTAs each take a contiguous range of row blocks and stage x once,
+            instead of one CTA (and one staging of x) per row block.
         mma_shapes: the plain (threads, k_warps) shapes of the mma variants, in place of ``plain_shapes``: a
             16-row warp tile leaves few row groups on a short N (5,120 outputs = 320 tiles), so more warps
             share each tile's K to keep enough bytes in flight. At most 256 threads: a 512-thread CTA's 128
@@ -416,7 +419,7 @@ class GemvCoopFamily:
                  coop_threads: tuple[int, ...] = (256, 512), token_tiles: tuple[int, ...] = (1, 4),
                  rows_per_warp: int = 4, quant_rows_per_warp: int = 2, norm_rows_per_warp: int = 2,
                  prefetch_steps: int = 1, w4_mma_tiles: tuple[int, ...] = (4,), w8_mma_tiles: tuple[int, ...] = (4,),
-                 w8_dp_tiles: tuple[int, ...] = (1,), w4_dp_tiles: tuple[int, ...] = (1,),
+                 w8_dp_tiles: tuple[int, ...] = (1,), w4_dp_tiles: tuple[int, ...] = (1,), dp_persistent: bool = True,
                  mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))):
         bad_shape = [s for s in (*plain_shapes, *mma_shapes)
                      if s[0] % WARP or s[0] <= 0 or s[1] < 1 or (s[0] // WARP) % s[1]]
@@ -449,6 +452,7 @@ class GemvCoopFamily:
         self.w8_mma_tiles = tuple(int(t) for t in w8_mma_tiles)
         self.w8_dp_tiles = tuple(int(t) for t in w8_dp_tiles)
         self.w4_dp_tiles = tuple(int(t) for t in w4_dp_tiles)
+        self.dp_persistent = bool(dp_persistent)
 
     @property
     def threads(self) -> tuple[int, ...]:
@@ -565,6 +569,8 @@ class GemvCoopFamily:
             if mode != "plain":
                 raise PlanError(f"gemv_coop: the dp (integer dot product) variants run in plain mode only, not {mode!r}")
             params["dp"] = True
+            if self.dp_persistent:
+                params["persist"] = True
         if problem.norm_out:
             params["unit_offset"] = bool(problem.unit_offset)
         if problem.norm_in:
@@ -642,6 +648,25 @@ class GemvCoopFamily:
         every other epilogue."""
         return 4 * tokens * row_blocks if problem.norm_out else 0
 
+    def persistent(self, problem: GemvProblem, tile: int) -> bool:
+        """True when launches of ``problem`` at token tile ``tile`` use the persistent dp variants."""
+        return self.dp_persistent and self.dp_for(problem, tile)
+
+    @staticmethod
+    def persistent_grid(items: int, cap: int) -> int:
+        """CTAs of a persistent launch of ``items`` work items (row blocks x token chunks) when ``cap`` CTAs fit
+        the device at once (resident CTAs/SM x SMs): every item once, in one wave, the items spread as evenly as
+        contiguous ranges allow -- ``ceil(items / ceil(items / cap))`` CTAs of ``ceil(items / cap)`` items (the
+        last one fewer); ``items`` itself when they all fit.
+
+        Raises:
+            PlanError: items or cap below 1.
+        """
+        if items < 1 or cap < 1:
+            raise PlanError(f"gemv_coop: a persistent grid needs items >= 1 and a cap >= 1, got {items} / {cap}")
+        per = -(-items // cap)
+        return -(-items // per)
+
     def norm_parts(self, launch: Launch) -> int:
         """The ``ss_parts`` (row blocks) of an add_norm_parts launch: the consumer GEMV's ``ss_parts`` argument.
 
@@ -651,7 +676,7 @@ class GemvCoopFamily:
         k = launch.kernel
         if k.family != self.name or k.param("epilogue") != "add_norm_parts":
             raise PlanError(f"{k.uri}: not an add_norm_parts GEMV launch (no norm parts)")
-        return launch.ctas // self.token_chunks(launch.tokens, k.param("max_tokens"))
+        return launch.workspace_bytes // (4 * launch.tokens)  # ss_out is fp32 [T, row_blocks] (parts_bytes)
 
     # ---- route selection -----------------------------------------------------------------------
 
@@ -676,10 +701,12 @@ class GemvCoopFamily:
         tile = self.tile_for(tokens)
         chunks = self.token_chunks(tokens, tile)
         cands = []
+        dyn = self.dynamic_smem_bytes(problem, tile)
         for th, kw in self.shapes_for(problem, tile):
             spec = self.spec(problem, th, "plain", tile, kw)
-            if ctx.occupancy(spec, self.dynamic_smem_bytes(problem, tile)).ctas_per_sm > 0:
-                grid = self.row_blocks(problem, th, kw, tile) * chunks
+            occ = ctx.occupancy(spec, dyn).ctas_per_sm
+            if occ > 0:
+                grid = self._plain_grid(problem, th, kw, tile, chunks, occ * ctx.sms)
                 cands.append((self._estimate(problem, tokens, ctx, spec, kw), 0, kw, th, spec, grid, 1))
         if not problem.norm_out:
             for th in self.coop_threads_for(problem, tile):
@@ -694,13 +721,19 @@ class GemvCoopFamily:
             raise PlanError(
                 f"gemv_coop (K={problem.k}, N={problem.n}, {problem.epilogue}, {problem.wfmt}) on {ctx.arch.name}: "
                 f"no variant ({', '.join(f'{t} threads' for t in self.threads)}) has a resident CTA per SM")
-        _, coop, _, _, spec, grid, splits = min(cands, key=lambda c: c[:4])
+        _, coop, kw, _, spec, grid, splits = min(cands, key=lambda c: c[:4])
         if coop:
             return ctx.make_launch(spec, grid, route="coop_splitk", tokens=tokens, split_k=splits,
                                    workspace_bytes=self.workspace_bytes(problem, tokens, splits))
-        return ctx.make_launch(spec, grid, route="plain", tokens=tokens,
-                               dynamic_smem=self.dynamic_smem_bytes(problem, tile),
-                               workspace_bytes=self.parts_bytes(problem, tokens, grid // chunks))
+        return ctx.make_launch(spec, grid, route="plain", tokens=tokens, dynamic_smem=dyn,
+                               workspace_bytes=self.parts_bytes(problem, tokens,
+                                                                self.row_blocks(problem, spec.threads, kw, tile)))
+
+    def _plain_grid(self, problem: GemvProblem, threads: int, k_warps: int, tile: int, chunks: int, cap: int) -> int:
+        """CTAs of a plain launch: one per work item (row block x token chunk), or for the persistent dp variants
+        :meth:`persistent_grid` of them under ``cap`` (resident CTAs/SM x SMs)."""
+        items = self.row_blocks(problem, threads, k_warps, tile) * chunks
+        return self.persistent_grid(items, cap) if self.persistent(problem, tile) else items
 
     def launch_variant(self, problem: GemvProblem, tokens: int, ctx: PlanContext, threads: int, mode: str,
                        splits: int | None = None, max_tokens: int | None = None, k_warps: int = 1) -> Launch:
@@ -718,8 +751,11 @@ class GemvCoopFamily:
         base = self.row_blocks(problem, threads, k_warps, tile) * chunks
         spec = self.spec(problem, threads, mode, max_tokens, k_warps)
         if mode == "plain":
-            return ctx.make_launch(spec, base, route="plain", tokens=tokens,
-                                   dynamic_smem=self.dynamic_smem_bytes(problem, tile),
+            dyn = self.dynamic_smem_bytes(problem, tile)
+            grid = base
+            if self.persistent(problem, tile):
+                grid = self.persistent_grid(base, max(1, ctx.occupancy(spec, dyn).ctas_per_sm) * ctx.sms)
+            return ctx.make_launch(spec, grid, route="plain", tokens=tokens, dynamic_smem=dyn,
                                    workspace_bytes=self.parts_bytes(problem, tokens, base // chunks))
         cap = ctx.cap(spec)
         if splits is None:

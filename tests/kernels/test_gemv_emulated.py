@@ -307,3 +307,39 @@ def test_emulator_catches_a_missing_barrier_in_the_k_warps_sum(ctx):
     with pytest.raises(AssertionError):
         _run(prob, launch, seed=1, source=src.replace(needle, "    const int first = warp - kw;"))
     _run(prob, launch, seed=1)  # the real source passes with the same inputs
+
+
+@pytest.mark.parametrize("fmt", ["w8", "w4"])
+@pytest.mark.parametrize("epilogue,in_norm", [("add_norm_parts", "none"), ("swiglu", "parts"), ("store", "none")])
+def test_dp_persistent_ranges_cross_token_chunks(fmt, epilogue, in_norm):
+    """A persistent dp launch planned for one SM: fewer CTAs than work items, so each CTA loops over a contiguous
+    range of (row block, token chunk) items, and with three tokens at the 1-token tile some ranges cross a token
+    chunk -- x must be staged again there, and every row block's norm part written once."""
+    for n in (88, 104, 72, 120, 56):  # an N whose row blocks do not line up with the CTAs' ranges
+        prob = GemvProblem(SHAPES[fmt], n, epilogue, fmt, in_norm=in_norm)
+        spec = FAM_DP.spec(prob, 128, "plain", 1, 1)
+        assert dict(spec.params)["persist"]
+        c = PlanContext(ARCH, 1, {u: r for u, (_, r) in compile_variants([spec], ARCH).items()})
+        launch = FAM_DP.launch_variant(prob, 3, c, 128, "plain", max_tokens=1, k_warps=1)
+        rb = FAM_DP.row_blocks(prob, 128, 1, 1)
+        items = rb * 3
+        per = -(-items // launch.ctas)
+        assert launch.ctas < items and launch.ctas == FAM_DP.persistent_grid(items, launch.ctas_per_sm)
+        if any((i * per) // rb != (min(items, (i + 1) * per) - 1) // rb for i in range(launch.ctas)):
+            break  # some CTA's range crosses a token chunk
+    else:
+        pytest.fail("no N gave a range across token chunks")
+    if prob.norm_out:
+        assert FAM_DP.norm_parts(launch) == rb
+    _run(prob, launch, seed=23, x_scale=[1.0, 30.0, 1e-2])
+
+
+def test_persistent_grid_is_one_balanced_wave():
+    assert GemvCoopFamily.persistent_grid(1088, 396) == 363  # 3 items per CTA (the last one 2)
+    assert GemvCoopFamily.persistent_grid(100, 396) == 100
+    assert GemvCoopFamily.persistent_grid(397, 396) == 199
+    for items in range(1, 300):
+        for cap in (1, 7, 64):
+            g = GemvCoopFamily.persistent_grid(items, cap)
+            per = -(-items // g)
+            assert g <= cap and (g - 1) * per < items <= g * per

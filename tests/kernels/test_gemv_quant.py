@@ -88,8 +88,8 @@ def test_uris_differ_per_format():
             assert len(set(uris.values())) == 3
             # quantised kernels differ by the format and by their rows per warp (quant_rows_per_warp)
             qbase = spec.uri.replace(f"_rw{GEMV.rows_per_warp}_", f"_rw{GEMV.quant_rows_per_warp}_")
-            if dp:  # the dp flag is the first parameter of the URI
-                qbase = qbase.replace("gemv_coop__", "gemv_coop__dp1_")
+            if dp:  # the dp flag is the first parameter of the URI, persist the one after the mode
+                qbase = qbase.replace("gemv_coop__", "gemv_coop__dp1_").replace("_plain_", "_plain_persist1_")
             if w8mma:
                 assert uris["w8"] == re.sub(r"_rw\d+_", "_rw16_", spec.uri.replace(f"_tok{mt}_", f"_tok{mt}_mma1_")
                                             ) + "_wfmt-w8"
