@@ -315,7 +315,7 @@ def test_dp_persistent_ranges_cross_token_chunks(fmt, epilogue, in_norm):
     """A persistent dp launch planned for one SM: fewer CTAs than work items, so each CTA loops over a contiguous
     range of (row block, token chunk) items, and with three tokens at the 1-token tile some ranges cross a token
     chunk -- x must be staged again there, and every row block's norm part written once."""
-    for n in (88, 104, 72, 120, 56):  # an N whose row blocks do not line up with the CTAs' ranges
+    for n in range(40, 400, 4):  # an N whose row blocks do not line up with the CTAs' ranges
         prob = GemvProblem(SHAPES[fmt], n, epilogue, fmt, in_norm=in_norm)
         spec = FAM_DP.spec(prob, 128, "plain", 1, 1)
         assert dict(spec.params)["persist"]
