@@ -399,7 +399,16 @@ class GemvCoopFamily:
             T = 1: both tensor-core kernels stream at most ~3.3 TB/s there.
         w8_dp_tiles / w4_dp_tiles: the token tiles whose w8 / w4 variants use integer dot products (template ``dp``,
             module docstring) where K is a multiple of 64, the staged x fits ``DP_X_BYTES`` and the tile is not an mma
-            tile. Default (1,): the one-sequence decode GEMVs.
+            tile. Defaults: w4 (1,), the one-sequence decode GEMVs; w8 none. From the H200 (bench/NOTES.md runs
+            66-69, ``bench/results/dp_probe_h200_fcda2c0.json``, best variant of each kind at T = 1): w4 dp vs
+            fp32 FMAs gate|up 30.8 vs 40.3 us, down 19.4 vs 22.1, GDN in 14.9 vs 20.5, GDN out 7.8 vs 9.3, q|k|v
+            14.6 vs 18.8; w8 mixed -- GDN in 21.8 vs 24.2, gate|up 44.9 vs 45.3, but down 24.8 vs 23.1, GDN out
+            10.2 vs 9.7 -- so w8 stays on FMAs (its FMA kernels are not ALU-bound: ~3.9 TB/s on gate|up).
+        dp_shapes: the plain (threads, k_warps) shapes of the dp variants. Default 256 threads, one warp per row
+            group: on the H200 probe the persistent dp variant at 2 rows per warp and that shape is within 3 % of
+            the fastest of 16 variants (2 / 4 rows per warp x 4 shapes x persistent or not) on all four w4 decode
+            shapes (gate|up 30.8 us best, down 19.8 vs 19.4, GDN in 14.9 best, GDN out 7.8 best), where the cost
+            model, which has no term for the per-CTA x staging, preferred 128-thread CTAs that lose 7-18 %.
         dp_persistent: the dp variants are persistent (template ``persist``): a grid of one balanced wave
             (:meth:`persistent_grid`) whose CTAs each take a contiguous range of row blocks and stage x once,
             instead of one CTA (and one staging of x) per row block.
@@ -419,11 +428,12 @@ class GemvCoopFamily:
                  coop_threads: tuple[int, ...] = (256, 512), token_tiles: tuple[int, ...] = (1, 4),
                  rows_per_warp: int = 4, quant_rows_per_warp: int = 2, norm_rows_per_warp: int = 2,
                  prefetch_steps: int = 1, w4_mma_tiles: tuple[int, ...] = (4,), w8_mma_tiles: tuple[int, ...] = (4,),
-                 w8_dp_tiles: tuple[int, ...] = (1,), w4_dp_tiles: tuple[int, ...] = (1,), dp_persistent: bool = True,
+                 w8_dp_tiles: tuple[int, ...] = (), w4_dp_tiles: tuple[int, ...] = (1,), dp_persistent: bool = True,
+                 dp_shapes: tuple[tuple[int, int], ...] = ((256, 1),),
                  mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))):
-        bad_shape = [s for s in (*plain_shapes, *mma_shapes)
+        bad_shape = [s for s in (*plain_shapes, *mma_shapes, *dp_shapes)
                      if s[0] % WARP or s[0] <= 0 or s[1] < 1 or (s[0] // WARP) % s[1]]
-        if (bad_shape or not plain_shapes or not mma_shapes or any(t % WARP or t <= 0 for t in coop_threads) or rows_per_warp % 2
+        if (bad_shape or not plain_shapes or not mma_shapes or not dp_shapes or any(t % WARP or t <= 0 for t in coop_threads) or rows_per_warp % 2
                 or quant_rows_per_warp % 2 or norm_rows_per_warp % 2
                 or min(rows_per_warp, quant_rows_per_warp, norm_rows_per_warp) < 2 or not token_tiles
                 or min(token_tiles) < 1):
@@ -453,11 +463,13 @@ class GemvCoopFamily:
         self.w8_dp_tiles = tuple(int(t) for t in w8_dp_tiles)
         self.w4_dp_tiles = tuple(int(t) for t in w4_dp_tiles)
         self.dp_persistent = bool(dp_persistent)
+        self.dp_shapes = tuple((int(t), int(k)) for t, k in dp_shapes)
 
     @property
     def threads(self) -> tuple[int, ...]:
-        """Every thread count the family compiles (plain, mma and cooperative)."""
-        return tuple(sorted({t for t, _ in (*self.plain_shapes, *self.mma_shapes)} | set(self.coop_threads)))
+        """Every thread count the family compiles (plain, mma, dp and cooperative)."""
+        return tuple(sorted({t for t, _ in (*self.plain_shapes, *self.mma_shapes, *self.dp_shapes)}
+                            | set(self.coop_threads)))
 
     def coop_threads_for(self, problem: GemvProblem, tile: int) -> tuple[int, ...]:
         """The cooperative thread counts of ``problem`` at token tile ``tile``: ``coop_threads``; for the mma
@@ -472,11 +484,11 @@ class GemvCoopFamily:
 
     def shapes_for(self, problem: GemvProblem, tile: int) -> tuple[tuple[int, int], ...]:
         """The plain (threads, k_warps) candidates of ``problem`` at token tile ``tile``: ``mma_shapes`` for the
-        tensor-core variants, else ``plain_shapes``."""
+        tensor-core variants, ``dp_shapes`` for the integer-dot-product ones, else ``plain_shapes``."""
         if self.mma_for(problem, tile) and problem.wfmt == "w8":
             return self.mma_shapes
         if self.dp_for(problem, tile):
-            return self.plain_shapes
+            return self.dp_shapes
         if self.mma_for(problem, tile):
             return tuple(s for s in self.mma_shapes if mma_stages(s[0], tile) >= 2)
         return self.plain_shapes

@@ -78,29 +78,29 @@ def test_uris_differ_per_format():
             if GEMV.mma_for(GemvProblem(256, 704, ep, "w4"), mt) and mma_stages(th, tile=mt) < 2:
                 continue  # no tensor-core w4 variant of this CTA size (its rings exceed static shared memory)
             w8mma = GEMV.mma_for(GemvProblem(256, 704, ep, "w8"), mt)  # tensor-core w8 (1-token tile): plain only
-            dp = GEMV.dp_for(GemvProblem(256, 704, ep, "w8"), mt)  # integer dot products (1-token tile): plain only
-            assert dp == GEMV.dp_for(GemvProblem(256, 704, ep, "w4"), mt)
-            if (w8mma or dp) and mode != "plain":
+            dp8 = GEMV.dp_for(GemvProblem(256, 704, ep, "w8"), mt)  # integer dot products: plain only
+            dp4 = GEMV.dp_for(GemvProblem(256, 704, ep, "w4"), mt)  # (the registered family: w4 at one token)
+            if (w8mma or dp8 or dp4) and mode != "plain":
                 with pytest.raises(PlanError, match="plain mode only"):
-                    GEMV.spec(GemvProblem(256, 704, ep, "w8"), th, mode, mt, kw)
+                    GEMV.spec(GemvProblem(256, 704, ep, "w8" if (w8mma or dp8) else "w4"), th, mode, mt, kw)
                 continue
             uris = {f: GEMV.spec(GemvProblem(256, 704, ep, f), th, mode, mt, kw).uri for f in WFORMATS}
             assert len(set(uris.values())) == 3
             # quantised kernels differ by the format and by their rows per warp (quant_rows_per_warp)
             qbase = spec.uri.replace(f"_rw{GEMV.rows_per_warp}_", f"_rw{GEMV.quant_rows_per_warp}_")
-            if dp:  # the dp flag is the first parameter of the URI, persist the one after the mode
-                qbase = qbase.replace("gemv_coop__", "gemv_coop__dp1_").replace("_plain_", "_plain_persist1_")
+            # the dp flag is the first parameter of the URI, persist the one after the mode
+            dbase = qbase.replace("gemv_coop__", "gemv_coop__dp1_").replace("_plain_", "_plain_persist1_")
             if w8mma:
                 assert uris["w8"] == re.sub(r"_rw\d+_", "_rw16_", spec.uri.replace(f"_tok{mt}_", f"_tok{mt}_mma1_")
                                             ) + "_wfmt-w8"
             else:
-                assert uris["w8"] == qbase + "_wfmt-w8"
+                assert uris["w8"] == (dbase if dp8 else qbase) + "_wfmt-w8"
             if GEMV.mma_for(GemvProblem(256, 704, ep, "w4"), mt):  # tensor-core w4 (4-token tile): 16 rows per warp
                 mbase = re.sub(r"_rw\d+_", "_rw16_", spec.uri.replace(
                     f"_tok{mt}_", f"_tok{mt}_mma1_mma_stages{mma_stages(th, tile=mt)}_"))
                 assert uris["w4"] == mbase + "_wfmt-w4"
             else:
-                assert uris["w4"] == qbase + "_wfmt-w4"
+                assert uris["w4"] == (dbase if dp4 else qbase) + "_wfmt-w4"
     # sample problems cover every (epilogue, format) pair and both input modes, so CI compiles every template
     # parameter value
     assert {(p.epilogue, p.wfmt) for p in GEMV.sample_problems()} == {
@@ -115,7 +115,7 @@ def test_rendered_quant_source_matches_the_format_constants():
     w4 = fma.spec(GemvProblem(256, 704, "store", "w4"), 256, "coop", 1).render()
     w8 = fma.spec(GemvProblem(256, 704, "store", "w8"), 256, "coop", 1).render()  # FMAs (the 1-token tile)
     w4_dp = GEMV.spec(GemvProblem(256, 704, "store", "w4"), 128, "plain", 1).render()  # dp2a (the 1-token tile)
-    w8_dp = GEMV.spec(GemvProblem(256, 704, "store", "w8"), 128, "plain", 1).render()
+    w8_dp = GemvCoopFamily(w8_dp_tiles=(1,)).spec(GemvProblem(256, 704, "store", "w8"), 128, "plain", 1).render()
     w4_mma = GEMV.spec(GemvProblem(256, 704, "store", "w4"), 128, "coop", 4).render()  # tensor cores (4-token tile)
     w8_mma = GemvCoopFamily(w8_mma_tiles=(1,)).spec(GemvProblem(256, 704, "store", "w8"), 128, "plain", 1).render()
     assert f"constexpr int kW4Group = {GROUP_SIZE};" in w4

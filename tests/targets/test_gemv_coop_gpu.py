@@ -420,7 +420,8 @@ W8_MMA = GemvCoopFamily(w8_mma_tiles=(1, 4))
 #: w8 / w4 on fp32 FMAs at the 1-token tile (the registered family runs that tile on integer dot products)
 FMA = GemvCoopFamily(w8_dp_tiles=(), w4_dp_tiles=())
 #: w8 / w4 on integer dot products at both token tiles (the registered family: the 1-token tile only)
-DP = GemvCoopFamily(w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4), w8_mma_tiles=(), w4_mma_tiles=())
+DP = GemvCoopFamily(w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4), w8_mma_tiles=(), w4_mma_tiles=(),
+                    dp_shapes=((128, 4), (256, 2), (128, 1), (256, 1)))
 
 
 @pytest.mark.parametrize("t", Q_TOKENS)
@@ -430,9 +431,9 @@ DP = GemvCoopFamily(w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4), w8_mma_tiles=(), w4_
 def test_quant_forced_variants_match_reference(device, loader, fmt, shape, mode, t):
     """One forced variant per case (threads alternate with T; coop with the most splits the cap allows,
     falling back to the other thread count, skipped only when no cooperative grid fits the device -- or when
-    the variant has no cooperative form: the w8 mma kernels are plain only). w4 runs as the family runs it
-    (fp32 FMAs for one token, tensor cores for the 4-token tile) and, as ``w4-mma``, on tensor cores for every
-    T; w8 as the family runs it (integer dot products for one token, tensor cores for the 4-token tile where its x
+    the variant has no cooperative form: the w8 mma and the dp kernels are plain only). w4 runs as the family runs
+    it (integer dot products for one token, tensor cores for the 4-token tile) and, as ``w4-mma``, on tensor cores
+    for every T; w8 as the family runs it (fp32 FMAs for one token, tensor cores for the 4-token tile where its x
     fits) and, as ``w8-mma``, on tensor cores at both tiles; both formats as ``-fma`` on fp32 FMAs at the 1-token
     tile and as ``-dp`` on integer dot products at both tiles (plain only)."""
     gemv = {"w4-mma": W4_MMA, "w8-mma": W8_MMA, "w8-fma": FMA, "w4-fma": FMA, "w8-dp": DP, "w4-dp": DP}.get(

@@ -44,7 +44,7 @@ def candidates(gemv, prob, tokens, c):
     assert gemv.dynamic_smem_bytes(prob, tile) == dyn
     if dp:
         assert gemv.coop_threads_for(prob, tile) == ()
-    for th, kw in gemv.shapes_for(prob, tile) if mma else gemv.plain_shapes:
+    for th, kw in gemv.shapes_for(prob, tile) if (mma or dp) else gemv.plain_shapes:
         spec = gemv.spec(prob, th, "plain", tile, kw)
         assert dict(spec.params).get("mma", False) == mma and dict(spec.params).get("dp", False) == dp
         t = estimate_us(prob, tokens, threads=th, k_warps=kw, rows_per_warp=gemv.rows_for(prob, tile), tile=tile,
