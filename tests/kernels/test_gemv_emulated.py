@@ -35,7 +35,7 @@ FAM_MMA = GemvCoopFamily(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threa
                          mma_shapes=((128, 1), (128, 2), (128, 4)), w4_mma_tiles=(1, 4), w8_mma_tiles=(1, 4))
 #: the same family with w8 / w4 on integer dot products (dp2a on int16 x) at both token tiles
 FAM_DP = GemvCoopFamily(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,), w4_mma_tiles=(),
-                        w8_mma_tiles=(), w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4))
+                        w8_mma_tiles=(), w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4), dp_shapes=((128, 1), (128, 2), (128, 4)))
 FAMS = {"fma": FAM, "mma": FAM_MMA, "dp": FAM_DP}
 BF16_NAN = 0x7FC0
 #: fp32 accumulation in a different order than numpy's matmul (relative L2); bf16 outputs: a few one-ulp flips

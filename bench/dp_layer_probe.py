@@ -1,0 +1,74 @@
+"""Device probe of the w4 decode GEMVs as a layer sequence (27B shapes, T = 1): GDN in -> GDN out -> gate|up ->
+down, 16 layers over distinct weight copies, captured in one CUDA graph of PDL launches (each kernel followed by a
+different one, as in the decode step) -- for the persistent dp variants with their grid at a fraction of the
+resident-CTA cap (1, 3/4, 1/2: a smaller grid leaves room for the next kernel's CTAs to become resident and load
+their first weights while this one drains) and for the fp32 FMA kernels. Reports microseconds per layer.
+
+Usage (GPU machine): python bench/dp_layer_probe.py [--json FILE] [--layers 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+
+from gemv_ksplit_sweep import Bufs, time_graph  # noqa: E402
+
+from ninferc.bench import git_commit  # noqa: E402
+from ninferc.runtime.kernels import DeviceKernel, cupy, device_arch, device_bandwidth_gbs, device_sm_count  # noqa: E402
+from ninferc.targets.arch import get_arch  # noqa: E402
+from ninferc.targets.cubin import read_resources  # noqa: E402
+from ninferc.targets.kernels.gemv_coop import GemvCoopFamily, GemvProblem  # noqa: E402
+from ninferc.targets.plan import PlanContext  # noqa: E402
+
+LAYER = [GemvProblem(5120, 16480, "store", "w4", in_norm="parts"), GemvProblem(6144, 5120, "add_norm_parts", "w4"),
+         GemvProblem(5120, 17408, "swiglu", "w4", in_norm="parts"), GemvProblem(17408, 5120, "add_norm_parts", "w4")]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--layers", type=int, default=16)
+    a = ap.parse_args(argv)
+    cp = cupy()
+    arch, sms, bw = get_arch(device_arch()), device_sm_count(), device_bandwidth_gbs()
+    stream = cp.cuda.Stream(non_blocking=True)
+    configs = {f"dp frac {f}": GemvCoopFamily(dp_cap_fraction=f) for f in (1.0, 0.75, 0.5)}
+    configs["dp grid (not persistent)"] = GemvCoopFamily(dp_persistent=False)
+    configs["fma"] = GemvCoopFamily(w4_dp_tiles=())
+    bufs = [Bufs(cp, p, p.weight_bytes * a.layers) for p in LAYER]  # a.layers distinct copies of each
+    weight_bytes = sum(p.weight_bytes for p in LAYER)
+    rows = []
+    for name, fam in configs.items():
+        specs = {s.uri: s for p in LAYER for s in fam.variants(p) if s.param("max_tokens") == 1}
+        loaded = {u: DeviceKernel.from_spec(s) for u, s in specs.items()}
+        res = {u: read_resources(k.compiled.cubin, arch.name, k.compiled.ptx)[k.entry] for u, k in loaded.items()}
+        ctx = PlanContext(arch, sms, res, bandwidth_gbs=bw)
+        lns = [fam.launch(p, 1, ctx) for p in LAYER]
+        calls = []
+        for i in range(a.layers):
+            for p, ln, b in zip(LAYER, lns, bufs):
+                k = loaded[ln.kernel.uri]
+                calls.append(lambda k=k, ln=ln, b=b, p=p, i=i: k.launch(ln.grid, ln.block, b.args(p, ln, i),
+                                                                        smem=ln.dynamic_smem_bytes, stream=stream,
+                                                                        pdl=True))
+        t = time_graph(cp, stream, calls) * len(LAYER)  # seconds per layer
+        r = {"config": name, "us_per_layer": t * 1e6, "gbps": weight_bytes / t / 1e9,
+             "launches": [{"uri": ln.kernel.uri, "ctas": ln.ctas, "ctas_per_sm": ln.ctas_per_sm} for ln in lns]}
+        rows.append(r)
+        print(f"{name:28} {r['us_per_layer']:7.1f} us per layer  {r['gbps']:6.0f} GB/s  grids "
+              f"{[ln.ctas for ln in lns]}", flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "sms": sms, "bandwidth_gbs": bw,
+                       "commit": git_commit(), "command": "python bench/dp_layer_probe.py " + " ".join(argv or sys.argv[1:]),
+                       "date": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
