@@ -73,7 +73,7 @@ stored in shared memory with each quad permuted to match), and the row scale and
 fp32 totals. About 11 instructions per 8 codes (2 rows x 4) and k-tile against ~30 on fp32 FMAs. Plain route only
 (a cooperative split would convert x once per split); same epilogues and input modes.
 
-Integer dot products (template ``dp``; the token tiles of ``GemvCoopFamily.w8_dp_tiles`` / ``w4_dp_tiles``, default 1)
+Integer dot products (template ``dp``; the tiles of ``GemvCoopFamily.w4_dp_tiles`` / ``w8_dp_tiles``: w4 1, w8 none)
 -----------------------------------------------------------------------------------------------------------------
 The fp32-FMA kernels above spend ~3.5 (w8) / ~7 (w4) instructions per weight byte converting codes and x to fp32
 and multiplying, which caps them at ~3.3 / ~2.4 TB/s on the H200 against ~4.3 for bf16 (bench/NOTES.md runs 14,
@@ -86,7 +86,12 @@ int8 products plus an int32 add) per row and token -- an exact int32 ``sum(q * x
 order and the offset comes off as ``8 * sum(xq)`` per 32 elements, exact). About 10 (w8) / 33 (w4) instructions
 per 16-byte vector and row instead of ~56 / ~126. The only numerical difference from the FMA kernels is the int16
 rounding of x, which :func:`reference` reproduces (``dp=True``). Plain route only; K a multiple of 64; dynamic
-shared memory ``tile * K * (2 + 4/64 (+ 4/32 for w4))`` bytes, at most ``DP_X_BYTES`` (else the FMA kernels).
+shared memory ``tile * K * (2 + 4/64 (+ 4/32 for w4))`` bytes, at most ``DP_X_BYTES`` (else the FMA kernels). Each
+warp loads its first weight step into registers before the PDL wait and keeps one step in flight ahead of the one
+it multiplies; warp 0 computes the ``in_norm`` factor once per staging. By default the dp variants are persistent
+(template ``persist``): the grid is one balanced wave, :meth:`GemvCoopFamily.persistent_grid` of the work items
+(row blocks x token chunks) under the compiled variant's resident CTAs/SM x the SM count, and each CTA takes a
+contiguous range of items, staging x again only when its token chunk changes.
 
 Kernel shape
 ------------
