@@ -400,7 +400,8 @@ def recipe(name: str) -> dict[str, str]:
         group, fmt = group.strip(), fmt.strip()
         if not eq or group not in GROUPS:
             raise QuantError(f"recipe {name!r}: bad override {ov!r}; expected group=format with group in "
-                             f"{', '.join(GROUPS)}")
+                             f"{', '.join(g for g in GROUPS if g not in NEVER_QUANTISED)} (and "
+                             f"{', '.join(NEVER_QUANTISED)}, which only take bf16)")
         if fmt not in FORMATS:
             raise QuantError(f"recipe {name!r}: unknown format {fmt!r} for {group}; choose from "
                              f"{', '.join(FORMATS)}")
