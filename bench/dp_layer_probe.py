@@ -1,8 +1,8 @@
 """Device probe of the w4 decode GEMVs as a layer sequence (27B shapes, T = 1): GDN in -> GDN out -> gate|up ->
 down, 16 layers over distinct weight copies, captured in one CUDA graph of PDL launches (each kernel followed by a
-different one, as in the decode step) -- for the persistent dp variants with their grid at a fraction of the
-resident-CTA cap (1, 3/4, 1/2: a smaller grid leaves room for the next kernel's CTAs to become resident and load
-their first weights while this one drains) and for the fp32 FMA kernels. Reports microseconds per layer.
+different one, as in the decode step) -- for the persistent dp variants (one wave at the resident-CTA cap), the
+one-CTA-per-row-block dp grid and the fp32 FMA kernels. Reports microseconds per layer. (Run 71's grids at 3/4 and
+1/2 of the cap came from a family option since removed: commit 7b16357.)
 
 Usage (GPU machine): python bench/dp_layer_probe.py [--json FILE] [--layers 16]
 """
@@ -10,15 +10,12 @@ Usage (GPU machine): python bench/dp_layer_probe.py [--json FILE] [--layers 16]
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 
-from gemv_ksplit_sweep import Bufs, time_graph  # noqa: E402
+from gemv_ksplit_sweep import Bufs, time_graph, write_rows  # noqa: E402
 
-from ninferc.bench import git_commit  # noqa: E402
 from ninferc.runtime.kernels import DeviceKernel, cupy, device_arch, device_bandwidth_gbs, device_sm_count  # noqa: E402
 from ninferc.targets.arch import get_arch  # noqa: E402
 from ninferc.targets.cubin import read_resources  # noqa: E402
@@ -37,8 +34,7 @@ def main(argv=None) -> int:
     cp = cupy()
     arch, sms, bw = get_arch(device_arch()), device_sm_count(), device_bandwidth_gbs()
     stream = cp.cuda.Stream(non_blocking=True)
-    configs = {f"dp frac {f}": GemvCoopFamily(dp_cap_fraction=f) for f in (1.0, 0.75, 0.5)}
-    configs["dp grid (not persistent)"] = GemvCoopFamily(dp_persistent=False)
+    configs = {"dp persistent": GemvCoopFamily(), "dp grid (not persistent)": GemvCoopFamily(dp_persistent=False)}
     configs["fma"] = GemvCoopFamily(w4_dp_tiles=())
     bufs = [Bufs(cp, p, p.weight_bytes * a.layers) for p in LAYER]  # a.layers distinct copies of each
     weight_bytes = sum(p.weight_bytes for p in LAYER)
@@ -63,10 +59,7 @@ def main(argv=None) -> int:
         print(f"{name:28} {r['us_per_layer']:7.1f} us per layer  {r['gbps']:6.0f} GB/s  grids "
               f"{[ln.ctas for ln in lns]}", flush=True)
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "sms": sms, "bandwidth_gbs": bw,
-                       "commit": git_commit(), "command": "python bench/dp_layer_probe.py " + " ".join(argv or sys.argv[1:]),
-                       "date": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}, f, indent=1)
+        write_rows(a.json, cp, sms, bw, "bench/dp_layer_probe.py", argv, rows)
     return 0
 
 

@@ -10,15 +10,12 @@ Usage (GPU machine): python bench/dp_probe.py [--formats w4,w8] [--json FILE]
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 
-from gemv_ksplit_sweep import Bufs, time_graph  # noqa: E402
+from gemv_ksplit_sweep import Bufs, time_graph, write_rows  # noqa: E402
 
-from ninferc.bench import git_commit  # noqa: E402
 from ninferc.runtime.kernels import DeviceKernel, cupy, device_arch, device_bandwidth_gbs, device_sm_count  # noqa: E402
 from ninferc.targets.arch import get_arch  # noqa: E402
 from ninferc.targets.cubin import read_resources  # noqa: E402
@@ -72,10 +69,7 @@ def main(argv=None) -> int:
                 del bufs
                 cp.get_default_memory_pool().free_all_blocks()
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "sms": sms, "bandwidth_gbs": bw,
-                       "commit": git_commit(), "command": "python bench/dp_probe.py " + " ".join(argv or sys.argv[1:]),
-                       "date": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}, f, indent=1)
+        write_rows(a.json, cp, sms, bw, "bench/dp_probe.py", argv, rows)
     return 0
 
 

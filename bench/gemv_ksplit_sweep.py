@@ -97,6 +97,15 @@ def time_graph(cp, stream, calls, reps: int = 5) -> float:
     return float(np.median(ts))
 
 
+def write_rows(path: str, cp, sms: int, bandwidth_gbs: float, script: str, argv, rows: list, **extra) -> None:
+    """Write a device sweep's rows as JSON with provenance (GPU, SMs, DRAM bandwidth, commit, command, date)."""
+    with open(path, "w") as f:
+        json.dump({"gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "sms": sms,
+                   "bandwidth_gbs": bandwidth_gbs, "commit": git_commit(),
+                   "command": f"python {script} " + " ".join(argv or sys.argv[1:]),
+                   "date": time.strftime("%Y-%m-%d %H:%M:%S"), **extra, "rows": rows}, f, indent=1)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
@@ -173,12 +182,7 @@ def main(argv=None) -> int:
             del bufs
             cp.get_default_memory_pool().free_all_blocks()
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "sms": sms,
-                       "bandwidth_gbs": bw, "commit": git_commit(),
-                       "command": "python bench/gemv_ksplit_sweep.py " + " ".join(argv or sys.argv[1:]),
-                       "date": time.strftime("%Y-%m-%d %H:%M:%S"), "seconds": time.time() - t_start, "rows": rows},
-                      f, indent=1)
+        write_rows(a.json, cp, sms, bw, "bench/gemv_ksplit_sweep.py", argv, rows, seconds=time.time() - t_start)
     return 0
 
 

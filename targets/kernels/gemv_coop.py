@@ -417,12 +417,9 @@ class GemvCoopFamily:
         dp_persistent: the dp variants are persistent (template ``persist``): a grid of one balanced wave
             (:meth:`persistent_grid`) whose CTAs each take a contiguous range of row blocks and stage x once,
             instead of one CTA (and one staging of x) per row block.
-        dp_cap_fraction: the share of the resident CTAs per SM a persistent dp grid fills (at least one per SM):
-            below 1 the next kernel's CTAs can become resident, load their first weights and wait (PDL) while
-            this grid drains. Default 1: on the H200 the four w4 GEMVs of a GDN layer in sequence take 74.9 / 94.7 /
-            118.4 us per layer at 1 / 0.75 / 0.5 (``bench/dp_layer_probe.py``,
-            ``bench/results/dp_layer_probe_h200_7b16357.json``): the bytes in flight lost cost more than the
-            overlap gains.
+            The grid fills every resident CTA slot: leaving 1/4 or 1/2 of them for the next kernel's CTAs (to load
+            their first weights under PDL while this grid drains) took 94.7 / 118.4 instead of 74.9 us per GDN
+            layer's four w4 GEMVs on the H200 (``bench/results/dp_layer_probe_h200_7b16357.json``).
         mma_shapes: the plain (threads, k_warps) shapes of the mma variants, in place of ``plain_shapes``: a
             16-row warp tile leaves few row groups on a short N (5,120 outputs = 320 tiles), so more warps
             share each tile's K to keep enough bytes in flight. At most 256 threads: a 512-thread CTA's 128
@@ -440,7 +437,7 @@ class GemvCoopFamily:
                  rows_per_warp: int = 4, quant_rows_per_warp: int = 2, norm_rows_per_warp: int = 2,
                  prefetch_steps: int = 1, w4_mma_tiles: tuple[int, ...] = (4,), w8_mma_tiles: tuple[int, ...] = (4,),
                  w8_dp_tiles: tuple[int, ...] = (), w4_dp_tiles: tuple[int, ...] = (1,), dp_persistent: bool = True,
-                 dp_shapes: tuple[tuple[int, int], ...] = ((256, 1),), dp_cap_fraction: float = 1.0,
+                 dp_shapes: tuple[tuple[int, int], ...] = ((256, 1),),
                  mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))):
         bad_shape = [s for s in (*plain_shapes, *mma_shapes, *dp_shapes)
                      if s[0] % WARP or s[0] <= 0 or s[1] < 1 or (s[0] // WARP) % s[1]]
@@ -475,9 +472,6 @@ class GemvCoopFamily:
         self.w4_dp_tiles = tuple(int(t) for t in w4_dp_tiles)
         self.dp_persistent = bool(dp_persistent)
         self.dp_shapes = tuple((int(t), int(k)) for t, k in dp_shapes)
-        if not 0.0 < dp_cap_fraction <= 1.0:
-            raise PlanError(f"gemv_coop: dp_cap_fraction = {dp_cap_fraction} must be in (0, 1]")
-        self.dp_cap_fraction = float(dp_cap_fraction)
 
     @property
     def threads(self) -> tuple[int, ...]:
@@ -678,10 +672,6 @@ class GemvCoopFamily:
         """True when launches of ``problem`` at token tile ``tile`` use the persistent dp variants."""
         return self.dp_persistent and self.dp_for(problem, tile)
 
-    def persistent_cap(self, ctas_per_sm: int, sms: int) -> int:
-        """CTAs a persistent dp grid may use: ``max(1, floor(ctas_per_sm x dp_cap_fraction)) x sms``."""
-        return max(1, int(ctas_per_sm * self.dp_cap_fraction)) * sms
-
     @staticmethod
     def persistent_grid(items: int, cap: int) -> int:
         """CTAs of a persistent launch of ``items`` work items (row blocks x token chunks) when ``cap`` CTAs fit
@@ -736,7 +726,7 @@ class GemvCoopFamily:
             spec = self.spec(problem, th, "plain", tile, kw)
             occ = ctx.occupancy(spec, dyn).ctas_per_sm
             if occ > 0:
-                grid = self._plain_grid(problem, th, kw, tile, chunks, self.persistent_cap(occ, ctx.sms))
+                grid = self._plain_grid(problem, th, kw, tile, chunks, occ * ctx.sms)
                 cands.append((self._estimate(problem, tokens, ctx, spec, kw), 0, kw, th, spec, grid, 1))
         if not problem.norm_out:
             for th in self.coop_threads_for(problem, tile):
@@ -782,10 +772,8 @@ class GemvCoopFamily:
         spec = self.spec(problem, threads, mode, max_tokens, k_warps)
         if mode == "plain":
             dyn = self.dynamic_smem_bytes(problem, tile)
-            grid = base
-            if self.persistent(problem, tile):
-                grid = self.persistent_grid(base, self.persistent_cap(max(1, ctx.occupancy(spec, dyn).ctas_per_sm),
-                                                                      ctx.sms))
+            grid = self._plain_grid(problem, threads, k_warps, tile, chunks,
+                                    max(1, ctx.occupancy(spec, dyn).ctas_per_sm) * ctx.sms)
             return ctx.make_launch(spec, grid, route="plain", tokens=tokens, dynamic_smem=dyn,
                                    workspace_bytes=self.parts_bytes(problem, tokens, base // chunks))
         cap = ctx.cap(spec)
@@ -905,13 +893,13 @@ def reference(problem: GemvProblem, x, w, y_in=None, scales=None, norm_w=None, s
     elif scales is not None:
         raise PlanError("gemv_coop reference: a bf16 problem takes no scales")
     x32, w32 = _f32(x), _f32(w)
-    if dp and x32.ndim == 2 and x32.shape[1] == problem.k:
-        x32 = dp_x(x32)
     if x32.shape[1] != problem.k or w32.shape != (problem.w_rows, problem.k):
         raise PlanError(
             f"gemv_coop reference: expected x [T, {problem.k}] and w [{problem.w_rows}, {problem.k}], "
             f"got {x32.shape} and {w32.shape}"
         )
+    if dp:
+        x32 = dp_x(x32)
     acc = x32 @ w32.T
     if problem.norm_in:
         if ss_in is None or in_eps is None:
