@@ -190,8 +190,9 @@ DP_X_BYTES = 40 * 1024
 
 
 def dp_x_bytes(wfmt: str, k: int, tile: int) -> int:
-    """Dynamic shared memory of a dp variant, bytes: per token int16 x [K], fp32 ``2^-e`` [K / 64] and, for w4,
-    fp32 sums of the int16 x [K / 32] (template ``dp``)."""
+    """Dynamic shared memory of a dp variant, bytes: per token of the ``tile``-token tile, int16 x [K], fp32
+    ``2^-e`` [K / 64] and, for ``wfmt`` w4, fp32 sums of the int16 x [K / 32] (template ``dp``). Pure arithmetic,
+    no checks (:meth:`GemvCoopFamily.dp_for` decides whether a problem has a dp variant)."""
     return tile * (2 * k + 4 * (k // DP_BLOCK) + (4 * (k // 32) if wfmt == "w4" else 0))
 
 
@@ -446,7 +447,8 @@ class GemvCoopFamily:
                 or min(rows_per_warp, quant_rows_per_warp, norm_rows_per_warp) < 2 or not token_tiles
                 or min(token_tiles) < 1):
             raise PlanError(
-                f"gemv_coop: bad family parameters plain_shapes={plain_shapes}, mma_shapes={mma_shapes} "
+                f"gemv_coop: bad family parameters plain_shapes={plain_shapes}, mma_shapes={mma_shapes}, "
+                f"dp_shapes={dp_shapes} "
                 f"((threads, k_warps): threads a "
                 f"multiple of {WARP}, k_warps dividing its warps), coop_threads={coop_threads}, rows_per_warp="
                 f"{rows_per_warp}, quant_rows_per_warp={quant_rows_per_warp}, norm_rows_per_warp={norm_rows_per_warp} "
