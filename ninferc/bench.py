@@ -202,6 +202,30 @@ def run_bench(engine, *, prompt_tokens=(512, 8192), decode_tokens: int = 64, chu
     return res
 
 
+def synthetic_artifact(preset: str, recipe_name: str, kv_dtype: str, *, target: str | None, sku: str | None,
+                       max_context: int, batch: int = 1):
+    """The in-memory artifact ``ninferc bench --preset`` runs: the preset's graph through the pipeline with
+    ``recipe_name`` weights and ``kv_dtype`` KV, planned for ``target`` (default: the device's arch) on ``sku``
+    (default: the device's SM count) with KV capacity ``max_context`` tokens and decode batches 1 and
+    ``batch``; weights are generated on the GPU when the engine loads it.
+
+    Raises:
+        NinfercError: unknown preset, a recipe the pipeline rejects, or a plan that does not fit."""
+    from ninferc.ir.config import preset as get_preset
+    from ninferc.ir.passes import run_pipeline
+    from ninferc.ir.qwen3_5 import build_graph
+    from ninferc.runtime.kernels import device_arch, device_sm_count
+    from ninferc.runtime.synthetic import SyntheticArtifact
+    from ninferc.targets.model_plan import plan_model
+
+    cfg = get_preset(preset)
+    graph = run_pipeline(build_graph(cfg, lm_rows="last"), weights=recipe_name, kv_dtype=kv_dtype)
+    mp = plan_model(graph, target or device_arch(), sku=sku, sms=None if sku else device_sm_count(),
+                    max_context=max_context, decode_batches=(1, batch) if batch > 1 else (1,),
+                    prefill_tokens=(1, 64, 1024))
+    return SyntheticArtifact(cfg, graph, mp)
+
+
 def device_memory_used(cp) -> int:
     """Bytes of device memory in use now (cudaMemGetInfo: total - free; every process and context on the
     device counts, so run benchmarks alone)."""

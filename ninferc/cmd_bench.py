@@ -38,7 +38,7 @@ def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, rec
     the fraction of the memory roofline measured in the same process."""
     from ninferc.bench import copy_bandwidth_gbps, finish, matmul_peak_tflops, run_bench, write_json
     from ninferc.runtime.engine import Engine
-    from ninferc.runtime.kernels import cupy, device_arch, device_sm_count
+    from ninferc.runtime.kernels import cupy
 
     def log(msg):
         click.echo(msg, err=True)
@@ -62,18 +62,10 @@ def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, rec
     recipe_name = make_recipe_name(weights_fmt, recipe)  # a malformed recipe fails before the GPU
     cp = cupy("ninferc bench (it measures a GPU)", hint="")
     if preset is not None:
-        from ninferc.ir.config import preset as get_preset
-        from ninferc.ir.passes import run_pipeline
-        from ninferc.ir.qwen3_5 import build_graph
-        from ninferc.runtime.synthetic import SyntheticArtifact
-        from ninferc.targets.model_plan import plan_model
+        from ninferc.bench import synthetic_artifact
 
-        cfg = get_preset(preset)
-        graph = run_pipeline(build_graph(cfg, lm_rows="last"), weights=recipe_name, kv_dtype=kv_dtype)
-        arch = target or device_arch()
-        mp = plan_model(graph, arch, sku=sku, sms=None if sku else device_sm_count(), max_context=max_ctx,
-                        decode_batches=(1, batch) if batch > 1 else (1,), prefill_tokens=(1, 64, 1024))
-        art = SyntheticArtifact(cfg, graph, mp)
+        art = synthetic_artifact(preset, recipe_name, kv_dtype, target=target, sku=sku, max_context=max_ctx,
+                                 batch=batch)
         weights = f"{recipe_name} (synthetic)"
     else:
         from ninferc.artifact import Artifact

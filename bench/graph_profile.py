@@ -1,0 +1,111 @@
+"""Per-kernel GPU time of the graph-replayed decode step (27B shape, synthetic weights), from CUPTI.
+
+`ninferc bench --profile` times each launch eagerly between CUDA events, which adds a launch latency per kernel
+and removes the programmatic-dependent-launch overlap. This script instead records the kernels of a few replays
+of the captured decode graph with the PyTorch profiler (Kineto / CUPTI sees every kernel of the process, CuPy's
+too) and attributes each kernel to its step by position in the step plan. For every family it reports the
+summed kernel duration and the summed *exposed* time (how much later this kernel ends than the one before it,
+i.e. its share of the step's critical path), plus the step's wall time from the first kernel's start to the last
+one's end.
+
+Usage (on a GPU with torch): python3 bench/graph_profile.py --weights w4 [--context 512] [--steps 6] --json F
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="qwen3.8-27b")
+    ap.add_argument("--weights", default="w4")
+    ap.add_argument("--kv-dtype", default="bf16")
+    ap.add_argument("--context", type=int, default=512)
+    ap.add_argument("--steps", type=int, default=6, help="decode steps recorded")
+    ap.add_argument("--json", required=True)
+    a = ap.parse_args(argv)
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from ninferc.bench import git_commit, synthetic_artifact
+    from ninferc.runtime.engine import Engine
+    from ninferc.sampling import SamplingParams
+
+    torch.cuda.init()
+    art = synthetic_artifact(a.preset, a.weights, a.kv_dtype, target=None, sku=None,
+                             max_context=a.context + 64 + a.steps)
+    eng = Engine(art, max_context=a.context + 64 + a.steps, prefill_chunk=a.context, max_batch=1,
+                 log=lambda m: print(m, file=sys.stderr))
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, eng.vocab, a.context).tolist()
+    s = eng.session()
+    s.prefill(ids, a.context)
+    greedy = SamplingParams()
+    tok = s.sample(greedy)
+    for _ in range(4):  # capture + warm the graph
+        s.decode(tok)
+        tok = s.sample(greedy)
+    s.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(a.steps):
+            s.decode(tok)
+            tok = s.sample(greedy)
+        s.synchronize()
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        trace = json.loads(path.read_text())
+    kev = sorted((e for e in trace["traceEvents"] if e.get("cat") == "kernel"), key=lambda e: e["ts"])
+    sp = eng.step_plan("decode", 1, 1, 1)
+    plan = [(step.name, ln.kernel.family, k.entry) for step, ln, k, _ in sp.launches]
+    first = plan[0][2]
+    starts = [i for i, e in enumerate(kev) if e["name"] == first]
+    rows, walls, extra = {}, [], []
+    for si in starts:
+        seq = kev[si:si + len(plan)]
+        if len(seq) < len(plan) or any(e["name"] != p[2] for e, p in zip(seq, plan)):
+            extra.append(si)
+            continue
+        walls.append(seq[-1]["ts"] + seq[-1]["dur"] - seq[0]["ts"])
+        prev_end = seq[0]["ts"]
+        for e, (name, fam, _) in zip(seq, plan):
+            key = fam if fam not in ("gemv_coop", "gemm") else f"{fam}:{re.sub(r'^L[0-9]+[.]', '', name)}"
+            end = e["ts"] + e["dur"]
+            r = rows.setdefault(key, {"launches": 0, "dur_us": [], "exposed_us": []})
+            r["dur_us"].append(e["dur"])
+            r["exposed_us"].append(end - prev_end)
+            prev_end = max(prev_end, end)
+    nstep = len(walls)
+    if not nstep:
+        print("no decode step in the trace matched the step plan", file=sys.stderr)
+        print("kernel names seen:", sorted({e["name"] for e in kev})[:40], file=sys.stderr)
+        return 1
+    fam = {k: {"launches": len(v["dur_us"]) // nstep, "kernel_ms": sum(v["dur_us"]) / nstep / 1e3,
+               "exposed_ms": sum(v["exposed_us"]) / nstep / 1e3} for k, v in rows.items()}
+    others = sorted({e["name"] for e in kev} - {p[2] for p in plan})
+    out = {"commit": git_commit(), "gpu": torch.cuda.get_device_name(), "weights": a.weights,
+           "kv_dtype": a.kv_dtype, "context": a.context, "steps_matched": nstep,
+           "step_wall_ms_median": float(np.median(walls)) / 1e3, "families": fam, "other_kernels": others,
+           "command": "python3 bench/graph_profile.py " + " ".join(argv or sys.argv[1:])}
+    Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
+    print(f"{a.weights} context {a.context}: {nstep} steps, step wall (first kernel start -> last end) median "
+          f"{out['step_wall_ms_median']:.3f} ms")
+    print(f"  {'family':<44} {'launches':>8} {'kernel ms':>9} {'exposed ms':>10} {'us/launch':>9}")
+    for k, v in sorted(fam.items(), key=lambda kv: -kv[1]["exposed_ms"]):
+        print(f"  {k:<44} {v['launches']:>8} {v['kernel_ms']:>9.3f} {v['exposed_ms']:>10.3f} "
+              f"{v['kernel_ms'] * 1e3 / max(v['launches'], 1):>9.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
