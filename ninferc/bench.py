@@ -129,9 +129,14 @@ def profile_table(rows: list[tuple[str, str, float]], title: str) -> tuple[str, 
 def run_bench(engine, *, prompt_tokens=(512, 8192), decode_tokens: int = 64, chunk: int = 8192,
               log: Callable[[str], None] = print, seed: int = 0, profile: bool = False, batch: int = 1) -> dict:
     """Prefill and decode timings on ``engine`` (one sequence), and with ``batch`` > 1 the decode of ``batch``
-    sequences together at each prompt length (``batch_decode``: aggregate tok/s = batch / median step time, each
-    step a replay of the captured B-sequence graph with the greedy sampler, timed up to reading back its B ids).
-    Returns the result dict (no provenance).
+    sequences together at each prompt length.
+
+    Decode at each prompt length: ``tok_s`` is 1 / the median time between consecutive ids of
+    :meth:`Session.decode_stream` (how ``generate`` / ``ninferc run`` stream: one graph-replayed step queued ahead
+    of the id read back); ``step_by_step_tok_s`` is 1 / the median of ``decode(tok); sample()`` with the host
+    waiting for every id before the next launch (the GPU idles for the host's turn).
+    ``batch_decode``: aggregate tok/s = batch / median step time, each step a replay of the captured B-sequence
+    graph with the greedy sampler, timed up to reading back its B ids. Returns the result dict (no provenance).
 
     Raises:
         NinfercError: ``batch`` above the engine's ``max_batch``."""
@@ -157,12 +162,18 @@ def run_bench(engine, *, prompt_tokens=(512, 8192), decode_tokens: int = 64, chu
                                "prefill_s": t1 - t0})
         res["peak_device_memory_bytes"] = max(res.get("peak_device_memory_bytes", 0), device_memory_used(cp))
         lat = []
-        for i in range(decode_tokens):
+        for i in range(decode_tokens):  # step by step: the host waits for each id before the next launch
             t = time.perf_counter()
             s.decode(tok)
             tok = s.sample(greedy)
             lat.append(time.perf_counter() - t)
         lat = lat[3:] if len(lat) > 8 else lat  # the first steps capture the graph
+        gaps, t = [], time.perf_counter()
+        for tok in s.decode_stream(greedy, decode_tokens):  # as generate() streams: one step queued ahead
+            now = time.perf_counter()
+            gaps.append(now - t)
+            t = now
+        gaps = gaps[3:] if len(gaps) > 8 else gaps  # the queue filling
         if profile:
             txt, agg = profile_table(engine.profile("decode", 1, 1, 1), f"decode step at context {L}")
             log(txt)
@@ -172,12 +183,13 @@ def run_bench(engine, *, prompt_tokens=(512, 8192), decode_tokens: int = 64, chu
             txt, agg = profile_table(engine.profile("prefill", T, 1, 1, reps=2), f"prefill chunk of {T} tokens")
             log(txt)
             res["profile"][f"prefill@{T}"] = agg
-        med = float(np.median(lat))
+        med, smed = float(np.median(gaps)), float(np.median(lat))
         res["decode"].append({"context": L, "tok_s": 1.0 / med, "median_ms": med * 1e3,
-                              "p90_ms": float(np.percentile(lat, 90)) * 1e3,
+                              "p90_ms": float(np.percentile(gaps, 90)) * 1e3,
+                              "step_by_step_tok_s": 1.0 / smed, "step_by_step_median_ms": smed * 1e3,
                               "bytes_per_token": bytes_per_decode_token(engine.graph, L)})
         log(f"prompt {L}: prefill {L / (t1 - t0):,.0f} tok/s (TTFT {ttft * 1e3:.0f} ms); decode {1 / med:.2f} tok/s "
-            f"(median {med * 1e3:.2f} ms)")
+            f"(median {med * 1e3:.2f} ms between streamed ids; step by step {1 / smed:.2f} tok/s)")
         s.close()
         cp.cuda.runtime.deviceSynchronize()
         if batch > 1:

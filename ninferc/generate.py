@@ -30,6 +30,8 @@ class Backend(Protocol):
     def synchronize(self) -> None:
         """Wait for queued device work (no-op on the CPU)."""
 
+    # optional: decode_stream(params, n) -> iterator of the next n sampled ids (see Session.decode_stream)
+
 
 @dataclass
 class GenerationResult:
@@ -69,7 +71,9 @@ def generate(
 
     The first generated token is sampled from the prefill's last logits (TTFT = prefill + that
     sample); each later token costs one decode step. ``on_token`` is called with every id as soon as
-    it is known (the CLI streams text through it).
+    it is known (the CLI streams text through it). A backend with ``decode_stream(params, n)`` (the CUDA
+    session) keeps one step queued ahead of the id being streamed, so a stop id has already been appended to
+    its sequence when generation stops; the ids are the same either way.
 
     Raises:
         NinfercError: empty prompt, ``max_new`` < 1 or ``prefill_chunk`` < 1.
@@ -88,16 +92,28 @@ def generate(
     tok = backend.sample(params)
     t2 = time.perf_counter()
     res.prefill_s, res.ttft_s = t1 - t0, t2 - t0
-    while True:
-        res.ids.append(tok)
-        if on_token:
-            on_token(tok)
-        if tok in stop_ids:
-            res.stopped_by = "stop"
-            break
-        if len(res.ids) >= max_new:
-            break
-        backend.decode(tok)
-        tok = backend.sample(params)
+    stream = getattr(backend, "decode_stream", None)
+    rest = stream(params, max_new - 1) if stream is not None else _step_loop(backend, tok, params, max_new - 1)
+    try:
+        while True:
+            res.ids.append(tok)
+            if on_token:
+                on_token(tok)
+            if tok in stop_ids:
+                res.stopped_by = "stop"
+                break
+            if len(res.ids) >= max_new:
+                break
+            tok = next(rest)
+    finally:
+        rest.close()
     res.decode_s = time.perf_counter() - t2
     return res
+
+
+def _step_loop(backend: Backend, tok: int, params: SamplingParams, n: int):
+    """The ids after ``tok`` for a backend without ``decode_stream``: decode the previous id, sample the next."""
+    for _ in range(n):
+        backend.decode(tok)
+        tok = backend.sample(params)
+        yield tok

@@ -655,6 +655,7 @@ class Session:
         self.params: SamplingParams | None = None
         self._pending = False   # a graph replay already sampled the next token into the device buffer
         self._last: int | None = None
+        self._tok_ring: np.ndarray | None = None  # decode_stream: pinned host slots for the ids read back
 
     # -- Backend protocol ------------------------------------------------------------------------
     @_on_engine_stream
@@ -754,6 +755,72 @@ class Session:
         self._pending = False
         self._last = int(self.e.tokens[:1].get(stream=self.e.stream)[0])
         return self._last
+
+    def decode_stream(self, params: SamplingParams, n: int):
+        """Yield the next ``n`` sampled ids, one decode step each, with one step queued ahead on the GPU.
+
+        Continues from the id :meth:`sample` last returned (which the GPU sampler left in the device token
+        buffer): step i appends the previous id and samples the next one on the GPU (the captured decode graph
+        when CUDA graphs are on, else the eager step and sampler); its id is copied to pinned host memory behind
+        it on the stream. Step i + 1 is launched *before* id i is read back, so the host's per-token work (this
+        loop, the caller's streaming, the next step's metadata) overlaps the GPU's step instead of leaving the
+        GPU idle between steps. Ids are the same as a ``decode(tok); tok = sample(params)`` loop's.
+
+        A consumer that stops early (``break`` after id i) leaves the step already queued to finish: the
+        sequence then holds id i too, and :meth:`sample` returns the id that step sampled without running another
+        step -- the state of ``decode(i); sample(params)``. Stopping at a stop id therefore appends it (as the
+        next turn of a chat would).
+
+        Raises:
+            NinfercError: before :meth:`prefill`, or no sampled id to continue from (call :meth:`sample`)."""
+        e = self.e
+        if self.seq is None:
+            raise NinfercError("decode_stream before prefill")
+        if self._last is None:
+            raise NinfercError("decode_stream continues from a sampled id: call sample() after prefill/decode")
+        if n < 1:
+            return
+        cp = e.cp
+        if self._tok_ring is None:
+            self._tok_ring = cupy_pinned_int32(2)
+        ring = self._tok_ring
+        queued: list = []  # (slot, event) of launched steps whose id is not read yet
+
+        def launch(i: int) -> None:
+            with e.stream:
+                if self.params != params:
+                    self.set_sampling(params)
+                self.decode(None)
+                if not self._pending:
+                    e.sample_step(params.greedy, 1)
+                self._pending = False
+                slot = i % 2
+                cp.cuda.runtime.memcpyAsync(ring.ctypes.data + 4 * slot, e.tokens.data.ptr, 4,
+                                            cp.cuda.runtime.memcpyDeviceToHost, e.stream.ptr)
+                ev = cp.cuda.Event(disable_timing=True)
+                ev.record(e.stream)
+                queued.append((slot, ev))
+
+        def take() -> int:
+            slot, ev = queued.pop(0)
+            ev.synchronize()
+            return int(ring[slot])
+
+        launched = 0
+        try:
+            launch(0)
+            launched = 1
+            for i in range(n):
+                if launched < n:
+                    launch(launched)
+                    launched += 1
+                tok = take()
+                self._last = tok
+                yield tok
+        finally:
+            if queued:  # stopped early: the queued step appended the last id; its sample is the next one
+                self._last = take()
+                self._pending = True
 
     def synchronize(self) -> None:
         """Wait for the engine stream."""

@@ -116,6 +116,37 @@ def test_graph_equals_eager(artifacts, goldens, params):
     assert toks[True] == toks[False]
 
 
+@pytest.mark.parametrize("graph", [True, False])
+@pytest.mark.parametrize("params", [GREEDY, SamplingParams(temperature=0.8, top_k=50, top_p=0.9, seed=7)])
+def test_decode_stream_equals_the_step_loop(artifacts, goldens, params, graph):
+    """decode_stream (one step queued ahead of the id read back) yields the ids of decode/sample steps; stopped
+    early, the session is where decode(last id) + sample would leave it, and it continues from there."""
+    prompt = goldens["cases"][1]["prompt_ids"]
+    e = engine(artifacts["sm_90"], cuda_graph=graph)
+    s = e.session()
+    s.prefill(prompt, 1024)
+    want = [s.sample(params)]
+    for _ in range(30):
+        s.decode(want[-1])
+        want.append(s.sample(params))
+    s.prefill(prompt, 1024)
+    got = [s.sample(params)]
+    got += list(s.decode_stream(params, 30))
+    assert got == want
+    s.prefill(prompt, 1024)
+    got = [s.sample(params)]
+    for t in s.decode_stream(params, 30):
+        got.append(t)
+        if len(got) == 12:
+            break
+    assert s.seq.length == len(prompt) + 12  # the queued step appended the last id read
+    got.append(s.sample(params))            # ... and sampled the next one
+    for _ in range(5):
+        s.decode(got[-1])
+        got.append(s.sample(params))
+    assert got == want[:len(got)]
+
+
 def _reference_logits(tiny_ckpt, ids):
     from ninferc.ir.qwen3_5 import build_graph
     from ninferc.ir.reference import ReferenceExecutor
