@@ -1,12 +1,13 @@
 """Device probe of the w4 decode GEMVs as a layer sequence (27B shapes, T = 1): GDN in -> GDN out -> gate|up ->
 down, 16 layers over distinct weight copies, captured in one CUDA graph of PDL launches (each kernel followed by a
 different one, as in the decode step) -- for the persistent dp variants (one wave at the resident-CTA cap), the
-one-CTA-per-row-block dp grid and the fp32 FMA kernels; since session 10 also the dp variants at one and at two
-weight steps in flight per warp (``dp_depths``) and the planner's choice between them. Reports microseconds per
-layer, and per launch for each shape alone (16 copies in one graph; the q|k|v shape too). (Run 71's grids at 3/4
-and 1/2 of the cap came from a family option since removed: commit 7b16357.)
+one-CTA-per-row-block dp grid and the fp32 FMA kernels (and with --prefetch the persistent dp variants with more
+weight steps prefetched into L2 before the PDL wait). Reports microseconds per layer, and per launch for each
+shape alone (16 copies in one graph; the q|k|v shape too). (Run 71's grids at 3/4 and 1/2 of the cap came from a
+family option since removed: commit 7b16357; run 76's two weight steps in flight per warp from one reverted after
+it: commit 52b8b81.)
 
-Usage (GPU machine): python bench/dp_layer_probe.py [--json FILE] [--layers 16] [--wfmt w4|w8]
+Usage (GPU machine): python bench/dp_layer_probe.py [--json FILE] [--layers 16] [--wfmt w4|w8] [--prefetch 0,4]
 """
 
 from __future__ import annotations
@@ -39,15 +40,17 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--wfmt", default="w4", choices=["w4", "w8"])
+    ap.add_argument("--prefetch", default="", type=lambda v: [int(x) for x in v.split(",") if x],
+                    help="also the persistent dp variants with these prefetch_steps (comma-separated)")
     a = ap.parse_args(argv)
     *LAYER, QKV = layer(a.wfmt)  # noqa: N806
     cp = cupy()
     arch, sms, bw = get_arch(device_arch()), device_sm_count(), device_bandwidth_gbs()
     stream = cp.cuda.Stream(non_blocking=True)
     dp = {"w4_dp_tiles": (1,)} if a.wfmt == "w4" else {"w8_dp_tiles": (1,)}
-    configs = {"dp planned (depth 1 or 2)": GemvCoopFamily(**dp), "dp depth 1": GemvCoopFamily(dp_depths=(1,), **dp),
-               "dp depth 2": GemvCoopFamily(dp_depths=(2,), **dp),
-               "dp grid (not persistent)": GemvCoopFamily(dp_persistent=False, dp_depths=(1,), **dp)}
+    configs = {"dp persistent": GemvCoopFamily(**dp), "dp grid (not persistent)": GemvCoopFamily(dp_persistent=False, **dp)}
+    for n in a.prefetch:
+        configs[f"dp persistent, L2 prefetch of {n} steps"] = GemvCoopFamily(prefetch_steps=n, **dp)
     configs["fma"] = GemvCoopFamily(w4_dp_tiles=(), w8_dp_tiles=())
     bufs = [Bufs(cp, p, p.weight_bytes * a.layers) for p in LAYER]  # a.layers distinct copies of each
     qkv_bufs = Bufs(cp, QKV, QKV.weight_bytes * a.layers)

@@ -30,6 +30,8 @@ def main(argv=None) -> int:
     ap.add_argument("--kv-dtype", default="bf16")
     ap.add_argument("--context", type=int, default=512)
     ap.add_argument("--steps", type=int, default=6, help="decode steps recorded")
+    ap.add_argument("--loop", default="stream", choices=["stream", "step"],
+                    help="Session.decode_stream (one step queued ahead) or decode + sample per token")
     ap.add_argument("--json", required=True)
     a = ap.parse_args(argv)
 
@@ -56,15 +58,21 @@ def main(argv=None) -> int:
         tok = s.sample(greedy)
     s.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(a.steps):
-            s.decode(tok)
-            tok = s.sample(greedy)
+        if a.loop == "stream":
+            for tok in s.decode_stream(greedy, a.steps):
+                pass
+        else:
+            for _ in range(a.steps):
+                s.decode(tok)
+                tok = s.sample(greedy)
         s.synchronize()
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "trace.json"
         prof.export_chrome_trace(str(path))
         trace = json.loads(path.read_text())
-    kev = sorted((e for e in trace["traceEvents"] if e.get("cat") == "kernel"), key=lambda e: e["ts"])
+    gpu = sorted((e for e in trace["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+                  and "dur" in e), key=lambda e: e["ts"])
+    kev = [e for e in gpu if e["cat"] == "kernel"]
     sp = eng.step_plan("decode", 1, 1, 1)
     plan = [(step.name, ln.kernel.family, k.entry) for step, ln, k, _ in sp.launches]
     first = plan[0][2]
@@ -84,6 +92,16 @@ def main(argv=None) -> int:
             r["dur_us"].append(e["dur"])
             r["exposed_us"].append(end - prev_end)
             prev_end = max(prev_end, end)
+    # Between steps: from the model's last kernel (the LM head) to the next step's first kernel -- the sampler,
+    # the id's copy to the host, and any time the GPU waits for the host's next launch.
+    between, samp, copies = [], [], []
+    for si, sj in zip(starts, starts[1:]):
+        last = kev[si + len(plan) - 1]
+        end = last["ts"] + last["dur"]
+        mid = [e for e in gpu if end <= e["ts"] < kev[sj]["ts"]]
+        between.append(kev[sj]["ts"] - end)
+        samp.append(sum(e["dur"] for e in mid if e["cat"] == "kernel"))
+        copies.append(sum(e["dur"] for e in mid if e["cat"] != "kernel"))
     nstep = len(walls)
     if not nstep:
         print("no decode step in the trace matched the step plan", file=sys.stderr)
@@ -94,12 +112,18 @@ def main(argv=None) -> int:
     others = sorted({e["name"] for e in kev} - {p[2] for p in plan})
     out = {"commit": git_commit(), "gpu": torch.cuda.get_device_name(), "weights": a.weights,
            "kv_dtype": a.kv_dtype, "context": a.context, "steps_matched": nstep,
-           "step_wall_ms_median": float(np.median(walls)) / 1e3, "families": fam, "other_kernels": others,
+           "step_wall_ms_median": float(np.median(walls)) / 1e3, "loop": a.loop,
+           "between_steps_us_median": float(np.median(between)) if between else None,
+           "sampler_kernels_us_median": float(np.median(samp)) if samp else None,
+           "copies_us_median": float(np.median(copies)) if copies else None,
+           "families": fam, "other_kernels": others,
            "command": "python3 bench/graph_profile.py " + " ".join(argv or sys.argv[1:])}
     Path(a.json).parent.mkdir(parents=True, exist_ok=True)
     Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
     print(f"{a.weights} context {a.context}: {nstep} steps, step wall (first kernel start -> last end) median "
-          f"{out['step_wall_ms_median']:.3f} ms")
+          f"{out['step_wall_ms_median']:.3f} ms; between steps (LM head end -> next embed start) "
+          f"{out['between_steps_us_median']} us, of which sampler kernels {out['sampler_kernels_us_median']} us, "
+          f"copies {out['copies_us_median']} us")
     print(f"  {'family':<44} {'launches':>8} {'kernel ms':>9} {'exposed ms':>10} {'us/launch':>9}")
     for k, v in sorted(fam.items(), key=lambda kv: -kv[1]["exposed_ms"]):
         print(f"  {k:<44} {v['launches']:>8} {v['kernel_ms']:>9.3f} {v['exposed_ms']:>10.3f} "

@@ -87,8 +87,8 @@ order and the offset comes off as ``8 * sum(xq)`` per 32 elements, exact). About
 per 16-byte vector and row instead of ~56 / ~126. The only numerical difference from the FMA kernels is the int16
 rounding of x, which :func:`reference` reproduces (``dp=True``). Plain route only; K a multiple of 64; dynamic
 shared memory ``tile * K * (2 + 4/64 (+ 4/32 for w4))`` bytes, at most ``DP_X_BYTES`` (else the FMA kernels). Each
-warp loads its first weight step(s) into registers before the PDL wait and keeps ``dp_depth`` steps (1 or 2; the
-family's ``dp_depths`` are candidates of the cost model) in flight ahead of the one it multiplies; warp 0 computes the ``in_norm`` factor once per staging. By default the dp variants are persistent
+warp loads its first weight step into registers before the PDL wait and keeps one step in flight ahead of the one
+it multiplies; warp 0 computes the ``in_norm`` factor once per staging. By default the dp variants are persistent
 (template ``persist``): the grid is one balanced wave, :meth:`GemvCoopFamily.persistent_grid` of the work items
 (row blocks x token chunks) under the compiled variant's resident CTAs/SM x the SM count, and each CTA takes a
 contiguous range of items, staging x again only when its token chunk changes.
@@ -317,8 +317,7 @@ class GemvProblem:
 
 
 def estimate_us(problem: GemvProblem, tokens: int, *, threads: int, k_warps: int, rows_per_warp: int, tile: int,
-                ctas_per_sm: int, sms: int, bandwidth_per_sm_gbs: float, splits: int = 1, mma: bool = False,
-                depth: int = 1) -> float:
+                ctas_per_sm: int, sms: int, bandwidth_per_sm_gbs: float, splits: int = 1, mma: bool = False) -> float:
     """Modelled time of one launch, microseconds (module docstring, "Routes and the cost model").
 
     Args:
@@ -328,7 +327,6 @@ def estimate_us(problem: GemvProblem, tokens: int, *, threads: int, k_warps: int
         mma: the tensor-core w4 variant: a warp step is the ``(mma_stages - 1) x MMA_CHUNK`` scale groups of its
             16 rows its cp.async ring holds in flight (4 KiB at 3 stages) instead of one 16-byte vector per lane
             and row.
-        depth: weight steps each warp keeps in flight (the dp variants' ``dp_depth``; 1 for every other kind).
 
     Returns:
         streaming time (weight bytes x token chunks at the bandwidth the resident warps can sustain) + the
@@ -350,7 +348,7 @@ def estimate_us(problem: GemvProblem, tokens: int, *, threads: int, k_warps: int
         step_bytes = MMA_ROWS * GROUP_SIZE // 2 * inflight_groups
     else:
         steps = -(-(problem.k // problem.k_per_vec) // (k_warps * WARP * splits))
-        step_bytes = rows_per_warp * 16 * WARP * depth
+        step_bytes = rows_per_warp * 16 * WARP
     over = OVERHEAD_STEPS + REDUCE_STEPS * math.log2(k_warps)
     bw = bandwidth_per_sm_gbs * sms * 1e3  # bytes per microsecond
     inflight = min(ctas, cap) * warps * step_bytes * steps / (steps + over)
@@ -423,10 +421,6 @@ class GemvCoopFamily:
             The grid fills every resident CTA slot: leaving 1/4 or 1/2 of them for the next kernel's CTAs (to load
             their first weights under PDL while this grid drains) took 94.7 / 118.4 instead of 74.9 us per GDN
             layer's four w4 GEMVs on the H200 (``bench/results/dp_layer_probe_h200_7b16357.json``).
-        dp_depths: the weight steps in flight per warp (template ``dp_depth``) the dp candidates come in; the cost
-            model counts ``depth`` steps of bytes in flight (:func:`estimate_us`), so depth 2 wins where its extra
-            registers (5 per row) do not cost resident CTAs that the grid would use -- the 320-row-block GEMVs
-            (down, GDN out, attention o of the 27B shape) -- and ties go to depth 1.
         mma_shapes: the plain (threads, k_warps) shapes of the mma variants, in place of ``plain_shapes``: a
             16-row warp tile leaves few row groups on a short N (5,120 outputs = 320 tiles), so more warps
             share each tile's K to keep enough bytes in flight. At most 256 threads: a 512-thread CTA's 128
@@ -444,7 +438,7 @@ class GemvCoopFamily:
                  rows_per_warp: int = 4, quant_rows_per_warp: int = 2, norm_rows_per_warp: int = 2,
                  prefetch_steps: int = 1, w4_mma_tiles: tuple[int, ...] = (4,), w8_mma_tiles: tuple[int, ...] = (4,),
                  w8_dp_tiles: tuple[int, ...] = (), w4_dp_tiles: tuple[int, ...] = (1,), dp_persistent: bool = True,
-                 dp_shapes: tuple[tuple[int, int], ...] = ((256, 1),), dp_depths: tuple[int, ...] = (1, 2),
+                 dp_shapes: tuple[tuple[int, int], ...] = ((256, 1),),
                  mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))):
         bad_shape = [s for s in (*plain_shapes, *mma_shapes, *dp_shapes)
                      if s[0] % WARP or s[0] <= 0 or s[1] < 1 or (s[0] // WARP) % s[1]]
@@ -460,8 +454,6 @@ class GemvCoopFamily:
                 f"{rows_per_warp}, quant_rows_per_warp={quant_rows_per_warp}, norm_rows_per_warp={norm_rows_per_warp} "
                 f"(even, >= 2), "
                 f"token_tiles={token_tiles} (each >= 1)")
-        if not dp_depths or any(d not in (1, 2) for d in dp_depths):
-            raise PlanError(f"gemv_coop: dp_depths={dp_depths}: each must be 1 or 2 (weight steps in flight)")
         if prefetch_steps < 0:
             raise PlanError(f"gemv_coop: prefetch_steps = {prefetch_steps} must be >= 0")
         if any(t > MMA_MAX_TOKENS for t in (*w4_mma_tiles, *w8_mma_tiles)):
@@ -482,7 +474,6 @@ class GemvCoopFamily:
         self.w4_dp_tiles = tuple(int(t) for t in w4_dp_tiles)
         self.dp_persistent = bool(dp_persistent)
         self.dp_shapes = tuple((int(t), int(k)) for t, k in dp_shapes)
-        self.dp_depths = tuple(sorted(set(int(d) for d in dp_depths)))
 
     @property
     def threads(self) -> tuple[int, ...]:
@@ -511,11 +502,6 @@ class GemvCoopFamily:
         if self.mma_for(problem, tile):
             return tuple(s for s in self.mma_shapes if mma_stages(s[0], tile) >= 2)
         return self.plain_shapes
-
-    def depths_for(self, problem: GemvProblem, tile: int) -> tuple[int, ...]:
-        """The ``dp_depth`` values of ``problem``'s plain candidates at token tile ``tile``: ``dp_depths`` for the
-        dp variants, (1,) otherwise."""
-        return self.dp_depths if self.dp_for(problem, tile) else (1,)
 
     def mma_for(self, problem: GemvProblem, tile: int) -> bool:
         """True when ``problem`` at token tile ``tile`` runs on the tensor-core variants: a w4 problem and a tile
@@ -564,14 +550,13 @@ class GemvCoopFamily:
     # ---- identity ------------------------------------------------------------------------------
 
     def spec(self, problem: GemvProblem, threads: int, mode: str, max_tokens: int | None = None,
-             k_warps: int = 1, dp_depth: int = 1) -> KernelSpec:
+             k_warps: int = 1) -> KernelSpec:
         """The kernel for (epilogue, input mode, weight format, threads, k_warps, mode, tile); K and N are
         runtime arguments, not identity. ``wfmt``, ``k_warps`` and ``in_norm`` are parameters only when not
         their defaults (bf16, 1, none), so those kernels keep a short URI.
 
         Raises:
-            PlanError: unknown mode, k_warps not dividing the CTA's warps, add_norm_parts in coop mode, or a
-                ``dp_depth`` other than 1 for a kernel that is not dp (or other than 1 / 2).
+            PlanError: unknown mode, k_warps not dividing the CTA's warps, or add_norm_parts in coop mode.
         """
         if mode not in MODES:
             raise PlanError(f"gemv_coop: unknown mode {mode!r}; supported: {', '.join(MODES)}")
@@ -608,13 +593,6 @@ class GemvCoopFamily:
             params["dp"] = True
             if self.dp_persistent:
                 params["persist"] = True
-            if dp_depth not in (1, 2):
-                raise PlanError(f"gemv_coop: dp_depth = {dp_depth} must be 1 or 2 (weight steps in flight)")
-            if dp_depth != 1:
-                params["dp_depth"] = int(dp_depth)
-        if dp_depth != 1 and not params.get("dp"):
-            raise PlanError(f"gemv_coop: dp_depth = {dp_depth} applies to the dp variants only (K={problem.k}, "
-                            f"{problem.wfmt}, tile {tile}, {mode})")
         if problem.norm_out:
             params["unit_offset"] = bool(problem.unit_offset)
         if problem.norm_in:
@@ -645,8 +623,7 @@ class GemvCoopFamily:
         cooperative thread count unless add_norm_parts)."""
         out = []
         for mt in self.token_tiles:
-            out += [self.spec(problem, th, "plain", mt, kw, d) for th, kw in self.shapes_for(problem, mt)
-                    for d in self.depths_for(problem, mt)]
+            out += [self.spec(problem, th, "plain", mt, kw) for th, kw in self.shapes_for(problem, mt)]
             if not problem.norm_out:
                 out += [self.spec(problem, th, "coop", mt) for th in self.coop_threads_for(problem, mt)]
         return out
@@ -726,17 +703,17 @@ class GemvCoopFamily:
     # ---- route selection -----------------------------------------------------------------------
 
     def _estimate(self, problem: GemvProblem, tokens: int, ctx: PlanContext, spec: KernelSpec, k_warps: int,
-                  splits: int = 1, depth: int = 1) -> float:
+                  splits: int = 1) -> float:
         occ = ctx.occupancy(spec, self.dynamic_smem_bytes(problem, spec.param("max_tokens")))
         return estimate_us(problem, tokens, threads=spec.threads, k_warps=k_warps,
                            rows_per_warp=self.rows_for(problem, spec.param("max_tokens")), tile=spec.param("max_tokens"),
                            ctas_per_sm=occ.ctas_per_sm, sms=ctx.sms, bandwidth_per_sm_gbs=ctx.bandwidth_per_sm_gbs,
-                           splits=splits, mma=self.mma_for(problem, spec.param("max_tokens")), depth=depth)
+                           splits=splits, mma=self.mma_for(problem, spec.param("max_tokens")))
 
     def launch(self, problem: GemvProblem, tokens: int, ctx: PlanContext) -> Launch:
         """The launch for T = ``tokens`` on ``ctx``: the candidate (every plain shape; every cooperative thread
-        count with the most splits its cap allows, when that is >= 2; the dp ones at each of ``dp_depths``) with
-        the least :func:`estimate_us`; ties to the plain route, fewer k_warps, fewer threads, the smaller depth.
+        count with the most splits its cap allows, when that is >= 2) with the least :func:`estimate_us`; ties
+        to the plain route, fewer k_warps, fewer threads.
 
         Raises:
             PlanError: T < 1, or no variant can be resident at all on this target.
@@ -748,13 +725,11 @@ class GemvCoopFamily:
         cands = []
         dyn = self.dynamic_smem_bytes(problem, tile)
         for th, kw in self.shapes_for(problem, tile):
-            for d in self.depths_for(problem, tile):
-                spec = self.spec(problem, th, "plain", tile, kw, d)
-                occ = ctx.occupancy(spec, dyn).ctas_per_sm
-                if occ > 0:
-                    grid = self._plain_grid(problem, th, kw, tile, chunks, occ * ctx.sms)
-                    cands.append((self._estimate(problem, tokens, ctx, spec, kw, depth=d), 0, kw, th, d, spec, grid,
-                                  1))
+            spec = self.spec(problem, th, "plain", tile, kw)
+            occ = ctx.occupancy(spec, dyn).ctas_per_sm
+            if occ > 0:
+                grid = self._plain_grid(problem, th, kw, tile, chunks, occ * ctx.sms)
+                cands.append((self._estimate(problem, tokens, ctx, spec, kw), 0, kw, th, spec, grid, 1))
         if not problem.norm_out:
             for th in self.coop_threads_for(problem, tile):
                 spec = self.spec(problem, th, "coop", tile)
@@ -762,13 +737,13 @@ class GemvCoopFamily:
                 base = self.row_blocks(problem, th, 1, tile) * chunks
                 splits = min(cap // base, self.max_splits(problem))
                 if splits >= 2:
-                    cands.append((self._estimate(problem, tokens, ctx, spec, 1, splits), 1, 1, th, 1, spec,
+                    cands.append((self._estimate(problem, tokens, ctx, spec, 1, splits), 1, 1, th, spec,
                                   base * splits, splits))
         if not cands:
             raise PlanError(
                 f"gemv_coop (K={problem.k}, N={problem.n}, {problem.epilogue}, {problem.wfmt}) on {ctx.arch.name}: "
                 f"no variant ({', '.join(f'{t} threads' for t in self.threads)}) has a resident CTA per SM")
-        _, coop, kw, _, _, spec, grid, splits = min(cands, key=lambda c: c[:5])
+        _, coop, kw, _, spec, grid, splits = min(cands, key=lambda c: c[:4])
         if coop:
             return ctx.make_launch(spec, grid, route="coop_splitk", tokens=tokens, split_k=splits,
                                    workspace_bytes=self.workspace_bytes(problem, tokens, splits))
@@ -783,13 +758,11 @@ class GemvCoopFamily:
         return self.persistent_grid(items, cap) if self.persistent(problem, tile) else items
 
     def launch_variant(self, problem: GemvProblem, tokens: int, ctx: PlanContext, threads: int, mode: str,
-                       splits: int | None = None, max_tokens: int | None = None, k_warps: int = 1,
-                       dp_depth: int = 1) -> Launch:
+                       splits: int | None = None, max_tokens: int | None = None, k_warps: int = 1) -> Launch:
         """A launch of one forced variant, bypassing route selection (tests and benchmarks).
 
         ``coop``: ``splits`` defaults to the most that fit the cooperative cap (may be 1); ``plain``:
         always one split. ``max_tokens``: the token tile (default the largest). ``k_warps``: warps per row group.
-        ``dp_depth``: weight steps in flight of a dp variant.
 
         Raises:
             PlanError: the cooperative grid cannot fit even with one split, or ``splits`` exceeds the cap; the
@@ -798,7 +771,7 @@ class GemvCoopFamily:
         tile = self.max_tokens if max_tokens is None else max_tokens
         chunks = self.token_chunks(tokens, tile)
         base = self.row_blocks(problem, threads, k_warps, tile) * chunks
-        spec = self.spec(problem, threads, mode, max_tokens, k_warps, dp_depth)
+        spec = self.spec(problem, threads, mode, max_tokens, k_warps)
         if mode == "plain":
             dyn = self.dynamic_smem_bytes(problem, tile)
             grid = self._plain_grid(problem, threads, k_warps, tile, chunks,

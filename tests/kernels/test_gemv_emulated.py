@@ -198,21 +198,18 @@ def _outlier_blocks(x):
     x[:, -64:] *= np.float32(1e-30)
 
 
-@pytest.mark.parametrize("depth", [1, 2])
 @pytest.mark.parametrize("fmt", ["w8", "w4"])
-@pytest.mark.parametrize("k,kw,x_scale", [(704, 2, [1.0]), (1024, 1, [3e5]), (1024, 4, [2e-6]), (1600, 2, [1.0, 7.0, 1e-3]),
-                                          (2048, 4, [1.0])])
-def test_dp_x_range_and_partial_steps(fmt, k, kw, x_scale, depth):
+@pytest.mark.parametrize("k,kw,x_scale", [(704, 2, [1.0]), (1024, 1, [3e5]), (1024, 4, [2e-6]), (1600, 2, [1.0, 7.0, 1e-3])])
+def test_dp_x_range_and_partial_steps(fmt, k, kw, x_scale):
     """The dp variants stage x as int16 under a power of two per 64-element block: a zero block, a block with an
     outlier, tiny and huge activations must match the reference that rounds x the same way (:func:`dp_x`); K = 704
-    / 1,600 leave partial last steps over k_warps warps, three tokens a partial 4-token tile; K = 2,048 over 4
-    warps gives w4 warps exactly one step (nothing for a second step in flight to load) and w8 two."""
+    / 1,600 leave partial last steps over k_warps warps, three tokens a partial 4-token tile."""
     prob = GemvProblem(k, 40, "residual_add", fmt)
     tile = 1 if len(x_scale) == 1 else 4
-    spec = FAM_DP.spec(prob, 128, "plain", tile, kw, depth)
-    assert dict(spec.params)["dp"] and dict(spec.params).get("dp_depth", 1) == depth
+    spec = FAM_DP.spec(prob, 128, "plain", tile, kw)
+    assert dict(spec.params)["dp"]
     c = PlanContext(ARCH, SMS, {u: r for u, (_, r) in compile_variants([spec], ARCH).items()})
-    launch = FAM_DP.launch_variant(prob, len(x_scale), c, 128, "plain", max_tokens=tile, k_warps=kw, dp_depth=depth)
+    launch = FAM_DP.launch_variant(prob, len(x_scale), c, 128, "plain", max_tokens=tile, k_warps=kw)
     assert launch.dynamic_smem_bytes == FAM_DP.dynamic_smem_bytes(prob, tile) > 2 * k * tile
     _run(prob, launch, seed=17, x_scale=x_scale, x_edit=_outlier_blocks)
 
@@ -312,19 +309,18 @@ def test_emulator_catches_a_missing_barrier_in_the_k_warps_sum(ctx):
     _run(prob, launch, seed=1)  # the real source passes with the same inputs
 
 
-@pytest.mark.parametrize("depth", [1, 2])
 @pytest.mark.parametrize("fmt", ["w8", "w4"])
 @pytest.mark.parametrize("epilogue,in_norm", [("add_norm_parts", "none"), ("swiglu", "parts"), ("store", "none")])
-def test_dp_persistent_ranges_cross_token_chunks(fmt, epilogue, in_norm, depth):
+def test_dp_persistent_ranges_cross_token_chunks(fmt, epilogue, in_norm):
     """A persistent dp launch planned for one SM: fewer CTAs than work items, so each CTA loops over a contiguous
     range of (row block, token chunk) items, and with three tokens at the 1-token tile some ranges cross a token
     chunk -- x must be staged again there, and every row block's norm part written once."""
     for n in range(40, 400, 4):  # an N whose row blocks do not line up with the CTAs' ranges
         prob = GemvProblem(SHAPES[fmt], n, epilogue, fmt, in_norm=in_norm)
-        spec = FAM_DP.spec(prob, 128, "plain", 1, 1, depth)
+        spec = FAM_DP.spec(prob, 128, "plain", 1, 1)
         assert dict(spec.params)["persist"]
         c = PlanContext(ARCH, 1, {u: r for u, (_, r) in compile_variants([spec], ARCH).items()})
-        launch = FAM_DP.launch_variant(prob, 3, c, 128, "plain", max_tokens=1, k_warps=1, dp_depth=depth)
+        launch = FAM_DP.launch_variant(prob, 3, c, 128, "plain", max_tokens=1, k_warps=1)
         rb = FAM_DP.row_blocks(prob, 128, 1, 1)
         items = rb * 3
         per = -(-items // launch.ctas)

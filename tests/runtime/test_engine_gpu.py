@@ -123,18 +123,22 @@ def test_decode_stream_equals_the_step_loop(artifacts, goldens, params, graph):
     early, the session is where decode(last id) + sample would leave it, and it continues from there."""
     prompt = goldens["cases"][1]["prompt_ids"]
     e = engine(artifacts["sm_90"], cuda_graph=graph)
-    s = e.session()
-    s.prefill(prompt, 1024)
-    want = [s.sample(params)]
+
+    def start():  # a new session uploads its sampling parameters at its first sample: the RNG starts over
+        s = e.session()
+        s.prefill(prompt, 1024)
+        return s, [s.sample(params)]
+
+    s, want = start()
     for _ in range(30):
         s.decode(want[-1])
         want.append(s.sample(params))
-    s.prefill(prompt, 1024)
-    got = [s.sample(params)]
+    s.close()
+    s, got = start()
     got += list(s.decode_stream(params, 30))
     assert got == want
-    s.prefill(prompt, 1024)
-    got = [s.sample(params)]
+    s.close()
+    s, got = start()
     for t in s.decode_stream(params, 30):
         got.append(t)
         if len(got) == 12:
@@ -144,6 +148,7 @@ def test_decode_stream_equals_the_step_loop(artifacts, goldens, params, graph):
     for _ in range(5):
         s.decode(got[-1])
         got.append(s.sample(params))
+    s.close()
     assert got == want[:len(got)]
 
 

@@ -427,7 +427,7 @@ DP = GemvCoopFamily(w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4), w8_mma_tiles=(), w4_
 @pytest.mark.parametrize("t", Q_TOKENS)
 @pytest.mark.parametrize("mode", ["coop", "plain"])
 @pytest.mark.parametrize("shape", Q_SHAPES, ids=_pid)
-@pytest.mark.parametrize("fmt", [*QFORMATS, "w4-mma", "w8-mma", "w8-fma", "w4-fma", "w8-dp", "w4-dp", "w8-dp2", "w4-dp2"])
+@pytest.mark.parametrize("fmt", [*QFORMATS, "w4-mma", "w8-mma", "w8-fma", "w4-fma", "w8-dp", "w4-dp"])
 def test_quant_forced_variants_match_reference(device, loader, fmt, shape, mode, t):
     """One forced variant per case (threads alternate with T; coop with the most splits the cap allows,
     falling back to the other thread count, skipped only when no cooperative grid fits the device -- or when
@@ -435,11 +435,9 @@ def test_quant_forced_variants_match_reference(device, loader, fmt, shape, mode,
     it (integer dot products for one token, tensor cores for the 4-token tile) and, as ``w4-mma``, on tensor cores
     for every T; w8 as the family runs it (fp32 FMAs for one token, tensor cores for the 4-token tile where its x
     fits) and, as ``w8-mma``, on tensor cores at both tiles; both formats as ``-fma`` on fp32 FMAs at the 1-token
-    tile and as ``-dp`` / ``-dp2`` on integer dot products at both tiles (plain only), one / two weight steps in
-    flight."""
-    gemv = {"w4-mma": W4_MMA, "w8-mma": W8_MMA, "w8-fma": FMA, "w4-fma": FMA, "w8-dp": DP, "w4-dp": DP,
-            "w8-dp2": DP, "w4-dp2": DP}.get(fmt, FAMILIES["gemv_coop"])
-    depth = 2 if fmt.endswith("-dp2") else 1
+    tile and as ``-dp`` on integer dot products at both tiles (plain only)."""
+    gemv = {"w4-mma": W4_MMA, "w8-mma": W8_MMA, "w8-fma": FMA, "w4-fma": FMA, "w8-dp": DP, "w4-dp": DP}.get(
+        fmt, FAMILIES["gemv_coop"])
     if fmt.endswith("-fma") and t != 1:
         pytest.skip("above one token the FMA family's tiles are the registered family's (covered by w8 / w4)")
     fmt = fmt.split("-")[0]
@@ -452,14 +450,11 @@ def test_quant_forced_variants_match_reference(device, loader, fmt, shape, mode,
             prob, gemv.tile_for(t))[:1]
     last = None
     for threads, kw in order:
-        if depth != 1 and mode != "plain":
-            break
-        spec = gemv.spec(prob, threads, mode, gemv.tile_for(t), kw, depth)
+        spec = gemv.spec(prob, threads, mode, gemv.tile_for(t), kw)
         loaded = loader(spec)
         ctx = PlanContext(device["arch"], device["sms"], {spec.uri: loaded.resources})
         try:
-            launch = gemv.launch_variant(prob, t, ctx, threads, mode, max_tokens=gemv.tile_for(t), k_warps=kw,
-                                         dp_depth=depth)
+            launch = gemv.launch_variant(prob, t, ctx, threads, mode, max_tokens=gemv.tile_for(t), k_warps=kw)
         except PlanError as exc:  # the cooperative grid of this T does not fit with even one split
             last = exc
             continue
