@@ -20,7 +20,8 @@ Then the bytes one decode token reads for the weights of the ``qwen3.8-27b`` pre
 (codes + scales; every weight except the embedding, which counts one row; norms and other small
 params at their bf16 checkpoint size; no KV or GDN-state traffic) and the roofline tok/s at 4,173 GB/s.
 
-Usage: ``python bench/quant_fidelity.py [--json bench/results/quant_fidelity_cpu.json] [--no-long]``.
+Usage: ``python bench/quant_fidelity.py [--json bench/results/quant_fidelity_cpu.json] [--no-long]
+[--recipe R ...]``.
 """
 
 from __future__ import annotations
@@ -134,6 +135,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", default=str(REPO / "bench" / "results" / "quant_fidelity_cpu.json"))
     ap.add_argument("--no-long", action="store_true", help="skip goldens-long.json (3,031 positions)")
+    ap.add_argument("--recipe", action="append", default=None,
+                    help="measure this recipe (repeatable) instead of the built-in list and the rejected w4 rule")
     args = ap.parse_args(argv)
     t0 = time.time()
     ckpt = Checkpoint(models_dir() / "qwen35-tiny-code", notice=None)
@@ -148,7 +151,7 @@ def main(argv=None) -> int:
     ref_long = None if args.no_long else long_logits(ref_ex, gl)
 
     rows = []
-    for r in RECIPES + [SYM7]:
+    for r in (args.recipe if args.recipe else RECIPES + [SYM7]):
         fq = Sym7FakeQuant(ckpt, ckpt.specs, "w4") if r == SYM7 else fake_quant(ckpt, ckpt.specs, r)
         ex = ReferenceExecutor(graph, fq)
         qs = short_logits(ex, goldens)

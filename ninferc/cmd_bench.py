@@ -34,7 +34,8 @@ from ninferc.errors import NinfercError
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None, help="write results here")
 def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, recipe, kv_dtype, prompt_tokens,
               decode_tokens, prefill_chunk, batch, profile, peer, json_path):
-    """Measure copy bandwidth, prefill tok/s + TTFT and decode tok/s (median per-token latency) and report
+    """Measure copy bandwidth, prefill tok/s + TTFT and decode tok/s (1 / the median time between streamed ids,
+    one graph-replayed step queued ahead; the step-by-step loop's figure beside it) and report
     the fraction of the memory roofline measured in the same process."""
     from ninferc.bench import copy_bandwidth_gbps, finish, matmul_peak_tflops, run_bench, write_json
     from ninferc.runtime.engine import Engine
