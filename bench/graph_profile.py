@@ -98,10 +98,11 @@ def main(argv=None) -> int:
     for si, sj in zip(starts, starts[1:]):
         last = kev[si + len(plan) - 1]
         end = last["ts"] + last["dur"]
-        mid = [e for e in gpu if end <= e["ts"] < kev[sj]["ts"]]
         between.append(kev[sj]["ts"] - end)
-        samp.append(sum(e["dur"] for e in mid if e["cat"] == "kernel"))
-        copies.append(sum(e["dur"] for e in mid if e["cat"] != "kernel"))
+        # the kernels after the model's (the sampler; under PDL they may start before the LM head ends) and the
+        # copies up to the next step's first kernel
+        samp.append(sum(e["dur"] for e in kev[si + len(plan):sj]))
+        copies.append(sum(e["dur"] for e in gpu if e["cat"] != "kernel" and end <= e["ts"] < kev[sj]["ts"]))
     nstep = len(walls)
     if not nstep:
         print("no decode step in the trace matched the step plan", file=sys.stderr)
