@@ -228,7 +228,7 @@ class ModelConfig:
         """
         if not 1 <= max_context <= self.max_position_embeddings:
             raise ConfigError(f"{what} {max_context} is outside 1..{self.max_position_embeddings}, the model's "
-                              "max_position_embeddings (config.json)")
+                              "max_position_embeddings (its config.json, or the preset's value)")
 
     def validate(self, source: str = "config") -> None:
         """Check consistency of sizes and head counts.
