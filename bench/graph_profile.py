@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import tempfile
 from pathlib import Path
@@ -38,7 +37,7 @@ def main(argv=None) -> int:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from ninferc.bench import git_commit, synthetic_artifact
+    from ninferc.bench import family_key, git_commit, synthetic_artifact
     from ninferc.runtime.engine import Engine
     from ninferc.sampling import SamplingParams
 
@@ -77,18 +76,17 @@ def main(argv=None) -> int:
     plan = [(step.name, ln.kernel.family, k.entry) for step, ln, k, _ in sp.launches]
     first = plan[0][2]
     starts = [i for i, e in enumerate(kev) if e["name"] == first]
-    rows, walls, extra = {}, [], []
+    # a step = the plan's kernels in order from one embedding launch (a step the trace cut short is skipped)
+    starts = [si for si in starts if len(kev) >= si + len(plan)
+              and all(e["name"] == p[2] for e, p in zip(kev[si:si + len(plan)], plan))]
+    rows, walls = {}, []
     for si in starts:
         seq = kev[si:si + len(plan)]
-        if len(seq) < len(plan) or any(e["name"] != p[2] for e, p in zip(seq, plan)):
-            extra.append(si)
-            continue
         walls.append(seq[-1]["ts"] + seq[-1]["dur"] - seq[0]["ts"])
         prev_end = seq[0]["ts"]
         for e, (name, fam, _) in zip(seq, plan):
-            key = fam if fam not in ("gemv_coop", "gemm") else f"{fam}:{re.sub(r'^L[0-9]+[.]', '', name)}"
             end = e["ts"] + e["dur"]
-            r = rows.setdefault(key, {"launches": 0, "dur_us": [], "exposed_us": []})
+            r = rows.setdefault(family_key(name, fam), {"dur_us": [], "exposed_us": []})
             r["dur_us"].append(e["dur"])
             r["exposed_us"].append(end - prev_end)
             prev_end = max(prev_end, end)

@@ -107,16 +107,19 @@ def git_commit() -> str:
         return "unknown"
 
 
-def profile_table(rows: list[tuple[str, str, float]], title: str) -> tuple[str, dict]:
-    """Aggregate :meth:`Engine.profile` rows by kernel family: (text table, {family: ms})."""
+def family_key(step_name: str, family: str) -> str:
+    """The row a step's time is summed into: its kernel family, and for the GEMV / GEMM families also the
+    projection without its layer prefix (``"L12.mlp.down"`` -> ``"gemv_coop:mlp.down"``)."""
     import re
 
+    return f"{family}:{re.sub(r'^L[0-9]+[.]', '', step_name)}" if family in ("gemv_coop", "gemm") else family
+
+
+def profile_table(rows: list[tuple[str, str, float]], title: str) -> tuple[str, dict]:
+    """Aggregate :meth:`Engine.profile` rows by kernel family (:func:`family_key`): (text table, {family: ms})."""
     fam: dict[str, list[float]] = {}
     for name, family, ms in rows:
-        key = family
-        if family in ("gemv_coop", "gemm"):
-            key = f"{family}:{re.sub(r'^L[0-9]+[.]', '', name)}"
-        fam.setdefault(key, []).append(ms)
+        fam.setdefault(family_key(name, family), []).append(ms)
     total = sum(ms for _, _, ms in rows)
     lines = [f"{title}: {total:.3f} ms in {len(rows)} launches (sum of kernel times)",
              f"  {'family':<44} {'launches':>8} {'ms':>9} {'share':>6}"]
