@@ -15,6 +15,8 @@ def _fmt(d: dict) -> str:
 
 
 def table(files: list[dict], peer: dict | None = None) -> str:
+    """Markdown: the provenance line of ``files[0]``, one row per decode context / prefill length of every file,
+    and the HF comparison of ``peer`` (a bench result with ``peer`` / ``peer_ratio``; default ``files[0]``)."""
     d0 = files[0]
     pd = peer if peer is not None else d0
     rows = [f"Measured {d0['date']} on {d0['gpu']} ({d0['sms']} SMs), target {d0['target']}, synthetic weights of the "
@@ -47,5 +49,10 @@ if __name__ == "__main__":
     args = sys.argv[1:]
     peer = None
     if args[:1] == ["--peer"]:
+        if len(args) < 3:
+            sys.exit("usage: readme_table.py [--peer PEER.json] RESULT.json [RESULT.json ...] (--peer needs a file "
+                     "and at least one result file after it)")
         peer, args = json.loads(open(args[1]).read()), args[2:]
+    if not args:
+        sys.exit("usage: readme_table.py [--peer PEER.json] RESULT.json [RESULT.json ...]")
     print(table([json.loads(open(f).read()) for f in args], peer))
