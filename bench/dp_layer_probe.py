@@ -8,6 +8,7 @@ family option since removed: commit 7b16357; run 76's two weight steps in flight
 it: commit 52b8b81.)
 
 Usage (GPU machine): python bench/dp_layer_probe.py [--json FILE] [--layers 16] [--wfmt w4|w8] [--prefetch 0,4]
+                    [--configs 'dp persistent;fma']
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ def main(argv=None) -> int:
     ap.add_argument("--wfmt", default="w4", choices=["w4", "w8"])
     ap.add_argument("--prefetch", default="", type=lambda v: [int(x) for x in v.split(",") if x],
                     help="also the persistent dp variants with these prefetch_steps (comma-separated)")
+    ap.add_argument("--configs", default="", type=lambda v: [c for c in v.split(";") if c],
+                    help="only these configurations (names separated by ';'; default all)")
     a = ap.parse_args(argv)
     *LAYER, QKV = layer(a.wfmt)  # noqa: N806
     cp = cupy()
@@ -52,6 +55,20 @@ def main(argv=None) -> int:
     for n in a.prefetch:
         configs[f"dp persistent, L2 prefetch of {n} steps"] = GemvCoopFamily(prefetch_steps=n, **dp)
     configs["fma"] = GemvCoopFamily(w4_dp_tiles=(), w8_dp_tiles=())
+    # the staging / carry / register-budget / CTA-shape options of the persistent dp variants (session 11)
+    configs["no carry, registers staging"] = GemvCoopFamily(dp_carry=False, dp_stage="registers", **dp)
+    configs["carry, registers staging"] = GemvCoopFamily(dp_stage="registers", **dp)
+    configs["no carry, cp.async staging"] = GemvCoopFamily(dp_carry=False, **dp)
+    configs["dp persistent, min 4 CTAs"] = GemvCoopFamily(dp_min_ctas=4, **dp)
+    configs["no carry, registers, min 4 CTAs"] = GemvCoopFamily(dp_carry=False, dp_stage="registers", dp_min_ctas=4,
+                                                                **dp)
+    configs["dp persistent, 320 threads"] = GemvCoopFamily(dp_shapes=((320, 1),), **dp)
+    configs["dp persistent, 320 threads, min 3 CTAs"] = GemvCoopFamily(dp_shapes=((320, 1),), dp_min_ctas=3, **dp)
+    if a.configs:
+        unknown = sorted(set(a.configs) - set(configs))
+        if unknown:
+            ap.error(f"--configs: unknown {unknown}; known: {sorted(configs)}")
+        configs = {n: configs[n] for n in a.configs}
     bufs = [Bufs(cp, p, p.weight_bytes * a.layers) for p in LAYER]  # a.layers distinct copies of each
     qkv_bufs = Bufs(cp, QKV, QKV.weight_bytes * a.layers)
     weight_bytes = sum(p.weight_bytes for p in LAYER)
