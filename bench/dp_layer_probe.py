@@ -64,6 +64,8 @@ def main(argv=None) -> int:
                                                                 **dp)
     configs["dp persistent, 320 threads"] = GemvCoopFamily(dp_shapes=((320, 1),), **dp)
     configs["dp persistent, 320 threads, min 3 CTAs"] = GemvCoopFamily(dp_shapes=((320, 1),), dp_min_ctas=3, **dp)
+    configs["dp persistent, 512 threads"] = GemvCoopFamily(dp_shapes=((512, 1),), **dp)
+    configs["dp persistent, 640 threads"] = GemvCoopFamily(dp_shapes=((640, 1),), **dp)
     if a.configs:
         unknown = sorted(set(a.configs) - set(configs))
         if unknown:

@@ -5,7 +5,7 @@
 # Run as NINFERC_COMMIT=<hash> bash bench/gpu_session11_a.sh
 source bench/gpu_setup.sh
 python3 bench/dp_layer_probe.py --wfmt w4 --json $OUT/dp_layer_probe_w4.json \
-  --configs "no carry, registers staging;dp persistent;carry, registers staging;no carry, cp.async staging;dp persistent, min 4 CTAs;no carry, registers, min 4 CTAs;dp persistent, 320 threads;dp persistent, 320 threads, min 3 CTAs" \
+  --configs "no carry, registers staging;dp persistent;carry, registers staging;no carry, cp.async staging;dp persistent, min 4 CTAs;no carry, registers, min 4 CTAs;dp persistent, 320 threads;dp persistent, 320 threads, min 3 CTAs;dp persistent, 512 threads;dp persistent, 640 threads" \
   > $OUT/probe_w4.log 2>&1
 echo "probe rc $?"; grep -v "^ *$" $OUT/probe_w4.log | tail -20; el
 gpu_tests dp 200 tests/targets/test_gemv_coop_gpu.py -k "persistent_dp or quant_planned or (quant_forced and dp)"
