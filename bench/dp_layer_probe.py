@@ -55,17 +55,12 @@ def main(argv=None) -> int:
     for n in a.prefetch:
         configs[f"dp persistent, L2 prefetch of {n} steps"] = GemvCoopFamily(prefetch_steps=n, **dp)
     configs["fma"] = GemvCoopFamily(w4_dp_tiles=(), w8_dp_tiles=())
-    # the staging / carry / register-budget / CTA-shape options of the persistent dp variants (session 11)
-    configs["no carry, registers staging"] = GemvCoopFamily(dp_carry=False, dp_stage="registers", **dp)
-    configs["carry, registers staging"] = GemvCoopFamily(dp_stage="registers", **dp)
-    configs["no carry, cp.async staging"] = GemvCoopFamily(dp_carry=False, **dp)
-    configs["dp persistent, min 4 CTAs"] = GemvCoopFamily(dp_min_ctas=4, **dp)
-    configs["no carry, registers, min 4 CTAs"] = GemvCoopFamily(dp_carry=False, dp_stage="registers", dp_min_ctas=4,
-                                                                **dp)
-    configs["dp persistent, 320 threads"] = GemvCoopFamily(dp_shapes=((320, 1),), **dp)
-    configs["dp persistent, 320 threads, min 3 CTAs"] = GemvCoopFamily(dp_shapes=((320, 1),), dp_min_ctas=3, **dp)
-    configs["dp persistent, 512 threads"] = GemvCoopFamily(dp_shapes=((512, 1),), **dp)
-    configs["dp persistent, 640 threads"] = GemvCoopFamily(dp_shapes=((640, 1),), **dp)
+    # the persistent dp variants' item-boundary carry and CTA sizes (session 11; run 83 also measured a cp.async
+    # staging of x and a 4-CTA register cap, both slower and removed)
+    configs["dp persistent, carry"] = GemvCoopFamily(dp_carry=True, **dp)
+    for th in (320, 512, 640):
+        configs[f"dp persistent, {th} threads"] = GemvCoopFamily(dp_shapes=((th, 1),), **dp)
+        configs[f"dp persistent, {th} threads, carry"] = GemvCoopFamily(dp_shapes=((th, 1),), dp_carry=True, **dp)
     if a.configs:
         unknown = sorted(set(a.configs) - set(configs))
         if unknown:

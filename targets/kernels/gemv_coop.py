@@ -187,9 +187,6 @@ DP_BLOCK = 64
 #: bytes of staged int16 x (+ its block scales and sums) the dp variants may keep in dynamic shared memory: as
 #: ``W8_MMA_X_BYTES``, under the 48 KiB a launch gets without the opt-in; a longer x stays on the FMA kernels
 DP_X_BYTES = 40 * 1024
-#: how a dp variant stages x (template ``xstage``; the first is the default): one cp.async round into the int16
-#: slots and an in-place conversion, or loads of 4 chunks per thread at a time through registers
-DP_STAGES = ("cp_async", "registers")
 
 
 def dp_x_bytes(wfmt: str, k: int, tile: int) -> int:
@@ -427,11 +424,8 @@ class GemvCoopFamily:
         dp_carry: the persistent dp variants carry each warp's first weight step of the CTA's next work item in
             the last step of the current one, and meet at a barrier between items only where a shared buffer is
             reused (template ``carry``; false: every item starts with its own loads and ends at a barrier).
-        dp_stage: how the dp variants stage x (template ``xstage``, ``DP_STAGES``): "cp_async" (one round of
-            copies straight into the int16 slots, converted in place) or "registers" (4 chunks per thread per
-            L2 round trip, converted in registers).
-        dp_min_ctas: the resident CTAs per SM the dp variants ask ptxas to allow (``__launch_bounds__`` min blocks,
-            template ``min_ctas``; 1 = no register cap beyond the thread count's).
+            Default off: on the H200 (bench/NOTES.md run 83) its registers cost the 256-thread kernels their 4th
+            resident CTA per SM (GDN in 15.0 -> 16.9 us, gate|up 30.6 -> 31.3, q|k|v 14.1 -> 16.3).
         mma_shapes: the plain (threads, k_warps) shapes of the mma variants, in place of ``plain_shapes``: a
             16-row warp tile leaves few row groups on a short N (5,120 outputs = 320 tiles), so more warps
             share each tile's K to keep enough bytes in flight. At most 256 threads: a 512-thread CTA's 128
@@ -449,8 +443,7 @@ class GemvCoopFamily:
                  rows_per_warp: int = 4, quant_rows_per_warp: int = 2, norm_rows_per_warp: int = 2,
                  prefetch_steps: int = 1, w4_mma_tiles: tuple[int, ...] = (4,), w8_mma_tiles: tuple[int, ...] = (4,),
                  w8_dp_tiles: tuple[int, ...] = (), w4_dp_tiles: tuple[int, ...] = (1,), dp_persistent: bool = True,
-                 dp_shapes: tuple[tuple[int, int], ...] = ((256, 1),), dp_carry: bool = True,
-                 dp_stage: str = "cp_async", dp_min_ctas: int = 1,
+                 dp_shapes: tuple[tuple[int, int], ...] = ((256, 1),), dp_carry: bool = False,
                  mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))):
         bad_shape = [s for s in (*plain_shapes, *mma_shapes, *dp_shapes)
                      if s[0] % WARP or s[0] <= 0 or s[1] < 1 or (s[0] // WARP) % s[1]]
@@ -486,13 +479,7 @@ class GemvCoopFamily:
         self.w4_dp_tiles = tuple(int(t) for t in w4_dp_tiles)
         self.dp_persistent = bool(dp_persistent)
         self.dp_shapes = tuple((int(t), int(k)) for t, k in dp_shapes)
-        if dp_stage not in DP_STAGES:
-            raise PlanError(f"gemv_coop: dp_stage = {dp_stage!r}; supported: {', '.join(DP_STAGES)}")
         self.dp_carry = bool(dp_carry)
-        if dp_min_ctas < 1:
-            raise PlanError(f"gemv_coop: dp_min_ctas = {dp_min_ctas} must be >= 1")
-        self.dp_min_ctas = int(dp_min_ctas)
-        self.dp_stage = dp_stage
 
     @property
     def threads(self) -> tuple[int, ...]:
@@ -612,12 +599,8 @@ class GemvCoopFamily:
             params["dp"] = True
             if self.dp_persistent:
                 params["persist"] = True
-                if not self.dp_carry:
-                    params["carry"] = False
-            if self.dp_stage != DP_STAGES[0]:
-                params["xstage"] = self.dp_stage
-            if self.dp_min_ctas != 1:
-                params["min_ctas"] = self.dp_min_ctas
+                if self.dp_carry:
+                    params["carry"] = True
         if problem.norm_out:
             params["unit_offset"] = bool(problem.unit_offset)
         if problem.norm_in:

@@ -494,38 +494,32 @@ def test_quant_lm_head_w8(device, loader, t):
         _run_and_check(loaded[forced.kernel.uri], LM_HEAD, forced, seed=99)
 
 
-#: the persistent dp variants' options (GemvCoopFamily dp_carry / dp_stage / dp_min_ctas), at both token tiles
-DP_OPTIONS = {
-    "carry-cp_async": dict(),
-    "nocarry-cp_async": dict(dp_carry=False),
-    "carry-registers": dict(dp_stage="registers"),
-    "nocarry-registers": dict(dp_carry=False, dp_stage="registers"),
-    "carry-cp_async-min4": dict(dp_min_ctas=4),
-}
+#: the persistent dp variants' options (GemvCoopFamily dp_carry), at both token tiles and two CTA sizes
+DP_OPTIONS = {"nocarry": dict(dp_carry=False), "carry": dict(dp_carry=True)}
 #: shapes with every epilogue / input mode a persistent dp kernel has: swiglu + in_norm, add_norm_parts, store +
 #: in_norm, a row count that is not a multiple of the CTA's outputs (invalid rows in the last row block)
-DP_PERSIST_SHAPES = [GemvProblem(5120, 2048, "swiglu", "w4", in_norm="parts"),
+DP_PERSIST_SHAPES = [GemvProblem(2048, 2048, "swiglu", "w4", in_norm="parts"),
                      GemvProblem(2048, 1280, "add_norm_parts", "w4"),
                      GemvProblem(1024, 1000, "store", "w4", in_norm="parts"),
                      GemvProblem(1024, 1000, "residual_add", "w8")]
 
 
 @pytest.mark.parametrize("t", [1, 3, 9])
+@pytest.mark.parametrize("threads", [256, 640])
 @pytest.mark.parametrize("shape", DP_PERSIST_SHAPES, ids=lambda p: f"k{p.k}_n{p.n}_{p.epilogue}_{p.wfmt}")
 @pytest.mark.parametrize("option", list(DP_OPTIONS))
-def test_persistent_dp_many_items_per_cta(device, loader, option, shape, t):
+def test_persistent_dp_many_items_per_cta(device, loader, option, shape, threads, t):
     """The persistent dp kernels planned for a 2-SM device: each CTA runs many work items in a row -- the next item's
     first weights carried across the item boundary, token chunks changing inside a CTA's range (x restaged), the
-    last row block's rows past N -- and every option of the staging and the item boundary gives the reference's
-    result."""
+    last row block's rows past N -- and each option gives the reference's result."""
     gemv = GemvCoopFamily(w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4), w8_mma_tiles=(), w4_mma_tiles=(),
-                          **DP_OPTIONS[option])
+                          dp_shapes=((threads, 1),), **DP_OPTIONS[option])
     tile = gemv.tile_for(t)
-    assert gemv.persistent(shape, tile)
-    spec = gemv.spec(shape, 256, "plain", tile, 1)
+    assert gemv.persistent(shape, tile), f"{shape} at tile {tile}: no persistent dp variant"
+    spec = gemv.spec(shape, threads, "plain", tile, 1)
     loaded = loader(spec)
     ctx = PlanContext(device["arch"], 2, {spec.uri: loaded.resources})
-    launch = gemv.launch_variant(shape, t, ctx, 256, "plain", max_tokens=tile, k_warps=1)
-    items = gemv.row_blocks(shape, 256, 1, tile) * gemv.token_chunks(t, tile)
+    launch = gemv.launch_variant(shape, t, ctx, threads, "plain", max_tokens=tile, k_warps=1)
+    items = gemv.row_blocks(shape, threads, 1, tile) * gemv.token_chunks(t, tile)
     assert launch.ctas < items, f"{launch.ctas} CTAs for {items} items: not several items per CTA"
-    _run_and_check(loaded, shape, launch, seed=zlib.crc32(f"{option}/{shape}/{t}".encode()))
+    _run_and_check(loaded, shape, launch, seed=zlib.crc32(f"{option}/{shape}/{threads}/{t}".encode()))
