@@ -165,6 +165,10 @@ OVERHEAD_STEPS = 3.0
 REDUCE_STEPS = 1.0
 #: microseconds per K step of a CTA running in the last, partly filled wave
 TAIL_STEP_US = 0.2
+#: nanoseconds per x element (and token) one dp CTA's staging costs its SM: on the H200 (bench/NOTES.md run 78,
+#: ``bench/results/dp_stream_probe_h200_0fd6675.json``) skipping the staging saved 4.8 us of w4 down (K = 17,408)
+#: and 1.8 us of GDN out (K = 6,144), each at 320 CTAs of 256 threads = 2.4 per SM: 0.115 / 0.122 ns
+DP_STAGE_NS = 0.12
 #: rows of W a warp of the tensor-core (mma) w4 variants owns: one m16n8k16 A tile
 MMA_ROWS = 16
 #: stages of an mma warp's cp.async ring (template ``mma_stages``): ``MMA_STAGES - 1`` chunks in flight
@@ -317,7 +321,8 @@ class GemvProblem:
 
 
 def estimate_us(problem: GemvProblem, tokens: int, *, threads: int, k_warps: int, rows_per_warp: int, tile: int,
-                ctas_per_sm: int, sms: int, bandwidth_per_sm_gbs: float, splits: int = 1, mma: bool = False) -> float:
+                ctas_per_sm: int, sms: int, bandwidth_per_sm_gbs: float, splits: int = 1, mma: bool = False,
+                dp: bool = False) -> float:
     """Modelled time of one launch, microseconds (module docstring, "Routes and the cost model").
 
     Args:
@@ -327,11 +332,14 @@ def estimate_us(problem: GemvProblem, tokens: int, *, threads: int, k_warps: int
         mma: the tensor-core w4 variant: a warp step is the ``(mma_stages - 1) x MMA_CHUNK`` scale groups of its
             16 rows its cp.async ring holds in flight (4 KiB at 3 stages) instead of one 16-byte vector per lane
             and row.
+        dp: an integer-dot-product variant: every resident CTA first converts its tokens' whole x (``tile x K``
+            elements) before it streams, so each SM pays that once per CTA it holds -- ``DP_STAGE_NS`` per element
+            and CTA per SM, on top of the streaming time.
 
     Returns:
         streaming time (weight bytes x token chunks at the bandwidth the resident warps can sustain) + the
-        last wave's tail (+ the barrier and reduction pass when ``splits > 1``). Only its ordering between
-        variants is used.
+        last wave's tail (+ the barrier and reduction pass when ``splits > 1``; + the x staging of a dp
+        variant). Only its ordering between variants is used.
     """
     warps = threads // WARP
     groups = warps // k_warps
@@ -356,7 +364,8 @@ def estimate_us(problem: GemvProblem, tokens: int, *, threads: int, k_warps: int
     waves = ctas / cap
     tail = (steps + over) * TAIL_STEP_US * ((math.ceil(waves) - waves + 1) if waves > 1 else 1.0)
     barrier = (2 + splits) * LATENCY_US if splits > 1 else 0.0
-    return stream + tail + barrier
+    stage = min(ctas, cap) / sms * tile * problem.k * DP_STAGE_NS * 1e-3 if dp else 0.0
+    return stream + tail + barrier + stage
 
 
 class GemvCoopFamily:
@@ -410,11 +419,15 @@ class GemvCoopFamily:
             fp32 FMAs gate|up 30.8 vs 40.3 us, down 19.4 vs 22.1, GDN in 14.9 vs 20.5, GDN out 7.8 vs 9.3, q|k|v
             14.6 vs 18.8; w8 mixed -- GDN in 21.8 vs 24.2, gate|up 44.9 vs 45.3, but down 24.8 vs 23.1, GDN out
             10.2 vs 9.7 -- so w8 stays on FMAs (its FMA kernels are not ALU-bound: ~3.9 TB/s on gate|up).
-        dp_shapes: the plain (threads, k_warps) shapes of the dp variants. Default 256 threads, one warp per row
-            group: on the H200 probe the persistent dp variant at 2 rows per warp and that shape is within 3 % of
+        dp_shapes: the plain (threads, k_warps) shapes of the dp variants; the cost model (with its x-staging
+            term, ``DP_STAGE_NS``) picks one per problem. Default 256 and 640 threads, one warp per row group. On
+            the H200 probe (session 8) the persistent dp variant at 2 rows per warp and 256 threads is within 3 % of
             the fastest of 16 variants (2 / 4 rows per warp x 4 shapes x persistent or not) on all four w4 decode
-            shapes (gate|up 30.8 us best, down 19.8 vs 19.4, GDN in 14.9 best, GDN out 7.8 best), where the cost
-            model, which has no term for the per-CTA x staging, preferred 128-thread CTAs that lose 7-18 %.
+            shapes; a 640-thread CTA (one per SM: the staging of x once per SM, not per each of its 2-3 CTAs) takes
+            w4 down (K = 17,408) from 20.0 to 17.3 us, ties GDN out (8.0), and loses on the K = 5,120 shapes
+            (GDN in 20.0 vs 15.2, gate|up 35.9 vs 31.0, q|k|v 16.3 vs 14.3; 320 / 512 threads won nowhere by more
+            than 3 %: bench/NOTES.md run 84, ``bench/results/dp_layer_probe_w4_h200_3cbe079.json``). With the
+            staging term the model picks 640 threads for down and GDN out and 256 for the others.
         dp_persistent: the dp variants are persistent (template ``persist``): a grid of one balanced wave
             (:meth:`persistent_grid`) whose CTAs each take a contiguous range of row blocks and stage x once,
             instead of one CTA (and one staging of x) per row block.
@@ -443,7 +456,7 @@ class GemvCoopFamily:
                  rows_per_warp: int = 4, quant_rows_per_warp: int = 2, norm_rows_per_warp: int = 2,
                  prefetch_steps: int = 1, w4_mma_tiles: tuple[int, ...] = (4,), w8_mma_tiles: tuple[int, ...] = (4,),
                  w8_dp_tiles: tuple[int, ...] = (), w4_dp_tiles: tuple[int, ...] = (1,), dp_persistent: bool = True,
-                 dp_shapes: tuple[tuple[int, int], ...] = ((256, 1),), dp_carry: bool = False,
+                 dp_shapes: tuple[tuple[int, int], ...] = ((256, 1), (640, 1)), dp_carry: bool = False,
                  mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))):
         bad_shape = [s for s in (*plain_shapes, *mma_shapes, *dp_shapes)
                      if s[0] % WARP or s[0] <= 0 or s[1] < 1 or (s[0] // WARP) % s[1]]
@@ -716,7 +729,8 @@ class GemvCoopFamily:
         return estimate_us(problem, tokens, threads=spec.threads, k_warps=k_warps,
                            rows_per_warp=self.rows_for(problem, spec.param("max_tokens")), tile=spec.param("max_tokens"),
                            ctas_per_sm=occ.ctas_per_sm, sms=ctx.sms, bandwidth_per_sm_gbs=ctx.bandwidth_per_sm_gbs,
-                           splits=splits, mma=self.mma_for(problem, spec.param("max_tokens")))
+                           splits=splits, mma=self.mma_for(problem, spec.param("max_tokens")),
+                           dp=self.dp_for(problem, spec.param("max_tokens")))
 
     def launch(self, problem: GemvProblem, tokens: int, ctx: PlanContext) -> Launch:
         """The launch for T = ``tokens`` on ``ctx``: the candidate (every plain shape; every cooperative thread

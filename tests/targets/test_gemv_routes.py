@@ -14,7 +14,7 @@ import pytest
 from targets_testlib import family_resources
 from ninferc.errors import PlanError
 from ninferc.ir.reference import ref_rmsnorm
-from ninferc.targets.kernels.gemv_coop import (LATENCY_US, OVERHEAD_STEPS, REDUCE_STEPS, TAIL_STEP_US, GemvProblem,
+from ninferc.targets.kernels.gemv_coop import (DP_STAGE_NS, LATENCY_US, OVERHEAD_STEPS, REDUCE_STEPS, TAIL_STEP_US, GemvProblem,
                                                estimate_us, kernel_args, norm_input, reference)
 from ninferc.targets.plan import PlanContext, check_launch
 from ninferc.targets.skus import get_sku, skus_for_arch
@@ -49,7 +49,7 @@ def candidates(gemv, prob, tokens, c):
         assert dict(spec.params).get("mma", False) == mma and dict(spec.params).get("dp", False) == dp
         t = estimate_us(prob, tokens, threads=th, k_warps=kw, rows_per_warp=gemv.rows_for(prob, tile), tile=tile,
                         ctas_per_sm=c.occupancy(spec, dyn).ctas_per_sm, sms=c.sms,
-                        bandwidth_per_sm_gbs=c.bandwidth_per_sm_gbs, mma=mma)
+                        bandwidth_per_sm_gbs=c.bandwidth_per_sm_gbs, mma=mma, dp=dp)
         out.append((t, gemv.launch_variant(prob, tokens, c, th, "plain", max_tokens=tile, k_warps=kw)))
     if not prob.norm_out:
         for th in gemv.coop_threads_for(prob, tile):
@@ -122,6 +122,12 @@ def test_cost_model_known_answers():
     assert estimate_us(p, 1, k_warps=1, ctas_per_sm=8, splits=2, **kw) == pytest.approx(want)
     # more tokens than the tile: the weights are streamed once per token chunk
     assert estimate_us(p, 8, k_warps=4, ctas_per_sm=8, **{**kw, "tile": 4}) > 2 * p.weight_bytes / bw
+    # a dp variant adds its x staging: each SM converts tile x K elements once per resident CTA -- 1024 CTAs over a
+    # cap of 800 keep 8 per SM; 256 CTAs on 100 SMs 2.56
+    for k_warps, ctas_per_sm, per_sm in ((4, 8, 8.0), (1, 8, 2.56)):
+        base = estimate_us(p, 1, k_warps=k_warps, ctas_per_sm=ctas_per_sm, **kw)
+        got = estimate_us(p, 1, k_warps=k_warps, ctas_per_sm=ctas_per_sm, dp=True, **kw)
+        assert got - base == pytest.approx(per_sm * 8192 * DP_STAGE_NS * 1e-3)
 
 
 def test_choice_follows_the_device(gemv):
