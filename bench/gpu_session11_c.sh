@@ -15,3 +15,5 @@ gpu_tests gemv 150 tests/targets/test_gemv_coop_gpu.py -k "quant_planned or plan
 gpu_tests quant 120 tests/runtime/test_quant_gpu.py
 gpu_tests engine 80 tests/runtime/test_engine_gpu.py -k "goldens_short or folded"
 rm -f $OUT/*.xml
+timeout 120 python3 bench/quant_fidelity_gpu.py --json $OUT/quant_fidelity_gpu.json > $OUT/quant_fidelity_gpu.log 2>&1
+echo "fidelity rc $?"; grep -E "agree" $OUT/quant_fidelity_gpu.log | cut -c1-200; el
