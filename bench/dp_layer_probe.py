@@ -57,10 +57,11 @@ def main(argv=None) -> int:
     configs["fma"] = GemvCoopFamily(w4_dp_tiles=(), w8_dp_tiles=())
     # the persistent dp variants' item-boundary carry and CTA sizes (session 11; run 83 also measured a cp.async
     # staging of x and a 4-CTA register cap, both slower and removed)
-    configs["dp persistent, carry"] = GemvCoopFamily(dp_carry=True, **dp)
+    configs["dp persistent, carry"] = GemvCoopFamily(dp_carry=(True,), **dp)
+    configs["dp persistent, no carry"] = GemvCoopFamily(dp_carry=(False,), **dp)
     for th in (320, 512, 640):
         configs[f"dp persistent, {th} threads"] = GemvCoopFamily(dp_shapes=((th, 1),), **dp)
-        configs[f"dp persistent, {th} threads, carry"] = GemvCoopFamily(dp_shapes=((th, 1),), dp_carry=True, **dp)
+        configs[f"dp persistent, {th} threads, carry"] = GemvCoopFamily(dp_shapes=((th, 1),), dp_carry=(True,), **dp)
     if a.configs:
         unknown = sorted(set(a.configs) - set(configs))
         if unknown:

@@ -169,6 +169,10 @@ TAIL_STEP_US = 0.2
 #: ``bench/results/dp_stream_probe_h200_0fd6675.json``) skipping the staging saved 4.8 us of w4 down (K = 17,408)
 #: and 1.8 us of GDN out (K = 6,144), each at 320 CTAs of 256 threads = 2.4 per SM: 0.115 / 0.122 ns
 DP_STAGE_NS = 0.12
+#: microseconds one boundary between two work items of a persistent dp CTA costs without the carry: on the H200
+#: (bench/NOTES.md run 84) the carry took 640-thread CTAs of w4 gate|up (7 items each) from 35.9 to 33.1 us, GDN in
+#: (4 items) 20.0 to 19.0, q|k|v (3 items) 16.3 to 15.7: 0.47 / 0.33 / 0.30 us per boundary
+DP_ITEM_US = 0.4
 #: rows of W a warp of the tensor-core (mma) w4 variants owns: one m16n8k16 A tile
 MMA_ROWS = 16
 #: stages of an mma warp's cp.async ring (template ``mma_stages``): ``MMA_STAGES - 1`` chunks in flight
@@ -322,7 +326,7 @@ class GemvProblem:
 
 def estimate_us(problem: GemvProblem, tokens: int, *, threads: int, k_warps: int, rows_per_warp: int, tile: int,
                 ctas_per_sm: int, sms: int, bandwidth_per_sm_gbs: float, splits: int = 1, mma: bool = False,
-                dp: bool = False) -> float:
+                dp: bool = False, items_per_cta: int = 1, carry: bool = False) -> float:
     """Modelled time of one launch, microseconds (module docstring, "Routes and the cost model").
 
     Args:
@@ -335,6 +339,9 @@ def estimate_us(problem: GemvProblem, tokens: int, *, threads: int, k_warps: int
         dp: an integer-dot-product variant: every resident CTA first converts its tokens' whole x (``tile x K``
             elements) before it streams, so each SM pays that once per CTA it holds -- ``DP_STAGE_NS`` per element
             and CTA per SM, on top of the streaming time.
+        items_per_cta: work items each CTA of a persistent launch runs in a row; each boundary between two costs
+            ``DP_ITEM_US`` (the next item's first weights are requested only after the previous item's epilogue
+            and barrier) unless ``carry`` (the variant loads them in the previous item's last step).
 
     Returns:
         streaming time (weight bytes x token chunks at the bandwidth the resident warps can sustain) + the
@@ -365,7 +372,8 @@ def estimate_us(problem: GemvProblem, tokens: int, *, threads: int, k_warps: int
     tail = (steps + over) * TAIL_STEP_US * ((math.ceil(waves) - waves + 1) if waves > 1 else 1.0)
     barrier = (2 + splits) * LATENCY_US if splits > 1 else 0.0
     stage = min(ctas, cap) / sms * tile * problem.k * DP_STAGE_NS * 1e-3 if dp else 0.0
-    return stream + tail + barrier + stage
+    boundaries = 0.0 if carry else (max(1, items_per_cta) - 1) * DP_ITEM_US
+    return stream + tail + barrier + stage + boundaries
 
 
 class GemvCoopFamily:
@@ -434,11 +442,14 @@ class GemvCoopFamily:
             The grid fills every resident CTA slot: leaving 1/4 or 1/2 of them for the next kernel's CTAs (to load
             their first weights under PDL while this grid drains) took 94.7 / 118.4 instead of 74.9 us per GDN
             layer's four w4 GEMVs on the H200 (``bench/results/dp_layer_probe_h200_7b16357.json``).
-        dp_carry: the persistent dp variants carry each warp's first weight step of the CTA's next work item in
-            the last step of the current one, and meet at a barrier between items only where a shared buffer is
-            reused (template ``carry``; false: every item starts with its own loads and ends at a barrier).
-            Default off: on the H200 (bench/NOTES.md run 83) its registers cost the 256-thread kernels their 4th
-            resident CTA per SM (GDN in 15.0 -> 16.9 us, gate|up 30.6 -> 31.3, q|k|v 14.1 -> 16.3).
+        dp_carry: the item-boundary carry settings the persistent dp variants are compiled with (template
+            ``carry``: each warp's last weight step of a work item also loads its first step of the CTA's next
+            item, and the CTA meets at a barrier between items only where a shared buffer is reused; without it
+            every item starts with its own loads and ends at a barrier). The cost model picks per problem: the
+            carry saves ``DP_ITEM_US`` per item boundary, and where its registers cost a resident CTA per SM the
+            bytes in flight decide. Default both: on the H200 the first carry build's registers cost the 256-thread
+            kernels their 4th CTA per SM (GDN in 15.0 -> 16.9 us, gate|up 30.6 -> 31.3; bench/NOTES.md run 83), at 640
+            threads it saved 0.3-0.5 us per boundary (run 84).
         mma_shapes: the plain (threads, k_warps) shapes of the mma variants, in place of ``plain_shapes``: a
             16-row warp tile leaves few row groups on a short N (5,120 outputs = 320 tiles), so more warps
             share each tile's K to keep enough bytes in flight. At most 256 threads: a 512-thread CTA's 128
@@ -456,7 +467,8 @@ class GemvCoopFamily:
                  rows_per_warp: int = 4, quant_rows_per_warp: int = 2, norm_rows_per_warp: int = 2,
                  prefetch_steps: int = 1, w4_mma_tiles: tuple[int, ...] = (4,), w8_mma_tiles: tuple[int, ...] = (4,),
                  w8_dp_tiles: tuple[int, ...] = (), w4_dp_tiles: tuple[int, ...] = (1,), dp_persistent: bool = True,
-                 dp_shapes: tuple[tuple[int, int], ...] = ((256, 1), (640, 1)), dp_carry: bool = False,
+                 dp_shapes: tuple[tuple[int, int], ...] = ((256, 1), (640, 1)),
+                 dp_carry: tuple[bool, ...] = (False, True),
                  mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))):
         bad_shape = [s for s in (*plain_shapes, *mma_shapes, *dp_shapes)
                      if s[0] % WARP or s[0] <= 0 or s[1] < 1 or (s[0] // WARP) % s[1]]
@@ -492,7 +504,9 @@ class GemvCoopFamily:
         self.w4_dp_tiles = tuple(int(t) for t in w4_dp_tiles)
         self.dp_persistent = bool(dp_persistent)
         self.dp_shapes = tuple((int(t), int(k)) for t, k in dp_shapes)
-        self.dp_carry = bool(dp_carry)
+        if not dp_carry:
+            raise PlanError("gemv_coop: dp_carry needs at least one setting (False and / or True)")
+        self.dp_carry = tuple(dict.fromkeys(bool(c) for c in dp_carry))
 
     @property
     def threads(self) -> tuple[int, ...]:
@@ -521,6 +535,11 @@ class GemvCoopFamily:
         if self.mma_for(problem, tile):
             return tuple(s for s in self.mma_shapes if mma_stages(s[0], tile) >= 2)
         return self.plain_shapes
+
+    def carries_for(self, problem: GemvProblem, tile: int) -> tuple[bool | None, ...]:
+        """The item-boundary carry settings of the plain variants of ``problem`` at token tile ``tile``:
+        ``dp_carry`` for the persistent dp variants (the cost model picks), else ``(None,)`` (no such parameter)."""
+        return self.dp_carry if self.persistent(problem, tile) else (None,)
 
     def mma_for(self, problem: GemvProblem, tile: int) -> bool:
         """True when ``problem`` at token tile ``tile`` runs on the tensor-core variants: a w4 problem and a tile
@@ -569,7 +588,7 @@ class GemvCoopFamily:
     # ---- identity ------------------------------------------------------------------------------
 
     def spec(self, problem: GemvProblem, threads: int, mode: str, max_tokens: int | None = None,
-             k_warps: int = 1) -> KernelSpec:
+             k_warps: int = 1, carry: bool | None = None) -> KernelSpec:
         """The kernel for (epilogue, input mode, weight format, threads, k_warps, mode, tile); K and N are
         runtime arguments, not identity. ``wfmt``, ``k_warps`` and ``in_norm`` are parameters only when not
         their defaults (bf16, 1, none), so those kernels keep a short URI.
@@ -612,7 +631,7 @@ class GemvCoopFamily:
             params["dp"] = True
             if self.dp_persistent:
                 params["persist"] = True
-                if self.dp_carry:
+                if (self.dp_carry[0] if carry is None else carry):
                     params["carry"] = True
         if problem.norm_out:
             params["unit_offset"] = bool(problem.unit_offset)
@@ -644,7 +663,8 @@ class GemvCoopFamily:
         cooperative thread count unless add_norm_parts)."""
         out = []
         for mt in self.token_tiles:
-            out += [self.spec(problem, th, "plain", mt, kw) for th, kw in self.shapes_for(problem, mt)]
+            out += [self.spec(problem, th, "plain", mt, kw, c) for th, kw in self.shapes_for(problem, mt)
+                    for c in self.carries_for(problem, mt)]
             if not problem.norm_out:
                 out += [self.spec(problem, th, "coop", mt) for th in self.coop_threads_for(problem, mt)]
         return out
@@ -724,17 +744,19 @@ class GemvCoopFamily:
     # ---- route selection -----------------------------------------------------------------------
 
     def _estimate(self, problem: GemvProblem, tokens: int, ctx: PlanContext, spec: KernelSpec, k_warps: int,
-                  splits: int = 1) -> float:
+                  splits: int = 1, items_per_cta: int = 1) -> float:
         occ = ctx.occupancy(spec, self.dynamic_smem_bytes(problem, spec.param("max_tokens")))
         return estimate_us(problem, tokens, threads=spec.threads, k_warps=k_warps,
                            rows_per_warp=self.rows_for(problem, spec.param("max_tokens")), tile=spec.param("max_tokens"),
                            ctas_per_sm=occ.ctas_per_sm, sms=ctx.sms, bandwidth_per_sm_gbs=ctx.bandwidth_per_sm_gbs,
                            splits=splits, mma=self.mma_for(problem, spec.param("max_tokens")),
-                           dp=self.dp_for(problem, spec.param("max_tokens")))
+                           dp=self.dp_for(problem, spec.param("max_tokens")), items_per_cta=items_per_cta,
+                           carry=bool(dict(spec.params).get("carry", False)))
 
     def launch(self, problem: GemvProblem, tokens: int, ctx: PlanContext) -> Launch:
         """The launch for T = ``tokens`` on ``ctx``: the candidate (every plain shape; every cooperative thread
-        count with the most splits its cap allows, when that is >= 2) with the least :func:`estimate_us`; ties
+        count with the most splits its cap allows, when that is >= 2; a persistent dp shape with each
+        ``dp_carry`` setting) with the least :func:`estimate_us`; ties
         to the plain route, fewer k_warps, fewer threads.
 
         Raises:
@@ -747,11 +769,14 @@ class GemvCoopFamily:
         cands = []
         dyn = self.dynamic_smem_bytes(problem, tile)
         for th, kw in self.shapes_for(problem, tile):
-            spec = self.spec(problem, th, "plain", tile, kw)
-            occ = ctx.occupancy(spec, dyn).ctas_per_sm
-            if occ > 0:
-                grid = self._plain_grid(problem, th, kw, tile, chunks, occ * ctx.sms)
-                cands.append((self._estimate(problem, tokens, ctx, spec, kw), 0, kw, th, spec, grid, 1))
+            for carry in self.carries_for(problem, tile):
+                spec = self.spec(problem, th, "plain", tile, kw, carry)
+                occ = ctx.occupancy(spec, dyn).ctas_per_sm
+                if occ > 0:
+                    grid = self._plain_grid(problem, th, kw, tile, chunks, occ * ctx.sms)
+                    items = self.row_blocks(problem, th, kw, tile) * chunks
+                    cands.append((self._estimate(problem, tokens, ctx, spec, kw, items_per_cta=-(-items // grid)),
+                                  0, kw, th, spec, grid, 1))
         if not problem.norm_out:
             for th in self.coop_threads_for(problem, tile):
                 spec = self.spec(problem, th, "coop", tile)
@@ -780,11 +805,13 @@ class GemvCoopFamily:
         return self.persistent_grid(items, cap) if self.persistent(problem, tile) else items
 
     def launch_variant(self, problem: GemvProblem, tokens: int, ctx: PlanContext, threads: int, mode: str,
-                       splits: int | None = None, max_tokens: int | None = None, k_warps: int = 1) -> Launch:
+                       splits: int | None = None, max_tokens: int | None = None, k_warps: int = 1,
+                       carry: bool | None = None) -> Launch:
         """A launch of one forced variant, bypassing route selection (tests and benchmarks).
 
         ``coop``: ``splits`` defaults to the most that fit the cooperative cap (may be 1); ``plain``:
         always one split. ``max_tokens``: the token tile (default the largest). ``k_warps``: warps per row group.
+        ``carry``: a persistent dp variant's item-boundary carry (default: the first of ``dp_carry``).
 
         Raises:
             PlanError: the cooperative grid cannot fit even with one split, or ``splits`` exceeds the cap; the
@@ -793,7 +820,7 @@ class GemvCoopFamily:
         tile = self.max_tokens if max_tokens is None else max_tokens
         chunks = self.token_chunks(tokens, tile)
         base = self.row_blocks(problem, threads, k_warps, tile) * chunks
-        spec = self.spec(problem, threads, mode, max_tokens, k_warps)
+        spec = self.spec(problem, threads, mode, max_tokens, k_warps, carry)
         if mode == "plain":
             dyn = self.dynamic_smem_bytes(problem, tile)
             grid = self._plain_grid(problem, threads, k_warps, tile, chunks,

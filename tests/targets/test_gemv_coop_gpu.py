@@ -495,7 +495,7 @@ def test_quant_lm_head_w8(device, loader, t):
 
 
 #: the persistent dp variants' options (GemvCoopFamily dp_carry), at both token tiles and two CTA sizes
-DP_OPTIONS = {"nocarry": dict(dp_carry=False), "carry": dict(dp_carry=True)}
+DP_OPTIONS = {"nocarry": dict(dp_carry=(False,)), "carry": dict(dp_carry=(True,))}
 #: shapes with every epilogue / input mode a persistent dp kernel has: swiglu + in_norm, add_norm_parts, store +
 #: in_norm, a row count that is not a multiple of the CTA's outputs (invalid rows in the last row block)
 DP_PERSIST_SHAPES = [GemvProblem(2048, 2048, "swiglu", "w4", in_norm="parts"),

@@ -14,7 +14,7 @@ import pytest
 from targets_testlib import family_resources
 from ninferc.errors import PlanError
 from ninferc.ir.reference import ref_rmsnorm
-from ninferc.targets.kernels.gemv_coop import (DP_STAGE_NS, LATENCY_US, OVERHEAD_STEPS, REDUCE_STEPS, TAIL_STEP_US, GemvProblem,
+from ninferc.targets.kernels.gemv_coop import (DP_ITEM_US, DP_STAGE_NS, LATENCY_US, OVERHEAD_STEPS, REDUCE_STEPS, TAIL_STEP_US, GemvProblem,
                                                estimate_us, kernel_args, norm_input, reference)
 from ninferc.targets.plan import PlanContext, check_launch
 from ninferc.targets.skus import get_sku, skus_for_arch
@@ -44,13 +44,19 @@ def candidates(gemv, prob, tokens, c):
     assert gemv.dynamic_smem_bytes(prob, tile) == dyn
     if dp:
         assert gemv.coop_threads_for(prob, tile) == ()
+    persist = gemv.persistent(prob, tile)
     for th, kw in gemv.shapes_for(prob, tile) if (mma or dp) else gemv.plain_shapes:
-        spec = gemv.spec(prob, th, "plain", tile, kw)
-        assert dict(spec.params).get("mma", False) == mma and dict(spec.params).get("dp", False) == dp
-        t = estimate_us(prob, tokens, threads=th, k_warps=kw, rows_per_warp=gemv.rows_for(prob, tile), tile=tile,
-                        ctas_per_sm=c.occupancy(spec, dyn).ctas_per_sm, sms=c.sms,
-                        bandwidth_per_sm_gbs=c.bandwidth_per_sm_gbs, mma=mma, dp=dp)
-        out.append((t, gemv.launch_variant(prob, tokens, c, th, "plain", max_tokens=tile, k_warps=kw)))
+        for carry in gemv.dp_carry if persist else (None,):  # persistent dp: each carry setting
+            spec = gemv.spec(prob, th, "plain", tile, kw, carry)
+            assert dict(spec.params).get("mma", False) == mma and dict(spec.params).get("dp", False) == dp
+            assert dict(spec.params).get("carry", False) == bool(carry)
+            ln = gemv.launch_variant(prob, tokens, c, th, "plain", max_tokens=tile, k_warps=kw, carry=carry)
+            items = gemv.row_blocks(prob, th, kw, tile) * -(-tokens // tile)
+            t = estimate_us(prob, tokens, threads=th, k_warps=kw, rows_per_warp=gemv.rows_for(prob, tile), tile=tile,
+                            ctas_per_sm=c.occupancy(spec, dyn).ctas_per_sm, sms=c.sms,
+                            bandwidth_per_sm_gbs=c.bandwidth_per_sm_gbs, mma=mma, dp=dp,
+                            items_per_cta=-(-items // ln.ctas), carry=bool(carry))
+            out.append((t, ln))
     if not prob.norm_out:
         for th in gemv.coop_threads_for(prob, tile):
             spec = gemv.spec(prob, th, "coop", tile)
@@ -128,6 +134,10 @@ def test_cost_model_known_answers():
         base = estimate_us(p, 1, k_warps=k_warps, ctas_per_sm=ctas_per_sm, **kw)
         got = estimate_us(p, 1, k_warps=k_warps, ctas_per_sm=ctas_per_sm, dp=True, **kw)
         assert got - base == pytest.approx(per_sm * 8192 * DP_STAGE_NS * 1e-3)
+    # a persistent CTA of 5 items pays 4 item boundaries, unless it carries the next item's first weights
+    base = estimate_us(p, 1, k_warps=1, ctas_per_sm=8, **kw)
+    assert estimate_us(p, 1, k_warps=1, ctas_per_sm=8, items_per_cta=5, **kw) - base == pytest.approx(4 * DP_ITEM_US)
+    assert estimate_us(p, 1, k_warps=1, ctas_per_sm=8, items_per_cta=5, carry=True, **kw) == pytest.approx(base)
 
 
 def test_choice_follows_the_device(gemv):
