@@ -505,7 +505,7 @@ class GemvCoopFamily:
         self.dp_persistent = bool(dp_persistent)
         self.dp_shapes = tuple((int(t), int(k)) for t, k in dp_shapes)
         if not dp_carry:
-            raise PlanError("gemv_coop: dp_carry needs at least one setting (False and / or True)")
+            raise PlanError(f"gemv_coop: dp_carry = {dp_carry!r} needs at least one setting (False and / or True)")
         self.dp_carry = tuple(dict.fromkeys(bool(c) for c in dp_carry))
 
     @property
