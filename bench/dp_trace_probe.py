@@ -1,0 +1,157 @@
+"""Device probe (diagnostic, session 12): a timeline of the planned persistent w4 dp decode GEMVs of a GDN layer
+(27B shapes, T = 1: GDN in -> GDN out -> gate|up -> down, 16 layers over distinct weight copies, one CUDA graph
+of PDL launches, as bench/dp_layer_probe.py). Each kernel is the planned one compiled with the template's
+``trace`` parameter: thread 0 of every CTA records globaltimer and clock64 at its entry, after the PDL wait,
+after the first staging of x, after its first work item and at its exit. Per launch it reports (microseconds from
+the previous launch's last CTA exit): the first / median / last CTA entry, PDL-wait release, staging done, first
+item done and exit, and the medians of the per-CTA phases from clock64. The traced graph is timed beside the
+untraced one (the probe's own cost).
+
+Usage (GPU machine): python bench/dp_trace_probe.py [--json FILE] [--layers 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+
+from dp_layer_probe import NAMES, layer  # noqa: E402
+from gemv_ksplit_sweep import Bufs, time_graph, write_rows  # noqa: E402
+
+from ninferc.runtime.kernels import DeviceKernel, cupy, device_arch, device_bandwidth_gbs, device_sm_count  # noqa: E402
+from ninferc.targets.arch import get_arch  # noqa: E402
+from ninferc.targets.cubin import read_resources  # noqa: E402
+from ninferc.targets.kernels.gemv_coop import GemvCoopFamily  # noqa: E402
+from ninferc.targets.plan import KernelSpec, PlanContext  # noqa: E402
+
+WORDS = 12  # the template's kTraceWords
+PHASES = ["entry", "wait", "staged", "item1", "exit"]
+
+
+def traced(spec: KernelSpec) -> KernelSpec:
+    """``spec`` with the template's ``trace`` parameter."""
+    return KernelSpec.make(spec.family, spec.template, {**dict(spec.params), "trace": True}, spec.threads,
+                           spec.cooperative)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--layers", type=int, default=16)
+    ap.add_argument("--family", default="", help="GemvCoopFamily keyword arguments as a Python dict literal")
+    a = ap.parse_args(argv)
+    cp = cupy()
+    arch, sms, bw = get_arch(device_arch()), device_sm_count(), device_bandwidth_gbs()
+    clock_khz = cp.cuda.runtime.getDeviceProperties(0)["clockRate"]
+    stream = cp.cuda.Stream(non_blocking=True)
+    fam = GemvCoopFamily(w4_dp_tiles=(1,), **(eval(a.family) if a.family else {}))  # noqa: S307 (a probe's CLI)
+    LAYER = layer("w4")[:4]  # noqa: N806
+    specs = {s.uri: s for p in LAYER for s in fam.variants(p) if s.param("max_tokens") == 1}
+    loaded = {u: DeviceKernel.from_spec(s) for u, s in specs.items()}
+    res = {u: read_resources(k.compiled.cubin, arch.name, k.compiled.ptx)[k.entry] for u, k in loaded.items()}
+    ctx = PlanContext(arch, sms, res, bandwidth_gbs=bw)
+    lns = [fam.launch(p, 1, ctx) for p in LAYER]
+    tk = {}
+    for ln in lns:
+        if ln.kernel.uri not in tk:
+            tk[ln.kernel.uri] = DeviceKernel.from_spec(traced(ln.kernel))
+    bufs = [Bufs(cp, p, p.weight_bytes * a.layers) for p in LAYER]
+
+    def calls(kernels):
+        out = []
+        for i in range(a.layers):
+            for p, ln, b in zip(LAYER, lns, bufs):
+                k = kernels[ln.kernel.uri]
+                out.append(lambda k=k, ln=ln, b=b, p=p, i=i: k.launch(ln.grid, ln.block, b.args(p, ln, i),
+                                                                      smem=ln.dynamic_smem_bytes, stream=stream,
+                                                                      pdl=True))
+        return out
+
+    t_plain = time_graph(cp, stream, calls(loaded)) * len(LAYER) * 1e6
+    traced_calls = calls(tk)
+    t_traced = time_graph(cp, stream, traced_calls) * len(LAYER) * 1e6
+    print(f"us per layer: planned {t_plain:.1f}, traced {t_traced:.1f}", flush=True)
+    for ln in lns:
+        print(f"  {ln.kernel.uri}: grid {ln.ctas}, {ln.ctas_per_sm} CTAs/SM, {res[ln.kernel.uri].registers} regs, "
+              f"traced {tk[ln.kernel.uri].attributes().registers} regs", flush=True)
+    # one replay of the traced sequence with the counters cleared
+    stream.synchronize()
+    stream.begin_capture()
+    for c in traced_calls:
+        c()
+    g = stream.end_capture()
+    g.launch(stream=stream)
+    stream.synchronize()
+    for k in tk.values():
+        n = cp.ndarray((1,), cp.uint32, memptr=k.module.get_global("gemv_trace_n"))
+        n[...] = 0
+    g.launch(stream=stream)
+    stream.synchronize()
+    recs = {}
+    for u, k in tk.items():
+        n = int(cp.ndarray((1,), cp.uint32, memptr=k.module.get_global("gemv_trace_n")).get()[0])
+        arr = cp.ndarray((16384, WORDS), cp.uint64, memptr=k.module.get_global("gemv_trace")).get()[:n]
+        recs[u] = arr
+    # walk the launches in order: each takes the next `grid` records of its module
+    pos = {u: 0 for u in tk}
+    launches = []
+    for i in range(a.layers):
+        for nm, ln in zip(NAMES, lns):
+            u = ln.kernel.uri
+            r = recs[u][pos[u]:pos[u] + ln.ctas]
+            pos[u] += ln.ctas
+            launches.append((i, nm, ln, r))
+    t0 = min(int(r[:, 0].min()) for *_, r in launches)
+    g_all = np.concatenate([r[:, :5].ravel() for *_, r in launches]).astype(np.int64)
+    diffs = np.diff(np.unique(g_all))
+    print(f"globaltimer: smallest step between distinct stamps {int(diffs.min()) if len(diffs) else 0} ns; "
+          f"SM clock {clock_khz / 1e3:.0f} MHz (clockRate)", flush=True)
+    rows, prev_exit = [], None
+    hdr = (f"{'layer':>5} {'shape':8} {'grid':>4} | us from the previous launch's last exit: entry first/med/last, "
+           "wait first/med/last, staged med, item1 med, exit first/med/last | per-CTA clock us: wait-entry, "
+           "staged-wait, item1-staged, exit-item1 (med)")
+    print(hdr)
+    for i, nm, ln, r in launches:
+        g = (r[:, :5].astype(np.int64) - t0) / 1e3  # us since the graph's first CTA entry
+        c = r[:, 5:10].astype(np.int64)
+        ref = prev_exit if prev_exit is not None else float(g[:, 0].min())
+        rel = g - ref
+        cyc = np.median(np.diff(c, axis=1), axis=0) / (clock_khz / 1e3)  # us at the nominal clock
+        row = {"layer": i, "shape": nm, "grid": ln.ctas, "ctas_per_sm": ln.ctas_per_sm,
+               "items_per_cta": [int(r[:, 11].min()), int(r[:, 11].max())],
+               "sms_used": int(len(np.unique(r[:, 10]))),
+               **{f"{ph}_us": [float(rel[:, j].min()), float(np.median(rel[:, j])), float(rel[:, j].max())]
+                  for j, ph in enumerate(PHASES)},
+               "clock_phase_us": {f"{PHASES[j]}->{PHASES[j + 1]}": float(cyc[j]) for j in range(4)},
+               "duration_us": float(g[:, 4].max() - (prev_exit if prev_exit is not None else g[:, 0].min()))}
+        prev_exit = float(g[:, 4].max())
+        rows.append(row)
+        e, w, s, it, x = (row[f"{ph}_us"] for ph in PHASES)
+        print(f"{i:5} {nm:8} {ln.ctas:4} | {e[0]:6.1f} {e[1]:6.1f} {e[2]:6.1f}  {w[0]:6.1f} {w[1]:6.1f} {w[2]:6.1f}  "
+              f"{s[1]:6.1f}  {it[1]:6.1f}  {x[0]:6.1f} {x[1]:6.1f} {x[2]:6.1f} | "
+              + " ".join(f"{v:5.2f}" for v in row["clock_phase_us"].values()), flush=True)
+    # steady-state averages (layers 2 .. n-2)
+    print("mean over layers 2 .. n-2 (us from the previous launch's last exit):")
+    for nm in NAMES[:4]:
+        sel = [r for r in rows if r["shape"] == nm and 2 <= r["layer"] <= a.layers - 2]
+        if not sel:
+            continue
+        m = {k: float(np.mean([r[k][1] if isinstance(r[k], list) else r[k] for r in sel]))
+             for k in ("entry_us", "wait_us", "staged_us", "item1_us", "exit_us", "duration_us")}
+        first_wait = float(np.mean([r["wait_us"][0] for r in sel]))
+        last_exit = float(np.mean([r["exit_us"][2] for r in sel]))
+        print(f"  {nm:8} entry {m['entry_us']:5.1f}  wait first {first_wait:5.1f} med {m['wait_us']:5.1f}  "
+              f"staged {m['staged_us']:5.1f}  item1 {m['item1_us']:5.1f}  exit med {m['exit_us']:5.1f} "
+              f"last {last_exit:5.1f}")
+    if a.json:
+        write_rows(a.json, cp, sms, bw, "bench/dp_trace_probe.py", argv, rows, us_per_layer=t_plain,
+                   us_per_layer_traced=t_traced)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
