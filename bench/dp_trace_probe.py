@@ -46,7 +46,6 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     cp = cupy()
     arch, sms, bw = get_arch(device_arch()), device_sm_count(), device_bandwidth_gbs()
-    clock_khz = cp.cuda.runtime.getDeviceProperties(0)["clockRate"]
     stream = cp.cuda.Stream(non_blocking=True)
     fam = GemvCoopFamily(w4_dp_tiles=(1,), **(eval(a.family) if a.family else {}))  # noqa: S307 (a probe's CLI)
     LAYER = layer("w4")[:4]  # noqa: N806
@@ -89,6 +88,7 @@ def main(argv=None) -> int:
     for k in tk.values():
         n = cp.ndarray((1,), cp.uint32, memptr=k.module.get_global("gemv_trace_n"))
         n[...] = 0
+    cp.cuda.Device().synchronize()  # (the zeroing ran on CuPy's stream, the graph runs on a non-blocking one)
     g.launch(stream=stream)
     stream.synchronize()
     recs = {}
@@ -108,8 +108,12 @@ def main(argv=None) -> int:
     t0 = min(int(r[:, 0].min()) for *_, r in launches)
     g_all = np.concatenate([r[:, :5].ravel() for *_, r in launches]).astype(np.int64)
     diffs = np.diff(np.unique(g_all))
+    # the SM clock from each CTA's whole life: clock64 cycles over globaltimer ns
+    life = np.concatenate([(r[:, 9].astype(np.int64) - r[:, 5].astype(np.int64))
+                           / np.maximum(1, r[:, 4].astype(np.int64) - r[:, 0].astype(np.int64)) for *_, r in launches])
+    clock_khz = float(np.median(life)) * 1e6
     print(f"globaltimer: smallest step between distinct stamps {int(diffs.min()) if len(diffs) else 0} ns; "
-          f"SM clock {clock_khz / 1e3:.0f} MHz (clockRate)", flush=True)
+          f"SM clock {clock_khz / 1e3:.0f} MHz (clock64 / globaltimer over each CTA's life)", flush=True)
     rows, prev_exit = [], None
     hdr = (f"{'layer':>5} {'shape':8} {'grid':>4} | us from the previous launch's last exit: entry first/med/last, "
            "wait first/med/last, staged med, item1 med, exit first/med/last | per-CTA clock us: wait-entry, "
