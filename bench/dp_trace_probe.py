@@ -86,15 +86,15 @@ def main(argv=None) -> int:
     g.launch(stream=stream)
     stream.synchronize()
     for k in tk.values():
-        n = cp.ndarray((1,), cp.uint32, memptr=k.module.get_global("gemv_trace_n"))
+        n = cp.ndarray((1,), cp.uint32, memptr=k.module.get_global_var("gemv_trace_n"))
         n[...] = 0
     cp.cuda.Device().synchronize()  # (the zeroing ran on CuPy's stream, the graph runs on a non-blocking one)
     g.launch(stream=stream)
     stream.synchronize()
     recs = {}
     for u, k in tk.items():
-        n = int(cp.ndarray((1,), cp.uint32, memptr=k.module.get_global("gemv_trace_n")).get()[0])
-        arr = cp.ndarray((16384, WORDS), cp.uint64, memptr=k.module.get_global("gemv_trace")).get()[:n]
+        n = int(cp.ndarray((1,), cp.uint32, memptr=k.module.get_global_var("gemv_trace_n")).get()[0])
+        arr = cp.ndarray((16384, WORDS), cp.uint64, memptr=k.module.get_global_var("gemv_trace")).get()[:n]
         recs[u] = arr
     # walk the launches in order: each takes the next `grid` records of its module
     pos = {u: 0 for u in tk}
