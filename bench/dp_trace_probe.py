@@ -38,6 +38,13 @@ def traced(spec: KernelSpec) -> KernelSpec:
                            spec.cooperative)
 
 
+def device_var(cp, module, name: str, shape, dtype):
+    """A CuPy view of the module's ``__device__`` variable ``name`` (cuModuleGetGlobal)."""
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    mem = cp.cuda.UnownedMemory(module.get_global_var(name), nbytes, module)
+    return cp.ndarray(shape, dtype, memptr=cp.cuda.MemoryPointer(mem, 0))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
@@ -86,15 +93,15 @@ def main(argv=None) -> int:
     g.launch(stream=stream)
     stream.synchronize()
     for k in tk.values():
-        n = cp.ndarray((1,), cp.uint32, memptr=k.module.get_global_var("gemv_trace_n"))
+        n = device_var(cp, k.module, "gemv_trace_n", (1,), np.uint32)
         n[...] = 0
     cp.cuda.Device().synchronize()  # (the zeroing ran on CuPy's stream, the graph runs on a non-blocking one)
     g.launch(stream=stream)
     stream.synchronize()
     recs = {}
     for u, k in tk.items():
-        n = int(cp.ndarray((1,), cp.uint32, memptr=k.module.get_global_var("gemv_trace_n")).get()[0])
-        arr = cp.ndarray((16384, WORDS), cp.uint64, memptr=k.module.get_global_var("gemv_trace")).get()[:n]
+        n = int(device_var(cp, k.module, "gemv_trace_n", (1,), np.uint32).get()[0])
+        arr = device_var(cp, k.module, "gemv_trace", (16384, WORDS), np.uint64).get()[:n]
         recs[u] = arr
     # walk the launches in order: each takes the next `grid` records of its module
     pos = {u: 0 for u in tk}

@@ -10,4 +10,4 @@ timeout 120 python3 bench/dp_trace_probe.py --family "{'dp_shapes': ((640, 1),)}
 echo "trace 640 rc $?"; el
 head -12 $OUT/trace_planned.log; grep -A5 "^mean" $OUT/trace_planned.log
 grep -B2 -A5 "^mean" $OUT/trace_256.log | grep -v "^ *[0-9]"; grep -A5 "^mean" $OUT/trace_640.log
-tail -3 $OUT/trace_*.log | grep -i -E "error|Traceback" 
+tail -n 3 $OUT/trace_*.log | grep -i -E "error|Traceback" 
