@@ -13,6 +13,7 @@ Usage (GPU machine): python bench/dp_trace_probe.py [--json FILE] [--layers 16]
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 import numpy as np
@@ -32,9 +33,9 @@ WORDS = 12  # the template's kTraceWords
 PHASES = ["entry", "wait", "staged", "item1", "exit"]
 
 
-def traced(spec: KernelSpec) -> KernelSpec:
-    """``spec`` with the template's ``trace`` parameter."""
-    return KernelSpec.make(spec.family, spec.template, {**dict(spec.params), "trace": True}, spec.threads,
+def with_params(spec: KernelSpec, **extra) -> KernelSpec:
+    """``spec`` with more template parameters (``trace=True`` for the probe's records)."""
+    return KernelSpec.make(spec.family, spec.template, {**dict(spec.params), **extra}, spec.threads,
                            spec.cooperative)
 
 
@@ -50,6 +51,9 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--family", default="", help="GemvCoopFamily keyword arguments as a Python dict literal")
+    ap.add_argument("--params", default="", help="more template parameters of every planned kernel (a dict literal)")
+    ap.add_argument("--grid", default="planned", choices=["planned", "full"],
+                    help="full: one CTA per resident slot (min(items, cap)) instead of the planned persistent grid")
     a = ap.parse_args(argv)
     cp = cupy()
     arch, sms, bw = get_arch(device_arch()), device_sm_count(), device_bandwidth_gbs()
@@ -61,10 +65,25 @@ def main(argv=None) -> int:
     res = {u: read_resources(k.compiled.cubin, arch.name, k.compiled.ptx)[k.entry] for u, k in loaded.items()}
     ctx = PlanContext(arch, sms, res, bandwidth_gbs=bw)
     lns = [fam.launch(p, 1, ctx) for p in LAYER]
+    extra = eval(a.params) if a.params else {}  # noqa: S307 (a probe's CLI)
+    if extra or a.grid != "planned":  # the planned shapes with these parameters / this grid
+        new = []
+        for p, ln in zip(LAYER, lns):
+            spec = with_params(ln.kernel, **extra)
+            if spec.uri not in loaded:
+                loaded[spec.uri] = DeviceKernel.from_spec(spec)
+                k = loaded[spec.uri]
+                res[spec.uri] = read_resources(k.compiled.cubin, arch.name, k.compiled.ptx)[k.entry]
+            occ = PlanContext(arch, sms, res, bandwidth_gbs=bw).occupancy(spec, ln.dynamic_smem_bytes)
+            items = fam.row_blocks(p, spec.threads, 1, 1)
+            cap = occ.ctas_per_sm * sms
+            grid = min(items, cap) if a.grid == "full" else fam.persistent_grid(items, cap)
+            new.append(dataclasses.replace(ln, kernel=spec, grid=(grid, 1, 1), ctas_per_sm=occ.ctas_per_sm))
+        lns = new
     tk = {}
     for ln in lns:
         if ln.kernel.uri not in tk:
-            tk[ln.kernel.uri] = DeviceKernel.from_spec(traced(ln.kernel))
+            tk[ln.kernel.uri] = DeviceKernel.from_spec(with_params(ln.kernel, trace=True))
     bufs = [Bufs(cp, p, p.weight_bytes * a.layers) for p in LAYER]
 
     def calls(kernels):
