@@ -86,12 +86,20 @@ def main(argv=None) -> int:
             tk[ln.kernel.uri] = DeviceKernel.from_spec(with_params(ln.kernel, trace=True))
     bufs = [Bufs(cp, p, p.weight_bytes * a.layers) for p in LAYER]
 
+    # the norm input's parts as in the decode step: those of the add_norm_parts GEMV before (down -> GDN in,
+    # GDN out -> gate|up), not Bufs' 640
+    parts = {0: fam.norm_parts(lns[3]), 2: fam.norm_parts(lns[1])}
+
+    def args(j, p, ln, b, i):
+        r = b.args(p, ln, i)
+        return (*r[:-2], np.int32(parts[j]), r[-1]) if p.norm_in else r
+
     def calls(kernels):
         out = []
         for i in range(a.layers):
-            for p, ln, b in zip(LAYER, lns, bufs):
+            for j, (p, ln, b) in enumerate(zip(LAYER, lns, bufs)):
                 k = kernels[ln.kernel.uri]
-                out.append(lambda k=k, ln=ln, b=b, p=p, i=i: k.launch(ln.grid, ln.block, b.args(p, ln, i),
+                out.append(lambda k=k, ln=ln, b=b, p=p, i=i, j=j: k.launch(ln.grid, ln.block, args(j, p, ln, b, i),
                                                                       smem=ln.dynamic_smem_bytes, stream=stream,
                                                                       pdl=True))
         return out
