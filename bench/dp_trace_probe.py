@@ -74,11 +74,21 @@ def main(argv=None) -> int:
                 loaded[spec.uri] = DeviceKernel.from_spec(spec)
                 k = loaded[spec.uri]
                 res[spec.uri] = read_resources(k.compiled.cubin, arch.name, k.compiled.ptx)[k.entry]
-            occ = PlanContext(arch, sms, res, bandwidth_gbs=bw).occupancy(spec, ln.dynamic_smem_bytes)
+            dyn = fam.dynamic_smem_bytes(p, 1, spec)  # (with the spec's weight ring, if any)
+            occ = PlanContext(arch, sms, res, bandwidth_gbs=bw).occupancy(spec, dyn)
+            while occ.ctas_per_sm == 0 and dict(spec.params).get("ring", 0) > 2:  # a ring too large: fewer stages
+                spec = with_params(spec, ring=dict(spec.params)["ring"] - 1)
+                if spec.uri not in loaded:
+                    loaded[spec.uri] = DeviceKernel.from_spec(spec)
+                    k = loaded[spec.uri]
+                    res[spec.uri] = read_resources(k.compiled.cubin, arch.name, k.compiled.ptx)[k.entry]
+                dyn = fam.dynamic_smem_bytes(p, 1, spec)
+                occ = PlanContext(arch, sms, res, bandwidth_gbs=bw).occupancy(spec, dyn)
             items = fam.row_blocks(p, spec.threads, 1, 1)
             cap = occ.ctas_per_sm * sms
             grid = min(items, cap) if a.grid == "full" else fam.persistent_grid(items, cap)
-            new.append(dataclasses.replace(ln, kernel=spec, grid=(grid, 1, 1), ctas_per_sm=occ.ctas_per_sm))
+            new.append(dataclasses.replace(ln, kernel=spec, grid=(grid, 1, 1), ctas_per_sm=occ.ctas_per_sm,
+                                           dynamic_smem_bytes=dyn))
         lns = new
     tk = {}
     for ln in lns:

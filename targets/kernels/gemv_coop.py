@@ -204,6 +204,15 @@ def dp_x_bytes(wfmt: str, k: int, tile: int) -> int:
     return tile * (2 * k + 4 * (k // DP_BLOCK) + (4 * (k // 32) if wfmt == "w4" else 0))
 
 
+def dp_ring_bytes(wfmt: str, threads: int, rows_per_warp: int, ring: int) -> int:
+    """Dynamic shared memory of a persistent dp variant's weight rings (template ``ring``), bytes: per warp
+    ``ring`` stages of ``rows_per_warp`` x 32 lanes x 16 bytes of codes (+ 4 bytes of group scale each for w4);
+    0 without a ring. Pure arithmetic."""
+    if not ring:
+        return 0
+    return (threads // WARP) * ring * rows_per_warp * WARP * (16 + (4 if wfmt == "w4" else 0))
+
+
 def dp_x(x) -> np.ndarray:
     """The x a dp variant multiplies by, as fp32 [T, K]: per token and 64-element block, ``rint(x 2^e) 2^-e`` with
     ``e = 14 - floor(log2 max|block|)`` clamped to [-126, 126] (the template's staging; round half to even).
@@ -450,6 +459,13 @@ class GemvCoopFamily:
             bytes in flight decide. Default both: on the H200 the first carry build's registers cost the 256-thread
             kernels their 4th CTA per SM (GDN in 15.0 -> 16.9 us, gate|up 30.6 -> 31.3; bench/NOTES.md run 83), at 640
             threads it saved 0.3-0.5 us per boundary (run 84).
+        dp_ring: stages of each warp's weight ring in the persistent dp variants without the carry (template
+            ``ring``: cp.async into lane-private shared-memory slots, ``dp_ring - 1`` steps in flight, across item
+            boundaries); 0: weights through registers, one step ahead (:func:`dp_ring_bytes` of dynamic shared
+            memory per CTA).
+        dp_preload: where the dp variants without the carry put their first weight steps before the PDL wait
+            (template ``preload``): ``"regs"`` loads them (registers, or the ring's first stages), ``"late"`` only
+            asks L2 for them and loads them after the staging of x.
         mma_shapes: the plain (threads, k_warps) shapes of the mma variants, in place of ``plain_shapes``: a
             16-row warp tile leaves few row groups on a short N (5,120 outputs = 320 tiles), so more warps
             share each tile's K to keep enough bytes in flight. At most 256 threads: a 512-thread CTA's 128
@@ -468,7 +484,7 @@ class GemvCoopFamily:
                  prefetch_steps: int = 1, w4_mma_tiles: tuple[int, ...] = (4,), w8_mma_tiles: tuple[int, ...] = (4,),
                  w8_dp_tiles: tuple[int, ...] = (), w4_dp_tiles: tuple[int, ...] = (1,), dp_persistent: bool = True,
                  dp_shapes: tuple[tuple[int, int], ...] = ((256, 1), (640, 1)),
-                 dp_carry: tuple[bool, ...] = (False, True),
+                 dp_carry: tuple[bool, ...] = (False, True), dp_ring: int = 0, dp_preload: str = "regs",
                  mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))):
         bad_shape = [s for s in (*plain_shapes, *mma_shapes, *dp_shapes)
                      if s[0] % WARP or s[0] <= 0 or s[1] < 1 or (s[0] // WARP) % s[1]]
@@ -507,6 +523,12 @@ class GemvCoopFamily:
         if not dp_carry:
             raise PlanError(f"gemv_coop: dp_carry = {dp_carry!r} needs at least one setting (False and / or True)")
         self.dp_carry = tuple(dict.fromkeys(bool(c) for c in dp_carry))
+        if dp_ring < 0 or dp_ring == 1:
+            raise PlanError(f"gemv_coop: dp_ring = {dp_ring} must be 0 (no ring) or at least 2 stages")
+        self.dp_ring = int(dp_ring)
+        if dp_preload not in ("regs", "late"):
+            raise PlanError(f"gemv_coop: dp_preload = {dp_preload!r}; supported: 'regs', 'late'")
+        self.dp_preload = dp_preload
 
     @property
     def threads(self) -> tuple[int, ...]:
@@ -567,13 +589,18 @@ class GemvCoopFamily:
             return self.norm_rows_per_warp
         return self.quant_rows_per_warp if problem.quantized else self.rows_per_warp
 
-    def dynamic_smem_bytes(self, problem: GemvProblem, tile: int) -> int:
+    def dynamic_smem_bytes(self, problem: GemvProblem, tile: int, spec: KernelSpec | None = None) -> int:
         """Dynamic shared memory of a launch of ``problem`` at token tile ``tile``, bytes: for the w8 mma variants
         the fp16 x of the tile's tokens over one K segment -- the whole K when ``tile * K * 2 <=
         W8_MMA_X_BYTES``, else the fewest equal segments (multiples of 64 elements) that fit; for the dp variants
-        :func:`dp_x_bytes` -- else 0."""
+        :func:`dp_x_bytes` (rounded up to 16 bytes) plus, for a ``spec`` with a weight ring (template ``ring``),
+        :func:`dp_ring_bytes` -- else 0."""
         if self.dp_for(problem, tile):
-            return dp_x_bytes(problem.wfmt, problem.k, tile)
+            ring = int(dict(spec.params).get("ring", 0)) if spec is not None else 0
+            x = dp_x_bytes(problem.wfmt, problem.k, tile)
+            if not ring:
+                return x
+            return -(-x // 16) * 16 + dp_ring_bytes(problem.wfmt, spec.threads, self.rows_for(problem, tile), ring)
         if not (self.mma_for(problem, tile) and problem.wfmt == "w8"):
             return 0
         blocks = problem.k // 64
@@ -633,6 +660,10 @@ class GemvCoopFamily:
                 params["persist"] = True
                 if (self.dp_carry[0] if carry is None else carry):
                     params["carry"] = True
+                elif self.dp_ring:
+                    params["ring"] = self.dp_ring
+            if self.dp_preload != "regs" and "carry" not in params:
+                params["preload"] = self.dp_preload
         if problem.norm_out:
             params["unit_offset"] = bool(problem.unit_offset)
         if problem.norm_in:
@@ -745,7 +776,7 @@ class GemvCoopFamily:
 
     def _estimate(self, problem: GemvProblem, tokens: int, ctx: PlanContext, spec: KernelSpec, k_warps: int,
                   splits: int = 1, items_per_cta: int = 1) -> float:
-        occ = ctx.occupancy(spec, self.dynamic_smem_bytes(problem, spec.param("max_tokens")))
+        occ = ctx.occupancy(spec, self.dynamic_smem_bytes(problem, spec.param("max_tokens"), spec))
         return estimate_us(problem, tokens, threads=spec.threads, k_warps=k_warps,
                            rows_per_warp=self.rows_for(problem, spec.param("max_tokens")), tile=spec.param("max_tokens"),
                            ctas_per_sm=occ.ctas_per_sm, sms=ctx.sms, bandwidth_per_sm_gbs=ctx.bandwidth_per_sm_gbs,
@@ -767,10 +798,10 @@ class GemvCoopFamily:
         tile = self.tile_for(tokens)
         chunks = self.token_chunks(tokens, tile)
         cands = []
-        dyn = self.dynamic_smem_bytes(problem, tile)
         for th, kw in self.shapes_for(problem, tile):
             for carry in self.carries_for(problem, tile):
                 spec = self.spec(problem, th, "plain", tile, kw, carry)
+                dyn = self.dynamic_smem_bytes(problem, tile, spec)
                 occ = ctx.occupancy(spec, dyn).ctas_per_sm
                 if occ > 0:
                     grid = self._plain_grid(problem, th, kw, tile, chunks, occ * ctx.sms)
@@ -794,7 +825,8 @@ class GemvCoopFamily:
         if coop:
             return ctx.make_launch(spec, grid, route="coop_splitk", tokens=tokens, split_k=splits,
                                    workspace_bytes=self.workspace_bytes(problem, tokens, splits))
-        return ctx.make_launch(spec, grid, route="plain", tokens=tokens, dynamic_smem=dyn,
+        return ctx.make_launch(spec, grid, route="plain", tokens=tokens,
+                               dynamic_smem=self.dynamic_smem_bytes(problem, tile, spec),
                                workspace_bytes=self.parts_bytes(problem, tokens,
                                                                 self.row_blocks(problem, spec.threads, kw, tile)))
 
@@ -822,7 +854,7 @@ class GemvCoopFamily:
         base = self.row_blocks(problem, threads, k_warps, tile) * chunks
         spec = self.spec(problem, threads, mode, max_tokens, k_warps, carry)
         if mode == "plain":
-            dyn = self.dynamic_smem_bytes(problem, tile)
+            dyn = self.dynamic_smem_bytes(problem, tile, spec)
             grid = self._plain_grid(problem, threads, k_warps, tile, chunks,
                                     max(1, ctx.occupancy(spec, dyn).ctas_per_sm) * ctx.sms)
             return ctx.make_launch(spec, grid, route="plain", tokens=tokens, dynamic_smem=dyn,

@@ -495,7 +495,10 @@ def test_quant_lm_head_w8(device, loader, t):
 
 
 #: the persistent dp variants' options (GemvCoopFamily dp_carry), at both token tiles and two CTA sizes
-DP_OPTIONS = {"nocarry": dict(dp_carry=(False,)), "carry": dict(dp_carry=(True,))}
+DP_OPTIONS = {"nocarry": dict(dp_carry=(False,)), "carry": dict(dp_carry=(True,)),
+              "late": dict(dp_carry=(False,), dp_preload="late"), "ring2": dict(dp_carry=(False,), dp_ring=2),
+              "ring3": dict(dp_carry=(False,), dp_ring=3),
+              "ring3_late": dict(dp_carry=(False,), dp_ring=3, dp_preload="late")}
 #: shapes with every epilogue / input mode a persistent dp kernel has: swiglu + in_norm, add_norm_parts, store +
 #: in_norm, a row count that is not a multiple of the CTA's outputs (invalid rows in the last row block)
 DP_PERSIST_SHAPES = [GemvProblem(2048, 2048, "swiglu", "w4", in_norm="parts"),
@@ -511,7 +514,8 @@ DP_PERSIST_SHAPES = [GemvProblem(2048, 2048, "swiglu", "w4", in_norm="parts"),
 def test_persistent_dp_many_items_per_cta(device, loader, option, shape, threads, t):
     """The persistent dp kernels planned for a 2-SM device: each CTA runs many work items in a row -- the next item's
     first weights carried across the item boundary, token chunks changing inside a CTA's range (x restaged), the
-    last row block's rows past N -- and each option gives the reference's result."""
+    last row block's rows past N -- and each option gives the reference's result (the weight rings: their
+    cp.async protocol, which the CPU emulator's instant copies cannot check)."""
     gemv = GemvCoopFamily(w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4), w8_mma_tiles=(), w4_mma_tiles=(),
                           dp_shapes=((threads, 1),), **DP_OPTIONS[option])
     tile = gemv.tile_for(t)
