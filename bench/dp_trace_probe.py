@@ -51,7 +51,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--family", default="", help="GemvCoopFamily keyword arguments as a Python dict literal")
-    ap.add_argument("--params", default="", help="more template parameters of every planned kernel (a dict literal)")
+    ap.add_argument("--params", default="", help="more template parameters of every planned kernel (a dict literal; "
+                    "keyed by CTA threads, e.g. {256: {'ring': 4}, 640: {'ring': 7}}, for each size's kernels)")
     ap.add_argument("--grid", default="planned", choices=["planned", "full"],
                     help="full: one CTA per resident slot (min(items, cap)) instead of the planned persistent grid")
     a = ap.parse_args(argv)
@@ -66,10 +67,11 @@ def main(argv=None) -> int:
     ctx = PlanContext(arch, sms, res, bandwidth_gbs=bw)
     lns = [fam.launch(p, 1, ctx) for p in LAYER]
     extra = eval(a.params) if a.params else {}  # noqa: S307 (a probe's CLI)
+    by_threads = bool(extra) and all(isinstance(key, int) for key in extra)  # {threads: {param: value}}
     if extra or a.grid != "planned":  # the planned shapes with these parameters / this grid
         new = []
         for p, ln in zip(LAYER, lns):
-            spec = with_params(ln.kernel, **extra)
+            spec = with_params(ln.kernel, **(extra.get(ln.kernel.threads, {}) if by_threads else extra))
             if spec.uri not in loaded:
                 loaded[spec.uri] = DeviceKernel.from_spec(spec)
                 k = loaded[spec.uri]
