@@ -169,6 +169,11 @@ TAIL_STEP_US = 0.2
 #: ``bench/results/dp_stream_probe_h200_0fd6675.json``) skipping the staging saved 4.8 us of w4 down (K = 17,408)
 #: and 1.8 us of GDN out (K = 6,144), each at 320 CTAs of 256 threads = 2.4 per SM: 0.115 / 0.122 ns
 DP_STAGE_NS = 0.12
+#: stages of the weight ring of a persistent dp CTA alone on its SM (GemvCoopFamily.with_ring): on the H200 (bench/NOTES.md
+#: runs 88-89) the w4 down GEMV (K = 17,408, one 640-thread CTA per SM) took 18.0 us without a ring, 16.6 with 5
+#: stages, 16.2-16.6 with 7; 2 stages (one step in flight) 20.7, 3 stages 18.2
+DP_RING = 5
+
 #: microseconds one boundary between two work items of a persistent dp CTA costs without the carry: on the H200
 #: (bench/NOTES.md run 84) the carry took 640-thread CTAs of w4 gate|up (7 items each) from 35.9 to 33.1 us, GDN in
 #: (4 items) 20.0 to 19.0, q|k|v (3 items) 16.3 to 15.7: 0.47 / 0.33 / 0.30 us per boundary
@@ -459,10 +464,12 @@ class GemvCoopFamily:
             bytes in flight decide. Default both: on the H200 the first carry build's registers cost the 256-thread
             kernels their 4th CTA per SM (GDN in 15.0 -> 16.9 us, gate|up 30.6 -> 31.3; bench/NOTES.md run 83), at 640
             threads it saved 0.3-0.5 us per boundary (run 84).
-        dp_ring: stages of each warp's weight ring in the persistent dp variants without the carry (template
-            ``ring``: cp.async into lane-private shared-memory slots, ``dp_ring - 1`` steps in flight, across item
-            boundaries); 0: weights through registers, one step ahead (:func:`dp_ring_bytes` of dynamic shared
-            memory per CTA).
+        dp_ring: stages of each warp's weight ring (template ``ring``: cp.async into lane-private shared-memory
+            slots, ``dp_ring - 1`` steps in flight across item boundaries, the first ones issued before the PDL wait;
+            :func:`dp_ring_bytes` of dynamic shared memory per CTA) for a persistent dp variant without the carry
+            whose CTA is alone on its SM (one resident CTA per SM without the ring, and still one with it): such a
+            CTA has no neighbour streaming while it stages x, so the ring's steps in flight fill that time. 0: no
+            ring (weights through registers, one step ahead). Default ``DP_RING``.
         dp_preload: where the dp variants without the carry put their first weight steps before the PDL wait
             (template ``preload``): ``"regs"`` loads them (registers, or the ring's first stages), ``"late"`` only
             asks L2 for them and loads them after the staging of x.
@@ -484,7 +491,7 @@ class GemvCoopFamily:
                  prefetch_steps: int = 1, w4_mma_tiles: tuple[int, ...] = (4,), w8_mma_tiles: tuple[int, ...] = (4,),
                  w8_dp_tiles: tuple[int, ...] = (), w4_dp_tiles: tuple[int, ...] = (1,), dp_persistent: bool = True,
                  dp_shapes: tuple[tuple[int, int], ...] = ((256, 1), (640, 1)),
-                 dp_carry: tuple[bool, ...] = (False, True), dp_ring: int = 0, dp_preload: str = "regs",
+                 dp_carry: tuple[bool, ...] = (False, True), dp_ring: int = DP_RING, dp_preload: str = "regs",
                  mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))):
         bad_shape = [s for s in (*plain_shapes, *mma_shapes, *dp_shapes)
                      if s[0] % WARP or s[0] <= 0 or s[1] < 1 or (s[0] // WARP) % s[1]]
@@ -615,7 +622,7 @@ class GemvCoopFamily:
     # ---- identity ------------------------------------------------------------------------------
 
     def spec(self, problem: GemvProblem, threads: int, mode: str, max_tokens: int | None = None,
-             k_warps: int = 1, carry: bool | None = None) -> KernelSpec:
+             k_warps: int = 1, carry: bool | None = None, ring: int = 0) -> KernelSpec:
         """The kernel for (epilogue, input mode, weight format, threads, k_warps, mode, tile); K and N are
         runtime arguments, not identity. ``wfmt``, ``k_warps`` and ``in_norm`` are parameters only when not
         their defaults (bf16, 1, none), so those kernels keep a short URI.
@@ -660,8 +667,8 @@ class GemvCoopFamily:
                 params["persist"] = True
                 if (self.dp_carry[0] if carry is None else carry):
                     params["carry"] = True
-                elif self.dp_ring:
-                    params["ring"] = self.dp_ring
+                elif ring:
+                    params["ring"] = int(ring)
             if self.dp_preload != "regs" and "carry" not in params:
                 params["preload"] = self.dp_preload
         if problem.norm_out:
@@ -696,6 +703,9 @@ class GemvCoopFamily:
         for mt in self.token_tiles:
             out += [self.spec(problem, th, "plain", mt, kw, c) for th, kw in self.shapes_for(problem, mt)
                     for c in self.carries_for(problem, mt)]
+            if self.dp_ring and self.persistent(problem, mt) and False in self.carries_for(problem, mt):
+                out += [self.spec(problem, th, "plain", mt, kw, False, self.dp_ring)
+                        for th, kw in self.shapes_for(problem, mt)]
             if not problem.norm_out:
                 out += [self.spec(problem, th, "coop", mt) for th in self.coop_threads_for(problem, mt)]
         return out
@@ -784,6 +794,22 @@ class GemvCoopFamily:
                            dp=self.dp_for(problem, spec.param("max_tokens")), items_per_cta=items_per_cta,
                            carry=bool(dict(spec.params).get("carry", False)))
 
+    def with_ring(self, problem: GemvProblem, tile: int, spec: KernelSpec, ctx: PlanContext) -> KernelSpec:
+        """``spec``, or its ``dp_ring``-stage weight-ring twin when ``spec`` is a persistent dp variant without the
+        carry that has exactly one resident CTA per SM on ``ctx`` and the twin still has one (its rings fit the
+        SM's shared memory beside x): the CTA is then alone on its SM, and the ring's steps in flight, issued before
+        the PDL wait, keep DRAM busy while it stages x (bench/NOTES.md run 89: w4 down, K = 17,408, 640 threads,
+        18.0 -> 16.6 us on the H200)."""
+        params = dict(spec.params)
+        if not (self.dp_ring and params.get("persist") and not params.get("carry") and not params.get("ring")):
+            return spec
+        if ctx.occupancy(spec, self.dynamic_smem_bytes(problem, tile, spec)).ctas_per_sm != 1:
+            return spec
+        twin = self.spec(problem, spec.threads, "plain", tile, params.get("k_warps", 1), False, self.dp_ring)
+        if ctx.occupancy(twin, self.dynamic_smem_bytes(problem, tile, twin)).ctas_per_sm < 1:
+            return spec
+        return twin
+
     def launch(self, problem: GemvProblem, tokens: int, ctx: PlanContext) -> Launch:
         """The launch for T = ``tokens`` on ``ctx``: the candidate (every plain shape; every cooperative thread
         count with the most splits its cap allows, when that is >= 2; a persistent dp shape with each
@@ -800,7 +826,7 @@ class GemvCoopFamily:
         cands = []
         for th, kw in self.shapes_for(problem, tile):
             for carry in self.carries_for(problem, tile):
-                spec = self.spec(problem, th, "plain", tile, kw, carry)
+                spec = self.with_ring(problem, tile, self.spec(problem, th, "plain", tile, kw, carry), ctx)
                 dyn = self.dynamic_smem_bytes(problem, tile, spec)
                 occ = ctx.occupancy(spec, dyn).ctas_per_sm
                 if occ > 0:
@@ -838,12 +864,13 @@ class GemvCoopFamily:
 
     def launch_variant(self, problem: GemvProblem, tokens: int, ctx: PlanContext, threads: int, mode: str,
                        splits: int | None = None, max_tokens: int | None = None, k_warps: int = 1,
-                       carry: bool | None = None) -> Launch:
+                       carry: bool | None = None, ring: int | None = None) -> Launch:
         """A launch of one forced variant, bypassing route selection (tests and benchmarks).
 
         ``coop``: ``splits`` defaults to the most that fit the cooperative cap (may be 1); ``plain``:
         always one split. ``max_tokens``: the token tile (default the largest). ``k_warps``: warps per row group.
         ``carry``: a persistent dp variant's item-boundary carry (default: the first of ``dp_carry``).
+        ``ring``: its weight-ring stages (None: :meth:`with_ring`'s choice; 0: none).
 
         Raises:
             PlanError: the cooperative grid cannot fit even with one split, or ``splits`` exceeds the cap; the
@@ -852,7 +879,9 @@ class GemvCoopFamily:
         tile = self.max_tokens if max_tokens is None else max_tokens
         chunks = self.token_chunks(tokens, tile)
         base = self.row_blocks(problem, threads, k_warps, tile) * chunks
-        spec = self.spec(problem, threads, mode, max_tokens, k_warps, carry)
+        spec = self.spec(problem, threads, mode, max_tokens, k_warps, carry, ring or 0)
+        if mode == "plain" and ring is None:
+            spec = self.with_ring(problem, tile, spec, ctx)
         if mode == "plain":
             dyn = self.dynamic_smem_bytes(problem, tile, spec)
             grid = self._plain_grid(problem, threads, k_warps, tile, chunks,

@@ -495,10 +495,12 @@ def test_quant_lm_head_w8(device, loader, t):
 
 
 #: the persistent dp variants' options (GemvCoopFamily dp_carry), at both token tiles and two CTA sizes
-DP_OPTIONS = {"nocarry": dict(dp_carry=(False,)), "carry": dict(dp_carry=(True,)),
-              "late": dict(dp_carry=(False,), dp_preload="late"), "ring2": dict(dp_carry=(False,), dp_ring=2),
-              "ring3": dict(dp_carry=(False,), dp_ring=3),
-              "ring3_late": dict(dp_carry=(False,), dp_ring=3, dp_preload="late")}
+#: family options, and "ring": the weight-ring stages forced on every variant (None: GemvCoopFamily.with_ring's choice)
+DP_OPTIONS = {"nocarry": dict(dp_carry=(False,), ring=0), "carry": dict(dp_carry=(True,), ring=None),
+              "planned": dict(ring=None), "late": dict(dp_carry=(False,), dp_preload="late", ring=0),
+              "ring2": dict(dp_carry=(False,), ring=2), "ring3": dict(dp_carry=(False,), ring=3),
+              "ring5": dict(dp_carry=(False,), ring=5),
+              "ring3_late": dict(dp_carry=(False,), dp_preload="late", ring=3)}
 #: shapes with every epilogue / input mode a persistent dp kernel has: swiglu + in_norm, add_norm_parts, store +
 #: in_norm, a row count that is not a multiple of the CTA's outputs (invalid rows in the last row block)
 DP_PERSIST_SHAPES = [GemvProblem(2048, 2048, "swiglu", "w4", in_norm="parts"),
@@ -516,14 +518,23 @@ def test_persistent_dp_many_items_per_cta(device, loader, option, shape, threads
     first weights carried across the item boundary, token chunks changing inside a CTA's range (x restaged), the
     last row block's rows past N -- and each option gives the reference's result (the weight rings: their
     cp.async protocol, which the CPU emulator's instant copies cannot check)."""
+    opts = dict(DP_OPTIONS[option])
+    ring = opts.pop("ring")
     gemv = GemvCoopFamily(w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4), w8_mma_tiles=(), w4_mma_tiles=(),
-                          dp_shapes=((threads, 1),), **DP_OPTIONS[option])
+                          dp_shapes=((threads, 1),), **opts)
     tile = gemv.tile_for(t)
     assert gemv.persistent(shape, tile), f"{shape} at tile {tile}: no persistent dp variant"
-    spec = gemv.spec(shape, threads, "plain", tile, 1)
-    loaded = loader(spec)
-    ctx = PlanContext(device["arch"], 2, {spec.uri: loaded.resources})
-    launch = gemv.launch_variant(shape, t, ctx, threads, "plain", max_tokens=tile, k_warps=1)
+    specs = [s for s in gemv.variants(shape) if s.threads == threads and s.param("max_tokens") == tile
+             and s.param("mode") == "plain"]
+    if ring:
+        specs.append(gemv.spec(shape, threads, "plain", tile, 1, False, ring))
+    loaded = {s.uri: loader(s) for s in specs}
+    ctx = PlanContext(device["arch"], 2, {u: k.resources for u, k in loaded.items()})
+    launch = gemv.launch_variant(shape, t, ctx, threads, "plain", max_tokens=tile, k_warps=1, ring=ring)
+    assert (dict(launch.kernel.params).get("ring", 0) == ring) if ring is not None else True
+    if ctx.occupancy(launch.kernel, launch.dynamic_smem_bytes).ctas_per_sm < 1:
+        pytest.skip(f"{launch.kernel.uri}: its {launch.dynamic_smem_bytes} B of rings and x do not fit this GPU's SM")
+    loaded = loaded[launch.kernel.uri]
     items = gemv.row_blocks(shape, threads, 1, tile) * gemv.token_chunks(t, tile)
     assert launch.ctas < items, f"{launch.ctas} CTAs for {items} items: not several items per CTA"
     _run_and_check(loaded, shape, launch, seed=zlib.crc32(f"{option}/{shape}/{threads}/{t}".encode()))
