@@ -95,7 +95,8 @@ def main(argv=None) -> int:
     tk = {}
     for ln in lns:
         if ln.kernel.uri not in tk:
-            tk[ln.kernel.uri] = DeviceKernel.from_spec(with_params(ln.kernel, trace=True))
+            # the untraced kernel's resident CTAs/SM as a register cap (the stamps alone cost 4-8 registers)
+            tk[ln.kernel.uri] = DeviceKernel.from_spec(with_params(ln.kernel, trace=True, min_ctas=ln.ctas_per_sm))
     bufs = [Bufs(cp, p, p.weight_bytes * a.layers) for p in LAYER]
 
     # the norm input's parts as in the decode step: those of the add_norm_parts GEMV before (down -> GDN in,

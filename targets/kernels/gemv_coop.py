@@ -169,10 +169,12 @@ TAIL_STEP_US = 0.2
 #: ``bench/results/dp_stream_probe_h200_0fd6675.json``) skipping the staging saved 4.8 us of w4 down (K = 17,408)
 #: and 1.8 us of GDN out (K = 6,144), each at 320 CTAs of 256 threads = 2.4 per SM: 0.115 / 0.122 ns
 DP_STAGE_NS = 0.12
-#: stages of the weight ring of a persistent dp CTA alone on its SM (GemvCoopFamily.with_ring): on the H200 (bench/NOTES.md
-#: runs 88-89) the w4 down GEMV (K = 17,408, one 640-thread CTA per SM) took 18.0 us without a ring, 16.6 with 5
-#: stages, 16.2-16.6 with 7; 2 stages (one step in flight) 20.7, 3 stages 18.2
-DP_RING = 5
+#: stages of the weight ring of a persistent dp CTA alone on its SM (GemvCoopFamily.with_ring); 0: none. On the H200
+#: (bench/NOTES.md run 90, one process, the 27B w4 GDN layer's four GEMVs) no ring / 5 / 6 / 7 stages on the 640-thread
+#: down and GDN out took 71.9 / 72.5 / 72.9 / 75.0 us per layer: the rings' large shared memory delays those CTAs'
+#: start behind the previous kernel's (GDN out's PDL wait 0.9 -> 2.3-3.8 us after it), which costs what the steps in
+#: flight save (down 17.8 -> 17.6-18.2 us). Off.
+DP_RING = 0
 
 #: microseconds one boundary between two work items of a persistent dp CTA costs without the carry: on the H200
 #: (bench/NOTES.md run 84) the carry took 640-thread CTAs of w4 gate|up (7 items each) from 35.9 to 33.1 us, GDN in
@@ -469,7 +471,7 @@ class GemvCoopFamily:
             :func:`dp_ring_bytes` of dynamic shared memory per CTA) for a persistent dp variant without the carry
             whose CTA is alone on its SM (one resident CTA per SM without the ring, and still one with it): such a
             CTA has no neighbour streaming while it stages x, so the ring's steps in flight fill that time. 0: no
-            ring (weights through registers, one step ahead). Default ``DP_RING``.
+            ring (weights through registers, one step ahead). Default ``DP_RING`` (0: the rings measured no faster).
         dp_preload: where the dp variants without the carry put their first weight steps before the PDL wait
             (template ``preload``): ``"regs"`` loads them (registers, or the ring's first stages), ``"late"`` only
             asks L2 for them and loads them after the staging of x.
@@ -798,8 +800,8 @@ class GemvCoopFamily:
         """``spec``, or its ``dp_ring``-stage weight-ring twin when ``spec`` is a persistent dp variant without the
         carry that has exactly one resident CTA per SM on ``ctx`` and the twin still has one (its rings fit the
         SM's shared memory beside x): the CTA is then alone on its SM, and the ring's steps in flight, issued before
-        the PDL wait, keep DRAM busy while it stages x (bench/NOTES.md run 89: w4 down, K = 17,408, 640 threads,
-        18.0 -> 16.6 us on the H200)."""
+        the PDL wait, keep DRAM busy while it stages x. Off by default (``DP_RING``: measured no faster on the
+        H200)."""
         params = dict(spec.params)
         if not (self.dp_ring and params.get("persist") and not params.get("carry") and not params.get("ring")):
             return spec
