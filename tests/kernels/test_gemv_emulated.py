@@ -10,6 +10,7 @@ in CI without a GPU.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import sys
 from pathlib import Path
@@ -23,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ninferc.ir.quant import quantize  # noqa: E402
 from ninferc.ir.reference import ref_rmsnorm  # noqa: E402
 from ninferc.targets.kernels.gemv_coop import GemvCoopFamily, GemvProblem, kernel_args, norm_input, reference  # noqa: E402
-from ninferc.targets.plan import PlanContext, compile_variants  # noqa: E402
+from ninferc.targets.plan import KernelSpec, PlanContext, compile_variants  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU emulator needs g++")
 
@@ -323,15 +324,52 @@ def test_dp_persistent_ranges_cross_token_chunks(fmt, epilogue, in_norm):
         launch = FAM_DP.launch_variant(prob, 3, c, 128, "plain", max_tokens=1, k_warps=1)
         rb = FAM_DP.row_blocks(prob, 128, 1, 1)
         items = rb * 3
-        per = -(-items // launch.ctas)
         assert launch.ctas < items and launch.ctas == FAM_DP.persistent_grid(items, launch.ctas_per_sm)
-        if any((i * per) // rb != (min(items, (i + 1) * per) - 1) // rb for i in range(launch.ctas)):
+        if any(a // rb != (b - 1) // rb for a, b in persistent_ranges(items, launch.ctas)):
             break  # some CTA's range crosses a token chunk
     else:
         pytest.fail("no N gave a range across token chunks")
     if prob.norm_out:
         assert FAM_DP.norm_parts(launch) == rb
     _run(prob, launch, seed=23, x_scale=[1.0, 30.0, 1e-2])
+
+
+def persistent_ranges(items: int, grid: int) -> list[tuple[int, int]]:
+    """The template's split of ``items`` work items over ``grid`` persistent CTAs: [begin, end) per CTA, floor(items /
+    grid) items each and one more for the first items % grid CTAs."""
+    per, extra = divmod(items, grid)
+    out, b = [], 0
+    for i in range(grid):
+        e = b + per + (1 if i < extra else 0)
+        out.append((b, e))
+        b = e
+    return out
+
+
+@pytest.mark.parametrize("option,fmt,epilogue,in_norm", [
+    ({"ring": 3}, "w4", "swiglu", "parts"), ({"ring": 2, "preload": "late"}, "w8", "add_norm_parts", "none"),
+    ({"ring": 5}, "w4", "store", "none"), ({"preload": "late"}, "w4", "store", "parts"),
+    ({"stage_round": "fma"}, "w4", "add_norm_parts", "none"), ({"stage_round": "fma"}, "w8", "swiglu", "parts")],
+    ids=["ring3", "ring2_late", "ring5", "late", "fma_w4", "fma_w8"])
+def test_dp_persistent_options_on_any_grid(option, fmt, epilogue, in_norm):
+    """The persistent dp template options the planner does not pick by default -- weight rings in shared memory
+    (``ring``: the flattened step sequence across items, its issue cursor and slots), the first weights only in L2
+    before the wait (``preload`` "late"), the staging's rounding by one FMA (``stage_round`` "fma") -- give the
+    reference's result with three tokens at the 1-token tile (token chunks inside a CTA's range), on one CTA, on a
+    few, and on more CTAs than the plan's (the floor / ceil split of the items, :func:`persistent_ranges`); K not a
+    multiple of a warp's 32 vectors (lanes past the end in the last step) for the rings. The emulator's copies
+    complete at once, so the rings' cp.async group counting is the GPU tier's (test_gemv_coop_gpu.py)."""
+    k = 64 * 37 if "ring" in option else SHAPES[fmt]
+    prob = GemvProblem(k, 100, epilogue, fmt, in_norm=in_norm)
+    spec = FAM_DP.spec(prob, 128, "plain", 1, 1)
+    forced = KernelSpec.make(spec.family, spec.template, {**dict(spec.params), **option}, spec.threads, False)
+    c = PlanContext(ARCH, 1, {u: r for u, (_, r) in compile_variants([spec, forced], ARCH).items()})
+    launch = FAM_DP.launch_variant(prob, 3, c, 128, "plain", max_tokens=1, k_warps=1, ring=0)
+    launch = dataclasses.replace(launch, kernel=forced, dynamic_smem_bytes=FAM_DP.dynamic_smem_bytes(prob, 1, forced))
+    items = FAM_DP.row_blocks(prob, 128, 1, 1) * 3
+    for grid in (1, 5, launch.ctas + 3):
+        assert grid < items
+        _run(prob, dataclasses.replace(launch, grid=(grid, 1, 1)), seed=7 + grid, x_scale=[1.0, 30.0, 1e-2])
 
 
 def test_persistent_grid_is_one_balanced_wave():
