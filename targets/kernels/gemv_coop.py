@@ -475,6 +475,9 @@ class GemvCoopFamily:
         dp_preload: where the dp variants without the carry put their first weight steps before the PDL wait
             (template ``preload``): ``"regs"`` loads them (registers, or the ring's first stages), ``"late"`` only
             asks L2 for them and loads them after the staging of x.
+        dp_stage: how the dp variants without the carry or a ring stage x (template ``stage``): ``"whole"`` before
+            the first weight step; ``"progressive"`` one step's slice at a time, each during the step before (not
+            measured yet; on this machine's NVRTC 13.5 it costs 8-14 registers).
         mma_shapes: the plain (threads, k_warps) shapes of the mma variants, in place of ``plain_shapes``: a
             16-row warp tile leaves few row groups on a short N (5,120 outputs = 320 tiles), so more warps
             share each tile's K to keep enough bytes in flight. At most 256 threads: a 512-thread CTA's 128
@@ -493,7 +496,7 @@ class GemvCoopFamily:
                  prefetch_steps: int = 1, w4_mma_tiles: tuple[int, ...] = (4,), w8_mma_tiles: tuple[int, ...] = (4,),
                  w8_dp_tiles: tuple[int, ...] = (), w4_dp_tiles: tuple[int, ...] = (1,), dp_persistent: bool = True,
                  dp_shapes: tuple[tuple[int, int], ...] = ((256, 1), (640, 1)),
-                 dp_carry: tuple[bool, ...] = (False, True), dp_ring: int = DP_RING, dp_preload: str = "regs",
+                 dp_carry: tuple[bool, ...] = (False, True), dp_ring: int = DP_RING, dp_preload: str = "regs", dp_stage: str = "whole",
                  mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))):
         bad_shape = [s for s in (*plain_shapes, *mma_shapes, *dp_shapes)
                      if s[0] % WARP or s[0] <= 0 or s[1] < 1 or (s[0] // WARP) % s[1]]
@@ -538,6 +541,9 @@ class GemvCoopFamily:
         if dp_preload not in ("regs", "late"):
             raise PlanError(f"gemv_coop: dp_preload = {dp_preload!r}; supported: 'regs', 'late'")
         self.dp_preload = dp_preload
+        if dp_stage not in ("whole", "progressive"):
+            raise PlanError(f"gemv_coop: dp_stage = {dp_stage!r}; supported: 'whole', 'progressive'")
+        self.dp_stage = dp_stage
 
     @property
     def threads(self) -> tuple[int, ...]:
@@ -673,6 +679,8 @@ class GemvCoopFamily:
                     params["ring"] = int(ring)
             if self.dp_preload != "regs" and "carry" not in params:
                 params["preload"] = self.dp_preload
+            if self.dp_stage != "whole" and "carry" not in params and "ring" not in params:
+                params["stage"] = self.dp_stage
         if problem.norm_out:
             params["unit_offset"] = bool(problem.unit_offset)
         if problem.norm_in:
