@@ -496,7 +496,8 @@ class GemvCoopFamily:
                  prefetch_steps: int = 1, w4_mma_tiles: tuple[int, ...] = (4,), w8_mma_tiles: tuple[int, ...] = (4,),
                  w8_dp_tiles: tuple[int, ...] = (), w4_dp_tiles: tuple[int, ...] = (1,), dp_persistent: bool = True,
                  dp_shapes: tuple[tuple[int, int], ...] = ((256, 1), (640, 1)),
-                 dp_carry: tuple[bool, ...] = (False, True), dp_ring: int = DP_RING, dp_preload: str = "regs", dp_stage: str = "whole",
+                 dp_carry: tuple[bool, ...] = (False, True), dp_ring: int = DP_RING, dp_preload: str = "regs",
+                 dp_stage: str = "whole",
                  mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))):
         bad_shape = [s for s in (*plain_shapes, *mma_shapes, *dp_shapes)
                      if s[0] % WARP or s[0] <= 0 or s[1] < 1 or (s[0] // WARP) % s[1]]
@@ -633,7 +634,8 @@ class GemvCoopFamily:
              k_warps: int = 1, carry: bool | None = None, ring: int = 0) -> KernelSpec:
         """The kernel for (epilogue, input mode, weight format, threads, k_warps, mode, tile); K and N are
         runtime arguments, not identity. ``wfmt``, ``k_warps`` and ``in_norm`` are parameters only when not
-        their defaults (bf16, 1, none), so those kernels keep a short URI.
+        their defaults (bf16, 1, none), so those kernels keep a short URI. ``ring``: the weight-ring stages of a
+        persistent dp variant without the carry (template ``ring``; 0: none).
 
         Raises:
             PlanError: unknown mode, k_warps not dividing the CTA's warps, or add_norm_parts in coop mode.
