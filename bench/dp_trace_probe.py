@@ -47,6 +47,11 @@ def device_var(cp, module, name: str, shape, dtype):
 
 
 def main(argv=None) -> int:
+    """Run the probe (module docstring); prints the timeline, writes ``--json`` with provenance. Returns 0.
+
+    Raises:
+        TargetError: no CuPy / no GPU (from the runtime's kernel loader).
+    """
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
     ap.add_argument("--layers", type=int, default=16)
