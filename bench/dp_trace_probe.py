@@ -1,4 +1,5 @@
 """Device probe (diagnostic, session 12): a timeline of the planned persistent w4 dp decode GEMVs of a GDN layer
+(``--wfmt w8``: the planned w8 ones, fp32 FMA kernels of one CTA per row block)
 (27B shapes, T = 1: GDN in -> GDN out -> gate|up -> down, 16 layers over distinct weight copies, one CUDA graph
 of PDL launches, as bench/dp_layer_probe.py). Each kernel is the planned one compiled with the template's
 ``trace`` parameter: thread 0 of every CTA records globaltimer and clock64 at its entry, after the PDL wait,
@@ -29,7 +30,7 @@ from ninferc.targets.cubin import read_resources  # noqa: E402
 from ninferc.targets.kernels.gemv_coop import GemvCoopFamily  # noqa: E402
 from ninferc.targets.plan import KernelSpec, PlanContext  # noqa: E402
 
-WORDS = 12  # the template's kTraceWords
+WORDS, MAX_RECORDS = 12, 131072  # the template's kTraceWords, kTraceMax
 PHASES = ["entry", "wait", "staged", "item1", "exit"]
 
 
@@ -56,6 +57,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--family", default="", help="GemvCoopFamily keyword arguments as a Python dict literal")
+    ap.add_argument("--wfmt", default="w4", choices=["w4", "w8"],
+                    help="w8: the planned w8 GEMVs (fp32 FMA kernels, one CTA per row block: no staging stamp)")
     ap.add_argument("--params", default="", help="more template parameters of every planned kernel (a dict literal; "
                     "keyed by CTA threads, e.g. {256: {'ring': 4}, 640: {'ring': 7}}, for each size's kernels)")
     ap.add_argument("--grid", default="planned", choices=["planned", "full"],
@@ -64,8 +67,9 @@ def main(argv=None) -> int:
     cp = cupy()
     arch, sms, bw = get_arch(device_arch()), device_sm_count(), device_bandwidth_gbs()
     stream = cp.cuda.Stream(non_blocking=True)
-    fam = GemvCoopFamily(w4_dp_tiles=(1,), **(eval(a.family) if a.family else {}))  # noqa: S307 (a probe's CLI)
-    LAYER = layer("w4")[:4]  # noqa: N806
+    fam_opts = eval(a.family) if a.family else {}  # noqa: S307 (a probe's CLI)
+    fam = GemvCoopFamily(**({"w4_dp_tiles": (1,)} if a.wfmt == "w4" else {}), **fam_opts)
+    LAYER = layer(a.wfmt)[:4]  # noqa: N806
     specs = {s.uri: s for p in LAYER for s in fam.variants(p) if s.param("max_tokens") == 1}
     loaded = {u: DeviceKernel.from_spec(s) for u, s in specs.items()}
     res = {u: read_resources(k.compiled.cubin, arch.name, k.compiled.ptx)[k.entry] for u, k in loaded.items()}
@@ -91,9 +95,12 @@ def main(argv=None) -> int:
                     res[spec.uri] = read_resources(k.compiled.cubin, arch.name, k.compiled.ptx)[k.entry]
                 dyn = fam.dynamic_smem_bytes(p, 1, spec)
                 occ = PlanContext(arch, sms, res, bandwidth_gbs=bw).occupancy(spec, dyn)
-            items = fam.row_blocks(p, spec.threads, 1, 1)
+            items = fam.row_blocks(p, spec.threads, dict(spec.params).get("k_warps", 1), 1)
             cap = occ.ctas_per_sm * sms
-            grid = min(items, cap) if a.grid == "full" else fam.persistent_grid(items, cap)
+            if not dict(spec.params).get("persist"):
+                grid = ln.ctas  # one CTA per row block
+            else:
+                grid = min(items, cap) if a.grid == "full" else fam.persistent_grid(items, cap)
             new.append(dataclasses.replace(ln, kernel=spec, grid=(grid, 1, 1), ctas_per_sm=occ.ctas_per_sm,
                                            dynamic_smem_bytes=dyn))
         lns = new
@@ -146,7 +153,11 @@ def main(argv=None) -> int:
     recs = {}
     for u, k in tk.items():
         n = int(device_var(cp, k.module, "gemv_trace_n", (1,), np.uint32).get()[0])
-        arr = device_var(cp, k.module, "gemv_trace", (16384, WORDS), np.uint64).get()[:n]
+        if n > MAX_RECORDS:
+            raise SystemExit(f"{u}: {n} CTA records, more than the template's {MAX_RECORDS}: use fewer --layers")
+        arr = device_var(cp, k.module, "gemv_trace", (MAX_RECORDS, WORDS), np.uint64).get()[:n]
+        arr[:, 2] = np.where(arr[:, 2] == 0, arr[:, 1], arr[:, 2])  # no staging (FMA kernels): staged = waited
+        arr[:, 7] = np.where(arr[:, 7] == 0, arr[:, 6], arr[:, 7])
         recs[u] = arr
     # walk the launches in order: each takes the next `grid` records of its module
     pos = {u: 0 for u in tk}
