@@ -22,7 +22,7 @@ import numpy as np
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 
 from dp_layer_probe import NAMES, layer  # noqa: E402
-from gemv_ksplit_sweep import Bufs, time_graph, write_rows  # noqa: E402
+from gemv_ksplit_sweep import Bufs, capture_graph, time_graph, write_rows  # noqa: E402
 
 from ninferc.runtime.kernels import DeviceKernel, cupy, device_arch, device_bandwidth_gbs, device_sm_count  # noqa: E402
 from ninferc.targets.arch import get_arch  # noqa: E402
@@ -70,9 +70,18 @@ def main(argv=None) -> int:
     fam_opts = eval(a.family) if a.family else {}  # noqa: S307 (a probe's CLI)
     fam = GemvCoopFamily(**({"w4_dp_tiles": (1,)} if a.wfmt == "w4" else {}), **fam_opts)
     LAYER = layer(a.wfmt)[:4]  # noqa: N806
-    specs = {s.uri: s for p in LAYER for s in fam.variants(p) if s.param("max_tokens") == 1}
-    loaded = {u: DeviceKernel.from_spec(s) for u, s in specs.items()}
-    res = {u: read_resources(k.compiled.cubin, arch.name, k.compiled.ptx)[k.entry] for u, k in loaded.items()}
+    loaded, res = {}, {}
+
+    def load(spec: KernelSpec) -> None:
+        """Compile and load ``spec`` once; its resources as this device's NVRTC compiled it."""
+        if spec.uri not in loaded:
+            k = loaded[spec.uri] = DeviceKernel.from_spec(spec)
+            res[spec.uri] = read_resources(k.compiled.cubin, arch.name, k.compiled.ptx)[k.entry]
+
+    for p in LAYER:
+        for s in fam.variants(p):
+            if s.param("max_tokens") == 1:
+                load(s)
     ctx = PlanContext(arch, sms, res, bandwidth_gbs=bw)
     lns = [fam.launch(p, 1, ctx) for p in LAYER]
     extra = eval(a.params) if a.params else {}  # noqa: S307 (a probe's CLI)
@@ -81,18 +90,12 @@ def main(argv=None) -> int:
         new = []
         for p, ln in zip(LAYER, lns):
             spec = with_params(ln.kernel, **(extra.get(ln.kernel.threads, {}) if by_threads else extra))
-            if spec.uri not in loaded:
-                loaded[spec.uri] = DeviceKernel.from_spec(spec)
-                k = loaded[spec.uri]
-                res[spec.uri] = read_resources(k.compiled.cubin, arch.name, k.compiled.ptx)[k.entry]
+            load(spec)
             dyn = fam.dynamic_smem_bytes(p, 1, spec)  # (with the spec's weight ring, if any)
             occ = PlanContext(arch, sms, res, bandwidth_gbs=bw).occupancy(spec, dyn)
             while occ.ctas_per_sm == 0 and dict(spec.params).get("ring", 0) > 2:  # a ring too large: fewer stages
                 spec = with_params(spec, ring=dict(spec.params)["ring"] - 1)
-                if spec.uri not in loaded:
-                    loaded[spec.uri] = DeviceKernel.from_spec(spec)
-                    k = loaded[spec.uri]
-                    res[spec.uri] = read_resources(k.compiled.cubin, arch.name, k.compiled.ptx)[k.entry]
+                load(spec)
                 dyn = fam.dynamic_smem_bytes(p, 1, spec)
                 occ = PlanContext(arch, sms, res, bandwidth_gbs=bw).occupancy(spec, dyn)
             items = fam.row_blocks(p, spec.threads, dict(spec.params).get("k_warps", 1), 1)
@@ -137,13 +140,7 @@ def main(argv=None) -> int:
         print(f"  {ln.kernel.uri}: grid {ln.ctas}, {ln.ctas_per_sm} CTAs/SM, {res[ln.kernel.uri].registers} regs, "
               f"traced {tk[ln.kernel.uri].attributes().registers} regs", flush=True)
     # one replay of the traced sequence with the counters cleared
-    stream.synchronize()
-    stream.begin_capture()
-    for c in traced_calls:
-        c()
-    g = stream.end_capture()
-    g.launch(stream=stream)
-    stream.synchronize()
+    g = capture_graph(stream, traced_calls)
     for k in tk.values():
         n = device_var(cp, k.module, "gemv_trace_n", (1,), np.uint32)
         n[...] = 0

@@ -77,8 +77,8 @@ class Bufs:
         return kernel_args(p, ln, self.w[i], self.x, y, self.ws, self.barrier, scales=self.sc[i], **extra)
 
 
-def time_graph(cp, stream, calls, reps: int = 5) -> float:
-    """Median seconds per call of a CUDA graph that runs ``calls`` (zero-argument launchers) back to back."""
+def capture_graph(stream, calls):
+    """A CUDA graph of ``calls`` (zero-argument launchers) captured on ``stream``, replayed once (warm-up)."""
     stream.synchronize()
     stream.begin_capture()
     for c in calls:
@@ -86,6 +86,12 @@ def time_graph(cp, stream, calls, reps: int = 5) -> float:
     g = stream.end_capture()
     g.launch(stream=stream)
     stream.synchronize()
+    return g
+
+
+def time_graph(cp, stream, calls, reps: int = 5) -> float:
+    """Median seconds per call of a CUDA graph that runs ``calls`` (zero-argument launchers) back to back."""
+    g = capture_graph(stream, calls)
     ts = []
     for _ in range(reps):
         e0, e1 = cp.cuda.Event(), cp.cuda.Event()

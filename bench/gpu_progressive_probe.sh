@@ -6,17 +6,10 @@
 # Run as NINFERC_COMMIT=<hash> bash bench/gpu_progressive_probe.sh
 source bench/gpu_setup.sh
 gpu_tests persist 150 tests/targets/test_gemv_coop_gpu.py -k "persistent_dp_many and (progressive or nocarry)"
-run() {  # run NAME [probe args...]
-  local name=$1; shift
-  timeout 60 python3 bench/dp_trace_probe.py "$@" --json $OUT/dp_trace_$name.json > /tmp/trace_$name.log 2>&1
-  echo "== $name rc $? $(el)"; head -1 /tmp/trace_$name.log; grep -A4 "^mean" /tmp/trace_$name.log | tail -4
-  grep -E "grid [0-9]+," /tmp/trace_$name.log | sed 's/gemv_coop__//' | cut -c1-150
-  grep -E "Error|error" /tmp/trace_$name.log | tail -2
-}
-run planned
-run prog_capped --params "{256: {'stage': 'progressive', 'min_ctas': 4}, 640: {'stage': 'progressive'}}"
-run prog --params "{'stage': 'progressive'}"
-run prog640 --params "{640: {'stage': 'progressive'}}"
-run planned_again
-run w8 --wfmt w8
+trace_run planned
+trace_run prog_capped --params "{256: {'stage': 'progressive', 'min_ctas': 4}, 640: {'stage': 'progressive'}}"
+trace_run prog --params "{'stage': 'progressive'}"
+trace_run prog640 --params "{640: {'stage': 'progressive'}}"
+trace_run planned_again
+trace_run w8 --wfmt w8
 rm -f $OUT/*.xml $OUT/*.log

@@ -4,17 +4,10 @@
 # fidelity test, then the 27B w4 bench and its graph profile.
 # Run as NINFERC_COMMIT=<hash> bash bench/gpu_session12_d.sh
 source bench/gpu_setup.sh
-run() {  # run NAME [probe args...]
-  local name=$1; shift
-  timeout 60 python3 bench/dp_trace_probe.py "$@" --json $OUT/dp_trace_$name.json > /tmp/trace_$name.log 2>&1
-  echo "== $name rc $? $(el)"; head -1 /tmp/trace_$name.log; grep -A4 "^mean" /tmp/trace_$name.log | tail -4
-  grep -E "grid [0-9]+," /tmp/trace_$name.log | sed 's/gemv_coop__//' | cut -c1-150
-  grep -E "Error|error" /tmp/trace_$name.log | tail -2
-}
-run noring --family "{'dp_ring': 0}"
-run ring5
-run ring6 --family "{'dp_ring': 6}"
-run ring7 --family "{'dp_ring': 7}"
+trace_run noring --family "{'dp_ring': 0}"
+trace_run ring5
+trace_run ring6 --family "{'dp_ring': 6}"
+trace_run ring7 --family "{'dp_ring': 7}"
 timeout 100 ninferc bench --preset qwen3.8-27b --synthetic-weights --weights w4 --decode-tokens 32 --prompt-tokens 512,8192 \
   --json $OUT/bench_w4.json > /tmp/bench_w4.log 2>&1
 echo "w4 rc $?"; grep -A3 "^context" /tmp/bench_w4.log | head -3; el

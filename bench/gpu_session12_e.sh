@@ -3,17 +3,10 @@
 # tests, the engine goldens and the fidelity test.
 # Run as NINFERC_COMMIT=<hash> bash bench/gpu_session12_e.sh
 source bench/gpu_setup.sh
-run() {  # run NAME [probe args...]
-  local name=$1; shift
-  timeout 60 python3 bench/dp_trace_probe.py "$@" --json $OUT/dp_trace_$name.json > /tmp/trace_$name.log 2>&1
-  echo "== $name rc $? $(el)"; head -1 /tmp/trace_$name.log; grep -A4 "^mean" /tmp/trace_$name.log | tail -4
-  grep -E "grid [0-9]+," /tmp/trace_$name.log | sed 's/gemv_coop__//' | cut -c1-150
-  grep -E "Error|error" /tmp/trace_$name.log | tail -2
-}
-run fma
-run cvt --params "{'stage_round': 'cvt'}"
-run fma2
-run cvt2 --params "{'stage_round': 'cvt'}"
+trace_run fma
+trace_run cvt --params "{'stage_round': 'cvt'}"
+trace_run fma2
+trace_run cvt2 --params "{'stage_round': 'cvt'}"
 timeout 100 ninferc bench --preset qwen3.8-27b --synthetic-weights --weights w4 --decode-tokens 32 --prompt-tokens 512,8192 \
   --json $OUT/bench_w4.json > /tmp/bench_w4.log 2>&1
 echo "w4 rc $?"; grep -A3 "^context" /tmp/bench_w4.log | head -3; el

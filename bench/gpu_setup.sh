@@ -11,8 +11,9 @@ export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader
 python3 -c "import cupy, cuda.bindings, numpy; print('cupy', cupy.__version__, 'cuda-bindings', cuda.bindings.__version__, 'numpy', numpy.__version__); from ninferc.targets.nvrtc import nvrtc_version; print('nvrtc', nvrtc_version())"
 
-# Helpers for the device scripts: elapsed time, and a time-boxed GPU test run with its own log and junit
-# file under $OUT (the whole call must stay under the device's 10-minute limit: 570 s budget here).
+# Helpers for the device scripts: elapsed time, a time-boxed GPU test run with its own log and junit
+# file under $OUT (the whole call must stay under the device's 10-minute limit: 570 s budget here), and the dp layer
+# timeline's summary (trace_run).
 T0=$(date +%s)
 el() { echo "[$(( $(date +%s) - T0 )) s]"; }
 gpu_tests() {  # gpu_tests NAME SECONDS pytest-args...
@@ -24,4 +25,11 @@ gpu_tests() {  # gpu_tests NAME SECONDS pytest-args...
     --junitxml=$OUT/$name.xml > $OUT/$name.log 2>&1
   echo "$name (rc $?, $(( $(date +%s) - T0 )) s): $(tail -1 $OUT/$name.log)"
   grep -E "^(FAILED|ERROR)" $OUT/$name.log | head -20
+}
+trace_run() {  # trace_run NAME [dp_trace_probe args...]: the layer timeline's summary lines, its JSON under $OUT
+  local name=$1; shift
+  timeout 60 python3 bench/dp_trace_probe.py "$@" --json $OUT/dp_trace_$name.json > /tmp/trace_$name.log 2>&1
+  echo "== $name rc $? $(el)"; head -1 /tmp/trace_$name.log; grep -A4 "^mean" /tmp/trace_$name.log | tail -4
+  grep -E "grid [0-9]+," /tmp/trace_$name.log | sed 's/gemv_coop__//' | cut -c1-150
+  grep -E "Error|error" /tmp/trace_$name.log | tail -2
 }
