@@ -1,3 +1,5 @@
+# (Ran at f600938 as run 90, when the plan had a ring rule -- with_ring, removed after it: today --family
+# "{'dp_ring': N}" forces N stages on every persistent dp variant without the carry, so ring5 / 6 / 7 below now differ.)
 # Device run (session 12, d): weight rings as planned (GemvCoopFamily.with_ring: DP_RING stages for a persistent dp
 # CTA alone on its SM -- w4 down / GDN out / attention o at 640 threads on the H200): the layer timeline without a
 # ring and with 5 / 6 / 7 stages, the persistent-dp / planned / quantised GEMV GPU tests, the engine goldens and the
@@ -5,7 +7,7 @@
 # Run as NINFERC_COMMIT=<hash> bash bench/gpu_session12_d.sh
 source bench/gpu_setup.sh
 trace_run noring --family "{'dp_ring': 0}"
-trace_run ring5
+trace_run ring5 --family "{'dp_ring': 5}"
 trace_run ring6 --family "{'dp_ring': 6}"
 trace_run ring7 --family "{'dp_ring': 7}"
 timeout 100 ninferc bench --preset qwen3.8-27b --synthetic-weights --weights w4 --decode-tokens 32 --prompt-tokens 512,8192 \

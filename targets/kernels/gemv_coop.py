@@ -169,13 +169,6 @@ TAIL_STEP_US = 0.2
 #: ``bench/results/dp_stream_probe_h200_0fd6675.json``) skipping the staging saved 4.8 us of w4 down (K = 17,408)
 #: and 1.8 us of GDN out (K = 6,144), each at 320 CTAs of 256 threads = 2.4 per SM: 0.115 / 0.122 ns
 DP_STAGE_NS = 0.12
-#: stages of the weight ring of a persistent dp CTA alone on its SM (GemvCoopFamily.with_ring); 0: none. On the H200
-#: (bench/NOTES.md run 90, one process, the 27B w4 GDN layer's four GEMVs) no ring / 5 / 6 / 7 stages on the 640-thread
-#: down and GDN out took 71.9 / 72.5 / 72.9 / 75.0 us per layer: the rings' large shared memory delays those CTAs'
-#: start behind the previous kernel's (GDN out's PDL wait 0.9 -> 2.3-3.8 us after it), which costs what the steps in
-#: flight save (down 17.8 -> 17.6-18.2 us). Off.
-DP_RING = 0
-
 #: microseconds one boundary between two work items of a persistent dp CTA costs without the carry: on the H200
 #: (bench/NOTES.md run 84) the carry took 640-thread CTAs of w4 gate|up (7 items each) from 35.9 to 33.1 us, GDN in
 #: (4 items) 20.0 to 19.0, q|k|v (3 items) 16.3 to 15.7: 0.47 / 0.33 / 0.30 us per boundary
@@ -466,12 +459,14 @@ class GemvCoopFamily:
             bytes in flight decide. Default both: on the H200 the first carry build's registers cost the 256-thread
             kernels their 4th CTA per SM (GDN in 15.0 -> 16.9 us, gate|up 30.6 -> 31.3; bench/NOTES.md run 83), at 640
             threads it saved 0.3-0.5 us per boundary (run 84).
-        dp_ring: stages of each warp's weight ring (template ``ring``: cp.async into lane-private shared-memory
-            slots, ``dp_ring - 1`` steps in flight across item boundaries, the first ones issued before the PDL wait;
-            :func:`dp_ring_bytes` of dynamic shared memory per CTA) for a persistent dp variant without the carry
-            whose CTA is alone on its SM (one resident CTA per SM without the ring, and still one with it): such a
-            CTA has no neighbour streaming while it stages x, so the ring's steps in flight fill that time. 0: no
-            ring (weights through registers, one step ahead). Default ``DP_RING`` (0: the rings measured no faster).
+        dp_ring: stages of each warp's weight ring in the persistent dp variants without the carry (template
+            ``ring``: cp.async into lane-private shared-memory slots, ``dp_ring - 1`` steps in flight across item
+            boundaries, the first ones issued before the PDL wait; :func:`dp_ring_bytes` of dynamic shared memory per
+            CTA). Default 0: weights through registers, one step ahead. Measured no faster on the H200 (bench/NOTES.md
+            runs 88-90): 256-thread ring kernels lose their 4th CTA per SM to registers, or with a 64-register cap
+            finish far apart; on the 640-thread w4 down / GDN out (one CTA per SM) no ring / 5 / 6 / 7 stages took
+            71.9 / 72.5 / 72.9 / 75.0 us per GDN layer's four GEMVs -- a CTA with that much shared memory starts only
+            once its SM is empty (GDN out's PDL wait 0.9 -> 2.3-3.8 us after GDN in's last exit).
         dp_preload: where the dp variants without the carry put their first weight steps before the PDL wait
             (template ``preload``): ``"regs"`` loads them (registers, or the ring's first stages), ``"late"`` only
             asks L2 for them and loads them after the staging of x.
@@ -496,7 +491,7 @@ class GemvCoopFamily:
                  prefetch_steps: int = 1, w4_mma_tiles: tuple[int, ...] = (4,), w8_mma_tiles: tuple[int, ...] = (4,),
                  w8_dp_tiles: tuple[int, ...] = (), w4_dp_tiles: tuple[int, ...] = (1,), dp_persistent: bool = True,
                  dp_shapes: tuple[tuple[int, int], ...] = ((256, 1), (640, 1)),
-                 dp_carry: tuple[bool, ...] = (False, True), dp_ring: int = DP_RING, dp_preload: str = "regs",
+                 dp_carry: tuple[bool, ...] = (False, True), dp_ring: int = 0, dp_preload: str = "regs",
                  dp_stage: str = "whole",
                  mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))):
         bad_shape = [s for s in (*plain_shapes, *mma_shapes, *dp_shapes)
@@ -631,14 +626,15 @@ class GemvCoopFamily:
     # ---- identity ------------------------------------------------------------------------------
 
     def spec(self, problem: GemvProblem, threads: int, mode: str, max_tokens: int | None = None,
-             k_warps: int = 1, carry: bool | None = None, ring: int = 0) -> KernelSpec:
+             k_warps: int = 1, carry: bool | None = None, ring: int | None = None) -> KernelSpec:
         """The kernel for (epilogue, input mode, weight format, threads, k_warps, mode, tile); K and N are
         runtime arguments, not identity. ``wfmt``, ``k_warps`` and ``in_norm`` are parameters only when not
         their defaults (bf16, 1, none), so those kernels keep a short URI. ``ring``: the weight-ring stages of a
-        persistent dp variant without the carry (template ``ring``; 0: none).
+        persistent dp variant without the carry (template ``ring``; None: ``dp_ring``; 0: none).
 
         Raises:
-            PlanError: unknown mode, k_warps not dividing the CTA's warps, or add_norm_parts in coop mode.
+            PlanError: unknown mode, k_warps not dividing the CTA's warps, add_norm_parts in coop mode, or a ring
+                of 1 stage or fewer than 0.
         """
         if mode not in MODES:
             raise PlanError(f"gemv_coop: unknown mode {mode!r}; supported: {', '.join(MODES)}")
@@ -648,6 +644,8 @@ class GemvCoopFamily:
         if problem.norm_out and mode != "plain":
             raise PlanError("gemv_coop: add_norm_parts runs in plain mode only (one CTA owns each output), "
                             f"not {mode!r}")
+        if ring is not None and (ring < 0 or ring == 1):
+            raise PlanError(f"gemv_coop: ring = {ring} must be 0 (no ring) or at least 2 stages")
         tile = self.max_tokens if max_tokens is None else int(max_tokens)
         params = {
             "threads": threads,
@@ -677,8 +675,8 @@ class GemvCoopFamily:
                 params["persist"] = True
                 if (self.dp_carry[0] if carry is None else carry):
                     params["carry"] = True
-                elif ring:
-                    params["ring"] = int(ring)
+                elif self.dp_ring if ring is None else ring:
+                    params["ring"] = int(self.dp_ring if ring is None else ring)
             if self.dp_preload != "regs" and "carry" not in params:
                 params["preload"] = self.dp_preload
             if self.dp_stage != "whole" and "carry" not in params and "ring" not in params:
@@ -715,9 +713,6 @@ class GemvCoopFamily:
         for mt in self.token_tiles:
             out += [self.spec(problem, th, "plain", mt, kw, c) for th, kw in self.shapes_for(problem, mt)
                     for c in self.carries_for(problem, mt)]
-            if self.dp_ring and self.persistent(problem, mt) and False in self.carries_for(problem, mt):
-                out += [self.spec(problem, th, "plain", mt, kw, False, self.dp_ring)
-                        for th, kw in self.shapes_for(problem, mt)]
             if not problem.norm_out:
                 out += [self.spec(problem, th, "coop", mt) for th in self.coop_threads_for(problem, mt)]
         return out
@@ -808,22 +803,6 @@ class GemvCoopFamily:
                            dp=self.dp_for(problem, spec.param("max_tokens")), items_per_cta=items_per_cta,
                            carry=bool(dict(spec.params).get("carry", False)))
 
-    def with_ring(self, problem: GemvProblem, tile: int, spec: KernelSpec, ctx: PlanContext) -> KernelSpec:
-        """``spec``, or its ``dp_ring``-stage weight-ring twin when ``spec`` is a persistent dp variant without the
-        carry that has exactly one resident CTA per SM on ``ctx`` and the twin still has one (its rings fit the
-        SM's shared memory beside x): the CTA is then alone on its SM, and the ring's steps in flight, issued before
-        the PDL wait, keep DRAM busy while it stages x. Off by default (``DP_RING``: measured no faster on the
-        H200)."""
-        params = dict(spec.params)
-        if not (self.dp_ring and params.get("persist") and not params.get("carry") and not params.get("ring")):
-            return spec
-        if ctx.occupancy(spec, self.dynamic_smem_bytes(problem, tile, spec)).ctas_per_sm != 1:
-            return spec
-        twin = self.spec(problem, spec.threads, "plain", tile, params.get("k_warps", 1), False, self.dp_ring)
-        if ctx.occupancy(twin, self.dynamic_smem_bytes(problem, tile, twin)).ctas_per_sm < 1:
-            return spec
-        return twin
-
     def launch(self, problem: GemvProblem, tokens: int, ctx: PlanContext) -> Launch:
         """The launch for T = ``tokens`` on ``ctx``: the candidate (every plain shape; every cooperative thread
         count with the most splits its cap allows, when that is >= 2; a persistent dp shape with each
@@ -840,7 +819,7 @@ class GemvCoopFamily:
         cands = []
         for th, kw in self.shapes_for(problem, tile):
             for carry in self.carries_for(problem, tile):
-                spec = self.with_ring(problem, tile, self.spec(problem, th, "plain", tile, kw, carry), ctx)
+                spec = self.spec(problem, th, "plain", tile, kw, carry)
                 dyn = self.dynamic_smem_bytes(problem, tile, spec)
                 occ = ctx.occupancy(spec, dyn).ctas_per_sm
                 if occ > 0:
@@ -884,7 +863,7 @@ class GemvCoopFamily:
         ``coop``: ``splits`` defaults to the most that fit the cooperative cap (may be 1); ``plain``:
         always one split. ``max_tokens``: the token tile (default the largest). ``k_warps``: warps per row group.
         ``carry``: a persistent dp variant's item-boundary carry (default: the first of ``dp_carry``).
-        ``ring``: its weight-ring stages (None: :meth:`with_ring`'s choice; 0: none).
+        ``ring``: its weight-ring stages (None: ``dp_ring``; 0: none).
 
         Raises:
             PlanError: the cooperative grid cannot fit even with one split, or ``splits`` exceeds the cap; the
@@ -893,9 +872,7 @@ class GemvCoopFamily:
         tile = self.max_tokens if max_tokens is None else max_tokens
         chunks = self.token_chunks(tokens, tile)
         base = self.row_blocks(problem, threads, k_warps, tile) * chunks
-        spec = self.spec(problem, threads, mode, max_tokens, k_warps, carry, ring or 0)
-        if mode == "plain" and ring is None:
-            spec = self.with_ring(problem, tile, spec, ctx)
+        spec = self.spec(problem, threads, mode, max_tokens, k_warps, carry, ring)
         if mode == "plain":
             dyn = self.dynamic_smem_bytes(problem, tile, spec)
             grid = self._plain_grid(problem, threads, k_warps, tile, chunks,

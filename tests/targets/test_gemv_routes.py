@@ -14,7 +14,8 @@ import pytest
 from targets_testlib import family_resources
 from ninferc.errors import PlanError
 from ninferc.ir.reference import ref_rmsnorm
-from ninferc.targets.kernels.gemv_coop import (DP_ITEM_US, DP_STAGE_NS, LATENCY_US, OVERHEAD_STEPS, REDUCE_STEPS, TAIL_STEP_US, GemvProblem,
+from ninferc.targets.kernels.gemv_coop import (DP_ITEM_US, DP_STAGE_NS, LATENCY_US, OVERHEAD_STEPS, REDUCE_STEPS, TAIL_STEP_US,
+                                               GemvCoopFamily, GemvProblem,
                                                estimate_us, kernel_args, norm_input, reference)
 from ninferc.targets.plan import PlanContext, check_launch
 from ninferc.targets.skus import get_sku, skus_for_arch
@@ -174,6 +175,21 @@ def test_launch_variant_forced_and_errors(gemv):
         gemv.launch_variant(O_PROJ, 1, c, 128, "plain", k_warps=3)
     with pytest.raises(PlanError, match="plain mode only"):
         gemv.launch_variant(DOWN, 1, c, 256, "coop")
+
+
+def test_dp_option_errors_name_the_value():
+    with pytest.raises(PlanError, match="dp_ring = 1 must be 0"):
+        GemvCoopFamily(dp_ring=1)
+    with pytest.raises(PlanError, match="dp_preload = 'early'"):
+        GemvCoopFamily(dp_preload="early")
+    with pytest.raises(PlanError, match="dp_stage = 'half'"):
+        GemvCoopFamily(dp_stage="half")
+    fam = GemvCoopFamily(w4_dp_tiles=(1,))
+    prob = GemvProblem(5120, 5120, "store", "w4")
+    with pytest.raises(PlanError, match="ring = 1 must be 0"):
+        fam.spec(prob, 256, "plain", 1, 1, False, 1)
+    assert dict(fam.spec(prob, 256, "plain", 1, 1, False, 3).params)["ring"] == 3
+    assert "ring" not in dict(fam.spec(prob, 256, "plain", 1, 1, True, 3).params)  # the carry variant has none
 
 
 def test_problem_validation():
