@@ -372,7 +372,7 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096, fuse_no
             bind = {"logits": Ref("logits"), "ld": I32(V), "vocab": I32(V), "temperature": Ref("meta", "temperature"),
                     "top_k": Ref("meta", "top_k"), "top_p": Ref("meta", "top_p"), "seed": Ref("meta", "seed"),
                     "step": Ref("meta", "rng_step"), "out": Ref("meta", "tokens"), "history": NULL,
-                    "hist_pos": NULL, "hist_ld": I32(0), "advance": I32(1)}
+                    "hist_pos": NULL, "hist_ld": I32(0), "advance": I32(1), "ws": Ref("meta", "argmax_ws")}
             for m in ("argmax", "sample"):
                 add(Step(f"sample.{m}", op.name, f"sample_{m}", "sample", SampleProblem(V, m), "R", bind))
     return prog

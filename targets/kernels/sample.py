@@ -28,15 +28,23 @@ RNG (counter-based, deterministic given (seed, step)): element i of row b uses 3
 to ``u = (2 * (word >> 9) + 1) * 2^-24`` in (0, 1). The sequence's identity is its seed (the runtime
 gives each request its own), so a token does not depend on the row the sequence occupies in a batch.
 
-Algorithm (one CTA per row; the row is re-read from L2 per pass): (1) argmax pass; for sampling rows
+Argmax mode splits a long row over CTAs (grid ``(B, splits)``, :meth:`SampleFamily.argmax_splits`): one CTA
+streams a 1 MB row of a 248,320-entry vocabulary at one SM's bandwidth (~40 us of every greedy decode step on the
+H200, bench/NOTES.md), ``splits`` CTAs of 256 threads at the device's. Each CTA reduces its contiguous share of
+the row to a packed (key, index) maximum, ``atomicMax``-es it into ``ws[2b]`` and takes a ticket from
+``ws[2b + 1]``; the last CTA to arrive reads the maximum, writes the outputs and resets both words to 0. The
+maximum of packed keys is order-free, so the id is the same whatever order the CTAs run in.
+
+Algorithm (sample mode: one CTA per row; the row is re-read from L2 per pass): (1) argmax pass; for sampling rows
 (2) top-k threshold by a 4-level 8-bit radix select on order-preserving keys (counts), plus one scan
 pass to find the index cut among ties when needed; (3) top-p threshold by the same radix select
 weighted by fixed-point mass, restricted to the top-k set; (4) the Gumbel pass. Passes skipped when
 their filter is off: argmax-only rows cost 1 pass, temperature-only 2, top-k + top-p at most 11.
 
 Runtime arguments (:func:`arg_names`): ``logits, ld, vocab, rows, temperature, top_k, top_p, seed, step,
-out, history, hist_pos, hist_ld, advance``. Argmax mode ignores ``temperature, top_k, top_p, seed``
-(pass 0); ``step`` may be 0 (null) in both modes (counter 0, nothing advanced).
+out, history, hist_pos, hist_ld, advance, ws``. Argmax mode ignores ``temperature, top_k, top_p, seed``
+(pass 0); ``step`` may be 0 (null) in both modes (counter 0, nothing advanced); ``ws`` (uint64 ``[2 B]``, zero
+before the first launch, left zero by every launch) is read only by a split argmax (else it may be null).
 """
 
 from __future__ import annotations
@@ -54,6 +62,9 @@ GROUP = 4  # consecutive logits per thread step (one Philox block)
 THREADS = (256, 1024)
 """Thread-count variants: 256 for small vocabularies, 1024 when each thread would otherwise walk more
 than four 4-element groups."""
+SPLIT_GROUPS_PER_THREAD = 4
+"""A split argmax gives each thread of its 256-thread CTAs up to this many 4-element groups (four independent
+16-byte loads in flight per thread): 248,320 logits -> 61 CTAs of 16 KB each."""
 
 
 @dataclass(frozen=True)
@@ -114,14 +125,32 @@ class SampleFamily:
                 return t
         return self.threads[-1]
 
+    def argmax_splits(self, problem: SampleProblem, ctx: PlanContext) -> int:
+        """CTAs per row of a split argmax (256 threads each): enough that each thread walks at most
+        :data:`SPLIT_GROUPS_PER_THREAD` groups, at most one wave of the variant on the device (its resident
+        CTAs/SM from the compiled kernel's resources x ``ctx.sms``); 1 (no split) for sample mode or a row that
+        one CTA covers in one such pass (V <= 4,096)."""
+        if problem.mode != "argmax":
+            return 1
+        t = self.threads[0]
+        groups = -(-problem.vocab // GROUP)
+        need = -(-groups // (SPLIT_GROUPS_PER_THREAD * t))
+        return max(1, min(need, ctx.cap(self.spec(problem, t))))
+
     def launch(self, problem: SampleProblem, tokens: int, ctx: PlanContext) -> Launch:
-        """One CTA per row; ``tokens`` is the number of rows B (one logits row per sequence).
+        """Sample mode: one CTA per row (route ``row_per_cta``); argmax mode: ``(B, splits)`` CTAs of the
+        smallest variant (route ``split_row``, :meth:`argmax_splits`) when a row needs more than one, else one
+        CTA per row. ``tokens`` is the number of rows B (one logits row per sequence).
 
         Raises:
             PlanError: B < 1.
         """
         if tokens < 1:
             raise PlanError(f"sample: rows = {tokens} must be at least 1")
+        splits = self.argmax_splits(problem, ctx)
+        if splits > 1:
+            return ctx.make_launch(self.spec(problem, self.threads[0]), (tokens, splits, 1), route="split_row",
+                                   tokens=tokens)
         spec = self.spec(problem, self.threads_for(problem))
         return ctx.make_launch(spec, tokens, route="row_per_cta", tokens=tokens)
 
@@ -129,27 +158,31 @@ class SampleFamily:
 def arg_names(problem: SampleProblem) -> tuple[str, ...]:
     """Kernel parameters in order (dtypes in the template): ``logits`` fp32*, ``ld`` i32, ``vocab`` i32,
     ``rows`` i32, ``temperature`` fp32*, ``top_k`` i32*, ``top_p`` fp32*, ``seed`` u64*, ``step`` i32*,
-    ``out`` i32*, ``history`` i32*, ``hist_pos`` i32*, ``hist_ld`` i32, ``advance`` i32."""
+    ``out`` i32*, ``history`` i32*, ``hist_pos`` i32*, ``hist_ld`` i32, ``advance`` i32, ``ws`` u64* (``[2 B]``,
+    zero; a split argmax's meeting words)."""
     return ("logits", "ld", "vocab", "rows", "temperature", "top_k", "top_p", "seed", "step", "out",
-            "history", "hist_pos", "hist_ld", "advance")
+            "history", "hist_pos", "hist_ld", "advance", "ws")
 
 
 def kernel_args(problem: SampleProblem, launch: Launch, logits, out, *, ld: int | None = None, temperature=None,
                 top_k=None, top_p=None, seed=None, step=None, history=None, hist_pos=None, hist_ld: int = 0,
-                advance: bool = False) -> tuple:
+                advance: bool = False, ws=None) -> tuple:
     """Argument tuple in :func:`arg_names` order (rows = ``launch.tokens``); missing pointers -> 0 (null).
 
     Raises:
-        PlanError: sample mode without temperature/top_k/top_p/seed, or history without hist_pos.
+        PlanError: sample mode without temperature/top_k/top_p/seed, history without hist_pos, or a split
+            launch (grid y > 1) without ``ws``.
     """
     if problem.mode == "sample" and any(a is None for a in (temperature, top_k, top_p, seed)):
         raise PlanError("sample: sample mode needs temperature, top_k, top_p and seed arrays")
     if history is not None and hist_pos is None:
         raise PlanError("sample: history needs hist_pos")
+    if launch.grid[1] > 1 and ws is None:
+        raise PlanError(f"sample: the argmax split over {launch.grid[1]} CTAs per row needs ws (uint64 [2 B], zero)")
     z = lambda a: 0 if a is None else a  # noqa: E731
     return (logits, np.int32(problem.vocab if ld is None else ld), np.int32(problem.vocab), np.int32(launch.tokens),
             z(temperature), z(top_k), z(top_p), z(seed), z(step), out, z(history), z(hist_pos), np.int32(hist_ld),
-            np.int32(1 if advance else 0))
+            np.int32(1 if advance else 0), z(ws))
 
 
 # ------------------------------------------------------------------------------------------------

@@ -100,6 +100,65 @@ static inline float __shfl_sync(unsigned int, float v, int src) {
   __syncwarp();
   return r;
 }
+namespace shim { static unsigned long long shfl_buf64[32][32]; }
+static inline unsigned long long __shfl_xor_sync(unsigned int, unsigned long long v, int off) {
+  const int w = shim::cur->warp, l = shim::cur->lane;
+  shim::shfl_buf64[w][l] = v;
+  __syncwarp();
+  const unsigned long long r = shim::shfl_buf64[w][(l ^ off) & 31];
+  __syncwarp();
+  return r;
+}
+// The other warp intrinsics the templates use (every lane of the warp takes part, as in the kernels).
+namespace shim {
+static unsigned long long lane_buf[32][32];
+template <typename T> static inline void put_lane(T v) {
+  unsigned long long u = 0; memcpy(&u, &v, sizeof(T)); lane_buf[cur->warp][cur->lane] = u;
+}
+template <typename T> static inline T get_lane(int l) { T v; memcpy(&v, &lane_buf[cur->warp][l], sizeof(T)); return v; }
+template <typename T> static inline T shfl_from(T v, int src) {
+  put_lane(v); __syncwarp(); const T r = get_lane<T>(src & 31); __syncwarp(); return r;
+}
+}  // namespace shim
+template <typename T> static inline T __shfl_up_sync(unsigned int, T v, unsigned int d) {
+  const int l = shim::cur->lane; return shim::shfl_from(v, l >= (int)d ? l - (int)d : l);
+}
+template <typename T> static inline T __shfl_down_sync(unsigned int, T v, unsigned int d) {
+  const int l = shim::cur->lane; return shim::shfl_from(v, l + (int)d < 32 ? l + (int)d : l);
+}
+static inline unsigned int __ballot_sync(unsigned int, int pred) {
+  shim::put_lane<unsigned int>(pred ? 1u : 0u); __syncwarp();
+  unsigned int r = 0;
+  for (int l = 0; l < 32; ++l) r |= shim::get_lane<unsigned int>(l) << l;
+  __syncwarp(); return r;
+}
+static inline int __any_sync(unsigned int m, int pred) { return __ballot_sync(m, pred) != 0u; }
+static inline unsigned int __match_any_sync(unsigned int, unsigned int v) {
+  shim::put_lane(v); __syncwarp();
+  unsigned int r = 0;
+  for (int l = 0; l < 32; ++l) r |= (shim::get_lane<unsigned int>(l) == v ? 1u : 0u) << l;
+  __syncwarp(); return r;
+}
+static inline unsigned int __reduce_add_sync(unsigned int, unsigned int v) {
+  shim::put_lane(v); __syncwarp();
+  unsigned int r = 0;
+  for (int l = 0; l < 32; ++l) r += shim::get_lane<unsigned int>(l);
+  __syncwarp(); return r;
+}
+static inline int __clz(unsigned int v) { return v ? __builtin_clz(v) : 32; }
+static inline int __ffs(unsigned int v) { return __builtin_ffs((int)v); }
+// Device-scope atomics and fences: one OS thread runs every fiber, so plain read-modify-writes are atomic.
+template <typename T> static inline T atomicMax(T* a, T v) { const T o = *a; if (v > o) *a = v; return o; }
+template <typename T> static inline T atomicAdd(T* a, T v) { const T o = *a; *a = o + v; return o; }
+template <typename T> static inline T atomicExch(T* a, T v) { const T o = *a; *a = v; return o; }
+static inline int __popc(unsigned int v) { return __builtin_popcount(v); }
+static inline int min(int a, int b) { return a < b ? a : b; }
+static inline int max(int a, int b) { return a > b ? a : b; }
+static inline void __threadfence() {}
+static inline unsigned int __umulhi(unsigned int a, unsigned int b) {
+  return (unsigned int)(((unsigned long long)a * b) >> 32);
+}
+static inline unsigned int __float2uint_rn(float f) { return (unsigned int)llrintf(f); }
 static inline float __uint_as_float(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }
 static inline float __int_as_float(int u) { float f; memcpy(&f, &u, 4); return f; }
 static inline unsigned int __byte_perm(unsigned int x, unsigned int y, unsigned int s) {

@@ -148,14 +148,16 @@ def _run(prob: GemvProblem, launch, seed: int, source: str | None = None, x_scal
 
 
 def _cases():
-    """Per problem: one token with 4 warps per row group, three (a partial 4-token tile) with 2, and the
+    """Per problem: one token with 4 warps per row group (w8 with a norm input: 2, GemvCoopFamily.w8_tok1_shapes),
+    three (a partial 4-token tile) with 2, and the
     cooperative route with three tokens; bf16 also one warp per row group (the k_warps = 1 source). w4 runs on
     the fp32 FMA path and again on tensor cores (``mma``); w8 too, its mma variants plain only (one token with 1
     and 4 warps per row group, three with 2); w8 and w4 again on integer dot products (``dp``, plain only: the
     same three plain shapes)."""
     for p in _problems():
         for kind in ("fma", "mma") if p.wfmt == "w4" else ("fma",):
-            yield p, 1, 128, "plain", 4, kind
+            # (w8 with a norm input at one token: its one shape, 4 rows per warp over 2 warps per row group)
+            yield p, 1, 128, "plain", 2 if p.wfmt == "w8" and p.norm_in else 4, kind
             yield p, 3, 128, "plain", 2, kind
             if p.wfmt == "bf16":
                 yield p, 1, 128, "plain", 1, kind

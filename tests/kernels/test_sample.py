@@ -1,12 +1,15 @@
 """CPU tests of the GPU sampler family (targets/kernels/sample.py, templates/sample.cu.j2): compiles for
 the four targets without spills, Philox known answers, the kept-set definition against
 ``ninferc.sampling.filtered_probs`` (top-k / top-p edge cases), a numpy replay of the kernel's radix-select
-algorithm against that definition (ties, -inf, -0.0), and the reference sampler's distribution.
+algorithm against that definition (ties, -inf, -0.0), the reference sampler's distribution, and the split argmax
+(rows over several CTAs meeting through ws) run by the CPU emulator (tests/kernels/cuda_host.py).
 GPU twin: test_sample_gpu.py."""
 
 from __future__ import annotations
 
 import functools
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +20,8 @@ from ninferc.targets.arch import ARCHS
 from ninferc.targets.kernels.sample import (SampleFamily, SampleProblem, arg_names, fixed_masses, kept_mask,
                                             kernel_args, philox4x32_10, reference, uniforms)
 from ninferc.targets.plan import PlanContext, check_launch, compile_variants
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 FAM = SampleFamily()
 ALL_ARCHS = tuple(ARCHS)
@@ -35,7 +40,18 @@ def test_launch_and_args():
     for p in FAM.sample_problems():
         ln = FAM.launch(p, 3, ctx)
         check_launch(ln, "sm_90", ctx.resources_of(ln.kernel), ctx.sms)
-        assert ln.grid == (3, 1, 1) and ln.block == (1024, 1, 1)
+        if p.mode == "sample":
+            assert ln.grid == (3, 1, 1) and ln.block == (1024, 1, 1) and ln.route == "row_per_cta"
+        else:  # 62,080 groups of 4 over 256-thread CTAs of 4 groups per thread: 61 CTAs per row
+            assert ln.grid == (3, 61, 1) and ln.block == (256, 1, 1) and ln.route == "split_row"
+            with pytest.raises(PlanError, match="needs ws"):
+                kernel_args(p, ln, "L", "O")
+    small = FAM.launch(SampleProblem(4096, "argmax"), 2, ctx)  # one CTA covers 4,096 logits in one pass
+    assert small.grid == (2, 1, 1) and small.route == "row_per_cta"
+    # the split never exceeds one wave of the variant on the device: 2 SMs
+    few = PlanContext("sm_90", 2, resources("sm_90"))
+    assert FAM.argmax_splits(SampleProblem(248320, "argmax"), few) == few.cap(FAM.spec(SampleProblem(1, "argmax"), 256))
+    assert FAM.argmax_splits(SampleProblem(248320, "sample"), ctx) == 1
     with pytest.raises(PlanError, match="rows = 0"):
         FAM.launch(SampleProblem(10), 0, ctx)
     with pytest.raises(PlanError, match="vocab = 0"):
@@ -46,7 +62,7 @@ def test_launch_and_args():
         kernel_args(p, ln, "L", "O")
     args = kernel_args(p, ln, "L", "O", temperature="T", top_k="K", top_p="P", seed="S", step="ST",
                        history="H", hist_pos="HP", hist_ld=64, advance=True)
-    assert len(args) == len(arg_names(p)) == 14
+    assert len(args) == len(arg_names(p)) == 15 and args[14] == 0
     assert args[0] == "L" and [int(args[i]) for i in (1, 2, 3)] == [4096, 4096, 2]
     assert args[4:10] == ("T", "K", "P", "S", "ST", "O") and args[10:12] == ("H", "HP")
     assert int(args[12]) == 64 and int(args[13]) == 1
@@ -304,3 +320,58 @@ def _chi_square_ok(counts, probs, n):
     df = max(1, obs.shape[0] - 1)
     chi2 = float(((obs - ex) ** 2 / ex).sum())
     assert chi2 <= df + 6 * np.sqrt(2 * df) + 10, f"chi2 {chi2:.1f} with df {df}: counts {counts} vs {exp.round(1)}"
+
+
+# ------------------------------------------------------------------------------------------------
+# the split argmax on the CPU emulator
+# ------------------------------------------------------------------------------------------------
+
+def _emulated_argmax(x: np.ndarray, splits: int, *, ld: int | None = None, ws=None, step=None, history=None,
+                     hist_pos=None, advance: bool = False):
+    from cuda_host import HostKernel
+
+    B, V = x.shape
+    p = SampleProblem(V, "argmax")
+    spec = FAM.spec(p, 256)
+    ctx = PlanContext("sm_90", 132, resources("sm_90"))
+    ln = ctx.make_launch(spec, (B, splits, 1), route="split_row", tokens=B)
+    ld = ld or V
+    buf = np.full((B, ld), np.float32(7e30), np.float32)  # the row tails (past V) must never be read
+    buf[:, :V] = x
+    out = np.full(B, -1, np.int32)
+    ws = np.zeros(2 * B, np.uint64) if ws is None else ws
+    z = np.uint64(0)
+    args = kernel_args(p, ln, buf, out, ld=ld, ws=ws, step=z if step is None else step,
+                       history=z if history is None else history, hist_pos=z if hist_pos is None else hist_pos,
+                       hist_ld=0 if history is None else history.shape[1], advance=advance)
+    HostKernel(spec.render(), spec.entry).launch(ln.grid, ln.block, args)
+    return out, ws
+
+
+@pytest.mark.parametrize("splits", [1, 2, 3, 7, 64])
+def test_emulated_split_argmax_matches_numpy(splits):
+    rng = np.random.default_rng(splits)
+    V = 5003  # not a multiple of 4: a partial last group; 64 splits leave some CTAs an empty share
+    x = rng.standard_normal((3, V)).astype(np.float32)
+    x[1, 4000] = x[1, 17] = np.float32(9.0)  # a tie across shares: the lower index wins
+    x[2, 2500] = np.nan  # the first NaN wins (numpy.argmax)
+    x[2, 4999] = np.nan
+    ws = np.zeros(6, np.uint64)
+    for _ in range(2):  # the words are left zero, so the same buffer serves the next launch
+        out, ws = _emulated_argmax(x, splits, ld=V + 5, ws=ws)
+        assert out.tolist() == [int(np.argmax(r)) for r in x] == reference(SampleProblem(V, "argmax"), x).tolist()
+        assert out[1] == 17 and out[2] == 2500
+        assert not ws.any()
+
+
+def test_emulated_split_argmax_history_and_advance():
+    x = np.full((2, 4096 + 9), -np.inf, np.float32)
+    x[0, 4100] = 1.0
+    x[1, 3] = -1e30
+    step = np.array([5, 9], np.int32)
+    hist = np.full((2, 4), -1, np.int32)
+    hp = np.array([1, 3], np.int32)
+    out, ws = _emulated_argmax(x, 5, step=step, history=hist, hist_pos=hp, advance=True)
+    assert out.tolist() == [4100, 3]
+    assert hist.tolist() == [[-1, 4100, -1, -1], [-1, -1, -1, 3]]
+    assert hp.tolist() == [2, 4] and step.tolist() == [6, 10] and not ws.any()

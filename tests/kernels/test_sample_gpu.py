@@ -48,7 +48,10 @@ def _logits(rng, b, v, ld):
 
 def _run(p, ln, logits, ld, **kw):
     out = cp.full(ln.tokens, POISON, dtype=cp.int32)
-    launch(ln, kernel_args(p, ln, cp.asarray(logits), out, ld=ld, **kw))
+    ws = cp.zeros(2 * ln.tokens, cp.uint64)  # a split argmax's meeting words: zero before, zero after
+    for _ in range(2 if ln.grid[1] > 1 else 1):  # a split launch twice on the same words
+        launch(ln, kernel_args(p, ln, cp.asarray(logits), out, ld=ld, ws=ws, **kw))
+        assert not cp.asnumpy(ws).any(), f"{ln.kernel.uri}: ws left {cp.asnumpy(ws)}"
     return cp.asnumpy(out)
 
 
@@ -136,6 +139,19 @@ def test_history_and_advance():
                            hist_ld=hist_ld, advance=True))
     np.testing.assert_array_equal(cp.asnumpy(step), [2, 7, 11, 4])
     assert cp.asnumpy(history)[0, 1] == np.argmax(x[0])
+    # the split argmax (one CTA of each row writes): the same outputs and advances
+    vb = 248320
+    xb = _logits(rng, b, vb, vb)
+    pb = SampleProblem(vb, "argmax")
+    lb = FAM.launch(pb, b, _ctx())
+    assert lb.grid[1] > 1, lb
+    ws = cp.zeros(2 * b, cp.uint64)
+    launch(lb, kernel_args(pb, lb, cp.asarray(xb), out, step=step, history=history, hist_pos=hist_pos,
+                           hist_ld=hist_ld, advance=True, ws=ws))
+    np.testing.assert_array_equal(cp.asnumpy(out), np.argmax(xb, axis=1))
+    np.testing.assert_array_equal(cp.asnumpy(step), [3, 8, 12, 5])
+    np.testing.assert_array_equal(cp.asnumpy(hist_pos), [3, 18, 19, 2])
+    assert cp.asnumpy(history)[0, 2] == np.argmax(xb[0]) and not cp.asnumpy(ws).any()
 
 
 @pytest.mark.parametrize("t,k,p", [(1.0, 0, 1.0), (0.7, 8, 1.0), (1.3, 0, 0.8), (1.0, 10, 0.9)])
@@ -179,7 +195,7 @@ def test_latency_report():
                 kw = dict(temperature=cp.full(b, 0.8, cp.float32), top_k=cp.full(b, 50, cp.int32),
                           top_p=cp.full(b, 0.9, cp.float32), seed=cp.arange(b, dtype=cp.uint64),
                           step=cp.zeros(b, cp.int32))
-            args = kernel_args(p, ln, x, out, **kw)
+            args = kernel_args(p, ln, x, out, ws=cp.zeros(2 * b, cp.uint64), **kw)
             dk = kernel(ln.kernel)
             for _ in range(3):
                 dk.launch(ln.grid, ln.block, args)
