@@ -355,13 +355,17 @@ class GdnDecodeFamily:
 
     Args:
         state_per_thread: state values per thread the thread count aims for (see :func:`recurrent_threads`).
+        prewait: the kernel's pre-PDL-wait work beyond the state's L2 prefetch (the conv ring rows into L2, the conv
+            taps and gating constants into registers; template parameter ``prewait``, absent = true). False
+            renders the earlier kernel, the A/B baseline of bench/family_ab.py.
     """
 
     name = "gdn_decode"
     template = "gdn_recurrent.cu.j2"
 
-    def __init__(self, state_per_thread: int = STATE_FLOATS_PER_THREAD):
+    def __init__(self, state_per_thread: int = STATE_FLOATS_PER_THREAD, prewait: bool = True):
         self.state_per_thread = int(state_per_thread)
+        self.prewait = bool(prewait)
 
     def spec(self, problem: GdnProblem, threads: int | None = None) -> KernelSpec:
         """The decode kernel for ``problem`` (threads default :func:`recurrent_threads`).
@@ -373,6 +377,8 @@ class GdnDecodeFamily:
         if not recurrent_threads_valid(problem, th):
             raise PlanError(f"gdn_decode: threads = {th} invalid for dk = {problem.dk}, dv = {problem.dv}")
         params = {**problem.dims(), "width": problem.width, "threads": th, "mode": "decode"}
+        if not self.prewait:
+            params["prewait"] = False
         return KernelSpec.make(self.name, self.template, params, th, cooperative=False)
 
     def variants(self, problem: GdnProblem) -> list[KernelSpec]:

@@ -93,15 +93,18 @@ class SampleFamily:
 
     Args:
         threads: thread-count variants (multiples of 32, <= 1024), ascending.
+        split_argmax: split a long argmax row over CTAs (:meth:`argmax_splits`); False keeps one CTA per row
+            (the A/B baseline of bench/family_ab.py).
     """
 
     name = "sample"
     template = "sample.cu.j2"
 
-    def __init__(self, threads: tuple[int, ...] = THREADS):
+    def __init__(self, threads: tuple[int, ...] = THREADS, split_argmax: bool = True):
         if not threads or any(t % WARP or not 0 < t <= 1024 for t in threads):
             raise PlanError(f"sample: thread variants {threads} must be multiples of {WARP} in [32, 1024]")
         self.threads = tuple(sorted(threads))
+        self.split_argmax = bool(split_argmax)
 
     def spec(self, problem: SampleProblem, threads: int) -> KernelSpec:
         """The kernel for (mode, threads)."""
@@ -129,8 +132,8 @@ class SampleFamily:
         """CTAs per row of a split argmax (256 threads each): enough that each thread walks at most
         :data:`SPLIT_GROUPS_PER_THREAD` groups, at most one wave of the variant on the device (its resident
         CTAs/SM from the compiled kernel's resources x ``ctx.sms``); 1 (no split) for sample mode or a row that
-        one CTA covers in one such pass (V <= 4,096)."""
-        if problem.mode != "argmax":
+        one CTA covers in one such pass (V <= 4,096), and for a family made with ``split_argmax=False``."""
+        if problem.mode != "argmax" or not self.split_argmax:
             return 1
         t = self.threads[0]
         groups = -(-problem.vocab // GROUP)

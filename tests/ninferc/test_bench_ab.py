@@ -35,3 +35,19 @@ def test_alternate_orders_rounds_and_skips_warmup_steps():
     ab.alternate(variants, {"a": 0, "b": 0}, rounds=3, steps=4, recapture=False, log=lambda m: None)
     assert len(calls) == 2 * (3 * 4 + ab.WARMUP_STEPS)  # only round 0 warms up
     assert ab.medians({"a": [3.0, 1.0, 2.0]}) == {"a": 2.0}
+
+
+def test_family_ab_variants_parse_and_reject_unknown_attributes():
+    import pytest
+
+    import family_ab
+
+    name, sets = family_ab.parse_variant("rw2:gemv_coop.w8_tok1_rows_per_warp=2;sample.split_argmax=False")
+    assert name == "rw2" and sets == {("gemv_coop", "w8_tok1_rows_per_warp"): 2, ("sample", "split_argmax"): False}
+    assert family_ab.parse_variant("now") == ("now", {})
+    with pytest.raises(SystemExit, match="not an attribute"):
+        family_ab.parse_variant("x:gemv_coop.no_such_knob=1")
+    with pytest.raises(SystemExit, match="not an attribute"):
+        family_ab.parse_variant("x:nofamily.a=1")
+    with pytest.raises(SystemExit, match="family.attr=value"):
+        family_ab.parse_variant("x:gemv_coop=1")

@@ -1,0 +1,72 @@
+"""Kernel-family parameter A/B in one process: the 27B decode step (synthetic weights) under variants that differ
+only in attributes of the registered kernel families (``ninferc.targets.kernels.FAMILIES``), one engine per
+variant, all alive at once, their graph-replayed decode steps (+ greedy sampler) timed in alternation (ABAB...)
+at one context; median per-token latency of each and its ratio to the first variant (bench/ab.py).
+
+A variant is ``NAME`` or ``NAME:family.attr=value;family.attr=value`` (values are Python literals), e.g.
+``now old_w8:gemv_coop.w8_tok1_rows_per_warp=2;gemv_coop.w8_tok1_shapes=((128,1),(128,2),(128,4),(256,2),(256,4))
+one_cta_argmax:sample.split_argmax=False``. Each variant's engine is built, and each of its rounds timed, with
+its attributes set (and every other variant's reverted to the family defaults).
+
+Usage (GPU machine): python bench/family_ab.py --weights w8 VARIANT [VARIANT ...] [--context 512] [--steps 40]
+[--rounds 3] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+
+from ab import alternate, arg_parser, medians, preset_engine, write_json
+
+from ninferc.targets.kernels import FAMILIES
+
+
+def parse_variant(text: str) -> tuple[str, dict[tuple[str, str], object]]:
+    """``NAME[:family.attr=value;...]`` -> (NAME, {(family, attr): value}).
+
+    Raises:
+        SystemExit: a malformed setting, an unknown family, or an attribute the family does not have."""
+    name, _, rest = text.partition(":")
+    sets = {}
+    for item in filter(None, (x.strip() for x in rest.split(";"))):
+        key, eq, val = item.partition("=")
+        fam, dot, attr = key.strip().partition(".")
+        if not eq or not dot:
+            raise SystemExit(f"variant {text!r}: setting {item!r} is not family.attr=value")
+        if fam not in FAMILIES or not hasattr(FAMILIES[fam], attr):
+            raise SystemExit(f"variant {text!r}: {fam}.{attr} is not an attribute of a registered family "
+                             f"(families: {sorted(FAMILIES)})")
+        sets[(fam, attr)] = ast.literal_eval(val.strip())
+    return name, sets
+
+
+def main(argv=None) -> int:
+    ap = arg_parser("w8")
+    ap.add_argument("variants", nargs="+")
+    a = ap.parse_args(argv)
+    parsed = [parse_variant(v) for v in a.variants]
+    keys = {k for _, s in parsed for k in s}
+    defaults = {k: getattr(FAMILIES[k[0]], k[1]) for k in keys}
+    max_ctx = a.context + (a.steps + 3) * a.rounds + 16
+    variants, toks = {}, {}
+    for name, sets in parsed:
+        def switch(sets=sets):
+            for (fam, attr), v in {**defaults, **sets}.items():
+                setattr(FAMILIES[fam], attr, v)
+        switch()
+        _, s, toks[name] = preset_engine(a.weights, max_ctx, a.context)
+        variants[name] = (switch, s)
+        print(f"engine {name} ready ({sets or 'family defaults'})", flush=True)
+    res = alternate(variants, toks, rounds=a.rounds, steps=a.steps, recapture=False)
+    med = medians(res)
+    first = parsed[0][0]
+    for n, m in med.items():
+        print(f"{n}: {m * 1e3:.3f} ms/token ({1 / m:.2f} tok/s), speed-up vs {first}: {med[first] / m:.4f}x")
+    write_json(a.json, "bench/family_ab.py", argv, context=a.context, weights=a.weights, variants=a.variants,
+               per_round_s=res, median_s=med)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
