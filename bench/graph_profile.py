@@ -8,7 +8,8 @@ summed kernel duration and the summed *exposed* time (how much later this kernel
 i.e. its share of the step's critical path), plus the step's wall time from the first kernel's start to the last
 one's end.
 
-Usage (on a GPU with torch): python3 bench/graph_profile.py --weights w4 [--context 512] [--steps 6] --json F
+Usage (on a GPU with torch): python3 bench/graph_profile.py --weights w4 [--context 512] [--steps 6]
+[--set family.attr=value ...] --json F
 """
 
 from __future__ import annotations
@@ -31,8 +32,18 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=6, help="decode steps recorded")
     ap.add_argument("--loop", default="stream", choices=["stream", "step"],
                     help="Session.decode_stream (one step queued ahead) or decode + sample per token")
+    ap.add_argument("--set", action="append", default=[], metavar="FAMILY.ATTR=VALUE",
+                    help="a kernel-family attribute for this profile (Python literal value; repeatable), as "
+                         "bench/family_ab.py's variants")
     ap.add_argument("--json", required=True)
     a = ap.parse_args(argv)
+    if a.set:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from family_ab import parse_variant
+
+        from ninferc.targets.kernels import FAMILIES
+        for (fam, attr), v in parse_variant("set:" + ";".join(a.set))[1].items():
+            setattr(FAMILIES[fam], attr, v)
 
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -115,7 +126,7 @@ def main(argv=None) -> int:
            "between_steps_us_median": float(np.median(between)) if between else None,
            "sampler_kernels_us_median": float(np.median(samp)) if samp else None,
            "copies_us_median": float(np.median(copies)) if copies else None,
-           "families": fam, "other_kernels": others,
+           "families": fam, "other_kernels": others, "family_settings": a.set,
            "command": "python3 bench/graph_profile.py " + " ".join(argv or sys.argv[1:])}
     Path(a.json).parent.mkdir(parents=True, exist_ok=True)
     Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
