@@ -440,11 +440,15 @@ class GemvCoopFamily:
             T = 1: both tensor-core kernels stream at most ~3.3 TB/s there.
         w8_dp_tiles / w4_dp_tiles: the token tiles whose w8 / w4 variants use integer dot products (template ``dp``,
             module docstring) where K is a multiple of 64, the staged x fits ``DP_X_BYTES`` and the tile is not an mma
-            tile. Defaults: w4 (1,), the one-sequence decode GEMVs; w8 none. From the H200 (bench/NOTES.md runs
+            tile. Defaults: (1,) for both, the one-sequence decode GEMVs. From the H200 (bench/NOTES.md runs
             66-69, ``bench/results/dp_probe_h200_fcda2c0.json``, best variant of each kind at T = 1): w4 dp vs
             fp32 FMAs gate|up 30.8 vs 40.3 us, down 19.4 vs 22.1, GDN in 14.9 vs 20.5, GDN out 7.8 vs 9.3, q|k|v
-            14.6 vs 18.8; w8 mixed -- GDN in 21.8 vs 24.2, gate|up 44.9 vs 45.3, but down 24.8 vs 23.1, GDN out
-            10.2 vs 9.7 -- so w8 stays on FMAs (its FMA kernels are not ALU-bound: ~3.9 TB/s on gate|up).
+            14.6 vs 18.8. w8 was mixed in isolation (GDN in 21.8 vs 24.2, gate|up 44.9 vs 45.3, down 24.8 vs 23.1)
+            and stayed on FMAs until session 13, when the persistent dp kernels (one balanced wave, since run 68)
+            beat the then-planned FMA ones in the decode step itself: 27B w8 8.016 vs 8.122 ms per token in one
+            process (1.013x, run 97, ``bench/results/family_ab_w8_dp_h200_f20a747.json``); per family in the graph
+            profile (run 98) gate|up 2.98 vs 3.02 ms, GDN in 1.14 vs 1.22, GDN out 0.48 vs 0.51, attention o 0.155
+            vs 0.166, down equal, q|k|v 0.36 vs 0.32 (the one loser).
         dp_shapes: the plain (threads, k_warps) shapes of the dp variants; the cost model (with its x-staging
             term, ``DP_STAGE_NS``) picks one per problem. Default 256 and 640 threads, one warp per row group. On
             the H200 probe (session 8) the persistent dp variant at 2 rows per warp and 256 threads is within 3 % of
@@ -499,7 +503,7 @@ class GemvCoopFamily:
                  rows_per_warp: int = 4, quant_rows_per_warp: int = 2, norm_rows_per_warp: int = 2,
                  w8_tok1_rows_per_warp: int = 4, w8_tok1_shapes: tuple[tuple[int, int], ...] = ((128, 2),),
                  prefetch_steps: int = 1, w4_mma_tiles: tuple[int, ...] = (4,), w8_mma_tiles: tuple[int, ...] = (4,),
-                 w8_dp_tiles: tuple[int, ...] = (), w4_dp_tiles: tuple[int, ...] = (1,), dp_persistent: bool = True,
+                 w8_dp_tiles: tuple[int, ...] = (1,), w4_dp_tiles: tuple[int, ...] = (1,), dp_persistent: bool = True,
                  dp_shapes: tuple[tuple[int, int], ...] = ((256, 1), (640, 1)),
                  dp_carry: tuple[bool, ...] = (False, True), dp_ring: int = 0, dp_preload: str = "regs",
                  dp_stage: str = "whole",
