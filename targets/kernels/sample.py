@@ -29,8 +29,10 @@ to ``u = (2 * (word >> 9) + 1) * 2^-24`` in (0, 1). The sequence's identity is i
 gives each request its own), so a token does not depend on the row the sequence occupies in a batch.
 
 Argmax mode splits a long row over CTAs (grid ``(B, splits)``, :meth:`SampleFamily.argmax_splits`): one CTA
-streams a 1 MB row of a 248,320-entry vocabulary at one SM's bandwidth (~40 us of every greedy decode step on the
-H200, bench/NOTES.md), ``splits`` CTAs of 256 threads at the device's. Each CTA reduces its contiguous share of
+streams a 1 MB row of a 248,320-entry vocabulary at one SM's bandwidth, ``splits`` CTAs of 256 threads at the
+device's (on the H200, bench/NOTES.md: the one-CTA sampler's kernel time in the graph-replayed 27B step was 42 us,
+run 77, the split one's 12-14 us, run 94; the step itself gained 1.005x in w4 and nothing measurable in w8 in one
+process, run 95). Each CTA reduces its contiguous share of
 the row to a packed (key, index) maximum, ``atomicMax``-es it into ``ws[2b]`` and takes a ticket from
 ``ws[2b + 1]``; the last CTA to arrive reads the maximum, writes the outputs and resets both words to 0. The
 maximum of packed keys is order-free, so the id is the same whatever order the CTAs run in.
