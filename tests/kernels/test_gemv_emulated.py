@@ -386,3 +386,42 @@ def test_persistent_grid_is_one_balanced_wave():
             g = GemvCoopFamily.persistent_grid(items, cap)
             per = -(-items // g)
             assert g <= cap and (g - 1) * per < items <= g * per
+
+
+@pytest.mark.parametrize("fmt", ["w4", "w8"])
+def test_dp_x_replicas_stage_from_the_ctas_copy(ctx, fmt):
+    """The probe option x_replicas (bench/dp_trace_probe.py --replicas): CTA b stages x from copy b % R. Identical
+    copies give the one-copy kernel's bits; with copy 1 = 2 x (exact in bf16, the same int16 codes under half the
+    scale) the CTAs that read it -- and only they -- return exactly twice the outputs."""
+    from cuda_host import HostKernel
+
+    prob = GemvProblem(SHAPES[fmt], N, "store", fmt)
+    base = FAM_DP.launch_variant(prob, 1, ctx, 128, "plain", max_tokens=1, k_warps=1)
+    assert dict(base.kernel.params).get("dp") and base.ctas >= 2
+    stride = prob.k + 64  # elements between copies (any; not a multiple of K)
+    spec = KernelSpec.make(base.kernel.family, base.kernel.template,
+                           {**dict(base.kernel.params), "x_replicas": 2, "x_rep_stride": stride},
+                           base.kernel.threads, base.kernel.cooperative)
+    rng = np.random.default_rng(7)
+    w_dev, scales, _ = _weights(rng, prob)
+    x = rng.standard_normal(prob.k, dtype=np.float32).astype(ml_dtypes.bfloat16).view(np.uint16)
+
+    def run(sp, xbuf):
+        y = np.full((1, prob.n), np.nan, np.float32)
+        ws, barrier = np.zeros(1, np.float32), np.zeros(1, np.uint32)
+        HostKernel(sp.render(), sp.entry).launch(base.grid, base.block, kernel_args(prob, base, w_dev, xbuf, y, ws,
+                                                 barrier, scales=scales), smem=base.dynamic_smem_bytes)
+        return y
+
+    one = run(base.kernel, np.ascontiguousarray(x))
+    assert np.isfinite(one).all()
+    two = np.full(2 * stride, BF16_NAN, np.uint16)
+    two[:prob.k] = x
+    two[stride:stride + prob.k] = x
+    np.testing.assert_array_equal(run(spec, two), one)
+    two[stride:stride + prob.k] = (x.view(ml_dtypes.bfloat16).astype(np.float32) * 2).astype(
+        ml_dtypes.bfloat16).view(np.uint16)
+    got = run(spec, two)
+    moved = got != one
+    assert moved.any() and not moved.all()
+    np.testing.assert_array_equal(got[moved], 2 * one[moved])
