@@ -5,6 +5,9 @@
 # packages are the ones imported) beside this tree's, same run; the 27B w4 and w8 benches (README rows); then the
 # GDN decode and engine GPU tests.
 # Run as NINFERC_COMMIT=<hash> bash bench/gpu_session13_a.sh (carry .whl, .fixtures, build/old)
+# NOTE (run 94): the old-tree profiles are not: from build/old, `ninferc` is build/old's but the editable install maps
+# ninferc.targets / ninferc.templates / ... to this checkout, so both sides ran the new kernels. Use
+# bench/family_ab.py (family attributes, one process) for A/Bs instead.
 source bench/gpu_setup.sh
 timeout 60 python3 -m pytest tests/kernels/test_sample_gpu.py -m gpu -q -s -p no:cacheprovider -k latency 2>&1 | grep -E "B=|passed|failed"
 gpu_tests sample 60 tests/kernels/test_sample_gpu.py
