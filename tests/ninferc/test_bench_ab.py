@@ -51,3 +51,17 @@ def test_family_ab_variants_parse_and_reject_unknown_attributes():
         family_ab.parse_variant("x:nofamily.a=1")
     with pytest.raises(SystemExit, match="family.attr=value"):
         family_ab.parse_variant("x:gemv_coop=1")
+
+
+def test_pdl_boundary_probe_source_compiles_for_sm90():
+    """bench/pdl_boundary_probe.py's kernels (GPU-only probe) compile with NVRTC and are PDL-aware."""
+    import pdl_boundary_probe as probe
+
+    from ninferc.targets.cubin import read_resources
+    from ninferc.targets.nvrtc import DEFAULT_OPTIONS, compile_cubin
+
+    src = probe.probe_source()
+    assert "NINFER_PDL_ENTRY();" in src  # DeviceKernel.pdl_capable
+    c = compile_cubin(src, "sm_90", name="pdl_boundary_probe", options=DEFAULT_OPTIONS)
+    res = read_resources(c.cubin, "sm_90", c.ptx)
+    assert set(res) == {"chain_pdl", "chain_flag"} and all(r.local_bytes == 0 for r in res.values())
