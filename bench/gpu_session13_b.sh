@@ -1,6 +1,8 @@
 # Device run (session 13, b): same-process A/Bs (bench/family_ab.py) of this session's three decode changes against
 # their baselines, one at a time: the w8 one-token norm-input GEMVs at 2 rows per warp with the cost model's
 # shape (rows2), the one-CTA argmax (one_cta), the GDN decode kernel without its new pre-wait work (noprewait).
+# (gemv_coop.w8_tok1_* were removed after run 99, when w8 moved to the dp kernels: this script
+# reproduces only at its commit.)
 # Run as NINFERC_COMMIT=<hash> bash bench/gpu_session13_b.sh
 source bench/gpu_setup.sh
 OLDSHAPES="((128,1),(128,2),(128,4),(256,2),(256,4))"

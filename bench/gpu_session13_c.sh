@@ -1,6 +1,8 @@
 # Device run (session 13, c): same-process A/Bs (bench/family_ab.py) of the attention decode kernel's CTA size
 # (128 threads planned: one key lane, each thread's P.V loop walks all 64 keys of a page in 4-byte loads; 256 / 512
 # threads: 2 / 4 key lanes) and of the w8 one-token norm-input GEMVs at 256 threads, w8 at 512 and 8,192, w4 at 512.
+# (gemv_coop.w8_tok1_* were removed after run 99, when w8 moved to the dp kernels: this script
+# reproduces only at its commit.)
 # Run as NINFERC_COMMIT=<hash> bash bench/gpu_session13_c.sh
 source bench/gpu_setup.sh
 ab() {  # ab NAME WEIGHTS CONTEXT VARIANT...

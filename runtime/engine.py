@@ -323,7 +323,7 @@ class Engine:
         self.meta_len = off
         # + the sampling arrays (32 B per sequence) and the split argmax's words (16 B per logits row); the pinned
         # host ring is host memory, not counted
-        return 4 * (off + Tc + 64) + 32 * Bc + 16 * max(Bc, self.max_logit_rows)
+        return 4 * (off + Tc + 64) + 32 * Bc + 16 * self.max_logit_rows
 
     def _allocate_and_upload(self) -> None:
         cp, g = self.cp, self.graph
@@ -371,7 +371,7 @@ class Engine:
                          "top_p": cp.ones(Bc, cp.float32), "seed": cp.zeros(Bc, cp.uint64),
                          "rng_step": cp.zeros(Bc, cp.int32),
                          # a split argmax's meeting words per logits row (zero; every launch leaves them zero)
-                         "argmax_ws": cp.zeros(2 * max(Bc, self.max_logit_rows), cp.uint64)}
+                         "argmax_ws": cp.zeros(2 * self.max_logit_rows, cp.uint64)}  # (max_logit_rows >= Bc)
         self.consts = {}
         mem = g.meta["memory"]
         self.tensor_ptr = {}

@@ -402,15 +402,6 @@ class GemvCoopFamily:
         quant_rows_per_warp: the same for w8 / w4 weights. Default 2, from the H200 sweep
             (session 2's sweep, bench/results/gemv_sweep_h200_4086f82.json; 27B decode shapes, T = 1):
             with 2 rows a w4 warp needs 48 registers instead of 85-94 and the kernel time drops by 5-26 %.
-        w8_tok1_rows_per_warp: the same for w8 weights at the one-token tile on fp32 FMAs with a norm input
-            (one-sequence decode's gate|up, GDN in, q|k|v; :meth:`_w8_tok1`). Default 4, from the H200 T = 1 sweep
-            (``bench/results/gemv_ksplit_sweep_w8_t1_h200_d31d431.json``, session 9): 4 rows per warp against the 2
-            the plan then took, at the best (threads, k_warps) of each: gate|up 45.3 vs 48.0 us, q|k|v 20.4 vs 23.2,
-            GDN in 24.2 vs 25.0 (72 registers: 7 CTAs of 128 threads per SM instead of 10).
-        w8_tok1_shapes: the plain (threads, k_warps) candidates of those w8 one-token variants. Default ((128, 2),):
-            in the same sweep the cost model's pick at 4 rows per warp, (128, 1), was slower on GDN in (27.4 us,
-            against 24.7 at (128, 2)) -- the model has no term for it -- while (128, 2) is the best or within 0.5 us
-            of it on all three shapes (gate|up 45.3, q|k|v 20.4, GDN in 24.7).
         norm_rows_per_warp: the same for the add_norm_parts epilogue, every format. Default 2: on the H200 the
             bf16 27B down_proj / out_proj with it take 41 / 16 us against 62 / 24 us with 4 rows per warp at the
             same CTA shape (``bench/gemv_ksplit_sweep.py``, session 4; 4 rows per warp are fine for the same
@@ -445,8 +436,10 @@ class GemvCoopFamily:
             fp32 FMAs gate|up 30.8 vs 40.3 us, down 19.4 vs 22.1, GDN in 14.9 vs 20.5, GDN out 7.8 vs 9.3, q|k|v
             14.6 vs 18.8. w8 was mixed in isolation (GDN in 21.8 vs 24.2, gate|up 44.9 vs 45.3, down 24.8 vs 23.1)
             and stayed on FMAs until session 13, when the persistent dp kernels (one balanced wave, since run 68)
-            beat the then-planned FMA ones in the decode step itself: 27B w8 8.016 vs 8.122 ms per token in one
-            process (1.013x, run 97, ``bench/results/family_ab_w8_dp_h200_f20a747.json``); per family in the graph
+            beat the FMA ones in the decode step itself -- even at the FMA kernels' best one-token shape (4 rows per
+            warp, 2 warps per row group for the norm-input GEMVs, 1.040x over the cost model's pick, run 95; that
+            special case was removed once dp replaced them): 27B w8 8.016 vs 8.122 ms per token in one process
+            (1.013x, run 97, ``bench/results/family_ab_w8_dp_h200_f20a747.json``); per family in the graph
             profile (run 98) gate|up 2.98 vs 3.02 ms, GDN in 1.14 vs 1.22, GDN out 0.48 vs 0.51, attention o 0.155
             vs 0.166, down equal, q|k|v 0.36 vs 0.32 (the one loser).
         dp_shapes: the plain (threads, k_warps) shapes of the dp variants; the cost model (with its x-staging
@@ -483,9 +476,6 @@ class GemvCoopFamily:
         dp_preload: where the dp variants without the carry put their first weight steps before the PDL wait
             (template ``preload``): ``"regs"`` loads them (registers, or the ring's first stages), ``"late"`` only
             asks L2 for them and loads them after the staging of x.
-        dp_stage: how the dp variants without the carry or a ring stage x (template ``stage``): ``"whole"`` before
-            the first weight step; ``"progressive"`` one step's slice at a time, each during the step before (not
-            measured yet; on this machine's NVRTC 13.5 it costs 8-14 registers).
         mma_shapes: the plain (threads, k_warps) shapes of the mma variants, in place of ``plain_shapes``: a
             16-row warp tile leaves few row groups on a short N (5,120 outputs = 320 tiles), so more warps
             share each tile's K to keep enough bytes in flight. At most 256 threads: a 512-thread CTA's 128
@@ -501,27 +491,24 @@ class GemvCoopFamily:
     def __init__(self, plain_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 2), (256, 4)),
                  coop_threads: tuple[int, ...] = (256, 512), token_tiles: tuple[int, ...] = (1, 4),
                  rows_per_warp: int = 4, quant_rows_per_warp: int = 2, norm_rows_per_warp: int = 2,
-                 w8_tok1_rows_per_warp: int = 4, w8_tok1_shapes: tuple[tuple[int, int], ...] = ((128, 2),),
                  prefetch_steps: int = 1, w4_mma_tiles: tuple[int, ...] = (4,), w8_mma_tiles: tuple[int, ...] = (4,),
                  w8_dp_tiles: tuple[int, ...] = (1,), w4_dp_tiles: tuple[int, ...] = (1,), dp_persistent: bool = True,
                  dp_shapes: tuple[tuple[int, int], ...] = ((256, 1), (640, 1)),
                  dp_carry: tuple[bool, ...] = (False, True), dp_ring: int = 0, dp_preload: str = "regs",
-                 dp_stage: str = "whole",
                  mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))):
-        bad_shape = [s for s in (*plain_shapes, *mma_shapes, *dp_shapes, *w8_tok1_shapes)
+        bad_shape = [s for s in (*plain_shapes, *mma_shapes, *dp_shapes)
                      if s[0] % WARP or s[0] <= 0 or s[1] < 1 or (s[0] // WARP) % s[1]]
-        if (bad_shape or not plain_shapes or not mma_shapes or not dp_shapes or not w8_tok1_shapes or any(t % WARP or t <= 0 for t in coop_threads) or rows_per_warp % 2
-                or quant_rows_per_warp % 2 or norm_rows_per_warp % 2 or w8_tok1_rows_per_warp % 2
-                or min(rows_per_warp, quant_rows_per_warp, norm_rows_per_warp, w8_tok1_rows_per_warp) < 2
-                or not token_tiles
+        if (bad_shape or not plain_shapes or not mma_shapes or not dp_shapes or any(t % WARP or t <= 0 for t in coop_threads) or rows_per_warp % 2
+                or quant_rows_per_warp % 2 or norm_rows_per_warp % 2
+                or min(rows_per_warp, quant_rows_per_warp, norm_rows_per_warp) < 2 or not token_tiles
                 or min(token_tiles) < 1):
             raise PlanError(
                 f"gemv_coop: bad family parameters plain_shapes={plain_shapes}, mma_shapes={mma_shapes}, "
                 f"dp_shapes={dp_shapes} "
                 f"((threads, k_warps): threads a "
                 f"multiple of {WARP}, k_warps dividing its warps), coop_threads={coop_threads}, rows_per_warp="
-                f"{rows_per_warp}, quant_rows_per_warp={quant_rows_per_warp}, norm_rows_per_warp={norm_rows_per_warp}, "
-                f"w8_tok1_rows_per_warp={w8_tok1_rows_per_warp} (even, >= 2), "
+                f"{rows_per_warp}, quant_rows_per_warp={quant_rows_per_warp}, norm_rows_per_warp={norm_rows_per_warp} "
+                f"(even, >= 2), "
                 f"token_tiles={token_tiles} (each >= 1)")
         if prefetch_steps < 0:
             raise PlanError(f"gemv_coop: prefetch_steps = {prefetch_steps} must be >= 0")
@@ -536,8 +523,6 @@ class GemvCoopFamily:
         self.rows_per_warp = int(rows_per_warp)
         self.quant_rows_per_warp = int(quant_rows_per_warp)
         self.norm_rows_per_warp = int(norm_rows_per_warp)
-        self.w8_tok1_rows_per_warp = int(w8_tok1_rows_per_warp)
-        self.w8_tok1_shapes = tuple((int(t), int(k)) for t, k in w8_tok1_shapes)
         self.prefetch_steps = int(prefetch_steps)
         self.w4_mma_tiles = tuple(int(t) for t in w4_mma_tiles)
         self.w8_mma_tiles = tuple(int(t) for t in w8_mma_tiles)
@@ -554,9 +539,6 @@ class GemvCoopFamily:
         if dp_preload not in ("regs", "late"):
             raise PlanError(f"gemv_coop: dp_preload = {dp_preload!r}; supported: 'regs', 'late'")
         self.dp_preload = dp_preload
-        if dp_stage not in ("whole", "progressive"):
-            raise PlanError(f"gemv_coop: dp_stage = {dp_stage!r}; supported: 'whole', 'progressive'")
-        self.dp_stage = dp_stage
 
     @property
     def threads(self) -> tuple[int, ...]:
@@ -577,16 +559,13 @@ class GemvCoopFamily:
 
     def shapes_for(self, problem: GemvProblem, tile: int) -> tuple[tuple[int, int], ...]:
         """The plain (threads, k_warps) candidates of ``problem`` at token tile ``tile``: ``mma_shapes`` for the
-        tensor-core variants, ``dp_shapes`` for the integer-dot-product ones, ``w8_tok1_shapes`` for w8 at the
-        one-token tile with a norm input (:meth:`_w8_tok1`), else ``plain_shapes``."""
+        tensor-core variants, ``dp_shapes`` for the integer-dot-product ones, else ``plain_shapes``."""
         if self.mma_for(problem, tile) and problem.wfmt == "w8":
             return self.mma_shapes
         if self.dp_for(problem, tile):
             return self.dp_shapes
         if self.mma_for(problem, tile):
             return tuple(s for s in self.mma_shapes if mma_stages(s[0], tile) >= 2)
-        if self._w8_tok1(problem, tile):
-            return self.w8_tok1_shapes
         return self.plain_shapes
 
     def carries_for(self, problem: GemvProblem, tile: int) -> tuple[bool | None, ...]:
@@ -610,23 +589,14 @@ class GemvCoopFamily:
         return (tile in tiles and problem.k % DP_BLOCK == 0 and not self.mma_for(problem, tile)
                 and dp_x_bytes(problem.wfmt, problem.k, tile) <= DP_X_BYTES)
 
-    def _w8_tok1(self, problem: GemvProblem, tile: int) -> bool:
-        """True for the GEMVs ``w8_tok1_rows_per_warp`` / ``w8_tok1_shapes`` apply to: w8 on fp32 FMAs at the
-        one-token tile, reading a folded norm's output (``in_norm`` parts: gate|up, GDN in, q|k|v -- the shapes
-        the sweep measured; the LM head, no norm input, streams faster at 2 rows per warp: 281 vs 305 us)."""
-        return (problem.wfmt == "w8" and tile == 1 and problem.norm_in and not self.mma_for(problem, tile)
-                and not self.dp_for(problem, tile))
-
     def rows_for(self, problem: GemvProblem, tile: int) -> int:
         """W rows per warp for ``problem`` at token tile ``tile``: ``MMA_ROWS`` (16) for the tensor-core variants, else
-        ``norm_rows_per_warp`` for the add_norm_parts epilogue, else ``w8_tok1_rows_per_warp`` for w8 at the one-token
-        tile with a norm input (:meth:`_w8_tok1`), else ``quant_rows_per_warp`` (w8 / w4) or ``rows_per_warp`` (bf16)."""
+        ``norm_rows_per_warp`` for the add_norm_parts epilogue, else ``quant_rows_per_warp`` (w8 / w4) or
+        ``rows_per_warp`` (bf16)."""
         if self.mma_for(problem, tile):
             return MMA_ROWS
         if problem.norm_out:
             return self.norm_rows_per_warp
-        if self._w8_tok1(problem, tile):
-            return self.w8_tok1_rows_per_warp
         return self.quant_rows_per_warp if problem.quantized else self.rows_per_warp
 
     def dynamic_smem_bytes(self, problem: GemvProblem, tile: int, spec: KernelSpec | None = None) -> int:
@@ -708,8 +678,6 @@ class GemvCoopFamily:
                     params["ring"] = int(self.dp_ring if ring is None else ring)
             if self.dp_preload != "regs" and "carry" not in params:
                 params["preload"] = self.dp_preload
-            if self.dp_stage != "whole" and "carry" not in params and "ring" not in params:
-                params["stage"] = self.dp_stage
         if problem.norm_out:
             params["unit_offset"] = bool(problem.unit_offset)
         if problem.norm_in:

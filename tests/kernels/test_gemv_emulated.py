@@ -148,16 +148,14 @@ def _run(prob: GemvProblem, launch, seed: int, source: str | None = None, x_scal
 
 
 def _cases():
-    """Per problem: one token with 4 warps per row group (w8 with a norm input: 2, GemvCoopFamily.w8_tok1_shapes),
-    three (a partial 4-token tile) with 2, and the
+    """Per problem: one token with 4 warps per row group, three (a partial 4-token tile) with 2, and the
     cooperative route with three tokens; bf16 also one warp per row group (the k_warps = 1 source). w4 runs on
     the fp32 FMA path and again on tensor cores (``mma``); w8 too, its mma variants plain only (one token with 1
     and 4 warps per row group, three with 2); w8 and w4 again on integer dot products (``dp``, plain only: the
     same three plain shapes)."""
     for p in _problems():
         for kind in ("fma", "mma") if p.wfmt == "w4" else ("fma",):
-            # (w8 with a norm input at one token: its one shape, 4 rows per warp over 2 warps per row group)
-            yield p, 1, 128, "plain", 2 if p.wfmt == "w8" and p.norm_in else 4, kind
+            yield p, 1, 128, "plain", 4, kind
             yield p, 3, 128, "plain", 2, kind
             if p.wfmt == "bf16":
                 yield p, 1, 128, "plain", 1, kind
@@ -351,20 +349,17 @@ def persistent_ranges(items: int, grid: int) -> list[tuple[int, int]]:
 @pytest.mark.parametrize("option,fmt,epilogue,in_norm", [
     ({"ring": 3}, "w4", "swiglu", "parts"), ({"ring": 2, "preload": "late"}, "w8", "add_norm_parts", "none"),
     ({"ring": 5}, "w4", "store", "none"), ({"preload": "late"}, "w4", "store", "parts"),
-    ({"stage_round": "fma"}, "w4", "add_norm_parts", "none"), ({"stage_round": "fma"}, "w8", "swiglu", "parts"),
-    ({"stage": "progressive"}, "w4", "swiglu", "parts"), ({"stage": "progressive"}, "w8", "add_norm_parts", "none"),
-    ({"stage": "progressive", "preload": "late"}, "w4", "store", "none")],
-    ids=["ring3", "ring2_late", "ring5", "late", "fma_w4", "fma_w8", "prog_w4", "prog_w8", "prog_late"])
+    ({"stage_round": "fma"}, "w4", "add_norm_parts", "none"), ({"stage_round": "fma"}, "w8", "swiglu", "parts")],
+    ids=["ring3", "ring2_late", "ring5", "late", "fma_w4", "fma_w8"])
 def test_dp_persistent_options_on_any_grid(option, fmt, epilogue, in_norm):
     """The persistent dp template options the planner does not pick by default -- weight rings in shared memory
     (``ring``: the flattened step sequence across items, its issue cursor and slots), the first weights only in L2
-    before the wait (``preload`` "late"), the staging's rounding by one FMA (``stage_round`` "fma"), x staged one
-    step's slice at a time (``stage`` "progressive": a barrier per step, which the emulator's scheduler checks) -- give the
+    before the wait (``preload`` "late"), the staging's rounding by one FMA (``stage_round`` "fma") -- give the
     reference's result with three tokens at the 1-token tile (token chunks inside a CTA's range), on one CTA, on a
     few, and on more CTAs than the plan's (the floor / ceil split of the items, :func:`persistent_ranges`); K not a
     multiple of a warp's 32 vectors (lanes past the end in the last step) for the rings. The emulator's copies
     complete at once, so the rings' cp.async group counting is the GPU tier's (test_gemv_coop_gpu.py)."""
-    k = 64 * 37 if ("ring" in option or "stage" in option) else SHAPES[fmt]
+    k = 64 * 37 if "ring" in option else SHAPES[fmt]
     prob = GemvProblem(k, 100, epilogue, fmt, in_norm=in_norm)
     spec = FAM_DP.spec(prob, 128, "plain", 1, 1)
     forced = KernelSpec.make(spec.family, spec.template, {**dict(spec.params), **option}, spec.threads, False)

@@ -42,8 +42,8 @@ def test_family_ab_variants_parse_and_reject_unknown_attributes():
 
     import family_ab
 
-    name, sets = family_ab.parse_variant("rw2:gemv_coop.w8_tok1_rows_per_warp=2;sample.split_argmax=False")
-    assert name == "rw2" and sets == {("gemv_coop", "w8_tok1_rows_per_warp"): 2, ("sample", "split_argmax"): False}
+    name, sets = family_ab.parse_variant("rw2:gemv_coop.quant_rows_per_warp=2;sample.split_argmax=False")
+    assert name == "rw2" and sets == {("gemv_coop", "quant_rows_per_warp"): 2, ("sample", "split_argmax"): False}
     assert family_ab.parse_variant("now") == ("now", {})
     with pytest.raises(SystemExit, match="not an attribute"):
         family_ab.parse_variant("x:gemv_coop.no_such_knob=1")

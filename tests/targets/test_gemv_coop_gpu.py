@@ -500,8 +500,7 @@ DP_OPTIONS = {"nocarry": dict(dp_carry=(False,), ring=0), "carry": dict(dp_carry
               "late": dict(dp_carry=(False,), dp_preload="late", ring=0),
               "ring2": dict(dp_carry=(False,), ring=2), "ring3": dict(dp_carry=(False,), ring=3),
               "ring5": dict(dp_carry=(False,), ring=5),
-              "ring3_late": dict(dp_carry=(False,), dp_preload="late", ring=3),
-              "progressive": dict(dp_carry=(False,), dp_stage="progressive", ring=0)}
+              "ring3_late": dict(dp_carry=(False,), dp_preload="late", ring=3)}
 #: shapes with every epilogue / input mode a persistent dp kernel has: swiglu + in_norm, add_norm_parts, store +
 #: in_norm, a row count that is not a multiple of the CTA's outputs (invalid rows in the last row block)
 DP_PERSIST_SHAPES = [GemvProblem(2048, 2048, "swiglu", "w4", in_norm="parts"),

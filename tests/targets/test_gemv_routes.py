@@ -182,8 +182,6 @@ def test_dp_option_errors_name_the_value():
         GemvCoopFamily(dp_ring=1)
     with pytest.raises(PlanError, match="dp_preload = 'early'"):
         GemvCoopFamily(dp_preload="early")
-    with pytest.raises(PlanError, match="dp_stage = 'half'"):
-        GemvCoopFamily(dp_stage="half")
     fam = GemvCoopFamily(w4_dp_tiles=(1,))
     prob = GemvProblem(5120, 5120, "store", "w4")
     with pytest.raises(PlanError, match="ring = 1 must be 0"):
