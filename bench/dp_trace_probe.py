@@ -68,6 +68,8 @@ def main(argv=None) -> int:
     ap.add_argument("--grid", default="planned", choices=["planned", "full"],
                     help="full: one CTA per resident slot (min(items, cap)) instead of the planned persistent grid")
     a = ap.parse_args(argv)
+    if a.replicas < 1:
+        ap.error(f"--replicas {a.replicas}: the number of x copies must be at least 1")
     cp = cupy()
     arch, sms, bw = get_arch(device_arch()), device_sm_count(), device_bandwidth_gbs()
     stream = cp.cuda.Stream(non_blocking=True)
