@@ -79,22 +79,11 @@ __device__ __forceinline__ uint4 ld_ro_v4(const void* p) {
   return v;
 }
 
-// Streaming read-only 16-byte load: data touched once (weights); do not allocate in L1. A template that defines
-// NINFER_STREAM_EVICT_FIRST before including this header also gives the load an L2 evict-first cache policy
-// (PTX ISA: createpolicy.fractional.L2::evict_first and ld's .L2::cache_hint, sm_80+; the plain .L2::evict_first
-// qualifier takes only 256-bit loads), so a decode step's GBs of single-use weight lines are L2's first to go and
-// the small reused data -- kernel code, activations, norm weights -- stays.
+// Streaming read-only 16-byte load: data touched once (weights); do not allocate in L1.
 __device__ __forceinline__ uint4 ld_stream_v4(const void* p) {
   uint4 v;
-#ifdef NINFER_STREAM_EVICT_FIRST
-  unsigned long long policy;
-  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(policy));
-#else
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-#endif
   return v;
 }
 

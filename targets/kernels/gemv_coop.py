@@ -150,8 +150,6 @@ from ninferc.targets.plan import KernelSpec, Launch, PlanContext
 
 EPILOGUES = ("store", "residual_add", "swiglu", "add_norm_parts")
 MODES = ("coop", "plain")
-#: the weight stream's L2 eviction priorities (template ``stream_l2``)
-STREAM_L2 = ("normal", "evict_first")
 IN_NORMS = ("none", "parts")
 WARP = 32  # threads per warp on every CUDA architecture
 VEC = 8    # bf16 elements per 16-byte load
@@ -478,9 +476,10 @@ class GemvCoopFamily:
         dp_preload: where the dp variants without the carry put their first weight steps before the PDL wait
             (template ``preload``): ``"regs"`` loads them (registers, or the ring's first stages), ``"late"`` only
             asks L2 for them and loads them after the staging of x.
-        stream_l2: the L2 eviction priority of the weight stream's loads (template ``stream_l2``): ``"normal"``
-            or ``"evict_first"`` (PTX ``ld ... .L2::evict_first``: a decode step streams GBs of weights through a
-            50 MB L2, and at normal priority they evict what the next kernels reuse -- their code, x, norm weights).
+        dp_deep_threads: the dp thread counts whose variants without carry, ring or late preload keep two weight
+            steps in flight per warp instead of one (template ``depth`` 2). Meant for the 640-thread kernels, one
+            CTA per SM (20 warps of 2 rows: ~25 KB in flight per SM vs ~40 KB for four 256-thread CTAs), which
+            have registers to spare (at most 96 per thread for one 640-thread CTA per SM).
         mma_shapes: the plain (threads, k_warps) shapes of the mma variants, in place of ``plain_shapes``: a
             16-row warp tile leaves few row groups on a short N (5,120 outputs = 320 tiles), so more warps
             share each tile's K to keep enough bytes in flight. At most 256 threads: a 512-thread CTA's 128
@@ -500,7 +499,7 @@ class GemvCoopFamily:
                  w8_dp_tiles: tuple[int, ...] = (1,), w4_dp_tiles: tuple[int, ...] = (1,), dp_persistent: bool = True,
                  dp_shapes: tuple[tuple[int, int], ...] = ((256, 1), (640, 1)),
                  dp_carry: tuple[bool, ...] = (False, True), dp_ring: int = 0, dp_preload: str = "regs",
-                 stream_l2: str = "normal",
+                 dp_deep_threads: tuple[int, ...] = (),
                  mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))):
         bad_shape = [s for s in (*plain_shapes, *mma_shapes, *dp_shapes)
                      if s[0] % WARP or s[0] <= 0 or s[1] < 1 or (s[0] // WARP) % s[1]]
@@ -545,9 +544,7 @@ class GemvCoopFamily:
         if dp_preload not in ("regs", "late"):
             raise PlanError(f"gemv_coop: dp_preload = {dp_preload!r}; supported: 'regs', 'late'")
         self.dp_preload = dp_preload
-        if stream_l2 not in STREAM_L2:
-            raise PlanError(f"gemv_coop: stream_l2 = {stream_l2!r}; supported: {', '.join(map(repr, STREAM_L2))}")
-        self.stream_l2 = stream_l2
+        self.dp_deep_threads = tuple(int(t) for t in dp_deep_threads)
 
     @property
     def threads(self) -> tuple[int, ...]:
@@ -687,6 +684,8 @@ class GemvCoopFamily:
                     params["ring"] = int(self.dp_ring if ring is None else ring)
             if self.dp_preload != "regs" and "carry" not in params:
                 params["preload"] = self.dp_preload
+            elif threads in self.dp_deep_threads and "carry" not in params and "ring" not in params:
+                params["depth"] = 2
         if problem.norm_out:
             params["unit_offset"] = bool(problem.unit_offset)
         if problem.norm_in:
@@ -695,8 +694,6 @@ class GemvCoopFamily:
             params["k_warps"] = int(k_warps)
         if self.prefetch_steps != 1:
             params["prefetch_steps"] = self.prefetch_steps
-        if self.stream_l2 != "normal":
-            params["stream_l2"] = self.stream_l2
         return KernelSpec.make(self.name, self.template, params, threads, cooperative=(mode == "coop"))
 
     def arg_names(self, problem: GemvProblem) -> tuple[str, ...]:

@@ -349,12 +349,14 @@ def persistent_ranges(items: int, grid: int) -> list[tuple[int, int]]:
 @pytest.mark.parametrize("option,fmt,epilogue,in_norm", [
     ({"ring": 3}, "w4", "swiglu", "parts"), ({"ring": 2, "preload": "late"}, "w8", "add_norm_parts", "none"),
     ({"ring": 5}, "w4", "store", "none"), ({"preload": "late"}, "w4", "store", "parts"),
-    ({"stage_round": "fma"}, "w4", "add_norm_parts", "none"), ({"stage_round": "fma"}, "w8", "swiglu", "parts")],
-    ids=["ring3", "ring2_late", "ring5", "late", "fma_w4", "fma_w8"])
+    ({"stage_round": "fma"}, "w4", "add_norm_parts", "none"), ({"stage_round": "fma"}, "w8", "swiglu", "parts"),
+    ({"depth": 2}, "w4", "add_norm_parts", "none"), ({"depth": 2}, "w8", "store", "parts"),
+    ({"depth": 2}, "w4", "swiglu", "parts")],
+    ids=["ring3", "ring2_late", "ring5", "late", "fma_w4", "fma_w8", "depth2_w4", "depth2_w8", "depth2_w4_swiglu"])
 def test_dp_persistent_options_on_any_grid(option, fmt, epilogue, in_norm):
     """The persistent dp template options the planner does not pick by default -- weight rings in shared memory
     (``ring``: the flattened step sequence across items, its issue cursor and slots), the first weights only in L2
-    before the wait (``preload`` "late"), the staging's rounding by one FMA (``stage_round`` "fma") -- give the
+    before the wait (``preload`` "late"), the staging's rounding by one FMA (``stage_round`` "fma"), two weight steps in flight per warp (``depth`` 2) -- give the
     reference's result with three tokens at the 1-token tile (token chunks inside a CTA's range), on one CTA, on a
     few, and on more CTAs than the plan's (the floor / ceil split of the items, :func:`persistent_ranges`); K not a
     multiple of a warp's 32 vectors (lanes past the end in the last step) for the rings. The emulator's copies

@@ -500,7 +500,8 @@ DP_OPTIONS = {"nocarry": dict(dp_carry=(False,), ring=0), "carry": dict(dp_carry
               "late": dict(dp_carry=(False,), dp_preload="late", ring=0),
               "ring2": dict(dp_carry=(False,), ring=2), "ring3": dict(dp_carry=(False,), ring=3),
               "ring5": dict(dp_carry=(False,), ring=5),
-              "ring3_late": dict(dp_carry=(False,), dp_preload="late", ring=3)}
+              "ring3_late": dict(dp_carry=(False,), dp_preload="late", ring=3),
+              "deep": dict(dp_carry=(False,), dp_deep_threads=(256, 640), ring=0)}
 #: shapes with every epilogue / input mode a persistent dp kernel has: swiglu + in_norm, add_norm_parts, store +
 #: in_norm, a row count that is not a multiple of the CTA's outputs (invalid rows in the last row block)
 DP_PERSIST_SHAPES = [GemvProblem(2048, 2048, "swiglu", "w4", in_norm="parts"),
@@ -532,6 +533,7 @@ def test_persistent_dp_many_items_per_cta(device, loader, option, shape, threads
     ctx = PlanContext(device["arch"], 2, {u: k.resources for u, k in loaded.items()})
     launch = gemv.launch_variant(shape, t, ctx, threads, "plain", max_tokens=tile, k_warps=1, ring=ring)
     assert (dict(launch.kernel.params).get("ring", 0) == ring) if ring is not None else True
+    assert (dict(launch.kernel.params).get("depth", 1) == 2) == (option == "deep")
     if ctx.occupancy(launch.kernel, launch.dynamic_smem_bytes).ctas_per_sm < 1:
         pytest.skip(f"{launch.kernel.uri}: its {launch.dynamic_smem_bytes} B of rings and x do not fit this GPU's SM")
     loaded = loaded[launch.kernel.uri]

@@ -190,6 +190,20 @@ def test_dp_option_errors_name_the_value():
     assert "ring" not in dict(fam.spec(prob, 256, "plain", 1, 1, True, 3).params)  # the carry variant has none
 
 
+def test_dp_deep_threads_give_depth_2_only_to_their_plain_loop_variants():
+    """``dp_deep_threads``: template ``depth`` 2 on the dp variants of those thread counts without carry, ring or
+    late preload; every other variant renders as before (no ``depth`` parameter)."""
+    fam = GemvCoopFamily(w4_dp_tiles=(1,), dp_deep_threads=(640,))
+    prob = GemvProblem(17408, 5120, "add_norm_parts", "w4")
+    assert dict(fam.spec(prob, 640, "plain", 1, 1, False).params)["depth"] == 2
+    assert "depth" not in dict(fam.spec(prob, 256, "plain", 1, 1, False).params)
+    assert "depth" not in dict(fam.spec(prob, 640, "plain", 1, 1, True).params)  # carry
+    assert "depth" not in dict(fam.spec(prob, 640, "plain", 1, 1, False, 3).params)  # ring
+    late = GemvCoopFamily(w4_dp_tiles=(1,), dp_deep_threads=(640,), dp_preload="late")
+    assert "depth" not in dict(late.spec(prob, 640, "plain", 1, 1, False).params)
+    assert "depth" not in dict(GemvCoopFamily(w4_dp_tiles=(1,)).spec(prob, 640, "plain", 1, 1, False).params)
+
+
 def test_problem_validation():
     with pytest.raises(PlanError, match="K = 5121 must be a positive multiple of 8"):
         GemvProblem(5121, 5120)
