@@ -479,7 +479,12 @@ class GemvCoopFamily:
         dp_deep_threads: the dp thread counts whose variants without carry, ring or late preload keep two weight
             steps in flight per warp instead of one (template ``depth`` 2). Meant for the 640-thread kernels, one
             CTA per SM (20 warps of 2 rows: ~25 KB in flight per SM vs ~40 KB for four 256-thread CTAs), which
-            have registers to spare (at most 96 per thread for one 640-thread CTA per SM).
+            have registers to spare (at most 96 per thread for one 640-thread CTA per SM). Default (640,): on the
+            H200 (bench/NOTES.md run 102) the w4 down / GDN out kernels' last CTA exit 17.8 -> 17.1 / 8.8 -> 8.3 us
+            (72 registers on NVRTC 13.0, still one CTA per SM), 27B decode step 1.0105x (w4) and 1.0037x (w8) in
+            one process (``bench/results/family_ab_{w4,w8}_deep_h200_2458298.json``); on the 256-thread kernels
+            the registers cost the 4th CTA per SM (72.5 vs 70.9 us per GDN layer). The cost model does not count
+            the second step (its in-flight term is one step per warp).
         mma_shapes: the plain (threads, k_warps) shapes of the mma variants, in place of ``plain_shapes``: a
             16-row warp tile leaves few row groups on a short N (5,120 outputs = 320 tiles), so more warps
             share each tile's K to keep enough bytes in flight. At most 256 threads: a 512-thread CTA's 128
@@ -499,7 +504,7 @@ class GemvCoopFamily:
                  w8_dp_tiles: tuple[int, ...] = (1,), w4_dp_tiles: tuple[int, ...] = (1,), dp_persistent: bool = True,
                  dp_shapes: tuple[tuple[int, int], ...] = ((256, 1), (640, 1)),
                  dp_carry: tuple[bool, ...] = (False, True), dp_ring: int = 0, dp_preload: str = "regs",
-                 dp_deep_threads: tuple[int, ...] = (),
+                 dp_deep_threads: tuple[int, ...] = (640,),
                  mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))):
         bad_shape = [s for s in (*plain_shapes, *mma_shapes, *dp_shapes)
                      if s[0] % WARP or s[0] <= 0 or s[1] < 1 or (s[0] // WARP) % s[1]]

@@ -496,7 +496,7 @@ def test_quant_lm_head_w8(device, loader, t):
 
 #: the persistent dp variants' options (GemvCoopFamily dp_carry), at both token tiles and two CTA sizes
 #: family options, and "ring": the weight-ring stages forced on every variant (None: the family's dp_ring, 0)
-DP_OPTIONS = {"nocarry": dict(dp_carry=(False,), ring=0), "carry": dict(dp_carry=(True,), ring=None),
+DP_OPTIONS = {"nocarry": dict(dp_carry=(False,), dp_deep_threads=(), ring=0), "carry": dict(dp_carry=(True,), ring=None),
               "late": dict(dp_carry=(False,), dp_preload="late", ring=0),
               "ring2": dict(dp_carry=(False,), ring=2), "ring3": dict(dp_carry=(False,), ring=3),
               "ring5": dict(dp_carry=(False,), ring=5),

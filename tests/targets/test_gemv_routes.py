@@ -191,8 +191,8 @@ def test_dp_option_errors_name_the_value():
 
 
 def test_dp_deep_threads_give_depth_2_only_to_their_plain_loop_variants():
-    """``dp_deep_threads``: template ``depth`` 2 on the dp variants of those thread counts without carry, ring or
-    late preload; every other variant renders as before (no ``depth`` parameter)."""
+    """``dp_deep_threads`` (default 640): template ``depth`` 2 on the dp variants of those thread counts without
+    carry, ring or late preload; every other variant renders as before (no ``depth`` parameter)."""
     fam = GemvCoopFamily(w4_dp_tiles=(1,), dp_deep_threads=(640,))
     prob = GemvProblem(17408, 5120, "add_norm_parts", "w4")
     assert dict(fam.spec(prob, 640, "plain", 1, 1, False).params)["depth"] == 2
@@ -201,7 +201,9 @@ def test_dp_deep_threads_give_depth_2_only_to_their_plain_loop_variants():
     assert "depth" not in dict(fam.spec(prob, 640, "plain", 1, 1, False, 3).params)  # ring
     late = GemvCoopFamily(w4_dp_tiles=(1,), dp_deep_threads=(640,), dp_preload="late")
     assert "depth" not in dict(late.spec(prob, 640, "plain", 1, 1, False).params)
-    assert "depth" not in dict(GemvCoopFamily(w4_dp_tiles=(1,)).spec(prob, 640, "plain", 1, 1, False).params)
+    assert dict(GemvCoopFamily(w4_dp_tiles=(1,)).spec(prob, 640, "plain", 1, 1, False).params)["depth"] == 2
+    plain = GemvCoopFamily(w4_dp_tiles=(1,), dp_deep_threads=())
+    assert "depth" not in dict(plain.spec(prob, 640, "plain", 1, 1, False).params)
 
 
 def test_problem_validation():
