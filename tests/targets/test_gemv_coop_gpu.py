@@ -501,7 +501,8 @@ DP_OPTIONS = {"nocarry": dict(dp_carry=(False,), dp_deep_threads=(), ring=0), "c
               "ring2": dict(dp_carry=(False,), ring=2), "ring3": dict(dp_carry=(False,), ring=3),
               "ring5": dict(dp_carry=(False,), ring=5),
               "ring3_late": dict(dp_carry=(False,), dp_preload="late", ring=3),
-              "deep": dict(dp_carry=(False,), dp_deep_threads=(256, 640), ring=0)}
+              "deep": dict(dp_carry=(False,), dp_deep_threads=(256, 640), ring=0),
+              "cap": dict(dp_min_ctas=(("w8", 256, 4), ("w4", 256, 4)), ring=None)}
 #: shapes with every epilogue / input mode a persistent dp kernel has: swiglu + in_norm, add_norm_parts, store +
 #: in_norm, a row count that is not a multiple of the CTA's outputs (invalid rows in the last row block)
 DP_PERSIST_SHAPES = [GemvProblem(2048, 2048, "swiglu", "w4", in_norm="parts"),

@@ -190,6 +190,20 @@ def test_dp_option_errors_name_the_value():
     assert "ring" not in dict(fam.spec(prob, 256, "plain", 1, 1, True, 3).params)  # the carry variant has none
 
 
+def test_dp_min_ctas_caps_only_its_format_and_cta_size():
+    """``dp_min_ctas`` (wfmt, threads, n): template ``min_ctas`` n on that format's dp variants of that CTA size."""
+    fam = GemvCoopFamily(dp_min_ctas=(("w8", 256, 4),))
+    w8 = GemvProblem(5120, 16480, "store", "w8", in_norm="parts")
+    assert dict(fam.spec(w8, 256, "plain", 1, 1, False).params)["min_ctas"] == 4
+    assert dict(fam.spec(w8, 256, "plain", 1, 1, True).params)["min_ctas"] == 4  # carry too
+    assert "min_ctas" not in dict(fam.spec(w8, 640, "plain", 1, 1, False).params)
+    w4 = GemvProblem(5120, 16480, "store", "w4", in_norm="parts")
+    assert "min_ctas" not in dict(GemvCoopFamily(w4_dp_tiles=(1,), dp_min_ctas=(("w8", 256, 4),))
+                                  .spec(w4, 256, "plain", 1, 1, False).params)
+    with pytest.raises(PlanError, match="dp_min_ctas entries"):
+        GemvCoopFamily(dp_min_ctas=(("bf16", 256, 4),))
+
+
 def test_dp_deep_threads_give_depth_2_only_to_their_plain_loop_variants():
     """``dp_deep_threads`` (default 640): template ``depth`` 2 on the dp variants of those thread counts without
     carry, ring or late preload; every other variant renders as before (no ``depth`` parameter)."""
