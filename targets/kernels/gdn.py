@@ -358,17 +358,14 @@ class GdnDecodeFamily:
         prewait: the kernel's pre-PDL-wait work beyond the state's L2 prefetch (the conv ring rows into L2, the conv
             taps and gating constants into registers; template parameter ``prewait``, absent = true). False
             renders the earlier kernel, the A/B baseline of bench/family_ab.py.
-        early: thread 0 loads the gate inputs a, b beside the conv's loads (not after them) and the state is stored
-            as soon as it is updated (template parameter ``early``, absent = true); False renders the earlier order.
     """
 
     name = "gdn_decode"
     template = "gdn_recurrent.cu.j2"
 
-    def __init__(self, state_per_thread: int = STATE_FLOATS_PER_THREAD, prewait: bool = True, early: bool = True):
+    def __init__(self, state_per_thread: int = STATE_FLOATS_PER_THREAD, prewait: bool = True):
         self.state_per_thread = int(state_per_thread)
         self.prewait = bool(prewait)
-        self.early = bool(early)
 
     def spec(self, problem: GdnProblem, threads: int | None = None) -> KernelSpec:
         """The decode kernel for ``problem`` (threads default :func:`recurrent_threads`).
@@ -382,8 +379,6 @@ class GdnDecodeFamily:
         params = {**problem.dims(), "width": problem.width, "threads": th, "mode": "decode"}
         if not self.prewait:
             params["prewait"] = False
-        if not self.early:
-            params["early"] = False
         return KernelSpec.make(self.name, self.template, params, th, cooperative=False)
 
     def variants(self, problem: GdnProblem) -> list[KernelSpec]:

@@ -485,9 +485,13 @@ class GemvCoopFamily:
             one process (``bench/results/family_ab_{w4,w8}_deep_h200_2458298.json``); on the 256-thread kernels
             the registers cost the 4th CTA per SM (72.5 vs 70.9 us per GDN layer). The cost model does not count
             the second step (its in-flight term is one step per warp).
-        dp_min_ctas: (wfmt, threads, n) entries: the dp variants of that weight format and CTA size compile with
-            ``__launch_bounds__(threads, n)`` (template ``min_ctas``), a register cap of 65,536 / (threads x n) on
-            the 64K-register SMs -- the occupancy and grid then follow the capped kernel's real register count.
+        dp_min_ctas: (wfmt, epilogue, threads, n) entries: the dp variants of that weight format, epilogue and CTA
+            size compile with ``__launch_bounds__(threads, n)`` (template ``min_ctas``), a register cap of 65,536 /
+            (threads x n) on the 64K-register SMs -- the occupancy and grid then follow the capped kernel's real
+            register count. Default: the w8 ``store`` GEMVs (GDN in, q|k|v) at 4 CTAs of 256 threads per SM (64
+            registers, no spills on NVRTC 13.0 / 13.5; 72 uncapped on 13.0, 3 CTAs/SM): on the H200 the w8 GDN in
+            kernel's last CTA exit 23.9 -> 22.0 us; capping gate|up (swiglu) too cost it 1.0 us (bench/NOTES.md
+            run 105: both capped, 27B w8 step 1.0075x).
         mma_shapes: the plain (threads, k_warps) shapes of the mma variants, in place of ``plain_shapes``: a
             16-row warp tile leaves few row groups on a short N (5,120 outputs = 320 tiles), so more warps
             share each tile's K to keep enough bytes in flight. At most 256 threads: a 512-thread CTA's 128
@@ -508,7 +512,7 @@ class GemvCoopFamily:
                  dp_shapes: tuple[tuple[int, int], ...] = ((256, 1), (640, 1)),
                  dp_carry: tuple[bool, ...] = (False, True), dp_ring: int = 0, dp_preload: str = "regs",
                  dp_deep_threads: tuple[int, ...] = (640,),
-                 dp_min_ctas: tuple[tuple[str, int, int], ...] = (),
+                 dp_min_ctas: tuple[tuple[str, str, int, int], ...] = (("w8", "store", 256, 4),),
                  mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))):
         bad_shape = [s for s in (*plain_shapes, *mma_shapes, *dp_shapes)
                      if s[0] % WARP or s[0] <= 0 or s[1] < 1 or (s[0] // WARP) % s[1]]
@@ -554,11 +558,12 @@ class GemvCoopFamily:
             raise PlanError(f"gemv_coop: dp_preload = {dp_preload!r}; supported: 'regs', 'late'")
         self.dp_preload = dp_preload
         self.dp_deep_threads = tuple(int(t) for t in dp_deep_threads)
-        bad = [e for e in dp_min_ctas if len(e) != 3 or e[0] not in ("w8", "w4") or int(e[1]) % WARP or int(e[2]) < 1]
+        bad = [e for e in dp_min_ctas if len(e) != 4 or e[0] not in ("w8", "w4") or e[1] not in EPILOGUES
+               or int(e[2]) % WARP or int(e[3]) < 1]
         if bad:
-            raise PlanError(f"gemv_coop: dp_min_ctas entries {bad} must be (wfmt 'w8' | 'w4', threads a multiple of "
-                            f"{WARP}, min resident CTAs per SM >= 1)")
-        self.dp_min_ctas = tuple((str(f), int(t), int(c)) for f, t, c in dp_min_ctas)
+            raise PlanError(f"gemv_coop: dp_min_ctas entries {bad} must be (wfmt 'w8' | 'w4', epilogue one of "
+                            f"{', '.join(EPILOGUES)}, threads a multiple of {WARP}, min resident CTAs per SM >= 1)")
+        self.dp_min_ctas = tuple((str(f), str(e), int(t), int(c)) for f, e, t, c in dp_min_ctas)
 
     @property
     def threads(self) -> tuple[int, ...]:
@@ -700,7 +705,8 @@ class GemvCoopFamily:
                 params["preload"] = self.dp_preload
             elif threads in self.dp_deep_threads and "carry" not in params and "ring" not in params:
                 params["depth"] = 2
-            cap = next((c for f, t, c in self.dp_min_ctas if f == problem.wfmt and t == threads), 0)
+            cap = next((c for f, e, t, c in self.dp_min_ctas
+                        if f == problem.wfmt and e == problem.epilogue and t == threads), 0)
             if cap > 1:
                 params["min_ctas"] = cap
         if problem.norm_out:

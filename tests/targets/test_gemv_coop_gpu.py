@@ -43,7 +43,7 @@ from ninferc.targets.arch import arch_for_compute_capability  # noqa: E402
 from ninferc.targets.cubin import read_resources  # noqa: E402
 from ninferc.targets.kernels import FAMILIES, representative_instances  # noqa: E402
 from ninferc.ir.reference import ref_rmsnorm  # noqa: E402
-from ninferc.targets.kernels.gemv_coop import GemvCoopFamily, GemvProblem, kernel_args, norm_input, reference  # noqa: E402
+from ninferc.targets.kernels.gemv_coop import EPILOGUES, GemvCoopFamily, GemvProblem, kernel_args, norm_input, reference  # noqa: E402
 from ninferc.targets.nvrtc import compile_cubin  # noqa: E402
 from ninferc.targets.occupancy import occupancy  # noqa: E402
 from ninferc.targets.plan import PlanContext, make_plan  # noqa: E402
@@ -502,7 +502,8 @@ DP_OPTIONS = {"nocarry": dict(dp_carry=(False,), dp_deep_threads=(), ring=0), "c
               "ring5": dict(dp_carry=(False,), ring=5),
               "ring3_late": dict(dp_carry=(False,), dp_preload="late", ring=3),
               "deep": dict(dp_carry=(False,), dp_deep_threads=(256, 640), ring=0),
-              "cap": dict(dp_min_ctas=(("w8", 256, 4), ("w4", 256, 4)), ring=None)}
+              "cap": dict(dp_min_ctas=tuple((f, e, t, 4) for f in ("w8", "w4") for e in EPILOGUES for t in (256,)),
+                          ring=None)}
 #: shapes with every epilogue / input mode a persistent dp kernel has: swiglu + in_norm, add_norm_parts, store +
 #: in_norm, a row count that is not a multiple of the CTA's outputs (invalid rows in the last row block)
 DP_PERSIST_SHAPES = [GemvProblem(2048, 2048, "swiglu", "w4", in_norm="parts"),
@@ -534,7 +535,9 @@ def test_persistent_dp_many_items_per_cta(device, loader, option, shape, threads
     ctx = PlanContext(device["arch"], 2, {u: k.resources for u, k in loaded.items()})
     launch = gemv.launch_variant(shape, t, ctx, threads, "plain", max_tokens=tile, k_warps=1, ring=ring)
     assert (dict(launch.kernel.params).get("ring", 0) == ring) if ring is not None else True
-    assert (dict(launch.kernel.params).get("depth", 1) == 2) == (option == "deep")
+    kp = dict(launch.kernel.params)
+    deep = threads in gemv.dp_deep_threads and not kp.get("carry") and not kp.get("ring") and "preload" not in kp
+    assert (kp.get("depth", 1) == 2) == deep
     if ctx.occupancy(launch.kernel, launch.dynamic_smem_bytes).ctas_per_sm < 1:
         pytest.skip(f"{launch.kernel.uri}: its {launch.dynamic_smem_bytes} B of rings and x do not fit this GPU's SM")
     loaded = loaded[launch.kernel.uri]

@@ -190,18 +190,23 @@ def test_dp_option_errors_name_the_value():
     assert "ring" not in dict(fam.spec(prob, 256, "plain", 1, 1, True, 3).params)  # the carry variant has none
 
 
-def test_dp_min_ctas_caps_only_its_format_and_cta_size():
-    """``dp_min_ctas`` (wfmt, threads, n): template ``min_ctas`` n on that format's dp variants of that CTA size."""
-    fam = GemvCoopFamily(dp_min_ctas=(("w8", 256, 4),))
+def test_dp_min_ctas_caps_only_its_format_epilogue_and_cta_size():
+    """``dp_min_ctas`` (wfmt, epilogue, threads, n): template ``min_ctas`` n on exactly those dp variants; the
+    default caps the w8 ``store`` GEMVs of 256 threads at 4 CTAs/SM."""
+    fam = GemvCoopFamily()
     w8 = GemvProblem(5120, 16480, "store", "w8", in_norm="parts")
     assert dict(fam.spec(w8, 256, "plain", 1, 1, False).params)["min_ctas"] == 4
     assert dict(fam.spec(w8, 256, "plain", 1, 1, True).params)["min_ctas"] == 4  # carry too
     assert "min_ctas" not in dict(fam.spec(w8, 640, "plain", 1, 1, False).params)
+    swiglu = GemvProblem(5120, 17408, "swiglu", "w8", in_norm="parts")
+    assert "min_ctas" not in dict(fam.spec(swiglu, 256, "plain", 1, 1, False).params)
     w4 = GemvProblem(5120, 16480, "store", "w4", in_norm="parts")
-    assert "min_ctas" not in dict(GemvCoopFamily(w4_dp_tiles=(1,), dp_min_ctas=(("w8", 256, 4),))
-                                  .spec(w4, 256, "plain", 1, 1, False).params)
+    assert "min_ctas" not in dict(GemvCoopFamily(w4_dp_tiles=(1,)).spec(w4, 256, "plain", 1, 1, False).params)
+    assert "min_ctas" not in dict(GemvCoopFamily(dp_min_ctas=()).spec(w8, 256, "plain", 1, 1, False).params)
     with pytest.raises(PlanError, match="dp_min_ctas entries"):
-        GemvCoopFamily(dp_min_ctas=(("bf16", 256, 4),))
+        GemvCoopFamily(dp_min_ctas=(("bf16", "store", 256, 4),))
+    with pytest.raises(PlanError, match="dp_min_ctas entries"):
+        GemvCoopFamily(dp_min_ctas=(("w8", 256, 4),))
 
 
 def test_dp_deep_threads_give_depth_2_only_to_their_plain_loop_variants():
