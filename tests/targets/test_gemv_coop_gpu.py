@@ -483,14 +483,16 @@ def test_quant_planned_launches_match_reference(device, loader, fmt, shape, t, p
 
 @pytest.mark.parametrize("t", Q_TOKENS)
 def test_quant_lm_head_w8(device, loader, t):
-    """The 27B LM head (K = 5120, N = 248320) at w8: planned route, plus forced plain at T = 1."""
+    """The 27B LM head (K = 5120, N = 248320) at w8: planned route, plus at T = 1 the family's other one-token
+    shape forced (the persistent dp kernel of 640 threads; the plan takes 256)."""
     gemv = FAMILIES["gemv_coop"]
     loaded = {s.uri: loader(s) for s in gemv.variants(LM_HEAD)}
     ctx = PlanContext(device["arch"], device["sms"], {u: lk.resources for u, lk in loaded.items()})
     launch = gemv.launch(LM_HEAD, t, ctx)
     _run_and_check(loaded[launch.kernel.uri], LM_HEAD, launch, seed=t)
     if t == 1:
-        forced = gemv.launch_variant(LM_HEAD, t, ctx, 128, "plain", max_tokens=1, k_warps=4)
+        forced = gemv.launch_variant(LM_HEAD, t, ctx, 640, "plain", max_tokens=1, k_warps=1)
+        assert forced.kernel.uri != launch.kernel.uri
         _run_and_check(loaded[forced.kernel.uri], LM_HEAD, forced, seed=99)
 
 
