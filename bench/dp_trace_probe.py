@@ -8,7 +8,7 @@ the previous launch's last CTA exit): the first / median / last CTA entry, PDL-w
 item done and exit, and the medians of the per-CTA phases from clock64. The traced graph is timed beside the
 untraced one (the probe's own cost).
 
-Usage (GPU machine): python bench/dp_trace_probe.py [--json FILE] [--layers 16] [--wfmt w4|w8] [--replicas R]
+Usage (GPU machine): python bench/dp_trace_probe.py [--json FILE] [--layers 16] [--wfmt w4|w8]
 [--params DICT] [--family DICT] [--grid planned|full]
 """
 
@@ -62,14 +62,9 @@ def main(argv=None) -> int:
                     help="w8: the planned w8 GEMVs (fp32 FMA kernels, one CTA per row block: no staging stamp)")
     ap.add_argument("--params", default="", help="more template parameters of every planned kernel (a dict literal; "
                     "keyed by CTA threads, e.g. {256: {'ring': 4}, 640: {'ring': 7}}, for each size's kernels)")
-    ap.add_argument("--replicas", type=int, default=1,
-                    help="each dp kernel stages x from copy blockIdx %% R of R identical copies (template "
-                         "x_replicas): whether fewer CTAs per L2 line of x shorten the staging")
     ap.add_argument("--grid", default="planned", choices=["planned", "full"],
                     help="full: one CTA per resident slot (min(items, cap)) instead of the planned persistent grid")
     a = ap.parse_args(argv)
-    if a.replicas < 1:
-        ap.error(f"--replicas {a.replicas}: the number of x copies must be at least 1")
     cp = cupy()
     arch, sms, bw = get_arch(device_arch()), device_sm_count(), device_bandwidth_gbs()
     stream = cp.cuda.Stream(non_blocking=True)
@@ -92,13 +87,10 @@ def main(argv=None) -> int:
     lns = [fam.launch(p, 1, ctx) for p in LAYER]
     extra = eval(a.params) if a.params else {}  # noqa: S307 (a probe's CLI)
     by_threads = bool(extra) and all(isinstance(key, int) for key in extra)  # {threads: {param: value}}
-    stride = 4 * max(p.k for p in LAYER)  # elements between x copies (Bufs' x is [4, K] bf16)
-    rep = {"x_replicas": a.replicas, "x_rep_stride": stride} if a.replicas > 1 else {}
-    if extra or rep or a.grid != "planned":  # the planned shapes with these parameters / this grid
+    if extra or a.grid != "planned":  # the planned shapes with these parameters / this grid
         new = []
         for p, ln in zip(LAYER, lns):
-            spec = with_params(ln.kernel, **(extra.get(ln.kernel.threads, {}) if by_threads else extra),
-                               **(rep if dict(ln.kernel.params).get("dp") else {}))
+            spec = with_params(ln.kernel, **(extra.get(ln.kernel.threads, {}) if by_threads else extra))
             load(spec)
             dyn = fam.dynamic_smem_bytes(p, 1, spec)  # (with the spec's weight ring, if any)
             occ = PlanContext(arch, sms, res, bandwidth_gbs=bw).occupancy(spec, dyn)
@@ -122,12 +114,6 @@ def main(argv=None) -> int:
             # the untraced kernel's resident CTAs/SM as a register cap (the stamps alone cost 4-8 registers)
             tk[ln.kernel.uri] = DeviceKernel.from_spec(with_params(ln.kernel, trace=True, min_ctas=ln.ctas_per_sm))
     bufs = [Bufs(cp, p, p.weight_bytes * a.layers) for p in LAYER]
-    if rep:  # R identical copies of each x, `stride` elements apart
-        for b in bufs:
-            xr = cp.zeros(a.replicas * stride, cp.uint16)
-            for r in range(a.replicas):
-                xr[r * stride:r * stride + b.x.size] = b.x.ravel()
-            b.x = xr
 
     # the norm input's parts as in the decode step: those of the add_norm_parts GEMV before (down -> GDN in,
     # GDN out -> gate|up), not Bufs' 640

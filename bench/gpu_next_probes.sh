@@ -1,3 +1,4 @@
+# Ran as bench/NOTES.md run 100 at 838df91; reproduces only there (the x_replicas option / --replicas was removed after it).
 # Device run prepared in session 13, not run yet (the device budget was spent). (1) Does the dp GEMVs' staging of x
 # (2.1-3.2 us after the PDL wait, with DRAM idle: bench/NOTES.md runs 87-93) shorten when fewer CTAs read each L2
 # line of x? Each dp kernel stages from copy blockIdx % R of R identical copies (template x_replicas; the probe's x

@@ -557,6 +557,9 @@ class GemvCoopFamily:
         if dp_preload not in ("regs", "late"):
             raise PlanError(f"gemv_coop: dp_preload = {dp_preload!r}; supported: 'regs', 'late'")
         self.dp_preload = dp_preload
+        if any(int(t) <= 0 or int(t) % WARP or int(t) > 1024 for t in dp_deep_threads):
+            raise PlanError(f"gemv_coop: dp_deep_threads = {tuple(dp_deep_threads)} must be CTA sizes: multiples of "
+                            f"{WARP} up to 1024")
         self.dp_deep_threads = tuple(int(t) for t in dp_deep_threads)
         bad = [e for e in dp_min_ctas if len(e) != 4 or e[0] not in ("w8", "w4") or e[1] not in EPILOGUES
                or int(e[2]) % WARP or int(e[3]) < 1]

@@ -13,6 +13,7 @@ import pytest
 
 from targets_testlib import family_resources
 from ninferc.errors import PlanError
+from ninferc.targets.plan import KernelSpec
 from ninferc.ir.reference import ref_rmsnorm
 from ninferc.targets.kernels.gemv_coop import (DP_ITEM_US, DP_STAGE_NS, LATENCY_US, OVERHEAD_STEPS, REDUCE_STEPS, TAIL_STEP_US,
                                                GemvCoopFamily, GemvProblem,
@@ -209,6 +210,15 @@ def test_dp_min_ctas_caps_only_its_format_epilogue_and_cta_size():
         GemvCoopFamily(dp_min_ctas=(("w8", 256, 4),))
 
 
+def test_dp_depth_other_than_1_or_2_fails_to_compile_naming_it():
+    from ninferc.errors import CompileError
+    from ninferc.targets.nvrtc import compile_cubin
+    spec = GemvCoopFamily(w4_dp_tiles=(1,)).spec(GemvProblem(1024, 640, "store", "w4"), 640, "plain", 1, 1, False)
+    bad = KernelSpec.make(spec.family, spec.template, {**dict(spec.params), "depth": 3}, spec.threads, False)
+    with pytest.raises(CompileError, match="depth must be 1 or 2"):
+        compile_cubin(bad.render(), "sm_90", name=bad.uri)
+
+
 def test_dp_deep_threads_give_depth_2_only_to_their_plain_loop_variants():
     """``dp_deep_threads`` (default 640): template ``depth`` 2 on the dp variants of those thread counts without
     carry, ring or late preload; every other variant renders as before (no ``depth`` parameter)."""
@@ -221,6 +231,8 @@ def test_dp_deep_threads_give_depth_2_only_to_their_plain_loop_variants():
     late = GemvCoopFamily(w4_dp_tiles=(1,), dp_deep_threads=(640,), dp_preload="late")
     assert "depth" not in dict(late.spec(prob, 640, "plain", 1, 1, False).params)
     assert dict(GemvCoopFamily(w4_dp_tiles=(1,)).spec(prob, 640, "plain", 1, 1, False).params)["depth"] == 2
+    with pytest.raises(PlanError, match=r"dp_deep_threads = \(100,\) must be CTA sizes"):
+        GemvCoopFamily(dp_deep_threads=(100,))
     plain = GemvCoopFamily(w4_dp_tiles=(1,), dp_deep_threads=())
     assert "depth" not in dict(plain.spec(prob, 640, "plain", 1, 1, False).params)
 
