@@ -10,8 +10,4 @@ trace_run planned
 trace_run deep --family "{'dp_deep_threads': (640,)}"
 trace_run deep_all --family "{'dp_deep_threads': (256, 640)}"
 trace_run planned_again
-for w in w4 w8; do
-  timeout 150 python3 bench/family_ab.py --weights $w --rounds 4 --json $OUT/ab_${w}_deep.json now \
-    "deep:gemv_coop.dp_deep_threads=(640,)" > /tmp/ab_$w.log 2>&1
-  echo "ab $w rc $? $(el)"; grep -E "speed-up|Error|error" /tmp/ab_$w.log | tail -4
-done
+for w in w4 w8; do ab_run ${w}_deep $w 150 now "deep:gemv_coop.dp_deep_threads=(640,)"; done

@@ -1,3 +1,4 @@
+# Reproduces only at 2f4eecf (bench/NOTES.md run 105): GdnDecodeFamily.early was removed and dp_min_ctas entries gained the epilogue after it.
 # Device run (session 14, e): (1) the w8 256-thread dp kernels (GDN in, gate|up: 2/3 of w8's bytes) under a 64-register
 # cap (__launch_bounds__(256, 4), GemvCoopFamily.dp_min_ctas): 4 CTAs/SM instead of 3, no spills on NVRTC 13.5 --
 # the layer timeline and a same-process A/B of the 27B w8 step; (2) GDN decode with the gate inputs loaded beside
@@ -9,9 +10,5 @@ gpu_tests gdn 60 tests/kernels/test_gdn_gpu.py -k decode
 gpu_tests dp 90 tests/targets/test_gemv_coop_gpu.py -k "persistent_dp_many_items and cap"
 trace_run w8 --wfmt w8
 trace_run w8_cap --wfmt w8 --params "{256: {'min_ctas': 4}}"
-timeout 170 python3 bench/family_ab.py --weights w8 --rounds 4 --json $OUT/ab_w8_cap.json now \
-  "cap4:gemv_coop.dp_min_ctas=(('w8',256,4),)" "early0:gdn_decode.early=False" > /tmp/ab8.log 2>&1
-echo "ab w8 rc $? $(el)"; grep -E "speed-up|Error|error" /tmp/ab8.log | tail -5
-timeout 150 python3 bench/family_ab.py --weights w4 --rounds 4 --json $OUT/ab_w4_gdn.json now \
-  "early0:gdn_decode.early=False" "spt64:gdn_decode.state_per_thread=64" > /tmp/ab4.log 2>&1
-echo "ab w4 rc $? $(el)"; grep -E "speed-up|Error|error" /tmp/ab4.log | tail -5
+ab_run w8_cap w8 170 now "cap4:gemv_coop.dp_min_ctas=(('w8',256,4),)" "early0:gdn_decode.early=False"
+ab_run w4_gdn w4 150 now "early0:gdn_decode.early=False" "spt64:gdn_decode.state_per_thread=64"

@@ -33,3 +33,16 @@ trace_run() {  # trace_run NAME [dp_trace_probe args...]: the layer timeline's s
   grep -E "grid [0-9]+," /tmp/trace_$name.log | sed 's/gemv_coop__//' | cut -c1-150
   grep -E "Error|error" /tmp/trace_$name.log | tail -2
 }
+bench_27b() {  # bench_27b W [W ...]: the README rows' 27B bench (512 and 8,192 context) per weight format, JSON under $OUT
+  local w
+  for w in "$@"; do
+    timeout 110 ninferc bench --preset qwen3.8-27b --synthetic-weights --weights $w --decode-tokens 32 \
+      --prompt-tokens 512,8192 --json $OUT/bench_$w.json > /tmp/bench_$w.log 2>&1
+    echo "bench $w rc $? $(el)"; grep -A3 "^context" /tmp/bench_$w.log | head -3; grep -i "error" /tmp/bench_$w.log | tail -2
+  done
+}
+ab_run() {  # ab_run NAME WEIGHTS SECONDS VARIANT...: bench/family_ab.py over 4 rounds, JSON $OUT/ab_NAME.json
+  local name=$1 w=$2 secs=$3; shift 3
+  timeout $secs python3 bench/family_ab.py --weights $w --rounds 4 --json $OUT/ab_$name.json "$@" > /tmp/ab_$name.log 2>&1
+  echo "ab $name rc $? $(el)"; grep -E "speed-up|Error|error" /tmp/ab_$name.log | tail -5
+}
