@@ -12,6 +12,20 @@ namespace ninfer_attn {
 __device__ __forceinline__ float pos_inf() { return __int_as_float(0x7f800000); }
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
+// Keys per split of attn_decode (ninferc.targets.kernels.attention.split_keys mirrors it). granule 0: max_keys
+// (= pages_per_split * P, page-aligned splits). Else n = ceil(ctx / splits) rounded up to granule * 2^i while that
+// divides the page size P (so no split's range crosses a page), otherwise to a multiple of P; at most max_keys.
+// splits * result >= ctx either way, since splits * max_keys covers the page table.
+__device__ __forceinline__ int split_keys(int ctx, int splits, int max_keys, int granule, int page) {
+  if (granule <= 0) return max_keys;
+  const int per = (ctx + splits - 1) / splits;
+  int k = granule;
+  if (page % k == 0)
+    while (k < per && page % (2 * k) == 0) k *= 2;
+  if (k < per || page % k != 0) k = (per + page - 1) / page * page;
+  return k < max_keys ? k : max_keys;
+}
+
 // Butterfly max over the warp: every lane ends with the maximum.
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll

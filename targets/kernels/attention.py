@@ -390,17 +390,27 @@ class AttnDecodeFamily(_OneKernelFamily):
     Args:
         threads: threads per CTA.
         max_pages_per_split: upper bound on the pages one CTA reads (see the split rule).
+        balance_keys: keys granule of the balanced split (template parameter ``balance``; 0 = page-aligned
+            splits of ``pages_per_split`` pages): the kernel spreads the *live* context over all ``splits`` at
+            run time, :func:`split_keys` keys per split, so that at a short context every split's CTA has work
+            (the split count itself stays fixed by ``max_context``, so a captured graph stays valid).
+
+    Raises:
+        PlanError: ``threads`` not a positive multiple of 32, ``max_pages_per_split`` < 1, ``balance_keys`` < 0.
     """
 
     name = "attn_decode"
     template = "attn_decode.cu.j2"
 
-    def __init__(self, threads: int = 128, max_pages_per_split: int = 64):
+    def __init__(self, threads: int = 128, max_pages_per_split: int = 64, balance_keys: int = 0):
         _check_threads(self.name, threads)
         if max_pages_per_split < 1:
             raise PlanError(f"{self.name}: max_pages_per_split = {max_pages_per_split} must be >= 1")
+        if balance_keys < 0:
+            raise PlanError(f"{self.name}: balance_keys = {balance_keys} must be >= 0 (0 = page-aligned splits)")
         self.threads = int(threads)
         self.max_pages_per_split = int(max_pages_per_split)
+        self.balance_keys = int(balance_keys)
 
     def spec(self, problem: AttentionProblem) -> KernelSpec:
         """The kernel for ``problem``.
@@ -414,7 +424,7 @@ class AttnDecodeFamily(_OneKernelFamily):
         if (self.threads % units) if self.threads >= units else (units % self.threads):
             raise PlanError(f"{self.name}: threads = {self.threads} and {what} = {units} must divide one another")
         params = {**_shape_params(problem), "page": problem.page_size, "threads": self.threads,
-                  **_kv_params(problem)}
+                  **_kv_params(problem), **({"balance": self.balance_keys} if self.balance_keys else {})}
         return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=False)
 
     def arg_names(self, problem: AttentionProblem) -> tuple[str, ...]:
@@ -913,10 +923,37 @@ def reference_attention(problem: AttentionProblem, q: np.ndarray, proj: np.ndarr
     return out
 
 
+def split_keys(ctx: int, splits: int, max_keys: int, granule: int, page: int) -> int:
+    """Keys per split of ``attn_decode`` (``ninfer_attn::split_keys`` in attn_common.cuh, the same integer math).
+
+    Args:
+        ctx: the sequence's context (keys) this step, >= 1.
+        splits: the launch's split count (``gridDim.x``).
+        max_keys: ``pages_per_split * page`` (what a page-aligned split covers).
+        granule: the kernel's ``balance`` (keys); 0 = page-aligned splits.
+        page: the KV page size P (tokens).
+
+    Returns:
+        ``max_keys`` when ``granule`` is 0; else ``n = ceil(ctx / splits)`` rounded up to ``granule * 2**i`` while
+        that divides ``page`` (so no split's key range crosses a page), otherwise to a multiple of ``page``; capped
+        at ``max_keys``. ``splits * result >= ctx`` whenever ``splits * max_keys >= ctx``.
+    """
+    if granule <= 0:
+        return max_keys
+    per = -(-ctx // splits)
+    k = granule
+    if page % k == 0:
+        while k < per and page % (2 * k) == 0:
+            k *= 2
+    if k < per or page % k:
+        k = -(-per // page) * page
+    return min(k, max_keys)
+
+
 def reference_decode_partials(problem: AttentionProblem, q: np.ndarray, k_pages: np.ndarray, v_pages: np.ndarray,
-                              page_table: np.ndarray, seq_ctx, splits: int, pages_per_split: int):
+                              page_table: np.ndarray, seq_ctx, splits: int, pages_per_split: int, balance: int = 0):
     """``attn_decode``'s workspace in numpy (for diagnosing decode vs combine on the GPU); pages as in
-    :func:`reference_attention`.
+    :func:`reference_attention`; ``balance`` is the kernel's keys granule (:func:`split_keys`).
 
     Returns:
         (o [B, Hq, splits, hd], ml [B, Hq, splits, 2]) fp32: unnormalised sum_j exp(s_j - m) v_j, and
@@ -928,9 +965,9 @@ def reference_decode_partials(problem: AttentionProblem, q: np.ndarray, k_pages:
     o = np.zeros((B, Hq, splits, hd), F32)
     ml = np.zeros((B, Hq, splits, 2), F32)
     ml[..., 0] = -np.inf
-    span = pages_per_split * problem.page_size
     for b in range(B):
         ctx = int(seq_ctx[b])
+        span = split_keys(ctx, splits, pages_per_split * problem.page_size, balance, problem.page_size)
         K, V = gather_kv(problem, k_pages, v_pages, page_table, b, ctx)
         for s in range(splits):
             lo, hi = s * span, min(ctx, (s + 1) * span)

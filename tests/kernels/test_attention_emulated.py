@@ -123,14 +123,19 @@ def prep_step(p, prev, new, seed, reverse):
     return cache, st, dev, (q_ref, kp_ref, vp_ref)
 
 
-@pytest.mark.parametrize("split_mode", ["plan", "one", "per_page"])
+#: balanced split modes -> the kernel's keys granule (1: ranges start and end anywhere inside a page)
+BALANCED = {"balanced16": 16, "balanced1": 1}
+
+
+@pytest.mark.parametrize("split_mode", ["plan", "one", "per_page", *BALANCED])
 @pytest.mark.parametrize("name,ctxs", [("tiny-int8", (63, 64, 65)), ("tiny-int8", (1, 129)),
                                        ("hd256-int8", (65, 130)), ("tiny-bf16", (63, 64, 65)),
                                        ("hd256-bf16", (65, 130))])
 def test_emulated_decode(name, ctxs, split_mode):
-    """prep + decode + combine, one token per sequence at ctx - 1 (reverse thread order for per_page)."""
+    """prep + decode + combine, one token per sequence at ctx - 1 (reverse thread order for per_page and the
+    balanced modes, which spread each context over every split, key ranges starting inside pages)."""
     p = SHAPES[name]
-    reverse = split_mode == "per_page"
+    reverse = split_mode == "per_page" or split_mode in BALANCED
     B = len(ctxs)
     cache, st, dev, (q_ref, kp_ref, vp_ref) = prep_step(p, [c - 1 for c in ctxs], [1] * B,
                                                         (1, name, ctxs, split_mode), reverse)
@@ -140,8 +145,14 @@ def test_emulated_decode(name, ctxs, split_mode):
         splits, pps = 1, p.max_pages
     elif split_mode == "per_page":
         splits, pps = p.max_pages, 1
-    ln_d = dataclasses.replace(DECODE.launch(p, B, ctx), grid=(splits, p.heads_kv, B), split_k=splits,
+    granule = BALANCED.get(split_mode, 0)
+    kernel = A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, granule).spec(p)
+    ln_d = dataclasses.replace(DECODE.launch(p, B, ctx), kernel=kernel, grid=(splits, p.heads_kv, B), split_k=splits,
                                workspace_bytes=DECODE.workspace_bytes(p, B, splits))
+    if granule:  # the mode is only a test when some range starts inside a page
+        starts = [s * A.split_keys(c, splits, pps * p.page_size, granule, p.page_size) for c in ctxs
+                  for s in range(splits)]
+        assert any(0 < s < c and s % p.page_size for s, c in zip(starts, [c for c in ctxs for _ in range(splits)]))
     ln_c = dataclasses.replace(COMBINE.launch(p, B, ctx), split_k=splits,
                                dynamic_smem_bytes=COMBINE.dynamic_smem_bytes(splits))
     dev["q"] = dev["q_out"]
@@ -153,7 +164,7 @@ def test_emulated_decode(name, ctxs, split_mode):
     o_dev = dev["ws"][:n_o].reshape(B, p.heads_q, splits, p.head_dim)
     ml_dev = dev["ws"][n_o:].reshape(B, p.heads_q, splits, 2)
     o_ref, ml_ref = A.reference_decode_partials(p, dev["q_out"], kp_dev, vp_dev, cache.page_table, st["seq_ctx"],
-                                                splits, pps)
+                                                splits, pps, granule)
     assert not np.isnan(dev["ws"]).any()
     empty = np.isneginf(ml_ref[..., 0])
     assert np.array_equal(np.isneginf(ml_dev[..., 0]), empty)

@@ -227,13 +227,18 @@ def test_driver_occupancy_matches_the_calculator():
 DECODE_CTXS = [(63,), (64,), (65,), (4096,), (63, 64, 65), (1, 4096, 129)]
 
 
-@pytest.mark.parametrize("split_mode", ["plan", "one", "per_page"])
+#: balanced split modes -> the kernel's keys granule (AttnDecodeFamily.balance_keys; 1: ranges start anywhere)
+BALANCED = {"balanced16": 16, "balanced1": 1}
+
+
+@pytest.mark.parametrize("split_mode", ["plan", "one", "per_page", *BALANCED])
 @pytest.mark.parametrize("ctxs", DECODE_CTXS, ids=lambda c: "ctx" + "-".join(map(str, c)))
 @pytest.mark.parametrize("name", list(PROBLEMS))
 def test_decode_step(name, ctxs, split_mode):
     """prep + decode + combine for B = len(ctxs) sequences, one token each (the token at ctx - 1).
     split_mode: the device plan's split count, a single split, or one page per split (every split
-    count between is exercised by the plans of other SKUs; the kernel takes it at run time)."""
+    count between is exercised by the plans of other SKUs; the kernel takes it at run time), or the plan's
+    split count with the live context balanced over it (BALANCED: the kernel's keys granule)."""
     decode_case(name, ctxs, split_mode)
 
 
@@ -241,7 +246,7 @@ def test_decode_step(name, ctxs, split_mode):
 DECODE_CTXS_INT8 = [(63, 64, 65), (1, 4096, 129)]
 
 
-@pytest.mark.parametrize("split_mode", ["plan", "one", "per_page"])
+@pytest.mark.parametrize("split_mode", ["plan", "one", "per_page", *BALANCED])
 @pytest.mark.parametrize("ctxs", DECODE_CTXS_INT8, ids=lambda c: "ctx" + "-".join(map(str, c)))
 @pytest.mark.parametrize("name", list(PROBLEMS_INT8))
 def test_decode_step_int8(name, ctxs, split_mode):
@@ -268,7 +273,9 @@ def decode_case(name, ctxs, split_mode):
         splits, pps = 1, p.max_pages
     elif split_mode == "per_page":
         splits, pps = p.max_pages, 1
-    ln_d = dataclasses.replace(ln_d, grid=(splits, p.heads_kv, B), split_k=splits,
+    granule = BALANCED.get(split_mode, DECODE.balance_keys)
+    kernel = A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, granule).spec(p)
+    ln_d = dataclasses.replace(ln_d, kernel=kernel, grid=(splits, p.heads_kv, B), split_k=splits,
                                workspace_bytes=DECODE.workspace_bytes(p, B, splits))
     ln_c = dataclasses.replace(COMBINE.launch(p, B, ctx), split_k=splits,
                                dynamic_smem_bytes=COMBINE.dynamic_smem_bytes(splits))
@@ -282,7 +289,8 @@ def decode_case(name, ctxs, split_mode):
     ml_dev = ws[n_o:].reshape(B, p.heads_q, splits, 2)
 
     # decode partials vs numpy on the device's own q and pages
-    o_ref, ml_ref = A.reference_decode_partials(p, q_dev, kp_dev, vp_dev, cache.page_table, st["seq_ctx"], splits, pps)
+    o_ref, ml_ref = A.reference_decode_partials(p, q_dev, kp_dev, vp_dev, cache.page_table, st["seq_ctx"], splits, pps,
+                                                granule)
     assert not np.isnan(ws).any(), f"attn_decode left {int(np.isnan(ws).sum())} workspace floats unwritten / NaN"
     empty = np.isneginf(ml_ref[..., 0])
     assert np.array_equal(np.isneginf(ml_dev[..., 0]), empty), "attn_decode: empty splits differ from the reference"
