@@ -358,14 +358,18 @@ class GdnDecodeFamily:
         prewait: the kernel's pre-PDL-wait work beyond the state's L2 prefetch (the conv ring rows into L2, the conv
             taps and gating constants into registers; template parameter ``prewait``, absent = true). False
             renders the earlier kernel, the A/B baseline of bench/family_ab.py.
+        preload: with ``prewait``, load the first sequence's recurrent state and the conv ring inputs straight into
+            registers before the PDL wait, not only into L2 (template parameter ``preload``, absent = false; safe
+            because both were last written at least two launches back: templates/ninfer_common.cuh section 7).
     """
 
     name = "gdn_decode"
     template = "gdn_recurrent.cu.j2"
 
-    def __init__(self, state_per_thread: int = STATE_FLOATS_PER_THREAD, prewait: bool = True):
+    def __init__(self, state_per_thread: int = STATE_FLOATS_PER_THREAD, prewait: bool = True, preload: bool = False):
         self.state_per_thread = int(state_per_thread)
         self.prewait = bool(prewait)
+        self.preload = bool(preload)
 
     def spec(self, problem: GdnProblem, threads: int | None = None) -> KernelSpec:
         """The decode kernel for ``problem`` (threads default :func:`recurrent_threads`).
@@ -379,6 +383,8 @@ class GdnDecodeFamily:
         params = {**problem.dims(), "width": problem.width, "threads": th, "mode": "decode"}
         if not self.prewait:
             params["prewait"] = False
+        elif self.preload:
+            params["preload"] = True
         return KernelSpec.make(self.name, self.template, params, th, cooperative=False)
 
     def variants(self, problem: GdnProblem) -> list[KernelSpec]:

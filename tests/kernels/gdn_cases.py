@@ -9,6 +9,7 @@ a failure message names the worst element (index, kernel value, reference value)
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -89,12 +90,25 @@ class CupyBackend:
         self.cp.cuda.get_current_stream().synchronize()
 
 
+#: decode-kernel variants the tests run beside the registered family's (``GdnDecodeFamily`` keyword arguments)
+DECODE_VARIANTS = {"planned": None, "preload": {"preload": True}, "no_prewait": {"prewait": False}}
+
+
+def decode_family(variant: str) -> gdn.GdnDecodeFamily:
+    """The registered decode family (``planned``) or a :data:`DECODE_VARIANTS` variant of it."""
+    opts = DECODE_VARIANTS[variant]
+    return gdn.BY_NAME["gdn_decode"] if opts is None else gdn.GdnDecodeFamily(**opts)
+
+
 def make_ctx(problems, arch: str, sms: int, dv_block: int | None = None) -> PlanContext:
-    """A plan context with the resources of every GDN variant of ``problems`` compiled for ``arch``."""
+    """A plan context with the resources of every GDN variant of ``problems`` compiled for ``arch`` (and of the
+    decode variants of :data:`DECODE_VARIANTS`)."""
     specs = []
     for p in problems:
         for fam in gdn.FAMILIES:
             specs += fam.variants(p)
+        for v in DECODE_VARIANTS:
+            specs += decode_family(v).variants(p)
         if dv_block:
             specs += gdn.GdnPrefillFamily(dv_block=dv_block).variants(p)
     built = compile_variants(specs, arch, jobs=1)
@@ -220,11 +234,14 @@ class Runner:
                 "seq_start": be.put(batch.seq_start), "seq_slot": be.put(batch.seq_slot),
                 "num_seqs": batch.num_seqs}
 
-    def decode(self, proj: np.ndarray, batch: gdn.Batch) -> np.ndarray:
-        """One decode step (T = B); returns y as fp32 (from bf16)."""
+    def decode(self, proj: np.ndarray, batch: gdn.Batch, variant: str = "planned", grid_y: int | None = None) -> np.ndarray:
+        """One decode step (T = B) with the :data:`DECODE_VARIANTS` kernel ``variant`` (``grid_y``: fewer CTA rows
+        than sequences, so a CTA loops over several); returns y as fp32 (from bf16)."""
         p, be = self.p, self.be
         T = batch.tokens
-        ln = gdn.BY_NAME["gdn_decode"].launch(p, T, self.ctx)
+        ln = decode_family(variant).launch(p, T, self.ctx)
+        if grid_y:
+            ln = dataclasses.replace(ln, grid=(ln.grid[0], grid_y, 1))
         y = be.put(np.full((T, p.value_dim), BF16_NAN, np.uint16))
         bufs = {"proj": be.put(proj), **{k: v for k, v in self.w.items()}, "conv_ring": self.ring,
                 "rec_state": self.rec, "y": y, **self._meta(batch)}
@@ -290,9 +307,9 @@ def compare_step(p, batch, out_y, out_state: SlotState, ref: dict, what: str, co
 # ------------------------------------------------------------------------------------------------
 
 
-def scenario_decode(backend, ctx, p, starts, seed=0):
+def scenario_decode(backend, ctx, p, starts, seed=0, variant="planned", grid_y=None):
     """One decode step for B = len(starts) sequences at positions ``starts`` (0 = fresh sequence over garbage),
-    in slots 1, 3, 5, ... of 2B + 1 garbage-filled slots."""
+    in slots 1, 3, 5, ... of 2B + 1 garbage-filled slots, by the decode kernel ``variant`` (:data:`DECODE_VARIANTS`)."""
     rng = np.random.default_rng(seed)
     B = len(starts)
     slots = [2 * b + 1 for b in range(B)]
@@ -305,8 +322,8 @@ def scenario_decode(backend, ctx, p, starts, seed=0):
     proj = random_proj(p, B, rng)
     ref = reference(p, proj, w, st, batch, "recurrent")
     run = Runner(backend, ctx, p, w, st)
-    y = run.decode(proj, batch)
-    compare_step(p, batch, y, run.state(), ref, f"decode starts={starts}")
+    y = run.decode(proj, batch, variant, grid_y)
+    compare_step(p, batch, y, run.state(), ref, f"decode ({variant}) starts={starts}")
 
 
 def scenario_prefill(backend, ctx, p, starts, lengths, route="wy", dv_block=None, seed=0):

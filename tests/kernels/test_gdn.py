@@ -263,11 +263,15 @@ def host_ctx():
     return {arch: cases.make_ctx([gdn.TINY, SMALL, WIDE], arch, sms=82) for arch in ("sm_86", "sm_90")}
 
 
+@pytest.mark.parametrize("variant", list(cases.DECODE_VARIANTS))
 @pytest.mark.parametrize("reverse", [False, True], ids=["fwd", "rev"])
-def test_emulated_decode(host_ctx, reverse):
+def test_emulated_decode(host_ctx, reverse, variant):
+    """The decode kernel variants over fresh / short / long histories, B = 3 and B = 2 (the first sequence of each
+    CTA row is the one a preload variant loads before the wait; later ones load after it: grid.y < B below)."""
     be = cases.HostBackend(reverse=reverse)
-    cases.scenario_decode(be, host_ctx["sm_90"], gdn.TINY, [0, 5, 130])
-    cases.scenario_decode(be, host_ctx["sm_90"], WIDE, [1, 0])
+    cases.scenario_decode(be, host_ctx["sm_90"], gdn.TINY, [0, 5, 130], variant=variant)
+    cases.scenario_decode(be, host_ctx["sm_90"], WIDE, [1, 0], variant=variant)
+    cases.scenario_decode(be, host_ctx["sm_90"], SMALL, [2, 7, 0, 1], variant=variant, grid_y=2)
 
 
 @pytest.mark.parametrize("route", ["wy", "chunked"])

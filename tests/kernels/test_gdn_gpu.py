@@ -38,10 +38,13 @@ def ctx(request):
     return cases.make_ctx(list(PROBLEMS.values()), arch, sms)
 
 
+@pytest.mark.parametrize("variant", list(cases.DECODE_VARIANTS))
 @pytest.mark.parametrize("name", PROBLEMS)
 @pytest.mark.parametrize("starts", [[0], [5], [0, 5, 130]], ids=["B1pos0", "B1pos5", "B3"])
-def test_decode(backend, ctx, name, starts):
-    cases.scenario_decode(backend, ctx, PROBLEMS[name], starts, seed=len(starts))
+def test_decode(backend, ctx, name, starts, variant):
+    cases.scenario_decode(backend, ctx, PROBLEMS[name], starts, seed=len(starts), variant=variant)
+    if len(starts) > 1:  # one CTA row looping over the sequences (a preload variant preloads only the first)
+        cases.scenario_decode(backend, ctx, PROBLEMS[name], starts, seed=7, variant=variant, grid_y=1)
 
 
 @pytest.mark.parametrize("name", PROBLEMS)
