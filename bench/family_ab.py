@@ -8,7 +8,11 @@ A variant is ``NAME`` or ``NAME:family.attr=value;family.attr=value`` (values ar
 its attributes set (and every other variant's reverted to the family defaults).
 
 Usage (GPU machine): python bench/family_ab.py --weights w8 VARIANT [VARIANT ...] [--context 512] [--steps 40]
-[--rounds 3] [--json FILE]
+[--rounds 3] [--max-context N] [--json FILE]
+
+``--max-context`` sets the engines' KV capacity (default: just what the rounds need); the attention decode's split
+count follows it, so ``ninferc bench``'s setting (one engine for 512- and 8,192-token prompts) is ``--max-context
+8248``.
 """
 
 from __future__ import annotations
@@ -43,11 +47,16 @@ def parse_variant(text: str) -> tuple[str, dict[tuple[str, str], object]]:
 def main(argv=None) -> int:
     ap = arg_parser("w8")
     ap.add_argument("variants", nargs="+")
+    ap.add_argument("--max-context", type=int, default=None)
     a = ap.parse_args(argv)
     parsed = [parse_variant(v) for v in a.variants]
     keys = {k for _, s in parsed for k in s}
     defaults = {k: getattr(FAMILIES[k[0]], k[1]) for k in keys}
     max_ctx = a.context + (a.steps + 3) * a.rounds + 16
+    if a.max_context is not None:
+        if a.max_context < max_ctx:
+            raise SystemExit(f"--max-context {a.max_context} is below the {max_ctx} tokens the rounds need")
+        max_ctx = a.max_context
     variants, toks = {}, {}
     for name, sets in parsed:
         def switch(sets=sets):
@@ -62,7 +71,8 @@ def main(argv=None) -> int:
     first = parsed[0][0]
     for n, m in med.items():
         print(f"{n}: {m * 1e3:.3f} ms/token ({1 / m:.2f} tok/s), speed-up vs {first}: {med[first] / m:.4f}x")
-    write_json(a.json, "bench/family_ab.py", argv, context=a.context, weights=a.weights, variants=a.variants,
+    write_json(a.json, "bench/family_ab.py", argv, context=a.context, max_context=max_ctx, weights=a.weights,
+               variants=a.variants,
                per_round_s=res, median_s=med)
     return 0
 
