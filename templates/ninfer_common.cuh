@@ -175,7 +175,12 @@ __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 // allowed, and so is an L2 prefetch of anything (prefetch.global.L2 moves no data into registers and L2 is
 // coherent for every SM, so a line the previous kernel writes afterwards is simply updated there): kernels
 // prefetch constant weights, the GDN state and the first KV pages of their work before waiting, to overlap the
-// previous kernel's tail. Below sm_90 both are no-ops and the runtime launches without the attribute.
+// previous kernel's tail. Data last written by a kernel two or more launches back may even be loaded into
+// registers before the wait: every PDL-aware kernel lets its dependents launch only after its own pdl_wait()
+// (NINFER_PDL_ENTRY below), so once this grid runs, the previous kernel has passed its wait, i.e. every kernel
+// before that one has completed and its writes are visible (gdn_decode's preload of its state and conv ring relies
+// on this; a kernel that called pdl_launch_dependents() before its wait would break it). Below sm_90 both are no-ops
+// and the runtime launches without the attribute.
 // NINFER_PDL_ENTRY marks a kernel as PDL-aware: the runtime only launches kernels whose source uses it
 // with the attribute (ninferc.runtime.kernels.DeviceKernel.pdl_capable).
 __device__ __forceinline__ void pdl_wait() {

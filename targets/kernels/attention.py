@@ -57,7 +57,11 @@ valid while contexts grow: CTAs beyond a sequence's context write an empty parti
 (one full wave, from the occupancy calculator); ``splits = max(fill // (B * Hkv), ceil(pages /
 max_pages_per_split), 1)`` capped at ``pages``; then ``pages_per_split = ceil(pages / splits)`` and
 ``splits = ceil(pages / pages_per_split)`` (no split is empty at max_context). ``max_pages_per_split``
-(family parameter, default 64 pages) bounds one CTA's serial work at long contexts.
+(family parameter, default 64 pages) bounds one CTA's serial work at long contexts. The keys each split covers
+are decided by the kernel at run time from the sequence's context (``balance_keys``, default 16 for bf16 KV: the
+live context spread over every split in ranges of :func:`split_keys` keys -- a multiple of 16 that divides the
+page, or whole pages -- so a short context still gives every split work; 0, the int8 KV default:
+``pages_per_split`` whole pages per split, so at 512 of 8,248 tokens only 8 of 129 splits have keys).
 
 int8 KV cache (``AttentionProblem.kv_dtype = "int8"``, template parameter ``kv_dtype-int8`` in the URI)
 -------------------------------------------------------------------------------------------------------
@@ -391,26 +395,38 @@ class AttnDecodeFamily(_OneKernelFamily):
         threads: threads per CTA.
         max_pages_per_split: upper bound on the pages one CTA reads (see the split rule).
         balance_keys: keys granule of the balanced split (template parameter ``balance``; 0 = page-aligned
-            splits of ``pages_per_split`` pages): the kernel spreads the *live* context over all ``splits`` at
-            run time, :func:`split_keys` keys per split, so that at a short context every split's CTA has work
-            (the split count itself stays fixed by ``max_context``, so a captured graph stays valid).
+            splits of ``pages_per_split`` pages): the kernel spreads the *live* context over all ``splits`` at run
+            time, :func:`split_keys` keys per split, so that at a context below ``max_context`` every split's CTA
+            has work (the split count itself stays fixed by ``max_context``, so a captured graph stays valid).
+            Default 16: on the H200 the 27B w8 decode step (bf16 KV) is 1.091x faster at 2,048 of 32,768 tokens
+            and 1.007x at 512 of 8,248 (bench/NOTES.md, session 15). Applies to bf16 KV pages.
+        balance_keys_int8: the same for int8 KV pages; default 0 (page-aligned): the balanced int8 kernel of the
+            tiny fixture's shape spills 8 bytes on sm_120a under NVRTC 13.5, and no balanced int8 kernel has been
+            timed.
 
     Raises:
-        PlanError: ``threads`` not a positive multiple of 32, ``max_pages_per_split`` < 1, ``balance_keys`` < 0.
+        PlanError: ``threads`` not a positive multiple of 32, ``max_pages_per_split`` < 1, a granule < 0.
     """
 
     name = "attn_decode"
     template = "attn_decode.cu.j2"
 
-    def __init__(self, threads: int = 128, max_pages_per_split: int = 64, balance_keys: int = 0):
+    def __init__(self, threads: int = 128, max_pages_per_split: int = 64, balance_keys: int = 16,
+                 balance_keys_int8: int = 0):
         _check_threads(self.name, threads)
         if max_pages_per_split < 1:
             raise PlanError(f"{self.name}: max_pages_per_split = {max_pages_per_split} must be >= 1")
-        if balance_keys < 0:
-            raise PlanError(f"{self.name}: balance_keys = {balance_keys} must be >= 0 (0 = page-aligned splits)")
+        for what, v in (("balance_keys", balance_keys), ("balance_keys_int8", balance_keys_int8)):
+            if v < 0:
+                raise PlanError(f"{self.name}: {what} = {v} must be >= 0 (0 = page-aligned splits)")
         self.threads = int(threads)
         self.max_pages_per_split = int(max_pages_per_split)
         self.balance_keys = int(balance_keys)
+        self.balance_keys_int8 = int(balance_keys_int8)
+
+    def granule(self, problem: AttentionProblem) -> int:
+        """The balanced split's keys granule for ``problem``'s KV dtype (0 = page-aligned splits)."""
+        return self.balance_keys if problem.kv_dtype == "bf16" else self.balance_keys_int8
 
     def spec(self, problem: AttentionProblem) -> KernelSpec:
         """The kernel for ``problem``.
@@ -424,7 +440,7 @@ class AttnDecodeFamily(_OneKernelFamily):
         if (self.threads % units) if self.threads >= units else (units % self.threads):
             raise PlanError(f"{self.name}: threads = {self.threads} and {what} = {units} must divide one another")
         params = {**_shape_params(problem), "page": problem.page_size, "threads": self.threads,
-                  **_kv_params(problem), **({"balance": self.balance_keys} if self.balance_keys else {})}
+                  **_kv_params(problem), **({"balance": self.granule(problem)} if self.granule(problem) else {})}
         return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=False)
 
     def arg_names(self, problem: AttentionProblem) -> tuple[str, ...]:

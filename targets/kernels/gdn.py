@@ -361,12 +361,14 @@ class GdnDecodeFamily:
         preload: with ``prewait``, load the first sequence's recurrent state and the conv ring inputs straight into
             registers before the PDL wait, not only into L2 (template parameter ``preload``, absent = false; safe
             because both were last written at least two launches back: templates/ninfer_common.cuh section 7).
+            Default on: with the balanced attention split, the 27B decode step on the H200 is 1.010x (w8, 512 of
+            8,248 tokens) and 1.004x (w4) faster than with the split alone (bench/NOTES.md, session 15).
     """
 
     name = "gdn_decode"
     template = "gdn_recurrent.cu.j2"
 
-    def __init__(self, state_per_thread: int = STATE_FLOATS_PER_THREAD, prewait: bool = True, preload: bool = False):
+    def __init__(self, state_per_thread: int = STATE_FLOATS_PER_THREAD, prewait: bool = True, preload: bool = True):
         self.state_per_thread = int(state_per_thread)
         self.prewait = bool(prewait)
         self.preload = bool(preload)

@@ -91,7 +91,7 @@ class CupyBackend:
 
 
 #: decode-kernel variants the tests run beside the registered family's (``GdnDecodeFamily`` keyword arguments)
-DECODE_VARIANTS = {"planned": None, "preload": {"preload": True}, "no_prewait": {"prewait": False}}
+DECODE_VARIANTS = {"planned": None, "no_preload": {"preload": False}, "no_prewait": {"prewait": False}}
 
 
 def decode_family(variant: str) -> gdn.GdnDecodeFamily:

@@ -123,7 +123,8 @@ def prep_step(p, prev, new, seed, reverse):
     return cache, st, dev, (q_ref, kp_ref, vp_ref)
 
 
-#: balanced split modes -> the kernel's keys granule (1: ranges start and end anywhere inside a page)
+#: balanced split modes -> the kernel's keys granule (the other modes take the family's
+#: granule for the problem's KV dtype, AttnDecodeFamily.granule)
 BALANCED = {"balanced16": 16, "balanced1": 1}
 
 
@@ -145,11 +146,11 @@ def test_emulated_decode(name, ctxs, split_mode):
         splits, pps = 1, p.max_pages
     elif split_mode == "per_page":
         splits, pps = p.max_pages, 1
-    granule = BALANCED.get(split_mode, 0)
-    kernel = A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, granule).spec(p)
+    granule = BALANCED.get(split_mode, DECODE.granule(p))
+    kernel = A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, granule, granule).spec(p)
     ln_d = dataclasses.replace(DECODE.launch(p, B, ctx), kernel=kernel, grid=(splits, p.heads_kv, B), split_k=splits,
                                workspace_bytes=DECODE.workspace_bytes(p, B, splits))
-    if granule:  # the mode is only a test when some range starts inside a page
+    if split_mode in BALANCED:  # the mode is only a test when some range starts inside a page
         starts = [s * A.split_keys(c, splits, pps * p.page_size, granule, p.page_size) for c in ctxs
                   for s in range(splits)]
         assert any(0 < s < c and s % p.page_size for s, c in zip(starts, [c for c in ctxs for _ in range(splits)]))

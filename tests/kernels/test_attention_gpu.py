@@ -227,7 +227,8 @@ def test_driver_occupancy_matches_the_calculator():
 DECODE_CTXS = [(63,), (64,), (65,), (4096,), (63, 64, 65), (1, 4096, 129)]
 
 
-#: balanced split modes -> the kernel's keys granule (AttnDecodeFamily.balance_keys; 1: ranges start anywhere)
+#: balanced split modes -> the kernel's keys granule (the other modes take the family's
+#: granule for the problem's KV dtype, AttnDecodeFamily.granule)
 BALANCED = {"balanced16": 16, "balanced1": 1}
 
 
@@ -273,8 +274,8 @@ def decode_case(name, ctxs, split_mode):
         splits, pps = 1, p.max_pages
     elif split_mode == "per_page":
         splits, pps = p.max_pages, 1
-    granule = BALANCED.get(split_mode, DECODE.balance_keys)
-    kernel = A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, granule).spec(p)
+    granule = BALANCED.get(split_mode, DECODE.granule(p))
+    kernel = A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, granule, granule).spec(p)
     ln_d = dataclasses.replace(ln_d, kernel=kernel, grid=(splits, p.heads_kv, B), split_k=splits,
                                workspace_bytes=DECODE.workspace_bytes(p, B, splits))
     ln_c = dataclasses.replace(COMBINE.launch(p, B, ctx), split_k=splits,
