@@ -510,8 +510,7 @@ class GemvCoopFamily:
                  prefetch_steps: int = 1, w4_mma_tiles: tuple[int, ...] = (4,), w8_mma_tiles: tuple[int, ...] = (4,),
                  w8_dp_tiles: tuple[int, ...] = (1,), w4_dp_tiles: tuple[int, ...] = (1,), dp_persistent: bool = True,
                  dp_shapes: tuple[tuple[int, int], ...] = ((256, 1), (640, 1)),
-                 dp_carry: tuple[bool, ...] = (False, True), dp_ring: int = 0,
-                 dp_ring_at: tuple[tuple[int, int], ...] = (), dp_preload: str = "regs",
+                 dp_carry: tuple[bool, ...] = (False, True), dp_ring: int = 0, dp_preload: str = "regs",
                  dp_deep_threads: tuple[int, ...] = (640,),
                  dp_min_ctas: tuple[tuple[str, str, int, int], ...] = (("w8", "store", 256, 4),),
                  mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))):
@@ -555,9 +554,6 @@ class GemvCoopFamily:
         if dp_ring < 0 or dp_ring == 1:
             raise PlanError(f"gemv_coop: dp_ring = {dp_ring} must be 0 (no ring) or at least 2 stages")
         self.dp_ring = int(dp_ring)
-        if any(len(e) != 2 or int(e[0]) <= 0 or int(e[1]) % WARP for e in dp_ring_at):
-            raise PlanError(f"gemv_coop: dp_ring_at = {tuple(dp_ring_at)} must be (K, threads) pairs")
-        self.dp_ring_at = tuple((int(k), int(t)) for k, t in dp_ring_at)
         if dp_preload not in ("regs", "late"):
             raise PlanError(f"gemv_coop: dp_preload = {dp_preload!r}; supported: 'regs', 'late'")
         self.dp_preload = dp_preload
@@ -602,18 +598,8 @@ class GemvCoopFamily:
 
     def carries_for(self, problem: GemvProblem, tile: int) -> tuple[bool | None, ...]:
         """The item-boundary carry settings of the plain variants of ``problem`` at token tile ``tile``:
-        ``dp_carry`` for the persistent dp variants (the cost model picks), else ``(None,)`` (no such parameter);
-        ``(False,)`` for a problem :attr:`dp_ring_at` gives a weight ring (the ring replaces the carry)."""
-        if not self.persistent(problem, tile):
-            return (None,)
-        return (False,) if any(k == problem.k for k, _ in self.dp_ring_at) else self.dp_carry
-
-    def ring_for(self, problem: GemvProblem, threads: int) -> int:
-        """Weight-ring stages of the persistent dp variant of ``problem`` at ``threads`` without the carry:
-        ``dp_ring``, restricted to the (K, threads) pairs of ``dp_ring_at`` when that is set."""
-        if self.dp_ring_at and (problem.k, threads) not in self.dp_ring_at:
-            return 0
-        return self.dp_ring
+        ``dp_carry`` for the persistent dp variants (the cost model picks), else ``(None,)`` (no such parameter)."""
+        return self.dp_carry if self.persistent(problem, tile) else (None,)
 
     def mma_for(self, problem: GemvProblem, tile: int) -> bool:
         """True when ``problem`` at token tile ``tile`` runs on the tensor-core variants: a w4 problem and a tile
@@ -716,8 +702,8 @@ class GemvCoopFamily:
                 params["persist"] = True
                 if (self.dp_carry[0] if carry is None else carry):
                     params["carry"] = True
-                elif self.ring_for(problem, threads) if ring is None else ring:
-                    params["ring"] = int(self.ring_for(problem, threads) if ring is None else ring)
+                elif self.dp_ring if ring is None else ring:
+                    params["ring"] = int(self.dp_ring if ring is None else ring)
             if self.dp_preload != "regs" and "carry" not in params:
                 params["preload"] = self.dp_preload
             elif threads in self.dp_deep_threads and "carry" not in params and "ring" not in params:
