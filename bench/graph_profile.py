@@ -30,6 +30,8 @@ def main(argv=None) -> int:
     ap.add_argument("--kv-dtype", default="bf16")
     ap.add_argument("--context", type=int, default=512)
     ap.add_argument("--steps", type=int, default=6, help="decode steps recorded")
+    ap.add_argument("--max-context", type=int, default=None,
+                    help="the engine's max_context (default context + 64 + steps; the bench's 512 row runs at 8,248)")
     ap.add_argument("--loop", default="stream", choices=["stream", "step"],
                     help="Session.decode_stream (one step queued ahead) or decode + sample per token")
     ap.add_argument("--set", action="append", default=[], metavar="FAMILY.ATTR=VALUE",
@@ -53,9 +55,9 @@ def main(argv=None) -> int:
     from ninferc.sampling import SamplingParams
 
     torch.cuda.init()
-    art = synthetic_artifact(a.preset, a.weights, a.kv_dtype, target=None, sku=None,
-                             max_context=a.context + 64 + a.steps)
-    eng = Engine(art, max_context=a.context + 64 + a.steps, prefill_chunk=a.context, max_batch=1,
+    max_context = a.max_context or a.context + 64 + a.steps
+    art = synthetic_artifact(a.preset, a.weights, a.kv_dtype, target=None, sku=None, max_context=max_context)
+    eng = Engine(art, max_context=max_context, prefill_chunk=a.context, max_batch=1,
                  log=lambda m: print(m, file=sys.stderr))
     rng = np.random.default_rng(0)
     ids = rng.integers(0, eng.vocab, a.context).tolist()
@@ -120,13 +122,22 @@ def main(argv=None) -> int:
     fam = {k: {"launches": len(v["dur_us"]) // nstep, "kernel_ms": sum(v["dur_us"]) / nstep / 1e3,
                "exposed_ms": sum(v["exposed_us"]) / nstep / 1e3} for k, v in rows.items()}
     others = sorted({e["name"] for e in kev} - {p[2] for p in plan})
+    # The timeline of layers 2-3 (a GDN layer, then the first attention layer): per kernel the median over steps of
+    # its start and end relative to the end of the kernel before it (a negative start: launched early under PDL)
+    win = [i for i, (name, _, _) in enumerate(plan) if name.startswith(("L2.", "L3."))]
+    timeline = []
+    for i in win:
+        st = [kev[si + i]["ts"] - (kev[si + i - 1]["ts"] + kev[si + i - 1]["dur"]) for si in starts]
+        en = [kev[si + i]["ts"] + kev[si + i]["dur"] - (kev[si + i - 1]["ts"] + kev[si + i - 1]["dur"]) for si in starts]
+        timeline.append({"step": plan[i][0], "family": plan[i][1], "start_us": float(np.median(st)),
+                         "end_us": float(np.median(en)), "dur_us": float(np.median([kev[si + i]["dur"] for si in starts]))})
     out = {"commit": git_commit(), "gpu": torch.cuda.get_device_name(), "weights": a.weights,
            "kv_dtype": a.kv_dtype, "context": a.context, "steps_matched": nstep,
            "step_wall_ms_median": float(np.median(walls)) / 1e3, "loop": a.loop,
            "between_steps_us_median": float(np.median(between)) if between else None,
            "sampler_kernels_us_median": float(np.median(samp)) if samp else None,
            "copies_us_median": float(np.median(copies)) if copies else None,
-           "families": fam, "other_kernels": others, "family_settings": a.set,
+           "families": fam, "timeline_L2_L3": timeline, "other_kernels": others, "family_settings": a.set,
            "command": "python3 bench/graph_profile.py " + " ".join(argv or sys.argv[1:])}
     Path(a.json).parent.mkdir(parents=True, exist_ok=True)
     Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
@@ -138,6 +149,9 @@ def main(argv=None) -> int:
     for k, v in sorted(fam.items(), key=lambda kv: -kv[1]["exposed_ms"]):
         print(f"  {k:<44} {v['launches']:>8} {v['kernel_ms']:>9.3f} {v['exposed_ms']:>10.3f} "
               f"{v['kernel_ms'] * 1e3 / max(v['launches'], 1):>9.1f}")
+    print("  timeline of layers 2-3 (us, relative to the previous kernel's end; median over steps):")
+    for t in timeline:
+        print(f"    {t['step']:<44} {t['family']:<14} start {t['start_us']:8.2f}  end {t['end_us']:7.2f}  dur {t['dur_us']:7.2f}")
     return 0
 
 
