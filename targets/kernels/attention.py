@@ -403,6 +403,8 @@ class AttnDecodeFamily(_OneKernelFamily):
         balance_keys_int8: the same for int8 KV pages; default 0 (page-aligned): the balanced int8 kernel of the
             tiny fixture's shape spills 8 bytes on sm_120a under NVRTC 13.5, and no balanced int8 kernel has been
             timed.
+        trace: a probe's option (template ``trace``; bench/attn_trace_probe.py): every CTA records globaltimer
+            stamps of its phases. Never planned by default.
 
     Raises:
         PlanError: ``threads`` not a positive multiple of 32, ``max_pages_per_split`` < 1, a granule < 0.
@@ -412,7 +414,7 @@ class AttnDecodeFamily(_OneKernelFamily):
     template = "attn_decode.cu.j2"
 
     def __init__(self, threads: int = 128, max_pages_per_split: int = 64, balance_keys: int = 16,
-                 balance_keys_int8: int = 0):
+                 balance_keys_int8: int = 0, trace: bool = False):
         _check_threads(self.name, threads)
         if max_pages_per_split < 1:
             raise PlanError(f"{self.name}: max_pages_per_split = {max_pages_per_split} must be >= 1")
@@ -423,6 +425,7 @@ class AttnDecodeFamily(_OneKernelFamily):
         self.max_pages_per_split = int(max_pages_per_split)
         self.balance_keys = int(balance_keys)
         self.balance_keys_int8 = int(balance_keys_int8)
+        self.trace = bool(trace)
 
     def granule(self, problem: AttentionProblem) -> int:
         """The balanced split's keys granule for ``problem``'s KV dtype (0 = page-aligned splits)."""
@@ -440,7 +443,8 @@ class AttnDecodeFamily(_OneKernelFamily):
         if (self.threads % units) if self.threads >= units else (units % self.threads):
             raise PlanError(f"{self.name}: threads = {self.threads} and {what} = {units} must divide one another")
         params = {**_shape_params(problem), "page": problem.page_size, "threads": self.threads,
-                  **_kv_params(problem), **({"balance": self.granule(problem)} if self.granule(problem) else {})}
+                  **_kv_params(problem), **({"balance": self.granule(problem)} if self.granule(problem) else {}),
+                  **({"trace": True} if self.trace else {})}
         return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=False)
 
     def arg_names(self, problem: AttentionProblem) -> tuple[str, ...]:

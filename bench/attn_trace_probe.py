@@ -1,0 +1,104 @@
+"""Device probe (diagnostic, session 16): the per-CTA timeline of attn_decode inside the graph-replayed 27B decode
+step. The engine is built with ``AttnDecodeFamily.trace`` (template ``trace``): thread 0 of every CTA records
+globaltimer at entry, after the PDL wait, after its first tile's scores and softmax, after its last P.V and at exit.
+Per launch (one per attention layer and step) it reports, relative to the first CTA's PDL-wait release (~ the end
+of attn_prep plus the memory flush): the spread of entries and wait releases, and for the CTAs with keys the
+median / last time each phase ended -- where the ~9 us the kernel adds to the step at 512 tokens goes.
+
+Usage (GPU machine, torch not needed): python bench/attn_trace_probe.py [--weights w8] [--context 512]
+[--max-context 8248] [--steps 3] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from dp_trace_probe import device_var  # noqa: E402
+
+WORDS, MAX_RECORDS = 9, 65536  # the template's kTraceWords, kTraceMax
+PHASES = ["entry", "wait", "scores", "softmax", "pv", "exit"]
+
+
+def main(argv=None) -> int:
+    """Run the probe (module docstring), print one summary row per launch and their medians; write ``--json``."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--weights", default="w8")
+    ap.add_argument("--context", type=int, default=512)
+    ap.add_argument("--max-context", type=int, default=8248)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+
+    from ninferc.bench import git_commit, synthetic_artifact
+    from ninferc.runtime.engine import Engine
+    from ninferc.runtime.kernels import cupy as cp_mod
+    from ninferc.sampling import SamplingParams
+    from ninferc.targets.kernels import FAMILIES
+
+    cp = cp_mod()
+    FAMILIES["attn_decode"].trace = True
+    art = synthetic_artifact("qwen3.8-27b", a.weights, "bf16", target=None, sku=None, max_context=a.max_context)
+    eng = Engine(art, max_context=a.max_context, prefill_chunk=a.context, max_batch=1,
+                 log=lambda m: print(m, file=sys.stderr))
+    sp = eng.step_plan("decode", 1, 1, 1)
+    ks = [k for step, ln, k, _ in sp.launches if ln.kernel.family == "attn_decode"]
+    assert ks, "no attn_decode launch in the decode step plan"
+    k = ks[0]
+    grid = [ln for step, ln, kk, _ in sp.launches if ln.kernel.family == "attn_decode"][0].grid
+    ctas = grid[0] * grid[1] * grid[2]
+    rng = np.random.default_rng(0)
+    s = eng.session()
+    s.prefill(rng.integers(0, eng.vocab, a.context).tolist(), a.context)
+    greedy = SamplingParams()
+    tok = s.sample(greedy)
+    for _ in range(4):  # capture + warm the graph
+        s.decode(tok)
+        tok = s.sample(greedy)
+    s.synchronize()
+    device_var(cp, k.module, "attn_trace_n", (1,), np.uint32)[...] = 0
+    cp.cuda.runtime.deviceSynchronize()
+    for _ in range(a.steps):
+        s.decode(tok)
+        tok = s.sample(greedy)
+    s.synchronize()
+    n = int(device_var(cp, k.module, "attn_trace_n", (1,), np.uint32).get()[0])
+    rec = device_var(cp, k.module, "attn_trace", (MAX_RECORDS, WORDS), np.uint64).get()[:min(n, MAX_RECORDS)]
+    rec = rec[np.argsort(rec[:, 3], kind="stable")]  # by entry time: launches are > 50 us apart
+    launches = [rec[i:i + ctas] for i in range(0, len(rec), ctas)]
+    rows = []
+    for L in launches:
+        if len(L) < ctas:
+            continue
+        t = L[:, 3:].astype(np.int64)
+        t0 = t[:, 1].min()
+        rel = (t - t0) / 1e3  # us from the first wait release
+        work = t[:, 2] != t[:, 1]  # CTAs that had a tile (their scores stamp moved)
+        row = {"ctas": int(len(L)), "ctas_with_keys": int(work.sum()), "sms": int(len(set(L[:, 2].tolist())))}
+        for j, ph in enumerate(PHASES):
+            sel = rel[work, j] if ph in ("scores", "softmax", "pv") and work.any() else rel[:, j]
+            row[ph] = [float(sel.min()), float(np.median(sel)), float(sel.max())]
+        rows.append(row)
+    print(f"{a.weights} context {a.context} of {a.max_context}: grid {grid}, {n} records, {len(rows)} launches")
+    print("us from the first CTA's PDL-wait release: min / median / max over the launch's CTAs (phases scores, softmax,"
+          " pv: the CTAs with keys)")
+    for ph in PHASES:
+        m = np.median([[r[ph][0], r[ph][1], r[ph][2]] for r in rows], axis=0)
+        print(f"  {ph:8s} {m[0]:7.2f} {m[1]:7.2f} {m[2]:7.2f}")
+    print(f"  CTAs with keys {rows[0]['ctas_with_keys']} of {rows[0]['ctas']} on {rows[0]['sms']} SMs")
+    if a.json:
+        Path(a.json).write_text(json.dumps({"commit": git_commit(), "command": "python bench/attn_trace_probe.py " +
+                                            " ".join(argv or sys.argv[1:]), "grid": list(grid), "weights": a.weights,
+                                            "context": a.context, "max_context": a.max_context, "launches": rows},
+                                           indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
