@@ -36,13 +36,14 @@ def arg_parser(weights: str = "bf16") -> argparse.ArgumentParser:
     return ap
 
 
-def preset_engine(weights: str, max_context: int, context: int, graph=None):
+def preset_engine(weights: str, max_context: int, context: int, graph=None, kv_dtype: str = "bf16"):
     """An engine for the ``qwen3.8-27b`` preset with synthetic weights, planned for this device (decode batch 1),
     and a session holding a random ``context``-token prompt (prefilled in chunks of up to 1,024).
 
     Args:
         weights: weight recipe (``bf16``, ``w8``, ``w4`` ...). max_context: the engine's KV capacity (tokens).
         context: prompt tokens. graph: a compiled graph to reuse (default: built from the preset).
+        kv_dtype: the KV cache dtype of the built graph (``bf16`` or ``int8``; ignored when ``graph`` is given).
 
     Returns:
         (engine, session, first sampled token id).
@@ -59,7 +60,8 @@ def preset_engine(weights: str, max_context: int, context: int, graph=None):
     from ninferc.targets.model_plan import plan_model
 
     cfg = preset("qwen3.8-27b")
-    graph = graph if graph is not None else run_pipeline(build_graph(cfg, lm_rows="last"), weights=weights)
+    graph = graph if graph is not None else run_pipeline(build_graph(cfg, lm_rows="last"), weights=weights,
+                                                                kv_dtype=kv_dtype)
     mp = plan_model(graph, device_arch(), sms=device_sm_count(), max_context=max_context, decode_batches=(1,),
                     prefill_tokens=(1, 64, 1024))
     eng = Engine(SyntheticArtifact(cfg, graph, mp), max_context=max_context, prefill_chunk=min(1024, context))

@@ -8,7 +8,7 @@ A variant is ``NAME`` or ``NAME:family.attr=value;family.attr=value`` (values ar
 its attributes set (and every other variant's reverted to the family defaults).
 
 Usage (GPU machine): python bench/family_ab.py --weights w8 VARIANT [VARIANT ...] [--context 512] [--steps 40]
-[--rounds 3] [--max-context N] [--json FILE]
+[--rounds 3] [--max-context N] [--kv-dtype bf16|int8] [--json FILE]
 
 ``--max-context`` sets the engines' KV capacity (default: just what the rounds need); the attention decode's split
 count follows it, so ``ninferc bench``'s setting (one engine for 512- and 8,192-token prompts) is ``--max-context
@@ -48,6 +48,7 @@ def main(argv=None) -> int:
     ap = arg_parser("w8")
     ap.add_argument("variants", nargs="+")
     ap.add_argument("--max-context", type=int, default=None)
+    ap.add_argument("--kv-dtype", default="bf16", choices=["bf16", "int8"])
     a = ap.parse_args(argv)
     parsed = [parse_variant(v) for v in a.variants]
     keys = {k for _, s in parsed for k in s}
@@ -63,7 +64,7 @@ def main(argv=None) -> int:
             for (fam, attr), v in {**defaults, **sets}.items():
                 setattr(FAMILIES[fam], attr, v)
         switch()
-        _, s, toks[name] = preset_engine(a.weights, max_ctx, a.context)
+        _, s, toks[name] = preset_engine(a.weights, max_ctx, a.context, kv_dtype=a.kv_dtype)
         variants[name] = (switch, s)
         print(f"engine {name} ready ({sets or 'family defaults'})", flush=True)
     res = alternate(variants, toks, rounds=a.rounds, steps=a.steps, recapture=False)
@@ -72,6 +73,7 @@ def main(argv=None) -> int:
     for n, m in med.items():
         print(f"{n}: {m * 1e3:.3f} ms/token ({1 / m:.2f} tok/s), speed-up vs {first}: {med[first] / m:.4f}x")
     write_json(a.json, "bench/family_ab.py", argv, context=a.context, max_context=max_ctx, weights=a.weights,
+               kv_dtype=a.kv_dtype,
                variants=a.variants,
                per_round_s=res, median_s=med)
     return 0
