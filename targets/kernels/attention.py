@@ -58,9 +58,9 @@ valid while contexts grow: CTAs beyond a sequence's context write an empty parti
 max_pages_per_split), 1)`` capped at ``pages``; then ``pages_per_split = ceil(pages / splits)`` and
 ``splits = ceil(pages / pages_per_split)`` (no split is empty at max_context). ``max_pages_per_split``
 (family parameter, default 64 pages) bounds one CTA's serial work at long contexts. The keys each split covers
-are decided by the kernel at run time from the sequence's context (``balance_keys``, default 16 for bf16 KV: the
-live context spread over every split in ranges of :func:`split_keys` keys -- a multiple of 16 that divides the
-page, or whole pages -- so a short context still gives every split work; 0, the int8 KV default:
+are decided by the kernel at run time from the sequence's context (``balance_keys`` / ``balance_keys_int8``,
+default 16 for both KV dtypes: the live context spread over every split in ranges of :func:`split_keys` keys -- a
+multiple of 16 that divides the page, or whole pages -- so a short context still gives every split work; 0:
 ``pages_per_split`` whole pages per split, so at 512 of 8,248 tokens only 8 of 129 splits have keys).
 
 int8 KV cache (``AttentionProblem.kv_dtype = "int8"``, template parameter ``kv_dtype-int8`` in the URI)
@@ -400,9 +400,8 @@ class AttnDecodeFamily(_OneKernelFamily):
             has work (the split count itself stays fixed by ``max_context``, so a captured graph stays valid).
             Default 16: on the H200 the 27B w8 decode step (bf16 KV) is 1.091x faster at 2,048 of 32,768 tokens
             and 1.007x at 512 of 8,248 (bench/NOTES.md, session 15). Applies to bf16 KV pages.
-        balance_keys_int8: the same for int8 KV pages; default 0 (page-aligned): the balanced int8 kernel of the
-            tiny fixture's shape spills 8 bytes on sm_120a under NVRTC 13.5, and no balanced int8 kernel has been
-            timed.
+        balance_keys_int8: the same for int8 KV pages; default 16 (session 16: once the int8 P.V loop's unroll 8
+            removed the balanced kernel's 8-byte spill on sm_120a; bench/NOTES.md gives the H200 A/B).
         trace: a probe's option (template ``trace``; bench/attn_trace_probe.py): every CTA records globaltimer
             stamps of its phases. Never planned by default.
 
@@ -414,7 +413,7 @@ class AttnDecodeFamily(_OneKernelFamily):
     template = "attn_decode.cu.j2"
 
     def __init__(self, threads: int = 128, max_pages_per_split: int = 64, balance_keys: int = 16,
-                 balance_keys_int8: int = 0, trace: bool = False):
+                 balance_keys_int8: int = 16, trace: bool = False):
         _check_threads(self.name, threads)
         if max_pages_per_split < 1:
             raise PlanError(f"{self.name}: max_pages_per_split = {max_pages_per_split} must be >= 1")
