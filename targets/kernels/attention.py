@@ -402,9 +402,6 @@ class AttnDecodeFamily(_OneKernelFamily):
             and 1.007x at 512 of 8,248 (bench/NOTES.md, session 15). Applies to bf16 KV pages.
         balance_keys_int8: the same for int8 KV pages; default 16 (session 16: once the int8 P.V loop's unroll 8
             removed the balanced kernel's 8-byte spill on sm_120a; bench/NOTES.md gives the H200 A/B).
-        meta_late: an A/B baseline (template ``meta_late``): read the CTA's key range and first page from the batch
-            metadata after the PDL wait, as before session 16; default False: before it (the metadata is written by
-            the host before the step), which takes two dependent loads off the chain after the wait.
         trace: a probe's option (template ``trace``; bench/attn_trace_probe.py): every CTA records globaltimer
             stamps of its phases. Never planned by default.
 
@@ -416,7 +413,7 @@ class AttnDecodeFamily(_OneKernelFamily):
     template = "attn_decode.cu.j2"
 
     def __init__(self, threads: int = 128, max_pages_per_split: int = 64, balance_keys: int = 16,
-                 balance_keys_int8: int = 16, meta_late: bool = False, trace: bool = False):
+                 balance_keys_int8: int = 16, trace: bool = False):
         _check_threads(self.name, threads)
         if max_pages_per_split < 1:
             raise PlanError(f"{self.name}: max_pages_per_split = {max_pages_per_split} must be >= 1")
@@ -427,7 +424,6 @@ class AttnDecodeFamily(_OneKernelFamily):
         self.max_pages_per_split = int(max_pages_per_split)
         self.balance_keys = int(balance_keys)
         self.balance_keys_int8 = int(balance_keys_int8)
-        self.meta_late = bool(meta_late)
         self.trace = bool(trace)
 
     def granule(self, problem: AttentionProblem) -> int:
@@ -447,7 +443,7 @@ class AttnDecodeFamily(_OneKernelFamily):
             raise PlanError(f"{self.name}: threads = {self.threads} and {what} = {units} must divide one another")
         params = {**_shape_params(problem), "page": problem.page_size, "threads": self.threads,
                   **_kv_params(problem), **({"balance": self.granule(problem)} if self.granule(problem) else {}),
-                  **({"meta_late": True} if self.meta_late else {}), **({"trace": True} if self.trace else {})}
+                  **({"trace": True} if self.trace else {})}
         return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=False)
 
     def arg_names(self, problem: AttentionProblem) -> tuple[str, ...]:
