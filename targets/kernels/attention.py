@@ -403,8 +403,6 @@ class AttnDecodeFamily(_OneKernelFamily):
         balance_keys_int8: the same for int8 KV pages; default 16: on the H200 the 27B w8 decode step with int8 KV
             is 1.124x faster at 2,048 of 32,768 tokens than with page-aligned splits (bench/NOTES.md run 116), once
             the int8 P.V loop's unroll 8 had removed the balanced kernel's 8-byte spill on sm_120a.
-        pv_unroll: bf16 pages: the unroll of the P.V loop (template ``pv_unroll``, absent = 8): how many of a
-            thread's 4-byte V loads are in flight at once.
         trace: a probe's option (template ``trace``; bench/attn_trace_probe.py): every CTA records globaltimer
             stamps of its phases. Never planned by default.
 
@@ -416,7 +414,7 @@ class AttnDecodeFamily(_OneKernelFamily):
     template = "attn_decode.cu.j2"
 
     def __init__(self, threads: int = 128, max_pages_per_split: int = 64, balance_keys: int = 16,
-                 balance_keys_int8: int = 16, pv_unroll: int = 32, trace: bool = False):
+                 balance_keys_int8: int = 16, trace: bool = False):
         _check_threads(self.name, threads)
         if max_pages_per_split < 1:
             raise PlanError(f"{self.name}: max_pages_per_split = {max_pages_per_split} must be >= 1")
@@ -427,9 +425,6 @@ class AttnDecodeFamily(_OneKernelFamily):
         self.max_pages_per_split = int(max_pages_per_split)
         self.balance_keys = int(balance_keys)
         self.balance_keys_int8 = int(balance_keys_int8)
-        if pv_unroll < 1:
-            raise PlanError(f"{self.name}: pv_unroll = {pv_unroll} must be >= 1")
-        self.pv_unroll = int(pv_unroll)
         self.trace = bool(trace)
 
     def granule(self, problem: AttentionProblem) -> int:
@@ -449,7 +444,6 @@ class AttnDecodeFamily(_OneKernelFamily):
             raise PlanError(f"{self.name}: threads = {self.threads} and {what} = {units} must divide one another")
         params = {**_shape_params(problem), "page": problem.page_size, "threads": self.threads,
                   **_kv_params(problem), **({"balance": self.granule(problem)} if self.granule(problem) else {}),
-                  **({"pv_unroll": self.pv_unroll} if self.pv_unroll != 8 and problem.kv_dtype == "bf16" else {}),
                   **({"trace": True} if self.trace else {})}
         return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=False)
 

@@ -351,15 +351,14 @@ def test_problem_from_the_fixture_config(tiny_dir):
 
 #: bf16 URIs of the sample shapes computed before the int8 KV cache existed: bf16 kernels keep their identity
 #: (session 15: the bf16 decode kernel gained its balanced split, template parameter ``balance``, on by default; the
-#: page-aligned kernel's URI is unchanged: AttnDecodeFamily(balance_keys=0); session 16: its P.V loop unrolled 32,
-#: template parameter ``pv_unroll``)
+#: page-aligned kernel's URI is unchanged: AttnDecodeFamily(balance_keys=0))
 BF16_URIS = {
-    "tiny": ["attn_prep__hd64_hkv2_hq4_page64_rot16_th128", "attn_decode__balance16_hd64_hkv2_hq4_page64_pv_unroll32_th128",
-             "attn_combine__hd64_hkv2_hq4_th128", "attn_decode__balance16_hd64_hkv2_hq4_page64_pv_unroll32_th128",
+    "tiny": ["attn_prep__hd64_hkv2_hq4_page64_rot16_th128", "attn_decode__balance16_hd64_hkv2_hq4_page64_th128",
+             "attn_combine__hd64_hkv2_hq4_th128", "attn_decode__balance16_hd64_hkv2_hq4_page64_th128",
              "attn_prefill__hd64_hkv2_hq4_ktile32_page64_qtile64_route-mma_th128",
              "attn_prefill__hd64_hkv2_hq4_ktile32_page64_qtile16_route-simt_th128"],
-    "27b": ["attn_prep__hd256_hkv4_hq24_page64_rot64_th128", "attn_decode__balance16_hd256_hkv4_hq24_page64_pv_unroll32_th128",
-            "attn_combine__hd256_hkv4_hq24_th128", "attn_decode__balance16_hd256_hkv4_hq24_page64_pv_unroll32_th128",
+    "27b": ["attn_prep__hd256_hkv4_hq24_page64_rot64_th128", "attn_decode__balance16_hd256_hkv4_hq24_page64_th128",
+            "attn_combine__hd256_hkv4_hq24_th128", "attn_decode__balance16_hd256_hkv4_hq24_page64_th128",
             "attn_prefill__hd256_hkv4_hq24_ktile32_page64_qtile64_route-mma_th128",
             "attn_prefill__hd256_hkv4_hq24_ktile32_page64_qtile16_route-simt_th128"],
 }
@@ -416,10 +415,9 @@ def test_bf16_uris_and_abi_unchanged_int8_variants_added(name):
             if fam is COMBINE:
                 assert s8 == s
                 continue
-            if fam is DECODE and DECODE.granule(p8) != DECODE.granule(p):  # each KV dtype has its own granule
+            if fam is DECODE and DECODE.granule(p8) != DECODE.granule(p):  # balanced for bf16 KV only (its docstring)
                 s = A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, DECODE.granule(p8)).spec(p)
-            uri = re.sub(r"_pv_unroll\d+", "", s.uri)  # (the P.V unroll is a bf16-page parameter)
-            assert s8.uri == uri.replace("_page", "_kv_dtype-int8_page") and dict(s8.params)["kv_dtype"] == "int8"
+            assert s8.uri == s.uri.replace("_page", "_kv_dtype-int8_page") and dict(s8.params)["kv_dtype"] == "int8"
             assert "kv_dtype" not in dict(s.params)
             assert "attn_int8.cuh" not in s.render() and "begin attn_int8.cuh" in s8.render()
 
