@@ -405,6 +405,11 @@ class AttnDecodeFamily(_OneKernelFamily):
             the int8 P.V loop's unroll 8 had removed the balanced kernel's 8-byte spill on sm_120a.
         trace: a probe's option (template ``trace``; bench/attn_trace_probe.py): every CTA records globaltimer
             stamps of its phases. Never planned by default.
+        stage_kv: K/V tiles through shared memory (template ``stage``): each page's K and V rows of the CTA's
+            range are copied by cp.async into dynamic shared memory (:meth:`dynamic_smem_bytes`, one page of K
+            and one of V), the first tile's rows of earlier positions before the PDL wait and the next tile's K
+            / V while this tile's softmax / scores run, so a CTA keeps a whole page in flight instead of the few
+            keys its warps' loads reach. False (default): K and V are read from global memory in the loops.
 
     Raises:
         PlanError: ``threads`` not a positive multiple of 32, ``max_pages_per_split`` < 1, a granule < 0.
@@ -414,7 +419,7 @@ class AttnDecodeFamily(_OneKernelFamily):
     template = "attn_decode.cu.j2"
 
     def __init__(self, threads: int = 128, max_pages_per_split: int = 64, balance_keys: int = 16,
-                 balance_keys_int8: int = 16, trace: bool = False):
+                 balance_keys_int8: int = 16, trace: bool = False, stage_kv: bool = False):
         _check_threads(self.name, threads)
         if max_pages_per_split < 1:
             raise PlanError(f"{self.name}: max_pages_per_split = {max_pages_per_split} must be >= 1")
@@ -426,6 +431,18 @@ class AttnDecodeFamily(_OneKernelFamily):
         self.balance_keys = int(balance_keys)
         self.balance_keys_int8 = int(balance_keys_int8)
         self.trace = bool(trace)
+        self.stage_kv = bool(stage_kv)
+
+    def dynamic_smem_bytes(self, problem: AttentionProblem) -> int:
+        """Dynamic shared memory of the decode kernel, bytes: 0 unless ``stage_kv``; then one page of K rows and
+        one of V rows (P * hd elements each: bf16 2 bytes, int8 1 byte), plus for int8 KV one page of K scales and
+        one of V scales (P * hd / 64 fp32 each)."""
+        if not self.stage_kv:
+            return 0
+        p = problem
+        if p.kv_dtype == "bf16":
+            return 2 * p.page_size * p.head_dim * 2
+        return 2 * p.page_size * p.head_dim + 2 * p.page_size * (p.head_dim // KV_GROUP) * 4
 
     def granule(self, problem: AttentionProblem) -> int:
         """The balanced split's keys granule for ``problem``'s KV dtype (0 = page-aligned splits)."""
@@ -444,7 +461,7 @@ class AttnDecodeFamily(_OneKernelFamily):
             raise PlanError(f"{self.name}: threads = {self.threads} and {what} = {units} must divide one another")
         params = {**_shape_params(problem), "page": problem.page_size, "threads": self.threads,
                   **_kv_params(problem), **({"balance": self.granule(problem)} if self.granule(problem) else {}),
-                  **({"trace": True} if self.trace else {})}
+                  **({"trace": True} if self.trace else {}), **({"stage": True} if self.stage_kv else {})}
         return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=False)
 
     def arg_names(self, problem: AttentionProblem) -> tuple[str, ...]:
@@ -464,7 +481,11 @@ class AttnDecodeFamily(_OneKernelFamily):
         if batch < 1:
             raise PlanError(f"{self.name}: B = {batch} must be at least 1")
         spec = self.spec(problem)
-        occ = ctx.occupancy(spec)
+        dyn = self.dynamic_smem_bytes(problem)
+        if dyn:
+            _check_smem(self.name, spec, ctx, dyn, f"the staged K/V page (page {problem.page_size} x head_dim "
+                                                   f"{problem.head_dim}, {problem.kv_dtype})")
+        occ = ctx.occupancy(spec, dyn)
         if occ.ctas_per_sm < 1:
             raise PlanError(f"{spec.uri} on {ctx.arch.name}: 0 resident CTAs per SM (limited by {occ.limiter})")
         pages = problem.max_pages
@@ -489,7 +510,7 @@ class AttnDecodeFamily(_OneKernelFamily):
             raise PlanError(f"{self.name} on {ctx.arch.name}: B = {tokens} exceeds the grid z limit "
                             f"{ctx.arch.max_grid_dims[2]}")
         return ctx.make_launch(self.spec(problem), (splits, problem.heads_kv, int(tokens)), route="split_kv",
-                               tokens=tokens, split_k=splits,
+                               tokens=tokens, split_k=splits, dynamic_smem=self.dynamic_smem_bytes(problem),
                                workspace_bytes=self.workspace_bytes(problem, tokens, splits))
 
     def kernel_args(self, problem: AttentionProblem, launch: Launch, arrays: Mapping[str, Any],

@@ -184,6 +184,33 @@ def test_templates_compile_with_resources(arch):
     print(f"\n{arch}\n  " + "\n  ".join(rows))
 
 
+@pytest.mark.parametrize("arch", ALL_ARCHS)
+def test_staged_decode_compiles_fits_and_changes_only_its_smem(arch):
+    """``attn_decode`` with ``stage_kv`` (K/V tiles through dynamic shared memory): compiles for every target, is
+    resident at >= 1 CTA/SM with its dynamic shared memory (one page of K and one of V, int8 also their scales),
+    the bf16 kernels without spills; the split rule counts that memory (fewer resident CTAs, never more splits),
+    and the ABI is the unstaged kernel's."""
+    a = get_arch(arch)
+    staged = A.AttnDecodeFamily(stage_kv=True)
+    specs = {name: staged.spec(p) for name, p in ALL_PROBLEMS.items()}
+    res = {u: r for u, (_, r) in compile_variants(list(specs.values()), arch).items()}
+    ctx = PlanContext(arch, skus_of(arch)[0].sms, {**res, **resources(arch)})
+    for name, p in ALL_PROBLEMS.items():
+        spec, r = specs[name], res[specs[name].uri]
+        dyn = staged.dynamic_smem_bytes(p)
+        elt = 2 if p.kv_dtype == "bf16" else 1
+        assert dyn == 2 * p.page_size * p.head_dim * elt + 2 * p.page_size * p.kv_groups * 4
+        assert A.AttnDecodeFamily().dynamic_smem_bytes(p) == 0
+        occ = occupancy(a, spec.threads, r.registers, r.static_smem_bytes, dyn, barriers=r.barriers)
+        assert occ.ctas_per_sm >= 1, (arch, name, occ)
+        if p.kv_dtype == "bf16":
+            assert r.local_bytes == 0, f"{spec.uri} spills {r.local_bytes} B on {arch}"
+        ln = staged.launch(p, 1, ctx)
+        assert ln.dynamic_smem_bytes == dyn
+        assert staged.splits(p, 1, ctx)[0] <= DECODE.splits(p, 1, ctx)[0]
+        assert staged.arg_names(p) == DECODE.arg_names(p)
+
+
 @pytest.mark.parametrize("fam", A.FAMILIES, ids=lambda f: f.name)
 def test_arg_names_are_the_kernel_signature(fam):
     """arg_names() (the runtime ABI) lists the entry's parameters in the template's order."""

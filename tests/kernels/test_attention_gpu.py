@@ -215,10 +215,13 @@ def check_prep_int8(p, cache, st, dev, kp_ref, vp_ref):
 
 def test_driver_occupancy_matches_the_calculator():
     ctx = device_ctx()
-    for fam in A.FAMILIES:
+    staged = A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, DECODE.balance_keys,
+                                DECODE.balance_keys_int8, stage_kv=True)
+    for fam in (*A.FAMILIES, staged):
         for p in PROBLEMS.values():
             for spec in fam.variants(p):
-                dyn = PREFILL.dynamic_smem_bytes(p, spec.param("route")) if fam is PREFILL else 0
+                dyn = PREFILL.dynamic_smem_bytes(p, spec.param("route")) if fam is PREFILL else \
+                    fam.dynamic_smem_bytes(p) if isinstance(fam, A.AttnDecodeFamily) else 0
                 want = ctx.occupancy(spec, dyn).ctas_per_sm
                 got = device_kernel(spec).driver_occupancy(spec.threads, dyn)
                 assert got == want, f"{spec.uri} on {ctx.arch.name}: driver {got} CTAs/SM, calculator {want}"
@@ -232,34 +235,37 @@ DECODE_CTXS = [(63,), (64,), (65,), (4096,), (63, 64, 65), (1, 4096, 129)]
 BALANCED = {"balanced16": 16, "balanced1": 1}
 
 
+@pytest.mark.parametrize("stage", [False, True], ids=["global", "staged"])
 @pytest.mark.parametrize("split_mode", ["plan", "one", "per_page", *BALANCED])
 @pytest.mark.parametrize("ctxs", DECODE_CTXS, ids=lambda c: "ctx" + "-".join(map(str, c)))
 @pytest.mark.parametrize("name", list(PROBLEMS))
-def test_decode_step(name, ctxs, split_mode):
+def test_decode_step(name, ctxs, split_mode, stage):
     """prep + decode + combine for B = len(ctxs) sequences, one token each (the token at ctx - 1).
     split_mode: the device plan's split count, a single split, or one page per split (every split
     count between is exercised by the plans of other SKUs; the kernel takes it at run time), or the plan's
-    split count with the live context balanced over it (BALANCED: the kernel's keys granule)."""
-    decode_case(name, ctxs, split_mode)
+    split count with the live context balanced over it (BALANCED: the kernel's keys granule). stage: the decode
+    kernel's K/V tiles through shared memory (``AttnDecodeFamily.stage_kv``)."""
+    decode_case(name, ctxs, split_mode, stage)
 
 
 #: int8 KV: the page boundaries (63/64/65 in one batch, 129) and the long context, B = 3
 DECODE_CTXS_INT8 = [(63, 64, 65), (1, 4096, 129)]
 
 
+@pytest.mark.parametrize("stage", [False, True], ids=["global", "staged"])
 @pytest.mark.parametrize("split_mode", ["plan", "one", "per_page", *BALANCED])
 @pytest.mark.parametrize("ctxs", DECODE_CTXS_INT8, ids=lambda c: "ctx" + "-".join(map(str, c)))
 @pytest.mark.parametrize("name", list(PROBLEMS_INT8))
-def test_decode_step_int8(name, ctxs, split_mode):
+def test_decode_step_int8(name, ctxs, split_mode, stage):
     """As test_decode_step with the int8 KV cache (quantised on append, dequantised in attn_decode)."""
-    decode_case(name, ctxs, split_mode)
+    decode_case(name, ctxs, split_mode, stage)
 
 
-def decode_case(name, ctxs, split_mode):
+def decode_case(name, ctxs, split_mode, stage=False):
     """The body of the decode tests for problem ``ALL_PROBLEMS[name]``."""
     cp = _cp()
     p = ALL_PROBLEMS[name]
-    rng = np.random.default_rng(seed(name, ctxs, split_mode))
+    rng = np.random.default_rng(seed(name, ctxs, split_mode))  # the same data staged or not
     B = len(ctxs)
     prev = [c - 1 for c in ctxs]
     cache = make_cache(p, prev, ctxs, rng)
@@ -275,9 +281,10 @@ def decode_case(name, ctxs, split_mode):
     elif split_mode == "per_page":
         splits, pps = p.max_pages, 1
     granule = BALANCED.get(split_mode, DECODE.granule(p))
-    kernel = A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, granule, granule).spec(p)
-    ln_d = dataclasses.replace(ln_d, kernel=kernel, grid=(splits, p.heads_kv, B), split_k=splits,
-                               workspace_bytes=DECODE.workspace_bytes(p, B, splits))
+    fam = A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, granule, granule, stage_kv=stage)
+    ln_d = dataclasses.replace(ln_d, kernel=fam.spec(p), grid=(splits, p.heads_kv, B), split_k=splits,
+                               workspace_bytes=DECODE.workspace_bytes(p, B, splits),
+                               dynamic_smem_bytes=fam.dynamic_smem_bytes(p))
     ln_c = dataclasses.replace(COMBINE.launch(p, B, ctx), split_k=splits,
                                dynamic_smem_bytes=COMBINE.dynamic_smem_bytes(splits))
     dev["ws"] = poisoned_f32(ln_d.workspace_bytes // 4)
