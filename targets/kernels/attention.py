@@ -408,8 +408,15 @@ class AttnDecodeFamily(_OneKernelFamily):
         stage_kv: K/V tiles through shared memory (template ``stage``): each page's K and V rows of the CTA's
             range are copied by cp.async into dynamic shared memory (:meth:`dynamic_smem_bytes`, one page of K
             and one of V), the first tile's rows of earlier positions before the PDL wait and the next tile's K
-            / V while this tile's softmax / scores run, so a CTA keeps a whole page in flight instead of the few
+            / V while this tile's softmax / scores run, so a CTA keeps a whole tile in flight instead of the few
             keys its warps' loads reach. False (default): K and V are read from global memory in the loops.
+        stage_keys: keys per staged tile (template ``tile``; 0 = one page). A smaller tile needs less shared memory
+            per CTA, so more CTAs are resident and the split rule keeps more splits.
+        stage_min_ctas: for the staged bf16-KV kernel, the launch bound's minimum CTAs per SM (template
+            ``min_ctas``; 0 = none): a register budget for ptxas, 65,536 / (min_ctas x threads) registers. Default 4
+            (128 registers at 128 threads): without it this machine's NVRTC 13.5 gives the 27B staged kernel 96
+            registers and an 8-byte spill on sm_86 / sm_89 / sm_120a (126-127 registers, no spill, with it).
+            The occupancy the plan uses is still the one computed from the compiled kernel.
 
     Raises:
         PlanError: ``threads`` not a positive multiple of 32, ``max_pages_per_split`` < 1, a granule < 0.
@@ -419,7 +426,8 @@ class AttnDecodeFamily(_OneKernelFamily):
     template = "attn_decode.cu.j2"
 
     def __init__(self, threads: int = 128, max_pages_per_split: int = 64, balance_keys: int = 16,
-                 balance_keys_int8: int = 16, trace: bool = False, stage_kv: bool = False):
+                 balance_keys_int8: int = 16, trace: bool = False, stage_kv: bool = False, stage_keys: int = 0,
+                 stage_min_ctas: int = 4):
         _check_threads(self.name, threads)
         if max_pages_per_split < 1:
             raise PlanError(f"{self.name}: max_pages_per_split = {max_pages_per_split} must be >= 1")
@@ -432,17 +440,37 @@ class AttnDecodeFamily(_OneKernelFamily):
         self.balance_keys_int8 = int(balance_keys_int8)
         self.trace = bool(trace)
         self.stage_kv = bool(stage_kv)
+        if stage_keys < 0:
+            raise PlanError(f"{self.name}: stage_keys = {stage_keys} must be >= 0 (0 = one page per tile)")
+        self.stage_keys = int(stage_keys)
+        if stage_min_ctas < 0:
+            raise PlanError(f"{self.name}: stage_min_ctas = {stage_min_ctas} must be >= 0 (0 = no launch bound)")
+        self.stage_min_ctas = int(stage_min_ctas)
+
+    def tile_keys(self, problem: AttentionProblem) -> int:
+        """Keys per staged tile for ``problem`` (``stage_keys``, or the page size when 0).
+
+        Raises:
+            PlanError: ``stage_keys`` does not divide the page size, or its int8 scales are not whole 16-byte
+                chunks (the cp.async unit)."""
+        t = self.stage_keys or problem.page_size
+        if problem.page_size % t:
+            raise PlanError(f"{self.name}: stage_keys = {t} must divide the page size {problem.page_size}")
+        if problem.kv_dtype != "bf16" and t * problem.kv_groups * 4 % 16:
+            raise PlanError(f"{self.name}: stage_keys = {t}: a tile's int8 scales ({t} x {problem.kv_groups} x 4 B) "
+                            "must be a multiple of 16 bytes")
+        return t
 
     def dynamic_smem_bytes(self, problem: AttentionProblem) -> int:
-        """Dynamic shared memory of the decode kernel, bytes: 0 unless ``stage_kv``; then one page of K rows and
-        one of V rows (P * hd elements each: bf16 2 bytes, int8 1 byte), plus for int8 KV one page of K scales and
-        one of V scales (P * hd / 64 fp32 each)."""
+        """Dynamic shared memory of the decode kernel, bytes: 0 unless ``stage_kv``; then one tile of K rows and
+        one of V rows (:meth:`tile_keys` x hd elements each: bf16 2 bytes, int8 1 byte), plus for int8 KV the tile's
+        K scales and V scales (tile x hd / 64 fp32 each)."""
         if not self.stage_kv:
             return 0
-        p = problem
+        p, t = problem, self.tile_keys(problem)
         if p.kv_dtype == "bf16":
-            return 2 * p.page_size * p.head_dim * 2
-        return 2 * p.page_size * p.head_dim + 2 * p.page_size * (p.head_dim // KV_GROUP) * 4
+            return 2 * t * p.head_dim * 2
+        return 2 * t * p.head_dim + 2 * t * (p.head_dim // KV_GROUP) * 4
 
     def granule(self, problem: AttentionProblem) -> int:
         """The balanced split's keys granule for ``problem``'s KV dtype (0 = page-aligned splits)."""
@@ -461,7 +489,11 @@ class AttnDecodeFamily(_OneKernelFamily):
             raise PlanError(f"{self.name}: threads = {self.threads} and {what} = {units} must divide one another")
         params = {**_shape_params(problem), "page": problem.page_size, "threads": self.threads,
                   **_kv_params(problem), **({"balance": self.granule(problem)} if self.granule(problem) else {}),
-                  **({"trace": True} if self.trace else {}), **({"stage": True} if self.stage_kv else {})}
+                  **({"trace": True} if self.trace else {}), **({"stage": True} if self.stage_kv else {}),
+                  **({"tile": self.tile_keys(problem)} if self.stage_kv and self.tile_keys(problem) != problem.page_size
+                     else {}),
+                  **({"min_ctas": self.stage_min_ctas} if self.stage_kv and self.stage_min_ctas and
+                     problem.kv_dtype == "bf16" else {})}
         return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=False)
 
     def arg_names(self, problem: AttentionProblem) -> tuple[str, ...]:

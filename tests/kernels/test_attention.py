@@ -189,9 +189,15 @@ def test_staged_decode_compiles_fits_and_changes_only_its_smem(arch):
     """``attn_decode`` with ``stage_kv`` (K/V tiles through dynamic shared memory): compiles for every target, is
     resident at >= 1 CTA/SM with its dynamic shared memory (one page of K and one of V, int8 also their scales),
     the bf16 kernels without spills; the split rule counts that memory (fewer resident CTAs, never more splits),
-    and the ABI is the unstaged kernel's."""
+    and the ABI is the unstaged kernel's; tiles of a page and of 32 keys (``stage_keys``)."""
+    for tile in (0, 32):
+        _check_staged(arch, A.AttnDecodeFamily(stage_kv=True, stage_keys=tile))
+    with pytest.raises(PlanError, match="stage_keys = 48 must divide the page size 64"):
+        A.AttnDecodeFamily(stage_kv=True, stage_keys=48).spec(TINY)
+
+
+def _check_staged(arch, staged):
     a = get_arch(arch)
-    staged = A.AttnDecodeFamily(stage_kv=True)
     specs = {name: staged.spec(p) for name, p in ALL_PROBLEMS.items()}
     res = {u: r for u, (_, r) in compile_variants(list(specs.values()), arch).items()}
     ctx = PlanContext(arch, skus_of(arch)[0].sms, {**res, **resources(arch)})
@@ -199,7 +205,9 @@ def test_staged_decode_compiles_fits_and_changes_only_its_smem(arch):
         spec, r = specs[name], res[specs[name].uri]
         dyn = staged.dynamic_smem_bytes(p)
         elt = 2 if p.kv_dtype == "bf16" else 1
-        assert dyn == 2 * p.page_size * p.head_dim * elt + 2 * p.page_size * p.kv_groups * 4
+        t = staged.stage_keys or p.page_size
+        assert dyn == 2 * t * p.head_dim * elt + 2 * t * p.kv_groups * 4
+        assert ("_tile" in spec.uri) == (t != p.page_size), spec.uri
         assert A.AttnDecodeFamily().dynamic_smem_bytes(p) == 0
         occ = occupancy(a, spec.threads, r.registers, r.static_smem_bytes, dyn, barriers=r.barriers)
         assert occ.ctas_per_sm >= 1, (arch, name, occ)

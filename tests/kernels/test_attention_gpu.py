@@ -63,7 +63,9 @@ def device_ctx():
 
     arch = device_arch()
     res = {}
-    for fam in A.FAMILIES:
+    staged = [A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, DECODE.balance_keys,
+                                 DECODE.balance_keys_int8, stage_kv=True, stage_keys=t) for t in (0, 32)]
+    for fam in (*A.FAMILIES, *staged):  # + the staged decode kernels (stage_kv), planned or not
         for p in ALL_PROBLEMS.values():
             for spec in fam.variants(p):
                 k = device_kernel(spec)
@@ -215,9 +217,9 @@ def check_prep_int8(p, cache, st, dev, kp_ref, vp_ref):
 
 def test_driver_occupancy_matches_the_calculator():
     ctx = device_ctx()
-    staged = A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, DECODE.balance_keys,
-                                DECODE.balance_keys_int8, stage_kv=True)
-    for fam in (*A.FAMILIES, staged):
+    staged = [A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, DECODE.balance_keys,
+                                 DECODE.balance_keys_int8, stage_kv=True, stage_keys=t) for t in (0, 32)]
+    for fam in (*A.FAMILIES, *staged):
         for p in PROBLEMS.values():
             for spec in fam.variants(p):
                 dyn = PREFILL.dynamic_smem_bytes(p, spec.param("route")) if fam is PREFILL else \
@@ -235,7 +237,7 @@ DECODE_CTXS = [(63,), (64,), (65,), (4096,), (63, 64, 65), (1, 4096, 129)]
 BALANCED = {"balanced16": 16, "balanced1": 1}
 
 
-@pytest.mark.parametrize("stage", [False, True], ids=["global", "staged"])
+@pytest.mark.parametrize("stage", [0, 64, 32], ids=["global", "staged", "staged32"])
 @pytest.mark.parametrize("split_mode", ["plan", "one", "per_page", *BALANCED])
 @pytest.mark.parametrize("ctxs", DECODE_CTXS, ids=lambda c: "ctx" + "-".join(map(str, c)))
 @pytest.mark.parametrize("name", list(PROBLEMS))
@@ -244,7 +246,7 @@ def test_decode_step(name, ctxs, split_mode, stage):
     split_mode: the device plan's split count, a single split, or one page per split (every split
     count between is exercised by the plans of other SKUs; the kernel takes it at run time), or the plan's
     split count with the live context balanced over it (BALANCED: the kernel's keys granule). stage: the decode
-    kernel's K/V tiles through shared memory (``AttnDecodeFamily.stage_kv``)."""
+    kernel's K/V tiles through shared memory (``AttnDecodeFamily.stage_kv``; tiles of a page, or 32 keys)."""
     decode_case(name, ctxs, split_mode, stage)
 
 
@@ -252,7 +254,7 @@ def test_decode_step(name, ctxs, split_mode, stage):
 DECODE_CTXS_INT8 = [(63, 64, 65), (1, 4096, 129)]
 
 
-@pytest.mark.parametrize("stage", [False, True], ids=["global", "staged"])
+@pytest.mark.parametrize("stage", [0, 64, 32], ids=["global", "staged", "staged32"])
 @pytest.mark.parametrize("split_mode", ["plan", "one", "per_page", *BALANCED])
 @pytest.mark.parametrize("ctxs", DECODE_CTXS_INT8, ids=lambda c: "ctx" + "-".join(map(str, c)))
 @pytest.mark.parametrize("name", list(PROBLEMS_INT8))
@@ -261,7 +263,7 @@ def test_decode_step_int8(name, ctxs, split_mode, stage):
     decode_case(name, ctxs, split_mode, stage)
 
 
-def decode_case(name, ctxs, split_mode, stage=False):
+def decode_case(name, ctxs, split_mode, stage=0):
     """The body of the decode tests for problem ``ALL_PROBLEMS[name]``."""
     cp = _cp()
     p = ALL_PROBLEMS[name]
@@ -281,7 +283,8 @@ def decode_case(name, ctxs, split_mode, stage=False):
     elif split_mode == "per_page":
         splits, pps = p.max_pages, 1
     granule = BALANCED.get(split_mode, DECODE.granule(p))
-    fam = A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, granule, granule, stage_kv=stage)
+    fam = A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, granule, granule, stage_kv=bool(stage),
+                             stage_keys=stage)
     ln_d = dataclasses.replace(ln_d, kernel=fam.spec(p), grid=(splits, p.heads_kv, B), split_k=splits,
                                workspace_bytes=DECODE.workspace_bytes(p, B, splits),
                                dynamic_smem_bytes=fam.dynamic_smem_bytes(p))

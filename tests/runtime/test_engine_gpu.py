@@ -322,26 +322,31 @@ def test_batched_decode_reproduces_the_goldens(artifacts, goldens):
         s.close()
 
 
+@pytest.mark.parametrize("tile", [0, 32], ids=["page", "tile32"])
 @pytest.mark.parametrize("batch", [1, 3])
-def test_staged_attention_decode_equals_the_global_one(artifacts, goldens_long, batch):
+def test_staged_attention_decode_equals_the_global_one(tmp_path, tiny_dir, goldens_long, batch, tile):
     """``attn_decode`` with its K/V tiles through shared memory (``AttnDecodeFamily.stage_kv``: cp.async copies, the
     first tile's earlier rows before the PDL wait) in the device-planned engine, PDL-chained: the teacher-forced decode
     logits of the long golden prompt equal, bit for bit, those of the engine on the default attention decode kernel
     (the same arithmetic in the same order; only where K and V are read from differs), for one sequence and for
-    ``batch`` sequences of different lengths together; then 24 graph-replayed greedy steps give the same ids."""
+    ``batch`` sequences of different lengths together; then 24 graph-replayed greedy steps give the same ids.
+    ``tile``: keys per staged tile (``stage_keys``; 0 = a page)."""
     from ninferc.artifact import Artifact
+    from ninferc.pipeline import compile_model
     from ninferc.runtime.engine import Engine
     from ninferc.targets.kernels import FAMILIES
 
     fam = FAMILIES["attn_decode"]
-    default = fam.stage_kv
+    default = fam.stage_kv, fam.stage_keys
     ids = goldens_long["prompt_ids"]
     prompts = [ids[: len(ids) - 37 * b] for b in range(batch)]  # different contexts, page boundaries apart
     out = {}
     try:
         for stage in (False, True):
-            fam.stage_kv = stage
-            e = Engine(Artifact.open(artifacts["sm_90"]), max_batch=batch, plan="device")
+            fam.stage_kv, fam.stage_keys = stage, tile  # the artifact's kernels and the engine's launches follow
+            path = tmp_path / f"tiny_sm_90_stage{int(stage)}.ninfer"
+            compile_model(tiny_dir, "sm_90", path, sku="h200")
+            e = Engine(Artifact.open(path), max_batch=batch, plan="device")
             uris = {ln.kernel.uri for _, ln, *_ in e.step_plan("decode", batch, batch, batch).launches
                     if ln.kernel.family == "attn_decode"}
             assert uris and all(("stage" in u) == stage for u in uris), uris
@@ -362,6 +367,6 @@ def test_staged_attention_decode_equals_the_global_one(artifacts, goldens_long, 
             for s in sessions:
                 s.close()
     finally:
-        fam.stage_kv = default
+        fam.stage_kv, fam.stage_keys = default
     np.testing.assert_array_equal(out[True][0], out[False][0], "staged vs global attention decode: decode logits")
     assert out[True][1] == out[False][1]
