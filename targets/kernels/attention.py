@@ -30,7 +30,8 @@ Kernels (runtime ABI: argument order = :meth:`arg_names`; pointers, then int32 /
                  splits, pages_per_split, scale)               T = B: token t of the step is sequence t
                  grid (splits, Hkv, B); each CTA: the G q heads of one KV head over
                  ``pages_per_split`` pages; writes unnormalised partial outputs and (max, sum) to ``ws``
-                 (fp32, ``[B, Hq, splits, hd]`` then ``[B, Hq, splits, 2]``); no dynamic smem.
+                 (fp32, ``[B, Hq, splits, hd]`` then ``[B, Hq, splits, 2]``); dynamic smem: none, or the staged
+                 K/V tile (``AttnDecodeFamily.stage_kv``, :meth:`AttnDecodeFamily.dynamic_smem_bytes`).
 ``attn_combine`` (ws, proj, out, n_seqs, splits)
                  grid (Hq, B); merges the splits, applies the gate, writes bf16 ``out [B, Hq*hd]``;
                  dynamic smem = 4 * splits bytes (grows with max_context: checked at plan time).
@@ -409,7 +410,17 @@ class AttnDecodeFamily(_OneKernelFamily):
             range are copied by cp.async into dynamic shared memory (:meth:`dynamic_smem_bytes`, one page of K
             and one of V), the first tile's rows of earlier positions before the PDL wait and the next tile's K
             / V while this tile's softmax / scores run, so a CTA keeps a whole tile in flight instead of the few
-            keys its warps' loads reach. False (default): K and V are read from global memory in the loops.
+            keys its warps' loads reach. True / False force it; ``"auto"`` (default) stages bf16 KV pages wherever
+            the staged kernel, with its dynamic shared memory, keeps at least ``stage_min_resident`` resident CTAs
+            per SM on the target (:meth:`choose`), and reads int8 pages from global memory (their staged kernel
+            is not planned: it spills 16-24 bytes on NVRTC 13.5). On the H200 (3 CTAs/SM staged) the 27B w8 step
+            is 1.008x faster at 512 of 8,248 tokens and 1.010-1.011x at 8,192 (bench/NOTES.md runs 121-122); the
+            100-KB-per-SM targets (sm_86 / sm_89 / sm_120a: 1 CTA/SM staged) keep the global-memory kernel -- not
+            measured there.
+        stage_min_resident: the ``"auto"`` rule's resident-CTA threshold (default 3, the H200's staged occupancy
+            that was measured).
+        transpose_sums: bf16 KV scores summed over the warp by a transpose reduction (template ``tsum``: 9
+            shuffles per key for G = 6 instead of 30); False (default): one warp_sum per head.
         stage_keys: keys per staged tile (template ``tile``; 0 = one page). A smaller tile needs less shared memory
             per CTA, so more CTAs are resident and the split rule keeps more splits.
         stage_min_ctas: for the staged bf16-KV kernel, the launch bound's minimum CTAs per SM (template
@@ -426,8 +437,8 @@ class AttnDecodeFamily(_OneKernelFamily):
     template = "attn_decode.cu.j2"
 
     def __init__(self, threads: int = 128, max_pages_per_split: int = 64, balance_keys: int = 16,
-                 balance_keys_int8: int = 16, trace: bool = False, stage_kv: bool = False, stage_keys: int = 0,
-                 stage_min_ctas: int = 4):
+                 balance_keys_int8: int = 16, trace: bool = False, stage_kv: bool | str = "auto", stage_keys: int = 0,
+                 stage_min_ctas: int = 4, stage_min_resident: int = 3, transpose_sums: bool = False):
         _check_threads(self.name, threads)
         if max_pages_per_split < 1:
             raise PlanError(f"{self.name}: max_pages_per_split = {max_pages_per_split} must be >= 1")
@@ -439,7 +450,13 @@ class AttnDecodeFamily(_OneKernelFamily):
         self.balance_keys = int(balance_keys)
         self.balance_keys_int8 = int(balance_keys_int8)
         self.trace = bool(trace)
-        self.stage_kv = bool(stage_kv)
+        if stage_kv not in (True, False, "auto"):
+            raise PlanError(f"{self.name}: stage_kv = {stage_kv!r} must be True, False or 'auto'")
+        self.stage_kv = stage_kv
+        if stage_min_resident < 1:
+            raise PlanError(f"{self.name}: stage_min_resident = {stage_min_resident} must be >= 1")
+        self.stage_min_resident = int(stage_min_resident)
+        self.transpose_sums = bool(transpose_sums)
         if stage_keys < 0:
             raise PlanError(f"{self.name}: stage_keys = {stage_keys} must be >= 0 (0 = one page per tile)")
         self.stage_keys = int(stage_keys)
@@ -461,11 +478,15 @@ class AttnDecodeFamily(_OneKernelFamily):
                             "must be a multiple of 16 bytes")
         return t
 
-    def dynamic_smem_bytes(self, problem: AttentionProblem) -> int:
-        """Dynamic shared memory of the decode kernel, bytes: 0 unless ``stage_kv``; then one tile of K rows and
-        one of V rows (:meth:`tile_keys` x hd elements each: bf16 2 bytes, int8 1 byte), plus for int8 KV the tile's
-        K scales and V scales (tile x hd / 64 fp32 each)."""
-        if not self.stage_kv:
+    def _staged(self, staged: bool | None) -> bool:
+        """``staged`` if given, else whether ``stage_kv`` forces staging (``"auto"``: the unstaged kernel)."""
+        return self.stage_kv is True if staged is None else bool(staged)
+
+    def dynamic_smem_bytes(self, problem: AttentionProblem, staged: bool | None = None) -> int:
+        """Dynamic shared memory of the decode kernel, bytes: 0 unless staged (``staged``; None: ``stage_kv is
+        True``); then one tile of K rows and one of V rows (:meth:`tile_keys` x hd elements each: bf16 2 bytes,
+        int8 1 byte), plus for int8 KV the tile's K scales and V scales (tile x hd / 64 fp32 each)."""
+        if not self._staged(staged):
             return 0
         p, t = problem, self.tile_keys(problem)
         if p.kv_dtype == "bf16":
@@ -476,24 +497,56 @@ class AttnDecodeFamily(_OneKernelFamily):
         """The balanced split's keys granule for ``problem``'s KV dtype (0 = page-aligned splits)."""
         return self.balance_keys if problem.kv_dtype == "bf16" else self.balance_keys_int8
 
-    def spec(self, problem: AttentionProblem) -> KernelSpec:
-        """The kernel for ``problem``.
+    def variants(self, problem: AttentionProblem) -> list[KernelSpec]:
+        """The kernels :meth:`choose` may pick for ``problem``: the staged one, the global-memory one, or (``stage_kv``
+        ``"auto"``, bf16 KV) both."""
+        if self.stage_kv == "auto":
+            return [self.spec(problem, False)] + ([self.spec(problem, True)] if problem.kv_dtype == "bf16" else [])
+        return [self.spec(problem)]
+
+    def choose(self, problem: AttentionProblem, ctx: PlanContext) -> tuple[KernelSpec, int]:
+        """(kernel, dynamic shared memory bytes) the plan launches for ``problem`` on ``ctx``'s target: the one
+        ``stage_kv`` forces, or under ``"auto"`` the staged kernel when the KV cache is bf16 and that kernel, with its
+        dynamic shared memory, keeps >= ``stage_min_resident`` resident CTAs per SM (occupancy calculator on the
+        compiled kernel's registers and shared memory); else the global-memory kernel.
+
+        Raises:
+            PlanError: a forced staged kernel whose shared memory exceeds the target's opt-in limit."""
+        if self.stage_kv == "auto":
+            staged = False
+            if problem.kv_dtype == "bf16":
+                spec, dyn = self.spec(problem, True), self.dynamic_smem_bytes(problem, True)
+                static = ctx.resources_of(spec).static_smem_bytes
+                if static + dyn <= ctx.arch.max_smem_per_cta_optin:
+                    staged = ctx.occupancy(spec, dyn).ctas_per_sm >= self.stage_min_resident
+        else:
+            staged = self.stage_kv
+        spec, dyn = self.spec(problem, staged), self.dynamic_smem_bytes(problem, staged)
+        if dyn:
+            _check_smem(self.name, spec, ctx, dyn, f"the staged K/V tile ({self.tile_keys(problem)} keys x head_dim "
+                                                   f"{problem.head_dim}, {problem.kv_dtype})")
+        return spec, dyn
+
+    def spec(self, problem: AttentionProblem, staged: bool | None = None) -> KernelSpec:
+        """The kernel for ``problem``: staged (``staged``; None: ``stage_kv is True``) or not.
 
         Raises:
             PlanError: ``threads`` and the P.V column units (bf16: hd/2 pairs; int8: hd/4 quads) do not
                 divide one another.
         """
+        staged = self._staged(staged)
         what, units = ("head_dim / 2", problem.head_dim // 2) if problem.kv_dtype == "bf16" else \
             ("head_dim / 4", problem.head_dim // 4)
         if (self.threads % units) if self.threads >= units else (units % self.threads):
             raise PlanError(f"{self.name}: threads = {self.threads} and {what} = {units} must divide one another")
         params = {**_shape_params(problem), "page": problem.page_size, "threads": self.threads,
                   **_kv_params(problem), **({"balance": self.granule(problem)} if self.granule(problem) else {}),
-                  **({"trace": True} if self.trace else {}), **({"stage": True} if self.stage_kv else {}),
-                  **({"tile": self.tile_keys(problem)} if self.stage_kv and self.tile_keys(problem) != problem.page_size
+                  **({"trace": True} if self.trace else {}), **({"stage": True} if staged else {}),
+                  **({"tile": self.tile_keys(problem)} if staged and self.tile_keys(problem) != problem.page_size
                      else {}),
-                  **({"min_ctas": self.stage_min_ctas} if self.stage_kv and self.stage_min_ctas and
-                     problem.kv_dtype == "bf16" else {})}
+                  **({"min_ctas": self.stage_min_ctas} if staged and self.stage_min_ctas and
+                     problem.kv_dtype == "bf16" else {}),
+                  **({"tsum": True} if self.transpose_sums and problem.kv_dtype == "bf16" else {})}
         return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=False)
 
     def arg_names(self, problem: AttentionProblem) -> tuple[str, ...]:
@@ -512,11 +565,7 @@ class AttnDecodeFamily(_OneKernelFamily):
         """
         if batch < 1:
             raise PlanError(f"{self.name}: B = {batch} must be at least 1")
-        spec = self.spec(problem)
-        dyn = self.dynamic_smem_bytes(problem)
-        if dyn:
-            _check_smem(self.name, spec, ctx, dyn, f"the staged K/V page (page {problem.page_size} x head_dim "
-                                                   f"{problem.head_dim}, {problem.kv_dtype})")
+        spec, dyn = self.choose(problem, ctx)
         occ = ctx.occupancy(spec, dyn)
         if occ.ctas_per_sm < 1:
             raise PlanError(f"{spec.uri} on {ctx.arch.name}: 0 resident CTAs per SM (limited by {occ.limiter})")
@@ -541,8 +590,9 @@ class AttnDecodeFamily(_OneKernelFamily):
         if tokens > ctx.arch.max_grid_dims[2]:
             raise PlanError(f"{self.name} on {ctx.arch.name}: B = {tokens} exceeds the grid z limit "
                             f"{ctx.arch.max_grid_dims[2]}")
-        return ctx.make_launch(self.spec(problem), (splits, problem.heads_kv, int(tokens)), route="split_kv",
-                               tokens=tokens, split_k=splits, dynamic_smem=self.dynamic_smem_bytes(problem),
+        spec, dyn = self.choose(problem, ctx)
+        return ctx.make_launch(spec, (splits, problem.heads_kv, int(tokens)), route="split_kv",
+                               tokens=tokens, split_k=splits, dynamic_smem=dyn,
                                workspace_bytes=self.workspace_bytes(problem, tokens, splits))
 
     def kernel_args(self, problem: AttentionProblem, launch: Launch, arrays: Mapping[str, Any],
@@ -582,7 +632,7 @@ class AttnCombineFamily(_OneKernelFamily):
 
     def variants(self, problem: AttentionProblem) -> list[KernelSpec]:
         """[combine kernel, the decode kernel whose split count it needs]."""
-        return [self.spec(problem), self.decode.spec(problem)]
+        return [self.spec(problem), *self.decode.variants(problem)]
 
     def sample_problems(self) -> list[AttentionProblem]:
         """Tiny-fixture and 27B shapes."""

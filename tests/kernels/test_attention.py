@@ -173,7 +173,8 @@ def test_templates_compile_with_resources(arch):
     for fam in A.FAMILIES:
         for spec, p in [(s, p) for p in ALL_PROBLEMS.values() for s in own_specs(fam, p)]:
             r = res[spec.uri]
-            dyn = PREFILL.dynamic_smem_bytes(p, spec.param("route")) if fam is PREFILL else 0
+            dyn = PREFILL.dynamic_smem_bytes(p, spec.param("route")) if fam is PREFILL else \
+                DECODE.dynamic_smem_bytes(p, staged=True) if dict(spec.params).get("stage") else 0
             occ = occupancy(a, spec.threads, r.registers, r.static_smem_bytes, dyn, barriers=r.barriers)
             rows.append(f"{spec.uri}: {r.registers} regs, {r.static_smem_bytes} B static + {dyn} B dynamic smem, "
                         f"{r.local_bytes} B local, {occ.ctas_per_sm} CTAs/SM ({occ.limiter})")
@@ -194,6 +195,39 @@ def test_staged_decode_compiles_fits_and_changes_only_its_smem(arch):
         _check_staged(arch, A.AttnDecodeFamily(stage_kv=True, stage_keys=tile))
     with pytest.raises(PlanError, match="stage_keys = 48 must divide the page size 64"):
         A.AttnDecodeFamily(stage_kv=True, stage_keys=48).spec(TINY)
+
+
+@pytest.mark.parametrize("arch", ALL_ARCHS)
+def test_auto_stages_bf16_pages_where_three_ctas_stay_resident(arch):
+    """``stage_kv = "auto"`` (the default) launches the staged kernel for bf16 KV exactly where its occupancy with
+    the tile's dynamic shared memory is >= ``stage_min_resident`` (3) CTAs/SM -- for the 27B shape's 64 KB tiles
+    sm_90's 228 KB per SM, not the 100 KB of sm_86 / sm_89 / sm_120a -- and the global-memory kernel for int8 KV; True / False force it; the split count
+    follows the chosen kernel's occupancy."""
+    a = get_arch(arch)
+    for sku in skus_of(arch):
+        ctx = ctx_for(arch, sku.sms)
+        for p in (BIG, BIG8, TINY, TINY8):
+            spec, dyn = DECODE.choose(p, ctx)
+            staged = "stage" in dict(spec.params)
+            if p.kv_dtype == "int8":
+                assert not staged and dyn == 0
+                continue
+            st = DECODE.spec(p, True)
+            occ = ctx.occupancy(st, DECODE.dynamic_smem_bytes(p, True)).ctas_per_sm
+            assert staged == (occ >= 3), (sku.name, p, occ)
+            if p is BIG:  # the rule's outcome for the 27B shape (64 KB tiles) on today's targets
+                assert staged == (a.name == "sm_90"), (sku.name, occ)
+            assert dyn == (DECODE.dynamic_smem_bytes(p, True) if staged else 0)
+            ln = DECODE.launch(p, 1, ctx)
+            assert (ln.kernel, ln.dynamic_smem_bytes) == (spec, dyn)
+            fill = ctx.occupancy(spec, dyn).ctas_per_sm * sku.sms
+            assert DECODE.splits(p, 1, ctx)[0] <= max(fill // p.heads_kv, 1) or \
+                DECODE.splits(p, 1, ctx)[0] <= -(-p.max_pages // DECODE.max_pages_per_split)
+            for forced in (True, False):
+                f = A.AttnDecodeFamily(stage_kv=forced)
+                assert ("stage" in dict(f.choose(p, ctx)[0].params)) == forced
+    with pytest.raises(PlanError, match="stage_kv = 'yes' must be True, False or 'auto'"):
+        A.AttnDecodeFamily(stage_kv="yes")
 
 
 def _check_staged(arch, staged):
@@ -387,13 +421,18 @@ def test_problem_from_the_fixture_config(tiny_dir):
 #: bf16 URIs of the sample shapes computed before the int8 KV cache existed: bf16 kernels keep their identity
 #: (session 15: the bf16 decode kernel gained its balanced split, template parameter ``balance``, on by default; the
 #: page-aligned kernel's URI is unchanged: AttnDecodeFamily(balance_keys=0))
+#: (the staged decode kernels, stage_kv "auto", are bf16-only variants added in session 17)
 BF16_URIS = {
     "tiny": ["attn_prep__hd64_hkv2_hq4_page64_rot16_th128", "attn_decode__balance16_hd64_hkv2_hq4_page64_th128",
+             "attn_decode__balance16_hd64_hkv2_hq4_min_ctas4_page64_stage1_th128",
              "attn_combine__hd64_hkv2_hq4_th128", "attn_decode__balance16_hd64_hkv2_hq4_page64_th128",
+             "attn_decode__balance16_hd64_hkv2_hq4_min_ctas4_page64_stage1_th128",
              "attn_prefill__hd64_hkv2_hq4_ktile32_page64_qtile64_route-mma_th128",
              "attn_prefill__hd64_hkv2_hq4_ktile32_page64_qtile16_route-simt_th128"],
     "27b": ["attn_prep__hd256_hkv4_hq24_page64_rot64_th128", "attn_decode__balance16_hd256_hkv4_hq24_page64_th128",
+            "attn_decode__balance16_hd256_hkv4_hq24_min_ctas4_page64_stage1_th128",
             "attn_combine__hd256_hkv4_hq24_th128", "attn_decode__balance16_hd256_hkv4_hq24_page64_th128",
+            "attn_decode__balance16_hd256_hkv4_hq24_min_ctas4_page64_stage1_th128",
             "attn_prefill__hd256_hkv4_hq24_ktile32_page64_qtile64_route-mma_th128",
             "attn_prefill__hd256_hkv4_hq24_ktile32_page64_qtile16_route-simt_th128"],
 }

@@ -328,7 +328,8 @@ def test_staged_attention_decode_equals_the_global_one(tmp_path, tiny_dir, golde
     """``attn_decode`` with its K/V tiles through shared memory (``AttnDecodeFamily.stage_kv``: cp.async copies, the
     first tile's earlier rows before the PDL wait) in the device-planned engine, PDL-chained: the teacher-forced decode
     logits of the long golden prompt equal, bit for bit, those of the engine on the default attention decode kernel
-    (the same arithmetic in the same order; only where K and V are read from differs), for one sequence and for
+    (the same arithmetic in the same order; only where K and V are read from differs; 32-key tiles: within
+    ENGINE_REORDER, their online softmax rescales per tile), for one sequence and for
     ``batch`` sequences of different lengths together; then 24 graph-replayed greedy steps give the same ids.
     ``tile``: keys per staged tile (``stage_keys``; 0 = a page)."""
     from ninferc.artifact import Artifact
@@ -368,5 +369,8 @@ def test_staged_attention_decode_equals_the_global_one(tmp_path, tiny_dir, golde
                 s.close()
     finally:
         fam.stage_kv, fam.stage_keys = default
-    np.testing.assert_array_equal(out[True][0], out[False][0], "staged vs global attention decode: decode logits")
+    if tile == 0:  # a page per tile: the same online-softmax steps as the global kernel
+        np.testing.assert_array_equal(out[True][0], out[False][0], "staged vs global attention decode: decode logits")
+    else:  # the softmax rescales per 32-key tile instead of per page: fp32 reassociation (H200: max 0.030, run 122)
+        ENGINE_REORDER.check(out[True][0], out[False][0], f"staged ({tile}-key tiles) vs global: decode logits")
     assert out[True][1] == out[False][1]
