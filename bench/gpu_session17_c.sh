@@ -1,3 +1,4 @@
+# (transpose_sums was removed after this run, run 123: it reproduces only at 9bf8310)
 # Device run (session 17, c): the staged attention decode as the plan's choice (stage_kv "auto": bf16 KV on sm_90) and
 # the transpose-reduced scores (transpose_sums, off): (1) attention GPU tests (decode: global / staged / staged32 /
 # staged-tsum, bf16 and int8 KV, every split mode; occupancy; prep; prefill), (2) engine tests (goldens per arch,

@@ -419,8 +419,6 @@ class AttnDecodeFamily(_OneKernelFamily):
             measured there.
         stage_min_resident: the ``"auto"`` rule's resident-CTA threshold (default 3, the H200's staged occupancy
             that was measured).
-        transpose_sums: bf16 KV scores summed over the warp by a transpose reduction (template ``tsum``: 9
-            shuffles per key for G = 6 instead of 30); False (default): one warp_sum per head.
         stage_keys: keys per staged tile (template ``tile``; 0 = one page). A smaller tile needs less shared memory
             per CTA, so more CTAs are resident and the split rule keeps more splits.
         stage_min_ctas: for the staged bf16-KV kernel, the launch bound's minimum CTAs per SM (template
@@ -438,7 +436,7 @@ class AttnDecodeFamily(_OneKernelFamily):
 
     def __init__(self, threads: int = 128, max_pages_per_split: int = 64, balance_keys: int = 16,
                  balance_keys_int8: int = 16, trace: bool = False, stage_kv: bool | str = "auto", stage_keys: int = 0,
-                 stage_min_ctas: int = 4, stage_min_resident: int = 3, transpose_sums: bool = False):
+                 stage_min_ctas: int = 4, stage_min_resident: int = 3):
         _check_threads(self.name, threads)
         if max_pages_per_split < 1:
             raise PlanError(f"{self.name}: max_pages_per_split = {max_pages_per_split} must be >= 1")
@@ -456,7 +454,6 @@ class AttnDecodeFamily(_OneKernelFamily):
         if stage_min_resident < 1:
             raise PlanError(f"{self.name}: stage_min_resident = {stage_min_resident} must be >= 1")
         self.stage_min_resident = int(stage_min_resident)
-        self.transpose_sums = bool(transpose_sums)
         if stage_keys < 0:
             raise PlanError(f"{self.name}: stage_keys = {stage_keys} must be >= 0 (0 = one page per tile)")
         self.stage_keys = int(stage_keys)
@@ -545,8 +542,7 @@ class AttnDecodeFamily(_OneKernelFamily):
                   **({"tile": self.tile_keys(problem)} if staged and self.tile_keys(problem) != problem.page_size
                      else {}),
                   **({"min_ctas": self.stage_min_ctas} if staged and self.stage_min_ctas and
-                     problem.kv_dtype == "bf16" else {}),
-                  **({"tsum": True} if self.transpose_sums and problem.kv_dtype == "bf16" else {})}
+                     problem.kv_dtype == "bf16" else {})}
         return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=False)
 
     def arg_names(self, problem: AttentionProblem) -> tuple[str, ...]:
