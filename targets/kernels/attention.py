@@ -611,19 +611,37 @@ class AttnCombineFamily(_OneKernelFamily):
     Args:
         threads: threads per CTA.
         decode: the decode family whose split rule this combine follows.
+        dim_ctas: CTAs per head along head_dim (template ``dctas``; 1 = one CTA per head whose threads each walk
+            every live split): more CTAs, and several threads per column over disjoint subsets of the splits, so
+            each thread's chain of dependent partial loads is ``dim_ctas`` x threads / head_dim times shorter.
+
+    Raises:
+        PlanError: ``threads`` not a positive multiple of 32; ``dim_ctas`` < 1.
     """
 
     name = "attn_combine"
     template = "attn_combine.cu.j2"
 
-    def __init__(self, threads: int = 128, decode: AttnDecodeFamily | None = None):
+    def __init__(self, threads: int = 128, decode: AttnDecodeFamily | None = None, dim_ctas: int = 1):
         _check_threads(self.name, threads)
+        if dim_ctas < 1:
+            raise PlanError(f"{self.name}: dim_ctas = {dim_ctas} must be >= 1")
         self.threads = int(threads)
         self.decode = decode or AttnDecodeFamily()
+        self.dim_ctas = int(dim_ctas)
 
     def spec(self, problem: AttentionProblem) -> KernelSpec:
-        """The kernel for ``problem``."""
+        """The kernel for ``problem``.
+
+        Raises:
+            PlanError: ``dim_ctas`` > 1 does not split head_dim into parts of a size dividing ``threads``."""
         params = {**_shape_params(problem), "threads": self.threads}
+        if self.dim_ctas > 1:
+            cols = problem.head_dim // self.dim_ctas
+            if problem.head_dim % self.dim_ctas or cols > self.threads or self.threads % cols:
+                raise PlanError(f"{self.name}: dim_ctas = {self.dim_ctas} must split head_dim {problem.head_dim} into "
+                                f"parts whose size divides threads = {self.threads}")
+            params["dctas"] = self.dim_ctas
         return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=False)
 
     def variants(self, problem: AttentionProblem) -> list[KernelSpec]:
@@ -643,7 +661,7 @@ class AttnCombineFamily(_OneKernelFamily):
         return 4 * int(splits)
 
     def launch(self, problem: AttentionProblem, tokens: int, ctx: PlanContext) -> Launch:
-        """Grid (Hq, B) with B = ``tokens``; dynamic smem = 4 * splits.
+        """Grid (Hq * dim_ctas, B) with B = ``tokens``; dynamic smem = 4 * splits.
 
         Raises:
             PlanError: the split count at ``problem.max_context`` needs more shared memory than the
@@ -659,7 +677,7 @@ class AttnCombineFamily(_OneKernelFamily):
         if tokens > ctx.arch.max_grid_dims[1]:
             raise PlanError(f"{self.name} on {ctx.arch.name}: B = {tokens} exceeds the grid y limit "
                             f"{ctx.arch.max_grid_dims[1]}")
-        return ctx.make_launch(spec, (problem.heads_q, int(tokens), 1), route="combine", tokens=tokens,
+        return ctx.make_launch(spec, (problem.heads_q * self.dim_ctas, int(tokens), 1), route="combine", tokens=tokens,
                                split_k=splits, dynamic_smem=dyn)
 
     def kernel_args(self, problem: AttentionProblem, launch: Launch, arrays: Mapping[str, Any]) -> tuple:

@@ -230,6 +230,26 @@ def test_auto_stages_bf16_pages_where_three_ctas_stay_resident(arch):
         A.AttnDecodeFamily(stage_kv="yes")
 
 
+@pytest.mark.parametrize("arch", ALL_ARCHS)
+def test_combine_over_several_ctas_per_head_compiles_and_launches(arch):
+    """``attn_combine`` with ``dim_ctas`` 2 / 4 / 8: compiles for every target without spills, launches Hq x dim_ctas
+    CTAs per sequence with the same dynamic shared memory and ABI; a split of head_dim that does not fit the
+    threads is refused, naming the value."""
+    ctx = ctx_for(arch, skus_of(arch)[0].sms)
+    for dc in (2, 4, 8):
+        comb = A.AttnCombineFamily(COMBINE.threads, DECODE, dim_ctas=dc)
+        specs = [comb.spec(p) for p in ALL_PROBLEMS.values()]
+        res = {u: r for u, (_, r) in compile_variants(specs, arch).items()}
+        for p, spec in zip(ALL_PROBLEMS.values(), specs):
+            assert res[spec.uri].local_bytes == 0, f"{spec.uri} spills on {arch}"
+            ln = comb.launch(p, 2, PlanContext(arch, ctx.sms, {**res, **resources(arch)}))
+            assert ln.grid == (p.heads_q * dc, 2, 1)
+            assert ln.dynamic_smem_bytes == COMBINE.launch(p, 2, ctx).dynamic_smem_bytes
+            assert comb.arg_names(p) == COMBINE.arg_names(p)
+    with pytest.raises(PlanError, match="dim_ctas = 3 must split head_dim 64"):
+        A.AttnCombineFamily(dim_ctas=3).spec(TINY)
+
+
 def _check_staged(arch, staged):
     a = get_arch(arch)
     specs = {name: staged.spec(p) for name, p in ALL_PROBLEMS.items()}

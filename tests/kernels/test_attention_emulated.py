@@ -181,6 +181,13 @@ def test_emulated_decode(name, ctxs, split_mode, stage):
     run(ln_c, COMBINE.kernel_args(p, ln_c, dev), reverse)
     _check_attention_out(p, dev, st, cache, (kp_dev, vp_dev), (q_ref, kp_ref, vp_ref),
                          f"decode + combine ({splits} splits x {pps} pages)", "prep + decode + combine end to end")
+    for dc in (2, 4):  # the combine spread over dim_ctas CTAs per head (columns of several thread lanes)
+        comb = A.AttnCombineFamily(COMBINE.threads, fam, dim_ctas=dc)
+        ln_x = dataclasses.replace(ln_c, kernel=comb.spec(p), grid=(p.heads_q * dc, B, 1))
+        dev["out"] = np.full((B, p.heads_q * p.head_dim), 0xFFFF, np.uint16)
+        run(ln_x, comb.kernel_args(p, ln_x, dev), not reverse)
+        _check_attention_out(p, dev, st, cache, (kp_dev, vp_dev), (q_ref, kp_ref, vp_ref),
+                             f"decode + combine over {dc} CTAs per head", "prep + decode + combine end to end")
 
 
 def _check_attention_out(p, dev, st, cache, dev_pages, refs, what, what_e2e):

@@ -322,6 +322,13 @@ def decode_case(name, ctxs, split_mode, stage=0):
     ref = A.reference_attention(p, q_ref, st["proj"], kp_ref, vp_ref, cache.page_table, st["tok_pos"],
                                 st["seq_start"])
     check(ATTENTION, out, ref, "prep+decode+combine end to end", "b c")
+    if stage == 0:  # the combine spread over dim_ctas CTAs per head, on the same workspace
+        for dc in (4, 8):
+            comb = A.AttnCombineFamily(COMBINE.threads, fam, dim_ctas=dc)
+            ln_x = dataclasses.replace(ln_c, kernel=comb.spec(p), grid=(p.heads_q * dc, B, 1))
+            dev["out"] = poisoned_bf16((B, p.heads_q * p.head_dim))
+            run(ln_x, comb.kernel_args(p, ln_x, dev))
+            check(ATTENTION, from_dev_bf16(dev["out"]), ref_dev_in, f"decode + combine over {dc} CTAs per head", "b c")
 
 
 PREFILL_CASES = [
