@@ -441,17 +441,17 @@ def test_problem_from_the_fixture_config(tiny_dir):
 #: bf16 URIs of the sample shapes computed before the int8 KV cache existed: bf16 kernels keep their identity
 #: (session 15: the bf16 decode kernel gained its balanced split, template parameter ``balance``, on by default; the
 #: page-aligned kernel's URI is unchanged: AttnDecodeFamily(balance_keys=0))
-#: (the staged decode kernels, stage_kv "auto", are bf16-only variants added in session 17)
+#: (session 17: the staged decode kernels, stage_kv "auto", are bf16-only variants; the combine runs 4 CTAs per head)
 BF16_URIS = {
     "tiny": ["attn_prep__hd64_hkv2_hq4_page64_rot16_th128", "attn_decode__balance16_hd64_hkv2_hq4_page64_th128",
              "attn_decode__balance16_hd64_hkv2_hq4_min_ctas4_page64_stage1_th128",
-             "attn_combine__hd64_hkv2_hq4_th128", "attn_decode__balance16_hd64_hkv2_hq4_page64_th128",
+             "attn_combine__dctas4_hd64_hkv2_hq4_th128", "attn_decode__balance16_hd64_hkv2_hq4_page64_th128",
              "attn_decode__balance16_hd64_hkv2_hq4_min_ctas4_page64_stage1_th128",
              "attn_prefill__hd64_hkv2_hq4_ktile32_page64_qtile64_route-mma_th128",
              "attn_prefill__hd64_hkv2_hq4_ktile32_page64_qtile16_route-simt_th128"],
     "27b": ["attn_prep__hd256_hkv4_hq24_page64_rot64_th128", "attn_decode__balance16_hd256_hkv4_hq24_page64_th128",
             "attn_decode__balance16_hd256_hkv4_hq24_min_ctas4_page64_stage1_th128",
-            "attn_combine__hd256_hkv4_hq24_th128", "attn_decode__balance16_hd256_hkv4_hq24_page64_th128",
+            "attn_combine__dctas4_hd256_hkv4_hq24_th128", "attn_decode__balance16_hd256_hkv4_hq24_page64_th128",
             "attn_decode__balance16_hd256_hkv4_hq24_min_ctas4_page64_stage1_th128",
             "attn_prefill__hd256_hkv4_hq24_ktile32_page64_qtile64_route-mma_th128",
             "attn_prefill__hd256_hkv4_hq24_ktile32_page64_qtile16_route-simt_th128"],
