@@ -4,7 +4,7 @@
 # step at 8,192: planned (staged, page tiles, one in flight) vs 32-key tiles two in flight vs 16-key tiles four.
 # Run as NINFERC_COMMIT=<hash> bash bench/gpu_session17_h.sh
 source bench/gpu_setup.sh
-timeout 120 python3 bench/kv_stream_probe.py --json $OUT/kv_stream_probe.json 2>&1 | tail -14
+timeout 120 python3 bench/kv_stream_probe.py --json $OUT/kv_stream_probe.json 2>&1 | tail -22
 echo "probe $(el)"
 gpu_tests attn_ring 120 tests/kernels/test_attention_gpu.py -k "decode_step and (staged32-depth2 or global)"
 ab_run w8_ring_8192 w8 200 --context 8192 --max-context 8448 now \

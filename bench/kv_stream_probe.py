@@ -9,8 +9,10 @@ table as the pool is used):
                 kernel's per-tile order without any overlap)
   cpasync_all   every page of the CTA's range at once (pps x 64 KB of shared memory), one wait
   ldg           16-byte ld.global.nc loads into registers, 16 per thread issued before any is used, XOR-reduced
-Each configuration is timed as a CUDA graph of 50 launches (no host launch gaps), median of 5 replays; the
-reference is CuPy's device-to-device copy of the same 33.5 MB (read + write).
+Each configuration is timed as a CUDA graph of 50 launches (no host launch gaps), median of 5 replays, twice: "l2"
+re-reads one pool (33.5 MB fits the H200's 50 MB L2, so this is L2 bandwidth), "dram" rotates over 5 pools (168 MB)
+so each launch reads lines evicted since its pool's last turn, as in the decode step where the weights stream between
+layers. The reference is CuPy's device-to-device copy of one pool's 33.5 MB (read + write).
 
 Usage (GPU machine): python bench/kv_stream_probe.py [--json FILE]
 """
@@ -121,8 +123,9 @@ def main(argv=None) -> int:
     mod = cp.RawModule(code=SRC, options=("--std=c++17",))
     rng = np.random.default_rng(0)
     pool = PAGES + 8
-    k = cp.asarray(rng.integers(0, 2**16, (pool, HKV, P, HD), dtype=np.uint16))
-    v = cp.asarray(rng.integers(0, 2**16, (pool, HKV, P, HD), dtype=np.uint16))
+    pools = [(cp.asarray(rng.integers(0, 2**16, (pool, HKV, P, HD), dtype=np.uint16)),
+              cp.asarray(rng.integers(0, 2**16, (pool, HKV, P, HD), dtype=np.uint16))) for _ in range(5)]
+    k, v = pools[0]
     pt = cp.asarray(rng.permutation(pool)[:PAGES].astype(np.int32))
     out = cp.zeros(4, cp.uint32)
     nbytes = 2 * PAGES * HKV * P * HD * 2
@@ -130,12 +133,12 @@ def main(argv=None) -> int:
 
     def timed(launch, n=50, repeats=5) -> float:
         with stream:
-            for _ in range(3):
-                launch()
+            for i in range(3):
+                launch(i)
             stream.synchronize()
             stream.begin_capture()
-            for _ in range(n):
-                launch()
+            for i in range(n):
+                launch(i)
             g = stream.end_capture()
             g.launch(stream)
             stream.synchronize()
@@ -152,8 +155,9 @@ def main(argv=None) -> int:
     rows = []
     src_a, dst_a = cp.concatenate([k[:PAGES].ravel(), v[:PAGES].ravel()]), None
     dst_a = cp.empty_like(src_a)
-    us = timed(lambda: cp.copyto(dst_a, src_a))
-    rows.append({"kernel": "cupy copy (read + write)", "ctas": 0, "pps": 0, "us": us, "read_gbs": nbytes / us / 1e3})
+    us = timed(lambda i: cp.copyto(dst_a, src_a))
+    rows.append({"kernel": "cupy copy (read + write)", "source": "l2", "ctas": 0, "pps": 0, "us": us,
+                 "read_gbs": nbytes / us / 1e3})
     for name in ("cpasync_seq", "cpasync_all", "ldg"):
         kern = mod.get_function(name)
         for pps in (1, 2, 4):
@@ -163,13 +167,17 @@ def main(argv=None) -> int:
             if smem > 48 * 1024:
                 kern.max_dynamic_shared_size_bytes = smem
             grid = (PAGES // pps, HKV)
-            args = (k, v, pt, np.int32(pps), out)
-            us = timed(lambda kern=kern, grid=grid, args=args, smem=smem:
-                       kern(grid, (128,), args, shared_mem=smem if name != "ldg" else 0))
-            rows.append({"kernel": name, "ctas": grid[0] * grid[1], "pps": pps, "us": us, "read_gbs": nbytes / us / 1e3})
+            for where, npool in (("l2", 1), ("dram", len(pools))):
+                def go(i, kern=kern, grid=grid, smem=smem, npool=npool, pps=pps, name=name):
+                    kk, vv = pools[i % npool]
+                    kern(grid, (128,), (kk, vv, pt, np.int32(pps), out), shared_mem=smem if name != "ldg" else 0)
+                us = timed(go)
+                rows.append({"kernel": name, "source": where, "ctas": grid[0] * grid[1], "pps": pps, "us": us,
+                             "read_gbs": nbytes / us / 1e3})
     print(f"K + V of {PAGES} pages x {HKV} KV heads ({nbytes / 1e6:.1f} MB), graph of 50 launches, median of 5")
     for r in rows:
-        print(f"  {r['kernel']:26s} ctas {r['ctas']:4d} pages/CTA {r['pps']}  {r['us']:7.2f} us  {r['read_gbs']:7.0f} GB/s read")
+        print(f"  {r['kernel']:26s} {r['source']:4s} ctas {r['ctas']:4d} pages/CTA {r['pps']}  {r['us']:7.2f} us  "
+              f"{r['read_gbs']:7.0f} GB/s read")
     if a.json:
         Path(a.json).write_text(json.dumps({"commit": git_commit(), "command": "python bench/kv_stream_probe.py",
                                             "gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
