@@ -417,9 +417,6 @@ class AttnDecodeFamily(_OneKernelFamily):
             is 1.008x faster at 512 of 8,248 tokens and 1.010-1.011x at 8,192 (bench/NOTES.md runs 121-122); the
             100-KB-per-SM targets (sm_86 / sm_89 / sm_120a: 1 CTA/SM staged) keep the global-memory kernel -- not
             measured there.
-        stage_depth: staged tiles in flight per CTA (template ``depth``; 1 = the next tile's K is requested once this
-            tile's scores are done and its V once its P.V is; >= 2: a ring of that many tile slots, each tile one
-            cp.async group, ``depth`` x the shared memory).
         stage_min_resident: the ``"auto"`` rule's resident-CTA threshold (default 3, the H200's staged occupancy
             that was measured).
         stage_keys: keys per staged tile (template ``tile``; 0 = one page). A smaller tile needs less shared memory
@@ -439,7 +436,7 @@ class AttnDecodeFamily(_OneKernelFamily):
 
     def __init__(self, threads: int = 128, max_pages_per_split: int = 64, balance_keys: int = 16,
                  balance_keys_int8: int = 16, trace: bool = False, stage_kv: bool | str = "auto", stage_keys: int = 0,
-                 stage_min_ctas: int = 4, stage_min_resident: int = 3, stage_depth: int = 1):
+                 stage_min_ctas: int = 4, stage_min_resident: int = 3):
         _check_threads(self.name, threads)
         if max_pages_per_split < 1:
             raise PlanError(f"{self.name}: max_pages_per_split = {max_pages_per_split} must be >= 1")
@@ -457,9 +454,6 @@ class AttnDecodeFamily(_OneKernelFamily):
         if stage_min_resident < 1:
             raise PlanError(f"{self.name}: stage_min_resident = {stage_min_resident} must be >= 1")
         self.stage_min_resident = int(stage_min_resident)
-        if stage_depth < 1:
-            raise PlanError(f"{self.name}: stage_depth = {stage_depth} must be >= 1")
-        self.stage_depth = int(stage_depth)
         if stage_keys < 0:
             raise PlanError(f"{self.name}: stage_keys = {stage_keys} must be >= 0 (0 = one page per tile)")
         self.stage_keys = int(stage_keys)
@@ -488,14 +482,13 @@ class AttnDecodeFamily(_OneKernelFamily):
     def dynamic_smem_bytes(self, problem: AttentionProblem, staged: bool | None = None) -> int:
         """Dynamic shared memory of the decode kernel, bytes: 0 unless staged (``staged``; None: ``stage_kv is
         True``); then one tile of K rows and one of V rows (:meth:`tile_keys` x hd elements each: bf16 2 bytes,
-        int8 1 byte), plus for int8 KV the tile's K scales and V scales (tile x hd / 64 fp32 each); times
-        ``stage_depth``."""
+        int8 1 byte), plus for int8 KV the tile's K scales and V scales (tile x hd / 64 fp32 each)."""
         if not self._staged(staged):
             return 0
         p, t = problem, self.tile_keys(problem)
         if p.kv_dtype == "bf16":
-            return self.stage_depth * 2 * t * p.head_dim * 2
-        return self.stage_depth * (2 * t * p.head_dim + 2 * t * (p.head_dim // KV_GROUP) * 4)
+            return 2 * t * p.head_dim * 2
+        return 2 * t * p.head_dim + 2 * t * (p.head_dim // KV_GROUP) * 4
 
     def granule(self, problem: AttentionProblem) -> int:
         """The balanced split's keys granule for ``problem``'s KV dtype (0 = page-aligned splits)."""
@@ -549,8 +542,7 @@ class AttnDecodeFamily(_OneKernelFamily):
                   **({"tile": self.tile_keys(problem)} if staged and self.tile_keys(problem) != problem.page_size
                      else {}),
                   **({"min_ctas": self.stage_min_ctas} if staged and self.stage_min_ctas and
-                     problem.kv_dtype == "bf16" else {}),
-                  **({"depth": self.stage_depth} if staged and self.stage_depth > 1 else {})}
+                     problem.kv_dtype == "bf16" else {})}
         return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=False)
 
     def arg_names(self, problem: AttentionProblem) -> tuple[str, ...]:

@@ -238,7 +238,7 @@ DECODE_CTXS = [(63,), (64,), (65,), (4096,), (63, 64, 65), (1, 4096, 129)]
 BALANCED = {"balanced16": 16, "balanced1": 1}
 
 
-@pytest.mark.parametrize("stage", [0, 64, 32, -32], ids=["global", "staged", "staged32", "staged32-depth2"])
+@pytest.mark.parametrize("stage", [0, 64, 32], ids=["global", "staged", "staged32"])
 @pytest.mark.parametrize("split_mode", ["plan", "one", "per_page", *BALANCED])
 @pytest.mark.parametrize("ctxs", DECODE_CTXS, ids=lambda c: "ctx" + "-".join(map(str, c)))
 @pytest.mark.parametrize("name", list(PROBLEMS))
@@ -247,8 +247,7 @@ def test_decode_step(name, ctxs, split_mode, stage):
     split_mode: the device plan's split count, a single split, or one page per split (every split
     count between is exercised by the plans of other SKUs; the kernel takes it at run time), or the plan's
     split count with the live context balanced over it (BALANCED: the kernel's keys granule). stage: the decode
-    kernel's K/V tiles through shared memory (``AttnDecodeFamily.stage_kv``; tiles of a page, or 32 keys, or 32 keys
-    with two tiles in flight, ``stage_depth``)."""
+    kernel's K/V tiles through shared memory (``AttnDecodeFamily.stage_kv``; tiles of a page, or 32 keys)."""
     decode_case(name, ctxs, split_mode, stage)
 
 
@@ -256,7 +255,7 @@ def test_decode_step(name, ctxs, split_mode, stage):
 DECODE_CTXS_INT8 = [(63, 64, 65), (1, 4096, 129)]
 
 
-@pytest.mark.parametrize("stage", [0, 64, 32, -32], ids=["global", "staged", "staged32", "staged32-depth2"])
+@pytest.mark.parametrize("stage", [0, 64, 32], ids=["global", "staged", "staged32"])
 @pytest.mark.parametrize("split_mode", ["plan", "one", "per_page", *BALANCED])
 @pytest.mark.parametrize("ctxs", DECODE_CTXS_INT8, ids=lambda c: "ctx" + "-".join(map(str, c)))
 @pytest.mark.parametrize("name", list(PROBLEMS_INT8))
@@ -286,7 +285,7 @@ def decode_case(name, ctxs, split_mode, stage=0):
         splits, pps = p.max_pages, 1
     granule = BALANCED.get(split_mode, DECODE.granule(p))
     fam = A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, granule, granule, stage_kv=stage != 0,
-                             stage_keys=abs(stage) % 64, stage_depth=2 if stage < 0 else 1)
+                             stage_keys=stage % 64)
     ln_d = dataclasses.replace(ln_d, kernel=fam.spec(p), grid=(splits, p.heads_kv, B), split_k=splits,
                                workspace_bytes=DECODE.workspace_bytes(p, B, splits),
                                dynamic_smem_bytes=fam.dynamic_smem_bytes(p))
