@@ -417,6 +417,9 @@ class AttnDecodeFamily(_OneKernelFamily):
             is 1.008x faster at 512 of 8,248 tokens and 1.010-1.011x at 8,192 (bench/NOTES.md runs 121-122); the
             100-KB-per-SM targets (sm_86 / sm_89 / sm_120a: 1 CTA/SM staged) keep the global-memory kernel -- not
             measured there.
+        stage_mma: the staged bf16-KV kernel's scores and P.V on tensor cores (template ``mma``: mma.sync m16n8k16 with
+            q and P split into bf16 hi + lo; needs G <= 8 and head_dim a multiple of 64). Default False: built and
+            tested on the CPU emulator in session 17, not yet measured on a GPU.
         stage_min_resident: the ``"auto"`` rule's resident-CTA threshold (default 3, the H200's staged occupancy
             that was measured).
         stage_keys: keys per staged tile (template ``tile``; 0 = one page). A smaller tile needs less shared memory
@@ -436,7 +439,7 @@ class AttnDecodeFamily(_OneKernelFamily):
 
     def __init__(self, threads: int = 128, max_pages_per_split: int = 64, balance_keys: int = 16,
                  balance_keys_int8: int = 16, trace: bool = False, stage_kv: bool | str = "auto", stage_keys: int = 0,
-                 stage_min_ctas: int = 4, stage_min_resident: int = 3):
+                 stage_min_ctas: int = 4, stage_min_resident: int = 3, stage_mma: bool = False):
         _check_threads(self.name, threads)
         if max_pages_per_split < 1:
             raise PlanError(f"{self.name}: max_pages_per_split = {max_pages_per_split} must be >= 1")
@@ -454,6 +457,7 @@ class AttnDecodeFamily(_OneKernelFamily):
         if stage_min_resident < 1:
             raise PlanError(f"{self.name}: stage_min_resident = {stage_min_resident} must be >= 1")
         self.stage_min_resident = int(stage_min_resident)
+        self.stage_mma = bool(stage_mma)
         if stage_keys < 0:
             raise PlanError(f"{self.name}: stage_keys = {stage_keys} must be >= 0 (0 = one page per tile)")
         self.stage_keys = int(stage_keys)
@@ -542,7 +546,8 @@ class AttnDecodeFamily(_OneKernelFamily):
                   **({"tile": self.tile_keys(problem)} if staged and self.tile_keys(problem) != problem.page_size
                      else {}),
                   **({"min_ctas": self.stage_min_ctas} if staged and self.stage_min_ctas and
-                     problem.kv_dtype == "bf16" else {})}
+                     problem.kv_dtype == "bf16" else {}),
+                  **({"mma": True} if staged and self.stage_mma and problem.kv_dtype == "bf16" else {})}
         return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=False)
 
     def arg_names(self, problem: AttentionProblem) -> tuple[str, ...]:

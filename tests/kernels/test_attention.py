@@ -193,6 +193,7 @@ def test_staged_decode_compiles_fits_and_changes_only_its_smem(arch):
     and the ABI is the unstaged kernel's; tiles of a page and of 32 keys (``stage_keys``)."""
     for tile in (0, 32):
         _check_staged(arch, A.AttnDecodeFamily(stage_kv=True, stage_keys=tile))
+    _check_staged(arch, A.AttnDecodeFamily(stage_kv=True, stage_mma=True))  # tensor-core loops (bf16 KV)
     with pytest.raises(PlanError, match="stage_keys = 48 must divide the page size 64"):
         A.AttnDecodeFamily(stage_kv=True, stage_keys=48).spec(TINY)
 

@@ -128,7 +128,8 @@ def prep_step(p, prev, new, seed, reverse):
 BALANCED = {"balanced16": 16, "balanced1": 1}
 
 
-@pytest.mark.parametrize("stage", [0, 64, 32, 16], ids=["global", "staged", "staged32", "staged16"])
+@pytest.mark.parametrize("stage", [0, 64, 32, 16, -64, -32], ids=["global", "staged", "staged32", "staged16",
+                                                             "staged-mma", "staged32-mma"])
 @pytest.mark.parametrize("split_mode", ["plan", "one", "per_page", *BALANCED])
 @pytest.mark.parametrize("name,ctxs", [("tiny-int8", (63, 64, 65)), ("tiny-int8", (1, 129)),
                                        ("hd256-int8", (65, 130)), ("tiny-bf16", (63, 64, 65)),
@@ -137,8 +138,8 @@ def test_emulated_decode(name, ctxs, split_mode, stage):
     """prep + decode + combine, one token per sequence at ctx - 1 (reverse thread order for per_page and the
     balanced modes, which spread each context over every split, key ranges starting inside pages); ``staged``:
     the decode kernel's K/V tiles through shared memory (``stage_kv``, tiles of a page or ``stage_keys`` = 32 / 16
-    keys; the emulator's dynamic shared memory is NaN before every CTA, so a row read but never staged poisons
-    the output)."""
+    keys, and with the tensor-core loops, ``stage_mma``; the emulator's dynamic shared memory is NaN before every
+    CTA, so a row read but never staged poisons the output)."""
     p = SHAPES[name]
     reverse = split_mode == "per_page" or split_mode in BALANCED
     B = len(ctxs)
@@ -152,7 +153,7 @@ def test_emulated_decode(name, ctxs, split_mode, stage):
         splits, pps = p.max_pages, 1
     granule = BALANCED.get(split_mode, DECODE.granule(p))
     fam = A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, granule, granule, stage_kv=stage != 0,
-                             stage_keys=stage % 64)
+                             stage_keys=abs(stage) % 64, stage_mma=stage < 0)
     ln_d = dataclasses.replace(DECODE.launch(p, B, ctx), kernel=fam.spec(p), grid=(splits, p.heads_kv, B),
                                split_k=splits, workspace_bytes=DECODE.workspace_bytes(p, B, splits),
                                dynamic_smem_bytes=fam.dynamic_smem_bytes(p))

@@ -238,7 +238,7 @@ DECODE_CTXS = [(63,), (64,), (65,), (4096,), (63, 64, 65), (1, 4096, 129)]
 BALANCED = {"balanced16": 16, "balanced1": 1}
 
 
-@pytest.mark.parametrize("stage", [0, 64, 32], ids=["global", "staged", "staged32"])
+@pytest.mark.parametrize("stage", [0, 64, 32, -64], ids=["global", "staged", "staged32", "staged-mma"])
 @pytest.mark.parametrize("split_mode", ["plan", "one", "per_page", *BALANCED])
 @pytest.mark.parametrize("ctxs", DECODE_CTXS, ids=lambda c: "ctx" + "-".join(map(str, c)))
 @pytest.mark.parametrize("name", list(PROBLEMS))
@@ -247,7 +247,8 @@ def test_decode_step(name, ctxs, split_mode, stage):
     split_mode: the device plan's split count, a single split, or one page per split (every split
     count between is exercised by the plans of other SKUs; the kernel takes it at run time), or the plan's
     split count with the live context balanced over it (BALANCED: the kernel's keys granule). stage: the decode
-    kernel's K/V tiles through shared memory (``AttnDecodeFamily.stage_kv``; tiles of a page, or 32 keys)."""
+    kernel's K/V tiles through shared memory (``AttnDecodeFamily.stage_kv``; tiles of a page, or 32 keys; -64: page
+    tiles with the tensor-core scores and P.V, ``stage_mma``, bf16 KV only -- int8 ignores it)."""
     decode_case(name, ctxs, split_mode, stage)
 
 
@@ -255,7 +256,7 @@ def test_decode_step(name, ctxs, split_mode, stage):
 DECODE_CTXS_INT8 = [(63, 64, 65), (1, 4096, 129)]
 
 
-@pytest.mark.parametrize("stage", [0, 64, 32], ids=["global", "staged", "staged32"])
+@pytest.mark.parametrize("stage", [0, 64, 32, -64], ids=["global", "staged", "staged32", "staged-mma"])
 @pytest.mark.parametrize("split_mode", ["plan", "one", "per_page", *BALANCED])
 @pytest.mark.parametrize("ctxs", DECODE_CTXS_INT8, ids=lambda c: "ctx" + "-".join(map(str, c)))
 @pytest.mark.parametrize("name", list(PROBLEMS_INT8))
@@ -285,7 +286,7 @@ def decode_case(name, ctxs, split_mode, stage=0):
         splits, pps = p.max_pages, 1
     granule = BALANCED.get(split_mode, DECODE.granule(p))
     fam = A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, granule, granule, stage_kv=stage != 0,
-                             stage_keys=stage % 64)
+                             stage_keys=abs(stage) % 64, stage_mma=stage < 0)
     ln_d = dataclasses.replace(ln_d, kernel=fam.spec(p), grid=(splits, p.heads_kv, B), split_k=splits,
                                workspace_bytes=DECODE.workspace_bytes(p, B, splits),
                                dynamic_smem_bytes=fam.dynamic_smem_bytes(p))

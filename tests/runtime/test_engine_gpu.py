@@ -322,7 +322,7 @@ def test_batched_decode_reproduces_the_goldens(artifacts, goldens):
         s.close()
 
 
-@pytest.mark.parametrize("tile", [0, 32], ids=["page", "tile32"])
+@pytest.mark.parametrize("tile", [0, 32, -1], ids=["page", "tile32", "mma"])
 @pytest.mark.parametrize("batch", [1, 3])
 def test_staged_attention_decode_equals_the_global_one(tmp_path, tiny_dir, goldens_long, batch, tile):
     """``attn_decode`` with its K/V tiles through shared memory (``AttnDecodeFamily.stage_kv``: cp.async copies, the
@@ -331,20 +331,21 @@ def test_staged_attention_decode_equals_the_global_one(tmp_path, tiny_dir, golde
     (the same arithmetic in the same order; only where K and V are read from differs; 32-key tiles: within
     ENGINE_REORDER, their online softmax rescales per tile), for one sequence and for
     ``batch`` sequences of different lengths together; then 24 graph-replayed greedy steps give the same ids.
-    ``tile``: keys per staged tile (``stage_keys``; 0 = a page)."""
+    ``tile``: keys per staged tile (``stage_keys``; 0 = a page; -1: page tiles on tensor cores, ``stage_mma``)."""
     from ninferc.artifact import Artifact
     from ninferc.pipeline import compile_model
     from ninferc.runtime.engine import Engine
     from ninferc.targets.kernels import FAMILIES
 
     fam = FAMILIES["attn_decode"]
-    default = fam.stage_kv, fam.stage_keys
+    default = fam.stage_kv, fam.stage_keys, fam.stage_mma
     ids = goldens_long["prompt_ids"]
     prompts = [ids[: len(ids) - 37 * b] for b in range(batch)]  # different contexts, page boundaries apart
     out = {}
     try:
         for stage in (False, True):
-            fam.stage_kv, fam.stage_keys = stage, tile  # the artifact's kernels and the engine's launches follow
+            # the artifact's kernels and the engine's launches follow the family's attributes
+            fam.stage_kv, fam.stage_keys, fam.stage_mma = stage, max(tile, 0), tile < 0
             path = tmp_path / f"tiny_sm_90_stage{int(stage)}.ninfer"
             compile_model(tiny_dir, "sm_90", path, sku="h200")
             e = Engine(Artifact.open(path), max_batch=batch, plan="device")
@@ -368,9 +369,9 @@ def test_staged_attention_decode_equals_the_global_one(tmp_path, tiny_dir, golde
             for s in sessions:
                 s.close()
     finally:
-        fam.stage_kv, fam.stage_keys = default
+        fam.stage_kv, fam.stage_keys, fam.stage_mma = default
     if tile == 0:  # a page per tile: the same online-softmax steps as the global kernel
         np.testing.assert_array_equal(out[True][0], out[False][0], "staged vs global attention decode: decode logits")
-    else:  # the softmax rescales per 32-key tile instead of per page: fp32 reassociation (H200: max 0.030, run 122)
-        ENGINE_REORDER.check(out[True][0], out[False][0], f"staged ({tile}-key tiles) vs global: decode logits")
+    else:  # 32-key tiles: the softmax rescales per tile (H200: max 0.030, run 122); mma: q and P as bf16 hi + lo
+        ENGINE_REORDER.check(out[True][0], out[False][0], f"staged (tile {tile}) vs global: decode logits")
     assert out[True][1] == out[False][1]
