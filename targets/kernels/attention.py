@@ -536,6 +536,16 @@ class AttnDecodeFamily(_OneKernelFamily):
                 divide one another.
         """
         staged = self._staged(staged)
+        if staged and self.stage_mma and problem.kv_dtype == "bf16":
+            t, warps = self.tile_keys(problem), self.threads // WARP
+            for ok, what in ((problem.groups <= 8, f"{problem.groups} q heads per KV head (at most 8)"),
+                             (problem.head_dim % 64 == 0, f"head_dim {problem.head_dim} (a multiple of 64)"),
+                             (t % (8 * warps) == 0 and t % 16 == 0,
+                              f"a tile of {t} keys over {warps} warps (a multiple of {max(8 * warps, 16)})"),
+                             (problem.head_dim % (8 * warps) == 0,
+                              f"head_dim {problem.head_dim} over {warps} warps (a multiple of {8 * warps})")):
+                if not ok:
+                    raise PlanError(f"{self.name}: stage_mma cannot take {what}")
         what, units = ("head_dim / 2", problem.head_dim // 2) if problem.kv_dtype == "bf16" else \
             ("head_dim / 4", problem.head_dim // 4)
         if (self.threads % units) if self.threads >= units else (units % self.threads):

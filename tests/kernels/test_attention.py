@@ -194,6 +194,10 @@ def test_staged_decode_compiles_fits_and_changes_only_its_smem(arch):
     for tile in (0, 32):
         _check_staged(arch, A.AttnDecodeFamily(stage_kv=True, stage_keys=tile))
     _check_staged(arch, A.AttnDecodeFamily(stage_kv=True, stage_mma=True))  # tensor-core loops (bf16 KV)
+    with pytest.raises(PlanError, match="stage_mma cannot take a tile of 16 keys over 4 warps"):
+        A.AttnDecodeFamily(stage_kv=True, stage_keys=16, stage_mma=True).spec(TINY)
+    with pytest.raises(PlanError, match="stage_mma cannot take 12 q heads per KV head"):
+        A.AttnDecodeFamily(stage_kv=True, stage_mma=True).spec(A.AttentionProblem(24, 2, 64, 16, 1e7, 1e-6, 64, 8))
     with pytest.raises(PlanError, match="stage_keys = 48 must divide the page size 64"):
         A.AttnDecodeFamily(stage_kv=True, stage_keys=48).spec(TINY)
 
