@@ -6,12 +6,14 @@ of attn_prep plus the memory flush): the spread of entries and wait releases, an
 median / last time each phase ended -- where the ~9 us the kernel adds to the step at 512 tokens goes.
 
 Usage (GPU machine, torch not needed): python bench/attn_trace_probe.py [--weights w8] [--context 512]
-[--max-context 8248] [--steps 3] [--json FILE]
+[--max-context 8248] [--steps 3] [--set ATTR=VALUE ...] [--json FILE]; ``--set stage_mma=True`` sets an
+``AttnDecodeFamily`` attribute (a Python literal) before the engine is built.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import sys
 from pathlib import Path
@@ -33,6 +35,8 @@ def main(argv=None) -> int:
     ap.add_argument("--context", type=int, default=512)
     ap.add_argument("--max-context", type=int, default=8248)
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--set", action="append", default=[], metavar="ATTR=VALUE",
+                    help="an attn_decode family attribute for this run, e.g. stage_mma=True")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
 
@@ -43,7 +47,13 @@ def main(argv=None) -> int:
     from ninferc.targets.kernels import FAMILIES
 
     cp = cp_mod()
-    FAMILIES["attn_decode"].trace = True
+    fam = FAMILIES["attn_decode"]
+    fam.trace = True
+    for kv in a.set:
+        attr, _, value = kv.partition("=")
+        if not hasattr(fam, attr):
+            ap.error(f"--set {kv}: attn_decode has no attribute {attr!r}")
+        setattr(fam, attr, ast.literal_eval(value))
     art = synthetic_artifact("qwen3.8-27b", a.weights, "bf16", target=None, sku=None, max_context=a.max_context)
     eng = Engine(art, max_context=a.max_context, prefill_chunk=a.context, max_batch=1,
                  log=lambda m: print(m, file=sys.stderr))
@@ -95,7 +105,8 @@ def main(argv=None) -> int:
     if a.json:
         Path(a.json).write_text(json.dumps({"commit": git_commit(), "command": "python bench/attn_trace_probe.py " +
                                             " ".join(argv or sys.argv[1:]), "grid": list(grid), "weights": a.weights,
-                                            "context": a.context, "max_context": a.max_context, "launches": rows},
+                                            "context": a.context, "max_context": a.max_context, "set": a.set,
+                                            "launches": rows},
                                            indent=1) + "\n")
     return 0
 
