@@ -103,7 +103,9 @@ def main(argv=None) -> int:
         print(f"  {ph:8s} {m[0]:7.2f} {m[1]:7.2f} {m[2]:7.2f}")
     print(f"  CTAs with keys {rows[0]['ctas_with_keys']} of {rows[0]['ctas']} on {rows[0]['sms']} SMs")
     if a.json:
-        Path(a.json).write_text(json.dumps({"commit": git_commit(), "command": "python bench/attn_trace_probe.py " +
+        props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+        gpu = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+        Path(a.json).write_text(json.dumps({"gpu": gpu, "commit": git_commit(), "command": "python bench/attn_trace_probe.py " +
                                             " ".join(argv or sys.argv[1:]), "grid": list(grid), "weights": a.weights,
                                             "context": a.context, "max_context": a.max_context, "set": a.set,
                                             "launches": rows},
