@@ -420,7 +420,8 @@ class AttnDecodeFamily(_OneKernelFamily):
         stage_mma: the staged bf16-KV kernel's scores and P.V on tensor cores (template ``mma``: mma.sync m16n8k16 with
             q and P split into bf16 hi + lo; needs G <= 8 and head_dim a multiple of 64; a tile of few keys splits
             the scores' k-steps over the warps). Default False: on the H200 the 27B w8 step with it is 0.993x at 512
-            of 8,248 tokens and 1.000x at 8,192 of 8,448 (bench/NOTES.md run 132) -- its kernel ends ~4 us sooner
+            of 8,248 tokens, 1.000x at 8,192 of 8,448 and 1.005x at 32,768 of 33,024 (bench/NOTES.md runs 132, 134): a
+            plan cannot choose it by the live context, and it costs at short ones. Its kernel ends ~4 us sooner
             per layer at 8,192 (run 131) without a faster step; not measured why (a guess: the step there is bound
             by the DRAM traffic the attention shares with the next GEMV's pre-wait weight stream).
         stage_min_resident: the ``"auto"`` rule's resident-CTA threshold (default 3, the H200's staged occupancy
