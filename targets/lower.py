@@ -361,7 +361,9 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096, fuse_no
                       "k_pages": Ref("state", kv, value="k"), "v_pages": Ref("state", kv, value="v"),
                       "ws": Ref("ws", "attn_partials"), "out": T(op.outputs[0]),
                       "max_pages": I32(p.max_pages), "eps": F32(p.eps), "scale": F32(p.scale), **kv_scales}
-            add(Step(f"{op.name}.prep", op.name, "both", "attn_prep", p, "T", common, layer=L))
+            # attn_decode's fuse_prep computes a decode step's q and new K / V row itself: attn_prep is prefill's
+            prep_phase = "prefill" if FAMILIES["attn_decode"].fuse_prep else "both"
+            add(Step(f"{op.name}.prep", op.name, prep_phase, "attn_prep", p, "T", common, layer=L))
             add(Step(f"{op.name}.decode", op.name, "decode", "attn_decode", p, "T", common, layer=L))
             add(Step(f"{op.name}.combine", op.name, "decode", "attn_combine", p, "T", common, layer=L))
             add(Step(f"{op.name}.prefill", op.name, "prefill", "attn_prefill", p, "T", common, batch=True, layer=L))

@@ -424,6 +424,12 @@ class AttnDecodeFamily(_OneKernelFamily):
             plan cannot choose it by the live context, and it costs at short ones. Its kernel ends ~4 us sooner
             per layer at 8,192 (run 131) without a faster step; not measured why (a guess: the step there is bound
             by the DRAM traffic the attention shares with the next GEMV's pre-wait weight stream).
+        fuse_prep: fold ``attn_prep`` into the decode kernel (template ``prep``; bf16 KV, staged, not ``stage_mma``):
+            every CTA computes its KV group's queries from ``proj`` (q_norm + RoPE, attn_prep's arithmetic) and the
+            CTA whose key range ends at the context also the new K / V row, written to the page and into its
+            staged tile -- one launch less per attention layer and decode step; the lowering then keeps
+            ``attn_prep`` for prefill only (:func:`ninferc.targets.lower.lower`). Implies the staged kernel
+            (``stage_kv`` "auto" is taken as True). Default False: not yet measured on a GPU.
         stage_min_resident: the ``"auto"`` rule's resident-CTA threshold (default 3, the H200's staged occupancy
             that was measured).
         stage_keys: keys per staged tile (template ``tile``; 0 = one page). A smaller tile needs less shared memory
@@ -443,7 +449,8 @@ class AttnDecodeFamily(_OneKernelFamily):
 
     def __init__(self, threads: int = 128, max_pages_per_split: int = 64, balance_keys: int = 16,
                  balance_keys_int8: int = 16, trace: bool = False, stage_kv: bool | str = "auto", stage_keys: int = 0,
-                 stage_min_ctas: int = 4, stage_min_resident: int = 3, stage_mma: bool = False):
+                 stage_min_ctas: int = 4, stage_min_resident: int = 3, stage_mma: bool = False,
+                 fuse_prep: bool = False):
         _check_threads(self.name, threads)
         if max_pages_per_split < 1:
             raise PlanError(f"{self.name}: max_pages_per_split = {max_pages_per_split} must be >= 1")
@@ -462,6 +469,7 @@ class AttnDecodeFamily(_OneKernelFamily):
             raise PlanError(f"{self.name}: stage_min_resident = {stage_min_resident} must be >= 1")
         self.stage_min_resident = int(stage_min_resident)
         self.stage_mma = bool(stage_mma)
+        self.fuse_prep = bool(fuse_prep)
         if stage_keys < 0:
             raise PlanError(f"{self.name}: stage_keys = {stage_keys} must be >= 0 (0 = one page per tile)")
         self.stage_keys = int(stage_keys)
@@ -505,6 +513,8 @@ class AttnDecodeFamily(_OneKernelFamily):
     def variants(self, problem: AttentionProblem) -> list[KernelSpec]:
         """The kernels :meth:`choose` may pick for ``problem``: the staged one, the global-memory one, or (``stage_kv``
         ``"auto"``, bf16 KV) both."""
+        if self.fuse_prep:
+            return [self.spec(problem, True)]
         if self.stage_kv == "auto":
             return [self.spec(problem, False)] + ([self.spec(problem, True)] if problem.kv_dtype == "bf16" else [])
         return [self.spec(problem)]
@@ -517,7 +527,9 @@ class AttnDecodeFamily(_OneKernelFamily):
 
         Raises:
             PlanError: a forced staged kernel whose shared memory exceeds the target's opt-in limit."""
-        if self.stage_kv == "auto":
+        if self.fuse_prep:
+            staged = True  # the folded prep needs the staged tile (spec() names what else it needs)
+        elif self.stage_kv == "auto":
             staged = False
             if problem.kv_dtype == "bf16":
                 spec, dyn = self.spec(problem, True), self.dynamic_smem_bytes(problem, True)
@@ -540,6 +552,12 @@ class AttnDecodeFamily(_OneKernelFamily):
                 divide one another.
         """
         staged = self._staged(staged)
+        if self.fuse_prep:
+            for ok, what in ((staged, "the global-memory kernel (it needs the staged tile)"),
+                             (problem.kv_dtype == "bf16", f"{problem.kv_dtype} KV pages (bf16 only)"),
+                             (not self.stage_mma, "stage_mma")):
+                if not ok:
+                    raise PlanError(f"{self.name}: fuse_prep cannot take {what}")
         if staged and self.stage_mma and problem.kv_dtype == "bf16":
             t, warps = self.tile_keys(problem), self.threads // WARP
             for ok, what in ((problem.groups <= 8, f"{problem.groups} q heads per KV head (at most 8)"),
@@ -561,12 +579,17 @@ class AttnDecodeFamily(_OneKernelFamily):
                      else {}),
                   **({"min_ctas": self.stage_min_ctas} if staged and self.stage_min_ctas and
                      problem.kv_dtype == "bf16" else {}),
-                  **({"mma": True} if staged and self.stage_mma and problem.kv_dtype == "bf16" else {})}
+                  **({"mma": True} if staged and self.stage_mma and problem.kv_dtype == "bf16" else {}),
+                  **({"prep": True, "rot": problem.rotary_dim} if self.fuse_prep else {})}
         return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=False)
 
     def arg_names(self, problem: AttentionProblem) -> tuple[str, ...]:
         """Kernel parameters in order (see the module docstring); int8 KV adds ``k_scales, v_scales``
-        after ``v_pages``."""
+        after ``v_pages``; ``fuse_prep`` takes ``proj, q_norm_w, k_norm_w, inv_freq`` instead of ``q`` and appends
+        ``eps``."""
+        if self.fuse_prep:
+            return ("proj", "q_norm_w", "k_norm_w", "inv_freq", *_kv_args(problem), "page_table", "seq_ctx", "ws",
+                    "n_seqs", "max_pages", "splits", "pages_per_split", "scale", "eps")
         return ("q", *_kv_args(problem), "page_table", "seq_ctx", "ws", "n_seqs", "max_pages", "splits",
                 "pages_per_split", "scale")
 
@@ -616,7 +639,7 @@ class AttnDecodeFamily(_OneKernelFamily):
         launch.split_k, ``max_pages``, ``scale`` and ``pages_per_split`` filled in unless given."""
         scalars = {"n_seqs": np.int32(launch.tokens), "max_pages": np.int32(problem.max_pages),
                    "splits": np.int32(launch.split_k), "pages_per_split": np.int32(pages_per_split),
-                   "scale": problem.scale}
+                   "scale": problem.scale, "eps": np.float32(problem.eps)}
         return _args(self.arg_names(problem), arrays, scalars)
 
 

@@ -624,3 +624,28 @@ def test_int8_reference_attention_is_close_to_bf16(name):
     e_out = rel(o8, ob)
     assert 0 < e_out <= 2 * (e_k + e_v), (e_out, e_k, e_v)
     assert e_k < 0.01 and e_v < 0.01  # N(0, 1)-like rows: step max / 127 ~ 2.5 % of max|x|, RMS error ~ 0.4 %
+
+
+@pytest.mark.parametrize("arch", ALL_ARCHS)
+def test_decode_with_prep_folded_compiles_and_fits(arch):
+    """``fuse_prep`` (attn_prep folded into the staged bf16 decode kernel): compiles for every target, resident with
+    its dynamic shared memory, on sm_90 at the staged kernel's 3 CTAs/SM for the 27B shape (its 6 KB of queries and
+    RoPE table fit beside the 64 KB tile), and its only local memory is the 32-byte frame of sincosf's slow path
+    (arguments past ~1e5 rad; ptxas: 0 bytes spill stores)."""
+    a = get_arch(arch)
+    fam = A.AttnDecodeFamily(fuse_prep=True)
+    probs = [p for p in ALL_PROBLEMS.values() if p.kv_dtype == "bf16"]
+    specs = [fam.spec(p, True) for p in probs]
+    res = {u: r for u, (_, r) in compile_variants(specs, arch).items()}
+    for p, spec in zip(probs, specs):
+        r = res[spec.uri]
+        occ = occupancy(a, spec.threads, r.registers, r.static_smem_bytes, fam.dynamic_smem_bytes(p, True),
+                        barriers=r.barriers)
+        assert occ.ctas_per_sm >= 1 and r.local_bytes <= 32, (spec.uri, r, occ)
+        if p is BIG and arch == "sm_90":
+            staged = A.AttnDecodeFamily(stage_kv=True).spec(p, True)
+            r0 = compile_variants([staged], arch)[staged.uri][1]
+            assert occ.ctas_per_sm == occupancy(a, staged.threads, r0.registers, r0.static_smem_bytes,
+                                                fam.dynamic_smem_bytes(p, True), barriers=r0.barriers).ctas_per_sm == 3
+    with pytest.raises(PlanError, match="fuse_prep cannot take stage_mma"):
+        A.AttnDecodeFamily(fuse_prep=True, stage_mma=True).spec(BIG, True)

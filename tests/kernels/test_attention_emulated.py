@@ -221,3 +221,65 @@ def test_emulated_prefill(name, prev, new, route):
     run(ln, PREFILL.kernel_args(p, ln, dev), reverse)
     _check_attention_out(p, dev, st, cache, pages_of(p, dev), (q_ref, kp_ref, vp_ref),
                          f"attn_prefill {route} (emulated, {ln.grid} CTAs)", "prep + prefill end to end")
+
+
+@pytest.mark.parametrize("split_mode", ["plan", "one", "per_page", *BALANCED])
+@pytest.mark.parametrize("name,ctxs", [("tiny-bf16", (63, 64, 65)), ("tiny-bf16", (1, 129)), ("hd256-bf16", (65, 130)),
+                                       ("hd256-bf16", (64, 2))])
+def test_emulated_decode_with_prep_folded(name, ctxs, split_mode):
+    """``fuse_prep``: the staged decode kernel computes the step's q and new K / V row itself (no attn_prep launch)
+    from the pool as it was before the step (garbage in the new rows): the pages it writes equal the emulated
+    attn_prep's bit for bit (same arithmetic), its partials equal the unfused staged kernel's on attn_prep's output
+    bit for bit, and the end-to-end output matches the reference attention."""
+    p = SHAPES[name]
+    reverse = split_mode == "per_page" or split_mode in BALANCED
+    B = len(ctxs)
+    rng = np.random.default_rng(zlib.crc32(repr((3, name, ctxs, split_mode)).encode()))
+    prev = [c - 1 for c in ctxs]
+    cache = make_cache(p, prev, list(ctxs), rng)
+    st = make_step(p, prev, [1] * B, rng)
+    base = {"proj": st["proj"], "q_norm_w": st["q_norm_w"], "k_norm_w": st["k_norm_w"], "inv_freq": p.inv_freq(),
+            "tok_pos": st["tok_pos"], "tok_seq": st["tok_seq"], "seq_ctx": st["seq_ctx"],
+            "page_table": cache.page_table}
+    ctx = plan_ctx()
+    splits, pps = DECODE.splits(p, B, ctx)
+    if split_mode == "one":
+        splits, pps = 1, p.max_pages
+    elif split_mode == "per_page":
+        splits, pps = p.max_pages, 1
+    granule = BALANCED.get(split_mode, DECODE.granule(p))
+    outs = {}
+    for fused in (False, True):
+        dev = {**base, **pool_arrays(p, cache.k_pages, cache.v_pages)}
+        if not fused:  # attn_prep first, as the unfused decode step runs
+            dev["q_out"] = np.full((B, p.heads_q, p.head_dim), np.nan, np.float32)
+            ln = PREP.launch(p, B, ctx)
+            run(ln, PREP.kernel_args(p, ln, dev), reverse)
+            dev["q"] = dev["q_out"]
+        fam = A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, granule, granule, stage_kv=True,
+                                 fuse_prep=fused)
+        ln_d = dataclasses.replace(DECODE.launch(p, B, ctx), kernel=fam.spec(p, True), grid=(splits, p.heads_kv, B),
+                                   split_k=splits, workspace_bytes=DECODE.workspace_bytes(p, B, splits),
+                                   dynamic_smem_bytes=fam.dynamic_smem_bytes(p, True))
+        dev["ws"] = np.full(ln_d.workspace_bytes // 4, np.nan, np.float32)
+        run(ln_d, fam.kernel_args(p, ln_d, dev, pps), reverse)
+        outs[fused] = dev
+    plain, fused = outs[False], outs[True]
+    np.testing.assert_array_equal(fused["k_pages"], plain["k_pages"], "the new K rows (fused vs attn_prep)")
+    np.testing.assert_array_equal(fused["v_pages"], plain["v_pages"], "the new V rows (fused vs attn_prep)")
+    assert not np.isnan(fused["ws"]).any()
+    np.testing.assert_array_equal(fused["ws"], plain["ws"], "partials (fused vs attn_prep + decode)")
+    kp_dev, vp_dev = pages_of(p, fused)
+    n_o = B * p.heads_q * splits * p.head_dim
+    o_ref, ml_ref = A.reference_decode_partials(p, plain["q_out"], kp_dev, vp_dev, cache.page_table, st["seq_ctx"],
+                                                splits, pps, granule)
+    ATTENTION.check(fused["ws"][:n_o].reshape(o_ref.shape), o_ref, "fused decode partial outputs")
+    ln_c = dataclasses.replace(COMBINE.launch(p, B, ctx), split_k=splits,
+                               dynamic_smem_bytes=COMBINE.dynamic_smem_bytes(splits))
+    fused["out"] = np.full((B, p.heads_q * p.head_dim), 0xFFFF, np.uint16)
+    run(ln_c, COMBINE.kernel_args(p, ln_c, fused), reverse)
+    q_ref, kp_ref, vp_ref = A.reference_prep(p, st["proj"], st["q_norm_w"], st["k_norm_w"], st["tok_pos"],
+                                             st["tok_seq"], cache.page_table, cache.k_pages, cache.v_pages)
+    fused["q_out"] = plain["q_out"]
+    _check_attention_out(p, fused, st, cache, (kp_dev, vp_dev), (q_ref, kp_ref, vp_ref),
+                         f"fused decode + combine ({splits} splits x {pps} pages)", "fused prep + decode end to end")

@@ -375,3 +375,51 @@ def test_staged_attention_decode_equals_the_global_one(tmp_path, tiny_dir, golde
     else:  # 32-key tiles: the softmax rescales per tile (H200: max 0.030, run 122); mma: q and P as bf16 hi + lo
         ENGINE_REORDER.check(out[True][0], out[False][0], f"staged (tile {tile}) vs global: decode logits")
     assert out[True][1] == out[False][1]
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_decode_with_prep_folded_equals_the_prep_launch(tmp_path, tiny_dir, goldens_long, batch):
+    """``AttnDecodeFamily.fuse_prep``: the decode step launches no attn_prep (the staged decode kernel computes q and
+    the new K / V row itself; prefill still runs attn_prep) and its teacher-forced decode logits of the long golden
+    prompt match the engine with the attn_prep launch within ENGINE_REORDER (the same arithmetic; the RoPE's
+    sin / cos through sincosf), for one sequence and ``batch`` of different lengths; 24 greedy steps give the same
+    ids."""
+    from ninferc.artifact import Artifact
+    from ninferc.pipeline import compile_model
+    from ninferc.runtime.engine import Engine
+    from ninferc.targets.kernels import FAMILIES
+
+    fam = FAMILIES["attn_decode"]
+    default = fam.stage_kv, fam.fuse_prep
+    ids = goldens_long["prompt_ids"]
+    prompts = [ids[: len(ids) - 37 * b] for b in range(batch)]
+    out = {}
+    try:
+        for fused in (False, True):
+            fam.stage_kv, fam.fuse_prep = True, fused
+            path = tmp_path / f"tiny_sm_90_prep{int(fused)}.ninfer"
+            compile_model(tiny_dir, "sm_90", path, sku="h200")
+            e = Engine(Artifact.open(path), max_batch=batch, plan="device")
+            fams = [ln.kernel.family for _, ln, *_ in e.step_plan("decode", batch, batch, batch).launches]
+            assert ("attn_prep" in fams) == (not fused) and "attn_decode" in fams, fams
+            sessions = [e.session() for _ in range(batch)]
+            for s, p in zip(sessions, prompts):
+                s.prefill(p, 1024)
+            rows = []
+            for tok in goldens_long["greedy_ids"][:16]:
+                rows.append(e.decode_batch(sessions, [tok] * batch).get() if batch > 1 else
+                            sessions[0].decode(tok).get())
+            greedy = []
+            if batch == 1:
+                s = sessions[0]
+                for _ in range(24):
+                    greedy.append(s.sample(GREEDY))
+                    s.decode(greedy[-1])
+            out[fused] = (np.stack(rows), greedy)
+            for s in sessions:
+                s.close()
+    finally:
+        fam.stage_kv, fam.fuse_prep = default
+    print(f"fused vs prep launch: max |d logit| {np.max(np.abs(out[True][0] - out[False][0]))}")
+    ENGINE_REORDER.check(out[True][0], out[False][0], "decode with attn_prep folded vs launched: decode logits")
+    assert out[True][1] == out[False][1]

@@ -46,3 +46,38 @@ def test_linear_route_boundary(tiny_dir):
     mp = plan_model(g, "sm_89", sku="l20", decode_batches=(1,), prefill_tokens=(GEMV_MAX_TOKENS, GEMV_MAX_TOKENS + 1))
     lns = mp.launches[("L0.mlp.gate_up", "prefill")]
     assert [ln.kernel.family for ln in lns] == ["gemv_coop", "gemm"]
+
+
+@pytest.mark.parametrize("arch,sku", [("sm_90", "h200"), ("sm_89", "l20")])
+def test_folded_attn_prep_lowering(graph, arch, sku):
+    """``AttnDecodeFamily.fuse_prep``: attn_prep becomes a prefill-only step, the decode step's attn_decode takes
+    proj / q_norm_w / k_norm_w / inv_freq / eps (all bound) instead of q, and it is the staged kernel on every target
+    (the folded prep writes the new row into the staged tile); with int8 KV the plan refuses it, naming why."""
+    import dataclasses
+
+    from ninferc.errors import PlanError
+    from ninferc.targets.kernels import FAMILIES
+
+    fam = FAMILIES["attn_decode"]
+    try:
+        fam.fuse_prep = True
+        mp = plan_model(graph, arch, sku=sku, decode_batches=(1, 3), prefill_tokens=(1, 64))
+        ctx = mp.context()
+        for mode, T, B in (("decode", 1, 1), ("decode", 3, 3), ("prefill", 64, 1)):
+            steps = list(plan_steps(mp.program, ctx, T=T, B=B, R=B, mode=mode))
+            fams = [ln.kernel.family for _, ln in steps]
+            assert ("attn_prep" in fams) == (mode == "prefill"), (mode, fams)
+            for step, ln in steps:
+                missing = [n for n in arg_names(step, ln) if n not in launch_scalars(step, ln, ctx, B)
+                           and n not in step.bind]
+                assert not missing, f"{step.name} {ln.kernel.uri}: unbound {missing}"
+                if ln.kernel.family == "attn_decode":
+                    assert dict(ln.kernel.params).get("prep") and dict(ln.kernel.params).get("stage"), ln.kernel.uri
+                    assert "q" not in arg_names(step, ln) and "proj" in arg_names(step, ln)
+        p = next(s.problem for s in mp.program.steps if s.family == "attn_decode")
+        with pytest.raises(PlanError, match="fuse_prep cannot take int8 KV pages"):
+            fam.spec(dataclasses.replace(p, kv_dtype="int8"), True)
+        with pytest.raises(PlanError, match="fuse_prep cannot take the global-memory kernel"):
+            fam.spec(p, False)
+    finally:
+        fam.fuse_prep = False
