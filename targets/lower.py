@@ -169,6 +169,8 @@ def arg_names(step: Step, launch: Launch) -> tuple[str, ...]:
         if fam == "gdn_prefill":
             return FAMILIES["gdn_prefill"].arg_names(step.problem, route=launch.route)
         return gdn_arg_names(fam)
+    if fam == "attn_decode":  # a fused-prep decode kernel takes proj ... instead of q
+        return FAMILIES[fam].arg_names(step.problem, launch.kernel)
     return FAMILIES[fam].arg_names(step.problem)
 
 
@@ -361,9 +363,7 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096, fuse_no
                       "k_pages": Ref("state", kv, value="k"), "v_pages": Ref("state", kv, value="v"),
                       "ws": Ref("ws", "attn_partials"), "out": T(op.outputs[0]),
                       "max_pages": I32(p.max_pages), "eps": F32(p.eps), "scale": F32(p.scale), **kv_scales}
-            # attn_decode's fuse_prep computes a decode step's q and new K / V row itself: attn_prep is prefill's
-            prep_phase = "prefill" if FAMILIES["attn_decode"].fuse_prep else "both"
-            add(Step(f"{op.name}.prep", op.name, prep_phase, "attn_prep", p, "T", common, layer=L))
+            add(Step(f"{op.name}.prep", op.name, "both", "attn_prep", p, "T", common, layer=L))
             add(Step(f"{op.name}.decode", op.name, "decode", "attn_decode", p, "T", common, layer=L))
             add(Step(f"{op.name}.combine", op.name, "decode", "attn_combine", p, "T", common, layer=L))
             add(Step(f"{op.name}.prefill", op.name, "prefill", "attn_prefill", p, "T", common, batch=True, layer=L))
@@ -400,7 +400,8 @@ def _norms_to_fold(graph: Graph) -> dict[str, tuple[str, str]]:
 
 
 def drop_unneeded_steps(steps: list[Step], launches: dict[str, Launch]) -> list[Step]:
-    """The steps of ``steps`` that must run, given every step's launch (by step name): the GDN ``gdn_chunk_wy``
+    """The steps of ``steps`` that must run, given every step's launch (by step name): ``attn_prep`` only where its
+    layer's ``attn_decode`` launch (decode steps) is not a fused-prep kernel (template ``prep``); the GDN ``gdn_chunk_wy``
     step runs only before a ``wy`` / ``wy_split`` core route, the gated-norm step only after a ``chunked_split``
     / ``wy_split`` one (the fused core writes y); an AddRMSNorm step
     ``absorbed_by`` / ``absorbed_into`` two Linears is skipped when both launches are GEMVs (which then do the
@@ -428,5 +429,9 @@ def drop_unneeded_steps(steps: list[Step], launches: dict[str, Launch]) -> list[
                 raise PlanError(f"step {s.name}: its producer {s.absorbed_by} and consumer {s.absorbed_into} must both "
                                 f"run the GEMV (found {prod.kernel.uri if prod else None} and "
                                 f"{cons.kernel.uri if cons else None}); the folded norm needs both halves")
+        if s.family == "attn_prep":  # a decode kernel with the prep folded in (AttnDecodeFamily.fuse_prep) does it
+            dec = launches.get(s.name[: -len(".prep")] + ".decode")
+            if dec is not None and dict(dec.kernel.params).get("prep"):
+                continue
         out.append(s)
     return out

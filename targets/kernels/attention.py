@@ -427,9 +427,14 @@ class AttnDecodeFamily(_OneKernelFamily):
         fuse_prep: fold ``attn_prep`` into the decode kernel (template ``prep``; bf16 KV, staged, not ``stage_mma``):
             every CTA computes its KV group's queries from ``proj`` (q_norm + RoPE, attn_prep's arithmetic) and the
             CTA whose key range ends at the context also the new K / V row, written to the page and into its
-            staged tile -- one launch less per attention layer and decode step; the lowering then keeps
-            ``attn_prep`` for prefill only (:func:`ninferc.targets.lower.lower`). Implies the staged kernel
-            (``stage_kv`` "auto" is taken as True). Default False: not yet measured on a GPU.
+            staged tile -- one launch less per attention layer and decode step (the plan drops the decode step's
+            ``attn_prep`` where the decode launch is fused: :func:`ninferc.targets.lower.drop_unneeded_steps`;
+            prefill keeps it). True forces it (and the staged kernel); ``"auto"`` fuses wherever the staged bf16
+            kernel without ``stage_mma`` is chosen; False (default) never. On the H200 the 27B step with it is
+            1.0056x (w8) and 1.0088x (w4) at 512 of 8,248 tokens, 1.0017x (w8) at 8,192, the logits bit-equal to
+            the attn_prep launch's (bench/NOTES.md run 135). Not the default yet: the fused kernel carries a 32-byte
+            stack frame (sincosf's slow-path reduction, arguments past ~1e5 rad; ptxas: 0 bytes spilled), which the
+            planned kernels' no-local-memory rule refuses.
         stage_min_resident: the ``"auto"`` rule's resident-CTA threshold (default 3, the H200's staged occupancy
             that was measured).
         stage_keys: keys per staged tile (template ``tile``; 0 = one page). A smaller tile needs less shared memory
@@ -450,7 +455,7 @@ class AttnDecodeFamily(_OneKernelFamily):
     def __init__(self, threads: int = 128, max_pages_per_split: int = 64, balance_keys: int = 16,
                  balance_keys_int8: int = 16, trace: bool = False, stage_kv: bool | str = "auto", stage_keys: int = 0,
                  stage_min_ctas: int = 4, stage_min_resident: int = 3, stage_mma: bool = False,
-                 fuse_prep: bool = False):
+                 fuse_prep: bool | str = False):
         _check_threads(self.name, threads)
         if max_pages_per_split < 1:
             raise PlanError(f"{self.name}: max_pages_per_split = {max_pages_per_split} must be >= 1")
@@ -469,7 +474,9 @@ class AttnDecodeFamily(_OneKernelFamily):
             raise PlanError(f"{self.name}: stage_min_resident = {stage_min_resident} must be >= 1")
         self.stage_min_resident = int(stage_min_resident)
         self.stage_mma = bool(stage_mma)
-        self.fuse_prep = bool(fuse_prep)
+        if fuse_prep not in (True, False, "auto"):
+            raise PlanError(f"{self.name}: fuse_prep = {fuse_prep!r} must be True, False or 'auto'")
+        self.fuse_prep = fuse_prep
         if stage_keys < 0:
             raise PlanError(f"{self.name}: stage_keys = {stage_keys} must be >= 0 (0 = one page per tile)")
         self.stage_keys = int(stage_keys)
@@ -513,7 +520,7 @@ class AttnDecodeFamily(_OneKernelFamily):
     def variants(self, problem: AttentionProblem) -> list[KernelSpec]:
         """The kernels :meth:`choose` may pick for ``problem``: the staged one, the global-memory one, or (``stage_kv``
         ``"auto"``, bf16 KV) both."""
-        if self.fuse_prep:
+        if self.fuse_prep is True:
             return [self.spec(problem, True)]
         if self.stage_kv == "auto":
             return [self.spec(problem, False)] + ([self.spec(problem, True)] if problem.kv_dtype == "bf16" else [])
@@ -527,7 +534,7 @@ class AttnDecodeFamily(_OneKernelFamily):
 
         Raises:
             PlanError: a forced staged kernel whose shared memory exceeds the target's opt-in limit."""
-        if self.fuse_prep:
+        if self.fuse_prep is True:
             staged = True  # the folded prep needs the staged tile (spec() names what else it needs)
         elif self.stage_kv == "auto":
             staged = False
@@ -552,7 +559,7 @@ class AttnDecodeFamily(_OneKernelFamily):
                 divide one another.
         """
         staged = self._staged(staged)
-        if self.fuse_prep:
+        if self.fuse_prep is True:
             for ok, what in ((staged, "the global-memory kernel (it needs the staged tile)"),
                              (problem.kv_dtype == "bf16", f"{problem.kv_dtype} KV pages (bf16 only)"),
                              (not self.stage_mma, "stage_mma")):
@@ -580,14 +587,21 @@ class AttnDecodeFamily(_OneKernelFamily):
                   **({"min_ctas": self.stage_min_ctas} if staged and self.stage_min_ctas and
                      problem.kv_dtype == "bf16" else {}),
                   **({"mma": True} if staged and self.stage_mma and problem.kv_dtype == "bf16" else {}),
-                  **({"prep": True, "rot": problem.rotary_dim} if self.fuse_prep else {})}
+                  **({"prep": True, "rot": problem.rotary_dim} if self.fused_prep(problem, staged) else {})}
         return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=False)
 
-    def arg_names(self, problem: AttentionProblem) -> tuple[str, ...]:
-        """Kernel parameters in order (see the module docstring); int8 KV adds ``k_scales, v_scales``
-        after ``v_pages``; ``fuse_prep`` takes ``proj, q_norm_w, k_norm_w, inv_freq`` instead of ``q`` and appends
-        ``eps``."""
-        if self.fuse_prep:
+    def fused_prep(self, problem: AttentionProblem, staged: bool | None = None) -> bool:
+        """Whether the decode kernel for ``problem`` (staged: ``staged``; None: ``stage_kv is True``) computes its
+        own q and new K / V row (``fuse_prep``: True, or "auto" and a staged bf16 kernel without ``stage_mma``)."""
+        if self.fuse_prep == "auto":
+            return self._staged(staged) and problem.kv_dtype == "bf16" and not self.stage_mma
+        return self.fuse_prep is True
+
+    def arg_names(self, problem: AttentionProblem, spec: KernelSpec | None = None) -> tuple[str, ...]:
+        """Kernel parameters in order (see the module docstring) of ``spec`` (None: the kernel :meth:`spec` gives
+        for ``problem``); int8 KV adds ``k_scales, v_scales`` after ``v_pages``; a fused-prep kernel (template
+        ``prep``) takes ``proj, q_norm_w, k_norm_w, inv_freq`` instead of ``q`` and appends ``eps``."""
+        if dict((spec or self.spec(problem)).params).get("prep"):
             return ("proj", "q_norm_w", "k_norm_w", "inv_freq", *_kv_args(problem), "page_table", "seq_ctx", "ws",
                     "n_seqs", "max_pages", "splits", "pages_per_split", "scale", "eps")
         return ("q", *_kv_args(problem), "page_table", "seq_ctx", "ws", "n_seqs", "max_pages", "splits",
@@ -640,7 +654,7 @@ class AttnDecodeFamily(_OneKernelFamily):
         scalars = {"n_seqs": np.int32(launch.tokens), "max_pages": np.int32(problem.max_pages),
                    "splits": np.int32(launch.split_k), "pages_per_split": np.int32(pages_per_split),
                    "scale": problem.scale, "eps": np.float32(problem.eps)}
-        return _args(self.arg_names(problem), arrays, scalars)
+        return _args(self.arg_names(problem, launch.kernel), arrays, scalars)
 
 
 class AttnCombineFamily(_OneKernelFamily):

@@ -192,8 +192,8 @@ def test_staged_decode_compiles_fits_and_changes_only_its_smem(arch):
     the bf16 kernels without spills; the split rule counts that memory (fewer resident CTAs, never more splits),
     and the ABI is the unstaged kernel's; tiles of a page and of 32 keys (``stage_keys``)."""
     for tile in (0, 32):
-        _check_staged(arch, A.AttnDecodeFamily(stage_kv=True, stage_keys=tile))
-    _check_staged(arch, A.AttnDecodeFamily(stage_kv=True, stage_mma=True))  # tensor-core loops (bf16 KV)
+        _check_staged(arch, A.AttnDecodeFamily(stage_kv=True, stage_keys=tile, fuse_prep=False))
+    _check_staged(arch, A.AttnDecodeFamily(stage_kv=True, stage_mma=True, fuse_prep=False))  # tensor-core loops (bf16 KV)
     with pytest.raises(PlanError, match="stage_mma cannot take a tile of 16 keys over 4 warps"):
         A.AttnDecodeFamily(stage_kv=True, stage_keys=16, stage_mma=True).spec(TINY)
     with pytest.raises(PlanError, match="stage_mma cannot take 12 q heads per KV head"):
@@ -643,7 +643,7 @@ def test_decode_with_prep_folded_compiles_and_fits(arch):
                         barriers=r.barriers)
         assert occ.ctas_per_sm >= 1 and r.local_bytes <= 32, (spec.uri, r, occ)
         if p is BIG and arch == "sm_90":
-            staged = A.AttnDecodeFamily(stage_kv=True).spec(p, True)
+            staged = A.AttnDecodeFamily(stage_kv=True, fuse_prep=False).spec(p, True)
             r0 = compile_variants([staged], arch)[staged.uri][1]
             assert occ.ctas_per_sm == occupancy(a, staged.threads, r0.registers, r0.static_smem_bytes,
                                                 fam.dynamic_smem_bytes(p, True), barriers=r0.barriers).ctas_per_sm == 3

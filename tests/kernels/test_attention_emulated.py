@@ -153,7 +153,7 @@ def test_emulated_decode(name, ctxs, split_mode, stage):
         splits, pps = p.max_pages, 1
     granule = BALANCED.get(split_mode, DECODE.granule(p))
     fam = A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, granule, granule, stage_kv=stage != 0,
-                             stage_keys=abs(stage) % 64, stage_mma=stage < 0)
+                             stage_keys=abs(stage) % 64, stage_mma=stage < 0, fuse_prep=False)
     ln_d = dataclasses.replace(DECODE.launch(p, B, ctx), kernel=fam.spec(p), grid=(splits, p.heads_kv, B),
                                split_k=splits, workspace_bytes=DECODE.workspace_bytes(p, B, splits),
                                dynamic_smem_bytes=fam.dynamic_smem_bytes(p))

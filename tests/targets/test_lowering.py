@@ -59,7 +59,17 @@ def test_folded_attn_prep_lowering(graph, arch, sku):
     from ninferc.targets.kernels import FAMILIES
 
     fam = FAMILIES["attn_decode"]
+    assert fam.fuse_prep is False
     try:
+        fam.fuse_prep = "auto"
+        mp = plan_model(graph, arch, sku=sku, decode_batches=(1,), prefill_tokens=(64,))
+        ctx = mp.context()
+        dec = [ln for step, ln in plan_steps(mp.program, ctx, T=1, B=1, R=1, mode="decode")
+               if ln.kernel.family in ("attn_prep", "attn_decode")]
+        staged = any("stage" in dict(ln.kernel.params) for ln in dec)
+        # "auto": fused exactly where the staged bf16 kernel is chosen (sm_90; the tiny shape everywhere)
+        assert ("attn_prep" in [ln.kernel.family for ln in dec]) == (not staged), dec
+        assert all(bool(dict(ln.kernel.params).get("prep")) == staged for ln in dec if ln.kernel.family == "attn_decode")
         fam.fuse_prep = True
         mp = plan_model(graph, arch, sku=sku, decode_batches=(1, 3), prefill_tokens=(1, 64))
         ctx = mp.context()
