@@ -446,7 +446,10 @@ class AttnDecodeFamily(_OneKernelFamily):
             The occupancy the plan uses is still the one computed from the compiled kernel.
 
     Raises:
-        PlanError: ``threads`` not a positive multiple of 32, ``max_pages_per_split`` < 1, a granule < 0.
+        PlanError: ``threads`` not a positive multiple of 32, ``max_pages_per_split`` < 1, a granule < 0,
+            ``stage_kv`` / ``fuse_prep`` not True, False or "auto", ``stage_min_resident`` < 1, ``stage_keys`` or
+            ``stage_min_ctas`` < 0 (each names the value); :meth:`spec` names what a forced ``fuse_prep`` or
+            ``stage_mma`` cannot take.
     """
 
     name = "attn_decode"
