@@ -649,3 +649,5 @@ def test_decode_with_prep_folded_compiles_and_fits(arch):
                                                 fam.dynamic_smem_bytes(p, True), barriers=r0.barriers).ctas_per_sm == 3
     with pytest.raises(PlanError, match="fuse_prep cannot take stage_mma"):
         A.AttnDecodeFamily(fuse_prep=True, stage_mma=True).spec(BIG, True)
+    with pytest.raises(PlanError, match="fuse_prep = 'yes' must be True, False or 'auto'"):
+        A.AttnDecodeFamily(fuse_prep="yes")
