@@ -34,6 +34,46 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// q_norm / k_norm then partial NeoX RoPE of one head row held by a warp, lane l owning elements d = l + 32 j
+// (kPerLane = hd / 32 of them), as attn_prep computes it (ref_rmsnorm with unit offset, ref_partial_rope):
+// y = x / sqrt(mean(x^2) + eps) * (1 + w), then for d < kRot: y_d = y_d cos(a_f) + r_d sin(a_f), f = d mod kRot/2,
+// r_d = -y_{d+kRot/2} (d < kRot/2) or y_{d-kRot/2}, products and sum rounded separately (no FMA contraction).
+// `buf` (kHd floats of shared memory, this warp's alone) passes the rotate-half partners; `cos_sin(f)` gives
+// (cos a_f, sin a_f) of a_f = fp32(pos * inv_freq[f]). Used by attn_decode's folded prep (template `prep`);
+// attn_prep.cu.j2 carries the same arithmetic inline (moving it onto this helper changes that planned kernel's
+// source and registers, so it waits for a device run) -- test_emulated_decode_with_prep_folded holds the two
+// bit-equal.
+template <int kPerLane, int kRot, class CosSin>
+__device__ __forceinline__ void norm_rope_row(float (&y)[kPerLane], const float (&x)[kPerLane], const float* w,
+                                              float eps, float* buf, int lane, CosSin cos_sin) {
+  constexpr int kHd = kPerLane * ninfer::kWarpSize;
+  constexpr int kHalf = kRot / 2;
+  float ss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) ss = fmaf(x[j], x[j], ss);
+  ss = ninfer::warp_sum(ss);
+  const float rinv = 1.0f / sqrtf(ss / (float)kHd + eps);
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const int d = lane + ninfer::kWarpSize * j;
+    y[j] = x[j] * rinv * (1.0f + w[d]);
+    buf[d] = y[j];
+  }
+  __syncwarp();
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const int d = lane + ninfer::kWarpSize * j;
+    if (d < kRot) {
+      const bool lo = d < kHalf;
+      const int f = lo ? d : d - kHalf;
+      const float2 cs = cos_sin(f);
+      const float partner = lo ? -buf[d + kHalf] : buf[d - kHalf];
+      y[j] = __fadd_rn(__fmul_rn(y[j], cs.x), __fmul_rn(partner, cs.y));
+    }
+  }
+  __syncwarp();  // every lane has read its partners before `buf` is reused
+}
+
 // sigmoid(x) = 1 / (1 + exp(-x)) in fp32, as ninferc.ir.reference._sigmoid computes it.
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
