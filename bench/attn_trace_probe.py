@@ -6,14 +6,13 @@ of attn_prep plus the memory flush): the spread of entries and wait releases, an
 median / last time each phase ended -- where the ~9 us the kernel adds to the step at 512 tokens goes.
 
 Usage (GPU machine, torch not needed): python bench/attn_trace_probe.py [--weights w8] [--context 512]
-[--max-context 8248] [--steps 3] [--set ATTR=VALUE ...] [--json FILE]; ``--set stage_mma=True`` sets an
-``AttnDecodeFamily`` attribute (a Python literal) before the engine is built.
+[--max-context 8248] [--steps 3] [--set family.attr=value ...] [--json FILE]; ``--set attn_decode.stage_mma=True``
+sets a kernel family's attribute (a Python literal) before the engine is built, as bench/graph_profile.py does.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import sys
 from pathlib import Path
@@ -35,8 +34,8 @@ def main(argv=None) -> int:
     ap.add_argument("--context", type=int, default=512)
     ap.add_argument("--max-context", type=int, default=8248)
     ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--set", action="append", default=[], metavar="ATTR=VALUE",
-                    help="an attn_decode family attribute for this run, e.g. stage_mma=True")
+    ap.add_argument("--set", action="append", default=[], metavar="FAMILY.ATTR=VALUE",
+                    help="a kernel family attribute for this run, e.g. attn_decode.stage_mma=True")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
 
@@ -47,13 +46,11 @@ def main(argv=None) -> int:
     from ninferc.targets.kernels import FAMILIES
 
     cp = cp_mod()
-    fam = FAMILIES["attn_decode"]
-    fam.trace = True
-    for kv in a.set:
-        attr, _, value = kv.partition("=")
-        if not hasattr(fam, attr):
-            ap.error(f"--set {kv}: attn_decode has no attribute {attr!r}")
-        setattr(fam, attr, ast.literal_eval(value))
+    from family_ab import parse_variant
+
+    FAMILIES["attn_decode"].trace = True
+    for (fam, attr), v in parse_variant("set:" + ";".join(a.set))[1].items():
+        setattr(FAMILIES[fam], attr, v)
     art = synthetic_artifact("qwen3.8-27b", a.weights, "bf16", target=None, sku=None, max_context=a.max_context)
     eng = Engine(art, max_context=a.max_context, prefill_chunk=a.context, max_batch=1,
                  log=lambda m: print(m, file=sys.stderr))
