@@ -170,3 +170,22 @@ def check_int8_rows(problem: AttentionProblem, cache: PagedCache, st: dict, kp_d
         assert np.array_equal(got.scales.transpose(0, 2, 1, 3)[keep].view(np.uint32),
                               was.scales.transpose(0, 2, 1, 3)[keep].view(np.uint32)), \
             f"attn_prep changed int8 {what} scales outside this step's positions"
+
+
+#: the decode tests' balanced split modes -> the kernel's keys granule (the other modes, "plan" / "one" /
+#: "per_page", take the family's granule for the problem's KV dtype, AttnDecodeFamily.granule)
+BALANCED = {"balanced16": 16, "balanced1": 1}
+SPLIT_MODES = ("plan", "one", "per_page", *BALANCED)
+
+
+def split_geometry(problem: AttentionProblem, batch: int, ctx, split_mode: str, decode) -> tuple[int, int, int]:
+    """(splits, pages_per_split, keys granule) of a decode test's ``split_mode`` for B = ``batch`` on the plan
+    context ``ctx``: "plan" the family ``decode``'s split rule, "one" a single split over every page, "per_page" a
+    split per page (both page-aligned at the family's granule), the :data:`BALANCED` modes the plan's splits with
+    their granule."""
+    splits, pps = decode.splits(problem, batch, ctx)
+    if split_mode == "one":
+        splits, pps = 1, problem.max_pages
+    elif split_mode == "per_page":
+        splits, pps = problem.max_pages, 1
+    return splits, pps, BALANCED.get(split_mode, decode.granule(problem))

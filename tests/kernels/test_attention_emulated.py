@@ -24,7 +24,7 @@ import zlib
 import numpy as np
 import pytest
 
-from attn_cases import TINY, check_int8_rows, make_cache, make_step
+from attn_cases import BALANCED, SPLIT_MODES, TINY, check_int8_rows, make_cache, make_step, split_geometry
 from ninferc.ir.tolerances import ATTENTION, BF16_ELEMENTWISE, FP32_REORDER
 from ninferc.targets.kernels import attention as A
 from ninferc.targets.plan import PlanContext, compile_variants
@@ -123,14 +123,11 @@ def prep_step(p, prev, new, seed, reverse):
     return cache, st, dev, (q_ref, kp_ref, vp_ref)
 
 
-#: balanced split modes -> the kernel's keys granule (the other modes take the family's
-#: granule for the problem's KV dtype, AttnDecodeFamily.granule)
-BALANCED = {"balanced16": 16, "balanced1": 1}
 
 
 @pytest.mark.parametrize("stage", [0, 64, 32, 16, -64, -32], ids=["global", "staged", "staged32", "staged16",
                                                              "staged-mma", "staged32-mma"])
-@pytest.mark.parametrize("split_mode", ["plan", "one", "per_page", *BALANCED])
+@pytest.mark.parametrize("split_mode", SPLIT_MODES)
 @pytest.mark.parametrize("name,ctxs", [("tiny-int8", (63, 64, 65)), ("tiny-int8", (1, 129)),
                                        ("hd256-int8", (65, 130)), ("tiny-bf16", (63, 64, 65)),
                                        ("hd256-bf16", (65, 130))])
@@ -146,12 +143,7 @@ def test_emulated_decode(name, ctxs, split_mode, stage):
     cache, st, dev, (q_ref, kp_ref, vp_ref) = prep_step(p, [c - 1 for c in ctxs], [1] * B,
                                                         (1, name, ctxs, split_mode), reverse)
     ctx = plan_ctx()
-    splits, pps = DECODE.splits(p, B, ctx)
-    if split_mode == "one":
-        splits, pps = 1, p.max_pages
-    elif split_mode == "per_page":
-        splits, pps = p.max_pages, 1
-    granule = BALANCED.get(split_mode, DECODE.granule(p))
+    splits, pps, granule = split_geometry(p, B, ctx, split_mode, DECODE)
     fam = A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, granule, granule, stage_kv=stage != 0,
                              stage_keys=abs(stage) % 64, stage_mma=stage < 0, fuse_prep=False)
     ln_d = dataclasses.replace(DECODE.launch(p, B, ctx), kernel=fam.spec(p), grid=(splits, p.heads_kv, B),
@@ -223,7 +215,7 @@ def test_emulated_prefill(name, prev, new, route):
                          f"attn_prefill {route} (emulated, {ln.grid} CTAs)", "prep + prefill end to end")
 
 
-@pytest.mark.parametrize("split_mode", ["plan", "one", "per_page", *BALANCED])
+@pytest.mark.parametrize("split_mode", SPLIT_MODES)
 @pytest.mark.parametrize("name,ctxs", [("tiny-bf16", (63, 64, 65)), ("tiny-bf16", (1, 129)), ("hd256-bf16", (65, 130)),
                                        ("hd256-bf16", (64, 2))])
 def test_emulated_decode_with_prep_folded(name, ctxs, split_mode):
@@ -242,12 +234,7 @@ def test_emulated_decode_with_prep_folded(name, ctxs, split_mode):
             "tok_pos": st["tok_pos"], "tok_seq": st["tok_seq"], "seq_ctx": st["seq_ctx"],
             "page_table": cache.page_table}
     ctx = plan_ctx()
-    splits, pps = DECODE.splits(p, B, ctx)
-    if split_mode == "one":
-        splits, pps = 1, p.max_pages
-    elif split_mode == "per_page":
-        splits, pps = p.max_pages, 1
-    granule = BALANCED.get(split_mode, DECODE.granule(p))
+    splits, pps, granule = split_geometry(p, B, ctx, split_mode, DECODE)
     outs = {}
     for fused in (False, True):
         dev = {**base, **pool_arrays(p, cache.k_pages, cache.v_pages)}

@@ -24,7 +24,8 @@ import zlib
 import numpy as np
 import pytest
 
-from attn_cases import ALL_PROBLEMS, PROBLEMS, PROBLEMS_INT8, check_int8_rows, make_cache, make_step
+from attn_cases import (ALL_PROBLEMS, PROBLEMS, PROBLEMS_INT8, SPLIT_MODES, check_int8_rows, make_cache, make_step,
+                        split_geometry)
 from ninferc.ir.tolerances import ATTENTION, BF16_ELEMENTWISE, FP32_REORDER
 from ninferc.targets.kernels import attention as A
 
@@ -235,13 +236,8 @@ def test_driver_occupancy_matches_the_calculator():
 DECODE_CTXS = [(63,), (64,), (65,), (4096,), (63, 64, 65), (1, 4096, 129)]
 
 
-#: balanced split modes -> the kernel's keys granule (the other modes take the family's
-#: granule for the problem's KV dtype, AttnDecodeFamily.granule)
-BALANCED = {"balanced16": 16, "balanced1": 1}
-
-
 @pytest.mark.parametrize("stage", [0, 64, 32, -64], ids=["global", "staged", "staged32", "staged-mma"])
-@pytest.mark.parametrize("split_mode", ["plan", "one", "per_page", *BALANCED])
+@pytest.mark.parametrize("split_mode", SPLIT_MODES)
 @pytest.mark.parametrize("ctxs", DECODE_CTXS, ids=lambda c: "ctx" + "-".join(map(str, c)))
 @pytest.mark.parametrize("name", list(PROBLEMS))
 def test_decode_step(name, ctxs, split_mode, stage):
@@ -259,7 +255,7 @@ DECODE_CTXS_INT8 = [(63, 64, 65), (1, 4096, 129)]
 
 
 @pytest.mark.parametrize("stage", [0, 64, 32, -64], ids=["global", "staged", "staged32", "staged-mma"])
-@pytest.mark.parametrize("split_mode", ["plan", "one", "per_page", *BALANCED])
+@pytest.mark.parametrize("split_mode", SPLIT_MODES)
 @pytest.mark.parametrize("ctxs", DECODE_CTXS_INT8, ids=lambda c: "ctx" + "-".join(map(str, c)))
 @pytest.mark.parametrize("name", list(PROBLEMS_INT8))
 def test_decode_step_int8(name, ctxs, split_mode, stage):
@@ -281,12 +277,7 @@ def decode_case(name, ctxs, split_mode, stage=0):
 
     ctx = device_ctx()
     ln_d = DECODE.launch(p, B, ctx)
-    splits, pps = DECODE.splits(p, B, ctx)
-    if split_mode == "one":
-        splits, pps = 1, p.max_pages
-    elif split_mode == "per_page":
-        splits, pps = p.max_pages, 1
-    granule = BALANCED.get(split_mode, DECODE.granule(p))
+    splits, pps, granule = split_geometry(p, B, ctx, split_mode, DECODE)
     fam = A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, granule, granule, stage_kv=stage != 0,
                              stage_keys=abs(stage) % 64, stage_mma=stage < 0, fuse_prep=False)
     ln_d = dataclasses.replace(ln_d, kernel=fam.spec(p), grid=(splits, p.heads_kv, B), split_k=splits,

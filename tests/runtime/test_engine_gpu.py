@@ -322,6 +322,27 @@ def test_batched_decode_reproduces_the_goldens(artifacts, goldens):
         s.close()
 
 
+def _teacher_forced_then_greedy(e, prompts, tokens):
+    """Prefill ``prompts`` (one session each, chunks of 1,024), decode ``tokens`` teacher-forced (one step of all
+    sessions per token) and, for one session, 24 greedy steps after them: (each step's logits as ``decode_batch``
+    (B > 1) / ``decode`` (B = 1) return them, stacked; the greedy ids), the sessions closed."""
+    batch = len(prompts)
+    sessions = [e.session() for _ in range(batch)]
+    for s, p in zip(sessions, prompts):
+        s.prefill(p, 1024)
+    rows = [e.decode_batch(sessions, [tok] * batch).get() if batch > 1 else sessions[0].decode(tok).get()
+            for tok in tokens]
+    greedy = []
+    if batch == 1:
+        s = sessions[0]
+        for _ in range(24):
+            greedy.append(s.sample(GREEDY))
+            s.decode(greedy[-1])
+    for s in sessions:
+        s.close()
+    return np.stack(rows), greedy
+
+
 @pytest.mark.parametrize("tile", [0, 32, -1], ids=["page", "tile32", "mma"])
 @pytest.mark.parametrize("batch", [1, 3])
 def test_staged_attention_decode_equals_the_global_one(tmp_path, tiny_dir, goldens_long, batch, tile):
@@ -352,22 +373,7 @@ def test_staged_attention_decode_equals_the_global_one(tmp_path, tiny_dir, golde
             uris = {ln.kernel.uri for _, ln, *_ in e.step_plan("decode", batch, batch, batch).launches
                     if ln.kernel.family == "attn_decode"}
             assert uris and all(("stage" in u) == stage for u in uris), uris
-            sessions = [e.session() for _ in range(batch)]
-            for s, p in zip(sessions, prompts):
-                s.prefill(p, 1024)
-            rows = []
-            for tok in goldens_long["greedy_ids"][:16]:
-                rows.append(e.decode_batch(sessions, [tok] * batch).get() if batch > 1 else
-                            sessions[0].decode(tok).get())
-            greedy = []
-            if batch == 1:
-                s = sessions[0]
-                for _ in range(24):
-                    greedy.append(s.sample(GREEDY))
-                    s.decode(greedy[-1])
-            out[stage] = (np.stack(rows), greedy)
-            for s in sessions:
-                s.close()
+            out[stage] = _teacher_forced_then_greedy(e, prompts, goldens_long["greedy_ids"][:16])
     finally:
         fam.stage_kv, fam.stage_keys, fam.stage_mma = default
     if tile == 0:  # a page per tile: the same online-softmax steps as the global kernel
@@ -402,22 +408,7 @@ def test_decode_with_prep_folded_equals_the_prep_launch(tmp_path, tiny_dir, gold
             e = Engine(Artifact.open(path), max_batch=batch, plan="device")
             fams = [ln.kernel.family for _, ln, *_ in e.step_plan("decode", batch, batch, batch).launches]
             assert ("attn_prep" in fams) == (not fused) and "attn_decode" in fams, fams
-            sessions = [e.session() for _ in range(batch)]
-            for s, p in zip(sessions, prompts):
-                s.prefill(p, 1024)
-            rows = []
-            for tok in goldens_long["greedy_ids"][:16]:
-                rows.append(e.decode_batch(sessions, [tok] * batch).get() if batch > 1 else
-                            sessions[0].decode(tok).get())
-            greedy = []
-            if batch == 1:
-                s = sessions[0]
-                for _ in range(24):
-                    greedy.append(s.sample(GREEDY))
-                    s.decode(greedy[-1])
-            out[fused] = (np.stack(rows), greedy)
-            for s in sessions:
-                s.close()
+            out[fused] = _teacher_forced_then_greedy(e, prompts, goldens_long["greedy_ids"][:16])
     finally:
         fam.stage_kv, fam.fuse_prep = default
     print(f"fused vs prep launch: max |d logit| {np.max(np.abs(out[True][0] - out[False][0]))}")
