@@ -34,15 +34,30 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// (cos a, sin a) of an fp32 RoPE angle a = fp32(pos * inv_freq[f]) >= 0 without
+// sinf / cosf: their argument reduction past |a| ~ 1e5 rad (Payne-Hanek, CUDA C Programming Guide "Mathematical
+// Functions", sinf's slow path) works through a local-memory array, and positions of long contexts reach it
+// (a = pos for f = 0). Here a / pi is formed in double (relative error ~2^-53: < 2^-35 pi rad at a = 2^18), reduced
+// mod 2 exactly to r in [-1, 1], rounded to fp32 (< pi 2^-25 rad) and passed to sincospif, whose reduction of r is
+// exact. Absolute error vs cos / sin of the fp32 angle: <= 1.2e-7 over positions < 2^18 at theta 1e7, rot 64 (numpy,
+// sincospif taken as correctly rounded; add its own <= 1 ulp), against 3e-8 for a correctly rounded cosf. Both attn_prep
+// and attn_decode's folded prep call it (bit-equal RoPE); numpy's oracle is np.cos / np.sin of the same fp32 angle
+// (ninferc.ir.reference.rope_cos_sin).
+__device__ __forceinline__ float2 rope_cos_sin(float a) {
+  const double t = (double)a * 0.31830988618379067154;  // 1 / pi
+  const double r = t - 2.0 * rint(0.5 * t);             // t mod 2 in [-1, 1] (exact)
+  float s, c;
+  sincospif((float)r, &s, &c);
+  return make_float2(c, s);
+}
+
 // q_norm / k_norm then partial NeoX RoPE of one head row held by a warp, lane l owning elements d = l + 32 j
 // (kPerLane = hd / 32 of them), as attn_prep computes it (ref_rmsnorm with unit offset, ref_partial_rope):
 // y = x / sqrt(mean(x^2) + eps) * (1 + w), then for d < kRot: y_d = y_d cos(a_f) + r_d sin(a_f), f = d mod kRot/2,
 // r_d = -y_{d+kRot/2} (d < kRot/2) or y_{d-kRot/2}, products and sum rounded separately (no FMA contraction).
 // `buf` (kHd floats of shared memory, this warp's alone) passes the rotate-half partners; `cos_sin(f)` gives
-// (cos a_f, sin a_f) of a_f = fp32(pos * inv_freq[f]). Used by attn_decode's folded prep (template `prep`);
-// attn_prep.cu.j2 carries the same arithmetic inline (moving it onto this helper changes that planned kernel's
-// source and registers, so it waits for a device run) -- test_emulated_decode_with_prep_folded holds the two
-// bit-equal.
+// (cos a_f, sin a_f) of a_f = fp32(pos * inv_freq[f]) (rope_cos_sin). Used by attn_prep and by attn_decode's folded
+// prep (template `prep`) -- test_emulated_decode_with_prep_folded holds the two bit-equal.
 template <int kPerLane, int kRot, class CosSin>
 __device__ __forceinline__ void norm_rope_row(float (&y)[kPerLane], const float (&x)[kPerLane], const float* w,
                                               float eps, float* buf, int lane, CosSin cos_sin) {

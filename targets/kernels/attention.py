@@ -430,11 +430,10 @@ class AttnDecodeFamily(_OneKernelFamily):
             staged tile -- one launch less per attention layer and decode step (the plan drops the decode step's
             ``attn_prep`` where the decode launch is fused: :func:`ninferc.targets.lower.drop_unneeded_steps`;
             prefill keeps it). True forces it (and the staged kernel); ``"auto"`` fuses wherever the staged bf16
-            kernel without ``stage_mma`` is chosen; False (default) never. On the H200 the 27B step with it is
+            kernel without ``stage_mma`` is chosen (default); False never. On the H200 the 27B step with it is
             1.0056x (w8) and 1.0088x (w4) at 512 of 8,248 tokens, 1.0017x (w8) at 8,192, the logits bit-equal to
-            the attn_prep launch's (bench/NOTES.md run 135). Not the default yet: the fused kernel carries a 32-byte
-            stack frame (sincosf's slow-path reduction, arguments past ~1e5 rad; ptxas: 0 bytes spilled), which the
-            planned kernels' no-local-memory rule refuses.
+            the attn_prep launch's (bench/NOTES.md run 135). Both kernels take RoPE's cos / sin from
+            ``attn_common.cuh rope_cos_sin`` (no sinf / cosf slow path, so no local memory).
         stage_min_resident: the ``"auto"`` rule's resident-CTA threshold (default 3, the H200's staged occupancy
             that was measured).
         stage_keys: keys per staged tile (template ``tile``; 0 = one page). A smaller tile needs less shared memory
@@ -458,7 +457,7 @@ class AttnDecodeFamily(_OneKernelFamily):
     def __init__(self, threads: int = 128, max_pages_per_split: int = 64, balance_keys: int = 16,
                  balance_keys_int8: int = 16, trace: bool = False, stage_kv: bool | str = "auto", stage_keys: int = 0,
                  stage_min_ctas: int = 4, stage_min_resident: int = 3, stage_mma: bool = False,
-                 fuse_prep: bool | str = False):
+                 fuse_prep: bool | str = "auto"):
         _check_threads(self.name, threads)
         if max_pages_per_split < 1:
             raise PlanError(f"{self.name}: max_pages_per_split = {max_pages_per_split} must be >= 1")

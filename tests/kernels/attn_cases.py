@@ -9,8 +9,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ninferc.ir.reference import ref_partial_rope, ref_rmsnorm
-from ninferc.targets.kernels.attention import (KV_GROUP, AttentionProblem, Int8Pages, dequantize_kv, quantize_kv,
-                                               round_bf16)
+from ninferc.targets.kernels.attention import (KV_GROUP, AttentionProblem, Int8Pages, bf16_bits, dequantize_kv,
+                                               quantize_kv, round_bf16)
 
 #: the tiny fixture's attention (4 q / 2 kv heads of 64, rotary 16) and the 27B one (24 / 4 of 256,
 #: rotary 64); 72 pages of 64 = 4608 tokens per sequence (room for a 4096 context plus a 200-token chunk)
@@ -132,7 +132,8 @@ def check_int8_rows(problem: AttentionProblem, cache: PagedCache, st: dict, kp_d
 
     v: codes and scales bit-exact (the quantiser's input is the same fp32 projection value on both sides).
     k: the quantiser's input is the fp32 k after RMSNorm + RoPE, which a kernel computes within a few ulps of
-    numpy (warp-order sum of squares; CUDA's sinf/cosf within 2 ulp of numpy's correctly rounded ones), so
+    numpy (warp-order sum of squares; attn_common.cuh rope_cos_sin within ~3 ulp of numpy's correctly rounded
+    cos / sin), so
     codes may differ by one (>= 99 % equal), scales by a few ulps (relative 2^-20 allowed: the group max moves
     by a few ulps, the division adds one), and each dequantised kernel value must be a valid quantisation of
     numpy's fp32 k: |k - fl32(code * scale)| <= scale * (1/2 + 2^-12) (the slack covers the few-ulp difference
@@ -189,3 +190,50 @@ def split_geometry(problem: AttentionProblem, batch: int, ctx, split_mode: str, 
     elif split_mode == "per_page":
         splits, pps = problem.max_pages, 1
     return splits, pps, BALANCED.get(split_mode, decode.granule(problem))
+
+
+def pool_bits(problem: AttentionProblem, k_pages, v_pages) -> dict:
+    """Pool arrays by kernel argument name as a kernel holds them (host copies): bf16 bits (uint16) of fp32 pages,
+    or the int8 codes and fp32 scales of :class:`Int8Pages`."""
+    if problem.kv_dtype == "int8":
+        return {"k_pages": k_pages.codes.copy(), "v_pages": v_pages.codes.copy(), "k_scales": k_pages.scales.copy(),
+                "v_scales": v_pages.scales.copy()}
+    return {"k_pages": bf16_bits(k_pages), "v_pages": bf16_bits(v_pages)}
+
+
+#: positions past sinf / cosf's fast-path range (~1e5 rad at inv_freq 1), up to 2^18 - 1, and two near the start
+FAR_POSITIONS = np.array([0, 1, 105_614, 105_616, 200_003, 262_143], np.int32)
+
+
+def far_prep_case(problem: AttentionProblem, rng) -> tuple[PagedCache, dict]:
+    """attn_prep's RoPE at :data:`FAR_POSITIONS` (one token per sequence): (cache, dev) with dev the kernel's
+    arrays by argument name (host numpy; q_out NaN). Only positions 0 and 1 lie inside the page table (its rows are
+    written); the rest are past it (not written). Check with :func:`check_far_prep`."""
+    T = len(FAR_POSITIONS)
+    qn = (0.1 * rng.standard_normal(problem.head_dim)).astype(np.float32)
+    cache = make_cache(problem, [0] * T, [1] * T, rng)
+    pools = pool_bits(problem, cache.k_pages, cache.v_pages)
+    dev = {"proj": rng.standard_normal((T, problem.proj_dim)).astype(np.float32), "q_norm_w": qn, "k_norm_w": qn,
+           "inv_freq": problem.inv_freq(), "tok_pos": FAR_POSITIONS.copy(), "tok_seq": np.arange(T, dtype=np.int32),
+           "page_table": cache.page_table, **pools,
+           "q_out": np.full((T, problem.heads_q, problem.head_dim), np.nan, np.float32)}
+    return cache, dev
+
+
+def check_far_prep(problem: AttentionProblem, cache: PagedCache, dev: dict, tol) -> None:
+    """q_out of :func:`far_prep_case` (``dev`` read back to numpy) vs numpy's RMSNorm + RoPE of the same fp32 angles
+    within ``tol`` (attn_common.cuh rope_cos_sin reduces a / pi in double; an fp32 reduction is off by up to ~0.02
+    rad at 2^18), the in-table rows written and every other pool byte unchanged."""
+    pos = FAR_POSITIONS
+    q = problem.split_proj(dev["proj"])[0]
+    q_ref = ref_partial_rope(ref_rmsnorm(q, dev["q_norm_w"], problem.eps, True), pos, problem.rotary_dim,
+                             problem.theta)
+    tol.check(dev["q_out"], q_ref, "attn_prep q_out at far positions")
+    before = pool_bits(problem, cache.k_pages, cache.v_pages)
+    near = pos // problem.page_size < cache.page_table.shape[1]
+    pg, rw = cache.page_table[np.arange(len(pos))[near], pos[near] // problem.page_size], pos[near] % problem.page_size
+    for k, v in before.items():
+        got = np.array(dev[k])
+        assert not np.array_equal(got[pg, :, rw], v[pg, :, rw]), f"{k}: the in-table rows were not written"
+        got[pg, :, rw] = v[pg, :, rw]
+        np.testing.assert_array_equal(got, v, err_msg=f"{k}: a row past the page table was written")

@@ -24,7 +24,8 @@ import zlib
 import numpy as np
 import pytest
 
-from attn_cases import BALANCED, SPLIT_MODES, TINY, check_int8_rows, make_cache, make_step, split_geometry
+from attn_cases import (BALANCED, SPLIT_MODES, TINY, check_far_prep, check_int8_rows, far_prep_case, make_cache,
+                        make_step, pool_bits, split_geometry)
 from ninferc.ir.tolerances import ATTENTION, BF16_ELEMENTWISE, FP32_REORDER
 from ninferc.targets.kernels import attention as A
 from ninferc.targets.plan import PlanContext, compile_variants
@@ -47,6 +48,11 @@ template <class T> static inline T __ldg(const T* p) { return *p; }
 static inline float __fdiv_rn(float a, float b) { return a / b; }
 static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline float __fadd_rn(float a, float b) { return a + b; }
+// sincospif (attn_common.cuh rope_cos_sin): sin / cos of pi x, x in [-1, 1] there, through the double library
+static inline void sincospif(float x, float* s, float* c) {
+  *s = (float)sin(3.14159265358979323846 * (double)x);
+  *c = (float)cos(3.14159265358979323846 * (double)x);
+}
 """  # __float2int_rn is in the emulator's shim (cuda_host.py)
 
 _END_COMMON = "// ---- end ninfer_common.cuh ----\n"
@@ -82,14 +88,6 @@ def run(launch, args, reverse: bool) -> None:
                                       reverse=reverse)
 
 
-def pool_arrays(p, k_pages, v_pages) -> dict:
-    """The emulator's pool arrays by argument name (copies): bf16 bits, or int8 codes + fp32 scales."""
-    if p.kv_dtype == "int8":
-        return {"k_pages": k_pages.codes.copy(), "v_pages": v_pages.codes.copy(),
-                "k_scales": k_pages.scales.copy(), "v_scales": v_pages.scales.copy()}
-    return {"k_pages": A.bf16_bits(k_pages), "v_pages": A.bf16_bits(v_pages)}
-
-
 def pages_of(p, dev):
     if p.kv_dtype == "int8":
         return A.Int8Pages(dev["k_pages"], dev["k_scales"]), A.Int8Pages(dev["v_pages"], dev["v_scales"])
@@ -105,7 +103,7 @@ def prep_step(p, prev, new, seed, reverse):
     T = st["proj"].shape[0]
     dev = {"proj": st["proj"], "q_norm_w": st["q_norm_w"], "k_norm_w": st["k_norm_w"], "inv_freq": p.inv_freq(),
            "tok_pos": st["tok_pos"], "tok_seq": st["tok_seq"], "seq_start": st["seq_start"],
-           "seq_ctx": st["seq_ctx"], "page_table": cache.page_table, **pool_arrays(p, cache.k_pages, cache.v_pages),
+           "seq_ctx": st["seq_ctx"], "page_table": cache.page_table, **pool_bits(p, cache.k_pages, cache.v_pages),
            "q_out": np.full((T, p.heads_q, p.head_dim), np.nan, np.float32)}
     ln = PREP.launch(p, T, plan_ctx())
     run(ln, PREP.kernel_args(p, ln, dev), reverse)
@@ -123,6 +121,17 @@ def prep_step(p, prev, new, seed, reverse):
     return cache, st, dev, (q_ref, kp_ref, vp_ref)
 
 
+
+
+@pytest.mark.parametrize("name", ["tiny-bf16", "hd256-int8"])
+def test_emulated_prep_rope_at_far_positions(name):
+    """attn_prep's q rows at positions past sinf / cosf's fast-path range up to 2^18 - 1 match numpy's RoPE of the
+    same fp32 angles; rows past the page table are not written (attn_cases.far_prep_case / check_far_prep)."""
+    p = SHAPES[name]
+    cache, dev = far_prep_case(p, np.random.default_rng(7))
+    ln = PREP.launch(p, len(dev["tok_pos"]), plan_ctx())
+    run(ln, PREP.kernel_args(p, ln, dev), False)
+    check_far_prep(p, cache, dev, FP32_REORDER)
 
 
 @pytest.mark.parametrize("stage", [0, 64, 32, 16, -64, -32], ids=["global", "staged", "staged32", "staged16",
@@ -237,7 +246,7 @@ def test_emulated_decode_with_prep_folded(name, ctxs, split_mode):
     splits, pps, granule = split_geometry(p, B, ctx, split_mode, DECODE)
     outs = {}
     for fused in (False, True):
-        dev = {**base, **pool_arrays(p, cache.k_pages, cache.v_pages)}
+        dev = {**base, **pool_bits(p, cache.k_pages, cache.v_pages)}
         if not fused:  # attn_prep first, as the unfused decode step runs
             dev["q_out"] = np.full((B, p.heads_q, p.head_dim), np.nan, np.float32)
             ln = PREP.launch(p, B, ctx)

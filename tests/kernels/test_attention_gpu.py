@@ -24,8 +24,8 @@ import zlib
 import numpy as np
 import pytest
 
-from attn_cases import (ALL_PROBLEMS, PROBLEMS, PROBLEMS_INT8, SPLIT_MODES, check_int8_rows, make_cache, make_step,
-                        split_geometry)
+from attn_cases import (ALL_PROBLEMS, PROBLEMS, PROBLEMS_INT8, SPLIT_MODES, check_far_prep, check_int8_rows,
+                        far_prep_case, make_cache, make_step, pool_bits, split_geometry)
 from ninferc.ir.tolerances import ATTENTION, BF16_ELEMENTWISE, FP32_REORDER
 from ninferc.targets.kernels import attention as A
 
@@ -87,10 +87,6 @@ def seed(*parts) -> int:
     return zlib.crc32(repr(parts).encode())
 
 
-def to_dev_bf16(x):
-    return _cp().asarray(A.bf16_bits(x))
-
-
 def from_dev_bf16(x):
     return A.from_bf16_bits(_cp().asnumpy(x))
 
@@ -139,10 +135,7 @@ def check(tol, got, ref, what: str, dims: str) -> None:
 def upload_pages(p, k_pages, v_pages) -> dict:
     """Device KV pool arrays by argument name: bf16 bits, or int8 codes + fp32 scales."""
     cp = _cp()
-    if p.kv_dtype == "int8":
-        return {"k_pages": cp.asarray(k_pages.codes), "v_pages": cp.asarray(v_pages.codes),
-                "k_scales": cp.asarray(k_pages.scales), "v_scales": cp.asarray(v_pages.scales)}
-    return {"k_pages": to_dev_bf16(k_pages), "v_pages": to_dev_bf16(v_pages)}
+    return {k: cp.asarray(v) for k, v in pool_bits(p, k_pages, v_pages).items()}
 
 
 def download_pages(p, dev):
@@ -234,6 +227,20 @@ def test_driver_occupancy_matches_the_calculator():
 
 
 DECODE_CTXS = [(63,), (64,), (65,), (4096,), (63, 64, 65), (1, 4096, 129)]
+
+
+@pytest.mark.parametrize("name", list(ALL_PROBLEMS))
+def test_prep_rope_at_far_positions(name):
+    """attn_prep on the device at positions up to 2^18 - 1 (past sinf / cosf's fast path): q matches numpy's RoPE of
+    the same fp32 angles (rope_cos_sin's double reduction and the device's sincospif); rows past the page table
+    are not written (attn_cases.far_prep_case / check_far_prep)."""
+    cp = _cp()
+    p = ALL_PROBLEMS[name]
+    cache, host = far_prep_case(p, np.random.default_rng(seed("far", name)))
+    dev = {k: cp.asarray(v) for k, v in host.items()}
+    ln = PREP.launch(p, len(host["tok_pos"]), device_ctx())
+    run(ln, PREP.kernel_args(p, ln, dev))
+    check_far_prep(p, cache, {k: cp.asnumpy(v) for k, v in dev.items()}, FP32_REORDER)
 
 
 @pytest.mark.parametrize("stage", [0, 64, 32, -64], ids=["global", "staged", "staged32", "staged-mma"])

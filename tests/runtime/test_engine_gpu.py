@@ -387,8 +387,8 @@ def test_staged_attention_decode_equals_the_global_one(tmp_path, tiny_dir, golde
 def test_decode_with_prep_folded_equals_the_prep_launch(tmp_path, tiny_dir, goldens_long, batch):
     """``AttnDecodeFamily.fuse_prep``: the decode step launches no attn_prep (the staged decode kernel computes q and
     the new K / V row itself; prefill still runs attn_prep) and its teacher-forced decode logits of the long golden
-    prompt match the engine with the attn_prep launch within ENGINE_REORDER (the same arithmetic; the RoPE's
-    sin / cos through sincosf), for one sequence and ``batch`` of different lengths; 24 greedy steps give the same
+    prompt match the engine with the attn_prep launch within ENGINE_REORDER (the same arithmetic, the RoPE's
+    cos / sin through attn_common.cuh rope_cos_sin in both), for one sequence and ``batch`` of different lengths; 24 greedy steps give the same
     ids."""
     from ninferc.artifact import Artifact
     from ninferc.pipeline import compile_model

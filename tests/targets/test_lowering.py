@@ -52,16 +52,16 @@ def test_linear_route_boundary(tiny_dir):
 def test_folded_attn_prep_lowering(graph, arch, sku):
     """``AttnDecodeFamily.fuse_prep``: attn_prep becomes a prefill-only step, the decode step's attn_decode takes
     proj / q_norm_w / k_norm_w / inv_freq / eps (all bound) instead of q, and it is the staged kernel on every target
-    (the folded prep writes the new row into the staged tile); with int8 KV the plan refuses it, naming why."""
+    (the folded prep writes the new row into the staged tile); with int8 KV the plan refuses it, naming why. "auto"
+    is the default."""
     import dataclasses
 
     from ninferc.errors import PlanError
     from ninferc.targets.kernels import FAMILIES
 
     fam = FAMILIES["attn_decode"]
-    assert fam.fuse_prep is False
+    assert fam.fuse_prep == "auto"
     try:
-        fam.fuse_prep = "auto"
         mp = plan_model(graph, arch, sku=sku, decode_batches=(1,), prefill_tokens=(64,))
         ctx = mp.context()
         dec = [ln for step, ln in plan_steps(mp.program, ctx, T=1, B=1, R=1, mode="decode")
@@ -90,4 +90,4 @@ def test_folded_attn_prep_lowering(graph, arch, sku):
         with pytest.raises(PlanError, match="fuse_prep cannot take the global-memory kernel"):
             fam.spec(p, False)
     finally:
-        fam.fuse_prep = False
+        fam.fuse_prep = "auto"
