@@ -91,7 +91,8 @@ class CupyBackend:
 
 
 #: decode-kernel variants the tests run beside the registered family's (``GdnDecodeFamily`` keyword arguments)
-DECODE_VARIANTS = {"planned": None, "no_preload": {"preload": False}, "no_prewait": {"prewait": False}}
+DECODE_VARIANTS = {"planned": None, "no_preload": {"preload": False}, "no_prewait": {"prewait": False},
+                   "early_store": {"early_store": True}}
 
 
 def decode_family(variant: str) -> gdn.GdnDecodeFamily:
