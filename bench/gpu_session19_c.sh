@@ -9,5 +9,7 @@ V=(now "store:gdn_decode.early_store=True" "gates:gdn_decode.early_gates=True"
 ab_run w8_early_512 w8 130 --context 512 --max-context 8248 "${V[@]}"
 ab_run w4_early_512 w4 130 --context 512 --max-context 8248 "${V[@]}"
 ab_run w8_early_8192 w8 130 --context 8192 --max-context 8448 "${V[@]}"
+ab_run w8_spt64_512 w8 100 --context 512 --max-context 8248 now "spt64:gdn_decode.state_per_thread=64" \
+  "spt64_both:gdn_decode.state_per_thread=64;gdn_decode.early_store=True;gdn_decode.early_gates=True"
 cp /tmp/ab_*.log $OUT/
 gpu_tests gdn 200 tests/kernels/test_gdn_gpu.py
