@@ -363,24 +363,15 @@ class GdnDecodeFamily:
             because both were last written at least two launches back: templates/ninfer_common.cuh section 7).
             Default on: with the balanced attention split, the 27B decode step on the H200 is 1.010x (w8, 512 of
             8,248 tokens) and 1.004x (w4) faster than with the split alone (bench/NOTES.md, session 15).
-        early_store: store each row of the new state as soon as the delta rule has updated it, before o's reduction
-            and the gated RMSNorm (template parameter ``early_store``), so that the CTA's 64 KB state write drains
-            while the output is still being computed. Default False (an A/B candidate, bench/NOTES.md session 19).
-        early_gates: load the token's gating inputs a, b together with the gate z at the top of the token, before the
-            conv loop and its ring stores, instead of after them (template parameter ``early_gates``). Default False
-            (an A/B candidate, bench/NOTES.md session 19).
     """
 
     name = "gdn_decode"
     template = "gdn_recurrent.cu.j2"
 
-    def __init__(self, state_per_thread: int = STATE_FLOATS_PER_THREAD, prewait: bool = True, preload: bool = True,
-                 early_store: bool = False, early_gates: bool = False):
+    def __init__(self, state_per_thread: int = STATE_FLOATS_PER_THREAD, prewait: bool = True, preload: bool = True):
         self.state_per_thread = int(state_per_thread)
         self.prewait = bool(prewait)
         self.preload = bool(preload)
-        self.early_store = bool(early_store)
-        self.early_gates = bool(early_gates)
 
     def spec(self, problem: GdnProblem, threads: int | None = None) -> KernelSpec:
         """The decode kernel for ``problem`` (threads default :func:`recurrent_threads`).
@@ -396,10 +387,6 @@ class GdnDecodeFamily:
             params["prewait"] = False
         elif self.preload:
             params["preload"] = True
-        if self.early_store:
-            params["early_store"] = True
-        if self.early_gates:
-            params["early_gates"] = True
         return KernelSpec.make(self.name, self.template, params, th, cooperative=False)
 
     def variants(self, problem: GdnProblem) -> list[KernelSpec]:

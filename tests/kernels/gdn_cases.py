@@ -91,9 +91,7 @@ class CupyBackend:
 
 
 #: decode-kernel variants the tests run beside the registered family's (``GdnDecodeFamily`` keyword arguments)
-DECODE_VARIANTS = {"planned": None, "no_preload": {"preload": False}, "no_prewait": {"prewait": False},
-                   "early_store": {"early_store": True}, "early_gates": {"early_gates": True},
-                   "early_both": {"early_store": True, "early_gates": True}}
+DECODE_VARIANTS = {"planned": None, "no_preload": {"preload": False}, "no_prewait": {"prewait": False}}
 
 
 def decode_family(variant: str) -> gdn.GdnDecodeFamily:
