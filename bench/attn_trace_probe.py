@@ -1,11 +1,13 @@
-"""Device probe (diagnostic, session 16): the per-CTA timeline of attn_decode inside the graph-replayed 27B decode
-step. The engine is built with ``AttnDecodeFamily.trace`` (template ``trace``): thread 0 of every CTA records
+"""Device probe (diagnostic, session 16; ``--family gdn_decode`` since session 19): the per-CTA timeline of attn_decode
+(or gdn_decode) inside the graph-replayed 27B decode step. The engine is built with ``AttnDecodeFamily.trace`` (template ``trace``): thread 0 of every CTA records
 globaltimer at entry, after the PDL wait, after its first tile's scores and softmax, after its last P.V and at exit.
 Per launch (one per attention layer and step) it reports, relative to the first CTA's PDL-wait release (~ the end
 of attn_prep plus the memory flush): the spread of entries and wait releases, and for the CTAs with keys the
-median / last time each phase ended -- where the ~9 us the kernel adds to the step at 512 tokens goes.
+median / last time each phase ended -- where the ~9 us the kernel adds to the step at 512 tokens goes. With
+``--family gdn_decode`` (``GdnDecodeFamily.trace``) the phases are entry, wait, conv (q / k / v in shared memory), the
+q / k norms, kv = S^T k, o = S^T q, the y store and the state store, every CTA counted.
 
-Usage (GPU machine, torch not needed): python bench/attn_trace_probe.py [--weights w8] [--context 512]
+Usage (GPU machine, torch not needed): python bench/attn_trace_probe.py [--family attn_decode|gdn_decode] [--weights w8] [--context 512]
 [--max-context 8248] [--steps 3] [--set family.attr=value ...] [--json FILE]; ``--set attn_decode.stage_mma=True``
 sets a kernel family's attribute (a Python literal) before the engine is built, as bench/graph_profile.py does.
 """
@@ -23,13 +25,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dp_trace_probe import device_var  # noqa: E402
 
-WORDS, MAX_RECORDS = 9, 65536  # the template's kTraceWords, kTraceMax
-PHASES = ["entry", "wait", "scores", "softmax", "pv", "exit"]
+#: per family: the module's record array and counter, records (the template's kTraceMax), the phases stamped, and
+#: the phases counted only over CTAs that did work (attn_decode: CTAs with keys, whose scores stamp moved)
+FAMILY_TRACES = {
+    "attn_decode": ("attn_trace", "attn_trace_n", 65536, ["entry", "wait", "scores", "softmax", "pv", "exit"],
+                    ("scores", "softmax", "pv")),
+    "gdn_decode": ("gdn_trace", "gdn_trace_n", 16384, ["entry", "wait", "conv", "norms", "kv", "o", "y", "state"], ()),
+}
 
 
 def main(argv=None) -> int:
     """Run the probe (module docstring), print one summary row per launch and their medians; write ``--json``."""
     ap = argparse.ArgumentParser()
+    ap.add_argument("--family", default="attn_decode", choices=sorted(FAMILY_TRACES))
     ap.add_argument("--weights", default="w8")
     ap.add_argument("--context", type=int, default=512)
     ap.add_argument("--max-context", type=int, default=8248)
@@ -48,17 +56,19 @@ def main(argv=None) -> int:
     cp = cp_mod()
     from family_ab import parse_variant
 
-    FAMILIES["attn_decode"].trace = True
+    array, counter, max_records, phases, work_phases = FAMILY_TRACES[a.family]
+    words = 3 + len(phases)
+    FAMILIES[a.family].trace = True
     for (fam, attr), v in parse_variant("set:" + ";".join(a.set))[1].items():
         setattr(FAMILIES[fam], attr, v)
     art = synthetic_artifact("qwen3.8-27b", a.weights, "bf16", target=None, sku=None, max_context=a.max_context)
     eng = Engine(art, max_context=a.max_context, prefill_chunk=a.context, max_batch=1,
                  log=lambda m: print(m, file=sys.stderr))
     sp = eng.step_plan("decode", 1, 1, 1)
-    ks = [k for step, ln, k, _ in sp.launches if ln.kernel.family == "attn_decode"]
-    assert ks, "no attn_decode launch in the decode step plan"
+    ks = [k for step, ln, k, _ in sp.launches if ln.kernel.family == a.family]
+    assert ks, f"no {a.family} launch in the decode step plan"
     k = ks[0]
-    grid = [ln for step, ln, kk, _ in sp.launches if ln.kernel.family == "attn_decode"][0].grid
+    grid = [ln for step, ln, kk, _ in sp.launches if ln.kernel.family == a.family][0].grid
     ctas = grid[0] * grid[1] * grid[2]
     rng = np.random.default_rng(0)
     s = eng.session()
@@ -69,14 +79,14 @@ def main(argv=None) -> int:
         s.decode(tok)
         tok = s.sample(greedy)
     s.synchronize()
-    device_var(cp, k.module, "attn_trace_n", (1,), np.uint32)[...] = 0
+    device_var(cp, k.module, counter, (1,), np.uint32)[...] = 0
     cp.cuda.runtime.deviceSynchronize()
     for _ in range(a.steps):
         s.decode(tok)
         tok = s.sample(greedy)
     s.synchronize()
-    n = int(device_var(cp, k.module, "attn_trace_n", (1,), np.uint32).get()[0])
-    rec = device_var(cp, k.module, "attn_trace", (MAX_RECORDS, WORDS), np.uint64).get()[:min(n, MAX_RECORDS)]
+    n = int(device_var(cp, k.module, counter, (1,), np.uint32).get()[0])
+    rec = device_var(cp, k.module, array, (max_records, words), np.uint64).get()[:min(n, max_records)]
     rec = rec[np.argsort(rec[:, 3], kind="stable")]  # by entry time: launches are > 50 us apart
     launches = [rec[i:i + ctas] for i in range(0, len(rec), ctas)]
     rows = []
@@ -86,16 +96,16 @@ def main(argv=None) -> int:
         t = L[:, 3:].astype(np.int64)
         t0 = t[:, 1].min()
         rel = (t - t0) / 1e3  # us from the first wait release
-        work = t[:, 2] != t[:, 1]  # CTAs that had a tile (their scores stamp moved)
+        work = t[:, 2] != t[:, 1] if work_phases else np.ones(len(t), bool)  # attn: CTAs whose scores stamp moved
         row = {"ctas": int(len(L)), "ctas_with_keys": int(work.sum()), "sms": int(len(set(L[:, 2].tolist())))}
-        for j, ph in enumerate(PHASES):
-            sel = rel[work, j] if ph in ("scores", "softmax", "pv") and work.any() else rel[:, j]
+        for j, ph in enumerate(phases):
+            sel = rel[work, j] if ph in work_phases and work.any() else rel[:, j]
             row[ph] = [float(sel.min()), float(np.median(sel)), float(sel.max())]
         rows.append(row)
     print(f"{a.weights} context {a.context} of {a.max_context}: grid {grid}, {n} records, {len(rows)} launches")
-    print("us from the first CTA's PDL-wait release: min / median / max over the launch's CTAs (phases scores, softmax,"
-          " pv: the CTAs with keys)")
-    for ph in PHASES:
+    print("us from the first CTA's PDL-wait release: min / median / max over the launch's CTAs" +
+          (f" (phases {', '.join(work_phases)}: the CTAs with work)" if work_phases else ""))
+    for ph in phases:
         m = np.median([[r[ph][0], r[ph][1], r[ph][2]] for r in rows], axis=0)
         print(f"  {ph:8s} {m[0]:7.2f} {m[1]:7.2f} {m[2]:7.2f}")
     print(f"  CTAs with keys {rows[0]['ctas_with_keys']} of {rows[0]['ctas']} on {rows[0]['sms']} SMs")
@@ -103,7 +113,7 @@ def main(argv=None) -> int:
         props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
         gpu = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
         Path(a.json).write_text(json.dumps({"gpu": gpu, "commit": git_commit(), "command": "python bench/attn_trace_probe.py " +
-                                            " ".join(argv or sys.argv[1:]), "grid": list(grid), "weights": a.weights,
+                                            " ".join(argv or sys.argv[1:]), "family": a.family, "grid": list(grid), "weights": a.weights,
                                             "context": a.context, "max_context": a.max_context, "set": a.set,
                                             "launches": rows},
                                            indent=1) + "\n")

@@ -363,15 +363,20 @@ class GdnDecodeFamily:
             because both were last written at least two launches back: templates/ninfer_common.cuh section 7).
             Default on: with the balanced attention split, the 27B decode step on the H200 is 1.010x (w8, 512 of
             8,248 tokens) and 1.004x (w4) faster than with the split alone (bench/NOTES.md, session 15).
+        trace: a probe's option (template ``trace``; ``bench/attn_trace_probe.py --family gdn_decode``): every CTA
+            records globaltimer at entry, after the PDL wait and after each phase of its token into the module's
+            ``gdn_trace`` array. Never set in a plan.
     """
 
     name = "gdn_decode"
     template = "gdn_recurrent.cu.j2"
 
-    def __init__(self, state_per_thread: int = STATE_FLOATS_PER_THREAD, prewait: bool = True, preload: bool = True):
+    def __init__(self, state_per_thread: int = STATE_FLOATS_PER_THREAD, prewait: bool = True, preload: bool = True,
+                 trace: bool = False):
         self.state_per_thread = int(state_per_thread)
         self.prewait = bool(prewait)
         self.preload = bool(preload)
+        self.trace = bool(trace)
 
     def spec(self, problem: GdnProblem, threads: int | None = None) -> KernelSpec:
         """The decode kernel for ``problem`` (threads default :func:`recurrent_threads`).
@@ -387,6 +392,8 @@ class GdnDecodeFamily:
             params["prewait"] = False
         elif self.preload:
             params["preload"] = True
+        if self.trace:
+            params["trace"] = True
         return KernelSpec.make(self.name, self.template, params, th, cooperative=False)
 
     def variants(self, problem: GdnProblem) -> list[KernelSpec]:

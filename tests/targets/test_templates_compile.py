@@ -36,3 +36,41 @@ def test_family_variants_compile_and_resources_read(family, arch):
         assert r.max_threads in (None, spec.threads) or r.max_threads >= spec.threads, uri
         assert r.local_bytes == 0, f"{uri} spills on {arch}: {r.local_bytes} B"
         assert occupancy(a, spec.threads, r.registers, r.static_smem_bytes, barriers=r.barriers).ctas_per_sm >= 1, uri
+
+
+@pytest.mark.parametrize("arch", ALL_ARCHS)
+def test_trace_probe_kernels_compile_and_match_the_probe(arch):
+    """The device probes' kernels (template ``trace`` of attn_decode, staged and not, and gdn_decode; never planned)
+    compile for every target without local memory, keep the planned kernel's CTAs per SM, and declare the record
+    array and counter bench/attn_trace_probe.py reads, with the size and record width it assumes."""
+    import re
+    import sys
+    from pathlib import Path
+
+    from ninferc.targets.kernels import attention as A
+    from ninferc.targets.kernels import gdn
+    from ninferc.targets.plan import compile_variants
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from attn_trace_probe import FAMILY_TRACES
+
+    a = get_arch(arch)
+    big_attn = A.AttentionProblem(24, 4, 256, 64, 1e7, 1e-6, page_size=64, max_pages=72)
+    big_gdn = gdn.GdnProblem(hk=16, hv=48, dk=128, dv=128, width=4)
+    pairs = [(A.AttnDecodeFamily(trace=True).spec(big_attn, st), A.AttnDecodeFamily().spec(big_attn, st),
+              A.AttnDecodeFamily().dynamic_smem_bytes(big_attn, st)) for st in (False, True)]
+    pairs.append((gdn.GdnDecodeFamily(trace=True).spec(big_gdn), gdn.GdnDecodeFamily().spec(big_gdn), 0))
+    res = compile_variants([s for p in pairs for s in p[:2]], arch)
+    for traced, planned, dyn in pairs:
+        rt, rp = res[traced.uri][1], res[planned.uri][1]
+        assert rt.local_bytes == 0, (traced.uri, rt)
+        occ = [occupancy(a, s.threads, r.registers, r.static_smem_bytes, dyn, barriers=r.barriers).ctas_per_sm
+               for s, r in ((traced, rt), (planned, rp))]
+        assert occ[0] == occ[1], (traced.uri, occ)
+        array, counter, max_records, phases, _ = FAMILY_TRACES[traced.family]
+        src = traced.render()
+        m = re.search(rf"__device__ unsigned long long {array}\[(\w+) \* (\w+)\];", src)
+        assert m and f"__device__ unsigned int {counter};" in src, traced.uri
+        consts = dict(re.findall(r"constexpr (?:unsigned )?int (\w+) = (\d+);", src))
+        size, width = (int(consts.get(g, g)) for g in m.groups())
+        assert (size, width) == (max_records, 3 + len(phases)), (traced.uri, size, width)
