@@ -363,6 +363,10 @@ class GdnDecodeFamily:
             because both were last written at least two launches back: templates/ninfer_common.cuh section 7).
             Default on: with the balanced attention split, the 27B decode step on the H200 is 1.010x (w8, 512 of
             8,248 tokens) and 1.004x (w4) faster than with the split alone (bench/NOTES.md, session 15).
+        warp_norms: compute the q / k L2 norms and the gated RMSNorm's sum of squares in every warp with shuffles only
+            instead of CTA-wide (template parameter ``warp_norms``: four barriers fewer per token, sums in the same
+            order, so bit-identical outputs); only where the template allows it (threads >= dk, dk % 32 == 0,
+            32 % (dv / 4) == 0), else ignored. Default False (an A/B candidate, bench/NOTES.md session 19).
         trace: a probe's option (template ``trace``; ``bench/attn_trace_probe.py --family gdn_decode``): every CTA
             records globaltimer at entry, after the PDL wait and after each phase of its token into the module's
             ``gdn_trace`` array. Never set in a plan.
@@ -372,10 +376,11 @@ class GdnDecodeFamily:
     template = "gdn_recurrent.cu.j2"
 
     def __init__(self, state_per_thread: int = STATE_FLOATS_PER_THREAD, prewait: bool = True, preload: bool = True,
-                 trace: bool = False):
+                 warp_norms: bool = False, trace: bool = False):
         self.state_per_thread = int(state_per_thread)
         self.prewait = bool(prewait)
         self.preload = bool(preload)
+        self.warp_norms = bool(warp_norms)
         self.trace = bool(trace)
 
     def spec(self, problem: GdnProblem, threads: int | None = None) -> KernelSpec:
@@ -392,6 +397,8 @@ class GdnDecodeFamily:
             params["prewait"] = False
         elif self.preload:
             params["preload"] = True
+        if self.warp_norms and th >= problem.dk and problem.dk % WARP == 0 and WARP % (problem.dv // 4) == 0:
+            params["warp_norms"] = True
         if self.trace:
             params["trace"] = True
         return KernelSpec.make(self.name, self.template, params, th, cooperative=False)

@@ -91,7 +91,8 @@ class CupyBackend:
 
 
 #: decode-kernel variants the tests run beside the registered family's (``GdnDecodeFamily`` keyword arguments)
-DECODE_VARIANTS = {"planned": None, "no_preload": {"preload": False}, "no_prewait": {"prewait": False}}
+DECODE_VARIANTS = {"planned": None, "no_preload": {"preload": False}, "no_prewait": {"prewait": False},
+                   "warp_norms": {"warp_norms": True}}
 
 
 def decode_family(variant: str) -> gdn.GdnDecodeFamily:
@@ -309,7 +310,8 @@ def compare_step(p, batch, out_y, out_state: SlotState, ref: dict, what: str, co
 
 def scenario_decode(backend, ctx, p, starts, seed=0, variant="planned", grid_y=None):
     """One decode step for B = len(starts) sequences at positions ``starts`` (0 = fresh sequence over garbage),
-    in slots 1, 3, 5, ... of 2B + 1 garbage-filled slots, by the decode kernel ``variant`` (:data:`DECODE_VARIANTS`)."""
+    in slots 1, 3, 5, ... of 2B + 1 garbage-filled slots, by the decode kernel ``variant`` (:data:`DECODE_VARIANTS`);
+    checked against the reference, returns (y, state) as the backend read them back."""
     rng = np.random.default_rng(seed)
     B = len(starts)
     slots = [2 * b + 1 for b in range(B)]
@@ -324,6 +326,7 @@ def scenario_decode(backend, ctx, p, starts, seed=0, variant="planned", grid_y=N
     run = Runner(backend, ctx, p, w, st)
     y = run.decode(proj, batch, variant, grid_y)
     compare_step(p, batch, y, run.state(), ref, f"decode ({variant}) starts={starts}")
+    return y, run.state()
 
 
 def scenario_prefill(backend, ctx, p, starts, lengths, route="wy", dv_block=None, seed=0):
