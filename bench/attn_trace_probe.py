@@ -1,15 +1,17 @@
 """Device probe (diagnostic, session 16; ``--family gdn_decode`` since session 19): the per-CTA timeline of attn_decode
-(or gdn_decode) inside the graph-replayed 27B decode step. The engine is built with ``AttnDecodeFamily.trace`` (template ``trace``): thread 0 of every CTA records
-globaltimer at entry, after the PDL wait, after its first tile's scores and softmax, after its last P.V and at exit.
-Per launch (one per attention layer and step) it reports, relative to the first CTA's PDL-wait release (~ the end
-of attn_prep plus the memory flush): the spread of entries and wait releases, and for the CTAs with keys the
-median / last time each phase ended -- where the ~9 us the kernel adds to the step at 512 tokens goes. With
-``--family gdn_decode`` (``GdnDecodeFamily.trace``) the phases are entry, wait, conv (q / k / v in shared memory), the
-q / k norms, kv = S^T k, o = S^T q, the y store and the state store, every CTA counted.
+(or gdn_decode) inside the graph-replayed 27B decode step. The engine is built with the family's ``trace`` option
+(template ``trace``): thread 0 of every CTA records globaltimer at entry, after the PDL wait, after its first tile's
+scores and softmax, after its last P.V and at exit. Per launch (one per attention layer and step) it reports,
+relative to the first CTA's PDL-wait release (~ the end of the previous kernel plus the memory flush): the spread of
+entries and wait releases, and for the CTAs with keys the median / last time each phase ended -- where the ~9 us the
+kernel adds to the step at 512 tokens goes. With ``--family gdn_decode`` (``GdnDecodeFamily.trace``) the phases are
+entry, wait, conv (q / k / v in shared memory), the q / k norms, kv = S^T k, o = S^T q, the y store and the state
+store, every CTA counted.
 
-Usage (GPU machine, torch not needed): python bench/attn_trace_probe.py [--family attn_decode|gdn_decode] [--weights w8] [--context 512]
-[--max-context 8248] [--steps 3] [--set family.attr=value ...] [--json FILE]; ``--set attn_decode.stage_mma=True``
-sets a kernel family's attribute (a Python literal) before the engine is built, as bench/graph_profile.py does.
+Usage (GPU machine, torch not needed): python bench/attn_trace_probe.py [--family attn_decode|gdn_decode]
+[--weights w8] [--context 512] [--max-context 8248] [--steps 3] [--set family.attr=value ...] [--json FILE];
+``--set attn_decode.stage_mma=True`` sets a kernel family's attribute (a Python literal) before the engine is built,
+as bench/graph_profile.py does.
 """
 
 from __future__ import annotations

@@ -39,10 +39,10 @@ __device__ __forceinline__ float warp_max(float v) {
 // Functions", sinf's slow path) works through a local-memory array, and positions of long contexts reach it
 // (a = pos for f = 0). Here a / pi is formed in double (relative error ~2^-53: < 2^-35 pi rad at a = 2^18), reduced
 // mod 2 exactly to r in [-1, 1], rounded to fp32 (< pi 2^-25 rad) and passed to sincospif, whose reduction of r is
-// exact. Absolute error vs cos / sin of the fp32 angle: <= 1.2e-7 over positions < 2^18 at theta 1e7, rot 64 (numpy,
-// sincospif taken as correctly rounded; add its own <= 1 ulp), against 3e-8 for a correctly rounded cosf. Both attn_prep
-// and attn_decode's folded prep call it (bit-equal RoPE); numpy's oracle is np.cos / np.sin of the same fp32 angle
-// (ninferc.ir.reference.rope_cos_sin).
+// exact. Absolute error vs cos / sin of the fp32 angle: <= 1.2e-7 over positions < 2^18 at theta 1e7, rot 64
+// (numpy, sincospif taken as correctly rounded; add its own <= 1 ulp), against 3e-8 for a correctly rounded cosf.
+// Both attn_prep and attn_decode's folded prep call it (bit-equal RoPE); numpy's oracle is np.cos / np.sin of the
+// same fp32 angle (ninferc.ir.reference.rope_cos_sin).
 __device__ __forceinline__ float2 rope_cos_sin(float a) {
   const double t = (double)a * 0.31830988618379067154;  // 1 / pi
   const double r = t - 2.0 * rint(0.5 * t);             // t mod 2 in [-1, 1] (exact)
