@@ -329,6 +329,18 @@ def scenario_decode(backend, ctx, p, starts, seed=0, variant="planned", grid_y=N
     return y, run.state()
 
 
+def scenario_warp_norms_bit_identical(backend, ctx, p, starts) -> None:
+    """``GdnDecodeFamily.warp_norms`` sums the q / k norms and the gated norm's squares in every warp in block_sum's
+    order: the decode step's y and state (each also checked against the reference) equal the planned kernel's bit for
+    bit."""
+    y0, s0 = scenario_decode(backend, ctx, p, starts, variant="planned")
+    y1, s1 = scenario_decode(backend, ctx, p, starts, variant="warp_norms")
+    assert dict(decode_family("warp_norms").spec(p).params).get("warp_norms"), "the variant does not take warp_norms"
+    np.testing.assert_array_equal(y1, y0, err_msg="warp_norms: y")
+    np.testing.assert_array_equal(s1.rec_state, s0.rec_state, err_msg="warp_norms: recurrent state")
+    np.testing.assert_array_equal(s1.conv_ring, s0.conv_ring, err_msg="warp_norms: conv ring")
+
+
 def scenario_prefill(backend, ctx, p, starts, lengths, route="wy", dv_block=None, seed=0):
     """One prefill step of packed sequences (positions ``starts``, ``lengths`` tokens) over garbage slots."""
     rng = np.random.default_rng(seed)

@@ -275,17 +275,11 @@ def test_emulated_decode(host_ctx, reverse, variant):
 
 
 def test_emulated_warp_norms_is_bit_identical(host_ctx):
-    """``GdnDecodeFamily.warp_norms`` sums the q / k norms and the gated norm's squares in every warp in block_sum's
-    order: y and the state equal the planned kernel's bit for bit (dv 64 and 128); where the template cannot take it
-    (32 % (dv / 4) != 0) the spec leaves it out."""
+    """``GdnDecodeFamily.warp_norms``: bit-identical to the planned kernel (dv 64 and 128,
+    gdn_cases.scenario_warp_norms_bit_identical); where the template cannot take it (32 % (dv / 4) != 0) the spec
+    leaves it out."""
     for p, starts in ((gdn.TINY, [0, 5, 130]), (WIDE, [1, 0])):
-        be = cases.HostBackend()
-        y0, s0 = cases.scenario_decode(be, host_ctx["sm_90"], p, starts, variant="planned")
-        y1, s1 = cases.scenario_decode(be, host_ctx["sm_90"], p, starts, variant="warp_norms")
-        np.testing.assert_array_equal(y1, y0)
-        np.testing.assert_array_equal(s1.rec_state, s0.rec_state)
-        np.testing.assert_array_equal(s1.conv_ring, s0.conv_ring)
-        assert dict(gdn.GdnDecodeFamily(warp_norms=True).spec(p).params).get("warp_norms")
+        cases.scenario_warp_norms_bit_identical(cases.HostBackend(), host_ctx["sm_90"], p, starts)
     wide_dv = gdn.GdnProblem(hk=1, hv=2, dk=128, dv=256, width=4)
     assert "warp_norms" not in dict(gdn.GdnDecodeFamily(warp_norms=True).spec(wide_dv).params)
 
