@@ -367,6 +367,11 @@ class GdnDecodeFamily:
             instead of CTA-wide (template parameter ``warp_norms``: four barriers fewer per token, sums in the same
             order, so bit-identical outputs); only where the template allows it (threads >= dk, dk % 32 == 0,
             32 % (dv / 4) == 0), else ignored. Default False (an A/B candidate, bench/NOTES.md session 19).
+        warp_rows: lay the state out so that a warp holds every row of its columns (template parameter ``warp_rows``):
+            the two row reductions per token (kv = S^T k, o = S^T q) become warp shuffles instead of a shared-memory
+            pass with a barrier each (0.7-0.8 us per phase in run 139's timeline); sums in another order (within
+            GDN_STATE). Only where the template allows it (warps dividing dv / 4, dv / 4 / warps dividing 32), else
+            ignored. Default False (an A/B candidate, bench/NOTES.md session 19).
         trace: a probe's option (template ``trace``; ``bench/attn_trace_probe.py --family gdn_decode``): every CTA
             records globaltimer at entry, after the PDL wait and after each phase of its token into the module's
             ``gdn_trace`` array. Never set in a plan.
@@ -376,11 +381,12 @@ class GdnDecodeFamily:
     template = "gdn_recurrent.cu.j2"
 
     def __init__(self, state_per_thread: int = STATE_FLOATS_PER_THREAD, prewait: bool = True, preload: bool = True,
-                 warp_norms: bool = False, trace: bool = False):
+                 warp_norms: bool = False, warp_rows: bool = False, trace: bool = False):
         self.state_per_thread = int(state_per_thread)
         self.prewait = bool(prewait)
         self.preload = bool(preload)
         self.warp_norms = bool(warp_norms)
+        self.warp_rows = bool(warp_rows)
         self.trace = bool(trace)
 
     def spec(self, problem: GdnProblem, threads: int | None = None) -> KernelSpec:
@@ -397,7 +403,11 @@ class GdnDecodeFamily:
             params["prewait"] = False
         elif self.preload:
             params["preload"] = True
-        if self.warp_norms and th >= problem.dk and problem.dk % WARP == 0 and WARP % (problem.dv // 4) == 0:
+        cq, warps = problem.dv // 4, th // WARP
+        rows = self.warp_rows and cq % warps == 0 and WARP % (cq // warps) == 0 and WARP // (cq // warps) == th // cq
+        if rows:
+            params["warp_rows"] = True
+        if self.warp_norms and th >= problem.dk and problem.dk % WARP == 0 and (rows or WARP % cq == 0):
             params["warp_norms"] = True
         if self.trace:
             params["trace"] = True

@@ -92,7 +92,8 @@ class CupyBackend:
 
 #: decode-kernel variants the tests run beside the registered family's (``GdnDecodeFamily`` keyword arguments)
 DECODE_VARIANTS = {"planned": None, "no_preload": {"preload": False}, "no_prewait": {"prewait": False},
-                   "warp_norms": {"warp_norms": True}}
+                   "warp_norms": {"warp_norms": True}, "warp_rows": {"warp_rows": True},
+                   "warp_rows_norms": {"warp_rows": True, "warp_norms": True}}
 
 
 def decode_family(variant: str) -> gdn.GdnDecodeFamily:
