@@ -10,8 +10,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 def models_dir() -> Path:
     """The folder holding the fixture checkpoints (``qwen35-tiny-code``): ``$NINFERC_MODELS``, else
-    ``../shared/models`` beside the repository, else ``/work/shared/models``, else ``.fixtures/models`` in
-    the repository (where device runs carry it).
+    ``../shared/models`` beside the repository, else ``shared/models`` inside it (a device run's copy of the
+    working tree carries ``shared/`` there), else ``/work/shared/models``, else ``.fixtures/models`` in the
+    repository (where device runs carry it).
 
     Raises:
         FileNotFoundError: none of them holds ``qwen35-tiny-code/config.json`` (tests then fail rather
