@@ -363,20 +363,6 @@ class GdnDecodeFamily:
             because both were last written at least two launches back: templates/ninfer_common.cuh section 7).
             Default on: with the balanced attention split, the 27B decode step on the H200 is 1.010x (w8, 512 of
             8,248 tokens) and 1.004x (w4) faster than with the split alone (bench/NOTES.md, session 15).
-        warp_norms: compute the q / k L2 norms and the gated RMSNorm's sum of squares in every warp with shuffles only
-            instead of CTA-wide (template parameter ``warp_norms``: four barriers fewer per token, sums in the same
-            order, so bit-identical outputs, on the emulator and the H200); only where the template allows it
-            (threads >= dk, dk % 32 == 0, and 32 % (dv / 4) == 0 unless ``warp_rows``), else ignored. Default False:
-            the traced kernel ends 0.35 us sooner per layer, but the 27B step A/B is 1.0018x (w8) / 0.9991x (w4) at 512
-            and 1.0034x (w8) at 8,192 -- inside the spread (bench/NOTES.md run 139).
-        warp_rows: lay the state out so that a warp holds every row of its columns (template parameter ``warp_rows``):
-            the two row reductions per token (kv = S^T k, o = S^T q) become warp shuffles instead of a shared-memory
-            pass with a barrier each (0.7-0.8 us per phase in run 139's timeline); sums in another order (within
-            GDN_STATE). Only where the template allows it (warps dividing dv / 4, dv / 4 / warps dividing 32), else
-            ignored. Default False: the reductions drop to ~0.3 us, but a warp then reads and writes the state as 16
-            rows x 32 bytes instead of one 512-byte row, and the conv phase (behind the preloaded state) and the state
-            stores take longer: the 27B step is 0.991-0.993x (w8 / w4 at 512), 0.998x (w8 at 8,192) on the H200
-            (bench/NOTES.md run 140).
         trace: a probe's option (template ``trace``; ``bench/attn_trace_probe.py --family gdn_decode``): every CTA
             records globaltimer at entry, after the PDL wait and after each phase of its token into the module's
             ``gdn_trace`` array. Never set in a plan.
@@ -386,12 +372,10 @@ class GdnDecodeFamily:
     template = "gdn_recurrent.cu.j2"
 
     def __init__(self, state_per_thread: int = STATE_FLOATS_PER_THREAD, prewait: bool = True, preload: bool = True,
-                 warp_norms: bool = False, warp_rows: bool = False, trace: bool = False):
+                 trace: bool = False):
         self.state_per_thread = int(state_per_thread)
         self.prewait = bool(prewait)
         self.preload = bool(preload)
-        self.warp_norms = bool(warp_norms)
-        self.warp_rows = bool(warp_rows)
         self.trace = bool(trace)
 
     def spec(self, problem: GdnProblem, threads: int | None = None) -> KernelSpec:
@@ -408,12 +392,6 @@ class GdnDecodeFamily:
             params["prewait"] = False
         elif self.preload:
             params["preload"] = True
-        cq, warps = problem.dv // 4, th // WARP
-        rows = self.warp_rows and cq % warps == 0 and WARP % (cq // warps) == 0 and WARP // (cq // warps) == th // cq
-        if rows:
-            params["warp_rows"] = True
-        if self.warp_norms and th >= problem.dk and problem.dk % WARP == 0 and (rows or WARP % cq == 0):
-            params["warp_norms"] = True
         if self.trace:
             params["trace"] = True
         return KernelSpec.make(self.name, self.template, params, th, cooperative=False)

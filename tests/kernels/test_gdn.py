@@ -274,16 +274,6 @@ def test_emulated_decode(host_ctx, reverse, variant):
     cases.scenario_decode(be, host_ctx["sm_90"], SMALL, [2, 7, 0, 1], variant=variant, grid_y=2)
 
 
-def test_emulated_warp_norms_is_bit_identical(host_ctx):
-    """``GdnDecodeFamily.warp_norms``: bit-identical to the planned kernel (dv 64 and 128,
-    gdn_cases.scenario_warp_norms_bit_identical); where the template cannot take it (32 % (dv / 4) != 0) the spec
-    leaves it out."""
-    for p, starts in ((gdn.TINY, [0, 5, 130]), (WIDE, [1, 0])):
-        cases.scenario_warp_norms_bit_identical(cases.HostBackend(), host_ctx["sm_90"], p, starts)
-    wide_dv = gdn.GdnProblem(hk=1, hv=2, dk=128, dv=256, width=4)
-    assert "warp_norms" not in dict(gdn.GdnDecodeFamily(warp_norms=True).spec(wide_dv).params)
-
-
 @pytest.mark.parametrize("route", ["wy", "chunked"])
 @pytest.mark.parametrize("dv_block", [64, 32, 16])
 def test_emulated_chunk_prefill_tiny(host_ctx, dv_block, route):
