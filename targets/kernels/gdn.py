@@ -363,6 +363,11 @@ class GdnDecodeFamily:
             because both were last written at least two launches back: templates/ninfer_common.cuh section 7).
             Default on: with the balanced attention split, the 27B decode step on the H200 is 1.010x (w8, 512 of
             8,248 tokens) and 1.004x (w4) faster than with the split alone (bench/NOTES.md, session 15).
+        one_pass: the delta rule with one shared-memory reduction of the state instead of two (template parameter
+            ``onepass``, absent = false): S^T k and S^T q of the raw conv outputs in the same pass, the q / k norms
+            and q.k per warp, o = e^g rq scale S^T q + (k'.q') delta and the gated norm's sum as a warp sum -- two
+            barriers after the conv's instead of seven (the template's header gives the identities). fp32
+            reassociation against the two-pass order (GDN_STATE / BF16_ELEMENTWISE bounds).
         trace: a probe's option (template ``trace``; ``bench/attn_trace_probe.py --family gdn_decode``): every CTA
             records globaltimer at entry, after the PDL wait and after each phase of its token into the module's
             ``gdn_trace`` array. Never set in a plan.
@@ -372,10 +377,11 @@ class GdnDecodeFamily:
     template = "gdn_recurrent.cu.j2"
 
     def __init__(self, state_per_thread: int = STATE_FLOATS_PER_THREAD, prewait: bool = True, preload: bool = True,
-                 trace: bool = False):
+                 one_pass: bool = False, trace: bool = False):
         self.state_per_thread = int(state_per_thread)
         self.prewait = bool(prewait)
         self.preload = bool(preload)
+        self.one_pass = bool(one_pass)
         self.trace = bool(trace)
 
     def spec(self, problem: GdnProblem, threads: int | None = None) -> KernelSpec:
@@ -392,6 +398,11 @@ class GdnDecodeFamily:
             params["prewait"] = False
         elif self.preload:
             params["preload"] = True
+        if self.one_pass:
+            if 32 % (problem.dv // 4):
+                raise PlanError(f"gdn_decode one_pass: dv / 4 = {problem.dv // 4} must divide the warp's 32 lanes "
+                                f"(dv = {problem.dv}; row group 0 must lie inside warp 0)")
+            params["onepass"] = True
         if self.trace:
             params["trace"] = True
         return KernelSpec.make(self.name, self.template, params, th, cooperative=False)
