@@ -367,7 +367,10 @@ class GdnDecodeFamily:
             ``onepass``, absent = false): S^T k and S^T q of the raw conv outputs in the same pass, the q / k norms
             and q.k per warp, o = e^g rq scale S^T q + (k'.q') delta and the gated norm's sum as a warp sum -- two
             barriers after the conv's instead of seven (the template's header gives the identities). fp32
-            reassociation against the two-pass order (GDN_STATE / BF16_ELEMENTWISE bounds).
+            reassociation against the two-pass order (GDN_STATE / BF16_ELEMENTWISE bounds). Needs dv / 4 to divide
+            32 (a row group inside one warp). "auto" (default): on where dv allows it, else the two-pass kernel;
+            True: :meth:`spec` raises where dv does not allow it. On the H200 the 27B step with it is 1.012x
+            (w8) / 1.008x (w4) faster at 512 of 8,248 tokens (bench/NOTES.md run 141).
         trace: a probe's option (template ``trace``; ``bench/attn_trace_probe.py --family gdn_decode``): every CTA
             records globaltimer at entry, after the PDL wait and after each phase of its token into the module's
             ``gdn_trace`` array. Never set in a plan.
@@ -377,11 +380,13 @@ class GdnDecodeFamily:
     template = "gdn_recurrent.cu.j2"
 
     def __init__(self, state_per_thread: int = STATE_FLOATS_PER_THREAD, prewait: bool = True, preload: bool = True,
-                 one_pass: bool = False, trace: bool = False):
+                 one_pass: bool | str = "auto", trace: bool = False):
         self.state_per_thread = int(state_per_thread)
         self.prewait = bool(prewait)
         self.preload = bool(preload)
-        self.one_pass = bool(one_pass)
+        if one_pass not in (True, False, "auto"):
+            raise PlanError(f"{self.name}: one_pass = {one_pass!r} must be True, False or 'auto'")
+        self.one_pass = one_pass
         self.trace = bool(trace)
 
     def spec(self, problem: GdnProblem, threads: int | None = None) -> KernelSpec:
@@ -398,10 +403,11 @@ class GdnDecodeFamily:
             params["prewait"] = False
         elif self.preload:
             params["preload"] = True
-        if self.one_pass:
-            if 32 % (problem.dv // 4):
-                raise PlanError(f"gdn_decode one_pass: dv / 4 = {problem.dv // 4} must divide the warp's 32 lanes "
-                                f"(dv = {problem.dv}; row group 0 must lie inside warp 0)")
+        one_pass_ok = 32 % (problem.dv // 4) == 0
+        if self.one_pass is True and not one_pass_ok:
+            raise PlanError(f"gdn_decode one_pass: dv / 4 = {problem.dv // 4} must divide the warp's 32 lanes "
+                            f"(dv = {problem.dv}; row group 0 must lie inside warp 0)")
+        if self.one_pass and one_pass_ok:
             params["onepass"] = True
         if self.trace:
             params["trace"] = True

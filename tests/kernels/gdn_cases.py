@@ -92,7 +92,7 @@ class CupyBackend:
 
 #: decode-kernel variants the tests run beside the registered family's (``GdnDecodeFamily`` keyword arguments)
 DECODE_VARIANTS = {"planned": None, "no_preload": {"preload": False}, "no_prewait": {"prewait": False},
-                   "one_pass": {"one_pass": True}, "one_pass_no_preload": {"one_pass": True, "preload": False}}
+                   "two_pass": {"one_pass": False}, "two_pass_no_preload": {"one_pass": False, "preload": False}}
 
 
 def decode_family(variant: str) -> gdn.GdnDecodeFamily:

@@ -50,6 +50,19 @@ def test_problem_errors_name_the_value():
         gdn.GdnProblem(hk=2, hv=4, dk=64, dv=62)
 
 
+def test_decode_one_pass_needs_a_row_group_inside_a_warp():
+    """one_pass "auto" renders the one-pass kernel where dv / 4 divides 32 and the two-pass one elsewhere; a forced
+    one_pass names dv; a value other than True / False / "auto" is refused."""
+    wide_dv = gdn.GdnProblem(hk=1, hv=2, dk=64, dv=256, width=4)
+    assert dict(gdn.GdnDecodeFamily().spec(gdn.QWEN38_27B).params).get("onepass") is True
+    assert "onepass" not in dict(gdn.GdnDecodeFamily().spec(wide_dv).params)
+    assert "onepass" not in dict(gdn.GdnDecodeFamily(one_pass=False).spec(gdn.QWEN38_27B).params)
+    with pytest.raises(PlanError, match="dv = 256"):
+        gdn.GdnDecodeFamily(one_pass=True).spec(wide_dv)
+    with pytest.raises(PlanError, match="one_pass = 'yes'"):
+        gdn.GdnDecodeFamily(one_pass="yes")
+
+
 @pytest.mark.parametrize("length", range(0, 9))
 def test_ring_window_roundtrip(length):
     rng = np.random.default_rng(length)
