@@ -351,7 +351,9 @@ def test_staged_attention_decode_equals_the_global_one(tmp_path, tiny_dir, golde
     logits of the long golden prompt equal, bit for bit, those of the engine on the default attention decode kernel
     (the same arithmetic in the same order; only where K and V are read from differs; 32-key tiles: within
     ENGINE_REORDER, their online softmax rescales per tile), for one sequence and for
-    ``batch`` sequences of different lengths together; then 24 graph-replayed greedy steps give the same ids.
+    ``batch`` sequences of different lengths together; then 24 graph-replayed greedy steps give the same ids (page
+    tiles: all 24; the reassociating tiles: those before the golden greedy's first near-tie, whose top-1 margin is
+    below GREEDY_MARGIN -- at position 28 of the long golden it is 0.005, and run 142's engines split there).
     ``tile``: keys per staged tile (``stage_keys``; 0 = a page; -1: page tiles on tensor cores, ``stage_mma``)."""
     from ninferc.artifact import Artifact
     from ninferc.pipeline import compile_model
@@ -380,7 +382,9 @@ def test_staged_attention_decode_equals_the_global_one(tmp_path, tiny_dir, golde
         np.testing.assert_array_equal(out[True][0], out[False][0], "staged vs global attention decode: decode logits")
     else:  # 32-key tiles: the softmax rescales per tile (H200: max 0.030, run 122); mma: q and P as bf16 hi + lo
         ENGINE_REORDER.check(out[True][0], out[False][0], f"staged (tile {tile}) vs global: decode logits")
-    assert out[True][1] == out[False][1]
+    forced = len(goldens_long["greedy_ids"][:16])
+    n = 24 if tile == 0 else greedy_prefix_len(goldens_long["top1_margin"][forced:forced + 24])
+    assert out[True][1][:n] == out[False][1][:n], f"greedy ids differ within the first {n} steps"
 
 
 @pytest.mark.parametrize("batch", [1, 3])
