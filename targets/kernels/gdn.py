@@ -371,6 +371,10 @@ class GdnDecodeFamily:
             32 (a row group inside one warp). "auto" (default): on where dv allows it, else the two-pass kernel;
             True: :meth:`spec` raises where dv does not allow it. On the H200 the 27B step with it is 1.012x
             (w8) / 1.008x (w4) faster at 512 of 8,248 tokens (bench/NOTES.md run 141).
+        one_pass_tree: with one_pass, reduce the partials over the whole CTA (template parameter ``tree``: transposed
+            partials, two rows per thread, a shuffle tree, a third barrier) instead of every thread summing every row
+            group (256 KB of shared-memory reads per CTA at 27B); used where threads / (dv / 4) is twice a power of two
+            up to 64, else the per-thread sum.
         trace: a probe's option (template ``trace``; ``bench/attn_trace_probe.py --family gdn_decode``): every CTA
             records globaltimer at entry, after the PDL wait and after each phase of its token into the module's
             ``gdn_trace`` array. Never set in a plan.
@@ -380,13 +384,14 @@ class GdnDecodeFamily:
     template = "gdn_recurrent.cu.j2"
 
     def __init__(self, state_per_thread: int = STATE_FLOATS_PER_THREAD, prewait: bool = True, preload: bool = True,
-                 one_pass: bool | str = "auto", trace: bool = False):
+                 one_pass: bool | str = "auto", one_pass_tree: bool = True, trace: bool = False):
         self.state_per_thread = int(state_per_thread)
         self.prewait = bool(prewait)
         self.preload = bool(preload)
         if one_pass not in (True, False, "auto"):
             raise PlanError(f"{self.name}: one_pass = {one_pass!r} must be True, False or 'auto'")
         self.one_pass = one_pass
+        self.one_pass_tree = bool(one_pass_tree)
         self.trace = bool(trace)
 
     def spec(self, problem: GdnProblem, threads: int | None = None) -> KernelSpec:
@@ -409,6 +414,10 @@ class GdnDecodeFamily:
                             f"(dv = {problem.dv}; row group 0 must lie inside warp 0)")
         if self.one_pass and one_pass_ok:
             params["onepass"] = True
+            parts = th // (problem.dv // 4) // 2
+            if self.one_pass_tree and parts >= 1 and parts & (parts - 1) == 0 and 32 % parts == 0 \
+                    and th // (problem.dv // 4) % 2 == 0:
+                params["tree"] = True
         if self.trace:
             params["trace"] = True
         return KernelSpec.make(self.name, self.template, params, th, cooperative=False)
