@@ -375,8 +375,6 @@ class GdnDecodeFamily:
             partials, two rows per thread, a shuffle tree, a third barrier) instead of every thread summing every row
             group (256 KB of shared-memory reads per CTA at 27B); used where threads / (dv / 4) is twice a power of two
             up to 64, else the per-thread sum.
-        y_first: with one_pass, the gated norm and y store before the state update and its stores (template parameter
-            ``y_first``; the same values).
         trace: a probe's option (template ``trace``; ``bench/attn_trace_probe.py --family gdn_decode``): every CTA
             records globaltimer at entry, after the PDL wait and after each phase of its token into the module's
             ``gdn_trace`` array. Never set in a plan.
@@ -386,8 +384,7 @@ class GdnDecodeFamily:
     template = "gdn_recurrent.cu.j2"
 
     def __init__(self, state_per_thread: int = STATE_FLOATS_PER_THREAD, prewait: bool = True, preload: bool = True,
-                 one_pass: bool | str = "auto", one_pass_tree: bool = True, y_first: bool = False,
-                 trace: bool = False):
+                 one_pass: bool | str = "auto", one_pass_tree: bool = True, trace: bool = False):
         self.state_per_thread = int(state_per_thread)
         self.prewait = bool(prewait)
         self.preload = bool(preload)
@@ -395,7 +392,6 @@ class GdnDecodeFamily:
             raise PlanError(f"{self.name}: one_pass = {one_pass!r} must be True, False or 'auto'")
         self.one_pass = one_pass
         self.one_pass_tree = bool(one_pass_tree)
-        self.y_first = bool(y_first)
         self.trace = bool(trace)
 
     def spec(self, problem: GdnProblem, threads: int | None = None) -> KernelSpec:
@@ -422,8 +418,6 @@ class GdnDecodeFamily:
             if self.one_pass_tree and parts >= 1 and parts & (parts - 1) == 0 and 32 % parts == 0 \
                     and th // (problem.dv // 4) % 2 == 0:
                 params["tree"] = True
-            if self.y_first:
-                params["y_first"] = True
         if self.trace:
             params["trace"] = True
         return KernelSpec.make(self.name, self.template, params, th, cooperative=False)

@@ -93,7 +93,7 @@ class CupyBackend:
 #: decode-kernel variants the tests run beside the registered family's (``GdnDecodeFamily`` keyword arguments)
 DECODE_VARIANTS = {"planned": None, "no_preload": {"preload": False}, "no_prewait": {"prewait": False},
                    "two_pass": {"one_pass": False}, "two_pass_no_preload": {"one_pass": False, "preload": False},
-                   "one_pass_flat": {"one_pass_tree": False}, "y_first": {"y_first": True}}
+                   "one_pass_flat": {"one_pass_tree": False}}
 
 
 def decode_family(variant: str) -> gdn.GdnDecodeFamily:
