@@ -378,6 +378,9 @@ class GdnDecodeFamily:
         trace: a probe's option (template ``trace``; ``bench/attn_trace_probe.py --family gdn_decode``): every CTA
             records globaltimer at entry, after the PDL wait and after each phase of its token into the module's
             ``gdn_trace`` array. Never set in a plan.
+
+    Raises:
+        PlanError: ``one_pass`` not True, False or "auto" (names the value).
     """
 
     name = "gdn_decode"
@@ -398,7 +401,7 @@ class GdnDecodeFamily:
         """The decode kernel for ``problem`` (threads default :func:`recurrent_threads`).
 
         Raises:
-            PlanError: ``threads`` invalid for (dk, dv).
+            PlanError: ``threads`` invalid for (dk, dv); ``one_pass`` True where dv / 4 does not divide 32 (names dv).
         """
         th = threads or recurrent_threads(problem, self.state_per_thread)
         if not recurrent_threads_valid(problem, th):
@@ -408,15 +411,15 @@ class GdnDecodeFamily:
             params["prewait"] = False
         elif self.preload:
             params["preload"] = True
-        one_pass_ok = 32 % (problem.dv // 4) == 0
+        col_quads = problem.dv // 4
+        one_pass_ok = WARP % col_quads == 0
         if self.one_pass is True and not one_pass_ok:
-            raise PlanError(f"gdn_decode one_pass: dv / 4 = {problem.dv // 4} must divide the warp's 32 lanes "
+            raise PlanError(f"gdn_decode one_pass: dv / 4 = {col_quads} must divide the warp's {WARP} lanes "
                             f"(dv = {problem.dv}; row group 0 must lie inside warp 0)")
         if self.one_pass and one_pass_ok:
             params["onepass"] = True
-            parts = th // (problem.dv // 4) // 2
-            if self.one_pass_tree and parts >= 1 and parts & (parts - 1) == 0 and 32 % parts == 0 \
-                    and th // (problem.dv // 4) % 2 == 0:
+            row_groups = th // col_quads  # the tree: row_groups / 2 lanes per result, a power of two dividing 32
+            if self.one_pass_tree and row_groups % 2 == 0 and WARP % (row_groups // 2) == 0:
                 params["tree"] = True
         if self.trace:
             params["trace"] = True
