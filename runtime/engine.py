@@ -356,7 +356,8 @@ class Engine:
             else:
                 self.states[s.name] = cp.empty((self.max_batch,) + s.shape, cp.float32)
         self.arena = cp.empty(max(self.t_cap * self.arena_row, 256), cp.uint8)
-        self.ws = {k: cp.empty(v, cp.uint8) for k, v in self.ws_bytes.items()}
+        # zeroed once: the counters some kernels keep there (mlp_sync) start at zero and every launch leaves them so
+        self.ws = {k: cp.zeros(v, cp.uint8) for k, v in self.ws_bytes.items()}
         self.logits = cp.empty((self.max_logit_rows, self.vocab), cp.float32)
         self.meta = cp.zeros(self.meta_len, cp.int32)
         # a ring of pinned host blocks: a block is rewritten only after the copy that read it has run (its
@@ -432,7 +433,7 @@ class Engine:
                 if src is None:
                     raise PlanError(f"step {step.name}: argument {name} needs the launch of step "
                                     f"{step.bind[name].name}, which is not in this step")
-                args.append(np.int32(FAMILIES["gemv_coop"].norm_parts(src[1])))
+                args.append(np.int32(FAMILIES[src[1].kernel.family].norm_parts(src[1])))
             elif name in step.bind:
                 args.append(self._ref(step.bind[name]))
             else:

@@ -18,7 +18,7 @@ def workspace_of(launch) -> str | None:
     """The named workspace ``launch.workspace_bytes`` sizes: :data:`WORKSPACE_OF` of its family, except
     ``norm_ss`` (the norm parts, fp32 [T, row blocks]) for a GEMV with the ``add_norm_parts`` epilogue."""
     k = launch.kernel
-    if k.family == "gemv_coop" and dict(k.params).get("epilogue") == "add_norm_parts":
+    if k.family == "gemv_coop" and dict(k.params).get("epilogue") == "add_norm_parts" or k.family == "mlp_decode":
         return "norm_ss"
     return WORKSPACE_OF.get(k.family)
 
@@ -66,8 +66,10 @@ def workspace_sizes(program, ctx, *, t_cap: int, max_batch: int) -> dict[str, in
     """Bytes of every named workspace the runtime allocates: for each, the largest ``Launch.workspace_bytes``
     of the kernels that use it (:data:`WORKSPACE_OF`) over every step the engine can make -- a prefill chunk
     of ``t_cap`` tokens, every GEMV-sized prefill (T = 1..16 and 64; split-K workspaces vary with T) and a
-    decode step of ``max_batch`` sequences -- plus ``attn_q`` (fp32 [T, Hq * head_dim] of the attention
-    prep). Each rounded up to 256 bytes, at least 256.
+    decode step of ``max_batch`` sequences and of one -- plus ``attn_q`` (fp32 [T, Hq * head_dim] of the attention
+    prep) and the fused MLP's ``mlp_parts`` / ``mlp_sync``
+    (:meth:`ninferc.targets.kernels.mlp_decode.MlpDecodeFamily.scratch_bytes`). Each rounded up to 256 bytes, at
+    least 256.
 
     Args:
         program: a :class:`ninferc.targets.lower.Program`. ctx: the plan context launches are derived on.
@@ -79,8 +81,11 @@ def workspace_sizes(program, ctx, *, t_cap: int, max_batch: int) -> dict[str, in
     """
     from ninferc.targets.lower import step_launch
 
-    ws = {"gemv": 16, "norm_ss": 16, "gdn_conv_out": 16, "gdn_o": 16, "gdn_wy": 16, "attn_q": 16, "attn_partials": 16}
-    cases = [("prefill", t_cap, 1, 1), ("decode", max_batch, max_batch, max_batch)]
+    from ninferc.targets.kernels import FAMILIES
+
+    ws = {"gemv": 16, "norm_ss": 16, "gdn_conv_out": 16, "gdn_o": 16, "gdn_wy": 16, "attn_q": 16, "attn_partials": 16,
+          "mlp_parts": 16, "mlp_sync": 16}
+    cases = [("prefill", t_cap, 1, 1), ("decode", max_batch, max_batch, max_batch), ("decode", 1, 1, 1)]
     cases += [("prefill", t, 1, 1) for t in list(range(1, 17)) + [64] if t <= t_cap]
     for mode, T, B, R in cases:  # noqa: N806
         for s in program.for_mode(mode):
@@ -89,6 +94,9 @@ def workspace_sizes(program, ctx, *, t_cap: int, max_batch: int) -> dict[str, in
             if fam == "attn_prep":
                 p = s.problem
                 ws["attn_q"] = max(ws["attn_q"], 4 * T * p.heads_q * p.head_dim)
+            if fam == "mlp_decode":  # its partial sums and counters (besides ss_out, its workspace_bytes)
+                for name, nbytes in FAMILIES[fam].scratch_bytes(s.problem).items():
+                    ws[name] = max(ws[name], nbytes)
             if ln.workspace_bytes:
                 name = workspace_of(ln)
                 if name is None:

@@ -46,6 +46,7 @@ from ninferc.targets.kernels.gdn import arg_names as gdn_arg_names
 from ninferc.targets.kernels.gemm import GemmProblem, group_m_for
 from ninferc.targets.kernels.gemm import arg_names as gemm_arg_names
 from ninferc.targets.kernels.gemv_coop import GemvProblem
+from ninferc.targets.kernels.mlp_decode import MlpProblem
 from ninferc.targets.kernels.sample import SampleProblem
 from ninferc.targets.kernels.sample import arg_names as sample_arg_names
 from ninferc.targets.plan import KernelSpec, Launch, PlanContext, family_variants
@@ -115,6 +116,9 @@ class Step:
     #: residual add, and the consumer whose GEMV (in_norm parts) finishes the norm
     absorbed_by: str = ""
     absorbed_into: str = ""
+    #: a gate|up Linear step whose MLP can run as one fused kernel: the down step (family ``mlp``) that launches it;
+    #: this step is skipped where that launch is the fused kernel
+    fused_into: str = ""
 
 
 class LinearRoute:
@@ -147,18 +151,54 @@ class LinearRoute:
         return self.gemm.launch(self.gemm_problem(p), tokens, ctx)
 
 
+class MlpRoute:
+    """The down Linear of an MLP whose gate|up and down GEMVs can be one fused launch: the fused decode MLP
+    (``mlp_decode``) where it serves the step (:meth:`ninferc.targets.kernels.mlp_decode.MlpDecodeFamily.serves`:
+    one token, quantised weights), else the down Linear's own route (:class:`LinearRoute` on ``problem.down``).
+    The problem is an :class:`~ninferc.targets.kernels.mlp_decode.MlpProblem`; the gate|up step
+    (``Step.fused_into``) is skipped where the fused kernel runs (:func:`drop_unneeded_steps`)."""
+
+    name = "mlp"
+    arch_variants = True
+
+    def __init__(self):
+        self.linear, self.fused = LinearRoute(), FAMILIES["mlp_decode"]
+
+    def variants(self, p: MlpProblem, arch=None) -> list[KernelSpec]:
+        """The down Linear's variants and the fused kernel (when ``p`` has one)."""
+        return self.linear.variants(p.down, arch) + self.fused.variants(p)
+
+    def launch(self, p: MlpProblem, tokens: int, ctx: PlanContext) -> Launch:
+        """The fused launch where it serves ``tokens``, else the down Linear's launch."""
+        if self.fused.serves(p, tokens, ctx):
+            return self.fused.launch(p, tokens, ctx)
+        return self.linear.launch(p.down, tokens, ctx)
+
+
+def linear_problem(problem) -> GemvProblem:
+    """The GEMV problem of a Linear step (an MLP step's down GEMV)."""
+    return problem.down if isinstance(problem, MlpProblem) else problem
+
+
 def family(name: str):
-    """The family object for a step's ``family`` name (``linear`` is the GEMV/GEMM route)."""
-    return LinearRoute() if name == "linear" else FAMILIES[name]
+    """The family object for a step's ``family`` name (``linear`` is the GEMV/GEMM route, ``mlp`` the down Linear
+    that may run the whole MLP fused)."""
+    if name == "linear":
+        return LinearRoute()
+    if name == "mlp":
+        return MlpRoute()
+    return FAMILIES[name]
 
 
 def arg_names(step: Step, launch: Launch) -> tuple[str, ...]:
     """The argument names of the kernel ``launch`` runs, in order."""
     fam = launch.kernel.family
     if fam == "gemv_coop":
-        return FAMILIES["gemv_coop"].arg_names(step.problem)
+        return FAMILIES["gemv_coop"].arg_names(linear_problem(step.problem))
     if fam == "gemm":
-        return gemm_arg_names(LinearRoute.gemm_problem(step.problem))
+        return gemm_arg_names(LinearRoute.gemm_problem(linear_problem(step.problem)))
+    if fam == "mlp_decode":
+        return FAMILIES[fam].arg_names(step.problem)
     if fam == "embed":
         return embed_arg_names(step.problem)
     if fam == "sample":
@@ -289,6 +329,8 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096, fuse_no
     folded = _norms_to_fold(graph) if fuse_norm else {}  # norm name -> (producer, consumer) Linear names
     norm_out = {p: graph.op(n) for n, (p, _) in folded.items()}  # producer Linear -> its norm
     norm_in = {c: graph.op(n) for n, (_, c) in folded.items()}   # consumer Linear -> its norm
+    mlp_of = _fusable_mlps(graph, norm_in, norm_out)               # down Linear -> its gate|up Linear
+    gate_up_of = {gu: dn for dn, gu in mlp_of.items()}
     for op in graph.ops():
         k, a, L = op.kind, op.attrs, op.layer
         if k == "Embedding":
@@ -329,11 +371,23 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096, fuse_no
             else:
                 prob = GemvProblem(K, n_out, ep, wfmt=wspec.dtype)
             y = Ref("logits") if k == "LMHead" else T(op.outputs[0])
-            add(Step(op.name, op.name, "both", "linear", prob, "R" if k == "LMHead" else "T",
+            fam_name = "linear"
+            if op.name in mlp_of:  # the down Linear of a fusable MLP: the whole MLP where the fused kernel serves
+                gu = graph.op(mlp_of[op.name])
+                gspec, gnorm = graph.params[gu.params["weight"]], norm_in[gu.name]
+                prob = MlpProblem(N, K, wspec.dtype, unit_offset=bool(norm_out[op.name].attrs["unit_offset"]))
+                fam_name = "mlp"
+                extra.update({"w_gu": P(gspec.name), "s_gu": _scales(gspec), "w_dn": P(wspec.name),
+                              "s_dn": _scales(wspec), "x_gu": T(gu.inputs[0]), "ss_in": Ref("ws", "norm_ss"),
+                              "ss_parts": Ref("parts", folded[gnorm.name][0]), "in_eps": F32(gnorm.attrs["eps"]),
+                              "y_gu": T(gu.outputs[0]), "parts": Ref("ws", "mlp_parts"), "sync": Ref("ws", "mlp_sync"),
+                              "hidden": I32(N), "inter": I32(K)})
+            add(Step(op.name, op.name, "both", fam_name, prob, "R" if k == "LMHead" else "T",
                      {"x": T(op.inputs[0]), "w": P(wspec.name), "scales": _scales(wspec), "y": y,
                       "ws": Ref("ws", "gemv"),
-                      "barrier": Ref("barrier"), "k": I32(K), "n_out": I32(prob.n), "ldx": I32(K), **extra},
-                     layer=L))
+                      "barrier": Ref("barrier"), "k": I32(K), "n_out": I32(linear_problem(prob).n), "ldx": I32(K),
+                      **extra},
+                     layer=L, fused_into=gate_up_of.get(op.name, "")))
         elif k == "GatedDeltaNet":
             p = _gdn_problem(op, graph)
             common = {"proj": T(op.inputs[0]), "conv_w": P(op.params["conv"]), "A_log": P(op.params["A_log"]),
@@ -380,6 +434,23 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096, fuse_no
     return prog
 
 
+def _fusable_mlps(graph: Graph, norm_in: dict, norm_out: dict) -> dict[str, str]:
+    """down Linear -> gate|up Linear, for each MLP the fused decode kernel can run: the gate|up Linear (swiglu)
+    finishes a folded norm (``norm_in``), its output is read by the down Linear alone, the down Linear starts the
+    next folded norm (``norm_out``), and both weights have the same format."""
+    out = {}
+    for op in graph.ops():
+        if op.kind != "Linear" or op.attrs.get("epilogue", "none") != "swiglu" or op.name not in norm_in:
+            continue
+        readers = graph.consumers(op.outputs[0])
+        if len(readers) != 1 or readers[0].kind != "Linear" or readers[0].name not in norm_out:
+            continue
+        dn = readers[0]
+        if graph.params[dn.params["weight"]].dtype == graph.params[op.params["weight"]].dtype:
+            out[dn.name] = op.name
+    return out
+
+
 def _norms_to_fold(graph: Graph) -> dict[str, tuple[str, str]]:
     """The norms between two Linears (:func:`ninferc.ir.passes.common.norms_between_linears`) whose output's
     arena storage is apart from the producer's input (true for every graph PlanMemory placed since norms are
@@ -400,7 +471,8 @@ def _norms_to_fold(graph: Graph) -> dict[str, tuple[str, str]]:
 
 
 def drop_unneeded_steps(steps: list[Step], launches: dict[str, Launch]) -> list[Step]:
-    """The steps of ``steps`` that must run, given every step's launch (by step name): ``attn_prep`` only where its
+    """The steps of ``steps`` that must run, given every step's launch (by step name): a gate|up step only where its
+    MLP's down step (``Step.fused_into``) does not launch the fused MLP kernel; ``attn_prep`` only where its
     layer's ``attn_decode`` launch (decode steps) is not a fused-prep kernel (template ``prep``); the GDN ``gdn_chunk_wy``
     step runs only before a ``wy`` / ``wy_split`` core route, the gated-norm step only after a ``chunked_split``
     / ``wy_split`` one (the fused core writes y); an AddRMSNorm step
@@ -420,9 +492,13 @@ def drop_unneeded_steps(steps: list[Step], launches: dict[str, Launch]) -> list[
             core = launches.get(s.name[: -len(".wy")] + ".core")
             if core is None or core.route not in GDN_WY_ROUTES:
                 continue
+        if s.fused_into:  # a gate|up step whose whole MLP the down step's fused kernel runs
+            dn = launches.get(s.fused_into)
+            if dn is not None and dn.kernel.family == "mlp_decode":
+                continue
         if s.absorbed_by:
             prod, cons = launches.get(s.absorbed_by), launches.get(s.absorbed_into)
-            gemv = [ln is not None and ln.kernel.family == "gemv_coop" for ln in (prod, cons)]
+            gemv = [ln is not None and ln.kernel.family in ("gemv_coop", "mlp_decode") for ln in (prod, cons)]
             if all(gemv):
                 continue
             if any(gemv):

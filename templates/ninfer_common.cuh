@@ -94,6 +94,14 @@ __device__ __forceinline__ float ld_cg_f32(const float* p) {
   return v;
 }
 
+// 16-byte load cached in L2 only (bypasses L1): for data other CTAs wrote during this launch.
+__device__ __forceinline__ uint4 ld_cg_v4(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
 // ---------------------------------------------------------------------------------------------
 // 4. warp reductions (butterfly: every lane ends with the total)
 // ---------------------------------------------------------------------------------------------
@@ -154,6 +162,15 @@ __device__ __forceinline__ void barrier_sync(unsigned int* bar, unsigned int nct
 // Every CTA of the grid.
 __device__ __forceinline__ void grid_barrier(unsigned int* bar) {
   barrier_sync(bar, gridDim.x * gridDim.y * gridDim.z, (blockIdx.x | blockIdx.y | blockIdx.z) == 0);
+}
+
+// Wait (this thread) until the counter *p, which other CTAs of a co-resident grid raise by release atomics, is
+// at least `target`; acquire: what they wrote before raising it is visible to this thread afterwards (through
+// L2: read it with ld_cg_*). The grid must be co-resident (a cooperative launch), or the wait can deadlock.
+__device__ __forceinline__ void wait_count_geq(const unsigned int* p, unsigned int target) {
+  while (ld_acquire_gpu(p) < target) {
+    __nanosleep(32);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

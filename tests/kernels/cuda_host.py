@@ -13,6 +13,9 @@ The rendered source (template + inlined headers) is compiled by the host C++ com
 * ``ninfer_common.cuh`` is replaced by host versions of the helpers (bf16 rounding to nearest even, warp sums
   through the shuffle barrier, ``silu``, the vector loads, the grid / group barriers); other headers are
   compiled as they are;
+* ``ninfer::wait_count_geq`` (a thread waiting for a counter other CTAs raise) parks the fiber; in a cooperative
+  launch the other CTAs run meanwhile and the wait re-checks every pass, and a pass in which nothing but those
+  re-checks ran is a deadlock (so is any such wait in a non-cooperative launch);
 * cooperative launches (``launch(..., cooperative=True)``) keep every CTA's fibers alive and run one CTA at a
   time up to its next grid barrier (``ninfer::grid_barrier``): the barrier releases once
   every CTA has reached it or exited, and it checks that the number of CTAs waiting equals the count the
@@ -58,9 +61,10 @@ static inline uint2 make_uint2(unsigned int x, unsigned int y) { return uint2{x,
 static inline uint4 make_uint4(unsigned int x, unsigned int y, unsigned int z, unsigned int w) { return uint4{x, y, z, w}; }
 
 namespace shim {
-enum { READY = 0, WAIT_CTA = 1, WAIT_WARP = 2, DONE = 3, WAIT_GRID = 4 };
+enum { READY = 0, WAIT_CTA = 1, WAIT_WARP = 2, DONE = 3, WAIT_GRID = 4, WAIT_SPIN = 5 };
 struct Fiber { ucontext_t ctx; dim3 tid; int state; int warp, lane; char* stack; dim3 bid; char* dyn;
-               unsigned int* bar; unsigned int bar_n; };
+               unsigned int* bar; unsigned int bar_n; int from_spin; };
+static int progress = 0;  // a cooperative pass ran a fiber beyond a counter wait (see run_cta)
 static Fiber* cur = nullptr;
 static ucontext_t sched_ctx;
 static dim3 block_dim, grid_dim;
@@ -210,6 +214,7 @@ static inline float dot_bf16x8(const uint4& w, const float (&x)[8], float acc) {
 static inline uint4 ld_ro_v4(const void* p) { uint4 v; memcpy(&v, p, 16); return v; }
 static inline uint4 ld_stream_v4(const void* p) { uint4 v; memcpy(&v, p, 16); return v; }
 static inline float ld_cg_f32(const float* p) { return *p; }
+static inline uint4 ld_cg_v4(const void* p) { uint4 v; memcpy(&v, p, 16); return v; }
 // cp.async on the host: the copy completes at once (the wait / commit protocol is then trivially met; a read
 // before the copy is issued would still see stale data, as on the GPU)
 static inline void cp_async4(void* dst, const void* src) { memcpy(dst, src, 4); }
@@ -298,6 +303,12 @@ static inline void barrier_sync(unsigned int* bar, unsigned int nctas, bool firs
   (void)first;
   shim::wait(shim::WAIT_GRID);
 }
+// A counter wait (ninfer_common.cuh section 5): the fiber parks (WAIT_SPIN) until another CTA of the cooperative
+// launch has raised the counter; the scheduler runs the other CTAs meanwhile and reports a deadlock when no
+// parked fiber's counter moves in a whole pass over the grid.
+static inline void wait_count_geq(const unsigned int* p, unsigned int target) {
+  while (*(volatile const unsigned int*)p < target) shim::wait(shim::WAIT_SPIN);
+}
 static inline void grid_barrier(unsigned int* bar) {
   barrier_sync(bar, shim::grid_dim.x * shim::grid_dim.y * shim::grid_dim.z,
                (shim::cur->bid.x | shim::cur->bid.y | shim::cur->bid.z) == 0);
@@ -322,14 +333,18 @@ static int run_cta(shim::Fiber* f, int threads, int reverse) {
       const int i = reverse ? threads - 1 - k : k;
       if (f[i].state != shim::READY) continue;
       shim::cur = &f[i];
+      const int was_spin = f[i].from_spin;
+      f[i].from_spin = 0;
       swapcontext(&shim::sched_ctx, &f[i].ctx);
       if (shim::trapped) return 1;
+      if (!(was_spin && f[i].state == shim::WAIT_SPIN)) shim::progress = 1;  // not just a counter re-check
     }
-    int live = 0, at_cta = 0, at_grid = 0;
+    int live = 0, at_cta = 0, at_grid = 0, at_spin = 0;
     for (int i = 0; i < threads; ++i) {
       if (f[i].state != shim::DONE) ++live;
       if (f[i].state == shim::WAIT_CTA) ++at_cta;
       if (f[i].state == shim::WAIT_GRID) ++at_grid;
+      if (f[i].state == shim::WAIT_SPIN) ++at_spin;
     }
     if (live == 0 || (at_grid && at_grid == live)) return 0;
     if (at_grid) return 2;  // some threads at a grid barrier, the others stuck elsewhere
@@ -351,7 +366,7 @@ static int run_cta(shim::Fiber* f, int threads, int reverse) {
         if (f[i].state == shim::WAIT_CTA) f[i].state = shim::READY;
       released = true;
     }
-    if (!released) return 2;
+    if (!released) return at_spin ? 4 : 2;  // 4: parked at counter waits (other CTAs must run)
   }
 }
 
@@ -369,6 +384,7 @@ static void init_fiber(shim::Fiber& f, int i, dim3 bid, char* stack, size_t stac
   f.state = shim::READY;
   f.bar = nullptr;
   f.bar_n = 0;
+  f.from_spin = 0;
 }
 
 // Returns 0 on success, 1 on __trap(), 2 on a barrier deadlock, 3 on a grid barrier whose waiting CTAs do
@@ -396,6 +412,7 @@ extern "C" int shim_launch(int gx, int gy, int gz, int threads, unsigned int dyn
           for (int i = 0; i < threads; ++i)
             init_fiber(f[i], i, dim3{(unsigned)x, (unsigned)y, (unsigned)z}, f[i].stack, kStack, dyn);
           rc = run_cta(f, threads, reverse);
+          if (rc == 4) rc = 2;  // a counter wait no other CTA can satisfy (one CTA at a time)
           if (rc == 0)
             for (int i = 0; i < threads; ++i)
               if (f[i].state == shim::WAIT_GRID) rc = 3;  // a grid barrier in a non-cooperative launch
@@ -408,8 +425,20 @@ extern "C" int shim_launch(int gx, int gy, int gz, int threads, unsigned int dyn
         init_fiber(f[c * threads + i], i, bid, f[c * threads + i].stack, kStack, dyn + c * dyn_alloc);
     }
     for (;;) {
-      for (int c = 0; c < nctas && rc == 0; ++c) rc = run_cta(f + (size_t)c * threads, threads, reverse);
+      shim::progress = 0;
+      for (int c = 0; c < nctas && rc == 0; ++c) {
+        rc = run_cta(f + (size_t)c * threads, threads, reverse);
+        if (rc == 4) rc = 0;  // parked at a counter wait
+      }
       if (rc) break;
+      int spinning = 0;
+      for (int i = 0; i < nctas * threads; ++i) spinning += f[i].state == shim::WAIT_SPIN;
+      if (spinning) {  // counter waits: re-check them next pass, unless nothing but re-checks ran in this one
+        if (!shim::progress) { rc = 2; break; }
+        for (int i = 0; i < nctas * threads; ++i)
+          if (f[i].state == shim::WAIT_SPIN) { f[i].state = shim::READY; f[i].from_spin = 1; }
+        continue;
+      }
       int waiting = 0, done = 0;
       unsigned int* bar = nullptr;
       unsigned int count = 0;
@@ -547,7 +576,7 @@ class HostKernel:
             raise HostKernelError(f"{self.entry}: __trap() (grid {grid}, block {threads}, smem {smem})")
         if rc == 2:
             raise HostKernelError(f"{self.entry}: barrier deadlock (divergent __syncthreads/__syncwarp, or a CTA "
-                                  "stuck while others wait at a grid barrier)")
+                                  "stuck while others wait at a grid barrier, or counter waits no CTA can satisfy)")
         if rc == 3:
             raise HostKernelError(f"{self.entry}: grid barrier mismatch (CTAs waiting != the count passed, CTA 0 "
                                   "absent, different counters, or a grid barrier in a non-cooperative launch)")

@@ -15,7 +15,7 @@ from ninferc.ir.config import ModelConfig
 from ninferc.ir.passes import run_pipeline
 from ninferc.ir.passes.common import norms_between_linears
 from ninferc.ir.qwen3_5 import build_graph
-from ninferc.targets.lower import drop_unneeded_steps, lower
+from ninferc.targets.lower import drop_unneeded_steps, linear_problem, lower
 from ninferc.targets.model_plan import plan_model, plan_steps
 
 plan_memory_mod = importlib.import_module("ninferc.ir.passes.plan_memory")  # the module (the package exports the pass)
@@ -80,7 +80,8 @@ def test_lowered_producer_and_consumer(graph):
     for norm, (prod, cons) in norms_between_linears(graph).items():
         ns, ps, cs = steps[norm], steps[prod], steps[cons]
         assert (ns.absorbed_by, ns.absorbed_into) == (prod, cons)
-        assert ps.problem.epilogue == "add_norm_parts" and ps.problem.unit_offset == bool(graph.op(norm).attrs["unit_offset"])
+        pp = linear_problem(ps.problem)  # (an MLP's down step: the down GEMV of its MlpProblem)
+        assert pp.epilogue == "add_norm_parts" and pp.unit_offset == bool(graph.op(norm).attrs["unit_offset"])
         assert ps.bind["h"].name == graph.op(norm).inputs[0] and ps.bind["xs"].name == graph.op(norm).outputs[-1]
         assert ps.bind["y"].name == graph.op(prod).outputs[0]  # what the prefill GEMM stores
         assert cs.problem.in_norm == "parts" and cs.bind["ss_parts"].kind == "parts" and cs.bind["ss_parts"].name == prod
