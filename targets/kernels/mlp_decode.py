@@ -110,6 +110,9 @@ class MlpDecodeFamily:
         kslice: down's slice of y per format, K elements (whole warp steps: a multiple of 32 x 16 (w8) / 32 (w4)).
         dn_rows: W_down rows per warp and down item.
         min_ctas: per format, the kernel's ``__launch_bounds__`` min resident CTAs per SM (a register cap); 1 = none.
+        cooperative: launch cooperatively (the driver checks co-residency); False: a plain launch of the same grid
+            (co-resident by the plan's occupancy alone) -- a probe's setting.
+        probe_nofence: a probe's setting (results may be wrong): the template's ``probe_nofence``.
     """
 
     name = "mlp_decode"
@@ -119,6 +122,8 @@ class MlpDecodeFamily:
                  min_ctas: dict | None = None):
         self.enabled = enabled
         self.min_ctas = dict(min_ctas or {"w8": 1, "w4": 1})
+        self.cooperative = True
+        self.probe_nofence = False
         self.threads = threads
         self.kslice = dict(kslice or {"w8": 512, "w4": 1024})
         self.dn_rows = dn_rows
@@ -180,7 +185,9 @@ class MlpDecodeFamily:
                   "unit_offset": bool(p.unit_offset)}
         if self.min_ctas.get(p.wfmt, 1) > 1:
             params["min_ctas"] = int(self.min_ctas[p.wfmt])
-        return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=True)
+        if self.probe_nofence:
+            params["probe_nofence"] = True
+        return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=self.cooperative)
 
     def variants(self, p: MlpProblem) -> list[KernelSpec]:
         """The fused kernel for ``p`` (none for a bf16 MLP or sizes it does not take)."""
