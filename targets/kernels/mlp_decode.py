@@ -113,6 +113,7 @@ class MlpDecodeFamily:
         cooperative: launch cooperatively (the driver checks co-residency); False: a plain launch of the same grid
             (co-resident by the plan's occupancy alone) -- a probe's setting.
         probe_nofence: a probe's setting (results may be wrong): the template's ``probe_nofence``.
+        sched: ``"ticket"`` (items from a ticket counter) or ``"static"`` (CTA c takes items c, c + grid, ...).
     """
 
     name = "mlp_decode"
@@ -124,6 +125,7 @@ class MlpDecodeFamily:
         self.min_ctas = dict(min_ctas or {"w8": 1, "w4": 1})
         self.cooperative = True
         self.probe_nofence = False
+        self.sched = "ticket"
         self.threads = threads
         self.kslice = dict(kslice or {"w8": 512, "w4": 1024})
         self.dn_rows = dn_rows
@@ -187,6 +189,8 @@ class MlpDecodeFamily:
             params["min_ctas"] = int(self.min_ctas[p.wfmt])
         if self.probe_nofence:
             params["probe_nofence"] = True
+        if self.sched != "ticket":
+            params["sched"] = self.sched
         return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=self.cooperative)
 
     def variants(self, p: MlpProblem) -> list[KernelSpec]:

@@ -95,6 +95,7 @@ def _check(out, ref):
 CASES = [(i, sms, rev) for i in range(len(PROBLEMS)) for sms, rev in ((1, False), (2, True))]
 
 
+
 @pytest.mark.parametrize("case", CASES, ids=[f"{PROBLEMS[i].wfmt}-h{PROBLEMS[i].hidden}-i{PROBLEMS[i].inter}-"
                                               f"u{int(PROBLEMS[i].unit_offset)}-sms{s}{'-rev' if r else ''}"
                                               for i, s, r in CASES])
