@@ -114,6 +114,7 @@ class MlpDecodeFamily:
             (co-resident by the plan's occupancy alone) -- a probe's setting.
         probe_nofence: a probe's setting (results may be wrong): the template's ``probe_nofence``.
         sched: ``"ticket"`` (items from a ticket counter) or ``"static"`` (CTA c takes items c, c + grid, ...).
+        dn_order: down items slice-major (``"slice"``) or row-block-major (``"row"``).
     """
 
     name = "mlp_decode"
@@ -126,6 +127,7 @@ class MlpDecodeFamily:
         self.cooperative = True
         self.probe_nofence = False
         self.sched = "ticket"
+        self.dn_order = "slice"
         self.threads = threads
         self.kslice = dict(kslice or {"w8": 512, "w4": 1024})
         self.dn_rows = dn_rows
@@ -191,6 +193,8 @@ class MlpDecodeFamily:
             params["probe_nofence"] = True
         if self.sched != "ticket":
             params["sched"] = self.sched
+        if self.dn_order != "slice":
+            params["dn_order"] = self.dn_order
         return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=self.cooperative)
 
     def variants(self, p: MlpProblem) -> list[KernelSpec]:

@@ -63,14 +63,14 @@ static inline uint4 make_uint4(unsigned int x, unsigned int y, unsigned int z, u
 namespace shim {
 enum { READY = 0, WAIT_CTA = 1, WAIT_WARP = 2, DONE = 3, WAIT_GRID = 4, WAIT_SPIN = 5 };
 struct Fiber { ucontext_t ctx; dim3 tid; int state; int warp, lane; char* stack; dim3 bid; char* dyn;
-               unsigned int* bar; unsigned int bar_n; int from_spin; };
+               unsigned int* bar; unsigned int bar_n; int from_spin;
+               Fiber* cta; unsigned long long xfer; };  // the CTA's first fiber; this lane's shuffle value
 static int progress = 0;  // a cooperative pass ran a fiber beyond a counter wait (see run_cta)
 static Fiber* cur = nullptr;
 static ucontext_t sched_ctx;
 static dim3 block_dim, grid_dim;
 static unsigned int dyn_smem_bytes = 0;
 static int trapped = 0;
-static float shfl_buf[32][32];
 static inline void wait(int st) { cur->state = st; swapcontext(&cur->ctx, &sched_ctx); }
 }  // namespace shim
 
@@ -88,42 +88,25 @@ static inline void wait(int st) { cur->state = st; swapcontext(&cur->ctx, &sched
 
 static inline void __syncthreads() { shim::wait(shim::WAIT_CTA); }
 static inline void __syncwarp(unsigned int = 0xffffffffu) { shim::wait(shim::WAIT_WARP); }
-static inline float __shfl_xor_sync(unsigned int, float v, int off) {
-  const int w = shim::cur->warp, l = shim::cur->lane;
-  shim::shfl_buf[w][l] = v;
-  __syncwarp();
-  const float r = shim::shfl_buf[w][(l ^ off) & 31];
-  __syncwarp();
-  return r;
-}
-static inline float __shfl_sync(unsigned int, float v, int src) {
-  const int w = shim::cur->warp, l = shim::cur->lane;
-  shim::shfl_buf[w][l] = v;
-  __syncwarp();
-  const float r = shim::shfl_buf[w][src & 31];
-  __syncwarp();
-  return r;
-}
-namespace shim { static unsigned long long shfl_buf64[32][32]; }
-static inline unsigned long long __shfl_xor_sync(unsigned int, unsigned long long v, int off) {
-  const int w = shim::cur->warp, l = shim::cur->lane;
-  shim::shfl_buf64[w][l] = v;
-  __syncwarp();
-  const unsigned long long r = shim::shfl_buf64[w][(l ^ off) & 31];
-  __syncwarp();
-  return r;
-}
-// The other warp intrinsics the templates use (every lane of the warp takes part, as in the kernels).
+// Shuffles: each lane puts its value in its own fiber, a warp barrier, each reads its source lane's fiber (of the
+// same CTA: kept per CTA, as CTAs of a cooperative launch may interleave at counter waits), a warp barrier.
 namespace shim {
-static unsigned long long lane_buf[32][32];
 template <typename T> static inline void put_lane(T v) {
-  unsigned long long u = 0; memcpy(&u, &v, sizeof(T)); lane_buf[cur->warp][cur->lane] = u;
+  unsigned long long u = 0; memcpy(&u, &v, sizeof(T)); cur->xfer = u;
 }
-template <typename T> static inline T get_lane(int l) { T v; memcpy(&v, &lane_buf[cur->warp][l], sizeof(T)); return v; }
+template <typename T> static inline T get_lane(int l) {
+  T v; memcpy(&v, &cur->cta[cur->warp * 32 + l].xfer, sizeof(T)); return v;
+}
 template <typename T> static inline T shfl_from(T v, int src) {
   put_lane(v); __syncwarp(); const T r = get_lane<T>(src & 31); __syncwarp(); return r;
 }
 }  // namespace shim
+static inline float __shfl_xor_sync(unsigned int, float v, int off) { return shim::shfl_from(v, shim::cur->lane ^ off); }
+static inline float __shfl_sync(unsigned int, float v, int src) { return shim::shfl_from(v, src); }
+static inline unsigned long long __shfl_xor_sync(unsigned int, unsigned long long v, int off) {
+  return shim::shfl_from(v, shim::cur->lane ^ off);
+}
+// The other warp intrinsics the templates use (every lane of the warp takes part, as in the kernels).
 template <typename T> static inline T __shfl_up_sync(unsigned int, T v, unsigned int d) {
   const int l = shim::cur->lane; return shim::shfl_from(v, l >= (int)d ? l - (int)d : l);
 }
@@ -385,6 +368,8 @@ static void init_fiber(shim::Fiber& f, int i, dim3 bid, char* stack, size_t stac
   f.bar = nullptr;
   f.bar_n = 0;
   f.from_spin = 0;
+  f.cta = nullptr;
+  f.xfer = 0;
 }
 
 // Returns 0 on success, 1 on __trap(), 2 on a barrier deadlock, 3 on a grid barrier whose waiting CTAs do
@@ -409,8 +394,10 @@ extern "C" int shim_launch(int gx, int gy, int gz, int threads, unsigned int dyn
       for (int y = 0; y < gy && rc == 0; ++y)
         for (int x = 0; x < gx && rc == 0; ++x) {
           memset(dyn, 0xff, dyn_bytes);  // NaN in every float
-          for (int i = 0; i < threads; ++i)
+          for (int i = 0; i < threads; ++i) {
             init_fiber(f[i], i, dim3{(unsigned)x, (unsigned)y, (unsigned)z}, f[i].stack, kStack, dyn);
+            f[i].cta = f;
+          }
           rc = run_cta(f, threads, reverse);
           if (rc == 4) rc = 2;  // a counter wait no other CTA can satisfy (one CTA at a time)
           if (rc == 0)
@@ -421,8 +408,10 @@ extern "C" int shim_launch(int gx, int gy, int gz, int threads, unsigned int dyn
     memset(dyn, 0xff, dyn_alloc * live_ctas);
     for (int c = 0; c < nctas; ++c) {
       const dim3 bid{(unsigned)(c % gx), (unsigned)((c / gx) % gy), (unsigned)(c / (gx * gy))};
-      for (int i = 0; i < threads; ++i)
+      for (int i = 0; i < threads; ++i) {
         init_fiber(f[c * threads + i], i, bid, f[c * threads + i].stack, kStack, dyn + c * dyn_alloc);
+        f[c * threads + i].cta = f + (size_t)c * threads;
+      }
     }
     for (;;) {
       shim::progress = 0;

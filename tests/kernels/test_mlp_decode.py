@@ -54,7 +54,7 @@ def _launch(p: MlpProblem, resources, sms: int):
     return FAM.launch(p, 1, PlanContext(ARCH, sms, resources))
 
 
-def _run(p: MlpProblem, launch, seed: int, *, source: str | None = None, reverse: bool = False):
+def _run(p: MlpProblem, launch, seed: int, *, source: str | None = None, reverse: bool = False, fam=FAM):
     from cuda_host import HostKernel
 
     rng = np.random.default_rng(seed)
@@ -65,13 +65,13 @@ def _run(p: MlpProblem, launch, seed: int, *, source: str | None = None, reverse
     ss_in = np.abs(rng.standard_normal((1, 7), dtype=np.float32)) * np.float32(9 * p.hidden / 7)
     h = rng.standard_normal((1, p.hidden), dtype=np.float32)
     norm_w = rng.standard_normal(p.hidden, dtype=np.float32) * np.float32(0.2)
-    _, n_sl, n_rb = FAM.counts(p)
-    scratch = FAM.scratch_bytes(p)
+    _, n_sl, n_rb = fam.counts(p)
+    scratch = fam.scratch_bytes(p)
     out = {"y_gu": np.full((1, p.inter), BF16_NAN, np.uint16), "h": h.copy(),
            "xs": np.full((1, p.hidden), BF16_NAN, np.uint16), "ss_out": np.full(n_rb, np.nan, np.float32),
            "parts": np.full(scratch["mlp_parts"] // 4, np.nan, np.float32),
            "sync": np.zeros(scratch["mlp_sync"] // 4, np.uint32), "norm_w": norm_w}
-    assert launch.workspace_bytes == 4 * FAM.norm_parts(launch) == 4 * n_rb
+    assert launch.workspace_bytes == 4 * fam.norm_parts(launch) == 4 * n_rb
     args = kernel_args(p, launch, w_gu=np.ascontiguousarray(q_gu.codes), s_gu=np.ascontiguousarray(q_gu.scales),
                        w_dn=np.ascontiguousarray(q_dn.codes), s_dn=np.ascontiguousarray(q_dn.scales),
                        x_gu=np.ascontiguousarray(x.view(np.uint16)), ss_in=ss_in, ss_parts=7, in_eps=1e-6, **out)
@@ -108,6 +108,26 @@ def test_mlp_decode_on_the_emulator(resources, case):
     assert 1 < launch.ctas < n_gu  # tickets hand out most gate|up items
     out, ref, _ = _run(p, launch, seed=i, reverse=rev)
     _check(out, ref)
+
+
+#: the family's other settings: row-block-major down items (consecutive items on consecutive slices of the same
+#: rows: the emulator's per-CTA shuffle state matters here -- CTAs interleave inside a staging warp's shuffles), the
+#: static schedule, two-step slices of two rows per warp
+VARIANTS = {"row_order": {"dn_order": "row"}, "static": {"sched": "static"},
+            "kslice2x": {"kslice": {"w4": 2048, "w8": 1024}, "dn_rows": 2}}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_mlp_decode_variants_on_the_emulator(variant):
+    fam = MlpDecodeFamily()
+    for k, v in VARIANTS[variant].items():
+        setattr(fam, k, v)
+    res = {u: r for u, (_, r) in compile_variants([fam.spec(p) for p in PROBLEMS], ARCH).items()}
+    for i, p in enumerate(PROBLEMS):
+        for sms, rev in ((1, False), (2, True)):
+            launch = fam.launch(p, 1, PlanContext(ARCH, sms, res))
+            out, ref, _ = _run(p, launch, seed=i + sms, reverse=rev, fam=fam)
+            _check(out, ref)
 
 
 MUTATIONS = {
