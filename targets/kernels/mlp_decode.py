@@ -115,6 +115,7 @@ class MlpDecodeFamily:
         probe_nofence: a probe's setting (results may be wrong): the template's ``probe_nofence``.
         sched: ``"ticket"`` (items from a ticket counter) or ``"static"`` (CTA c takes items c, c + grid, ...).
         dn_order: down items slice-major (``"slice"``) or row-block-major (``"row"``).
+        gu_outs: gate|up outputs per warp and item (computed one after another).
     """
 
     name = "mlp_decode"
@@ -128,6 +129,7 @@ class MlpDecodeFamily:
         self.probe_nofence = False
         self.sched = "ticket"
         self.dn_order = "slice"
+        self.gu_outs = 1
         self.threads = threads
         self.kslice = dict(kslice or {"w8": 512, "w4": 1024})
         self.dn_rows = dn_rows
@@ -144,9 +146,10 @@ class MlpDecodeFamily:
         return int(self.kslice[p.wfmt])
 
     def counts(self, p: MlpProblem) -> tuple[int, int, int]:
-        """``(n_gu, n_sl, n_rb)``: gate|up items (one output per warp), slices of y, row blocks of down."""
+        """``(n_gu, n_sl, n_rb)``: gate|up items (``gu_outs`` outputs per warp), slices of y, row blocks of down."""
         ks = self.slice_of(p)
-        return (-(-p.inter // self.warps), -(-p.inter // ks), -(-p.hidden // (self.warps * self.dn_rows)))
+        return (-(-p.inter // (self.warps * self.gu_outs)), -(-p.inter // ks),
+                -(-p.hidden // (self.warps * self.dn_rows)))
 
     def dynamic_smem_bytes(self, p: MlpProblem) -> int:
         """x staged (int16 [hidden] + fp32 2^-e [hidden / 64] (+ w4 fp32 sums [hidden / 32])) and two slice buffers
@@ -168,7 +171,7 @@ class MlpDecodeFamily:
         ks = self.slice_of(p)
         if p.hidden % DP_BLOCK or p.inter % DP_BLOCK:
             return f"hidden {p.hidden} / inter {p.inter} not multiples of {DP_BLOCK}"
-        if ks % (WARP * VEC_OF[p.wfmt]) or ks % self.warps or ks % DP_BLOCK:
+        if ks % (WARP * VEC_OF[p.wfmt]) or ks % (self.warps * self.gu_outs) or ks % DP_BLOCK:
             return f"slice {ks} not whole warp steps of {WARP * VEC_OF[p.wfmt]} elements"
         if self.warps * self.dn_rows > self.threads:
             return f"row block {self.warps * self.dn_rows} rows over {self.threads} threads"
@@ -195,6 +198,8 @@ class MlpDecodeFamily:
             params["sched"] = self.sched
         if self.dn_order != "slice":
             params["dn_order"] = self.dn_order
+        if self.gu_outs != 1:
+            params["gu_outs"] = int(self.gu_outs)
         return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=self.cooperative)
 
     def variants(self, p: MlpProblem) -> list[KernelSpec]:

@@ -112,9 +112,9 @@ def test_mlp_decode_on_the_emulator(resources, case):
 
 #: the family's other settings: row-block-major down items (consecutive items on consecutive slices of the same
 #: rows: the emulator's per-CTA shuffle state matters here -- CTAs interleave inside a staging warp's shuffles), the
-#: static schedule, two-step slices of two rows per warp
+#: static schedule, two-step slices of two rows per warp, two gate|up outputs per warp and item
 VARIANTS = {"row_order": {"dn_order": "row"}, "static": {"sched": "static"},
-            "kslice2x": {"kslice": {"w4": 2048, "w8": 1024}, "dn_rows": 2}}
+            "kslice2x": {"kslice": {"w4": 2048, "w8": 1024}, "dn_rows": 2}, "gu_outs2": {"gu_outs": 2}}
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -134,7 +134,7 @@ MUTATIONS = {
     "no wait for the slice": ("ninfer::wait_count_geq(ready + s, need);", ""),
     "a row block summed one slice early": ("(unsigned int)(n_sl * kWarps - 1)", "(unsigned int)(n_sl * kWarps - 1 - kWarps)"),
     "counters not cleared": ("for (int i = 0; i < 2 + n_sl + n_rb; ++i) sync[i] = 0u;", ""),
-    "the gate|up item not counted in": ("atomicAdd(ready + item * kWarps / kSlice, 1u);", ""),
+    "the gate|up item not counted in": ("atomicAdd(ready + item * kGuOuts * kWarps / kSlice, 1u);", ""),
 }
 
 
