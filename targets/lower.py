@@ -154,7 +154,8 @@ class LinearRoute:
 class MlpRoute:
     """The down Linear of an MLP whose gate|up and down GEMVs can be one fused launch: the fused decode MLP
     (``mlp_decode``) where it serves the step (:meth:`ninferc.targets.kernels.mlp_decode.MlpDecodeFamily.serves`:
-    one token, quantised weights), else the down Linear's own route (:class:`LinearRoute` on ``problem.down``).
+    enabled -- off by default, see that module's "Status" --, one token, quantised weights), else the down Linear's
+    own route (:class:`LinearRoute` on ``problem.down``).
     The problem is an :class:`~ninferc.targets.kernels.mlp_decode.MlpProblem`; the gate|up step
     (``Step.fused_into``) is skipped where the fused kernel runs (:func:`drop_unneeded_steps`)."""
 
@@ -165,8 +166,8 @@ class MlpRoute:
         self.linear, self.fused = LinearRoute(), FAMILIES["mlp_decode"]
 
     def variants(self, p: MlpProblem, arch=None) -> list[KernelSpec]:
-        """The down Linear's variants and the fused kernel (when ``p`` has one)."""
-        return self.linear.variants(p.down, arch) + self.fused.variants(p)
+        """The down Linear's variants and, when the family is enabled, the fused kernel (when ``p`` has one)."""
+        return self.linear.variants(p.down, arch) + (self.fused.variants(p) if self.fused.enabled else [])
 
     def launch(self, p: MlpProblem, tokens: int, ctx: PlanContext) -> Launch:
         """The fused launch where it serves ``tokens``, else the down Linear's launch."""

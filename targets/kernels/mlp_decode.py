@@ -39,6 +39,16 @@ cooperative and its grid is ``min(cap, n_gu)`` with ``cap`` the compiled kernel'
 shared memory, the occupancy calculator) x the SM count -- derived, never a constant; and a gate|up item never
 waits, so each resident CTA finishes its own.
 
+Status (H200, bench/NOTES.md runs 147-152): correct (emulator and GPU tests; the engine's goldens and fidelity tests
+pass with it), but the 27B decode step is slower with it than with the two GEMVs -- w4 0.876x, w8 0.88x at 512 tokens
+with the 64-register cap. Ruled out as the cause: the ticket counter (a static schedule: 1.003x), the cooperative
+attribute (1.008x), the number of gate|up items (2 or 4 outputs per warp and item: no gain); the item-level fences
+cost ~5-7 %; row-block-major down items and two-step slices were slower. What is left is the down phase's chain per
+item (a slice's readiness check and its y load from L2 -- two dependent round trips -- then the conversion, a barrier
+and the release of its partial sums) with one item in flight per CTA; a next version would keep two down items in
+flight per CTA or hand the y slices to the down items already staged. So :attr:`MlpDecodeFamily.enabled` is False:
+the plan keeps the two GEMVs and does not compile this kernel.
+
 Runtime arguments (:meth:`MlpDecodeFamily.arg_names`): ``w_gu, s_gu, w_dn, s_dn, x_gu, ss_in, ss_parts, in_eps,
 y, h, norm_w, xs, ss_out, parts, sync, hidden, inter``. ``Launch.workspace_bytes`` is ``ss_out`` (fp32 [n_rb],
 the ``norm_ss`` workspace, as for an add_norm_parts GEMV: :meth:`MlpDecodeFamily.norm_parts`); ``parts`` and
@@ -104,32 +114,25 @@ class MlpDecodeFamily:
     """The fused decode MLP (module docstring).
 
     Attributes:
-        enabled: the route takes this kernel where it applies (:meth:`serves`); False keeps the two GEMVs (the
-            reference side of ``bench/family_ab.py``).
+        enabled: the route takes this kernel where it applies (:meth:`serves`), and a model plan compiles it. Default
+            False: on the H200 the 27B decode step is slower with it (module docstring, "Status"); ``bench/family_ab.py``
+            A/Bs it as ``fused:mlp_decode.enabled=True``.
         threads: threads per CTA.
         kslice: down's slice of y per format, K elements (whole warp steps: a multiple of 32 x 16 (w8) / 32 (w4)).
         dn_rows: W_down rows per warp and down item.
-        min_ctas: per format, the kernel's ``__launch_bounds__`` min resident CTAs per SM (a register cap); 1 = none.
-        cooperative: launch cooperatively (the driver checks co-residency); False: a plain launch of the same grid
-            (co-resident by the plan's occupancy alone) -- a probe's setting.
-        probe_nofence: a probe's setting (results may be wrong): the template's ``probe_nofence``.
-        sched: ``"ticket"`` (items from a ticket counter) or ``"static"`` (CTA c takes items c, c + grid, ...).
-        dn_order: down items slice-major (``"slice"``) or row-block-major (``"row"``).
-        gu_outs: gate|up outputs per warp and item (computed one after another).
+        min_ctas: per format, the kernel's ``__launch_bounds__`` min resident CTAs per SM (a register cap; 1 = none).
+            Default w4 4 (64 registers, no local memory on any target with NVRTC 13.0 / 13.5: 4 CTAs/SM for 256
+            threads, 1.08x over the uncapped 76-80 registers at 3 CTAs/SM on the H200; bench/NOTES.md run 150) and w8 3
+            (at 4 NVRTC 13.5 spills 8 B on sm_86 / sm_89; uncapped it takes 85 registers on NVRTC 13.0, 2 CTAs/SM).
     """
 
     name = "mlp_decode"
     template = "mlp_decode.cu.j2"
 
-    def __init__(self, enabled: bool = True, threads: int = 256, kslice: dict | None = None, dn_rows: int = 4,
+    def __init__(self, enabled: bool = False, threads: int = 256, kslice: dict | None = None, dn_rows: int = 4,
                  min_ctas: dict | None = None):
         self.enabled = enabled
-        self.min_ctas = dict(min_ctas or {"w8": 1, "w4": 1})
-        self.cooperative = True
-        self.probe_nofence = False
-        self.sched = "ticket"
-        self.dn_order = "slice"
-        self.gu_outs = 1
+        self.min_ctas = dict(min_ctas or {"w8": 3, "w4": 4})
         self.threads = threads
         self.kslice = dict(kslice or {"w8": 512, "w4": 1024})
         self.dn_rows = dn_rows
@@ -146,10 +149,9 @@ class MlpDecodeFamily:
         return int(self.kslice[p.wfmt])
 
     def counts(self, p: MlpProblem) -> tuple[int, int, int]:
-        """``(n_gu, n_sl, n_rb)``: gate|up items (``gu_outs`` outputs per warp), slices of y, row blocks of down."""
+        """``(n_gu, n_sl, n_rb)``: gate|up items (one output per warp), slices of y, row blocks of down."""
         ks = self.slice_of(p)
-        return (-(-p.inter // (self.warps * self.gu_outs)), -(-p.inter // ks),
-                -(-p.hidden // (self.warps * self.dn_rows)))
+        return -(-p.inter // self.warps), -(-p.inter // ks), -(-p.hidden // (self.warps * self.dn_rows))
 
     def dynamic_smem_bytes(self, p: MlpProblem) -> int:
         """x staged (int16 [hidden] + fp32 2^-e [hidden / 64] (+ w4 fp32 sums [hidden / 32])) and two slice buffers
@@ -171,7 +173,7 @@ class MlpDecodeFamily:
         ks = self.slice_of(p)
         if p.hidden % DP_BLOCK or p.inter % DP_BLOCK:
             return f"hidden {p.hidden} / inter {p.inter} not multiples of {DP_BLOCK}"
-        if ks % (WARP * VEC_OF[p.wfmt]) or ks % (self.warps * self.gu_outs) or ks % DP_BLOCK:
+        if ks % (WARP * VEC_OF[p.wfmt]) or ks % self.warps or ks % DP_BLOCK:
             return f"slice {ks} not whole warp steps of {WARP * VEC_OF[p.wfmt]} elements"
         if self.warps * self.dn_rows > self.threads:
             return f"row block {self.warps * self.dn_rows} rows over {self.threads} threads"
@@ -192,18 +194,11 @@ class MlpDecodeFamily:
                   "unit_offset": bool(p.unit_offset)}
         if self.min_ctas.get(p.wfmt, 1) > 1:
             params["min_ctas"] = int(self.min_ctas[p.wfmt])
-        if self.probe_nofence:
-            params["probe_nofence"] = True
-        if self.sched != "ticket":
-            params["sched"] = self.sched
-        if self.dn_order != "slice":
-            params["dn_order"] = self.dn_order
-        if self.gu_outs != 1:
-            params["gu_outs"] = int(self.gu_outs)
-        return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=self.cooperative)
+        return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=True)
 
     def variants(self, p: MlpProblem) -> list[KernelSpec]:
-        """The fused kernel for ``p`` (none for a bf16 MLP or sizes it does not take)."""
+        """The fused kernel for ``p`` (none for a bf16 MLP or sizes it does not take). CI compiles it for every
+        target; a model plan only when the family is enabled (:class:`ninferc.targets.lower.MlpRoute`)."""
         return [] if self.check(p) else [self.spec(p)]
 
     def sample_problems(self) -> list[MlpProblem]:

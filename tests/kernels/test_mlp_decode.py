@@ -110,26 +110,6 @@ def test_mlp_decode_on_the_emulator(resources, case):
     _check(out, ref)
 
 
-#: the family's other settings: row-block-major down items (consecutive items on consecutive slices of the same
-#: rows: the emulator's per-CTA shuffle state matters here -- CTAs interleave inside a staging warp's shuffles), the
-#: static schedule, two-step slices of two rows per warp, two gate|up outputs per warp and item
-VARIANTS = {"row_order": {"dn_order": "row"}, "static": {"sched": "static"},
-            "kslice2x": {"kslice": {"w4": 2048, "w8": 1024}, "dn_rows": 2}, "gu_outs2": {"gu_outs": 2}}
-
-
-@pytest.mark.parametrize("variant", list(VARIANTS))
-def test_mlp_decode_variants_on_the_emulator(variant):
-    fam = MlpDecodeFamily()
-    for k, v in VARIANTS[variant].items():
-        setattr(fam, k, v)
-    res = {u: r for u, (_, r) in compile_variants([fam.spec(p) for p in PROBLEMS], ARCH).items()}
-    for i, p in enumerate(PROBLEMS):
-        for sms, rev in ((1, False), (2, True)):
-            launch = fam.launch(p, 1, PlanContext(ARCH, sms, res))
-            out, ref, _ = _run(p, launch, seed=i + sms, reverse=rev, fam=fam)
-            _check(out, ref)
-
-
 MUTATIONS = {
     "no wait for the slice": ("ninfer::wait_count_geq(ready + s, need);", ""),
     "a row block summed one slice early": ("(unsigned int)(n_sl * kWarps - 1)", "(unsigned int)(n_sl * kWarps - 1 - kWarps)"),

@@ -122,3 +122,35 @@ def test_workspace_of_the_parts(graph):
     parts = [ln for s, ln in plan_steps(mp.program, mp.context(), T=4, B=4, R=4, mode="decode")
              if dataclasses.asdict(s.problem).get("epilogue") == "add_norm_parts"]
     assert parts and max(ln.workspace_bytes for ln in parts) <= sizes["norm_ss"]
+
+
+def test_the_fused_mlp_route(cfg, monkeypatch):
+    """With the fused decode MLP enabled (off by default: ninferc.targets.kernels.mlp_decode, "Status"), a w4 model's
+    one-token step launches mlp_decode for every MLP whose down GEMV starts a folded norm and skips its gate|up
+    step; a 4-sequence step and prefill keep the two GEMVs / GEMMs; the next norm's consumer reads the fused
+    launch's row blocks as its parts; the workspaces cover the fused launch's partial sums and counters."""
+    from ninferc.runtime.memory import workspace_sizes
+    from ninferc.targets.kernels import FAMILIES
+
+    monkeypatch.setattr(FAMILIES["mlp_decode"], "enabled", True)
+    g = run_pipeline(build_graph(cfg, lm_rows="last"), weights="w4")
+    mp = plan_model(g, "sm_90", sku="h200", decode_batches=(1, 4), prefill_tokens=(64,))
+    ctx, n = mp.context(), cfg.num_hidden_layers
+    one = plan_steps(mp.program, ctx, T=1, B=1, R=1, mode="decode")
+    fused = [(s, ln) for s, ln in one if ln.kernel.family == "mlp_decode"]
+    assert len(fused) == n - 1  # the last layer's down GEMV stores (the final norm is gathered for the LM head)
+    names = {s.name for s, _ in one}
+    for s, ln in fused:
+        assert s.name.endswith("mlp.down") and s.name.replace("mlp.down", "mlp.gate_up") not in names
+        assert ln.cooperative and ln.ctas <= ln.ctas_per_sm * ctx.sms
+    four = plan_steps(mp.program, ctx, T=4, B=4, R=4, mode="decode")
+    assert not any(ln.kernel.family == "mlp_decode" for _, ln in four)
+    assert sum(s.name.endswith("mlp.gate_up") for s, _ in four) == n
+    launches = {s.name: ln for s, ln in one}
+    for s, _ in one:  # every in_norm consumer of a fused producer finds its parts
+        ref = s.bind.get("ss_parts")
+        if ref is not None and ref.kind == "parts" and launches[ref.name].kernel.family == "mlp_decode":
+            assert FAMILIES["mlp_decode"].norm_parts(launches[ref.name]) > 0
+    sizes = workspace_sizes(mp.program, ctx, t_cap=64, max_batch=4)
+    need = FAMILIES["mlp_decode"].scratch_bytes(fused[0][0].problem)
+    assert sizes["mlp_parts"] >= need["mlp_parts"] and sizes["mlp_sync"] >= need["mlp_sync"]
