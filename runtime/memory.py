@@ -9,16 +9,17 @@ from dataclasses import dataclass, field
 from ninferc.errors import PlanError, RuntimeMemoryError
 
 #: kernel family -> the named workspace (``Ref("ws", name)``) its ``Launch.workspace_bytes`` sizes (a GEMV with
-#: the ``add_norm_parts`` epilogue sizes ``norm_ss`` instead: :func:`workspace_of`)
+#: the ``add_norm_parts`` epilogue sizes ``norm_ss`` instead: :func:`workspace_of`; the fused decode MLP's is its
+#: norm parts too)
 WORKSPACE_OF = {"gemv_coop": "gemv", "gdn_conv": "gdn_conv_out", "gdn_chunk": "gdn_o", "gdn_chunk_wy": "gdn_wy",
-                "attn_decode": "attn_partials"}
+                "attn_decode": "attn_partials", "mlp_decode": "norm_ss"}
 
 
 def workspace_of(launch) -> str | None:
     """The named workspace ``launch.workspace_bytes`` sizes: :data:`WORKSPACE_OF` of its family, except
     ``norm_ss`` (the norm parts, fp32 [T, row blocks]) for a GEMV with the ``add_norm_parts`` epilogue."""
     k = launch.kernel
-    if k.family == "gemv_coop" and dict(k.params).get("epilogue") == "add_norm_parts" or k.family == "mlp_decode":
+    if k.family == "gemv_coop" and dict(k.params).get("epilogue") == "add_norm_parts":
         return "norm_ss"
     return WORKSPACE_OF.get(k.family)
 
@@ -79,9 +80,8 @@ def workspace_sizes(program, ctx, *, t_cap: int, max_batch: int) -> dict[str, in
         PlanError: a launch needs workspace bytes but its kernel family has no named workspace (it would write
             past whatever buffer it is given).
     """
-    from ninferc.targets.lower import step_launch
-
     from ninferc.targets.kernels import FAMILIES
+    from ninferc.targets.lower import step_launch
 
     ws = {"gemv": 16, "norm_ss": 16, "gdn_conv_out": 16, "gdn_o": 16, "gdn_wy": 16, "attn_q": 16, "attn_partials": 16,
           "mlp_parts": 16, "mlp_sync": 16}
