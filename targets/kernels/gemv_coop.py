@@ -578,7 +578,7 @@ class GemvCoopFamily:
             raise PlanError(f"gemv_coop: dp_min_ctas entries {bad} must be (wfmt 'w8' | 'w4', epilogue one of "
                             f"{', '.join(EPILOGUES)}, threads a multiple of {WARP}, min resident CTAs per SM >= 1)")
         self.dp_min_ctas = tuple((str(f), str(e), int(t), int(c)) for f, e, t, c in dp_min_ctas)
-        self.dp_stream_k = bool(dp_stream_k)
+        self.dp_stream_k = dp_stream_k if dp_stream_k == "probe" else bool(dp_stream_k)
 
     @property
     def threads(self) -> tuple[int, ...]:
@@ -727,7 +727,7 @@ class GemvCoopFamily:
                     raise PlanError(f"gemv_coop: no Stream-K variant for {problem.epilogue} / {problem.wfmt} at "
                                     f"k_warps {k_warps}, tile {tile}, ring {params.get('ring', 0)}: it needs a "
                                     f"persistent dp launch, one warp per row group, no ring, not add_norm_parts")
-                params["stream_k"] = True
+                params["stream_k"] = "probe" if self.dp_stream_k == "probe" else True
             cap = next((c for f, e, t, c in self.dp_min_ctas
                         if f == problem.wfmt and e == problem.epilogue and t == threads), 0)
             if cap > 1:
@@ -1017,9 +1017,12 @@ class GemvCoopFamily:
 
 
 def sync_words(launch: Launch) -> int:
-    """uint32 words of the ``barrier`` counters ``launch`` uses: 1 + its grid for a Stream-K launch (a count per
-    item shared by CTAs, at the item's first CTA), 1 otherwise (a cooperative launch's grid barrier)."""
-    return 1 + launch.grid[0] if dict(launch.kernel.params).get("stream_k") else 1
+    """uint32 words of the ``barrier`` counters ``launch`` uses: 1 + grid x warps for a Stream-K launch (a count
+    per warp of each item shared by CTAs, at the item's first CTA), 1 otherwise (a cooperative launch's grid
+    barrier)."""
+    if dict(launch.kernel.params).get("stream_k"):
+        return 1 + launch.grid[0] * (launch.block[0] // WARP)
+    return 1
 
 
 def kernel_args(problem: GemvProblem, launch: Launch, w, x, y, ws=None, barrier=None, scales=None,
