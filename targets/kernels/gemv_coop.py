@@ -131,8 +131,8 @@ n_out, t_total, splits``; w8 / w4 ``w, scales, x, y, ...`` -- pointers then int3
 ``add_norm_parts`` name ``y`` ``h``; ``add_norm_parts`` appends ``norm_w, xs, ss_out``, ``in_norm parts``
 appends ``ss_in, ss_parts, in_eps``. ``barrier`` is the zero-initialised uint32 counters of the runtime's
 ``gemv_sync`` workspace, left zero / reusable by every launch: word 0 is a cooperative launch's grid barrier, words
-1.. a Stream-K launch's per-shared-item counts (:func:`sync_words`); ``ws`` is ``Launch.workspace_bytes`` of
-scratch (a coop launch's partial sums, a Stream-K launch's partial-sum slots; no initialisation needed).
+2.. a Stream-K launch's hand-over words (:func:`sync_words`); ``ws`` is ``Launch.workspace_bytes`` of scratch (a coop
+launch's partial sums; no initialisation needed).
 ``add_norm_parts`` launches size ``ss_out`` instead (``Launch.workspace_bytes``, see :meth:`GemvCoopFamily.norm_parts`).
 """
 
@@ -498,8 +498,9 @@ class GemvCoopFamily:
             kernel's last CTA exit 23.9 -> 22.0 us; capping gate|up (swiglu) too cost it 1.0 us (bench/NOTES.md
             run 105: both capped, 27B w8 step 1.0075x).
         dp_stream_k: the persistent dp launches may run Stream-K (template ``stream_k``): the launch's items x K
-            steps cut into equal contiguous ranges over every resident CTA, the items shared by two CTAs summed by
-            the last one to count in (:meth:`stream_k_grid` says where). A persistent grid of whole items runs as
+            steps cut into equal contiguous ranges over every resident CTA (a cooperative launch), an item shared by
+            CTAs finished by its first one, which adds the others' sums, handed over as tagged words, in CTA order
+            (:meth:`stream_k_grid` says where). A persistent grid of whole items runs as
             long as its CTAs with the most items: the w4 gate|up of the 27B shape at 4 CTAs per SM x 132 has 2,176
             items, so 436 CTAs of 5 (4.12 per resident CTA slot), 92 of the 132 SMs holding only 3 of them.
         mma_shapes: the plain (threads, k_warps) shapes of the mma variants, in place of ``plain_shapes``: a
@@ -740,7 +741,9 @@ class GemvCoopFamily:
             params["k_warps"] = int(k_warps)
         if self.prefetch_steps != 1:
             params["prefetch_steps"] = self.prefetch_steps
-        return KernelSpec.make(self.name, self.template, params, threads, cooperative=(mode == "coop"))
+        # Stream-K: a shared item's first CTA waits for the other sharers' sums, so all CTAs must be co-resident
+        return KernelSpec.make(self.name, self.template, params, threads,
+                               cooperative=(mode == "coop" or bool(params.get("stream_k"))))
 
     def arg_names(self, problem: GemvProblem) -> tuple[str, ...]:
         """Kernel parameters in order (templates/README.md ABI): pointers w (bf16 [N_w, K]; w8: int8
@@ -863,12 +866,6 @@ class GemvCoopFamily:
         whole = -(-items // cap) * (units // items)
         return cap if -(-units // cap) <= (1.0 - STREAM_K_MIN_GAIN) * whole else 0
 
-    def stream_k_bytes(self, problem: GemvProblem, spec: KernelSpec, grid: int) -> int:
-        """``Launch.workspace_bytes`` of a Stream-K launch: its partial-sum slots, fp32 [2 grid][warps][rows per
-        warp x tile] (a CTA shares at most its first and its last item)."""
-        tile = spec.param("max_tokens")
-        return 4 * 2 * grid * (spec.threads // WARP) * self.rows_for(problem, tile) * tile
-
     def norm_parts(self, launch: Launch) -> int:
         """The ``ss_parts`` (row blocks) of an add_norm_parts launch: the consumer GEMV's ``ss_parts`` argument.
 
@@ -945,21 +942,21 @@ class GemvCoopFamily:
     def _stream_k_launch(self, problem: GemvProblem, tokens: int, ctx: PlanContext, spec: KernelSpec, k_warps: int,
                          chunks: int) -> Launch | None:
         """The Stream-K launch of the chosen persistent dp variant ``spec`` (:meth:`stream_k_grid`), or None where
-        whole items are as good or its Stream-K build holds fewer resident CTAs per SM than ``spec``."""
+        whole items are as good or its Stream-K build holds fewer resident CTAs per SM than ``spec`` or spills."""
         tile = spec.param("max_tokens")
         p = dict(spec.params)
         sk_spec = self.spec(problem, spec.threads, "plain", tile, k_warps, bool(p.get("carry", False)),
                             int(p.get("ring", 0)), stream_k=True)
         dyn = self.dynamic_smem_bytes(problem, tile, sk_spec)
         occ = ctx.occupancy(sk_spec, dyn).ctas_per_sm
-        if occ < ctx.occupancy(spec, self.dynamic_smem_bytes(problem, tile, spec)).ctas_per_sm:
+        if (occ < ctx.occupancy(spec, self.dynamic_smem_bytes(problem, tile, spec)).ctas_per_sm
+                or ctx.resources_of(sk_spec).local_bytes > ctx.resources_of(spec).local_bytes):
             return None
         grid = self.stream_k_grid(problem, self.row_blocks(problem, spec.threads, k_warps, tile) * chunks,
                                   occ * ctx.sms)
         if not grid:
             return None
-        return ctx.make_launch(sk_spec, grid, route="plain", tokens=tokens, dynamic_smem=dyn,
-                               workspace_bytes=self.stream_k_bytes(problem, sk_spec, grid))
+        return ctx.make_launch(sk_spec, grid, route="plain", tokens=tokens, dynamic_smem=dyn)
 
     def _plain_grid(self, problem: GemvProblem, threads: int, k_warps: int, tile: int, chunks: int, cap: int) -> int:
         """CTAs of a plain launch: one per work item (row block x token chunk), or for the persistent dp variants
@@ -977,8 +974,8 @@ class GemvCoopFamily:
         always one split. ``max_tokens``: the token tile (default the largest). ``k_warps``: warps per row group.
         ``carry``: a persistent dp variant's item-boundary carry (default: the first of ``dp_carry``).
         ``ring``: its weight-ring stages (None: ``dp_ring``; 0: none). ``stream_k``: its Stream-K build, on
-        ``grid`` CTAs (default: every resident slot, ``min(cap, units)``; any grid up to the units works -- no CTA
-        waits for another).
+        ``grid`` CTAs (default: every resident slot, ``min(cap, units)``; any grid up to that works -- a cooperative
+        launch: a shared item's first CTA waits for the others' sums).
 
         Raises:
             PlanError: the cooperative grid cannot fit even with one split, or ``splits`` exceeds the cap; the
@@ -993,11 +990,10 @@ class GemvCoopFamily:
             cap = max(1, ctx.occupancy(spec, dyn).ctas_per_sm) * ctx.sms
             units = self.stream_k_units(problem, base)
             g = min(cap, units) if grid is None else int(grid)
-            if not 1 <= g <= units:
-                raise PlanError(f"{spec.uri} on {ctx.arch.name}: a Stream-K grid of {g} CTAs must be 1..{units} (its "
-                                f"units: items x K steps)")
-            return ctx.make_launch(spec, g, route="plain", tokens=tokens, dynamic_smem=dyn,
-                                   workspace_bytes=self.stream_k_bytes(problem, spec, g))
+            if not 1 <= g <= min(cap, units):
+                raise PlanError(f"{spec.uri} on {ctx.arch.name}: a Stream-K grid of {g} CTAs must be 1..{min(cap, units)} "
+                                f"(its units: items x K steps; co-resident: the cooperative cap {cap})")
+            return ctx.make_launch(spec, g, route="plain", tokens=tokens, dynamic_smem=dyn)
         if mode == "plain":
             dyn = self.dynamic_smem_bytes(problem, tile, spec)
             grid = self._plain_grid(problem, threads, k_warps, tile, chunks,
@@ -1017,11 +1013,12 @@ class GemvCoopFamily:
 
 
 def sync_words(launch: Launch) -> int:
-    """uint32 words of the ``barrier`` counters ``launch`` uses: 1 + grid x warps for a Stream-K launch (a count
-    per warp of each item shared by CTAs, at the item's first CTA), 1 otherwise (a cooperative launch's grid
-    barrier)."""
-    if dict(launch.kernel.params).get("stream_k"):
-        return 1 + launch.grid[0] * (launch.block[0] // WARP)
+    """uint32 words of the ``barrier`` buffer ``launch`` uses: a cooperative launch's grid barrier (word 0); a
+    Stream-K launch's hand-over words from word 2 on, one tagged 64-bit word per CTA, warp and sum (rows per warp x
+    tile): 2 + 2 x grid x warps x rows x tile."""
+    p = dict(launch.kernel.params)
+    if p.get("stream_k"):
+        return 2 + 2 * launch.grid[0] * (launch.block[0] // WARP) * p["rows_per_warp"] * p["max_tokens"]
     return 1
 
 

@@ -142,10 +142,10 @@ def _run(prob: GemvProblem, launch, seed: int, source: str | None = None, x_scal
         assert _rel(_bf16_bits_to_f32(y), ref.astype(np.float32)) < BF16_REL
     else:
         assert _rel(y, ref) < F32_REL
-    if launch.cooperative:  # the emulator applied the protocol's arithmetic: low 31 bits back to zero
-        assert int(barrier[0]) == 0x80000000  # exactly one grid barrier
-    else:
-        assert not barrier.any(), f"counters left non-zero: {np.flatnonzero(barrier)}"  # (Stream-K: every count)
+    if launch.cooperative and launch.kernel.param("mode") == "coop":  # the emulator applied the protocol's
+        assert int(barrier[0]) == 0x80000000  # arithmetic: low 31 bits back to zero, exactly one grid barrier
+    else:  # (Stream-K: every hand-over word taken and zeroed)
+        assert not barrier.any(), f"barrier words left non-zero: {np.flatnonzero(barrier)}"
 
 
 def _cases():
@@ -398,21 +398,22 @@ def stream_k_ranges(units: int, grid: int) -> list[tuple[int, int]]:
     ids=["w4-swiglu-parts-k37", "w8-store", "w4-store-parts", "w8-swiglu-k37", "w4-residual"])
 @pytest.mark.parametrize("carry", [False, True])
 def test_dp_stream_k_on_any_grid(fmt, epilogue, in_norm, k, carry):
-    """Stream-K (template ``stream_k``): the launch's items x K steps cut into equal ranges, items shared by two or
-    more CTAs summed by the last one to count in. With three tokens at the 1-token tile (token chunks inside a
-    range), on grids where ranges start and end mid-item, where one item spans three CTAs (grid above the items),
-    and one CTA; K not a multiple of a warp's 32 vectors (a partial last step) where k = 64 x 37. Every counter
-    must come back zero (:func:`_run`)."""
+    """Stream-K (template ``stream_k``): the launch's items x K steps cut into equal ranges, an item shared by CTAs
+    finished by its first one with the others' sums handed over as tagged words. With three tokens at the 1-token
+    tile (token chunks inside a range), on grids where ranges start and end mid-item, where one item spans three
+    CTAs (grid above the items), and one CTA; K not a multiple of a warp's 32 vectors (a partial last step) where
+    k = 64 x 37. A cooperative launch; every hand-over word must come back zero (:func:`_run`)."""
     prob = GemvProblem(k, 100, epilogue, fmt, in_norm=in_norm)
     spec = FAM_DP.spec(prob, 128, "plain", 1, 1, carry, 0, stream_k=True)
-    assert dict(spec.params)["stream_k"]
-    c = PlanContext(ARCH, 1, {u: r for u, (_, r) in compile_variants([spec], ARCH).items()})
+    assert dict(spec.params)["stream_k"] and spec.cooperative
+    c = PlanContext(ARCH, 64, {u: r for u, (_, r) in compile_variants([spec], ARCH).items()})
     items = FAM_DP.row_blocks(prob, 128, 1, 1) * 3
     units = FAM_DP.stream_k_units(prob, items)
     steps = units // items
     for grid in (1, 7, items - 1, items + 5, 3 * items):
         launch = FAM_DP.launch_variant(prob, 3, c, 128, "plain", max_tokens=1, k_warps=1, carry=carry, ring=0,
                                        stream_k=True, grid=min(grid, units))
+        assert launch.cooperative
         ranges = stream_k_ranges(units, launch.ctas)
         assert sum(e - b for b, e in ranges) == units
         if grid > 1:
@@ -420,23 +421,20 @@ def test_dp_stream_k_on_any_grid(fmt, epilogue, in_norm, k, carry):
         _run(prob, launch, seed=3 + grid, x_scale=[1.0, 30.0, 1e-2])
 
 
-def test_stream_k_count_and_order_matter():
-    """Mutations the emulator must catch: the last CTA summing only its own slot (no partial from the others), and a
-    count that is never reset (the next launch's counts start wrong: the second launch fails)."""
+def test_stream_k_hand_over_matters():
+    """A mutation the emulator must catch: the first CTA of a shared item adding only its own sums (the others'
+    hand-over words never taken: wrong outputs, words left set for the next launch)."""
     prob = GemvProblem(1024, 100, "store", "w8")
     spec = FAM_DP.spec(prob, 128, "plain", 1, 1, False, 0, stream_k=True)
-    c = PlanContext(ARCH, 1, {u: r for u, (_, r) in compile_variants([spec], ARCH).items()})
+    c = PlanContext(ARCH, 64, {u: r for u, (_, r) in compile_variants([spec], ARCH).items()})
     launch = FAM_DP.launch_variant(prob, 1, c, 128, "plain", max_tokens=1, k_warps=1, carry=False, ring=0,
                                    stream_k=True, grid=11)
     src = spec.render()
     _run(prob, launch, seed=5, source=src)
-    own_only = src.replace("for (int c = c_first; c <= c_last; ++c) {", "for (int c = b0; c <= b0; ++c) {")
-    no_reset = src.replace("if (last) *count = 0u;", "")
-    assert own_only != src and no_reset != src
-    with pytest.raises(AssertionError):
+    own_only = src.replace("if (lane < kVals) mine += ninfer::take_tagged(hand + (size_t)(c_first + 1) * kWarps * kVals);", "")
+    assert own_only != src
+    with pytest.raises(AssertionError):  # wrong sums, and the others' words left set
         _run(prob, launch, seed=5, source=own_only)
-    with pytest.raises(AssertionError):
-        _run(prob, launch, seed=5, source=no_reset)
 
 
 def test_stream_k_grid_rule():
