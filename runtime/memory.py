@@ -68,8 +68,7 @@ def workspace_sizes(program, ctx, *, t_cap: int, max_batch: int) -> dict[str, in
     of the kernels that use it (:data:`WORKSPACE_OF`) over every step the engine can make -- a prefill chunk
     of ``t_cap`` tokens, every GEMV-sized prefill (T = 1..16 and 64; split-K workspaces vary with T) and a
     decode step of ``max_batch`` sequences and of one -- plus ``attn_q`` (fp32 [T, Hq * head_dim] of the attention
-    prep), the GEMVs' ``gemv_sync`` counters (:func:`ninferc.targets.kernels.gemv_coop.sync_words`; at least 64
-    words) and the fused MLP's ``mlp_parts`` / ``mlp_sync``
+    prep) and the fused MLP's ``mlp_parts`` / ``mlp_sync``
     (:meth:`ninferc.targets.kernels.mlp_decode.MlpDecodeFamily.scratch_bytes`). Each rounded up to 256 bytes, at
     least 256.
 
@@ -82,11 +81,10 @@ def workspace_sizes(program, ctx, *, t_cap: int, max_batch: int) -> dict[str, in
             past whatever buffer it is given).
     """
     from ninferc.targets.kernels import FAMILIES
-    from ninferc.targets.kernels.gemv_coop import sync_words
     from ninferc.targets.lower import step_launch
 
     ws = {"gemv": 16, "norm_ss": 16, "gdn_conv_out": 16, "gdn_o": 16, "gdn_wy": 16, "attn_q": 16, "attn_partials": 16,
-          "mlp_parts": 16, "mlp_sync": 16, "gemv_sync": 256}
+          "mlp_parts": 16, "mlp_sync": 16}
     cases = [("prefill", t_cap, 1, 1), ("decode", max_batch, max_batch, max_batch), ("decode", 1, 1, 1)]
     cases += [("prefill", t, 1, 1) for t in list(range(1, 17)) + [64] if t <= t_cap]
     for mode, T, B, R in cases:  # noqa: N806
@@ -96,8 +94,6 @@ def workspace_sizes(program, ctx, *, t_cap: int, max_batch: int) -> dict[str, in
             if fam == "attn_prep":
                 p = s.problem
                 ws["attn_q"] = max(ws["attn_q"], 4 * T * p.heads_q * p.head_dim)
-            if fam == "gemv_coop":  # its counters: a grid barrier, or a Stream-K launch's per-shared-item counts
-                ws["gemv_sync"] = max(ws["gemv_sync"], 4 * sync_words(ln))
             if fam == "mlp_decode":  # its partial sums and counters (besides ss_out, its workspace_bytes)
                 for name, nbytes in FAMILIES[fam].scratch_bytes(s.problem).items():
                     ws[name] = max(ws[name], nbytes)

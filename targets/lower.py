@@ -386,7 +386,7 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096, fuse_no
             add(Step(op.name, op.name, "both", fam_name, prob, "R" if k == "LMHead" else "T",
                      {"x": T(op.inputs[0]), "w": P(wspec.name), "scales": _scales(wspec), "y": y,
                       "ws": Ref("ws", "gemv"),
-                      "barrier": Ref("ws", "gemv_sync"), "k": I32(K), "n_out": I32(linear_problem(prob).n), "ldx": I32(K),
+                      "barrier": Ref("barrier"), "k": I32(K), "n_out": I32(linear_problem(prob).n), "ldx": I32(K),
                       **extra},
                      layer=L, fused_into=gate_up_of.get(op.name, "")))
         elif k == "GatedDeltaNet":

@@ -173,26 +173,6 @@ __device__ __forceinline__ void wait_count_geq(const unsigned int* p, unsigned i
   }
 }
 
-// A tagged 64-bit word: a 32-bit value in the low half and a non-zero tag in the high half, written by one
-// relaxed store, so a reader that sees the tag sees the value (single-copy atomicity of an aligned 64-bit access,
-// PTX ISA "Memory Consistency Model") -- no fence, no counter. The reader waits for the tag and leaves the word zero.
-__device__ __forceinline__ void st_tagged(unsigned long long* p, float v) {
-  const unsigned long long w = (1ull << 32) | __float_as_uint(v);
-  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(w) : "memory");
-}
-// Wait (this thread) for the tagged word *p to be written, return its value and zero the word. The writer must be
-// co-resident (a cooperative launch), or the wait can deadlock.
-__device__ __forceinline__ float take_tagged(unsigned long long* p) {
-  unsigned long long w;
-  while (true) {
-    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(w) : "l"(p) : "memory");
-    if (w >> 32) break;
-    __nanosleep(20);
-  }
-  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(0ull) : "memory");
-  return __uint_as_float((unsigned int)w);
-}
-
 // ---------------------------------------------------------------------------------------------
 // 6. activations (fp32)
 // ---------------------------------------------------------------------------------------------

@@ -129,10 +129,8 @@ has the same inputs (their SM count, occupancy and bandwidth per SM) but no meas
 Runtime arguments (:meth:`GemvCoopFamily.arg_names`, :func:`kernel_args`): bf16 ``w, x, y, ws, barrier, k,
 n_out, t_total, splits``; w8 / w4 ``w, scales, x, y, ...`` -- pointers then int32; ``residual_add`` and
 ``add_norm_parts`` name ``y`` ``h``; ``add_norm_parts`` appends ``norm_w, xs, ss_out``, ``in_norm parts``
-appends ``ss_in, ss_parts, in_eps``. ``barrier`` is the zero-initialised uint32 counters of the runtime's
-``gemv_sync`` workspace, left zero / reusable by every launch: word 0 is a cooperative launch's grid barrier, words
-2.. a Stream-K launch's hand-over words (:func:`sync_words`); ``ws`` is ``Launch.workspace_bytes`` of scratch (a coop
-launch's partial sums; no initialisation needed).
+appends ``ss_in, ss_parts, in_eps``. The barrier counter is one zero-initialised uint32 per stream (left
+reusable by the kernel); ``ws`` is ``Launch.workspace_bytes`` of scratch (coop only, no initialisation needed).
 ``add_norm_parts`` launches size ``ss_out`` instead (``Launch.workspace_bytes``, see :meth:`GemvCoopFamily.norm_parts`).
 """
 
@@ -175,9 +173,6 @@ DP_STAGE_NS = 0.12
 #: (bench/NOTES.md run 84) the carry took 640-thread CTAs of w4 gate|up (7 items each) from 35.9 to 33.1 us, GDN in
 #: (4 items) 20.0 to 19.0, q|k|v (3 items) 16.3 to 15.7: 0.47 / 0.33 / 0.30 us per boundary
 DP_ITEM_US = 0.4
-#: a persistent dp launch runs Stream-K (template ``stream_k``, :meth:`GemvCoopFamily.stream_k_grid`) where its
-#: busiest CTA's work shrinks by at least this fraction against whole items per CTA
-STREAM_K_MIN_GAIN = 0.05
 #: rows of W a warp of the tensor-core (mma) w4 variants owns: one m16n8k16 A tile
 MMA_ROWS = 16
 #: stages of an mma warp's cp.async ring (template ``mma_stages``): ``MMA_STAGES - 1`` chunks in flight
@@ -497,12 +492,6 @@ class GemvCoopFamily:
             registers, no spills on NVRTC 13.0 / 13.5; 72 uncapped on 13.0, 3 CTAs/SM): on the H200 the w8 GDN in
             kernel's last CTA exit 23.9 -> 22.0 us; capping gate|up (swiglu) too cost it 1.0 us (bench/NOTES.md
             run 105: both capped, 27B w8 step 1.0075x).
-        dp_stream_k: the persistent dp launches may run Stream-K (template ``stream_k``): the launch's items x K
-            steps cut into equal contiguous ranges over every resident CTA (a cooperative launch), an item shared by
-            CTAs finished by its first one, which adds the others' sums, handed over as tagged words, in CTA order
-            (:meth:`stream_k_grid` says where). A persistent grid of whole items runs as
-            long as its CTAs with the most items: the w4 gate|up of the 27B shape at 4 CTAs per SM x 132 has 2,176
-            items, so 436 CTAs of 5 (4.12 per resident CTA slot), 92 of the 132 SMs holding only 3 of them.
         mma_shapes: the plain (threads, k_warps) shapes of the mma variants, in place of ``plain_shapes``: a
             16-row warp tile leaves few row groups on a short N (5,120 outputs = 320 tiles), so more warps
             share each tile's K to keep enough bytes in flight. At most 256 threads: a 512-thread CTA's 128
@@ -524,7 +513,6 @@ class GemvCoopFamily:
                  dp_carry: tuple[bool, ...] = (False, True), dp_ring: int = 0, dp_preload: str = "regs",
                  dp_deep_threads: tuple[int, ...] = (640,),
                  dp_min_ctas: tuple[tuple[str, str, int, int], ...] = (("w8", "store", 256, 4),),
-                 dp_stream_k: bool = False,
                  mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))):
         bad_shape = [s for s in (*plain_shapes, *mma_shapes, *dp_shapes)
                      if s[0] % WARP or s[0] <= 0 or s[1] < 1 or (s[0] // WARP) % s[1]]
@@ -579,7 +567,6 @@ class GemvCoopFamily:
             raise PlanError(f"gemv_coop: dp_min_ctas entries {bad} must be (wfmt 'w8' | 'w4', epilogue one of "
                             f"{', '.join(EPILOGUES)}, threads a multiple of {WARP}, min resident CTAs per SM >= 1)")
         self.dp_min_ctas = tuple((str(f), str(e), int(t), int(c)) for f, e, t, c in dp_min_ctas)
-        self.dp_stream_k = dp_stream_k if dp_stream_k == "probe" else bool(dp_stream_k)
 
     @property
     def threads(self) -> tuple[int, ...]:
@@ -666,17 +653,15 @@ class GemvCoopFamily:
     # ---- identity ------------------------------------------------------------------------------
 
     def spec(self, problem: GemvProblem, threads: int, mode: str, max_tokens: int | None = None,
-             k_warps: int = 1, carry: bool | None = None, ring: int | None = None,
-             stream_k: bool = False) -> KernelSpec:
+             k_warps: int = 1, carry: bool | None = None, ring: int | None = None) -> KernelSpec:
         """The kernel for (epilogue, input mode, weight format, threads, k_warps, mode, tile); K and N are
         runtime arguments, not identity. ``wfmt``, ``k_warps`` and ``in_norm`` are parameters only when not
         their defaults (bf16, 1, none), so those kernels keep a short URI. ``ring``: the weight-ring stages of a
-        persistent dp variant without the carry (template ``ring``; None: ``dp_ring``; 0: none). ``stream_k``: the
-        persistent dp variant's Stream-K schedule (template ``stream_k``).
+        persistent dp variant without the carry (template ``ring``; None: ``dp_ring``; 0: none).
 
         Raises:
-            PlanError: unknown mode, k_warps not dividing the CTA's warps, add_norm_parts in coop mode, a ring
-                of 1 stage or fewer than 0, or ``stream_k`` where it does not apply (:meth:`stream_k_ok`).
+            PlanError: unknown mode, k_warps not dividing the CTA's warps, add_norm_parts in coop mode, or a ring
+                of 1 stage or fewer than 0.
         """
         if mode not in MODES:
             raise PlanError(f"gemv_coop: unknown mode {mode!r}; supported: {', '.join(MODES)}")
@@ -723,12 +708,6 @@ class GemvCoopFamily:
                 params["preload"] = self.dp_preload
             elif threads in self.dp_deep_threads and "carry" not in params and "ring" not in params:
                 params["depth"] = 2
-            if stream_k:
-                if not (self.stream_k_ok(problem, tile, k_warps) and "ring" not in params):
-                    raise PlanError(f"gemv_coop: no Stream-K variant for {problem.epilogue} / {problem.wfmt} at "
-                                    f"k_warps {k_warps}, tile {tile}, ring {params.get('ring', 0)}: it needs a "
-                                    f"persistent dp launch, one warp per row group, no ring, not add_norm_parts")
-                params["stream_k"] = "probe" if self.dp_stream_k == "probe" else True
             cap = next((c for f, e, t, c in self.dp_min_ctas
                         if f == problem.wfmt and e == problem.epilogue and t == threads), 0)
             if cap > 1:
@@ -741,9 +720,7 @@ class GemvCoopFamily:
             params["k_warps"] = int(k_warps)
         if self.prefetch_steps != 1:
             params["prefetch_steps"] = self.prefetch_steps
-        # Stream-K: a shared item's first CTA waits for the other sharers' sums, so all CTAs must be co-resident
-        return KernelSpec.make(self.name, self.template, params, threads,
-                               cooperative=(mode == "coop" or bool(params.get("stream_k"))))
+        return KernelSpec.make(self.name, self.template, params, threads, cooperative=(mode == "coop"))
 
     def arg_names(self, problem: GemvProblem) -> tuple[str, ...]:
         """Kernel parameters in order (templates/README.md ABI): pointers w (bf16 [N_w, K]; w8: int8
@@ -767,10 +744,6 @@ class GemvCoopFamily:
         for mt in self.token_tiles:
             out += [self.spec(problem, th, "plain", mt, kw, c) for th, kw in self.shapes_for(problem, mt)
                     for c in self.carries_for(problem, mt)]
-            if self.dp_stream_k:
-                out += [self.spec(problem, th, "plain", mt, kw, c, stream_k=True)
-                        for th, kw in self.shapes_for(problem, mt) if self.stream_k_ok(problem, mt, kw)
-                        for c in self.carries_for(problem, mt)]
             if not problem.norm_out:
                 out += [self.spec(problem, th, "coop", mt) for th in self.coop_threads_for(problem, mt)]
         return out
@@ -838,34 +811,6 @@ class GemvCoopFamily:
         per = -(-items // cap)
         return -(-items // per)
 
-    def stream_k_ok(self, problem: GemvProblem, tile: int, k_warps: int = 1) -> bool:
-        """True when ``problem`` at token tile ``tile`` has a Stream-K variant (template ``stream_k``): a persistent
-        dp launch with one warp per row group and an epilogue whose outputs each CTA owns alone (not
-        add_norm_parts: its norm parts are sums over whole row blocks)."""
-        return self.persistent(problem, tile) and k_warps == 1 and not problem.norm_out
-
-    def stream_k_units(self, problem: GemvProblem, items: int) -> int:
-        """Stream-K work units of a launch of ``items`` work items: items x K steps (a step is one 16-byte weight
-        vector per lane and row of a warp: ``ceil(K / k_per_vec / 32)`` per item)."""
-        return items * -(-(problem.k // problem.k_per_vec) // WARP)
-
-    def stream_k_grid(self, problem: GemvProblem, items: int, cap: int) -> int:
-        """The Stream-K grid of a persistent launch of ``items`` work items under ``cap`` resident CTAs -- every
-        slot, ``cap`` -- or 0 where whole items per CTA are as good: the busiest CTA's units must shrink by at
-        least ``STREAM_K_MIN_GAIN`` against ``ceil(items / cap)`` whole items, and there must be more items than
-        CTAs (below that every item would be split, its sum a cross-CTA round trip -- not measured).
-
-        Raises:
-            PlanError: items or cap below 1.
-        """
-        if items < 1 or cap < 1:
-            raise PlanError(f"gemv_coop: a Stream-K grid needs items >= 1 and a cap >= 1, got {items} / {cap}")
-        if items <= cap:
-            return 0
-        units = self.stream_k_units(problem, items)
-        whole = -(-items // cap) * (units // items)
-        return cap if -(-units // cap) <= (1.0 - STREAM_K_MIN_GAIN) * whole else 0
-
     def norm_parts(self, launch: Launch) -> int:
         """The ``ss_parts`` (row blocks) of an add_norm_parts launch: the consumer GEMV's ``ss_parts`` argument.
 
@@ -930,33 +875,10 @@ class GemvCoopFamily:
         if coop:
             return ctx.make_launch(spec, grid, route="coop_splitk", tokens=tokens, split_k=splits,
                                    workspace_bytes=self.workspace_bytes(problem, tokens, splits))
-        if self.dp_stream_k and self.stream_k_ok(problem, tile, kw) and "ring" not in dict(spec.params):
-            sk = self._stream_k_launch(problem, tokens, ctx, spec, kw, chunks)
-            if sk is not None:
-                return sk
         return ctx.make_launch(spec, grid, route="plain", tokens=tokens,
                                dynamic_smem=self.dynamic_smem_bytes(problem, tile, spec),
                                workspace_bytes=self.parts_bytes(problem, tokens,
                                                                 self.row_blocks(problem, spec.threads, kw, tile)))
-
-    def _stream_k_launch(self, problem: GemvProblem, tokens: int, ctx: PlanContext, spec: KernelSpec, k_warps: int,
-                         chunks: int) -> Launch | None:
-        """The Stream-K launch of the chosen persistent dp variant ``spec`` (:meth:`stream_k_grid`), or None where
-        whole items are as good or its Stream-K build holds fewer resident CTAs per SM than ``spec`` or spills."""
-        tile = spec.param("max_tokens")
-        p = dict(spec.params)
-        sk_spec = self.spec(problem, spec.threads, "plain", tile, k_warps, bool(p.get("carry", False)),
-                            int(p.get("ring", 0)), stream_k=True)
-        dyn = self.dynamic_smem_bytes(problem, tile, sk_spec)
-        occ = ctx.occupancy(sk_spec, dyn).ctas_per_sm
-        if (occ < ctx.occupancy(spec, self.dynamic_smem_bytes(problem, tile, spec)).ctas_per_sm
-                or ctx.resources_of(sk_spec).local_bytes > ctx.resources_of(spec).local_bytes):
-            return None
-        grid = self.stream_k_grid(problem, self.row_blocks(problem, spec.threads, k_warps, tile) * chunks,
-                                  occ * ctx.sms)
-        if not grid:
-            return None
-        return ctx.make_launch(sk_spec, grid, route="plain", tokens=tokens, dynamic_smem=dyn)
 
     def _plain_grid(self, problem: GemvProblem, threads: int, k_warps: int, tile: int, chunks: int, cap: int) -> int:
         """CTAs of a plain launch: one per work item (row block x token chunk), or for the persistent dp variants
@@ -966,16 +888,13 @@ class GemvCoopFamily:
 
     def launch_variant(self, problem: GemvProblem, tokens: int, ctx: PlanContext, threads: int, mode: str,
                        splits: int | None = None, max_tokens: int | None = None, k_warps: int = 1,
-                       carry: bool | None = None, ring: int | None = None, stream_k: bool = False,
-                       grid: int | None = None) -> Launch:
+                       carry: bool | None = None, ring: int | None = None) -> Launch:
         """A launch of one forced variant, bypassing route selection (tests and benchmarks).
 
         ``coop``: ``splits`` defaults to the most that fit the cooperative cap (may be 1); ``plain``:
         always one split. ``max_tokens``: the token tile (default the largest). ``k_warps``: warps per row group.
         ``carry``: a persistent dp variant's item-boundary carry (default: the first of ``dp_carry``).
-        ``ring``: its weight-ring stages (None: ``dp_ring``; 0: none). ``stream_k``: its Stream-K build, on
-        ``grid`` CTAs (default: every resident slot, ``min(cap, units)``; any grid up to that works -- a cooperative
-        launch: a shared item's first CTA waits for the others' sums).
+        ``ring``: its weight-ring stages (None: ``dp_ring``; 0: none).
 
         Raises:
             PlanError: the cooperative grid cannot fit even with one split, or ``splits`` exceeds the cap; the
@@ -984,16 +903,7 @@ class GemvCoopFamily:
         tile = self.max_tokens if max_tokens is None else max_tokens
         chunks = self.token_chunks(tokens, tile)
         base = self.row_blocks(problem, threads, k_warps, tile) * chunks
-        spec = self.spec(problem, threads, mode, max_tokens, k_warps, carry, ring, stream_k)
-        if mode == "plain" and stream_k:
-            dyn = self.dynamic_smem_bytes(problem, tile, spec)
-            cap = max(1, ctx.occupancy(spec, dyn).ctas_per_sm) * ctx.sms
-            units = self.stream_k_units(problem, base)
-            g = min(cap, units) if grid is None else int(grid)
-            if not 1 <= g <= min(cap, units):
-                raise PlanError(f"{spec.uri} on {ctx.arch.name}: a Stream-K grid of {g} CTAs must be 1..{min(cap, units)} "
-                                f"(its units: items x K steps; co-resident: the cooperative cap {cap})")
-            return ctx.make_launch(spec, g, route="plain", tokens=tokens, dynamic_smem=dyn)
+        spec = self.spec(problem, threads, mode, max_tokens, k_warps, carry, ring)
         if mode == "plain":
             dyn = self.dynamic_smem_bytes(problem, tile, spec)
             grid = self._plain_grid(problem, threads, k_warps, tile, chunks,
@@ -1010,16 +920,6 @@ class GemvCoopFamily:
             )
         return ctx.make_launch(spec, base * splits, route="coop_splitk", tokens=tokens, split_k=splits,
                                workspace_bytes=self.workspace_bytes(problem, tokens, splits))
-
-
-def sync_words(launch: Launch) -> int:
-    """uint32 words of the ``barrier`` buffer ``launch`` uses: a cooperative launch's grid barrier (word 0); a
-    Stream-K launch's hand-over words from word 2 on, one tagged 64-bit word per CTA, warp and sum (rows per warp x
-    tile): 2 + 2 x grid x warps x rows x tile."""
-    p = dict(launch.kernel.params)
-    if p.get("stream_k"):
-        return 2 + 2 * launch.grid[0] * (launch.block[0] // WARP) * p["rows_per_warp"] * p["max_tokens"]
-    return 1
 
 
 def kernel_args(problem: GemvProblem, launch: Launch, w, x, y, ws=None, barrier=None, scales=None,

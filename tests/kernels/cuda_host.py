@@ -292,21 +292,6 @@ static inline void barrier_sync(unsigned int* bar, unsigned int nctas, bool firs
 static inline void wait_count_geq(const unsigned int* p, unsigned int target) {
   while (*(volatile const unsigned int*)p < target) shim::wait(shim::WAIT_SPIN);
 }
-// Tagged words (ninfer_common.cuh section 5): the reader parks (WAIT_SPIN) until the tag is set, as a counter wait.
-static inline void st_tagged(unsigned long long* p, float v) {
-  unsigned int b;
-  memcpy(&b, &v, 4);
-  *(volatile unsigned long long*)p = (1ull << 32) | b;
-}
-static inline float take_tagged(unsigned long long* p) {
-  unsigned long long w;
-  while (((w = *(volatile unsigned long long*)p) >> 32) == 0) shim::wait(shim::WAIT_SPIN);
-  *(volatile unsigned long long*)p = 0ull;
-  const unsigned int b = (unsigned int)w;
-  float v;
-  memcpy(&v, &b, 4);
-  return v;
-}
 static inline void grid_barrier(unsigned int* bar) {
   barrier_sync(bar, shim::grid_dim.x * shim::grid_dim.y * shim::grid_dim.z,
                (shim::cur->bid.x | shim::cur->bid.y | shim::cur->bid.z) == 0);

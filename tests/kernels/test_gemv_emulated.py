@@ -23,8 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ninferc.ir.quant import quantize  # noqa: E402
 from ninferc.ir.reference import ref_rmsnorm  # noqa: E402
-from ninferc.targets.kernels.gemv_coop import (GemvCoopFamily, GemvProblem, kernel_args, norm_input, reference,  # noqa: E402
-                                               sync_words)
+from ninferc.targets.kernels.gemv_coop import GemvCoopFamily, GemvProblem, kernel_args, norm_input, reference  # noqa: E402
 from ninferc.targets.plan import KernelSpec, PlanContext, compile_variants  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU emulator needs g++")
@@ -104,7 +103,7 @@ def _run(prob: GemvProblem, launch, seed: int, source: str | None = None, x_scal
     x = x.astype(ml_dtypes.bfloat16)
     x_dev = np.ascontiguousarray(x.view(np.uint16))
     ws = np.full(max(launch.workspace_bytes // 4, 1), np.nan, np.float32)
-    barrier = np.zeros(sync_words(launch), np.uint32)
+    barrier = np.zeros(1, np.uint32)
     y_in, extra, ref_extra = None, {}, {}
     if prob.epilogue == "swiglu":
         y = np.full((t, prob.n), BF16_NAN, np.uint16)
@@ -142,10 +141,10 @@ def _run(prob: GemvProblem, launch, seed: int, source: str | None = None, x_scal
         assert _rel(_bf16_bits_to_f32(y), ref.astype(np.float32)) < BF16_REL
     else:
         assert _rel(y, ref) < F32_REL
-    if launch.cooperative and launch.kernel.param("mode") == "coop":  # the emulator applied the protocol's
-        assert int(barrier[0]) == 0x80000000  # arithmetic: low 31 bits back to zero, exactly one grid barrier
-    else:  # (Stream-K: every hand-over word taken and zeroed)
-        assert not barrier.any(), f"barrier words left non-zero: {np.flatnonzero(barrier)}"
+    if launch.cooperative:  # the emulator applied the protocol's arithmetic: low 31 bits back to zero
+        assert int(barrier[0]) == 0x80000000  # exactly one grid barrier
+    else:
+        assert int(barrier[0]) == 0
 
 
 def _cases():
@@ -384,68 +383,3 @@ def test_persistent_grid_is_one_balanced_wave():
             g = GemvCoopFamily.persistent_grid(items, cap)
             per = -(-items // g)
             assert g <= cap and (g - 1) * per < items <= g * per
-
-
-def stream_k_ranges(units: int, grid: int) -> list[tuple[int, int]]:
-    """The template's Stream-K split of ``units`` (items x K steps) over ``grid`` CTAs: [b units / grid, (b + 1)
-    units / grid) per CTA."""
-    return [(b * units // grid, (b + 1) * units // grid) for b in range(grid)]
-
-
-@pytest.mark.parametrize("fmt,epilogue,in_norm,k", [
-    ("w4", "swiglu", "parts", 64 * 37), ("w8", "store", "none", 1024), ("w4", "store", "parts", 2048),
-    ("w8", "swiglu", "none", 64 * 37), ("w4", "residual_add", "none", 2048)],
-    ids=["w4-swiglu-parts-k37", "w8-store", "w4-store-parts", "w8-swiglu-k37", "w4-residual"])
-@pytest.mark.parametrize("carry", [False, True])
-def test_dp_stream_k_on_any_grid(fmt, epilogue, in_norm, k, carry):
-    """Stream-K (template ``stream_k``): the launch's items x K steps cut into equal ranges, an item shared by CTAs
-    finished by its first one with the others' sums handed over as tagged words. With three tokens at the 1-token
-    tile (token chunks inside a range), on grids where ranges start and end mid-item, where one item spans three
-    CTAs (grid above the items), and one CTA; K not a multiple of a warp's 32 vectors (a partial last step) where
-    k = 64 x 37. A cooperative launch; every hand-over word must come back zero (:func:`_run`)."""
-    prob = GemvProblem(k, 100, epilogue, fmt, in_norm=in_norm)
-    spec = FAM_DP.spec(prob, 128, "plain", 1, 1, carry, 0, stream_k=True)
-    assert dict(spec.params)["stream_k"] and spec.cooperative
-    c = PlanContext(ARCH, 64, {u: r for u, (_, r) in compile_variants([spec], ARCH).items()})
-    items = FAM_DP.row_blocks(prob, 128, 1, 1) * 3
-    units = FAM_DP.stream_k_units(prob, items)
-    steps = units // items
-    for grid in (1, 7, items - 1, items + 5, 3 * items):
-        launch = FAM_DP.launch_variant(prob, 3, c, 128, "plain", max_tokens=1, k_warps=1, carry=carry, ring=0,
-                                       stream_k=True, grid=min(grid, units))
-        assert launch.cooperative
-        ranges = stream_k_ranges(units, launch.ctas)
-        assert sum(e - b for b, e in ranges) == units
-        if grid > 1:
-            assert any(b % steps for b, _ in ranges)  # some range starts mid-item
-        _run(prob, launch, seed=3 + grid, x_scale=[1.0, 30.0, 1e-2])
-
-
-def test_stream_k_hand_over_matters():
-    """A mutation the emulator must catch: the first CTA of a shared item adding only its own sums (the others'
-    hand-over words never taken: wrong outputs, words left set for the next launch)."""
-    prob = GemvProblem(1024, 100, "store", "w8")
-    spec = FAM_DP.spec(prob, 128, "plain", 1, 1, False, 0, stream_k=True)
-    c = PlanContext(ARCH, 64, {u: r for u, (_, r) in compile_variants([spec], ARCH).items()})
-    launch = FAM_DP.launch_variant(prob, 1, c, 128, "plain", max_tokens=1, k_warps=1, carry=False, ring=0,
-                                   stream_k=True, grid=11)
-    src = spec.render()
-    _run(prob, launch, seed=5, source=src)
-    own_only = src.replace("if (lane < kVals) mine += ninfer::take_tagged(hand + (size_t)(c_first + 1) * kWarps * kVals);", "")
-    assert own_only != src
-    with pytest.raises(AssertionError):  # wrong sums, and the others' words left set
-        _run(prob, launch, seed=5, source=own_only)
-
-
-def test_stream_k_grid_rule():
-    """Where the plan takes Stream-K: the 27B w4 gate|up at 4 x 132 resident CTAs (2,176 items of 5 K steps: whole
-    items give the busiest CTA 5, Stream-K 21 steps = 4.2 items) and the w8 one at 3 x 132 (6 vs 55 of 10 steps);
-    not GDN in's 1,030 items at 528 (2 whole vs 10 steps of 5), nor a launch that fits in one item per CTA."""
-    fam = GemvCoopFamily()
-    gu4 = GemvProblem(5120, 17408, "swiglu", "w4", in_norm="parts")
-    gu8 = GemvProblem(5120, 17408, "swiglu", "w8", in_norm="parts")
-    gdn = GemvProblem(5120, 16480, "store", "w4", in_norm="parts")
-    assert fam.stream_k_grid(gu4, 2176, 528) == 528
-    assert fam.stream_k_grid(gu8, 2176, 396) == 396
-    assert fam.stream_k_grid(gdn, 1030, 528) == 0
-    assert fam.stream_k_grid(gdn, 100, 528) == 0
