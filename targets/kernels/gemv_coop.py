@@ -492,8 +492,6 @@ class GemvCoopFamily:
             registers, no spills on NVRTC 13.0 / 13.5; 72 uncapped on 13.0, 3 CTAs/SM): on the H200 the w8 GDN in
             kernel's last CTA exit 23.9 -> 22.0 us; capping gate|up (swiglu) too cost it 1.0 us (bench/NOTES.md
             run 105: both capped, 27B w8 step 1.0075x).
-        dp_stage_prefetch: weight steps of each warp's first item the dp variants without a ring ask L2 for right
-            after the PDL wait, while the CTA stages x (template ``stage_prefetch``; 0: none).
         mma_shapes: the plain (threads, k_warps) shapes of the mma variants, in place of ``plain_shapes``: a
             16-row warp tile leaves few row groups on a short N (5,120 outputs = 320 tiles), so more warps
             share each tile's K to keep enough bytes in flight. At most 256 threads: a 512-thread CTA's 128
@@ -515,7 +513,6 @@ class GemvCoopFamily:
                  dp_carry: tuple[bool, ...] = (False, True), dp_ring: int = 0, dp_preload: str = "regs",
                  dp_deep_threads: tuple[int, ...] = (640,),
                  dp_min_ctas: tuple[tuple[str, str, int, int], ...] = (("w8", "store", 256, 4),),
-                 dp_stage_prefetch: int = 0,
                  mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))):
         bad_shape = [s for s in (*plain_shapes, *mma_shapes, *dp_shapes)
                      if s[0] % WARP or s[0] <= 0 or s[1] < 1 or (s[0] // WARP) % s[1]]
@@ -570,9 +567,6 @@ class GemvCoopFamily:
             raise PlanError(f"gemv_coop: dp_min_ctas entries {bad} must be (wfmt 'w8' | 'w4', epilogue one of "
                             f"{', '.join(EPILOGUES)}, threads a multiple of {WARP}, min resident CTAs per SM >= 1)")
         self.dp_min_ctas = tuple((str(f), str(e), int(t), int(c)) for f, e, t, c in dp_min_ctas)
-        if dp_stage_prefetch < 0:
-            raise PlanError(f"gemv_coop: dp_stage_prefetch = {dp_stage_prefetch} must be >= 0 (weight steps)")
-        self.dp_stage_prefetch = int(dp_stage_prefetch)
 
     @property
     def threads(self) -> tuple[int, ...]:
@@ -714,8 +708,6 @@ class GemvCoopFamily:
                 params["preload"] = self.dp_preload
             elif threads in self.dp_deep_threads and "carry" not in params and "ring" not in params:
                 params["depth"] = 2
-            if self.dp_stage_prefetch and "ring" not in params:
-                params["stage_prefetch"] = self.dp_stage_prefetch
             cap = next((c for f, e, t, c in self.dp_min_ctas
                         if f == problem.wfmt and e == problem.epilogue and t == threads), 0)
             if cap > 1:

@@ -351,10 +351,8 @@ def persistent_ranges(items: int, grid: int) -> list[tuple[int, int]]:
     ({"ring": 5}, "w4", "store", "none"), ({"preload": "late"}, "w4", "store", "parts"),
     ({"stage_round": "fma"}, "w4", "add_norm_parts", "none"), ({"stage_round": "fma"}, "w8", "swiglu", "parts"),
     ({"depth": 2}, "w4", "add_norm_parts", "none"), ({"depth": 2}, "w8", "store", "parts"),
-    ({"depth": 2}, "w4", "swiglu", "parts"), ({"stage_prefetch": 3}, "w4", "swiglu", "parts"),
-    ({"stage_prefetch": 2, "depth": 2}, "w8", "add_norm_parts", "none")],
-    ids=["ring3", "ring2_late", "ring5", "late", "fma_w4", "fma_w8", "depth2_w4", "depth2_w8", "depth2_w4_swiglu",
-         "stage_prefetch_w4", "stage_prefetch_depth2_w8"])
+    ({"depth": 2}, "w4", "swiglu", "parts")],
+    ids=["ring3", "ring2_late", "ring5", "late", "fma_w4", "fma_w8", "depth2_w4", "depth2_w8", "depth2_w4_swiglu"])
 def test_dp_persistent_options_on_any_grid(option, fmt, epilogue, in_norm):
     """The persistent dp template options the planner does not pick by default -- weight rings in shared memory
     (``ring``: the flattened step sequence across items, its issue cursor and slots), the first weights only in L2
