@@ -567,7 +567,6 @@ class GemvCoopFamily:
             raise PlanError(f"gemv_coop: dp_min_ctas entries {bad} must be (wfmt 'w8' | 'w4', epilogue one of "
                             f"{', '.join(EPILOGUES)}, threads a multiple of {WARP}, min resident CTAs per SM >= 1)")
         self.dp_min_ctas = tuple((str(f), str(e), int(t), int(c)) for f, e, t, c in dp_min_ctas)
-        self.probe_nostage = False
 
     @property
     def threads(self) -> tuple[int, ...]:
@@ -709,8 +708,6 @@ class GemvCoopFamily:
                 params["preload"] = self.dp_preload
             elif threads in self.dp_deep_threads and "carry" not in params and "ring" not in params:
                 params["depth"] = 2
-            if getattr(self, "probe_nostage", False):  # a probe (bench/NOTES.md run 161): no x staging, wrong sums
-                params["probe_nostage"] = True
             cap = next((c for f, e, t, c in self.dp_min_ctas
                         if f == problem.wfmt and e == problem.epilogue and t == threads), 0)
             if cap > 1:
