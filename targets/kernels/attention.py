@@ -675,6 +675,9 @@ class AttnCombineFamily(_OneKernelFamily):
             Default 4: on the H200 the 27B w8 step is 1.0063x faster at 512 of 8,248 tokens and 1.0015x at 8,192
             than with one CTA per head; 8 was 1.0074x at 512 but 0.983x at 8,192 (bench/NOTES.md run 124).
             The parts (head_dim / dim_ctas columns) must divide ``threads``; :meth:`spec` refuses other values.
+        probe_skip: a probe's option (never planned by default; the attention output is then wrong): the plan
+            drops every decode step's combine launch (:func:`ninferc.targets.lower.drop_unneeded_steps`), so a timed
+            step shows what the launch costs -- the bound on folding the merge into ``attn_decode``.
 
     Raises:
         PlanError: ``threads`` not a positive multiple of 32; ``dim_ctas`` < 1.
@@ -683,8 +686,10 @@ class AttnCombineFamily(_OneKernelFamily):
     name = "attn_combine"
     template = "attn_combine.cu.j2"
 
-    def __init__(self, threads: int = 128, decode: AttnDecodeFamily | None = None, dim_ctas: int = 4):
+    def __init__(self, threads: int = 128, decode: AttnDecodeFamily | None = None, dim_ctas: int = 4,
+                 probe_skip: bool = False):
         _check_threads(self.name, threads)
+        self.probe_skip = bool(probe_skip)
         if dim_ctas < 1:
             raise PlanError(f"{self.name}: dim_ctas = {dim_ctas} must be >= 1")
         self.threads = int(threads)
