@@ -62,9 +62,13 @@ static inline uint4 make_uint4(unsigned int x, unsigned int y, unsigned int z, u
 
 namespace shim {
 enum { READY = 0, WAIT_CTA = 1, WAIT_WARP = 2, DONE = 3, WAIT_GRID = 4, WAIT_SPIN = 5 };
+// A cp.async copy this thread issued and no cp_async_wait has completed yet: the source bytes (read at issue), the
+// destination, and the commit group it belongs to (the thread's count of commits when it was issued).
+struct CpPending { void* dst; unsigned char bytes[16]; int size; int group; };
 struct Fiber { ucontext_t ctx; dim3 tid; int state; int warp, lane; char* stack; dim3 bid; char* dyn;
                unsigned int* bar; unsigned int bar_n; int from_spin;
-               Fiber* cta; unsigned long long xfer; };  // the CTA's first fiber; this lane's shuffle value
+               Fiber* cta; unsigned long long xfer;  // the CTA's first fiber; this lane's shuffle value
+               CpPending* cp; int cp_n, cp_cap, cp_groups; };  // this thread's cp.async copies in flight
 static int progress = 0;  // a cooperative pass ran a fiber beyond a counter wait (see run_cta)
 static Fiber* cur = nullptr;
 static ucontext_t sched_ctx;
@@ -198,15 +202,36 @@ static inline uint4 ld_ro_v4(const void* p) { uint4 v; memcpy(&v, p, 16); return
 static inline uint4 ld_stream_v4(const void* p) { uint4 v; memcpy(&v, p, 16); return v; }
 static inline float ld_cg_f32(const float* p) { return *p; }
 static inline uint4 ld_cg_v4(const void* p) { uint4 v; memcpy(&v, p, 16); return v; }
-// cp.async on the host: the copy completes at once (the wait / commit protocol is then trivially met; a read
-// before the copy is issued would still see stale data, as on the GPU)
-static inline void cp_async4(void* dst, const void* src) { memcpy(dst, src, 4); }
-static inline void cp_async16(void* dst, const void* src, int n) {
-  memset(dst, 0, 16);
-  if (n > 0) memcpy(dst, src, n);
+// cp.async on the host, deferred as on the GPU: a copy reads its source when issued but lands in shared memory only
+// when this thread's cp_async_wait<N> completes its commit group (every group but the N most recent; copies not
+// yet committed stay in flight), so a read of a buffer whose group is still pending -- a wait count one too high,
+// a missing commit -- sees the buffer's old bytes (NaN before the CTA's first copy), not the new ones.
+static inline void cp_issue(void* dst, const void* src, int size, int n) {
+  ::shim::Fiber* f = ::shim::cur;
+  if (f->cp_n == f->cp_cap) {
+    f->cp_cap = f->cp_cap ? 2 * f->cp_cap : 64;
+    f->cp = (::shim::CpPending*)realloc(f->cp, sizeof(::shim::CpPending) * (size_t)f->cp_cap);
+  }
+  ::shim::CpPending& c = f->cp[f->cp_n++];
+  c.dst = dst;
+  c.size = size;
+  c.group = f->cp_groups;
+  memset(c.bytes, 0, sizeof(c.bytes));
+  if (n > 0) memcpy(c.bytes, src, (size_t)n);
 }
-static inline void cp_async_commit() {}
-template <int N> static inline void cp_async_wait() {}
+static inline void cp_async4(void* dst, const void* src) { cp_issue(dst, src, 4, 4); }
+static inline void cp_async16(void* dst, const void* src, int n) { cp_issue(dst, src, 16, n); }
+static inline void cp_async_commit() { ++::shim::cur->cp_groups; }
+template <int N> static inline void cp_async_wait() {
+  ::shim::Fiber* f = ::shim::cur;
+  int kept = 0;
+  for (int i = 0; i < f->cp_n; ++i) {  // in issue order
+    ::shim::CpPending& c = f->cp[i];
+    if (c.group < f->cp_groups - N) memcpy(c.dst, c.bytes, (size_t)c.size);
+    else f->cp[kept++] = c;
+  }
+  f->cp_n = kept;
+}
 // fma.rn.bf16x2: per half, the fp32 fma (exact for bf16 inputs' products up to 16 bits) rounded to bf16.
 static inline unsigned int fma_bf16x2(unsigned int a, unsigned int b, unsigned int c) {
   unsigned int d = 0;
@@ -370,6 +395,8 @@ static void init_fiber(shim::Fiber& f, int i, dim3 bid, char* stack, size_t stac
   f.from_spin = 0;
   f.cta = nullptr;
   f.xfer = 0;
+  f.cp_n = 0;  // (copies a finished CTA left in flight land nowhere: its shared memory is gone)
+  f.cp_groups = 0;
 }
 
 // Returns 0 on success, 1 on __trap(), 2 on a barrier deadlock, 3 on a grid barrier whose waiting CTAs do
@@ -454,7 +481,7 @@ extern "C" int shim_launch(int gx, int gy, int gz, int threads, unsigned int dyn
         if (f[i].state == shim::WAIT_GRID) f[i].state = shim::READY;
     }
   }
-  for (int i = 0; i < live_ctas * threads; ++i) free(f[i].stack);
+  for (int i = 0; i < live_ctas * threads; ++i) { free(f[i].stack); free(f[i].cp); }
   free(f);
   free(dyn);
   return rc;
