@@ -37,6 +37,9 @@ def main(argv=None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="FAMILY.ATTR=VALUE",
                     help="a kernel-family attribute for this profile (Python literal value; repeatable), as "
                          "bench/family_ab.py's variants")
+    ap.add_argument("--pad-mib", type=float, default=0.0,
+                    help="allocate this many MiB of device memory before the engine (kept alive): moves every later "
+                         "allocation, to see whether the step's kernels depend on where their buffers lie")
     ap.add_argument("--json", required=True)
     a = ap.parse_args(argv)
     if a.set:
@@ -57,6 +60,11 @@ def main(argv=None) -> int:
     torch.cuda.init()
     max_context = a.max_context or a.context + 64 + a.steps
     art = synthetic_artifact(a.preset, a.weights, a.kv_dtype, target=None, sku=None, max_context=max_context)
+    pad = None
+    if a.pad_mib:
+        import cupy
+
+        pad = cupy.empty(int(a.pad_mib * 2**20), cupy.uint8)  # noqa: F841 (kept alive until the script ends)
     eng = Engine(art, max_context=max_context, prefill_chunk=a.context, max_batch=1,
                  log=lambda m: print(m, file=sys.stderr))
     rng = np.random.default_rng(0)
@@ -137,7 +145,7 @@ def main(argv=None) -> int:
            "between_steps_us_median": float(np.median(between)) if between else None,
            "sampler_kernels_us_median": float(np.median(samp)) if samp else None,
            "copies_us_median": float(np.median(copies)) if copies else None,
-           "families": fam, "timeline_L2_L3": timeline, "other_kernels": others, "family_settings": a.set,
+           "families": fam, "timeline_L2_L3": timeline, "other_kernels": others, "family_settings": a.set, "pad_mib": a.pad_mib,
            "command": "python3 bench/graph_profile.py " + " ".join(argv or sys.argv[1:])}
     Path(a.json).parent.mkdir(parents=True, exist_ok=True)
     Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
