@@ -510,7 +510,5 @@ def drop_unneeded_steps(steps: list[Step], launches: dict[str, Launch]) -> list[
             dec = launches.get(s.name[: -len(".prep")] + ".decode")
             if dec is not None and dict(dec.kernel.params).get("prep"):
                 continue
-        if s.family == "attn_combine" and getattr(FAMILIES["attn_combine"], "probe_skip", False):
-            continue  # a probe (AttnCombineFamily.probe_skip): timing only, the attention output is not written
         out.append(s)
     return out

@@ -438,12 +438,6 @@ class AttnDecodeFamily(_OneKernelFamily):
             that was measured).
         stage_keys: keys per staged tile (template ``tile``; 0 = one page). A smaller tile needs less shared memory
             per CTA, so more CTAs are resident and the split rule keeps more splits.
-        stage_slots: tile buffers of the staged bf16-KV SIMT kernel (template ``slots``; 2 = one K and one V buffer,
-            the form measured in sessions 17-22): with 3 the CTA's K / V loads run through a ring of three buffers, so a
-            range of two or more tiles has the second tile's K in flight from the PDL wait on and each next tile's V
-            from the current tile's scores on (bench/NOTES.md session 23). Dynamic shared memory grows to
-            3 x tile x hd x 2 bytes; the ``"auto"`` staging rule still judges the 2-buffer kernel's residency, and the
-            split rule then follows the chosen kernel's own occupancy. Not taken by int8 KV or ``stage_mma``.
         stage_min_ctas: for the staged bf16-KV kernel, the launch bound's minimum CTAs per SM (template
             ``min_ctas``; 0 = none): a register budget for ptxas, 65,536 / (min_ctas x threads) registers. Default 4
             (128 registers at 128 threads): without it this machine's NVRTC 13.5 gives the 27B staged kernel 96
@@ -453,8 +447,8 @@ class AttnDecodeFamily(_OneKernelFamily):
     Raises:
         PlanError: ``threads`` not a positive multiple of 32, ``max_pages_per_split`` < 1, a granule < 0,
             ``stage_kv`` / ``fuse_prep`` not True, False or "auto", ``stage_min_resident`` < 1, ``stage_keys`` or
-            ``stage_min_ctas`` < 0, ``stage_slots`` not 2 or 3 (each names the value); :meth:`spec` names what a forced
-            ``fuse_prep`` or ``stage_mma`` cannot take.
+            ``stage_min_ctas`` < 0 (each names the value); :meth:`spec` names what a forced ``fuse_prep`` or
+            ``stage_mma`` cannot take.
     """
 
     name = "attn_decode"
@@ -463,11 +457,8 @@ class AttnDecodeFamily(_OneKernelFamily):
     def __init__(self, threads: int = 128, max_pages_per_split: int = 64, balance_keys: int = 16,
                  balance_keys_int8: int = 16, trace: bool = False, stage_kv: bool | str = "auto", stage_keys: int = 0,
                  stage_min_ctas: int = 4, stage_min_resident: int = 3, stage_mma: bool = False,
-                 fuse_prep: bool | str = "auto", stage_slots: int = 2):
+                 fuse_prep: bool | str = "auto"):
         _check_threads(self.name, threads)
-        if stage_slots not in (2, 3):
-            raise PlanError(f"{self.name}: stage_slots = {stage_slots!r} must be 2 or 3 (tile buffers of the ring)")
-        self.stage_slots = int(stage_slots)
         if max_pages_per_split < 1:
             raise PlanError(f"{self.name}: max_pages_per_split = {max_pages_per_split} must be >= 1")
         for what, v in (("balance_keys", balance_keys), ("balance_keys_int8", balance_keys_int8)):
@@ -521,12 +512,8 @@ class AttnDecodeFamily(_OneKernelFamily):
             return 0
         p, t = problem, self.tile_keys(problem)
         if p.kv_dtype == "bf16":
-            return self._slots(p) * t * p.head_dim * 2
+            return 2 * t * p.head_dim * 2
         return 2 * t * p.head_dim + 2 * t * (p.head_dim // KV_GROUP) * 4
-
-    def _slots(self, problem: AttentionProblem) -> int:
-        """Tile buffers of the staged kernel for ``problem``: ``stage_slots`` for bf16 KV without ``stage_mma``, else 2."""
-        return self.stage_slots if problem.kv_dtype == "bf16" and not self.stage_mma else 2
 
     def granule(self, problem: AttentionProblem) -> int:
         """The balanced split's keys granule for ``problem``'s KV dtype (0 = page-aligned splits)."""
@@ -534,15 +521,11 @@ class AttnDecodeFamily(_OneKernelFamily):
 
     def variants(self, problem: AttentionProblem) -> list[KernelSpec]:
         """The kernels :meth:`choose` may pick for ``problem``: the staged one, the global-memory one, or (``stage_kv``
-        ``"auto"``, bf16 KV) both -- and with ``stage_slots`` 3 under ``"auto"`` also the 2-buffer staged kernel, whose
-        residency the rule judges."""
+        ``"auto"``, bf16 KV) both."""
         if self.fuse_prep is True:
             return [self.spec(problem, True)]
         if self.stage_kv == "auto":
-            if problem.kv_dtype != "bf16":
-                return [self.spec(problem, False)]
-            ring = [self.spec(problem, True, slots=2)] if self._slots(problem) != 2 else []
-            return [self.spec(problem, False), self.spec(problem, True)] + ring
+            return [self.spec(problem, False)] + ([self.spec(problem, True)] if problem.kv_dtype == "bf16" else [])
         return [self.spec(problem)]
 
     def choose(self, problem: AttentionProblem, ctx: PlanContext) -> tuple[KernelSpec, int]:
@@ -558,7 +541,7 @@ class AttnDecodeFamily(_OneKernelFamily):
         elif self.stage_kv == "auto":
             staged = False
             if problem.kv_dtype == "bf16":
-                spec, dyn = self.spec(problem, True, slots=2), 2 * self.tile_keys(problem) * problem.head_dim * 2
+                spec, dyn = self.spec(problem, True), self.dynamic_smem_bytes(problem, True)
                 static = ctx.resources_of(spec).static_smem_bytes
                 if static + dyn <= ctx.arch.max_smem_per_cta_optin:
                     staged = ctx.occupancy(spec, dyn).ctas_per_sm >= self.stage_min_resident
@@ -570,9 +553,8 @@ class AttnDecodeFamily(_OneKernelFamily):
                                                    f"{problem.head_dim}, {problem.kv_dtype})")
         return spec, dyn
 
-    def spec(self, problem: AttentionProblem, staged: bool | None = None, slots: int | None = None) -> KernelSpec:
-        """The kernel for ``problem``: staged (``staged``; None: ``stage_kv is True``) or not, with ``slots`` tile
-        buffers (None: ``stage_slots``, where the staged kernel takes it).
+    def spec(self, problem: AttentionProblem, staged: bool | None = None) -> KernelSpec:
+        """The kernel for ``problem``: staged (``staged``; None: ``stage_kv is True``) or not.
 
         Raises:
             PlanError: ``threads`` and the P.V column units (bf16: hd/2 pairs; int8: hd/4 quads) do not
@@ -595,7 +577,6 @@ class AttnDecodeFamily(_OneKernelFamily):
                               f"head_dim {problem.head_dim} over {warps} warps (a multiple of {8 * warps})")):
                 if not ok:
                     raise PlanError(f"{self.name}: stage_mma cannot take {what}")
-        n_slots = self._slots(problem) if slots is None else (slots if self._slots(problem) != 2 else 2)
         what, units = ("head_dim / 2", problem.head_dim // 2) if problem.kv_dtype == "bf16" else \
             ("head_dim / 4", problem.head_dim // 4)
         if (self.threads % units) if self.threads >= units else (units % self.threads):
@@ -608,7 +589,6 @@ class AttnDecodeFamily(_OneKernelFamily):
                   **({"min_ctas": self.stage_min_ctas} if staged and self.stage_min_ctas and
                      problem.kv_dtype == "bf16" else {}),
                   **({"mma": True} if staged and self.stage_mma and problem.kv_dtype == "bf16" else {}),
-                  **({"slots": n_slots} if staged and n_slots != 2 else {}),
                   **({"prep": True, "rot": problem.rotary_dim} if self.fused_prep(problem, staged) else {})}
         return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=False)
 
@@ -695,9 +675,6 @@ class AttnCombineFamily(_OneKernelFamily):
             Default 4: on the H200 the 27B w8 step is 1.0063x faster at 512 of 8,248 tokens and 1.0015x at 8,192
             than with one CTA per head; 8 was 1.0074x at 512 but 0.983x at 8,192 (bench/NOTES.md run 124).
             The parts (head_dim / dim_ctas columns) must divide ``threads``; :meth:`spec` refuses other values.
-        probe_skip: a probe's option (never planned by default; the attention output is then wrong): the plan
-            drops every decode step's combine launch (:func:`ninferc.targets.lower.drop_unneeded_steps`), so a timed
-            step shows what the launch costs -- the bound on folding the merge into ``attn_decode``.
 
     Raises:
         PlanError: ``threads`` not a positive multiple of 32; ``dim_ctas`` < 1.
@@ -706,10 +683,8 @@ class AttnCombineFamily(_OneKernelFamily):
     name = "attn_combine"
     template = "attn_combine.cu.j2"
 
-    def __init__(self, threads: int = 128, decode: AttnDecodeFamily | None = None, dim_ctas: int = 4,
-                 probe_skip: bool = False):
+    def __init__(self, threads: int = 128, decode: AttnDecodeFamily | None = None, dim_ctas: int = 4):
         _check_threads(self.name, threads)
-        self.probe_skip = bool(probe_skip)
         if dim_ctas < 1:
             raise PlanError(f"{self.name}: dim_ctas = {dim_ctas} must be >= 1")
         self.threads = int(threads)

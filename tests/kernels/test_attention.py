@@ -236,57 +236,6 @@ def test_auto_stages_bf16_pages_where_three_ctas_stay_resident(arch):
 
 
 @pytest.mark.parametrize("arch", ALL_ARCHS)
-def test_ring_of_three_tile_buffers_compiles_and_is_planned_by_its_own_occupancy(arch):
-    """``stage_slots`` = 3 (the staged bf16 kernel's K / V loads through a ring of three tile buffers): compiles for every
-    target without spills, alone and with the folded prep; its dynamic shared memory is three tiles (3 x tile x hd x
-    2 B); the split rule follows the ring kernel's own occupancy; under ``stage_kv = "auto"`` the staging decision is
-    the 2-buffer kernel's (so a target that stages keeps staging) -- and where three 27B tiles do not fit a CTA
-    (100 KB-per-SM targets) a forced ring names the kernel, the bytes and the opt-in limit. int8 KV and
-    ``stage_mma`` keep two buffers; other slot counts are refused."""
-    a = get_arch(arch)
-    ctx0 = ctx_for(arch, skus_of(arch)[0].sms)
-    for prep in (False, "auto"):
-        ring = A.AttnDecodeFamily(stage_kv=True, stage_slots=3, fuse_prep=prep)
-        specs = {name: ring.spec(p, True) for name, p in PROBLEMS.items()}
-        res = {u: r for u, (_, r) in compile_variants(list(specs.values()), arch).items()}
-        ctx = PlanContext(arch, ctx0.sms, {**res, **resources(arch)})
-        for name, p in PROBLEMS.items():
-            spec, r = specs[name], res[specs[name].uri]
-            assert dict(spec.params)["slots"] == 3 and bool(dict(spec.params).get("prep")) == (prep == "auto")
-            assert r.local_bytes == 0, f"{spec.uri} spills {r.local_bytes} B on {arch}"
-            dyn = ring.dynamic_smem_bytes(p)
-            assert dyn == 3 * p.page_size * p.head_dim * 2
-            if r.static_smem_bytes + dyn > a.max_smem_per_cta_optin:
-                with pytest.raises(PlanError, match=rf"needs {dyn} B of dynamic shared memory .* over the opt-in "
-                                                    rf"limit of {a.max_smem_per_cta_optin} B"):
-                    ring.choose(p, ctx)
-                continue
-            occ = occupancy(a, spec.threads, r.registers, r.static_smem_bytes, dyn, barriers=r.barriers)
-            assert occ.ctas_per_sm >= 1
-            ln = ring.launch(p, 1, ctx)
-            assert (ln.kernel, ln.dynamic_smem_bytes) == (spec, dyn)
-            fill = occ.ctas_per_sm * ctx.sms
-            want = max(fill // p.heads_kv, -(-p.max_pages // ring.max_pages_per_split))
-            per = -(-p.max_pages // min(want, p.max_pages))
-            assert ring.splits(p, 1, ctx) == (-(-p.max_pages // per), per)
-    # "auto": the 2-buffer kernel's residency decides whether to stage; the ring is then what is launched
-    auto = A.AttnDecodeFamily(stage_slots=3)
-    ctx = PlanContext(arch, ctx0.sms, {**resources(arch), **{u: r for u, (_, r) in compile_variants(
-        [s for p in ALL_PROBLEMS.values() for s in auto.variants(p)], arch).items()}})
-    for p in (BIG, TINY):
-        spec, dyn = auto.choose(p, ctx)
-        assert ("stage" in dict(spec.params)) == ("stage" in dict(DECODE.choose(p, ctx)[0].params))
-        if "stage" in dict(spec.params):
-            assert dict(spec.params)["slots"] == 3 and dyn == auto.dynamic_smem_bytes(p, True)
-    for p in (BIG8, TINY8):  # int8 pages: never the ring
-        assert "slots" not in dict(A.AttnDecodeFamily(stage_kv=True, stage_slots=3).spec(p).params)
-    assert "slots" not in dict(A.AttnDecodeFamily(stage_kv=True, stage_slots=3, stage_mma=True,
-                                                  fuse_prep=False).spec(BIG).params)
-    with pytest.raises(PlanError, match="stage_slots = 4 must be 2 or 3"):
-        A.AttnDecodeFamily(stage_slots=4)
-
-
-@pytest.mark.parametrize("arch", ALL_ARCHS)
 def test_combine_over_several_ctas_per_head_compiles_and_launches(arch):
     """``attn_combine`` with ``dim_ctas`` 2 / 4 / 8: compiles for every target without spills, launches Hq x dim_ctas
     CTAs per sequence with the same dynamic shared memory and ABI; a split of head_dim that does not fit the

@@ -134,12 +134,10 @@ def test_emulated_prep_rope_at_far_positions(name):
     check_far_prep(p, cache, dev, FP32_REORDER)
 
 
-#: the decode kernel's K / V path per test id: AttnDecodeFamily settings (``ring``: three tile buffers, bf16 KV only)
+#: the decode kernel's K / V path per test id: AttnDecodeFamily settings
 STAGES = {"global": {}, "staged": {"stage_kv": True}, "staged32": {"stage_kv": True, "stage_keys": 32},
           "staged16": {"stage_kv": True, "stage_keys": 16}, "staged-mma": {"stage_kv": True, "stage_mma": True},
-          "staged32-mma": {"stage_kv": True, "stage_keys": 32, "stage_mma": True},
-          "staged-ring": {"stage_kv": True, "stage_slots": 3},
-          "staged16-ring": {"stage_kv": True, "stage_keys": 16, "stage_slots": 3}}
+          "staged32-mma": {"stage_kv": True, "stage_keys": 32, "stage_mma": True}}
 
 
 @pytest.mark.parametrize("stage", list(STAGES))
@@ -151,12 +149,10 @@ def test_emulated_decode(name, ctxs, split_mode, stage):
     """prep + decode + combine, one token per sequence at ctx - 1 (reverse thread order for per_page and the
     balanced modes, which spread each context over every split, key ranges starting inside pages); ``staged``:
     the decode kernel's K/V tiles through shared memory (``stage_kv``, tiles of a page or ``stage_keys`` = 32 / 16
-    keys, and with the tensor-core loops, ``stage_mma``, or through a ring of three buffers, ``stage_slots`` = 3; the
-    emulator's dynamic shared memory is NaN before every CTA and its cp.async copies land only at the wait that
-    covers their group, so a row read but never staged, or read before its copy's wait, poisons the output)."""
+    keys, and with the tensor-core loops, ``stage_mma``; the emulator's dynamic shared memory is NaN before every
+    CTA and its cp.async copies land only at the wait that covers their group, so a row read but never staged, or
+    read before its copy's wait, poisons the output)."""
     p = SHAPES[name]
-    if "ring" in stage and p.kv_dtype != "bf16":
-        pytest.skip("the ring is a bf16-KV kernel (int8 pages keep two buffers: the same kernel as 'staged')")
     reverse = split_mode == "per_page" or split_mode in BALANCED
     B = len(ctxs)
     cache, st, dev, (q_ref, kp_ref, vp_ref) = prep_step(p, [c - 1 for c in ctxs], [1] * B,
@@ -234,16 +230,14 @@ def test_emulated_prefill(name, prev, new, route):
                          f"attn_prefill {route} (emulated, {ln.grid} CTAs)", "prep + prefill end to end")
 
 
-@pytest.mark.parametrize("slots", [2, 3])
 @pytest.mark.parametrize("split_mode", SPLIT_MODES)
 @pytest.mark.parametrize("name,ctxs", [("tiny-bf16", (63, 64, 65)), ("tiny-bf16", (1, 129)), ("hd256-bf16", (65, 130)),
                                        ("hd256-bf16", (64, 2))])
-def test_emulated_decode_with_prep_folded(name, ctxs, split_mode, slots):
+def test_emulated_decode_with_prep_folded(name, ctxs, split_mode):
     """``fuse_prep``: the staged decode kernel computes the step's q and new K / V row itself (no attn_prep launch)
     from the pool as it was before the step (garbage in the new rows): the pages it writes equal the emulated
     attn_prep's bit for bit (same arithmetic), its partials equal the unfused staged kernel's on attn_prep's output
-    bit for bit, and the end-to-end output matches the reference attention; with ``slots`` tile buffers (3: the
-    ring, whose second tile's K is staged right after the prep's barrier and may hold the new row)."""
+    bit for bit, and the end-to-end output matches the reference attention."""
     p = SHAPES[name]
     reverse = split_mode == "per_page" or split_mode in BALANCED
     B = len(ctxs)
@@ -265,7 +259,7 @@ def test_emulated_decode_with_prep_folded(name, ctxs, split_mode, slots):
             run(ln, PREP.kernel_args(p, ln, dev), reverse)
             dev["q"] = dev["q_out"]
         fam = A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, granule, granule, stage_kv=True,
-                                 fuse_prep=fused, stage_slots=slots)
+                                 fuse_prep=fused)
         ln_d = dataclasses.replace(DECODE.launch(p, B, ctx), kernel=fam.spec(p, True), grid=(splits, p.heads_kv, B),
                                    split_k=splits, workspace_bytes=DECODE.workspace_bytes(p, B, splits),
                                    dynamic_smem_bytes=fam.dynamic_smem_bytes(p, True))
@@ -293,32 +287,33 @@ def test_emulated_decode_with_prep_folded(name, ctxs, split_mode, slots):
                          f"fused decode + combine ({splits} splits x {pps} pages)", "fused prep + decode end to end")
 
 
-#: textual mutations of the ring kernel (``stage_slots`` = 3) and what each breaks; every one must fail the check
-#: below (the emulator's deferred cp.async makes the wait counts observable)
-RING_MUTANTS = {
-    "scores wait one group short": ("ninfer::cp_async_wait<kSlots - 1>();\n    __syncthreads();\n    const KvElem* kb",
-                                    "ninfer::cp_async_wait<kSlots>();\n    __syncthreads();\n    const KvElem* kb"),
-    "P.V wait one group short": ("ninfer::cp_async_wait<kSlots - 1>();  // this tile's V",
-                                 "ninfer::cp_async_wait<kSlots>();  // this tile's V"),
-    "next V over this tile's V": ("slot(2 * ti + kSlots)), v_pages", "slot(2 * ti + kSlots + 1)), v_pages"),
-    "K two tiles on over the next tile's K": ("slot(2 * ti + 1 + kSlots)), k_pages", "slot(2 * ti + 2 + kSlots)), k_pages"),
-    "second tile's K never staged": ("stage_bytes(reinterpret_cast<unsigned char*>(slot(2)), k_pages",
-                                     "if (false) stage_bytes(reinterpret_cast<unsigned char*>(slot(2)), k_pages"),
+#: textual mutations of the staged decode kernel (one K and one V tile buffer) and what each breaks; every one must
+#: fail the check below -- the wait counts only since the emulator defers cp.async copies to the wait covering them
+STAGED_MUTANTS = {
+    "scores wait one group short": ("ninfer::cp_async_wait<1>();\n    __syncthreads();\n    const KvElem* kb",
+                                    "ninfer::cp_async_wait<2>();\n    __syncthreads();\n    const KvElem* kb"),
+    "P.V wait one group short": ("ninfer::cp_async_wait<1>();  // this tile's V",
+                                 "ninfer::cp_async_wait<2>();  // this tile's V"),
+    "next K into the V buffer in use": ("if (more) stage_rows(prow_next, false, 0, n_next, true);",
+                                        "if (more) stage_rows(prow_next, true, 0, n_next, true);"),
+    "next V into the K buffer": ("if (more) stage_rows(prow_next, true, 0, n_next, true);",
+                                 "if (more) stage_rows(prow_next, false, 0, n_next, true);"),
+    "next K never staged": ("if (more) stage_rows(prow_next, false, 0, n_next, true);",
+                            "if (false) stage_rows(prow_next, false, 0, n_next, true);"),
 }
 
 
 @pytest.mark.parametrize("keys", [64, 16])
-def test_emulated_decode_ring_mutants(keys):
-    """The ring (``stage_slots`` = 3) over one split of 130 keys (3 page tiles, or 9 tiles of 16 keys, so a tile's
-    K two tiles on and the ring's wrap are exercised): the kernel's partials match the reference, and each mutant of
-    :data:`RING_MUTANTS` -- a wait count one group short, a load into a buffer still in use, the post-wait load left
-    out -- does not."""
+def test_emulated_staged_decode_mutants(keys):
+    """The staged decode kernel over one split of 130 keys (3 page tiles, or 9 tiles of 16 keys): its partials match
+    the reference, and each mutant of :data:`STAGED_MUTANTS` -- a wait count one group short, a tile staged into the
+    buffer still in use, the next tile's K left out -- does not."""
     from cuda_host import HostKernel
 
     p, ctxs = SHAPES["hd256-bf16"], (130,)
     cache, st, dev, _ = prep_step(p, [c - 1 for c in ctxs], [1], (4, keys), False)
     fam = A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, 16, 16, stage_kv=True, stage_keys=keys % 64,
-                             stage_slots=3, fuse_prep=False)
+                             fuse_prep=False)
     splits, pps = 1, p.max_pages
     spec = fam.spec(p)
     ln = dataclasses.replace(DECODE.launch(p, 1, plan_ctx()), kernel=spec, grid=(splits, p.heads_kv, 1),
@@ -336,9 +331,8 @@ def test_emulated_decode_ring_mutants(keys):
         return dev["ws"][:o_ref.size].reshape(o_ref.shape)
 
     src = host_source(spec)
-    ATTENTION.check(partials(src), o_ref, "ring decode partials (control)")
-    for what, (old, new) in RING_MUTANTS.items():
+    ATTENTION.check(partials(src), o_ref, "staged decode partials (control)")
+    for what, (old, new) in STAGED_MUTANTS.items():
         assert src.count(old) == 1, f"mutant {what!r}: its text is not in the rendered kernel once"
-        o = partials(src.replace(old, new))
         with pytest.raises(AssertionError):
-            ATTENTION.check(o, o_ref, f"ring decode partials, mutant {what!r}")
+            ATTENTION.check(partials(src.replace(old, new)), o_ref, f"staged decode partials, mutant {what!r}")

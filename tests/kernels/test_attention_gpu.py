@@ -65,9 +65,9 @@ def device_ctx():
     arch = device_arch()
     res = {}
     staged = [A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, DECODE.balance_keys,
-                                 DECODE.balance_keys_int8, stage_kv=True, stage_keys=t, fuse_prep=False, stage_slots=n)
-              for t, n in ((0, 2), (32, 2), (0, 3))]
-    for fam in (*A.FAMILIES, *staged):  # + the staged decode kernels (stage_kv; the ring), planned or not
+                                 DECODE.balance_keys_int8, stage_kv=True, stage_keys=t, fuse_prep=False)
+              for t in (0, 32)]
+    for fam in (*A.FAMILIES, *staged):  # + the staged decode kernels (stage_kv), planned or not
         for p in ALL_PROBLEMS.values():
             for spec in fam.variants(p):
                 k = device_kernel(spec)
@@ -213,14 +213,13 @@ def check_prep_int8(p, cache, st, dev, kp_ref, vp_ref):
 def test_driver_occupancy_matches_the_calculator():
     ctx = device_ctx()
     staged = [A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, DECODE.balance_keys,
-                                 DECODE.balance_keys_int8, stage_kv=True, stage_keys=t, fuse_prep=False, stage_slots=n)
-              for t, n in ((0, 2), (32, 2), (0, 3))]
+                                 DECODE.balance_keys_int8, stage_kv=True, stage_keys=t, fuse_prep=False)
+              for t in (0, 32)]
     for fam in (*A.FAMILIES, *staged):
         for p in PROBLEMS.values():
             for spec in fam.variants(p):
-                dec = fam if isinstance(fam, A.AttnDecodeFamily) else DECODE
                 dyn = PREFILL.dynamic_smem_bytes(p, spec.param("route")) if fam is PREFILL else \
-                    dec.dynamic_smem_bytes(p, staged=True) if dict(spec.params).get("stage") and \
+                    DECODE.dynamic_smem_bytes(p, staged=True) if dict(spec.params).get("stage") and \
                     spec.family == "attn_decode" else 0
                 want = ctx.occupancy(spec, dyn).ctas_per_sm
                 got = device_kernel(spec).driver_occupancy(spec.threads, dyn)
@@ -244,7 +243,7 @@ def test_prep_rope_at_far_positions(name):
     check_far_prep(p, cache, {k: cp.asnumpy(v) for k, v in dev.items()}, FP32_REORDER)
 
 
-@pytest.mark.parametrize("stage", [0, 64, 32, -64, 3], ids=["global", "staged", "staged32", "staged-mma", "staged-ring"])
+@pytest.mark.parametrize("stage", [0, 64, 32, -64], ids=["global", "staged", "staged32", "staged-mma"])
 @pytest.mark.parametrize("split_mode", SPLIT_MODES)
 @pytest.mark.parametrize("ctxs", DECODE_CTXS, ids=lambda c: "ctx" + "-".join(map(str, c)))
 @pytest.mark.parametrize("name", list(PROBLEMS))
@@ -254,8 +253,7 @@ def test_decode_step(name, ctxs, split_mode, stage):
     count between is exercised by the plans of other SKUs; the kernel takes it at run time), or the plan's
     split count with the live context balanced over it (BALANCED: the kernel's keys granule). stage: the decode
     kernel's K/V tiles through shared memory (``AttnDecodeFamily.stage_kv``; tiles of a page, or 32 keys; -64: page
-    tiles with the tensor-core scores and P.V, ``stage_mma``, bf16 KV only -- int8 ignores it; 3: page tiles through a
-    ring of three buffers, ``stage_slots``)."""
+    tiles with the tensor-core scores and P.V, ``stage_mma``, bf16 KV only -- int8 ignores it)."""
     decode_case(name, ctxs, split_mode, stage)
 
 
@@ -288,8 +286,7 @@ def decode_case(name, ctxs, split_mode, stage=0):
     ln_d = DECODE.launch(p, B, ctx)
     splits, pps, granule = split_geometry(p, B, ctx, split_mode, DECODE)
     fam = A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, granule, granule, stage_kv=stage != 0,
-                             stage_keys=abs(stage) % 64 if stage != 3 else 0, stage_mma=stage < 0, fuse_prep=False,
-                             stage_slots=3 if stage == 3 else 2)
+                             stage_keys=abs(stage) % 64, stage_mma=stage < 0, fuse_prep=False)
     ln_d = dataclasses.replace(ln_d, kernel=fam.spec(p), grid=(splits, p.heads_kv, B), split_k=splits,
                                workspace_bytes=DECODE.workspace_bytes(p, B, splits),
                                dynamic_smem_bytes=fam.dynamic_smem_bytes(p))

@@ -343,7 +343,7 @@ def _teacher_forced_then_greedy(e, prompts, tokens):
     return np.stack(rows), greedy
 
 
-@pytest.mark.parametrize("tile", [0, 32, -1, -3], ids=["page", "tile32", "mma", "ring"])
+@pytest.mark.parametrize("tile", [0, 32, -1], ids=["page", "tile32", "mma"])
 @pytest.mark.parametrize("batch", [1, 3])
 def test_staged_attention_decode_equals_the_global_one(tmp_path, tiny_dir, goldens_long, batch, tile):
     """``attn_decode`` with its K/V tiles through shared memory (``AttnDecodeFamily.stage_kv``: cp.async copies, the
@@ -354,23 +354,21 @@ def test_staged_attention_decode_equals_the_global_one(tmp_path, tiny_dir, golde
     ``batch`` sequences of different lengths together; then 24 graph-replayed greedy steps give the same ids (page
     tiles: all 24; the reassociating tiles: those before the golden greedy's first near-tie, whose top-1 margin is
     below GREEDY_MARGIN -- at position 28 of the long golden it is 0.005, and run 142's engines split there).
-    ``tile``: keys per staged tile (``stage_keys``; 0 = a page; -1: page tiles on tensor cores, ``stage_mma``; -3: page
-    tiles through a ring of three buffers, ``stage_slots`` = 3 -- the same arithmetic, so bit for bit)."""
+    ``tile``: keys per staged tile (``stage_keys``; 0 = a page; -1: page tiles on tensor cores, ``stage_mma``)."""
     from ninferc.artifact import Artifact
     from ninferc.pipeline import compile_model
     from ninferc.runtime.engine import Engine
     from ninferc.targets.kernels import FAMILIES
 
     fam = FAMILIES["attn_decode"]
-    default = fam.stage_kv, fam.stage_keys, fam.stage_mma, fam.stage_slots
+    default = fam.stage_kv, fam.stage_keys, fam.stage_mma
     ids = goldens_long["prompt_ids"]
     prompts = [ids[: len(ids) - 37 * b] for b in range(batch)]  # different contexts, page boundaries apart
     out = {}
     try:
         for stage in (False, True):
             # the artifact's kernels and the engine's launches follow the family's attributes
-            fam.stage_kv, fam.stage_keys, fam.stage_mma = stage, max(tile, 0), tile == -1
-            fam.stage_slots = 3 if tile == -3 else 2
+            fam.stage_kv, fam.stage_keys, fam.stage_mma = stage, max(tile, 0), tile < 0
             path = tmp_path / f"tiny_sm_90_stage{int(stage)}.ninfer"
             compile_model(tiny_dir, "sm_90", path, sku="h200")
             e = Engine(Artifact.open(path), max_batch=batch, plan="device")
@@ -379,13 +377,13 @@ def test_staged_attention_decode_equals_the_global_one(tmp_path, tiny_dir, golde
             assert uris and all(("stage" in u) == stage for u in uris), uris
             out[stage] = _teacher_forced_then_greedy(e, prompts, goldens_long["greedy_ids"][:16])
     finally:
-        fam.stage_kv, fam.stage_keys, fam.stage_mma, fam.stage_slots = default
-    if tile in (0, -3):  # a page per tile: the same online-softmax steps as the global kernel
+        fam.stage_kv, fam.stage_keys, fam.stage_mma = default
+    if tile == 0:  # a page per tile: the same online-softmax steps as the global kernel
         np.testing.assert_array_equal(out[True][0], out[False][0], "staged vs global attention decode: decode logits")
     else:  # 32-key tiles: the softmax rescales per tile (H200: max 0.030, run 122); mma: q and P as bf16 hi + lo
         ENGINE_REORDER.check(out[True][0], out[False][0], f"staged (tile {tile}) vs global: decode logits")
     forced = len(goldens_long["greedy_ids"][:16])
-    n = 24 if tile in (0, -3) else greedy_prefix_len(goldens_long["top1_margin"][forced:forced + 24])
+    n = 24 if tile == 0 else greedy_prefix_len(goldens_long["top1_margin"][forced:forced + 24])
     assert out[True][1][:n] == out[False][1][:n], f"greedy ids differ within the first {n} steps"
 
 
