@@ -10,6 +10,10 @@ its attributes set (and every other variant's reverted to the family defaults).
 Usage (GPU machine): python bench/family_ab.py --weights w8 VARIANT [VARIANT ...] [--context 512] [--steps 40]
 [--rounds 3] [--max-context N] [--kv-dtype bf16|int8] [--json FILE]
 
+``--repeat-first`` builds a second engine of the first variant last and times it last in every round
+(``<first>_again``): the two engines of the same kernels show the harness's own spread in that process (bench/NOTES.md
+run 165: three identical engines differed by ~0.2 %, the first one slower), to read the other ratios against.
+
 ``--max-context`` sets the engines' KV capacity (default: just what the rounds need); the attention decode's split
 count follows it, so ``ninferc bench``'s setting (one engine for 512- and 8,192-token prompts) is ``--max-context
 8248``.
@@ -44,13 +48,30 @@ def parse_variant(text: str) -> tuple[str, dict[tuple[str, str], object]]:
     return name, sets
 
 
+def with_repeat(texts: list[str], repeat_first: bool) -> list[tuple[str, dict[tuple[str, str], object]]]:
+    """The parsed variants (:func:`parse_variant`), plus -- with ``repeat_first`` -- the first one again, last, named
+    ``<first>_again``.
+
+    Raises:
+        SystemExit: a malformed variant, or two variants of one name (each gets its own engine and result row)."""
+    parsed = [parse_variant(v) for v in texts]
+    if repeat_first:
+        parsed.append((parsed[0][0] + "_again", parsed[0][1]))
+    names = [n for n, _ in parsed]
+    if len(set(names)) != len(names):
+        raise SystemExit(f"variant names must differ (each is one engine and one result row): {names}")
+    return parsed
+
+
 def main(argv=None) -> int:
     ap = arg_parser("w8")
     ap.add_argument("variants", nargs="+")
     ap.add_argument("--max-context", type=int, default=None)
     ap.add_argument("--kv-dtype", default="bf16", choices=["bf16", "int8"])
+    ap.add_argument("--repeat-first", action="store_true",
+                    help="also build the first variant's engine again, last, and report the two engines' spread")
     a = ap.parse_args(argv)
-    parsed = [parse_variant(v) for v in a.variants]
+    parsed = with_repeat(a.variants, a.repeat_first)
     keys = {k for _, s in parsed for k in s}
     defaults = {k: getattr(FAMILIES[k[0]], k[1]) for k in keys}
     max_ctx = a.context + (a.steps + 3) * a.rounds + 16
@@ -72,10 +93,15 @@ def main(argv=None) -> int:
     first = parsed[0][0]
     for n, m in med.items():
         print(f"{n}: {m * 1e3:.3f} ms/token ({1 / m:.2f} tok/s), speed-up vs {first}: {med[first] / m:.4f}x")
+    spread = None
+    if a.repeat_first:
+        spread = med[first] / med[parsed[-1][0]]
+        print(f"instance spread ({first} vs {parsed[-1][0]}, the same kernels): {spread:.4f}x -- ratios closer to 1 "
+              "than this are ties")
     write_json(a.json, "bench/family_ab.py", argv, context=a.context, max_context=max_ctx, weights=a.weights,
                kv_dtype=a.kv_dtype,
                variants=a.variants,
-               per_round_s=res, median_s=med)
+               per_round_s=res, median_s=med, instance_spread=spread)
     return 0
 
 

@@ -53,6 +53,23 @@ def test_family_ab_variants_parse_and_reject_unknown_attributes():
         family_ab.parse_variant("x:gemv_coop=1")
 
 
+def test_family_ab_repeats_the_first_variant_last_and_refuses_duplicate_names():
+    """``--repeat-first`` appends the first variant's settings under ``<first>_again`` (built and timed last, to show
+    the harness's own spread); two variants of one name are refused (they would share a result row)."""
+    import family_ab
+    import pytest
+
+    parsed = family_ab.with_repeat(["now", "rw2:gemv_coop.quant_rows_per_warp=2"], True)
+    assert [n for n, _ in parsed] == ["now", "rw2", "now_again"] and parsed[-1][1] == parsed[0][1] == {}
+    parsed = family_ab.with_repeat(["x:sample.split_argmax=False", "now"], True)
+    assert parsed[-1] == ("x_again", {("sample", "split_argmax"): False})
+    assert [n for n, _ in family_ab.with_repeat(["now", "b"], False)] == ["now", "b"]
+    with pytest.raises(SystemExit, match="variant names must differ"):
+        family_ab.with_repeat(["now", "now"], False)
+    with pytest.raises(SystemExit, match="variant names must differ"):
+        family_ab.with_repeat(["now", "now_again"], True)
+
+
 def test_pdl_boundary_probe_source_compiles_for_sm90():
     """bench/pdl_boundary_probe.py's kernels (GPU-only probe) compile with NVRTC and are PDL-aware."""
     import pdl_boundary_probe as probe
