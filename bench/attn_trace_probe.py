@@ -6,9 +6,12 @@ relative to the first CTA's PDL-wait release (~ the end of the previous kernel p
 entries and wait releases, and for the CTAs with keys the median / last time each phase ended -- where the ~9 us the
 kernel adds to the step at 512 tokens goes. With ``--family gdn_decode`` (``GdnDecodeFamily.trace``) the phases are
 entry, wait, conv (q / k / v in shared memory), the q / k norms, kv = S^T k, o = S^T q, the y store and the state
-store, every CTA counted.
+store, every CTA counted. With ``--family gemv_coop`` (session 23; ``GemvCoopFamily.trace_epilogues``, default
+``swiglu``: every gate|up GEMV) the phases are the dp GEMV's: entry, wait, x staged, first item, exit, every CTA
+counted, and the launches are summarised apart by whether their layer is an attention layer -- to see where the MLP
+after an attention layer spends the time a faster attention decode gives it (bench/NOTES.md runs 163-164).
 
-Usage (GPU machine, torch not needed): python bench/attn_trace_probe.py [--family attn_decode|gdn_decode]
+Usage (GPU machine, torch not needed): python bench/attn_trace_probe.py [--family attn_decode|gdn_decode|gemv_coop]
 [--weights w8] [--context 512] [--max-context 8248] [--steps 3] [--set family.attr=value ...] [--json FILE];
 ``--set attn_decode.stage_mma=True`` sets a kernel family's attribute (a Python literal) before the engine is built,
 as bench/graph_profile.py does.
@@ -27,12 +30,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dp_trace_probe import device_var  # noqa: E402
 
-#: per family: the module's record array and counter, records (the template's kTraceMax), the phases stamped, and
-#: the phases counted only over CTAs that did work (attn_decode: CTAs with keys, whose scores stamp moved)
+#: per family: the module's record array and counter, records (the template's kTraceMax), the phases stamped, the
+#: phases counted only over CTAs that did work (attn_decode: CTAs with keys, whose scores stamp moved), the 64-bit
+#: words per record, the word of the first stamp and the word holding %smid
 FAMILY_TRACES = {
     "attn_decode": ("attn_trace", "attn_trace_n", 65536, ["entry", "wait", "scores", "softmax", "pv", "exit"],
-                    ("scores", "softmax", "pv")),
-    "gdn_decode": ("gdn_trace", "gdn_trace_n", 16384, ["entry", "wait", "conv", "norms", "kv", "o", "y", "state"], ()),
+                    ("scores", "softmax", "pv"), 9, 3, 2),
+    "gdn_decode": ("gdn_trace", "gdn_trace_n", 16384, ["entry", "wait", "conv", "norms", "kv", "o", "y", "state"], (),
+                   11, 3, 2),
+    "gemv_coop": ("gemv_trace", "gemv_trace_n", 131072, ["entry", "wait", "staged", "item1", "exit"], (), 12, 0, 10),
 }
 
 
@@ -46,6 +52,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--set", action="append", default=[], metavar="FAMILY.ATTR=VALUE",
                     help="a kernel family attribute for this run, e.g. attn_decode.stage_mma=True")
+    ap.add_argument("--trace-epilogues", default="swiglu",
+                    help="gemv_coop: the epilogues whose dp GEMVs are traced (comma-separated; default the gate|up)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
 
@@ -58,20 +66,26 @@ def main(argv=None) -> int:
     cp = cp_mod()
     from family_ab import parse_variant
 
-    array, counter, max_records, phases, work_phases = FAMILY_TRACES[a.family]
-    words = 3 + len(phases)
-    FAMILIES[a.family].trace = True
+    array, counter, max_records, phases, work_phases, words, t_col, sm_col = FAMILY_TRACES[a.family]
+    if a.family == "gemv_coop":
+        FAMILIES[a.family].trace_epilogues = tuple(a.trace_epilogues.split(","))
+    else:
+        FAMILIES[a.family].trace = True
     for (fam, attr), v in parse_variant("set:" + ";".join(a.set))[1].items():
         setattr(FAMILIES[fam], attr, v)
     art = synthetic_artifact("qwen3.8-27b", a.weights, "bf16", target=None, sku=None, max_context=a.max_context)
     eng = Engine(art, max_context=a.max_context, prefill_chunk=a.context, max_batch=1,
                  log=lambda m: print(m, file=sys.stderr))
     sp = eng.step_plan("decode", 1, 1, 1)
-    ks = [k for step, ln, k, _ in sp.launches if ln.kernel.family == a.family]
-    assert ks, f"no {a.family} launch in the decode step plan"
-    k = ks[0]
-    grid = [ln for step, ln, kk, _ in sp.launches if ln.kernel.family == a.family][0].grid
+    traced = [(step.name, ln, k) for step, ln, k, _ in sp.launches
+              if ln.kernel.family == a.family and dict(ln.kernel.params).get("trace")]
+    assert traced, f"no traced {a.family} launch in the decode step plan"
+    uris = {ln.kernel.uri for _, ln, _ in traced}
+    assert len(uris) == 1, f"the traced launches run {len(uris)} kernels ({sorted(uris)}); trace one kernel at a time"
+    _, ln0, k = traced[0]
+    grid = ln0.grid
     ctas = grid[0] * grid[1] * grid[2]
+    attn_layers = {step.name.split(".")[0] for step, *_ in sp.launches if ".attn." in step.name}
     rng = np.random.default_rng(0)
     s = eng.session()
     s.prefill(rng.integers(0, eng.vocab, a.context).tolist(), a.context)
@@ -89,17 +103,19 @@ def main(argv=None) -> int:
     s.synchronize()
     n = int(device_var(cp, k.module, counter, (1,), np.uint32).get()[0])
     rec = device_var(cp, k.module, array, (max_records, words), np.uint64).get()[:min(n, max_records)]
-    rec = rec[np.argsort(rec[:, 3], kind="stable")]  # by entry time: launches are > 50 us apart
+    rec = rec[np.argsort(rec[:, t_col], kind="stable")]  # by entry time: launches are > 50 us apart
     launches = [rec[i:i + ctas] for i in range(0, len(rec), ctas)]
     rows = []
-    for L in launches:
+    for li, L in enumerate(launches):
         if len(L) < ctas:
             continue
-        t = L[:, 3:].astype(np.int64)
+        t = L[:, t_col:t_col + len(phases)].astype(np.int64)
         t0 = t[:, 1].min()
         rel = (t - t0) / 1e3  # us from the first wait release
         work = t[:, 2] != t[:, 1] if work_phases else np.ones(len(t), bool)  # attn: CTAs whose scores stamp moved
-        row = {"ctas": int(len(L)), "ctas_with_keys": int(work.sum()), "sms": int(len(set(L[:, 2].tolist())))}
+        step_name = traced[li % len(traced)][0]
+        row = {"step": step_name, "after_attention": step_name.split(".")[0] in attn_layers, "ctas": int(len(L)),
+               "ctas_with_keys": int(work.sum()), "sms": int(len(set(L[:, sm_col].tolist())))}
         for j, ph in enumerate(phases):
             sel = rel[work, j] if ph in work_phases and work.any() else rel[:, j]
             row[ph] = [float(sel.min()), float(np.median(sel)), float(sel.max())]
@@ -107,9 +123,15 @@ def main(argv=None) -> int:
     print(f"{a.weights} context {a.context} of {a.max_context}: grid {grid}, {n} records, {len(rows)} launches")
     print("us from the first CTA's PDL-wait release: min / median / max over the launch's CTAs" +
           (f" (phases {', '.join(work_phases)}: the CTAs with work)" if work_phases else ""))
-    for ph in phases:
-        m = np.median([[r[ph][0], r[ph][1], r[ph][2]] for r in rows], axis=0)
-        print(f"  {ph:8s} {m[0]:7.2f} {m[1]:7.2f} {m[2]:7.2f}")
+    groups = {"all": rows}
+    if len({r["after_attention"] for r in rows}) > 1:  # e.g. the gate|up of attention layers vs of GDN layers
+        groups = {"attention layers": [r for r in rows if r["after_attention"]],
+                  "other layers": [r for r in rows if not r["after_attention"]]}
+    for g, rs in groups.items():
+        print(f" {g} ({len(rs)} launches)")
+        for ph in phases:
+            m = np.median([[r[ph][0], r[ph][1], r[ph][2]] for r in rs], axis=0)
+            print(f"  {ph:8s} {m[0]:7.2f} {m[1]:7.2f} {m[2]:7.2f}")
     print(f"  CTAs with keys {rows[0]['ctas_with_keys']} of {rows[0]['ctas']} on {rows[0]['sms']} SMs")
     if a.json:
         props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)

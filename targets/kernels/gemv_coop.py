@@ -492,6 +492,10 @@ class GemvCoopFamily:
             registers, no spills on NVRTC 13.0 / 13.5; 72 uncapped on 13.0, 3 CTAs/SM): on the H200 the w8 GDN in
             kernel's last CTA exit 23.9 -> 22.0 us; capping gate|up (swiglu) too cost it 1.0 us (bench/NOTES.md
             run 105: both capped, 27B w8 step 1.0075x).
+        trace_epilogues: a probe's option (never planned by default): the dp variants of these epilogues (e.g.
+            ``("swiglu",)``: every gate|up GEMV) are compiled with the template's ``trace`` records, so
+            ``bench/attn_trace_probe.py --family gemv_coop`` can read their per-CTA timeline inside the graph-replayed
+            step. The stamps cost registers: the plan's occupancy and grid follow the traced kernel's.
         mma_shapes: the plain (threads, k_warps) shapes of the mma variants, in place of ``plain_shapes``: a
             16-row warp tile leaves few row groups on a short N (5,120 outputs = 320 tiles), so more warps
             share each tile's K to keep enough bytes in flight. At most 256 threads: a 512-thread CTA's 128
@@ -513,6 +517,7 @@ class GemvCoopFamily:
                  dp_carry: tuple[bool, ...] = (False, True), dp_ring: int = 0, dp_preload: str = "regs",
                  dp_deep_threads: tuple[int, ...] = (640,),
                  dp_min_ctas: tuple[tuple[str, str, int, int], ...] = (("w8", "store", 256, 4),),
+                 trace_epilogues: tuple[str, ...] = (),
                  mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))):
         bad_shape = [s for s in (*plain_shapes, *mma_shapes, *dp_shapes)
                      if s[0] % WARP or s[0] <= 0 or s[1] < 1 or (s[0] // WARP) % s[1]]
@@ -567,6 +572,7 @@ class GemvCoopFamily:
             raise PlanError(f"gemv_coop: dp_min_ctas entries {bad} must be (wfmt 'w8' | 'w4', epilogue one of "
                             f"{', '.join(EPILOGUES)}, threads a multiple of {WARP}, min resident CTAs per SM >= 1)")
         self.dp_min_ctas = tuple((str(f), str(e), int(t), int(c)) for f, e, t, c in dp_min_ctas)
+        self.trace_epilogues = tuple(str(e) for e in trace_epilogues)
 
     @property
     def threads(self) -> tuple[int, ...]:
@@ -712,6 +718,8 @@ class GemvCoopFamily:
                         if f == problem.wfmt and e == problem.epilogue and t == threads), 0)
             if cap > 1:
                 params["min_ctas"] = cap
+            if problem.epilogue in self.trace_epilogues:
+                params["trace"] = True
         if problem.norm_out:
             params["unit_offset"] = bool(problem.unit_offset)
         if problem.norm_in:
