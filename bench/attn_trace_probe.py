@@ -54,6 +54,9 @@ def main(argv=None) -> int:
                     help="a kernel family attribute for this run, e.g. attn_decode.stage_mma=True")
     ap.add_argument("--trace-epilogues", default="swiglu",
                     help="gemv_coop: the epilogues whose dp GEMVs are traced (comma-separated; default the gate|up)")
+    ap.add_argument("--dump-ctas", action="store_true",
+                    help="also write every CTA's %%smid and phase stamps (us from the launch's first wait release) per "
+                         "launch into the JSON (key 'ctas' of each launch row)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
 
@@ -119,6 +122,8 @@ def main(argv=None) -> int:
         for j, ph in enumerate(phases):
             sel = rel[work, j] if ph in work_phases and work.any() else rel[:, j]
             row[ph] = [float(sel.min()), float(np.median(sel)), float(sel.max())]
+        if a.dump_ctas:  # [smid, stamp per phase...] per CTA, in entry order
+            row["ctas_rows"] = [[int(L[i, sm_col])] + [round(float(x), 3) for x in rel[i]] for i in range(len(L))]
         rows.append(row)
     print(f"{a.weights} context {a.context} of {a.max_context}: grid {grid}, {n} records, {len(rows)} launches")
     print("us from the first CTA's PDL-wait release: min / median / max over the launch's CTAs" +
