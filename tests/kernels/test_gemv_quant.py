@@ -318,3 +318,23 @@ def test_magic_number_dequant_is_exact_for_every_code():
     from ninferc.ir.quant import unpack_int4
 
     np.testing.assert_array_equal(got, unpack_int4(packed).astype(np.float32))
+
+
+def test_trace_epilogues_probe_traces_only_the_named_dp_gemvs():
+    """``GemvCoopFamily.trace_epilogues`` (a probe for bench/attn_trace_probe.py --family gemv_coop): the dp variants of
+    the named epilogues get the template's ``trace`` records, the others and every variant of a default family none;
+    the traced 27B w8 gate|up compiles for sm_90 without spills."""
+    gu = GemvProblem(5120, 17408, "swiglu", "w8", in_norm="parts")
+    store = GemvProblem(5120, 14336, "store", "w8", in_norm="parts")
+    fam = GemvCoopFamily(trace_epilogues=("swiglu",))
+
+    def has(s, name):
+        return bool(dict(s.params).get(name))
+
+    assert any(has(s, "dp") for s in fam.variants(gu))
+    assert all(has(s, "trace") for s in fam.variants(gu) if has(s, "dp"))
+    assert not any(has(s, "trace") for s in fam.variants(store))
+    assert not any(has(s, "trace") for p in (gu, store) for s in GemvCoopFamily().variants(p))
+    traced = [s for s in fam.variants(gu) if has(s, "trace")]
+    for uri, (_, r) in compile_variants(traced, "sm_90").items():
+        assert r.local_bytes == 0, f"{uri} spills {r.local_bytes} B"
