@@ -572,6 +572,9 @@ class GemvCoopFamily:
             raise PlanError(f"gemv_coop: dp_min_ctas entries {bad} must be (wfmt 'w8' | 'w4', epilogue one of "
                             f"{', '.join(EPILOGUES)}, threads a multiple of {WARP}, min resident CTAs per SM >= 1)")
         self.dp_min_ctas = tuple((str(f), str(e), int(t), int(c)) for f, e, t, c in dp_min_ctas)
+        bad = [e for e in trace_epilogues if e not in EPILOGUES]
+        if bad:
+            raise PlanError(f"gemv_coop: trace_epilogues {bad} must be epilogues ({', '.join(EPILOGUES)})")
         self.trace_epilogues = tuple(str(e) for e in trace_epilogues)
 
     @property

@@ -336,5 +336,7 @@ def test_trace_epilogues_probe_traces_only_the_named_dp_gemvs():
     assert not any(has(s, "trace") for s in fam.variants(store))
     assert not any(has(s, "trace") for p in (gu, store) for s in GemvCoopFamily().variants(p))
     traced = [s for s in fam.variants(gu) if has(s, "trace")]
+    with pytest.raises(PlanError, match=r"trace_epilogues \['gate_up'\] must be epilogues"):
+        GemvCoopFamily(trace_epilogues=("gate_up",))
     for uri, (_, r) in compile_variants(traced, "sm_90").items():
         assert r.local_bytes == 0, f"{uri} spills {r.local_bytes} B"
