@@ -13,6 +13,9 @@ The rendered source (template + inlined headers) is compiled by the host C++ com
 * ``ninfer_common.cuh`` is replaced by host versions of the helpers (bf16 rounding to nearest even, warp sums
   through the shuffle barrier, ``silu``, the vector loads, the grid / group barriers); other headers are
   compiled as they are;
+* ``cp_async16`` / ``cp_async4`` read their source when issued but write shared memory only when the issuing
+  thread's ``cp_async_wait<N>`` covers their commit group (all groups but the N most recent), as on the GPU, so a
+  wait count one group short leaves the buffer's old bytes (NaN before the CTA's first copy) to be read;
 * ``ninfer::wait_count_geq`` (a thread waiting for a counter other CTAs raise) parks the fiber; in a cooperative
   launch the other CTAs run meanwhile and the wait re-checks every pass, and a pass in which nothing but those
   re-checks ran is a deadlock (so is any such wait in a non-cooperative launch);
