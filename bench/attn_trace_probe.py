@@ -125,7 +125,8 @@ def main(argv=None) -> int:
         if a.dump_ctas:  # [smid, stamp per phase...] per CTA, in entry order
             row["ctas_rows"] = [[int(L[i, sm_col])] + [round(float(x), 3) for x in rel[i]] for i in range(len(L))]
         rows.append(row)
-    print(f"{a.weights} context {a.context} of {a.max_context}: grid {grid}, {n} records, {len(rows)} launches")
+    print(f"{a.weights} context {a.context} of {a.max_context}: {ln0.kernel.uri}, grid {grid}, {ln0.ctas_per_sm} "
+          f"CTAs/SM ({ln0.limiter}), {n} records, {len(rows)} launches")
     print("us from the first CTA's PDL-wait release: min / median / max over the launch's CTAs" +
           (f" (phases {', '.join(work_phases)}: the CTAs with work)" if work_phases else ""))
     groups = {"all": rows}

@@ -495,7 +495,10 @@ class GemvCoopFamily:
         trace_epilogues: a probe's option (never planned by default): the dp variants of these epilogues (e.g.
             ``("swiglu",)``: every gate|up GEMV) are compiled with the template's ``trace`` records, so
             ``bench/attn_trace_probe.py --family gemv_coop`` can read their per-CTA timeline inside the graph-replayed
-            step. The stamps cost registers: the plan's occupancy and grid follow the traced kernel's.
+            step. The stamps cost registers: the plan's occupancy and grid follow the traced kernel's, and they can
+            differ from the untraced plan's (NVRTC 13.5: the 27B w8 gate|up with the carry keeps 3 CTAs/SM on sm_90, the
+            one without it drops to 2, and on sm_86 / sm_89 the carry one drops from 4 to 3); the probe prints the traced launch's CTAs/SM and grid to compare with ``ninferc
+            plan``.
         mma_shapes: the plain (threads, k_warps) shapes of the mma variants, in place of ``plain_shapes``: a
             16-row warp tile leaves few row groups on a short N (5,120 outputs = 320 tiles), so more warps
             share each tile's K to keep enough bytes in flight. At most 256 threads: a 512-thread CTA's 128

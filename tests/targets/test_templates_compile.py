@@ -40,15 +40,17 @@ def test_family_variants_compile_and_resources_read(family, arch):
 
 @pytest.mark.parametrize("arch", ALL_ARCHS)
 def test_trace_probe_kernels_compile_and_match_the_probe(arch):
-    """The device probes' kernels (template ``trace`` of attn_decode, staged and not, and gdn_decode; never planned)
-    compile for every target without local memory, keep the planned kernel's CTAs per SM, and declare the record
-    array and counter bench/attn_trace_probe.py reads, with the size and record width it assumes."""
+    """The device probes' kernels (template ``trace`` of attn_decode, staged and not, gdn_decode, and the 27B w8 gate|up
+    GEMVs of ``GemvCoopFamily.trace_epilogues``; never planned) compile for every target without local memory, keep
+    the planned kernel's CTAs per SM, and declare the record array and counter bench/attn_trace_probe.py reads, with
+    the size and record width it assumes."""
     import re
     import sys
     from pathlib import Path
 
     from ninferc.targets.kernels import attention as A
     from ninferc.targets.kernels import gdn
+    from ninferc.targets.kernels.gemv_coop import GemvCoopFamily, GemvProblem
     from ninferc.targets.plan import compile_variants
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
@@ -60,6 +62,16 @@ def test_trace_probe_kernels_compile_and_match_the_probe(arch):
     pairs = [(A.AttnDecodeFamily(trace=True).spec(big_attn, st), A.AttnDecodeFamily().spec(big_attn, st),
               A.AttnDecodeFamily().dynamic_smem_bytes(big_attn, st)) for st in (False, True)]
     pairs.append((gdn.GdnDecodeFamily(trace=True).spec(big_gdn), gdn.GdnDecodeFamily().spec(big_gdn), 0))
+    gate_up = GemvProblem(5120, 17408, "swiglu", "w8", in_norm="parts")
+    # the 256-thread carry variant, the one the sm_90 plan takes for this GEMV, on sm_90 (the H200 the probe runs on):
+    # there its stamps keep 3 CTAs/SM; elsewhere, and without the carry, a traced kernel can lose one (NVRTC 13.5: sm_86
+    # / 89 carry 4 -> 3, sm_90 no carry 3 -> 2), which GemvCoopFamily.trace_epilogues and the probe's output state
+    gemv_pairs = [(t, p, 0) for t, p in zip(GemvCoopFamily(trace_epilogues=("swiglu",)).variants(gate_up),
+                                             GemvCoopFamily().variants(gate_up))
+                  if dict(t.params).get("trace") and dict(t.params).get("carry") and t.threads == 256]
+    assert len(gemv_pairs) == 1
+    if arch == "sm_90":
+        pairs += gemv_pairs
     res = compile_variants([s for p in pairs for s in p[:2]], arch)
     for traced, planned, dyn in pairs:
         rt, rp = res[traced.uri][1], res[planned.uri][1]
@@ -67,10 +79,16 @@ def test_trace_probe_kernels_compile_and_match_the_probe(arch):
         occ = [occupancy(a, s.threads, r.registers, r.static_smem_bytes, dyn, barriers=r.barriers).ctas_per_sm
                for s, r in ((traced, rt), (planned, rp))]
         assert occ[0] == occ[1], (traced.uri, occ)
-        array, counter, max_records, phases, _ = FAMILY_TRACES[traced.family]
+        array, counter, max_records, phases, _, words, t_col, sm_col = FAMILY_TRACES[traced.family]
+        assert t_col + len(phases) <= words and sm_col < words and not t_col <= sm_col < t_col + len(phases)
         src = traced.render()
         m = re.search(rf"__device__ unsigned long long {array}\[(\w+) \* (\w+)\];", src)
         assert m and f"__device__ unsigned int {counter};" in src, traced.uri
-        consts = dict(re.findall(r"constexpr (?:unsigned )?int (\w+) = (\d+);", src))
+        consts = {}  # constexpr int a = 1[, b = 2];
+        for decl in re.findall(r"constexpr (?:unsigned )?int ([^;]+);", src):
+            for item in decl.split(","):
+                name, _, value = item.partition("=")
+                if value.strip().isdigit():
+                    consts[name.strip()] = int(value)
         size, width = (int(consts.get(g, g)) for g in m.groups())
-        assert (size, width) == (max_records, 3 + len(phases)), (traced.uri, size, width)
+        assert (size, width) == (max_records, words), (traced.uri, size, width)
