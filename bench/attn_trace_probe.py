@@ -55,8 +55,8 @@ def main(argv=None) -> int:
     ap.add_argument("--trace-epilogues", default="swiglu",
                     help="gemv_coop: the epilogues whose dp GEMVs are traced (comma-separated; default the gate|up)")
     ap.add_argument("--dump-ctas", action="store_true",
-                    help="also write every CTA's %%smid and phase stamps (us from the launch's first wait release) per "
-                         "launch into the JSON (key 'ctas' of each launch row)")
+                    help="also write every CTA's %%smid and phase stamps (us from the launch's first wait release; "
+                         "gemv_coop: then its blockIdx.x and work items) per launch into the JSON (key 'ctas_rows')")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
 
@@ -118,12 +118,14 @@ def main(argv=None) -> int:
         work = t[:, 2] != t[:, 1] if work_phases else np.ones(len(t), bool)  # attn: CTAs whose scores stamp moved
         step_name = traced[li % len(traced)][0]
         row = {"step": step_name, "after_attention": step_name.split(".")[0] in attn_layers, "ctas": int(len(L)),
-               "ctas_with_keys": int(work.sum()), "sms": int(len(set(L[:, sm_col].tolist())))}
+               "ctas_with_keys": int(work.sum()), "sms": int(len(set((L[:, sm_col] & 0xFFFFFFFF).tolist())))}
         for j, ph in enumerate(phases):
             sel = rel[work, j] if ph in work_phases and work.any() else rel[:, j]
             row[ph] = [float(sel.min()), float(np.median(sel)), float(sel.max())]
-        if a.dump_ctas:  # [smid, stamp per phase...] per CTA, in entry order
-            row["ctas_rows"] = [[int(L[i, sm_col])] + [round(float(x), 3) for x in rel[i]] for i in range(len(L))]
+        if a.dump_ctas:  # [smid, stamp per phase...] per CTA, in entry order (gemv_coop: then blockIdx.x, items)
+            extra = (lambda i: [int(L[i, sm_col]) >> 32, int(L[i, 11])]) if a.family == "gemv_coop" else (lambda i: [])
+            row["ctas_rows"] = [[int(L[i, sm_col]) & 0xFFFFFFFF] + [round(float(x), 3) for x in rel[i]] + extra(i)
+                                for i in range(len(L))]
         rows.append(row)
     print(f"{a.weights} context {a.context} of {a.max_context}: {ln0.kernel.uri}, grid {grid}, {ln0.ctas_per_sm} "
           f"CTAs/SM ({ln0.limiter}), {n} records, {len(rows)} launches")

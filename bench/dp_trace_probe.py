@@ -188,7 +188,7 @@ def main(argv=None) -> int:
         cyc = np.median(np.diff(c, axis=1), axis=0) / (clock_khz / 1e3)  # us at the nominal clock
         row = {"layer": i, "shape": nm, "grid": ln.ctas, "ctas_per_sm": ln.ctas_per_sm,
                "items_per_cta": [int(r[:, 11].min()), int(r[:, 11].max())],
-               "sms_used": int(len(np.unique(r[:, 10]))),
+               "sms_used": int(len(np.unique(r[:, 10] & 0xFFFFFFFF))),  # (blockIdx.x in the upper half)
                **{f"{ph}_us": [float(rel[:, j].min()), float(np.median(rel[:, j])), float(rel[:, j].max())]
                   for j, ph in enumerate(PHASES)},
                "clock_phase_us": {f"{PHASES[j]}->{PHASES[j + 1]}": float(cyc[j]) for j in range(4)},
