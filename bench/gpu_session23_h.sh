@@ -1,7 +1,7 @@
 # Session 23, run 169: run 168's gate|up trace again with every CTA's %smid, stamps, blockIdx.x and item count (--dump-ctas), planned vs
 # tensor-core attention decode at 8,192 of 8,448: which CTAs make the gate|up after an attention layer end 1.5 us
 # later behind the faster decode: a set of item ranges (blockIdx) or a set of SMs?
-# Run as NINFERC_COMMIT=<hash> bash bench/gpu_session23_g.sh
+# Run as NINFERC_COMMIT=<hash> bash bench/gpu_session23_h.sh
 source bench/gpu_setup.sh
 for v in now mma; do
   set_arg=(); [[ $v == mma ]] && set_arg=(--set attn_decode.stage_mma=True)
