@@ -1,6 +1,6 @@
-# Session 23, run 168: run 167's gate|up trace again with every CTA's %smid and stamps (--dump-ctas), planned vs
-# tensor-core attention decode at 8,192 of 8,448: which CTAs make the gate|up after an attention layer end 1.5 us
-# later behind the faster decode.
+# Session 23, runs 168-169: run 167's gate|up trace again with every CTA's %smid and stamps (--dump-ctas; from e29e2ec
+# on also its blockIdx.x and item count), planned vs tensor-core attention decode at 8,192 of 8,448: which CTAs make
+# the gate|up after an attention layer end 1.5 us later behind the faster decode -- item ranges or SMs?
 # Run as NINFERC_COMMIT=<hash> bash bench/gpu_session23_g.sh
 source bench/gpu_setup.sh
 for v in now mma; do
