@@ -520,7 +520,7 @@ class GemvCoopFamily:
                  dp_carry: tuple[bool, ...] = (False, True), dp_ring: int = 0, dp_preload: str = "regs",
                  dp_deep_threads: tuple[int, ...] = (640,),
                  dp_min_ctas: tuple[tuple[str, str, int, int], ...] = (("w8", "store", 256, 4),),
-                 trace_epilogues: tuple[str, ...] = (), dp_balance: bool = False,
+                 trace_epilogues: tuple[str, ...] = (),
                  mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))):
         bad_shape = [s for s in (*plain_shapes, *mma_shapes, *dp_shapes)
                      if s[0] % WARP or s[0] <= 0 or s[1] < 1 or (s[0] // WARP) % s[1]]
@@ -579,7 +579,6 @@ class GemvCoopFamily:
         if bad:
             raise PlanError(f"gemv_coop: trace_epilogues {bad} must be epilogues ({', '.join(EPILOGUES)})")
         self.trace_epilogues = tuple(str(e) for e in trace_epilogues)
-        self.dp_balance = bool(dp_balance)
 
     @property
     def threads(self) -> tuple[int, ...]:
@@ -727,8 +726,6 @@ class GemvCoopFamily:
                 params["min_ctas"] = cap
             if problem.epilogue in self.trace_epilogues:
                 params["trace"] = True
-            if self.dp_balance and params.get("persist") and "ring" not in params and not problem.norm_out:
-                params["balance"] = True
         if problem.norm_out:
             params["unit_offset"] = bool(problem.unit_offset)
         if problem.norm_in:
@@ -871,9 +868,9 @@ class GemvCoopFamily:
                 dyn = self.dynamic_smem_bytes(problem, tile, spec)
                 occ = ctx.occupancy(spec, dyn).ctas_per_sm
                 if occ > 0:
-                    grid = self._plain_grid(problem, th, kw, tile, chunks, occ * ctx.sms, spec)
-                    ipc = self._items_per_cta(problem, spec, kw, tile, chunks, grid)
-                    cands.append((self._estimate(problem, tokens, ctx, spec, kw, items_per_cta=ipc),
+                    grid = self._plain_grid(problem, th, kw, tile, chunks, occ * ctx.sms)
+                    items = self.row_blocks(problem, th, kw, tile) * chunks
+                    cands.append((self._estimate(problem, tokens, ctx, spec, kw, items_per_cta=-(-items // grid)),
                                   0, kw, th, spec, grid, 1))
         if not problem.norm_out:
             for th in self.coop_threads_for(problem, tile):
@@ -897,36 +894,11 @@ class GemvCoopFamily:
                                workspace_bytes=self.parts_bytes(problem, tokens,
                                                                 self.row_blocks(problem, spec.threads, kw, tile)))
 
-    def _plain_grid(self, problem: GemvProblem, threads: int, k_warps: int, tile: int, chunks: int, cap: int,
-                    spec: KernelSpec | None = None) -> int:
-        """CTAs of a plain launch: one per work item (row block x token chunk); for the persistent dp variants
-        :meth:`persistent_grid` of them under ``cap`` (resident CTAs/SM x SMs); for a balanced ``spec`` (template
-        ``balance``) every resident slot, ``min(cap, units)`` with units = :meth:`units` x chunks."""
-        if spec is not None and self.balanced(spec):
-            return min(cap, self.units(problem, tile) * chunks)
+    def _plain_grid(self, problem: GemvProblem, threads: int, k_warps: int, tile: int, chunks: int, cap: int) -> int:
+        """CTAs of a plain launch: one per work item (row block x token chunk), or for the persistent dp variants
+        :meth:`persistent_grid` of them under ``cap`` (resident CTAs/SM x SMs)."""
         items = self.row_blocks(problem, threads, k_warps, tile) * chunks
         return self.persistent_grid(items, cap) if self.persistent(problem, tile) else items
-
-    @staticmethod
-    def balanced(spec: KernelSpec) -> bool:
-        """True for a persistent dp kernel whose CTAs split the work in row-group units (template ``balance``)."""
-        return bool(dict(spec.params).get("balance", False))
-
-    def units(self, problem: GemvProblem, tile: int) -> int:
-        """Work units of a balanced launch per token chunk: ceil(n / outputs per warp) (one row group's outputs:
-        ``rows_for`` rows, halved for swiglu's gate | up pairs)."""
-        rw = self.rows_for(problem, tile)
-        per_warp = rw // 2 if problem.epilogue == "swiglu" else rw
-        return -(-problem.n // per_warp)
-
-    def _items_per_cta(self, problem: GemvProblem, spec: KernelSpec, k_warps: int, tile: int, chunks: int,
-                       grid: int) -> int:
-        """Items (row blocks, or for a balanced ``spec`` runs of up to one row group per warp group) the busiest CTA
-        of a plain launch of ``grid`` CTAs takes -- the cost model's ``items_per_cta``."""
-        if self.balanced(spec):
-            groups = spec.threads // WARP // k_warps
-            return -(-(-(-self.units(problem, tile) * chunks // grid)) // groups)
-        return -(-self.row_blocks(problem, spec.threads, k_warps, tile) * chunks // grid)
 
     def launch_variant(self, problem: GemvProblem, tokens: int, ctx: PlanContext, threads: int, mode: str,
                        splits: int | None = None, max_tokens: int | None = None, k_warps: int = 1,
@@ -949,7 +921,7 @@ class GemvCoopFamily:
         if mode == "plain":
             dyn = self.dynamic_smem_bytes(problem, tile, spec)
             grid = self._plain_grid(problem, threads, k_warps, tile, chunks,
-                                    max(1, ctx.occupancy(spec, dyn).ctas_per_sm) * ctx.sms, spec)
+                                    max(1, ctx.occupancy(spec, dyn).ctas_per_sm) * ctx.sms)
             return ctx.make_launch(spec, grid, route="plain", tokens=tokens, dynamic_smem=dyn,
                                    workspace_bytes=self.parts_bytes(problem, tokens, base // chunks))
         cap = ctx.cap(spec)

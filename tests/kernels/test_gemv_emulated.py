@@ -374,57 +374,6 @@ def test_dp_persistent_options_on_any_grid(option, fmt, epilogue, in_norm):
         _run(prob, dataclasses.replace(launch, grid=(grid, 1, 1)), seed=7 + grid, x_scale=[1.0, 30.0, 1e-2])
 
 
-def balanced_ranges(units: int, grid: int) -> list[tuple[int, int]]:
-    """The balanced template's split (``balance``) of ``units`` row-group units over ``grid`` CTAs -- the same
-    floor / ceil split as :func:`persistent_ranges`."""
-    return persistent_ranges(units, grid)
-
-
-@pytest.mark.parametrize("fmt,epilogue,in_norm,kw,carry,n", [
-    ("w8", "swiglu", "parts", 1, True, 100), ("w8", "swiglu", "parts", 1, False, 100),
-    ("w4", "swiglu", "parts", 1, True, 99), ("w4", "store", "parts", 1, True, 98),
-    ("w8", "store", "none", 1, False, 98), ("w8", "store", "none", 2, True, 97),
-    ("w4", "residual_add", "none", 2, False, 100)],
-    ids=["w8_swiglu_carry", "w8_swiglu", "w4_swiglu_carry_odd", "w4_store_parts_carry", "w8_store",
-         "w8_store_kw2_carry_odd", "w4_residual_kw2"])
-def test_dp_balanced_units_on_any_grid(fmt, epilogue, in_norm, kw, carry, n):
-    """The balanced persistent dp variant (family ``dp_balance``, template ``balance``): CTAs own contiguous runs of
-    row-group units, not whole row blocks, so items start anywhere in a row block, the last item of a range is
-    partial (idle row groups), ranges cross token chunks, and the carry jumps by the item's length -- with three
-    tokens at the 1-token tile the result is the reference's on the plan's grid (every resident slot), on grids that
-    split the units unevenly, and on one CTA; N with a partial last unit (odd N at 2 outputs per warp) too."""
-    fam = GemvCoopFamily(plain_shapes=((128, 1),), coop_threads=(256,), w4_mma_tiles=(), w8_mma_tiles=(),
-                         w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4), dp_shapes=((128, kw),), dp_carry=(carry,),
-                         dp_balance=True)
-    prob = GemvProblem(SHAPES[fmt], n, epilogue, fmt, in_norm=in_norm)
-    spec = fam.spec(prob, 128, "plain", 1, kw)
-    params = dict(spec.params)
-    assert params["balance"] and params["persist"] and params.get("carry", False) == carry
-    c = PlanContext(ARCH, 2, {u: r for u, (_, r) in compile_variants([spec], ARCH).items()})
-    launch = fam.launch_variant(prob, 3, c, 128, "plain", max_tokens=1, k_warps=kw)
-    units = fam.units(prob, 1) * 3
-    assert launch.kernel.uri == spec.uri and launch.ctas == min(units, launch.ctas_per_sm * 2)
-    groups = 128 // 32 // kw
-    for grid in (launch.ctas, 7, 11, 1):
-        ranges = balanced_ranges(units, grid)
-        assert grid == 1 or any((e - b) % groups for b, e in ranges)  # partial items
-        _run(prob, dataclasses.replace(launch, grid=(grid, 1, 1)), seed=3 + grid, x_scale=[1.0, 30.0, 1e-2])
-
-
-def test_dp_balance_is_refused_where_it_cannot_apply():
-    """``balance`` needs the persistent dp template without a ring and an epilogue other than add_norm_parts (whose
-    norm parts are per row block): the family leaves it off there, and the template refuses a forced one."""
-    fam = GemvCoopFamily(w8_dp_tiles=(1,), dp_balance=True, dp_carry=(False,), dp_ring=3)
-    ring = fam.spec(GemvProblem(1024, 96, "swiglu", "w8", in_norm="parts"), 256, "plain", 1)
-    assert "balance" not in dict(ring.params) and dict(ring.params)["ring"] == 3
-    fam = GemvCoopFamily(w8_dp_tiles=(1,), dp_balance=True)
-    parts = fam.spec(GemvProblem(1024, 96, "add_norm_parts", "w8"), 256, "plain", 1)
-    assert "balance" not in dict(parts.params)
-    forced = KernelSpec.make(parts.family, parts.template, {**dict(parts.params), "balance": True}, parts.threads,
-                             False)
-    assert '#error "gemv_coop: template parameter balance needs' in forced.render()
-
-
 def test_persistent_grid_is_one_balanced_wave():
     assert GemvCoopFamily.persistent_grid(1088, 396) == 363  # 3 items per CTA (the last one 2)
     assert GemvCoopFamily.persistent_grid(100, 396) == 100
