@@ -8,7 +8,7 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . >/tmp/pip-e.log 2>
   || { cat /tmp/pip-e.log; echo "project install failed"; exit 3; }
 export NINFERC_MODELS=$PWD/.fixtures/models
 export PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.max.mem,power.limit,temperature.gpu --format=csv
 python3 -c "import cupy, cuda.bindings, numpy; print('cupy', cupy.__version__, 'cuda-bindings', cuda.bindings.__version__, 'numpy', numpy.__version__); from ninferc.targets.nvrtc import nvrtc_version; print('nvrtc', nvrtc_version())"
 
 # Helpers for the device scripts: elapsed time, a time-boxed GPU test run with its own log and junit
@@ -43,6 +43,11 @@ bench_27b() {  # bench_27b W [W ...]: the README rows' 27B bench (512 and 8,192 
 }
 ab_run() {  # ab_run NAME WEIGHTS SECONDS VARIANT...: bench/family_ab.py over 4 rounds, JSON $OUT/ab_NAME.json
   local name=$1 w=$2 secs=$3; shift 3
+  # the GPU's SM / memory clocks, power and temperature every 200 ms during the A/B (medians printed after it)
+  nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 200 \
+    > /tmp/smi_$name.csv 2>/dev/null &
+  local smi=$!
   timeout $secs python3 bench/family_ab.py --weights $w --rounds 4 --json $OUT/ab_$name.json "$@" > /tmp/ab_$name.log 2>&1
-  echo "ab $name rc $? $(el)"; grep -E "speed-up|Error|error" /tmp/ab_$name.log | tail -5
+  echo "ab $name rc $? $(el)"; kill $smi 2>/dev/null; grep -E "speed-up|Error|error" /tmp/ab_$name.log | tail -5
+  python3 -c "import sys, statistics as st; r=[[float(x) for x in l.split(',')] for l in open(sys.argv[1]) if l.strip() and 'N/A' not in l]; print('  smi medians (sm MHz, mem MHz, W, C) over', len(r), 'samples:', [round(st.median(c), 1) for c in zip(*r)] if r else 'none')" /tmp/smi_$name.csv 2>/dev/null
 }
