@@ -1,11 +1,13 @@
 """Device probe: what the host-side work between two decode steps costs the GPU.
 
-``Session.decode_stream`` runs, per token: the metadata upload (``Engine.write_meta``: a pinned host block copied to
-the device on the engine stream), the captured decode graph (model + greedy sampler), and a 4-byte copy of the
-sampled id to pinned host memory, with one step queued ahead. This replays the 27B decode graph (synthetic weights)
-in that loop with and without the metadata upload and the id copy -- without them the step re-runs the same
-position (timing only) -- and prints the median time between consecutive steps' completions of each, so the GPU
-time those two stream operations add per token is measured rather than guessed.
+``Session.decode_stream`` used to run, per token: the metadata upload (``Engine.write_meta``: a pinned host block
+copied to the device on the engine stream), the captured decode graph (model + greedy sampler), and a 4-byte copy of
+the sampled id to pinned host memory, with one step queued ahead. This replays the 27B decode graph (synthetic
+weights) in that loop with and without the metadata upload and the id copy (timing only: without the upload the
+positions run on as the sampler advances them, over KV pages the sequence does not own) and prints the median time
+between consecutive steps' completions of each, so the GPU time those two stream operations add per token is
+measured rather than guessed; then ``decode_stream`` itself (since run 174 it uploads metadata only when a page is
+added or an id half fills, and copies nothing), timed as ``ninferc bench`` times it (median gap between ids).
 
 Usage (GPU machine): python bench/step_gap_probe.py [--weights w8] [--context 512] [--max-context 8248]
 [--steps 64] [--rounds 3] [--json FILE]
@@ -26,6 +28,7 @@ from ab import preset_engine  # noqa: E402
 
 from ninferc.bench import git_commit  # noqa: E402
 from ninferc.runtime.kernels import cupy  # noqa: E402
+from ninferc.sampling import SamplingParams  # noqa: E402
 
 
 def run_loop(e, s, steps: int, meta: bool, copy: bool) -> float:
@@ -74,12 +77,18 @@ def main(argv=None) -> int:
     e, s, _ = preset_engine(a.weights, a.max_context, a.context)
     forms = {"meta+copy": (True, True), "copy only": (False, True), "meta only": (True, False),
              "graph only": (False, False)}
-    times = {k: [] for k in forms}
+    times = {k: [] for k in (*forms, "decode_stream")}
+    greedy = SamplingParams()
     with e.stream:
         run_loop(e, s, 8, True, True)  # warm-up (graph capture)
         for _ in range(a.rounds):
             for k, (m, c) in forms.items():
                 times[k].append(run_loop(e, s, a.steps, m, c))
+            s.sample(greedy)
+            done = [time.perf_counter()]
+            for _ in s.decode_stream(greedy, a.steps):
+                done.append(time.perf_counter())
+            times["decode_stream"].append(float(np.median(np.diff(done[1:]))))
     med = {k: float(np.median(v)) for k, v in times.items()}
     for k, v in med.items():
         print(f"{k:10s} {v * 1e3:.4f} ms per step ({(med['meta+copy'] - v) * 1e6:+.1f} us vs meta+copy)", flush=True)

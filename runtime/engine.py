@@ -40,12 +40,14 @@ from ninferc.sampling import SamplingParams
 from ninferc.targets.arch import get_arch, require_plan_runs_on
 from ninferc.targets.skus import get_sku
 from ninferc.targets.kernels import FAMILIES
-from ninferc.targets.lower import Ref, Step, arg_names, drop_unneeded_steps, launch_scalars, lower, step_launch
+from ninferc.targets.lower import (SAMPLED_IDS_LD, Ref, Step, arg_names, drop_unneeded_steps, launch_scalars, lower,
+                                   step_launch)
 from ninferc.targets.plan import KernelResources, Launch, PlanContext, check_launch
 
 META_RING = 4  # pinned host metadata blocks in flight
 GRAPH_ALLOWANCE = 64 << 20  # bytes kept free for CUDA graphs, cuBLAS-free CuPy pools and the driver
-META_I32 = ("tok_pos", "tok_seq", "seq_start", "seq_ctx", "seq_slot", "row_index", "tokens_in", "page_table")
+META_I32 = ("tok_pos", "tok_seq", "seq_start", "seq_ctx", "seq_slot", "row_index", "tokens_in", "page_table",
+            "ids_pos")
 
 
 @dataclass
@@ -315,7 +317,8 @@ class Engine:
         """Offsets (in int32 elements) of the per-step metadata arrays in one block; returns bytes."""
         Bc, Tc = self.max_batch, self.t_cap  # noqa: N806
         sizes = {"tok_pos": Tc, "tok_seq": Tc, "seq_start": Bc + 1, "seq_ctx": Bc, "seq_slot": Bc,
-                 "row_index": self.max_logit_rows, "tokens_in": Tc, "page_table": Bc * self.max_pages}
+                 "row_index": self.max_logit_rows, "tokens_in": Tc, "page_table": Bc * self.max_pages,
+                 "ids_pos": Bc}
         self.meta_off, off = {}, 0
         for name in META_I32:
             self.meta_off[name] = off
@@ -365,6 +368,15 @@ class Engine:
         self.meta_ring = [cupy_pinned_int32(self.meta_len) for _ in range(META_RING)]
         self.meta_events = [None] * META_RING
         self.meta_next = 0
+        # the sampler's ids, also written straight into pinned host memory (row b at b * SAMPLED_IDS_LD): each
+        # metadata upload points the rows' cursors (ids_pos) at the start of the other half, and every sampler
+        # launch advances them -- so an id is read back without a copy, and never overwritten before the step
+        # after next (decode_stream reads id i before it queues step i + 2)
+        self.ids_host = cupy_pinned_int32(self.max_batch * SAMPLED_IDS_LD)
+        self.ids_base = 0
+        # what the device's metadata holds after the last replayed decode step's sampler advanced it:
+        # (sequence, its length, its page count, the rows' ids cursor offset in the half), or None when unknown
+        self.device_meta: tuple | None = None
         self.tokens = cp.zeros(self.t_cap, cp.int32)
         self.barrier = cp.zeros(64, cp.uint32)
         Bc = self.max_batch  # noqa: N806
@@ -402,6 +414,8 @@ class Engine:
         if k == "meta":
             if ref.name == "tokens":
                 return self.tokens
+            if ref.name == "ids_host":  # pinned host memory, addressed by the kernel through unified addressing
+                return np.uint64(self.ids_host.ctypes.data)
             if ref.name in self.sampling:
                 return self.sampling[ref.name]
             return np.uint64(self.meta.data.ptr + 4 * self.meta_off[ref.name])
@@ -499,7 +513,9 @@ class Engine:
                    tokens=None) -> None:
         """Fill a pinned host metadata block and copy it to the device (async on the engine stream); with
         ``tokens`` (host ids), also place them in the device token buffer the embedding reads (otherwise
-        that buffer keeps the ids the GPU sampler wrote)."""
+        that buffer keeps the ids the GPU sampler wrote). The rows' sampled-id cursors (``ids_pos``) are set to
+        the start of the other half of their ``ids_host`` rows (``ids_base``), and ``device_meta`` is forgotten:
+        the caller sets it again after a replayed decode step."""
         i = self.meta_next
         self.meta_next = (i + 1) % META_RING
         if self.meta_events[i] is not None:
@@ -516,6 +532,9 @@ class Engine:
         if tokens is not None:
             t = np.asarray(tokens, np.int32)
             h[o["tokens_in"]:o["tokens_in"] + t.size] = t
+        self.ids_base = SAMPLED_IDS_LD // 2 - self.ids_base
+        h[o["ids_pos"]:o["ids_pos"] + len(seq_ctx)] = self.ids_base
+        self.device_meta = None
         self.meta.set(h, stream=self.stream)
         if tokens is not None:
             with self.stream:
@@ -526,10 +545,13 @@ class Engine:
 
     def run(self, mode: str, T: int, B: int, R: int) -> None:  # noqa: N803
         """Launch one model step (metadata already written)."""
+        self.device_meta = None
         self._launch_all(self.step_plan(mode, T, B, R))
 
     def sample_step(self, greedy: bool, B: int) -> None:  # noqa: N803
-        """Launch the sampler over B rows of logits (argmax when greedy)."""
+        """Launch the sampler over B rows of logits (argmax when greedy). It advances the rows' decode metadata
+        and id cursors (the sample kernel's ``advance``), so ``device_meta`` is forgotten."""
+        self.device_meta = None
         self._launch_all(self.step_plan("sample_argmax" if greedy else "sample_sample", B, B, B))
 
     def decode_graph(self, B: int, greedy: bool):  # noqa: N803
@@ -660,7 +682,7 @@ class Session:
         self.params: SamplingParams | None = None
         self._pending = False   # a graph replay already sampled the next token into the device buffer
         self._last: int | None = None
-        self._tok_ring: np.ndarray | None = None  # decode_stream: pinned host slots for the ids read back
+        self.ids_slot = 0  # where in Engine.ids_host (row 0) the sampler after the last decode writes its id
 
     # -- Backend protocol ------------------------------------------------------------------------
     @_on_engine_stream
@@ -718,6 +740,10 @@ class Session:
         captured decode step (model + sampler) is replayed and the next id is sampled inside it;
         :meth:`sample` then only reads it back. Any other token (teacher forcing) is uploaded and the
         model step runs eagerly.
+
+        The metadata upload is skipped when the previous replayed step's sampler already advanced the device's
+        copy to this step's (``Engine.device_meta``: the same sequence, no new KV page, ids cursor within its
+        half). ``ids_slot`` is where in ``Engine.ids_host`` this step's sampler writes the next id.
         """
         e = self.e
         seq = self.seq
@@ -725,11 +751,20 @@ class Session:
             raise NinfercError("decode before prefill")
         seq.ensure_capacity(seq.length + 1, e.pages, e.max_pages)
         from_sampler = token is None or (self._last is not None and token == self._last)
-        e.write_meta(tok_pos=[seq.length], tok_seq=[0], seq_start=[0, 1], seq_ctx=[seq.length + 1],
-                     seq_slot=[seq.slot], row_index=[0], page_rows=[seq.pages],
-                     tokens=None if from_sampler else [token])
-        if from_sampler and e.cuda_graph and self.params is not None:
+        graph = from_sampler and e.cuda_graph and self.params is not None
+        dm = e.device_meta
+        if graph and dm is not None and dm[0] is seq and dm[1:3] == (seq.length, len(seq.pages)) \
+                and dm[3] < SAMPLED_IDS_LD // 2:
+            k = dm[3]  # the device holds this step's metadata already
+        else:
+            e.write_meta(tok_pos=[seq.length], tok_seq=[0], seq_start=[0, 1], seq_ctx=[seq.length + 1],
+                         seq_slot=[seq.slot], row_index=[0], page_rows=[seq.pages],
+                         tokens=None if from_sampler else [token])
+            k = 0
+        self.ids_slot = e.ids_base + k
+        if graph:
             e.decode_graph(1, self.params.greedy).launch(stream=e.stream)
+            e.device_meta = (seq, seq.length + 1, len(seq.pages), k + 1)
             self._pending = True
         else:
             e.run("decode", 1, 1, 1)
@@ -766,10 +801,12 @@ class Session:
 
         Continues from the id :meth:`sample` last returned (which the GPU sampler left in the device token
         buffer): step i appends the previous id and samples the next one on the GPU (the captured decode graph
-        when CUDA graphs are on, else the eager step and sampler); its id is copied to pinned host memory behind
-        it on the stream. Step i + 1 is launched *before* id i is read back, so the host's per-token work (this
-        loop, the caller's streaming, the next step's metadata) overlaps the GPU's step instead of leaving the
-        GPU idle between steps. Ids are the same as a ``decode(tok); tok = sample(params)`` loop's.
+        when CUDA graphs are on, else the eager step and sampler); the sampler also writes the id into pinned host
+        memory (``Engine.ids_host``), read once the step's event has completed -- no copy on the stream, and with
+        the metadata left to the device (:meth:`decode`) nothing but the graph launches between two steps. Step
+        i + 1 is launched *before* id i is read back, so the host's per-token work (this loop, the caller's
+        streaming, the next step's metadata) overlaps the GPU's step instead of leaving the GPU idle between
+        steps. Ids are the same as a ``decode(tok); tok = sample(params)`` loop's.
 
         A consumer that stops early (``break`` after id i) leaves the step already queued to finish: the
         sequence then holds id i too, and :meth:`sample` returns the id that step sampled without running another
@@ -786,22 +823,17 @@ class Session:
         if n < 1:
             return
         cp = e.cp
-        if self._tok_ring is None:
-            self._tok_ring = cupy_pinned_int32(2)
-        ring = self._tok_ring
-        queued: list = []  # (slot, event) of launched steps whose id is not read yet
+        queued: list = []  # (ids_host slot, event) of launched steps whose id is not read yet
 
         def launch(i: int) -> None:
             with e.stream:
                 if self.params != params:
                     self.set_sampling(params)
                 self.decode(None)
+                slot = self.ids_slot
                 if not self._pending:
                     e.sample_step(params.greedy, 1)
                 self._pending = False
-                slot = i % 2
-                cp.cuda.runtime.memcpyAsync(ring.ctypes.data + 4 * slot, e.tokens.data.ptr, 4,
-                                            cp.cuda.runtime.memcpyDeviceToHost, e.stream.ptr)
                 ev = cp.cuda.Event(disable_timing=True)
                 ev.record(e.stream)
                 queued.append((slot, ev))
@@ -809,7 +841,7 @@ class Session:
         def take() -> int:
             slot, ev = queued.pop(0)
             ev.synchronize()
-            return int(ring[slot])
+            return int(e.ids_host[slot])
 
         launched = 0
         try:

@@ -54,6 +54,9 @@ from ninferc.targets.plan import KernelSpec, Launch, PlanContext, family_variant
 #: largest T served by the GEMV route of a Linear (its kernels hold 4 tokens per pass; two passes
 #: still read the weights from L2 mostly); above it the tensor-core GEMM reads them once per M-tile
 GEMV_MAX_TOKENS = 8
+#: entries per sequence of the runtime's pinned host block of sampled ids (the sampler's ``history``, row stride):
+#: two halves, which the runtime's metadata uploads alternate between (``Engine.write_meta``)
+SAMPLED_IDS_LD = 128
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,8 @@ class Ref:
 
     kinds: ``tensor`` (graph activation ``name``, + ``offset`` elements), ``param`` (weight ``name``),
     ``state`` (pool of state ``name``), ``meta`` (batch metadata array ``name``: tokens, tok_pos,
-    tok_seq, seq_start, seq_ctx, seq_slot, page_table, row_index), ``ws`` (workspace buffer ``name``),
+    tok_seq, seq_start, seq_ctx, seq_slot, page_table, row_index, ids_pos -- the sampler's cursor into ids_host,
+    the pinned host block of sampled ids -- and the sampling arrays), ``ws`` (workspace buffer ``name``),
     ``const`` (scalar ``value`` of ``dtype`` i32/f32/u64, or a host array ``name`` uploaded once such as
     RoPE inv_freq), ``null`` (a null pointer), ``barrier`` (the grid-barrier counter), ``logits``, ``parts``
     (int32: the norm parts -- row blocks -- of step ``name``'s add_norm_parts GEMV launch in the same step).
@@ -428,8 +432,12 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096, fuse_no
             V = graph.params[op.params["weight"]].shape[0]
             bind = {"logits": Ref("logits"), "ld": I32(V), "vocab": I32(V), "temperature": Ref("meta", "temperature"),
                     "top_k": Ref("meta", "top_k"), "top_p": Ref("meta", "top_p"), "seed": Ref("meta", "seed"),
-                    "step": Ref("meta", "rng_step"), "out": Ref("meta", "tokens"), "history": NULL,
-                    "hist_pos": NULL, "hist_ld": I32(0), "advance": I32(1), "ws": Ref("meta", "argmax_ws")}
+                    "step": Ref("meta", "rng_step"), "out": Ref("meta", "tokens"),
+                    # the sampled ids also go to the runtime's pinned host block (read back without a copy), and
+                    # the decode step's positions / context lengths advance on the device (no metadata upload)
+                    "history": Ref("meta", "ids_host"), "hist_pos": Ref("meta", "ids_pos"),
+                    "hist_ld": I32(SAMPLED_IDS_LD), "advance": I32(1), "ws": Ref("meta", "argmax_ws"),
+                    "tok_pos": Ref("meta", "tok_pos"), "seq_ctx": Ref("meta", "seq_ctx")}
             for m in ("argmax", "sample"):
                 add(Step(f"sample.{m}", op.name, f"sample_{m}", "sample", SampleProblem(V, m), "R", bind))
     return prog

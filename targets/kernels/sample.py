@@ -6,7 +6,11 @@ Contract
 Input ``logits`` fp32 ``[B, ld]`` (row b at ``logits + b*ld``, any alignment, V <= ld); output ``out``
 int32 ``[B]``; optionally ``history[b, hist_pos[b]] = token`` (int32 ``[B, hist_ld]``) and, with
 ``advance``, ``step[b] += 1`` and ``hist_pos[b] += 1`` after use, so a captured CUDA graph can replay the
-same launch every decode step.
+same launch every decode step -- and ``tok_pos[b] += 1``, ``seq_ctx[b] += 1`` (the decode step's metadata, when
+given): a replayed decode step then finds the next step's position and context length on the device, and the
+runtime skips the metadata upload between steps (``Engine.write_meta``; bench/NOTES.md run 173: that upload and
+the id copy cost ~14 us per token on the H200). ``history`` may be host memory (pinned, mapped into the device's
+address space): the runtime reads each sampled id there instead of copying it.
 
 * ``argmax`` mode: ``numpy.argmax`` semantics -- largest value, ties to the lowest index, the first NaN
   wins. One pass over the row.
@@ -44,7 +48,7 @@ weighted by fixed-point mass, restricted to the top-k set; (4) the Gumbel pass. 
 their filter is off: argmax-only rows cost 1 pass, temperature-only 2, top-k + top-p at most 11.
 
 Runtime arguments (:func:`arg_names`): ``logits, ld, vocab, rows, temperature, top_k, top_p, seed, step,
-out, history, hist_pos, hist_ld, advance, ws``. Argmax mode ignores ``temperature, top_k, top_p, seed``
+out, history, hist_pos, hist_ld, advance, ws, tok_pos, seq_ctx``. Argmax mode ignores ``temperature, top_k, top_p, seed``
 (pass 0); ``step`` may be 0 (null) in both modes (counter 0, nothing advanced); ``ws`` (uint64 ``[2 B]``, zero
 before the first launch, left zero by every launch) is read only by a split argmax (else it may be null).
 """
@@ -164,14 +168,15 @@ def arg_names(problem: SampleProblem) -> tuple[str, ...]:
     """Kernel parameters in order (dtypes in the template): ``logits`` fp32*, ``ld`` i32, ``vocab`` i32,
     ``rows`` i32, ``temperature`` fp32*, ``top_k`` i32*, ``top_p`` fp32*, ``seed`` u64*, ``step`` i32*,
     ``out`` i32*, ``history`` i32*, ``hist_pos`` i32*, ``hist_ld`` i32, ``advance`` i32, ``ws`` u64* (``[2 B]``,
-    zero; a split argmax's meeting words)."""
+    zero; a split argmax's meeting words), ``tok_pos`` i32* and ``seq_ctx`` i32* (``[B]`` or null: a decode
+    step's positions and context lengths, each + 1 with ``advance``)."""
     return ("logits", "ld", "vocab", "rows", "temperature", "top_k", "top_p", "seed", "step", "out",
-            "history", "hist_pos", "hist_ld", "advance", "ws")
+            "history", "hist_pos", "hist_ld", "advance", "ws", "tok_pos", "seq_ctx")
 
 
 def kernel_args(problem: SampleProblem, launch: Launch, logits, out, *, ld: int | None = None, temperature=None,
                 top_k=None, top_p=None, seed=None, step=None, history=None, hist_pos=None, hist_ld: int = 0,
-                advance: bool = False, ws=None) -> tuple:
+                advance: bool = False, ws=None, tok_pos=None, seq_ctx=None) -> tuple:
     """Argument tuple in :func:`arg_names` order (rows = ``launch.tokens``); missing pointers -> 0 (null).
 
     Raises:
@@ -187,7 +192,7 @@ def kernel_args(problem: SampleProblem, launch: Launch, logits, out, *, ld: int 
     z = lambda a: 0 if a is None else a  # noqa: E731
     return (logits, np.int32(problem.vocab if ld is None else ld), np.int32(problem.vocab), np.int32(launch.tokens),
             z(temperature), z(top_k), z(top_p), z(seed), z(step), out, z(history), z(hist_pos), np.int32(hist_ld),
-            np.int32(1 if advance else 0), z(ws))
+            np.int32(1 if advance else 0), z(ws), z(tok_pos), z(seq_ctx))
 
 
 # ------------------------------------------------------------------------------------------------

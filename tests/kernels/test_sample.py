@@ -62,12 +62,14 @@ def test_launch_and_args():
         kernel_args(p, ln, "L", "O")
     args = kernel_args(p, ln, "L", "O", temperature="T", top_k="K", top_p="P", seed="S", step="ST",
                        history="H", hist_pos="HP", hist_ld=64, advance=True)
-    assert len(args) == len(arg_names(p)) == 15 and args[14] == 0
+    assert len(args) == len(arg_names(p)) == 17 and args[14:] == (0, 0, 0)
     assert args[0] == "L" and [int(args[i]) for i in (1, 2, 3)] == [4096, 4096, 2]
     assert args[4:10] == ("T", "K", "P", "S", "ST", "O") and args[10:12] == ("H", "HP")
     assert int(args[12]) == 64 and int(args[13]) == 1
     a2 = kernel_args(SampleProblem(4096, "argmax"), ln, "L", "O", ld=4100)
     assert int(a2[1]) == 4100 and a2[4:9] == (0, 0, 0, 0, 0) and a2[10:12] == (0, 0) and int(a2[13]) == 0
+    assert kernel_args(p, ln, "L", "O", temperature="T", top_k="K", top_p="P", seed="S", tok_pos="TP",
+                       seq_ctx="SC")[15:] == ("TP", "SC")
 
 
 def test_philox_known_answers():
@@ -327,7 +329,7 @@ def _chi_square_ok(counts, probs, n):
 # ------------------------------------------------------------------------------------------------
 
 def _emulated_argmax(x: np.ndarray, splits: int, *, ld: int | None = None, ws=None, step=None, history=None,
-                     hist_pos=None, advance: bool = False):
+                     hist_pos=None, advance: bool = False, tok_pos=None, seq_ctx=None):
     from cuda_host import HostKernel
 
     B, V = x.shape
@@ -343,7 +345,8 @@ def _emulated_argmax(x: np.ndarray, splits: int, *, ld: int | None = None, ws=No
     z = np.uint64(0)
     args = kernel_args(p, ln, buf, out, ld=ld, ws=ws, step=z if step is None else step,
                        history=z if history is None else history, hist_pos=z if hist_pos is None else hist_pos,
-                       hist_ld=0 if history is None else history.shape[1], advance=advance)
+                       hist_ld=0 if history is None else history.shape[1], advance=advance,
+                       tok_pos=z if tok_pos is None else tok_pos, seq_ctx=z if seq_ctx is None else seq_ctx)
     HostKernel(spec.render(), spec.entry).launch(ln.grid, ln.block, args)
     return out, ws
 
@@ -371,7 +374,12 @@ def test_emulated_split_argmax_history_and_advance():
     step = np.array([5, 9], np.int32)
     hist = np.full((2, 4), -1, np.int32)
     hp = np.array([1, 3], np.int32)
-    out, ws = _emulated_argmax(x, 5, step=step, history=hist, hist_pos=hp, advance=True)
+    pos, ctx = np.array([40, 7, -5], np.int32), np.array([41, 8, -5], np.int32)  # a third entry: not a row
+    out, ws = _emulated_argmax(x, 5, step=step, history=hist, hist_pos=hp, advance=True, tok_pos=pos, seq_ctx=ctx)
     assert out.tolist() == [4100, 3]
     assert hist.tolist() == [[-1, 4100, -1, -1], [-1, -1, -1, 3]]
     assert hp.tolist() == [2, 4] and step.tolist() == [6, 10] and not ws.any()
+    # the decode metadata advanced once per row (the split's last CTA only), nothing past the rows
+    assert pos.tolist() == [41, 8, -5] and ctx.tolist() == [42, 9, -5]
+    out, _ = _emulated_argmax(x, 1, step=step, history=hist, hist_pos=hp, advance=False, tok_pos=pos, seq_ctx=ctx)
+    assert pos.tolist() == [41, 8, -5] and ctx.tolist() == [42, 9, -5] and hp.tolist() == [2, 4]

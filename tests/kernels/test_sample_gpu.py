@@ -146,12 +146,28 @@ def test_history_and_advance():
     lb = FAM.launch(pb, b, _ctx())
     assert lb.grid[1] > 1, lb
     ws = cp.zeros(2 * b, cp.uint64)
+    tok_pos = cp.asarray(np.array([100, 7, 0, 63, -3], np.int32))  # the 5th entry is not a row: untouched
+    seq_ctx = cp.asarray(np.array([101, 8, 1, 64, -3], np.int32))
     launch(lb, kernel_args(pb, lb, cp.asarray(xb), out, step=step, history=history, hist_pos=hist_pos,
-                           hist_ld=hist_ld, advance=True, ws=ws))
+                           hist_ld=hist_ld, advance=True, ws=ws, tok_pos=tok_pos, seq_ctx=seq_ctx))
     np.testing.assert_array_equal(cp.asnumpy(out), np.argmax(xb, axis=1))
     np.testing.assert_array_equal(cp.asnumpy(step), [3, 8, 12, 5])
     np.testing.assert_array_equal(cp.asnumpy(hist_pos), [3, 18, 19, 2])
     assert cp.asnumpy(history)[0, 2] == np.argmax(xb[0]) and not cp.asnumpy(ws).any()
+    # the decode metadata: + 1 per row, once (by the row's last CTA)
+    np.testing.assert_array_equal(cp.asnumpy(tok_pos), [101, 8, 1, 64, -3])
+    np.testing.assert_array_equal(cp.asnumpy(seq_ctx), [102, 9, 2, 65, -3])
+    # history in pinned host memory, written by the kernel through the unified address space (the runtime's
+    # id read-back): visible to the host once the launch has completed
+    host = cp.cuda.alloc_pinned_memory(4 * b * hist_ld)
+    hh = np.frombuffer(host, np.int32, b * hist_ld).reshape(b, hist_ld)
+    hh[:] = -9
+    hp = cp.asarray(np.array([0, 1, 2, 3], np.int32))
+    launch(la, kernel_args(pa, la, cp.asarray(x), out, history=np.uint64(host.ptr), hist_pos=hp, hist_ld=hist_ld,
+                           advance=True))
+    cp.cuda.get_current_stream().synchronize()
+    assert [int(hh[r, r]) for r in range(b)] == np.argmax(x, axis=1).tolist()
+    assert (hh == -9).sum() == b * hist_ld - b
 
 
 @pytest.mark.parametrize("t,k,p", [(1.0, 0, 1.0), (0.7, 8, 1.0), (1.3, 0, 0.8), (1.0, 10, 0.9)])

@@ -152,6 +152,42 @@ def test_decode_stream_equals_the_step_loop(artifacts, goldens, params, graph):
     assert got == want[:len(got)]
 
 
+@pytest.mark.parametrize("params", [GREEDY, SamplingParams(temperature=0.8, top_k=50, top_p=0.9, seed=11)])
+def test_decode_stream_leaves_the_metadata_to_the_device(artifacts, goldens, params, monkeypatch):
+    """A long decode_stream with its KV pages reserved up front: between uploads the replayed steps run on the
+    metadata their sampler advanced on the device (positions, context lengths, id cursors), an upload comes only
+    when a cursor's half of the pinned id block is full (every SAMPLED_IDS_LD / 2 steps) -- and the ids are the
+    eager step loop's (no graph: decode(tok); sample() uploads the metadata every step)."""
+    from ninferc.runtime.engine import Engine
+    from ninferc.targets.lower import SAMPLED_IDS_LD
+
+    prompt = goldens["cases"][0]["prompt_ids"]
+    e = engine(artifacts["sm_90"])
+    n = 150
+
+    s = engine(artifacts["sm_90"], cuda_graph=False).session()
+    s.prefill(prompt, 1024, reserve=n + 8)
+    want = [s.sample(params)]
+    for _ in range(n):
+        s.decode(want[-1])
+        want.append(s.sample(params))
+    s.close()
+
+    uploads = []
+    real = Engine.write_meta
+    monkeypatch.setattr(Engine, "write_meta", lambda self, **kw: (uploads.append(kw["tok_pos"]), real(self, **kw)))
+    s = e.session()
+    s.prefill(prompt, 1024, reserve=n + 8)
+    got = [s.sample(params)]
+    before = len(uploads)
+    got += list(s.decode_stream(params, n))
+    streamed = len(uploads) - before
+    s.close()
+    assert got == want
+    # one upload at the start, then one per full half of the id block
+    assert streamed == 1 + (n - 1) // (SAMPLED_IDS_LD // 2), streamed
+
+
 def _reference_logits(tiny_ckpt, ids):
     from ninferc.ir.qwen3_5 import build_graph
     from ninferc.ir.reference import ReferenceExecutor
