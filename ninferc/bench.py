@@ -24,45 +24,23 @@ from ninferc.errors import NinfercError
 from ninferc.sampling import SamplingParams
 
 
-def copy_bandwidth_gbps(cp, nbytes: int = 1 << 30, reps: int = 20, pairs: int = 4,
-                        samples: list | None = None) -> float:
-    """Device-to-device copy bandwidth in GB/s counting bytes read + written: the best of ``pairs`` buffer pairs
-    (each ``nbytes``, all allocated at once, so each pair lies elsewhere in memory), each the median of ``reps``
-    copies.
-
-    One pair's figure depends on where its buffers lie: single 4 GiB pairs measured 4,142-4,235 GB/s in five
-    processes on one H200 while the decode speed stayed within 0.05 % (bench/NOTES.md run 175), which moved the
-    roofline fractions by 2 %. The best pair is the bandwidth a stream can reach, so the roofline does not flatter
-    a process that happened to measure a slow pair. ``samples`` (if given) receives every pair's GB/s.
-
-    Raises:
-        ValueError: nbytes, reps or pairs below 1.
-    """
-    if nbytes < 4 or reps < 1 or pairs < 1:
-        raise ValueError(f"copy_bandwidth_gbps: nbytes ({nbytes}), reps ({reps}) and pairs ({pairs}) must be >= 1")
-    bufs = []
-    for _ in range(pairs):
-        a = cp.empty(nbytes // 4, cp.float32)
-        a.fill(1.0)
-        bufs.append((a, cp.empty_like(a)))
-    got = []
-    for a, b in bufs:
-        for _ in range(3):
-            b[...] = a
-        times = []
-        for _ in range(reps):
-            s, e = cp.cuda.Event(), cp.cuda.Event()
-            s.record()
-            cp.copyto(b, a)
-            e.record()
-            e.synchronize()
-            times.append(cp.cuda.get_elapsed_time(s, e) / 1e3)
-        got.append(2 * (nbytes // 4 * 4) / float(np.median(times)) / 1e9)
-    del bufs
-    cp.get_default_memory_pool().free_all_blocks()
-    if samples is not None:
-        samples.extend(got)
-    return max(got)
+def copy_bandwidth_gbps(cp, nbytes: int = 4 << 30, reps: int = 20) -> float:
+    """Device-to-device copy bandwidth in GB/s counting bytes read + written (median of ``reps``)."""
+    a = cp.empty(nbytes // 4, cp.float32)
+    a.fill(1.0)
+    b = cp.empty_like(a)
+    times = []
+    for _ in range(3):
+        b[...] = a
+    for _ in range(reps):
+        s, e = cp.cuda.Event(), cp.cuda.Event()
+        s.record()
+        cp.copyto(b, a)
+        e.record()
+        e.synchronize()
+        times.append(cp.cuda.get_elapsed_time(s, e) / 1e3)
+    del a, b
+    return 2 * nbytes / float(np.median(times)) / 1e9
 
 
 def matmul_peak_tflops(n: int = 8192, reps: int = 10) -> float | None:
@@ -270,8 +248,7 @@ def device_memory_used(cp) -> int:
     return int(total - free)
 
 
-def finish(res: dict, *, engine, copy_gbps: float, peak_tflops: float | None, command: str, weights: str,
-           copy_samples: list | None = None) -> dict:
+def finish(res: dict, *, engine, copy_gbps: float, peak_tflops: float | None, command: str, weights: str) -> dict:
     """Add provenance, rooflines and fractions to a :func:`run_bench` result.
 
     ``weights`` names the weight format (recipe); the KV dtype comes from the engine's graph. The memory
@@ -293,8 +270,7 @@ def finish(res: dict, *, engine, copy_gbps: float, peak_tflops: float | None, co
     free, total = cp.cuda.runtime.memGetInfo()
     out = {"gpu": name, "sms": engine.dev_sms, "commit": git_commit(), "command": command,
            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "target": engine.target, "plan": engine.plan_mode,
-           "weights": weights, "kv_dtype": engine.graph.meta.get("kv_dtype", "bf16"), "copy_bandwidth_gbps": copy_gbps,
-           "copy_bandwidth_pairs_gbps": list(copy_samples or []), "matmul_peak_tflops": peak_tflops,
+           "weights": weights, "kv_dtype": engine.graph.meta.get("kv_dtype", "bf16"), "copy_bandwidth_gbps": copy_gbps, "matmul_peak_tflops": peak_tflops,
            "memory_plan_bytes": dict(engine.memory.terms), "device_memory_used_bytes": int(total - free),
            "weights_bytes_by_format": engine.graph.bytes_by_format(),
            **res}

@@ -74,14 +74,13 @@ def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, rec
         art = Artifact.open(artifact)
         weights = art.header["compile"].get("weights", "bf16")
     log("measuring copy bandwidth and the bf16 matmul ceiling ...")
-    copy_pairs: list = []
-    copy = copy_bandwidth_gbps(cp, samples=copy_pairs)
+    copy = copy_bandwidth_gbps(cp)
     peak = matmul_peak_tflops()
-    log(f"copy bandwidth {copy:,.0f} GB/s (best of {', '.join(f'{c:,.0f}' for c in copy_pairs)}); bf16 matmul {peak if peak is None else round(peak, 1)} TFLOP/s")
+    log(f"copy bandwidth {copy:,.0f} GB/s; bf16 matmul {peak if peak is None else round(peak, 1)} TFLOP/s")
     eng = Engine(art, max_context=max_ctx, prefill_chunk=min(prefill_chunk, max(lens)), max_batch=batch, log=log)
     res = run_bench(eng, prompt_tokens=lens, decode_tokens=decode_tokens, chunk=prefill_chunk, log=log,
                     profile=profile, batch=batch)
-    out = finish(res, engine=eng, copy_gbps=copy, peak_tflops=peak, weights=weights, copy_samples=copy_pairs,
+    out = finish(res, engine=eng, copy_gbps=copy, peak_tflops=peak, weights=weights,
                  command="ninferc " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
     if peer == "hf":
         from ninferc.peer_hf import peer_ratios, run_hf_peer_on_engine
