@@ -16,8 +16,10 @@ Start-up (:class:`Engine`), in order:
 
 A step runs the lowered program (:mod:`ninferc.targets.lower`) for T tokens of B sequences; launches
 and argument tuples are cached per (mode, T, B, R), and the decode step (model + sampler) is captured
-as a CUDA graph per B and replayed. Per-step host work: one small copy of batch metadata and, when
-sampling, one 4*B-byte read of the sampled ids.
+as a CUDA graph per B and replayed. Per-step host work: one small copy of batch metadata (for a replayed
+single-sequence decode step only when a KV page is added or the sampled-id block's half fills: the sampler
+advances the positions on the device) and, when sampling, the sampled ids -- which ``Session.decode_stream``
+reads from pinned host memory the sampler writes, with no copy on the stream.
 """
 
 from __future__ import annotations
