@@ -17,7 +17,13 @@ from ninferc.errors import PlanError, TargetError
 
 
 def cupy(purpose: str = "the CUDA backend", hint: str = "on a machine without a GPU use --backend reference"):
-    """Import CuPy or raise TargetError saying what needs it (``purpose``), how to install it, and ``hint``."""
+    """Import CuPy and check that it sees a CUDA device.
+
+    Raises:
+        TargetError: CuPy is not installed (saying what needs it -- ``purpose`` --, how to install it, and
+            ``hint``), or it is installed but the CUDA runtime finds no usable device (no GPU, or no driver new
+            enough for CuPy's CUDA runtime: the runtime's own error is quoted).
+    """
     try:
         import cupy as cp
     except ImportError:
@@ -25,7 +31,24 @@ def cupy(purpose: str = "the CUDA backend", hint: str = "on a machine without a 
             f"{purpose} needs CuPy and an NVIDIA GPU: install the runtime extra (pip install -e "
             "\".[cuda13]\" from a checkout, or [cuda12])" + (f"; {hint}" if hint else "")
         ) from None
+    if not _device_seen(cp):
+        try:
+            n = cp.cuda.runtime.getDeviceCount()
+        except Exception as exc:  # CUDARuntimeError: no driver / driver older than CuPy's CUDA runtime
+            raise TargetError(f"{purpose} needs an NVIDIA GPU: CuPy {cp.__version__} is installed but the CUDA "
+                              f"runtime found no usable device ({exc})" + (f"; {hint}" if hint else "")) from None
+        if n < 1:
+            raise TargetError(f"{purpose} needs an NVIDIA GPU: CuPy {cp.__version__} is installed but the CUDA "
+                              "runtime reports 0 devices" + (f"; {hint}" if hint else ""))
+        _DEVICE_SEEN.append(cp)
     return cp
+
+
+_DEVICE_SEEN: list = []  # the CuPy module once a device was seen (the check runs once per process)
+
+
+def _device_seen(cp) -> bool:
+    return any(m is cp for m in _DEVICE_SEEN)
 
 
 def device_arch() -> str:
