@@ -5,7 +5,10 @@ The rendered source (template + inlined headers) is compiled by the host C++ com
 * every CUDA thread of a CTA is a fiber (``ucontext``) on one OS thread; CTAs run one after another;
 * ``__syncthreads`` / ``__syncwarp`` / ``__shfl_xor_sync`` are barriers of a deterministic scheduler that runs
   each ready fiber up to its next barrier, in thread order (or reverse order: run both to expose a read that
-  is not separated from another thread's write by a barrier, in either direction). A warp whose lanes wait
+  is not separated from another thread's write by a barrier, in either direction). Both keep the warps in step
+  from barrier to barrier, so a race between warps whose barrier sequences are alike goes unseen; ``skew`` runs
+  the lowest warp with a ready lane alone, through its warp barriers, until it waits at ``__syncthreads`` or is
+  done -- each warp as far ahead of the next as the CTA barriers allow. A warp whose lanes wait
   at different barriers, or a CTA split between ``__syncthreads`` and a warp barrier, is reported as a
   deadlock (undefined behaviour on the GPU);
 * ``__shared__`` becomes ``static`` (one CTA at a time), dynamic shared memory is a buffer filled with NaN
@@ -337,11 +340,22 @@ static void fiber_main() {
 }
 
 // Run the fibers f[0..threads) of one CTA until every live one waits at a grid barrier or is done.
-// Returns 0, 1 on __trap(), 2 on a CTA/warp barrier deadlock.
-static int run_cta(shim::Fiber* f, int threads, int reverse) {
+// order 0: every ready fiber per pass in thread order, 1: reverse order, 2 (skew): only the lowest warp with a
+// ready fiber, in thread order. Returns 0, 1 on __trap(), 2 on a CTA/warp barrier deadlock.
+static int run_cta(shim::Fiber* f, int threads, int order) {
   for (;;) {
-    for (int k = 0; k < threads; ++k) {
-      const int i = reverse ? threads - 1 - k : k;
+    int lo = 0, hi = threads;  // the fibers this pass may run
+    if (order == 2) {
+      int first = -1;
+      for (int i = 0; i < threads && first < 0; ++i)
+        if (f[i].state == shim::READY) first = i;
+      if (first >= 0) {
+        lo = first / 32 * 32;
+        hi = lo + 32 < threads ? lo + 32 : threads;
+      }
+    }
+    for (int k = lo; k < hi; ++k) {
+      const int i = order == 1 ? threads - 1 - k : k;
       if (f[i].state != shim::READY) continue;
       shim::cur = &f[i];
       const int was_spin = f[i].from_spin;
@@ -350,15 +364,16 @@ static int run_cta(shim::Fiber* f, int threads, int reverse) {
       if (shim::trapped) return 1;
       if (!(was_spin && f[i].state == shim::WAIT_SPIN)) shim::progress = 1;  // not just a counter re-check
     }
-    int live = 0, at_cta = 0, at_grid = 0, at_spin = 0;
+    int live = 0, at_cta = 0, at_grid = 0, at_spin = 0, ready = 0;
     for (int i = 0; i < threads; ++i) {
+      if (f[i].state == shim::READY) ++ready;  // (skew: the warps that did not run this pass)
       if (f[i].state != shim::DONE) ++live;
       if (f[i].state == shim::WAIT_CTA) ++at_cta;
       if (f[i].state == shim::WAIT_GRID) ++at_grid;
       if (f[i].state == shim::WAIT_SPIN) ++at_spin;
     }
     if (live == 0 || (at_grid && at_grid == live)) return 0;
-    if (at_grid) return 2;  // some threads at a grid barrier, the others stuck elsewhere
+    if (at_grid && !ready) return 2;  // some threads at a grid barrier, the others stuck elsewhere
     bool released = false;
     for (int w = 0; w * 32 < threads; ++w) {
       int waiting = 0, others = 0;
@@ -377,6 +392,7 @@ static int run_cta(shim::Fiber* f, int threads, int reverse) {
         if (f[i].state == shim::WAIT_CTA) f[i].state = shim::READY;
       released = true;
     }
+    if (!released && ready) continue;
     if (!released) return at_spin ? 4 : 2;  // 4: parked at counter waits (other CTAs must run)
   }
 }
@@ -557,15 +573,20 @@ class HostKernel:
         self._lib.shim_launch.restype = ctypes.c_int
         self._lib.shim_launch.argtypes = [ctypes.c_int] * 4 + [ctypes.c_uint, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
 
-    def launch(self, grid, block, args, *, smem: int = 0, reverse: bool = False, cooperative: bool = False) -> None:
+    def launch(self, grid, block, args, *, smem: int = 0, reverse: bool = False, cooperative: bool = False,
+               skew: bool = False) -> None:
         """Run the grid. ``args`` in kernel order: numpy arrays (passed by address; must stay alive and
         contiguous), numpy/int/float scalars, or ``np.uint64(0)`` for a null pointer. ``cooperative``: every
-        CTA's fibers live at once and grid barriers are honoured (module docstring).
+        CTA's fibers live at once and grid barriers are honoured (module docstring). ``reverse`` / ``skew``: the
+        scheduler's order (module docstring; at most one of them).
 
         Raises:
             HostKernelError: wrong argument count/kind, ``__trap()``, a barrier deadlock, or a grid barrier
-                whose participants do not match its count (or one reached outside a cooperative launch).
+                whose participants do not match its count (or one reached outside a cooperative launch);
+                ``reverse`` and ``skew`` both set.
         """
+        if reverse and skew:
+            raise HostKernelError(f"{self.entry}: reverse and skew are two scheduler orders; pick one")
         grid = tuple(int(g) for g in (tuple(grid) + (1, 1))[:3])
         threads = int(block[0] if isinstance(block, (tuple, list)) else block)
         if len(args) != len(self.params):
@@ -590,7 +611,8 @@ class HostKernel:
             else:
                 raise HostKernelError(f"{self.entry}: unsupported parameter type {typ!r} ({name})")
         arr = (ctypes.c_void_p * len(holders))(*[ctypes.cast(ctypes.pointer(h), ctypes.c_void_p) for h in holders])
-        rc = self._lib.shim_launch(grid[0], grid[1], grid[2], threads, int(smem), int(reverse), int(cooperative), arr)
+        rc = self._lib.shim_launch(grid[0], grid[1], grid[2], threads, int(smem), 2 if skew else int(reverse),
+                                   int(cooperative), arr)
         if rc == 1:
             raise HostKernelError(f"{self.entry}: __trap() (grid {grid}, block {threads}, smem {smem})")
         if rc == 2:

@@ -87,9 +87,11 @@ def _weights(rng, prob: GemvProblem):
     return np.ascontiguousarray(w.view(np.uint16)), None, w.astype(np.float32)
 
 
-def _run(prob: GemvProblem, launch, seed: int, source: str | None = None, x_scale=None, x_edit=None):
+def _run(prob: GemvProblem, launch, seed: int, source: str | None = None, x_scale=None, x_edit=None,
+         skew: bool = False):
     """Run one launch on the emulator and check it against :func:`reference` (``x_scale``: per-token factors of
-    x, [T]; ``x_edit``: a function that changes the fp32 x [T, K] in place before its bf16 rounding)."""
+    x, [T]; ``x_edit``: a function that changes the fp32 x [T, K] in place before its bf16 rounding; ``skew``: the
+    emulator's skewed warp order, cuda_host's docstring)."""
     from cuda_host import HostKernel
 
     rng = np.random.default_rng(seed)
@@ -128,7 +130,7 @@ def _run(prob: GemvProblem, launch, seed: int, source: str | None = None, x_scal
     spec = launch.kernel
     hk = HostKernel(source or spec.render(), spec.entry)
     hk.launch(launch.grid, launch.block, kernel_args(prob, launch, w_dev, x_dev, y, ws, barrier, scales=scales, **extra),
-              smem=launch.dynamic_smem_bytes, cooperative=launch.cooperative)
+              smem=launch.dynamic_smem_bytes, cooperative=launch.cooperative, skew=skew)
     ref_prob = GemvProblem(k, prob.n, prob.epilogue, unit_offset=prob.unit_offset, in_norm=prob.in_norm)
     ref = reference(ref_prob, x, w_ref, y_in, **ref_extra, dp=bool(dict(spec.params).get("dp", False)))
     if prob.norm_out:
@@ -332,6 +334,34 @@ def test_dp_persistent_ranges_cross_token_chunks(fmt, epilogue, in_norm):
     if prob.norm_out:
         assert FAM_DP.norm_parts(launch) == rb
     _run(prob, launch, seed=23, x_scale=[1.0, 30.0, 1e-2])
+    _run(prob, launch, seed=23, x_scale=[1.0, 30.0, 1e-2], skew=True)
+
+
+@pytest.mark.parametrize("carry", [True, False])
+def test_skewed_warps_catch_a_missing_barrier_before_restaging_x(carry):
+    """A negative control for the emulator's skewed order: a persistent dp CTA whose range crosses a token chunk
+    must not restage x while its other warps still read the old chunk's. Without that barrier the kernel still
+    passes in thread (and reverse) order -- every warp has the same barriers, so they stay in step -- but under
+    ``skew`` warp 0 runs ahead into the restaging and the others read the new token's x."""
+    fam = GemvCoopFamily(plain_shapes=((128, 1),), coop_threads=(256,), w4_mma_tiles=(), w8_mma_tiles=(),
+                         w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4), dp_shapes=((128, 1),), dp_carry=(carry,))
+    prob = GemvProblem(1024, 100, "swiglu", "w8", in_norm="parts")
+    spec = fam.spec(prob, 128, "plain", 1, 1)
+    c = PlanContext(ARCH, 1, {u: r for u, (_, r) in compile_variants([spec], ARCH).items()})
+    launch = fam.launch_variant(prob, 3, c, 128, "plain", max_tokens=1, k_warps=1)
+    launch = dataclasses.replace(launch, grid=(2, 1, 1))  # 75 items (25 per token) over 2 CTAs: both cross a chunk
+    src = launch.kernel.render()
+    if carry:
+        needle = ("    if (kKWarps > 1 || kNormParts || (item + 1 < item_end && (item + 1) / (row_blocks * splits) != "
+                  "chunk)) __syncthreads();\n")
+    else:
+        needle = "    __syncthreads();  // every warp is done with this item's shared buffers (red, ss_group, x) before the next\n"
+    assert src.count(needle) == 1
+    mutant = src.replace(needle, "")
+    _run(prob, launch, seed=5, source=mutant, x_scale=[1.0, 30.0, 1e-2])  # in step: unseen
+    with pytest.raises(AssertionError):
+        _run(prob, launch, seed=5, source=mutant, x_scale=[1.0, 30.0, 1e-2], skew=True)
+    _run(prob, launch, seed=5, x_scale=[1.0, 30.0, 1e-2], skew=True)  # the real source passes skewed
 
 
 def persistent_ranges(items: int, grid: int) -> list[tuple[int, int]]:
