@@ -8,7 +8,9 @@ The rendered source (template + inlined headers) is compiled by the host C++ com
   is not separated from another thread's write by a barrier, in either direction). Both keep the warps in step
   from barrier to barrier, so a race between warps whose barrier sequences are alike goes unseen; ``skew`` runs
   the lowest warp with a ready lane alone, through its warp barriers, until it waits at ``__syncthreads`` or is
-  done -- each warp as far ahead of the next as the CTA barriers allow. A warp whose lanes wait
+  done -- each warp as far ahead of the next as the CTA barriers allow (non-cooperative launches only;
+  ``NINFERC_EMU_SKEW=1`` runs every non-cooperative launch that does not ask for reverse order skewed: an audit of the
+  whole emulated tier). A warp whose lanes wait
   at different barriers, or a CTA split between ``__syncthreads`` and a warp barrier, is reported as a
   deadlock (undefined behaviour on the GPU);
 * ``__shared__`` becomes ``static`` (one CTA at a time), dynamic shared memory is a buffer filled with NaN
@@ -578,15 +580,20 @@ class HostKernel:
         """Run the grid. ``args`` in kernel order: numpy arrays (passed by address; must stay alive and
         contiguous), numpy/int/float scalars, or ``np.uint64(0)`` for a null pointer. ``cooperative``: every
         CTA's fibers live at once and grid barriers are honoured (module docstring). ``reverse`` / ``skew``: the
-        scheduler's order (module docstring; at most one of them).
+        scheduler's order (module docstring; at most one of them; ``skew`` not with ``cooperative``).
 
         Raises:
             HostKernelError: wrong argument count/kind, ``__trap()``, a barrier deadlock, or a grid barrier
                 whose participants do not match its count (or one reached outside a cooperative launch);
-                ``reverse`` and ``skew`` both set.
+                ``reverse`` and ``skew`` both set, or ``skew`` with ``cooperative``.
         """
         if reverse and skew:
             raise HostKernelError(f"{self.entry}: reverse and skew are two scheduler orders; pick one")
+        if not reverse and not cooperative and os.environ.get("NINFERC_EMU_SKEW") == "1":
+            skew = True  # the whole emulated tier's non-cooperative launches, skewed (an audit)
+        if skew and cooperative:
+            raise HostKernelError(f"{self.entry}: the skewed order is for non-cooperative launches (a cooperative "
+                                  "launch's CTAs take turns at grid barriers and counter waits)")
         grid = tuple(int(g) for g in (tuple(grid) + (1, 1))[:3])
         threads = int(block[0] if isinstance(block, (tuple, list)) else block)
         if len(args) != len(self.params):
