@@ -14,13 +14,9 @@ import sys
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 
-from gemv_ksplit_sweep import Bufs, time_graph, write_rows  # noqa: E402
+from gemv_ksplit_sweep import Bufs, device_setup, load_specs, time_graph, write_rows  # noqa: E402
 
-from ninferc.runtime.kernels import DeviceKernel, cupy, device_arch, device_bandwidth_gbs, device_sm_count  # noqa: E402
-from ninferc.targets.arch import get_arch  # noqa: E402
-from ninferc.targets.cubin import read_resources  # noqa: E402
 from ninferc.targets.kernels.gemv_coop import GemvCoopFamily, GemvProblem  # noqa: E402
-from ninferc.targets.plan import PlanContext  # noqa: E402
 
 #: (name, K, N, [(epilogue, in_norm), ...]): the decode step's form first
 CASES = [("gate_up", 5120, 17408, [("swiglu", "parts"), ("swiglu", "none")]),
@@ -35,9 +31,7 @@ def main(argv=None) -> int:
     ap.add_argument("--formats", default="w4,w8")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
-    cp = cupy()
-    arch, sms, bw = get_arch(device_arch()), device_sm_count(), device_bandwidth_gbs()
-    stream = cp.cuda.Stream(non_blocking=True)
+    cp, arch, sms, bw, stream = device_setup()
     rows = []
     for fmt in a.formats.split(","):
         fams = {(rw, pers): GemvCoopFamily(plain_shapes=tuple(SHAPES), quant_rows_per_warp=rw, norm_rows_per_warp=rw,
@@ -45,10 +39,8 @@ def main(argv=None) -> int:
         for name, k, n, forms in CASES:
             for ep, inn in forms:
                 p = GemvProblem(k, n, ep, fmt, in_norm=inn)
-                specs = {s.uri: s for f in fams.values() for s in f.variants(p) if s.param("max_tokens") == 1}
-                loaded = {u: DeviceKernel.from_spec(s) for u, s in specs.items()}
-                res = {u: read_resources(kk.compiled.cubin, arch.name, kk.compiled.ptx)[kk.entry] for u, kk in loaded.items()}
-                ctx = PlanContext(arch, sms, res, bandwidth_gbs=bw)
+                loaded, ctx = load_specs([s for f in fams.values() for s in f.variants(p)
+                                          if s.param("max_tokens") == 1], arch, sms, bw)
                 bufs = Bufs(cp, p, 1 << 30)
                 for (rw, pers), fam in fams.items():
                     for th, kw in SHAPES:
@@ -59,7 +51,7 @@ def main(argv=None) -> int:
                         t = time_graph(cp, stream, calls)
                         rows.append({"fmt": fmt, "shape": name, "epilogue": ep, "in_norm": inn, "rw": rw,
                                      "persistent": pers, "threads": th, "k_warps": kw, "ctas": ln.ctas,
-                                     "ctas_per_sm": ln.ctas_per_sm, "regs": res[ln.kernel.uri].registers,
+                                     "ctas_per_sm": ln.ctas_per_sm, "regs": ctx.resources[ln.kernel.uri].registers,
                                      "us": t * 1e6, "gbps": p.weight_bytes / t / 1e9})
                 best = min((r for r in rows if r["fmt"] == fmt and r["shape"] == name and r["epilogue"] == ep
                             and r["in_norm"] == inn), key=lambda r: r["us"])

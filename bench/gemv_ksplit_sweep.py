@@ -103,6 +103,35 @@ def time_graph(cp, stream, calls, reps: int = 5) -> float:
     return float(np.median(ts))
 
 
+def device_setup():
+    """The current device as every GEMV sweep starts from it: (cupy module, :class:`Arch`, SM count, DRAM GB/s or
+    None -- ``device_bandwidth_gbs`` --, a non-blocking stream).
+
+    Raises:
+        TargetError: no CuPy, no usable device, or a compute capability ninferc has no target for."""
+    cp = cupy()
+    arch, sms, bw = get_arch(device_arch()), device_sm_count(), device_bandwidth_gbs()
+    return cp, arch, sms, bw, cp.cuda.Stream(non_blocking=True)
+
+
+def load_specs(specs, arch, sms: int, bw, jobs: int = 1):
+    """Compile ``specs`` on the device (``DeviceKernel.from_spec``, ``jobs`` threads) and read their resources.
+
+    Returns:
+        ({uri: DeviceKernel}, a :class:`PlanContext` of ``sms`` SMs and ``bw`` GB/s over those resources).
+
+    Raises:
+        CompileError: NVRTC failed on the device."""
+    todo = {s.uri: s for s in specs}
+    if jobs > 1:
+        with ThreadPoolExecutor(jobs) as pool:
+            loaded = dict(zip(todo, pool.map(DeviceKernel.from_spec, todo.values())))
+    else:
+        loaded = {u: DeviceKernel.from_spec(s) for u, s in todo.items()}
+    res = {u: read_resources(k.compiled.cubin, arch.name, k.compiled.ptx)[k.entry] for u, k in loaded.items()}
+    return loaded, PlanContext(arch, sms, res, bandwidth_gbs=bw)
+
+
 def write_rows(path: str, cp, sms: int, bandwidth_gbs: float, script: str, argv, rows: list, **extra) -> None:
     """Write a device sweep's rows as JSON with provenance (GPU, SMs, DRAM bandwidth, commit, command, date)."""
     with open(path, "w") as f:
@@ -119,10 +148,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, default=1, help="T of every launch (the token tile is the family's for T)")
     ap.add_argument("--min-bytes", type=int, default=1 << 30, help="weight bytes per timed graph (distinct copies)")
     a = ap.parse_args(argv)
-    cp = cupy()
     t_start = time.time()
-    arch, sms, bw = get_arch(device_arch()), device_sm_count(), device_bandwidth_gbs()
-    stream = cp.cuda.Stream(non_blocking=True)
+    cp, arch, sms, bw, stream = device_setup()
     planner = GemvCoopFamily()
     rows = []
     for fmt in a.formats.split(","):
@@ -143,13 +170,10 @@ def main(argv=None) -> int:
                                                       w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4),
                                                       dp_persistent=kind == "dpp")
         probs = {name: GemvProblem(K, N, ep, fmt, in_norm=inn) for name, K, N, ep, inn in SHAPES}
-        todo = {s.uri: s for p in probs.values() for fam in (planner, *fams.values()) for s in fam.variants(p)
-                if s.param("max_tokens") == planner.tile_for(a.tokens)}
+        todo = [s for p in probs.values() for fam in (planner, *fams.values()) for s in fam.variants(p)
+                if s.param("max_tokens") == planner.tile_for(a.tokens)]
         t0 = time.time()
-        with ThreadPoolExecutor(16) as pool:
-            loaded = dict(zip(todo, pool.map(DeviceKernel.from_spec, todo.values())))
-        res = {u: read_resources(k.compiled.cubin, arch.name, k.compiled.ptx)[k.entry] for u, k in loaded.items()}
-        ctx = PlanContext(arch, sms, res, bandwidth_gbs=bw)
+        loaded, ctx = load_specs(todo, arch, sms, bw, jobs=16)
         print(f"{fmt}: {len(loaded)} kernels compiled in {time.time() - t0:.1f} s (DRAM {bw} GB/s)", flush=True)
         for name, p in probs.items():
             bufs = Bufs(cp, p, a.min_bytes)
@@ -161,7 +185,7 @@ def main(argv=None) -> int:
                          for i in range(max(bufs.copies, 24))]
                 t = time_graph(cp, stream, calls)
                 r = {"fmt": fmt, "shape": name, "tag": tag, "uri": ln.kernel.uri, "route": ln.route, "ctas": ln.ctas,
-                     "split_k": ln.split_k, "ctas_per_sm": ln.ctas_per_sm, "regs": res[ln.kernel.uri].registers,
+                     "split_k": ln.split_k, "ctas_per_sm": ln.ctas_per_sm, "regs": ctx.resources[ln.kernel.uri].registers,
                      "us": t * 1e6, "gbps": p.weight_bytes / t / 1e9, **extra}
                 rows.append(r)
                 return r

@@ -17,13 +17,9 @@ import sys
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 
-from gemv_ksplit_sweep import Bufs, time_graph, write_rows  # noqa: E402
+from gemv_ksplit_sweep import Bufs, device_setup, load_specs, time_graph, write_rows  # noqa: E402
 
-from ninferc.runtime.kernels import DeviceKernel, cupy, device_arch, device_bandwidth_gbs, device_sm_count  # noqa: E402
-from ninferc.targets.arch import get_arch  # noqa: E402
-from ninferc.targets.cubin import read_resources  # noqa: E402
 from ninferc.targets.kernels.gemv_coop import GemvCoopFamily, GemvProblem  # noqa: E402
-from ninferc.targets.plan import PlanContext  # noqa: E402
 
 #: (name, K, (N as planned, N filling every SM), epilogue, in_norm) as the 27B decode step lowers them
 CASES = [("down", 17408, (5120, 5280), "add_norm_parts", "none"),
@@ -38,9 +34,7 @@ def main(argv=None) -> int:
     ap.add_argument("--formats", default="w8,w4")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
-    cp = cupy()
-    arch, sms, bw = get_arch(device_arch()), device_sm_count(), device_bandwidth_gbs()
-    stream = cp.cuda.Stream(non_blocking=True)
+    cp, arch, sms, bw, stream = device_setup()
     fam = GemvCoopFamily()
     rows = []
     for fmt in a.formats.split(","):
@@ -48,11 +42,7 @@ def main(argv=None) -> int:
             got = []
             for n in ns:
                 p = GemvProblem(k, n, ep, fmt, in_norm=inn)
-                specs = {s.uri: s for s in fam.variants(p) if s.param("max_tokens") == 1}
-                loaded = {u: DeviceKernel.from_spec(s) for u, s in specs.items()}
-                res = {u: read_resources(kk.compiled.cubin, arch.name, kk.compiled.ptx)[kk.entry]
-                       for u, kk in loaded.items()}
-                ctx = PlanContext(arch, sms, res, bandwidth_gbs=bw)
+                loaded, ctx = load_specs([s for s in fam.variants(p) if s.param("max_tokens") == 1], arch, sms, bw)
                 ln = fam.launch(p, 1, ctx)
                 kk = loaded[ln.kernel.uri]
                 bufs = Bufs(cp, p, 1 << 30)
@@ -60,7 +50,7 @@ def main(argv=None) -> int:
                                                stream=stream, pdl=True) for i in range(max(bufs.copies, 24))]
                 t = min(time_graph(cp, stream, calls) for _ in range(3))
                 row = {"fmt": fmt, "shape": name, "k": k, "n": n, "uri": ln.kernel.uri, "grid": ln.ctas,
-                       "ctas_per_sm": ln.ctas_per_sm, "regs": res[ln.kernel.uri].registers, "us": t * 1e6,
+                       "ctas_per_sm": ln.ctas_per_sm, "regs": ctx.resources[ln.kernel.uri].registers, "us": t * 1e6,
                        "gbps": p.weight_bytes / t / 1e9, "bytes": p.weight_bytes}
                 rows.append(row)
                 got.append(row)
