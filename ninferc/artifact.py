@@ -315,11 +315,17 @@ class ArtifactWeights(Mapping):
         return name in self.art._tensors
 
 
+def _count(v) -> str:
+    """An int with thousands separators, anything else (a missing header field) as '?'."""
+    return f"{v:,}" if isinstance(v, int) else "?"
+
+
 def describe_artifact(path: str | Path) -> list[str]:
     """Lines for `ninferc inspect FILE.ninfer`: header, plan summary and tensors by dtype."""
     art = Artifact.open(path)
     h = art.header
     tgt = h.get("target", {})
+    comp = h.get("compile", {})
     by_dtype: dict[str, int] = {}
     for t in h["tensors"]:
         by_dtype[t["dtype"]] = by_dtype.get(t["dtype"], 0) + t["nbytes"]
@@ -331,6 +337,8 @@ def describe_artifact(path: str | Path) -> list[str]:
         f"tensors: {len(h['tensors'])}, " + ", ".join(f"{k} {v:,} bytes" for k, v in sorted(by_dtype.items())),
         f"weights: {h.get('compile', {}).get('weights', 'bf16')}, KV cache {h.get('compile', {}).get('kv_dtype', 'bf16')}; "
         "bytes by format: " + ", ".join(f"{k} {v:,}" for k, v in art.graph().bytes_by_format().items()),
+        f"compiled for: max context {_count(comp.get('max_context'))} tokens (run --max-context's default), "
+        f"KV page {_count(comp.get('page_size'))} tokens",
         f"kernels: {len(h.get('kernels', []))}; launches planned: {len(h.get('plan', {}).get('kernels', []))}",
         f"blobs: {', '.join(b['name'] for b in h['blobs'][:6])}{' …' if len(h['blobs']) > 6 else ''}",
     ]

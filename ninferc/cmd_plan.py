@@ -32,7 +32,8 @@ def _load_config(model_dir: str) -> dict:
 @click.option("--sms", type=click.IntRange(min=1), default=None, help="SM count, when planning without a SKU.")
 @click.option("--preset", default=None, help="Model-shape preset instead of MODEL_DIR (e.g. qwen3.8-27b).")
 @click.option("--tokens", "tokens", type=click.IntRange(min=1), multiple=True,
-              help="Prefill token count T to plan (repeatable). Default: 1 64 1024 8192.")
+              help="Prefill token count T to plan (repeatable; at most --max-context). Default: those of 1 64 1024 "
+                   "8192 within --max-context.")
 @click.option("--batch", "batches", type=click.IntRange(min=1), multiple=True,
               help="Decode batch B (sequences, one token each) to plan (repeatable). Default: 1 4 16.")
 @click.option("--max-context", default=4096, type=click.IntRange(min=1), show_default=True, help="KV capacity per sequence (tokens).")
@@ -64,11 +65,17 @@ def plan_cmd(model_dir, target, sku, sms, preset, tokens, batches, max_context, 
         )
     cfg = get_preset(preset) if preset is not None else ModelConfig.from_dir(model_dir)
     cfg.check_context(max_context)
+    too_long = sorted(t for t in tokens if t > max_context)
+    if too_long:
+        raise PlanError(f"ninferc plan: --tokens {too_long[-1]} is more than --max-context {max_context}: a prefill "
+                        "chunk holds at most the context's tokens (raise --max-context, up to the model's "
+                        f"{cfg.max_position_embeddings:,})")
+    tokens = tokens or tuple(t for t in PREFILL_TOKENS if t <= max_context) or (max_context,)
     from ninferc.ir.quant import recipe_name
 
     plan = plan_for_config(cfg, arch.name, weights=recipe_name(weights, recipe), kv_dtype=kv_dtype,
                            sku=sku, sms=sms, max_context=max_context, page_size=page_size,
-                           decode_batches=batches or DECODE_BATCHES, prefill_tokens=tokens or PREFILL_TOKENS)
+                           decode_batches=batches or DECODE_BATCHES, prefill_tokens=tokens)
     if as_json:
         click.echo(plan.dumps(), nl=False)
     else:

@@ -45,11 +45,13 @@ def compile_model(
     from ninferc.ir.passes import run_pipeline
     from ninferc.ir.qwen3_5 import build_graph
     from ninferc.ir.weights import NP_DTYPES, GraphWeights
+    from ninferc.targets.lower import check_page_size
     from ninferc.targets.model_plan import plan_model
 
     model_dir = Path(model_dir)
     ck = Checkpoint(model_dir)                                    # load: config + lazily read weights
     ck.config.check_context(max_context)
+    check_page_size(page_size)                                    # before any work: the KV page's rule
     graph = build_graph(ck.config, lm_rows="last")                # build: the IR of one model step
     graph = run_pipeline(graph, weights=weights, kv_dtype=kv_dtype,  # passes: validate, fuse, formats, memory
                          dump_dir=dump_ir)

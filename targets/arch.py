@@ -162,7 +162,8 @@ def get_arch(name: str | Arch) -> Arch:
 
     Args:
         name: ``"sm_89"`` (also accepted: ``"sm89"``, ``"89"``, ``"8.9"``; ``"sm_120"`` means
-            ``sm_120a``), or an :class:`Arch` (returned as is).
+            ``sm_120a``, and ``"sm_90a"`` means ``sm_90``, whose arch-specific kernels are compiled for sm_90a
+            under that target), or an :class:`Arch` (returned as is).
 
     Raises:
         TargetError: unknown target; the message names the value and the supported list.
@@ -170,8 +171,7 @@ def get_arch(name: str | Arch) -> Arch:
     if isinstance(name, Arch):
         return name
     key = _normalise(name)
-    if key == "sm_120":
-        key = "sm_120a"
+    key = {"sm_120": "sm_120a", "sm_90a": "sm_90"}.get(key, key)
     try:
         return ARCHS[key]
     except KeyError:

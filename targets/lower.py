@@ -314,6 +314,18 @@ def _attn_problem(op: Op, graph: Graph, page_size: int, max_context: int) -> Att
     return p
 
 
+def check_page_size(page_size: int) -> None:
+    """Refuse a KV page size the attention kernels cannot take: ``page_size`` tokens per page must be a positive
+    multiple of 32 (the attention kernels take a page as a whole number of warp-wide key groups:
+    ``targets.kernels.attention``'s problem check asks page_size % 32 == 0; this check runs before any work).
+
+    Raises:
+        PlanError: naming the value and the rule.
+    """
+    if page_size < 32 or page_size % 32:
+        raise PlanError(f"KV page size {page_size} must be a positive multiple of 32 tokens")
+
+
 def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096, fuse_norm: bool = True) -> Program:
     """Lower a compiled graph (after :func:`ninferc.ir.passes.run_pipeline`) to kernel steps.
 
@@ -324,8 +336,7 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096, fuse_no
     Raises:
         PlanError: an op kind with no kernel, or a fused op whose layout the kernels do not take.
     """
-    if page_size < 32 or page_size % 32:
-        raise PlanError(f"KV page size {page_size} must be a positive multiple of 32 tokens")
+    check_page_size(page_size)
     if max_context < 1:
         raise PlanError(f"max context {max_context} must be at least 1 token")
     prog = Program(page_size=page_size, max_context=max_context)

@@ -19,6 +19,7 @@ from ninferc.ir.graph import Graph
 from ninferc.targets.arch import get_arch
 from ninferc.targets.lower import Program, Step, drop_unneeded_steps, lower, step_launch, step_variants
 from ninferc.targets.nvrtc import DEFAULT_OPTIONS, nvrtc_version
+from ninferc.targets.skus import typical_sku
 from ninferc.targets.plan import (KernelResources, KernelSpec, Launch, PlanContext, _dump_json, check_launch,
                                   compile_variants, resolve_sms)
 from ninferc.targets.skus import Sku
@@ -133,8 +134,8 @@ class ModelPlan:
         fmt = f", weights {fmts['weights']}, KV {fmts['kv_dtype']}" if fmts else ""
         ctx = self.context()
         bw = (f"DRAM {ctx.bandwidth_gbs:,.0f} GB/s (SKU datasheet)" if ctx.bandwidth_gbs is not None else
-              f"DRAM bandwidth unknown (GEMV cost model assumes {ctx.bandwidth_per_sm_gbs:.1f} GB/s per SM, the arch's "
-              "typical SKU)")
+              f"DRAM bandwidth unknown (GEMV cost model assumes {ctx.bandwidth_per_sm_gbs:.1f} GB/s per SM, the "
+              f"{typical_sku(self.target).name}'s: the median of the {self.target} SKUs)")
         lines = [f"target {self.target}{sku}, {self.sms} SMs, {bw}, NVRTC {self.nvrtc[0]}.{self.nvrtc[1]}, "
                  f"max context {self.program.max_context}, KV page {self.program.page_size} tokens{fmt}",
                  "columns: x = layers sharing the row; B=n / T=n = grid CTAs for a decode step of n sequences / a "

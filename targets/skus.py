@@ -130,17 +130,29 @@ def skus_for_arch(arch: str) -> list[Sku]:
     return [s for s in SKUS if s.arch == a.name]
 
 
-def typical_bandwidth_per_sm(arch: str) -> float:
-    """The median of ``bandwidth_gbs / sms`` over the SKUs of ``arch`` (GB/s per SM): what a plan made for a
-    bare SM count (``--sms``, no SKU) assumes about the DRAM bandwidth each SM can draw on.
+def typical_sku(arch: str) -> Sku:
+    """The SKU of ``arch`` whose DRAM bandwidth per SM (``bandwidth_gbs / sms``) is the median of the arch's SKUs
+    (the upper median for an even count): the card a plan made for a bare SM count (``--sms``, no SKU) takes its
+    bandwidth per SM from.
 
     Raises:
         TargetError: unknown arch, or an arch with no SKU in the table.
     """
-    per = sorted(s.bandwidth_gbs / s.sms for s in skus_for_arch(arch))
+    per = sorted(skus_for_arch(arch), key=lambda s: s.bandwidth_gbs / s.sms)
     if not per:
         raise TargetError(f"no SKU of {arch} in the table: no typical bandwidth per SM")
     return per[len(per) // 2]
+
+
+def typical_bandwidth_per_sm(arch: str) -> float:
+    """What a plan made for a bare SM count (``--sms``, no SKU) assumes about the DRAM bandwidth each SM can draw
+    on, GB/s per SM: :func:`typical_sku`'s ``bandwidth_gbs / sms`` (the median over the SKUs of ``arch``).
+
+    Raises:
+        TargetError: unknown arch, or an arch with no SKU in the table.
+    """
+    s = typical_sku(arch)
+    return s.bandwidth_gbs / s.sms
 
 
 def get_sku(name: str, arch: str | None = None) -> Sku:

@@ -91,6 +91,10 @@ def test_run_defaults_to_the_artifacts_compiled_context(tiny_dir, tmp_path):
     assert r.exit_code == 0, r.output
     r = CliRunner().invoke(main, ["run", str(out), "--backend", "reference", "--prompt", "abc", "--max-new", "20"])
     assert r.exit_code == 2 and "over --max-context 16" in r.output, r.output
+    # and `inspect` says so before anything is run
+    r = CliRunner().invoke(main, ["inspect", str(out)])
+    assert r.exit_code == 0 and "compiled for: max context 16 tokens" in r.output and "KV page 64 tokens" in r.output, \
+        r.output
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -111,6 +115,8 @@ def test_cli_rejects_bad_input_clearly(tiny_dir, args, needle):
     r = CliRunner().invoke(main, [a.format(tiny=tiny_dir) for a in args])
     assert r.exit_code == 2 and needle in r.output, r.output
     assert "Traceback" not in r.output
+    if "KV page size" in needle:
+        assert "graph:" not in r.output  # refused before the graph is built, not after
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -22,6 +22,7 @@ def test_get_arch_names_and_errors():
     assert get_arch("sm_89").cc == (8, 9)
     assert get_arch("SM89") is get_arch("89") is get_arch("8.9") is get_arch("sm_89")
     assert get_arch("sm_120").name == "sm_120a"
+    assert get_arch("sm_90a").name == "sm_90"  # Hopper's arch-specific kernels are built under the sm_90 target
     with pytest.raises(TargetError) as e:
         get_arch("sm_75")
     msg = str(e.value)

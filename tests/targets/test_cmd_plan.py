@@ -7,6 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from ninferc.cli import main
+from ninferc.targets.skus import typical_sku
 
 from ninferc.testing import models_dir
 
@@ -47,6 +48,21 @@ def test_table_with_sms_only():
                 "waves", "route"):
         assert col in head
     assert "100 SMs" in r.output.splitlines()[0]
+    # no SKU: the first line names the card whose bandwidth per SM the cost model assumes
+    assert f"the {typical_sku('sm_90').name}'s: the median of the sm_90 SKUs" in r.output.splitlines()[0]
+    # the default prefill columns stop at --max-context (4096): no 8,192-token chunk fits that context
+    assert "T=8192" not in head
+
+
+def test_default_prefill_columns_follow_max_context():
+    r = run("--target", "sm_90", "--sms", "100", "--preset", "qwen3.8-27b", "--max-context", "8192", "--batch", "1",
+            "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["prefill_tokens"] == [1, 64, 1024, 8192]
+    r = run("--target", "sm_90", "--sms", "100", "--preset", "qwen3.8-27b", "--max-context", "32", "--batch", "1",
+            "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["prefill_tokens"] == [1]
 
 
 def test_model_dir():
@@ -68,6 +84,8 @@ def test_model_dir():
      "the embedding gather reads bf16 or w8"),
     (("--target", "sm_89", "--sms", "92", "--preset", "qwen3.8-27b", "--recipe", "mlpx=w4"), "bad override 'mlpx=w4'"),
     (("--target", "sm_89", "--sms", "92", "--preset", "qwen3.8-27b", "--kv-dtype", "fp8"), "'fp8' is not one of"),
+    (("--target", "sm_89", "--sms", "92", "--preset", "qwen3.8-27b", "--tokens", "1", "--tokens", "100000"),
+     "--tokens 100000 is more than --max-context 4096"),
 ])
 def test_errors_are_one_line_exit_2(args, needle):
     r = run(*args)
