@@ -5,6 +5,6 @@
 source bench/gpu_setup.sh
 KW2="gemv_coop.dp_shapes_by_epilogue=(('swiglu',((256,2),)),)"
 CAP="gemv_coop.dp_min_ctas=(('w8','store',256,4),('w4','swiglu',256,4))"
-timeout 100 python3 bench/plan_rows.py --weights w4 now "kw2:$KW2" "kw2cap:$KW2;$CAP" 2>&1 | grep -E "^==|gate_up" | cut -c1-200
+timeout 80 python3 bench/plan_rows.py --weights w4 now "kw2:$KW2" "kw2cap:$KW2;$CAP" 2>&1 | grep -E "^==|gate_up" | cut -c1-200
 ab_run w4_kw2_512 w4 260 --repeat-first --context 512 --max-context 8248 now "kw2:$KW2" "kw2cap:$KW2;$CAP" "cap:$CAP"
-ab_run w8_kw2_512 w8 150 --context 512 --max-context 8248 now "kw2:$KW2"
+ab_run w8_kw2_512 w8 120 --context 512 --max-context 8248 now "kw2:$KW2"
