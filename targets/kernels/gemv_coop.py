@@ -492,10 +492,6 @@ class GemvCoopFamily:
             registers, no spills on NVRTC 13.0 / 13.5; 72 uncapped on 13.0, 3 CTAs/SM): on the H200 the w8 GDN in
             kernel's last CTA exit 23.9 -> 22.0 us; capping gate|up (swiglu) too cost it 1.0 us (bench/NOTES.md
             run 105: both capped, 27B w8 step 1.0075x).
-        dp_shapes_by_epilogue: a probe's option (empty by default): ``((epilogue, shapes), ...)`` replaces
-            ``dp_shapes`` for the dp problems of that epilogue, e.g. ``(("swiglu", ((256, 2),)),)`` runs every
-            one-token gate|up with two warps per row group (K split in two inside the CTA) and leaves the other GEMVs
-            as planned (bench/family_ab.py A/Bs; bench/NOTES.md run 181).
         trace_epilogues: a probe's option (never planned by default): the dp variants of these epilogues (e.g.
             ``("swiglu",)``: every gate|up GEMV) are compiled with the template's ``trace`` records, so
             ``bench/attn_trace_probe.py --family gemv_coop`` can read their per-CTA timeline inside the graph-replayed
@@ -525,7 +521,6 @@ class GemvCoopFamily:
                  dp_deep_threads: tuple[int, ...] = (640,),
                  dp_min_ctas: tuple[tuple[str, str, int, int], ...] = (("w8", "store", 256, 4),),
                  trace_epilogues: tuple[str, ...] = (),
-                 dp_shapes_by_epilogue: tuple[tuple[str, tuple[tuple[int, int], ...]], ...] = (),
                  mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))):
         bad_shape = [s for s in (*plain_shapes, *mma_shapes, *dp_shapes)
                      if s[0] % WARP or s[0] <= 0 or s[1] < 1 or (s[0] // WARP) % s[1]]
@@ -584,17 +579,11 @@ class GemvCoopFamily:
         if bad:
             raise PlanError(f"gemv_coop: trace_epilogues {bad} must be epilogues ({', '.join(EPILOGUES)})")
         self.trace_epilogues = tuple(str(e) for e in trace_epilogues)
-        bad = [e for e, _ in dp_shapes_by_epilogue if e not in EPILOGUES]
-        if bad:
-            raise PlanError(f"gemv_coop: dp_shapes_by_epilogue keys {bad} must be epilogues ({', '.join(EPILOGUES)})")
-        self.dp_shapes_by_epilogue = tuple((str(e), tuple((int(t), int(k)) for t, k in sh))
-                                           for e, sh in dp_shapes_by_epilogue)
 
     @property
     def threads(self) -> tuple[int, ...]:
         """Every thread count the family compiles (plain, mma, dp and cooperative)."""
-        extra = [sh for _, shapes in getattr(self, "dp_shapes_by_epilogue", ()) for sh in shapes]
-        return tuple(sorted({t for t, _ in (*self.plain_shapes, *self.mma_shapes, *self.dp_shapes, *extra)}
+        return tuple(sorted({t for t, _ in (*self.plain_shapes, *self.mma_shapes, *self.dp_shapes)}
                             | set(self.coop_threads)))
 
     def coop_threads_for(self, problem: GemvProblem, tile: int) -> tuple[int, ...]:
@@ -614,7 +603,7 @@ class GemvCoopFamily:
         if self.mma_for(problem, tile) and problem.wfmt == "w8":
             return self.mma_shapes
         if self.dp_for(problem, tile):
-            return dict(self.dp_shapes_by_epilogue).get(problem.epilogue, self.dp_shapes)
+            return self.dp_shapes
         if self.mma_for(problem, tile):
             return tuple(s for s in self.mma_shapes if mma_stages(s[0], tile) >= 2)
         return self.plain_shapes
