@@ -394,32 +394,55 @@ def recipe(name: str) -> dict[str, str]:
     if not parts or parts[0] not in RECIPES:
         raise QuantError(f"unknown weight recipe {name!r}; base recipes: {sorted(RECIPES)} "
                          "(optionally followed by ,group=format overrides)")
-    out = dict(RECIPES[parts[0]])
-    for ov in parts[1:]:
+    return _with_overrides(parts[0], parts[1:], f"recipe {name!r}")
+
+
+def _with_overrides(base: str, overrides: list[str], where: str) -> dict[str, str]:
+    """``RECIPES[base]`` with each ``group=format`` of ``overrides`` applied; ``where`` names the user's text in
+    errors (e.g. ``"--recipe 'mlp=w8'"``).
+
+    Raises:
+        QuantError: a malformed override, an unknown group or format, a quantised format for ``norm`` / ``other``,
+            or a group given twice.
+    """
+    out = dict(RECIPES[base])
+    given: dict[str, str] = {}
+    for ov in overrides:
         group, eq, fmt = ov.partition("=")
         group, fmt = group.strip(), fmt.strip()
         if not eq or group not in GROUPS:
-            raise QuantError(f"recipe {name!r}: bad override {ov!r}; expected group=format with group in "
+            raise QuantError(f"{where}: bad override {ov!r}; expected group=format with group in "
                              f"{', '.join(g for g in GROUPS if g not in NEVER_QUANTISED)} (and "
                              f"{', '.join(NEVER_QUANTISED)}, which only take bf16)")
         if fmt not in FORMATS:
-            raise QuantError(f"recipe {name!r}: unknown format {fmt!r} for {group}; choose from "
+            raise QuantError(f"{where}: unknown format {fmt!r} for {group}; choose from "
                              f"{', '.join(FORMATS)}")
         if group in NEVER_QUANTISED and fmt != "bf16":
-            raise QuantError(f"recipe {name!r}: {group} tensors are never quantised (only matrix weights are: "
+            raise QuantError(f"{where}: {group} tensors are never quantised (only matrix weights are: "
                              f"{', '.join(g for g in GROUPS if g not in NEVER_QUANTISED)}); {group}={fmt} would do "
                              "nothing")
+        if group in given:
+            raise QuantError(f"{where}: {group} is given twice ({group}={given[group]} and {group}={fmt}); "
+                             "give each class once")
+        given[group] = fmt
         out[group] = fmt
     return out
 
 
 def recipe_name(base: str, overrides: str | None = None) -> str:
     """The recipe string of the CLI's ``--weights BASE [--recipe OVERRIDES]``: ``"base"`` or
-    ``"base,overrides"``, checked by :func:`recipe` so a malformed one fails before any work.
+    ``"base,overrides"``, checked by :func:`recipe` so a malformed one fails before any work. Errors quote
+    ``--recipe`` as the user wrote it (not the joined string).
 
     Raises:
-        QuantError: unknown base recipe, group or format, or a malformed override (see :func:`recipe`).
+        QuantError: unknown base recipe, group or format, a malformed override or a class given twice (see
+            :func:`recipe`).
     """
+    if base not in RECIPES:
+        raise QuantError(f"unknown weight format {base!r}; choose from {sorted(RECIPES)}")
+    if overrides:
+        _with_overrides(base, [p.strip() for p in str(overrides).split(",") if p.strip()],
+                        f"--recipe {overrides!r}")
     name = base if not overrides else f"{base},{overrides}"
     recipe(name)
     return name

@@ -67,6 +67,24 @@ def test_bad_recipes(tiny_ckpt):
         run_pipeline(g0, weights="w3")
     with pytest.raises(QuantError, match="bad override"):
         run_pipeline(g0, weights="w8,mlpx=w4")
+    with pytest.raises(QuantError, match="mlp is given twice"):
+        run_pipeline(g0, weights="w4,mlp=w8,mlp=w4")
+
+
+def test_recipe_name_quotes_the_users_recipe():
+    """``--weights w4 --recipe ...`` errors quote what the user typed, not the joined ``w4,...`` string, and a
+    class given twice is refused whichever order (no silent last-one-wins)."""
+    from ninferc.ir.quant import recipe_name
+
+    assert recipe_name("w4", "mlp=w8") == "w4,mlp=w8"
+    assert recipe_name("bf16") == "bf16"
+    with pytest.raises(QuantError, match=r"^--recipe 'nonsense': bad override 'nonsense'"):
+        recipe_name("bf16", "nonsense")
+    for ov in ("mlp=w8,mlp=w4", "mlp=w4,mlp=w8", "mlp=w8, mlp=w8"):
+        with pytest.raises(QuantError, match=r"^--recipe .*: mlp is given twice"):
+            recipe_name("w4", ov)
+    with pytest.raises(QuantError, match="unknown weight format 'w3'"):
+        recipe_name("w3", "mlp=w8")
 
 
 def test_graph_weights_quantise_fused_params(graphs, tiny_ckpt):
