@@ -190,6 +190,9 @@ class Artifact:
     def open(cls, path: str | Path) -> "Artifact":
         """Open and check an artifact (see class docstring for the errors raised)."""
         path = Path(path)
+        if path.is_dir():
+            raise ArtifactError(f"{path}: a directory, not a .ninfer artifact file (a checkpoint directory is "
+                                "compiled first: ninferc compile MODEL_DIR --target ... -o model.ninfer)")
         if not path.is_file():
             raise ArtifactError(f"{path}: no such artifact file")
         version = read_container_version(path)

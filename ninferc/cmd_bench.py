@@ -61,6 +61,25 @@ def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, rec
     from ninferc.ir.quant import recipe_name as make_recipe_name
 
     recipe_name = make_recipe_name(weights_fmt, recipe)  # a malformed recipe fails before the GPU
+    # Every input that can be checked without a GPU is checked before the GPU is looked for, so a typo is
+    # reported as a typo and not as a missing CUDA runtime.
+    what_ctx = f"--prompt-tokens {max(lens)} + --decode-tokens {decode_tokens} (+ 8 spare), a KV capacity of"
+    if preset is not None:
+        from ninferc.ir.config import preset as get_preset
+        from ninferc.targets.arch import get_arch
+        from ninferc.targets.skus import get_sku
+
+        get_preset(preset).check_context(max_ctx, what=what_ctx)
+        if target is not None:
+            target = get_arch(target).name
+        if sku is not None:
+            get_sku(sku, target)
+    else:
+        from ninferc.artifact import Artifact
+
+        art = Artifact.open(artifact)
+        art.config.check_context(max_ctx, what=what_ctx)
+        weights = art.header["compile"].get("weights", "bf16")
     cp = cupy("ninferc bench (it measures a GPU)", hint="")
     if preset is not None:
         from ninferc.bench import synthetic_artifact
@@ -68,11 +87,6 @@ def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, rec
         art = synthetic_artifact(preset, recipe_name, kv_dtype, target=target, sku=sku, max_context=max_ctx,
                                  batch=batch)
         weights = f"{recipe_name} (synthetic)"
-    else:
-        from ninferc.artifact import Artifact
-
-        art = Artifact.open(artifact)
-        weights = art.header["compile"].get("weights", "bf16")
     log("measuring copy bandwidth and the bf16 matmul ceiling ...")
     copy = copy_bandwidth_gbps(cp)
     peak = matmul_peak_tflops()

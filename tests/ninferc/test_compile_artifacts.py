@@ -126,9 +126,31 @@ def test_cli_rejects_bad_input_clearly(tiny_dir, args, needle):
     (("bench", "--preset", "qwen3.8-27b", "--synthetic-weights", "--weights", "w4", "--recipe", "mlpx=w4"),
      "bad override"),
     (("bench", "--preset", "qwen3.8-27b", "--synthetic-weights", "--prompt-tokens", "5l2"), "comma-separated integers"),
+    (("bench", "missing.ninfer"), "missing.ninfer: no such artifact file"),
+    (("bench", "{tiny}"), "a directory, not a .ninfer artifact file"),  # a checkpoint directory is not one
+    (("bench", "--preset", "qwen3.8-27b", "--synthetic-weights", "--target", "sm_75"), "unknown target 'sm_75'"),
+    (("bench", "--preset", "qwen3.8-27b", "--synthetic-weights", "--target", "sm_89", "--sku", "h200"),
+     "SKU 'h200' (NVIDIA H200 SXM) is sm_90, not the requested target sm_89"),
+    (("bench", "--preset", "qwen3.8-27b", "--synthetic-weights", "--sku", "rtx9999"), "unknown SKU 'rtx9999'"),
+    (("bench", "--preset", "qwen3.8-27b", "--synthetic-weights", "--prompt-tokens", "300000"),
+     "a KV capacity of 300072 is outside 1..262144"),
+    (("bench", "--preset", "qwen3.8-27b", "--synthetic-weights", "--recipe", "mlp=w8,mlp=w4"),
+     "--recipe 'mlp=w8,mlp=w4': mlp is given twice"),
     (("inspect", "missing.ninfer"), "artifact file 'missing.ninfer' does not exist"),
 ])
-def test_bench_and_inspect_check_arguments_before_the_gpu(args, needle):
-    """Argument errors come first, one line, exit 2 -- not the no-GPU message (CI has no GPU)."""
-    r = CliRunner().invoke(main, list(args))
+def test_bench_and_inspect_check_arguments_before_the_gpu(tiny_dir, args, needle):
+    """Argument errors come first, one line, exit 2 -- not the no-GPU message (CI has no GPU, so without
+    these checks coming first every row would print the CuPy install hint instead)."""
+    r = CliRunner().invoke(main, [a.format(tiny=tiny_dir) for a in args])
     assert r.exit_code == 2 and needle in r.output, r.output
+    assert "needs CuPy" not in r.output and "Traceback" not in r.output
+
+
+def test_bench_refuses_an_artifact_context_past_its_model(tmp_path, tiny_dir):
+    """An artifact's model was trained for max_position_embeddings positions (8,192 for the fixture): the
+    default 512,8192 prompts + 64 decode steps go past it, and bench says so before looking for a GPU."""
+    out = tmp_path / "t.ninfer"
+    r = CliRunner().invoke(main, ["compile", str(tiny_dir), "--target", "sm_89", "--sku", "l20", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["bench", str(out)])
+    assert r.exit_code == 2 and "a KV capacity of 8264 is outside 1..8192" in r.output, r.output
