@@ -57,7 +57,11 @@ def compile_model(
                          dump_dir=dump_ir)
     for name, why in graph.meta.get("format_fallbacks", {}).items():
         log(f"weights: {name} {why}")
-    log(f"graph: {sum(graph.count_ops().values())} ops after {len(graph.meta['passes'])} passes")
+    from ninferc.ir.passes import PIPELINE
+
+    n_passes = len(graph.meta["passes"])  # the transforming passes (each marks the graph); the rest are checks
+    log(f"graph: {sum(graph.count_ops().values())} ops after {n_passes} passes and {len(PIPELINE) - n_passes} shape "
+        "checks")
     mp = plan_model(graph, target, sku=sku, sms=sms,              # lower + plan: kernels compiled for the
                     max_context=max_context, page_size=page_size)  # target, resources read, launches checked
     log(f"plan: {len(mp.kernels)} kernels for {mp.target} ({mp.sms} SMs)")
