@@ -248,6 +248,34 @@ def device_memory_used(cp) -> int:
     return int(total - free)
 
 
+def device_identity(cp, props: dict) -> dict:
+    """Which physical GPU ran a benchmark, so results from different machines of one SKU can be told apart:
+    ``uuid`` (the GPU's UUID, hex), ``pci_bus_id`` (``domain:bus:device``), ``driver`` / ``runtime`` (CUDA versions
+    as ``major.minor``), ``clock_khz`` / ``memory_clock_khz`` (the device's rated clocks, kHz; where the runtime
+    reports them -- CUDA 13 dropped them from cudaDeviceProp) -- all from the CUDA runtime's device properties
+    (cudaGetDeviceProperties, cudaDriverGetVersion, cudaRuntimeGetVersion). Fields the runtime does not
+    report are left out."""
+    out: dict = {}
+    uuid = props.get("uuid")
+    if isinstance(uuid, (bytes, bytearray)) and uuid:
+        out["uuid"] = bytes(uuid).hex()
+    if all(k in props for k in ("pciDomainID", "pciBusID", "pciDeviceID")):
+        out["pci_bus_id"] = f"{props['pciDomainID']:04x}:{props['pciBusID']:02x}:{props['pciDeviceID']:02x}"
+    for key, field in (("clock_khz", "clockRate"), ("memory_clock_khz", "memoryClockRate")):
+        if props.get(field):
+            out[key] = int(props[field])
+
+    def ver(v: int) -> str:
+        return f"{v // 1000}.{v % 1000 // 10}"
+
+    try:
+        out["driver"] = ver(int(cp.cuda.runtime.driverGetVersion()))
+        out["runtime"] = ver(int(cp.cuda.runtime.runtimeGetVersion()))
+    except Exception:  # noqa: BLE001 -- provenance only; a runtime without these calls leaves them out
+        pass
+    return out
+
+
 def finish(res: dict, *, engine, copy_gbps: float, peak_tflops: float | None, command: str, weights: str) -> dict:
     """Add provenance, rooflines and fractions to a :func:`run_bench` result.
 
@@ -259,6 +287,7 @@ def finish(res: dict, *, engine, copy_gbps: float, peak_tflops: float | None, co
     dev = cp.cuda.Device()
     props = cp.cuda.runtime.getDeviceProperties(dev.id)
     name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    host = device_identity(cp, props)
     for d in res["decode"]:
         d["roofline_tok_s"] = copy_gbps * 1e9 / d["bytes_per_token"]
         d["fraction_of_roofline"] = d["tok_s"] / d["roofline_tok_s"]
@@ -272,7 +301,7 @@ def finish(res: dict, *, engine, copy_gbps: float, peak_tflops: float | None, co
            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "target": engine.target, "plan": engine.plan_mode,
            "weights": weights, "kv_dtype": engine.graph.meta.get("kv_dtype", "bf16"), "copy_bandwidth_gbps": copy_gbps, "matmul_peak_tflops": peak_tflops,
            "memory_plan_bytes": dict(engine.memory.terms), "device_memory_used_bytes": int(total - free),
-           "weights_bytes_by_format": engine.graph.bytes_by_format(),
+           "weights_bytes_by_format": engine.graph.bytes_by_format(), "device": host,
            **res}
     return out
 
