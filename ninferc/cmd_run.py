@@ -25,6 +25,8 @@ def open_backend(path: Path, backend: str | None, *, max_context: int | None, cu
     Raises:
         NinfercError: path missing; ``cuda`` asked for a checkpoint directory (compile it first).
         ConfigError: ``max_context`` beyond the model's max_position_embeddings.
+        ArtifactError: an artifact that cannot be opened (see :class:`ninferc.artifact.Artifact`).
+        TargetError: ``cuda`` with no usable GPU, or an artifact compiled for another arch.
     """
     from ninferc.reference_backend import ReferenceBackend
     from ninferc.tokenizer import Tokenizer
@@ -73,10 +75,11 @@ def open_backend(path: Path, backend: str | None, *, max_context: int | None, cu
                    "a checkpoint directory]")
 @click.option("--prefill-chunk", default=1024, type=click.IntRange(min=1), show_default=True, help="prompt tokens per prefill step")
 @click.option("--greedy", is_flag=True, help="argmax decoding (the default unless --temperature > 0)")
-@click.option("--temperature", default=0.0, show_default=True, help="0 = greedy")
-@click.option("--top-p", default=1.0, show_default=True)
-@click.option("--top-k", default=0, type=click.IntRange(min=0), show_default=True, help="0 = off")
-@click.option("--seed", default=0, show_default=True)
+@click.option("--temperature", default=0.0, show_default=True, help="0 = greedy; else 0.01-100")
+@click.option("--top-p", default=1.0, show_default=True, help="nucleus mass kept when sampling, in (0, 1]")
+@click.option("--top-k", default=0, type=click.IntRange(min=0), show_default=True,
+              help="keep the k most likely tokens when sampling; 0 = off, at most the vocabulary")
+@click.option("--seed", default=0, show_default=True, help="sampling seed, 0 <= seed < 2**64")
 @click.option("--no-cuda-graph", is_flag=True, help="launch the decode step eagerly instead of replaying a graph")
 @click.option("--backend", type=click.Choice(["cuda", "reference"]), default=None,
               help="default: cuda for a .ninfer artifact, reference for a checkpoint directory")
@@ -84,17 +87,45 @@ def open_backend(path: Path, backend: str | None, *, max_context: int | None, cu
 def run_cmd(path, prompt, max_new, max_context, prefill_chunk, greedy, temperature, top_p, top_k, seed,
             no_cuda_graph, backend, ignore_eos):
     """Generate a continuation of --prompt: text on stdout, timings on stderr."""
+    from click.core import ParameterSource
+
     from ninferc.generate import generate
+
+    ctx = click.get_current_context()
+
+    def given(name: str) -> bool:
+        return ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
 
     if greedy and temperature:
         raise NinfercError(f"--greedy conflicts with --temperature {temperature}")
     params = SamplingParams(temperature=0.0 if greedy else temperature, top_k=top_k, top_p=top_p, seed=seed)
+    if params.greedy:  # the sampling options would be ignored: say so instead
+        unused = [f"--{n.replace('_', '-')}" for n in ("top_p", "top_k", "seed") if given(n)]
+        if unused:
+            raise NinfercError(f"{' and '.join(unused)} {'applies' if len(unused) == 1 else 'apply'} only when "
+                               "sampling (--temperature > 0); decoding is greedy here")
+    if no_cuda_graph and (backend == "reference" or (backend is None and path.is_dir())):
+        raise NinfercError("--no-cuda-graph applies to the cuda backend; the reference backend has no CUDA graph")
 
     def log(msg):
         click.echo(msg, err=True)
 
-    be, tok, cfg, max_context = open_backend(path, backend, max_context=max_context, cuda_graph=not no_cuda_graph,
-                                             prefill_chunk=prefill_chunk, log=log)
+    def check_chunk(ctx_tokens: int, where: str) -> None:
+        # an explicit --prefill-chunk longer than the context would be cut to it silently; the default adapts
+        if given("prefill_chunk") and prefill_chunk > ctx_tokens:
+            raise NinfercError(f"--prefill-chunk {prefill_chunk} is more than {where} {ctx_tokens} (a chunk holds at "
+                               "most the context's tokens)")
+
+    if max_context is not None:
+        check_chunk(max_context, "--max-context")
+    be, tok, cfg, resolved = open_backend(path, backend, max_context=max_context, cuda_graph=not no_cuda_graph,
+                                          prefill_chunk=prefill_chunk, log=log)
+    if max_context is None:
+        check_chunk(resolved, "the default max context")
+    max_context = resolved
+    if params.top_k > cfg.vocab_size:
+        raise NinfercError(f"--top-k {params.top_k} is more than the vocabulary ({cfg.vocab_size} tokens); use 0 "
+                           "for no limit")
     ids = tok.encode(prompt)
     if len(ids) + max_new > max_context:
         raise NinfercError(f"the prompt ({len(ids)} tokens) plus --max-new {max_new} is {len(ids) + max_new} tokens, "

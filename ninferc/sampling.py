@@ -14,9 +14,17 @@ import numpy as np
 from ninferc.errors import NinfercError
 
 
+#: Sampling temperatures allowed besides 0 (greedy). The GPU sampler divides fp32 logits by the temperature: below
+#: 0.01 the scaled logits of a real model (|logit| up to ~1e2) leave the range where exp() of their differences is
+#: meaningful (a temperature that small is argmax in all but name -- use 0), and above 100 the distribution is
+#: uniform to fp32 precision.
+TEMPERATURE_RANGE = (0.01, 100.0)
+
+
 @dataclass(frozen=True)
 class SamplingParams:
-    """``temperature`` >= 0 (0 = greedy); ``top_k`` >= 0 (0 = off); 0 < ``top_p`` <= 1; ``seed``.
+    """``temperature`` 0 (greedy) or in :data:`TEMPERATURE_RANGE`; ``top_k`` >= 0 (0 = off); 0 < ``top_p`` <= 1;
+    ``seed`` an integer in [0, 2**64) (the GPU sampler's Philox key is 64 bits).
 
     Raises:
         NinfercError: a value outside its range (names the value and the range).
@@ -28,12 +36,15 @@ class SamplingParams:
     seed: int = 0
 
     def __post_init__(self):
-        if not self.temperature >= 0:
-            raise NinfercError(f"temperature must be >= 0, found {self.temperature}")
+        lo, hi = TEMPERATURE_RANGE
+        if not (self.temperature == 0.0 or lo <= self.temperature <= hi):
+            raise NinfercError(f"temperature must be 0 (greedy) or in [{lo:g}, {hi:g}], found {self.temperature}")
         if self.top_k < 0:
             raise NinfercError(f"top_k must be >= 0 (0 disables it), found {self.top_k}")
         if not 0.0 < self.top_p <= 1.0:
             raise NinfercError(f"top_p must be in (0, 1], found {self.top_p}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or not 0 <= self.seed < 2**64:
+            raise NinfercError(f"seed must be an integer in [0, 2**64), found {self.seed!r}")
 
     @property
     def greedy(self) -> bool:
@@ -70,6 +81,9 @@ class HostSampler:
         self.rng = np.random.default_rng(params.seed)
 
     def __call__(self, logits: np.ndarray) -> int:
+        """One token id from ``logits`` [V] (any float dtype): the argmax when greedy, else a draw from
+        :func:`filtered_probs` with this sampler's generator (seeded by ``params.seed``; successive calls continue
+        its stream). Raises nothing for finite logits (SamplingParams has checked the parameters)."""
         if self.params.greedy:
             return int(np.argmax(logits))
         probs = filtered_probs(logits, self.params)
