@@ -174,9 +174,10 @@ class Artifact:
     """An opened `.ninfer` file (header parsed and checked; payloads mmapped, read on demand).
 
     Raises (from :meth:`open`):
-        ArtifactError: missing file, bad magic, unknown container/format version (names what was found
-            and what is supported), a header checksum mismatch, or a truncated file (payloads extend
-            past the end).
+        ArtifactError: missing file (or a directory), bad magic, unknown container/format version (names what
+            was found and what is supported), a header checksum mismatch, a header that is not a JSON object or
+            lacks a well-formed payload table (payload_offset, tensors, blobs), or a truncated file (header or
+            payloads extend past the end).
     """
 
     def __init__(self, path: Path, header: dict, mm: mmap.mmap):
@@ -206,6 +207,9 @@ class Artifact:
             if len(prefix) < _PREFIX.size:
                 raise ArtifactError(f"{path}: truncated inside the fixed prefix ({len(prefix)} of {_PREFIX.size} bytes)")
             _, _, _, hlen, hsha = _PREFIX.unpack(prefix)
+            if hlen > size - _PREFIX.size:  # (a corrupt length must not become a huge read)
+                raise ArtifactError(f"{path}: truncated inside the header (it declares {hlen} bytes, the file has "
+                                    f"{size - _PREFIX.size} after the prefix)")
             hdr = f.read(hlen)
         if len(hdr) != hlen:
             raise ArtifactError(f"{path}: truncated inside the header ({len(hdr)} of {hlen} bytes)")
@@ -215,12 +219,18 @@ class Artifact:
             header = json.loads(hdr)
         except json.JSONDecodeError as exc:
             raise ArtifactError(f"{path}: header is not valid JSON ({exc})") from None
+        if not isinstance(header, dict):
+            raise ArtifactError(f"{path}: header is a JSON {type(header).__name__}, not an object (file corrupt)")
         fv = header.get("format_version")
         if fv != FORMAT_VERSION:
             raise ArtifactError(f"{path}: format version {fv} is not supported (supported: {FORMAT_VERSION})")
-        end = header["payload_offset"] + max(
-            [t["offset"] + t["nbytes"] for t in header["tensors"]] + [b["offset"] + b["nbytes"] for b in header["blobs"]]
-            + [0])
+        try:
+            end = header["payload_offset"] + max(
+                [t["offset"] + t["nbytes"] for t in header["tensors"]]
+                + [b["offset"] + b["nbytes"] for b in header["blobs"]] + [0])
+        except (KeyError, TypeError, IndexError) as exc:
+            raise ArtifactError(f"{path}: the header's payload table is missing or malformed ({type(exc).__name__}: "
+                                f"{exc}; file corrupt, or not written by ninferc)") from None
         if size < end:
             raise ArtifactError(f"{path}: truncated: payloads end at byte {end} but the file has {size} bytes")
         with open(path, "rb") as f:

@@ -1,6 +1,7 @@
 """The .ninfer container: round trip, and a clear error for each kind of damage."""
 
 import json
+import re
 import struct
 
 import ml_dtypes
@@ -81,4 +82,36 @@ def test_header_corruption(art_path):
     data[60] ^= 0x01
     art_path.write_bytes(bytes(data))
     with pytest.raises(ArtifactError, match="header checksum mismatch"):
+        Artifact.open(art_path)
+
+
+def _rewrite_header(path, header_bytes: bytes, hlen: int | None = None):
+    """Replace the header (with a valid checksum) -- or only its declared length when ``hlen`` is given."""
+    import hashlib
+
+    from ninferc.artifact import _PREFIX
+
+    data = path.read_bytes()
+    magic, version, flags, old_len, _ = _PREFIX.unpack(data[:_PREFIX.size])
+    rest = data[_PREFIX.size + old_len:]
+    if hlen is not None:
+        path.write_bytes(_PREFIX.pack(magic, version, flags, hlen, hashlib.sha256(data[_PREFIX.size:_PREFIX.size + old_len]).digest())
+                         + data[_PREFIX.size:])
+        return
+    path.write_bytes(_PREFIX.pack(magic, version, flags, len(header_bytes), hashlib.sha256(header_bytes).digest())
+                     + header_bytes + rest)
+
+
+@pytest.mark.parametrize("header, hlen, needle", [
+    (None, 2**62, "truncated inside the header (it declares 4611686018427387904 bytes"),
+    (b"[1, 2]", None, "header is a JSON list, not an object"),
+    (b'{"format_version": 1}', None, "payload table is missing or malformed (KeyError: 'payload_offset'"),
+    (b'{"format_version": 1, "payload_offset": 64, "tensors": [{"offset": 0}], "blobs": []}', None,
+     "payload table is missing or malformed (KeyError: 'nbytes'"),
+])
+def test_garbled_header_with_a_valid_checksum(art_path, header, hlen, needle):
+    """A header that passes the checksum but is not what ninferc writes is an ArtifactError, not a
+    MemoryError / KeyError / AttributeError from deep inside."""
+    _rewrite_header(art_path, header or b"", hlen)
+    with pytest.raises(ArtifactError, match=re.escape(needle)):
         Artifact.open(art_path)
