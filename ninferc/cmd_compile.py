@@ -48,6 +48,13 @@ def compile_cmd(model_dir, target, sku, sms, out, max_context, page_size, weight
         raise NinfercError(f"-o {out}: is a directory; give the artifact's file name (e.g. {out / 'model.ninfer'})")
     if not out.resolve().parent.is_dir():
         raise NinfercError(f"-o {out}: folder {out.resolve().parent} does not exist")
+    if dump_ir is not None:  # made (with its parents) now, so a bad path fails before any work
+        if dump_ir.exists() and not dump_ir.is_dir():
+            raise NinfercError(f"--dump-ir {dump_ir}: exists and is not a directory")
+        try:
+            dump_ir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise NinfercError(f"--dump-ir {dump_ir}: cannot create the directory ({exc.strerror or exc})") from None
 
     def log(msg):
         click.echo(msg, err=True)
