@@ -45,25 +45,32 @@ def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, rec
         click.echo(msg, err=True)
 
     try:
-        lens = [int(x) for x in prompt_tokens.split(",") if x]
+        lens = [int(x) for x in prompt_tokens.split(",")]
     except ValueError:
         raise NinfercError(f"--prompt-tokens needs comma-separated integers, found {prompt_tokens!r}") from None
-    if not lens or min(lens) < 1:
+    if min(lens) < 1:
         raise NinfercError(f"--prompt-tokens needs positive lengths, found {prompt_tokens!r}")
-    max_ctx = max(lens) + decode_tokens + 8
+    # each prompt length is decoded twice from its prefill, step by step and then streamed (run_bench): the KV
+    # capacity holds the prompt, both runs' decode_tokens and a few spare tokens
+    max_ctx = max(lens) + 2 * decode_tokens + 8
     if (artifact is None) == (preset is None):
         raise NinfercError("give exactly one of ARTIFACT or --preset NAME --synthetic-weights")
     if preset is not None and not synthetic_weights:
         raise NinfercError("--preset needs --synthetic-weights (there is no checkpoint to read)")
-    if artifact is not None and (weights_fmt != "bf16" or recipe or kv_dtype != "bf16" or synthetic_weights):
-        raise NinfercError("--weights/--recipe/--kv-dtype/--synthetic-weights apply to --preset; an artifact's "
-                           "formats were chosen by ninferc compile")
+    if artifact is not None and (weights_fmt != "bf16" or recipe or kv_dtype != "bf16" or synthetic_weights
+                                 or target is not None or sku is not None):
+        raise NinfercError("--weights/--recipe/--kv-dtype/--synthetic-weights/--target/--sku apply to --preset; an "
+                           "artifact's formats and target were chosen by ninferc compile (and its launches are "
+                           "planned for the GPU it runs on)")
+    if json_path is not None and (json_path.is_dir() or not json_path.resolve().parent.is_dir()):
+        raise NinfercError(f"--json {json_path}: " + ("is a directory; give a file name" if json_path.is_dir() else
+                                                      f"folder {json_path.resolve().parent} does not exist"))
     from ninferc.ir.quant import recipe_name as make_recipe_name
 
     recipe_name = make_recipe_name(weights_fmt, recipe)  # a malformed recipe fails before the GPU
     # Every input that can be checked without a GPU is checked before the GPU is looked for, so a typo is
     # reported as a typo and not as a missing CUDA runtime.
-    what_ctx = f"--prompt-tokens {max(lens)} + --decode-tokens {decode_tokens} (+ 8 spare), a KV capacity of"
+    what_ctx = f"--prompt-tokens {max(lens)} + 2 x --decode-tokens {decode_tokens} (+ 8 spare), a KV capacity of"
     if preset is not None:
         from ninferc.ir.config import preset as get_preset
         from ninferc.targets.arch import get_arch
