@@ -190,7 +190,10 @@ def pack_int4(q: np.ndarray) -> np.ndarray:
 def unpack_int4(packed, xp=np):
     """Inverse of :func:`pack_int4`: uint8 [N, K/2] -> int8 [N, K] in [-8, 7] (exact for all 16 nibbles).
     ``xp`` is ``numpy`` (default) or an array module with the same API (``cupy``, for device-side test
-    references)."""
+    references).
+
+    Raises:
+        QuantError: ``packed`` is not 2-D."""
     p = xp.asarray(packed, dtype=xp.uint8)
     if p.ndim != 2:
         raise QuantError(f"unpack_int4 needs a 2-D uint8 array, found shape {list(p.shape)}")
@@ -431,19 +434,26 @@ def _with_overrides(base: str, overrides: list[str], where: str) -> dict[str, st
 
 def recipe_name(base: str, overrides: str | None = None) -> str:
     """The recipe string of the CLI's ``--weights BASE [--recipe OVERRIDES]``: ``"base"`` or
-    ``"base,overrides"``, checked by :func:`recipe` so a malformed one fails before any work. Errors quote
-    ``--recipe`` as the user wrote it (not the joined string).
+    ``"base,overrides"`` (spaces around each override removed), checked by :func:`recipe` so a malformed one fails
+    before any work. Errors quote ``--recipe`` as the user wrote it (not the joined string).
 
     Raises:
-        QuantError: unknown base recipe, group or format, a malformed override or a class given twice (see
-            :func:`recipe`).
+        QuantError: unknown base recipe, group or format, a malformed override, an empty ``--recipe`` or an empty
+            item between commas, or a class given twice (see :func:`recipe`).
     """
     if base not in RECIPES:
         raise QuantError(f"unknown weight format {base!r}; choose from {sorted(RECIPES)}")
-    if overrides:
-        _with_overrides(base, [p.strip() for p in str(overrides).split(",") if p.strip()],
-                        f"--recipe {overrides!r}")
-    name = base if not overrides else f"{base},{overrides}"
+    if overrides is None:
+        return base
+    parts = []
+    for item in str(overrides).split(","):
+        group, eq, fmt = item.partition("=")
+        parts.append(f"{group.strip()}={fmt.strip()}" if eq else item.strip())
+    if not any(parts) or not all(parts):
+        raise QuantError(f"--recipe {overrides!r}: expected class=format overrides separated by single commas, "
+                         "e.g. 'lm_head=bf16,embedding=w8'")
+    _with_overrides(base, parts, f"--recipe {overrides!r}")
+    name = ",".join([base, *parts])  # normalised: no spaces, as stored in the artifact and shown by inspect
     recipe(name)
     return name
 

@@ -85,6 +85,10 @@ def test_recipe_name_quotes_the_users_recipe():
             recipe_name("w4", ov)
     with pytest.raises(QuantError, match="unknown weight format 'w3'"):
         recipe_name("w3", "mlp=w8")
+    assert recipe_name("w4", " mlp = w8 ,gdn=w8 ") == "w4,mlp=w8,gdn=w8"  # stored normalised
+    for bad in ("", " ", ",", "mlp=w8,,gdn=w8", "mlp=w8,"):
+        with pytest.raises(QuantError, match="separated by single commas"):
+            recipe_name("w4", bad)
 
 
 def test_graph_weights_quantise_fused_params(graphs, tiny_ckpt):
