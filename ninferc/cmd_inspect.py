@@ -69,6 +69,9 @@ def inspect_cmd(path, preset):
         lines = describe_model(get_preset(preset))
     elif path.suffix == ".ninfer" and not path.exists():
         raise NinfercError(f"artifact file '{path}' does not exist")
+    elif not path.exists():
+        raise NinfercError(f"'{path}' does not exist (expected a checkpoint directory, a .ninfer artifact or "
+                           "--preset NAME)")
     elif path.is_file():
         from ninferc.artifact import describe_artifact
 

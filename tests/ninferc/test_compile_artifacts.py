@@ -100,8 +100,27 @@ def test_run_defaults_to_the_artifacts_compiled_context(tiny_dir, tmp_path):
 @pytest.mark.parametrize("args,needle", [
     (["run", "{tiny}", "--prompt", "abc", "--max-context", "4", "--max-new", "4"], "over --max-context 4"),
     (["run", "{tiny}", "--prompt", "abc", "--max-new", "0"], "'--max-new': 0 is not in the range x>=1"),
+    (["run", "{tiny}", "--prompt", "abc", "--temperature", "1", "--seed", "-1"],
+     "seed must be an integer in [0, 2**64), found -1"),
+    (["run", "{tiny}", "--prompt", "abc", "--temperature", "1", "--seed", str(2**64)], "seed must be an integer"),
+    (["run", "{tiny}", "--prompt", "abc", "--temperature", "1e-320"], "temperature must be 0 (greedy) or in [0.01, 100]"),
+    (["run", "{tiny}", "--prompt", "abc", "--temperature", "inf"], "found inf"),
+    (["run", "{tiny}", "--prompt", "abc", "--greedy", "--top-p", "0.5"],
+     "--top-p applies only when sampling (--temperature > 0)"),
+    (["run", "{tiny}", "--prompt", "abc", "--top-k", "3", "--seed", "5"], "--top-k and --seed apply only when sampling"),
+    (["run", "{tiny}", "--prompt", "abc", "--temperature", "1", "--top-k", "100000"],
+     "--top-k 100000 is more than the vocabulary (4096 tokens)"),
+    (["run", "{tiny}", "--prompt", "abc", "--no-cuda-graph"], "--no-cuda-graph applies to the cuda backend"),
+    (["run", "{tiny}", "--prompt", "abc", "--max-context", "512", "--prefill-chunk", "1024"],
+     "--prefill-chunk 1024 is more than --max-context 512"),
+    (["run", "{tiny}", "--prompt", "abc", "--prefill-chunk", "99999"],
+     "--prefill-chunk 99999 is more than the default max context 4096"),
     (["compile", "{tiny}", "--target", "sm_89", "--sku", "l20", "-o", "/nonexistent-dir/x.ninfer"],
      "folder /nonexistent-dir does not exist"),
+    (["compile", "{tiny}", "--target", "sm_89", "--sku", "l20", "-o", "x.ninfer", "--dump-ir", "{tiny}/config.json"],
+     "config.json: exists and is not a directory"),
+    (["compile", "{tiny}", "--target", "sm_89", "--sku", "l20", "-o", "x.ninfer", "--dump-ir",
+      "{tiny}/config.json/sub"], "cannot create the directory"),
     (["compile", "{tiny}", "--target", "sm_89", "--sku", "h200", "-o", "x.ninfer"],
      "SKU 'h200' (NVIDIA H200 SXM) is sm_90, not the requested target sm_89"),
     (["plan", "--target", "sm_89", "--sku", "l20", "--preset", "qwen3.8-27b", "--page-size", "0"],
@@ -133,10 +152,17 @@ def test_cli_rejects_bad_input_clearly(tiny_dir, args, needle):
      "SKU 'h200' (NVIDIA H200 SXM) is sm_90, not the requested target sm_89"),
     (("bench", "--preset", "qwen3.8-27b", "--synthetic-weights", "--sku", "rtx9999"), "unknown SKU 'rtx9999'"),
     (("bench", "--preset", "qwen3.8-27b", "--synthetic-weights", "--prompt-tokens", "300000"),
-     "a KV capacity of 300072 is outside 1..262144"),
+     "a KV capacity of 300136 is outside 1..262144"),
+    (("bench", "--preset", "qwen3.8-27b", "--synthetic-weights", "--prompt-tokens", "16,,32"),
+     "comma-separated integers, found '16,,32'"),
+    (("bench", "x.ninfer", "--sku", "l20"), "--target/--sku apply to --preset"),
+    (("bench", "--preset", "qwen3.8-27b", "--synthetic-weights", "--json", "/"), "--json /: is a directory"),
+    (("bench", "--preset", "qwen3.8-27b", "--synthetic-weights", "--json", "/nonexistent-dir/r.json"),
+     "folder /nonexistent-dir does not exist"),
     (("bench", "--preset", "qwen3.8-27b", "--synthetic-weights", "--recipe", "mlp=w8,mlp=w4"),
      "--recipe 'mlp=w8,mlp=w4': mlp is given twice"),
     (("inspect", "missing.ninfer"), "artifact file 'missing.ninfer' does not exist"),
+    (("inspect", "missing.bin"), "'missing.bin' does not exist (expected a checkpoint directory, a .ninfer artifact"),
 ])
 def test_bench_and_inspect_check_arguments_before_the_gpu(tiny_dir, args, needle):
     """Argument errors come first, one line, exit 2 -- not the no-GPU message (CI has no GPU, so without
@@ -148,9 +174,9 @@ def test_bench_and_inspect_check_arguments_before_the_gpu(tiny_dir, args, needle
 
 def test_bench_refuses_an_artifact_context_past_its_model(tmp_path, tiny_dir):
     """An artifact's model was trained for max_position_embeddings positions (8,192 for the fixture): the
-    default 512,8192 prompts + 64 decode steps go past it, and bench says so before looking for a GPU."""
+    default 512,8192 prompts + 2 x 64 decode steps go past it, and bench says so before looking for a GPU."""
     out = tmp_path / "t.ninfer"
     r = CliRunner().invoke(main, ["compile", str(tiny_dir), "--target", "sm_89", "--sku", "l20", "-o", str(out)])
     assert r.exit_code == 0, r.output
     r = CliRunner().invoke(main, ["bench", str(out)])
-    assert r.exit_code == 2 and "a KV capacity of 8264 is outside 1..8192" in r.output, r.output
+    assert r.exit_code == 2 and "a KV capacity of 8328 is outside 1..8192" in r.output, r.output
