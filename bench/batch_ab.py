@@ -1,0 +1,72 @@
+"""Batched-decode probe: the 27B decode step at B sequences (synthetic weights) under kernel-family variants, one
+engine per variant built and timed in turn (not alternated: a first look at differences of more than a few percent;
+``--repeat-first`` times the first variant's engine again at the end for the order's spread). Each engine runs
+``ninferc.bench.run_bench`` at one prompt length with ``batch`` = B: its ``batch_decode`` row (aggregate tok/s of
+graph-replayed B-sequence steps) and the one-sequence decode of the same engine.
+
+A variant is ``NAME`` or ``NAME:family.attr=value;...`` as in ``bench/family_ab.py``, e.g.
+``now dp4:gemv_coop.w8_mma_tiles=();gemv_coop.w8_dp_tiles=(1,4)``.
+
+Usage (GPU machine): python bench/batch_ab.py --weights w8 --batch 4 [--context 512] [--steps 32] [--repeat-first]
+[--json FILE] VARIANT [VARIANT ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ab import write_json
+from family_ab import with_repeat
+
+from ninferc.targets.kernels import FAMILIES
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("variants", nargs="+")
+    ap.add_argument("--weights", default="w8")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--context", type=int, default=512)
+    ap.add_argument("--steps", type=int, default=32)
+    ap.add_argument("--repeat-first", action="store_true")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    from ninferc.bench import run_bench, synthetic_artifact
+    from ninferc.ir.quant import recipe_name
+    from ninferc.runtime.engine import Engine
+
+    parsed = with_repeat(a.variants, a.repeat_first)
+    keys = {k for _, s in parsed for k in s}
+    defaults = {k: getattr(FAMILIES[k[0]], k[1]) for k in keys}
+    max_ctx = a.context + 2 * a.steps + 8
+    rows = {}
+    for name, sets in parsed:
+        for (fam, attr), v in {**defaults, **sets}.items():
+            setattr(FAMILIES[fam], attr, v)
+        art = synthetic_artifact("qwen3.8-27b", recipe_name(a.weights), "bf16", target=None, sku=None,
+                                 max_context=max_ctx, batch=a.batch)
+        eng = Engine(art, max_context=max_ctx, prefill_chunk=a.context, max_batch=a.batch)
+        res = run_bench(eng, prompt_tokens=[a.context], decode_tokens=a.steps, chunk=a.context, batch=a.batch,
+                        log=lambda m: None)
+        b = res["batch_decode"][0]
+        rows[name] = {"batch_tok_s": b["tok_s"], "batch_step_ms": b["median_step_ms"],
+                      "single_tok_s": res["decode"][0]["tok_s"], "settings": {f"{f}.{t}": repr(v) for (f, t), v in sets.items()}}
+        print(f"{name}: {a.batch} sequences {b['tok_s']:.1f} tok/s ({b['median_step_ms']:.2f} ms per step); one "
+              f"sequence {res['decode'][0]['tok_s']:.2f} tok/s", flush=True)
+        del eng, art
+        from ninferc.runtime.kernels import cupy
+
+        cupy().get_default_memory_pool().free_all_blocks()
+    for (fam, attr), v in defaults.items():
+        setattr(FAMILIES[fam], attr, v)
+    first = parsed[0][0]
+    for n, r in rows.items():
+        print(f"{n}: batched step {rows[first]['batch_step_ms'] / r['batch_step_ms']:.4f}x vs {first}")
+    write_json(a.json, "bench/batch_ab.py", argv, weights=a.weights, batch=a.batch, context=a.context,
+               variants=a.variants, rows=rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
