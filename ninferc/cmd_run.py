@@ -99,8 +99,10 @@ def run_cmd(path, prompt, max_new, max_context, prefill_chunk, greedy, temperatu
     if greedy and temperature:
         raise NinfercError(f"--greedy conflicts with --temperature {temperature}")
     params = SamplingParams(temperature=0.0 if greedy else temperature, top_k=top_k, top_p=top_p, seed=seed)
-    if params.greedy:  # the sampling options would be ignored: say so instead
-        unused = [f"--{n.replace('_', '-')}" for n in ("top_p", "top_k", "seed") if given(n)]
+    if params.greedy:  # sampling options set away from their defaults would be ignored: say so instead
+        off = {"top_p": 1.0, "top_k": 0, "seed": 0}
+        unused = [f"--{n.replace('_', '-')} {v}" for n, v in (("top_p", top_p), ("top_k", top_k), ("seed", seed))
+                  if given(n) and v != off[n]]
         if unused:
             raise NinfercError(f"{' and '.join(unused)} {'applies' if len(unused) == 1 else 'apply'} only when "
                                "sampling (--temperature > 0); decoding is greedy here")
@@ -121,7 +123,8 @@ def run_cmd(path, prompt, max_new, max_context, prefill_chunk, greedy, temperatu
     be, tok, cfg, resolved = open_backend(path, backend, max_context=max_context, cuda_graph=not no_cuda_graph,
                                           prefill_chunk=prefill_chunk, log=log)
     if max_context is None:
-        check_chunk(resolved, "the default max context")
+        check_chunk(resolved, "the max context the artifact was compiled for" if path.is_file() else
+                    "the default max context")
     max_context = resolved
     if params.top_k > cfg.vocab_size:
         raise NinfercError(f"--top-k {params.top_k} is more than the vocabulary ({cfg.vocab_size} tokens); use 0 "

@@ -106,8 +106,9 @@ def test_run_defaults_to_the_artifacts_compiled_context(tiny_dir, tmp_path):
     (["run", "{tiny}", "--prompt", "abc", "--temperature", "1e-320"], "temperature must be 0 (greedy) or in [0.01, 100]"),
     (["run", "{tiny}", "--prompt", "abc", "--temperature", "inf"], "found inf"),
     (["run", "{tiny}", "--prompt", "abc", "--greedy", "--top-p", "0.5"],
-     "--top-p applies only when sampling (--temperature > 0)"),
-    (["run", "{tiny}", "--prompt", "abc", "--top-k", "3", "--seed", "5"], "--top-k and --seed apply only when sampling"),
+     "--top-p 0.5 applies only when sampling (--temperature > 0)"),
+    (["run", "{tiny}", "--prompt", "abc", "--top-k", "3", "--seed", "5"],
+     "--top-k 3 and --seed 5 apply only when sampling"),
     (["run", "{tiny}", "--prompt", "abc", "--temperature", "1", "--top-k", "100000"],
      "--top-k 100000 is more than the vocabulary (4096 tokens)"),
     (["run", "{tiny}", "--prompt", "abc", "--no-cuda-graph"], "--no-cuda-graph applies to the cuda backend"),
@@ -161,6 +162,8 @@ def test_cli_rejects_bad_input_clearly(tiny_dir, args, needle):
      "folder /nonexistent-dir does not exist"),
     (("bench", "--preset", "qwen3.8-27b", "--synthetic-weights", "--recipe", "mlp=w8,mlp=w4"),
      "--recipe 'mlp=w8,mlp=w4': mlp is given twice"),
+    (("bench", "--preset", "qwen3.8-27b", "--synthetic-weights", "--weights", "w4", "--recipe", "embedding=w4"),
+     "the embedding gather reads bf16 or w8"),  # the pipeline's check, also before the GPU's
     (("inspect", "missing.ninfer"), "artifact file 'missing.ninfer' does not exist"),
     (("inspect", "missing.bin"), "'missing.bin' does not exist (expected a checkpoint directory, a .ninfer artifact"),
 ])
@@ -170,6 +173,14 @@ def test_bench_and_inspect_check_arguments_before_the_gpu(tiny_dir, args, needle
     r = CliRunner().invoke(main, [a.format(tiny=tiny_dir) for a in args])
     assert r.exit_code == 2 and needle in r.output, r.output
     assert "needs CuPy" not in r.output and "Traceback" not in r.output
+
+
+def test_run_accepts_sampling_defaults_given_explicitly_when_greedy(tiny_dir):
+    """Only sampling options set away from their defaults are refused under greedy decoding (they would be
+    ignored); a script that spells out the defaults runs."""
+    r = CliRunner().invoke(main, ["run", str(tiny_dir), "--prompt", "abc", "--max-new", "2", "--greedy", "--top-k", "0",
+                                  "--top-p", "1.0", "--seed", "0"])
+    assert r.exit_code == 0, r.output
 
 
 def test_bench_refuses_an_artifact_context_past_its_model(tmp_path, tiny_dir):
