@@ -217,24 +217,36 @@ def run_bench(engine, *, prompt_tokens=(512, 8192), decode_tokens: int = 64, chu
     return res
 
 
+def synthetic_graph(preset: str, recipe_name: str, kv_dtype: str):
+    """The compiled graph (:class:`~ninferc.ir.graph.Graph`) ``ninferc bench --preset`` runs: the preset's model
+    through the pass pipeline with ``recipe_name`` weights and ``kv_dtype`` KV. Needs no GPU.
+
+    Raises:
+        NinfercError: unknown preset, or a recipe / KV dtype the pipeline rejects (QuantError, ShapeError)."""
+    from ninferc.ir.config import preset as get_preset
+    from ninferc.ir.passes import run_pipeline
+    from ninferc.ir.qwen3_5 import build_graph
+
+    return run_pipeline(build_graph(get_preset(preset), lm_rows="last"), weights=recipe_name, kv_dtype=kv_dtype)
+
+
 def synthetic_artifact(preset: str, recipe_name: str, kv_dtype: str, *, target: str | None, sku: str | None,
-                       max_context: int, batch: int = 1):
+                       max_context: int, batch: int = 1, graph=None):
     """The in-memory artifact ``ninferc bench --preset`` runs: the preset's graph through the pipeline with
     ``recipe_name`` weights and ``kv_dtype`` KV, planned for ``target`` (default: the device's arch) on ``sku``
     (default: the device's SM count) with KV capacity ``max_context`` tokens and decode batches 1 and
-    ``batch``; weights are generated on the GPU when the engine loads it.
+    ``batch``; weights are generated on the GPU when the engine loads it. ``graph``: the
+    :func:`synthetic_graph` of the same arguments when the caller has built it already.
 
     Raises:
         NinfercError: unknown preset, a recipe the pipeline rejects, or a plan that does not fit."""
     from ninferc.ir.config import preset as get_preset
-    from ninferc.ir.passes import run_pipeline
-    from ninferc.ir.qwen3_5 import build_graph
     from ninferc.runtime.kernels import device_arch, device_sm_count
     from ninferc.runtime.synthetic import SyntheticArtifact
     from ninferc.targets.model_plan import plan_model
 
     cfg = get_preset(preset)
-    graph = run_pipeline(build_graph(cfg, lm_rows="last"), weights=recipe_name, kv_dtype=kv_dtype)
+    graph = graph if graph is not None else synthetic_graph(preset, recipe_name, kv_dtype)
     mp = plan_model(graph, target or device_arch(), sku=sku, sms=None if sku else device_sm_count(),
                     max_context=max_context, decode_batches=(1, batch) if batch > 1 else (1,),
                     prefill_tokens=(1, 64, 1024))

@@ -81,6 +81,9 @@ def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, rec
             target = get_arch(target).name
         if sku is not None:
             get_sku(sku, target)
+        from ninferc.bench import synthetic_graph
+
+        graph = synthetic_graph(preset, recipe_name, kv_dtype)  # the pipeline's recipe checks, before the GPU's
     else:
         from ninferc.artifact import Artifact
 
@@ -92,7 +95,7 @@ def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, rec
         from ninferc.bench import synthetic_artifact
 
         art = synthetic_artifact(preset, recipe_name, kv_dtype, target=target, sku=sku, max_context=max_ctx,
-                                 batch=batch)
+                                 batch=batch, graph=graph)
         weights = f"{recipe_name} (synthetic)"
     log("measuring copy bandwidth and the bf16 matmul ceiling ...")
     copy = copy_bandwidth_gbps(cp)
