@@ -35,6 +35,7 @@ def main(argv=None) -> int:
     from ninferc.bench import run_bench, synthetic_artifact
     from ninferc.ir.quant import recipe_name
     from ninferc.runtime.engine import Engine
+    from ninferc.runtime.kernels import cupy
 
     parsed = with_repeat(a.variants, a.repeat_first)
     keys = {k for _, s in parsed for k in s}
@@ -55,8 +56,6 @@ def main(argv=None) -> int:
         print(f"{name}: {a.batch} sequences {b['tok_s']:.1f} tok/s ({b['median_step_ms']:.2f} ms per step); one "
               f"sequence {res['decode'][0]['tok_s']:.2f} tok/s", flush=True)
         del eng, art
-        from ninferc.runtime.kernels import cupy
-
         cupy().get_default_memory_pool().free_all_blocks()
     for (fam, attr), v in defaults.items():
         setattr(FAMILIES[fam], attr, v)

@@ -434,8 +434,8 @@ def _with_overrides(base: str, overrides: list[str], where: str) -> dict[str, st
 
 def recipe_name(base: str, overrides: str | None = None) -> str:
     """The recipe string of the CLI's ``--weights BASE [--recipe OVERRIDES]``: ``"base"`` or
-    ``"base,overrides"`` (spaces around each override removed), checked by :func:`recipe` so a malformed one fails
-    before any work. Errors quote ``--recipe`` as the user wrote it (not the joined string).
+    ``"base,overrides"`` (spaces around each override removed), checked as :func:`recipe` checks it so a malformed
+    one fails before any work. Errors quote ``--recipe`` as the user wrote it (not the joined string).
 
     Raises:
         QuantError: unknown base recipe, group or format, a malformed override, an empty ``--recipe`` or an empty
@@ -452,10 +452,8 @@ def recipe_name(base: str, overrides: str | None = None) -> str:
     if not any(parts) or not all(parts):
         raise QuantError(f"--recipe {overrides!r}: expected class=format overrides separated by single commas, "
                          "e.g. 'lm_head=bf16,embedding=w8'")
-    _with_overrides(base, parts, f"--recipe {overrides!r}")
-    name = ",".join([base, *parts])  # normalised: no spaces, as stored in the artifact and shown by inspect
-    recipe(name)
-    return name
+    _with_overrides(base, parts, f"--recipe {overrides!r}")  # the same checks recipe() makes of the joined name
+    return ",".join([base, *parts])  # normalised: no spaces, as stored in the artifact and shown by inspect
 
 
 def _as_recipe(r) -> dict[str, str]:

@@ -222,7 +222,8 @@ def synthetic_graph(preset: str, recipe_name: str, kv_dtype: str):
     through the pass pipeline with ``recipe_name`` weights and ``kv_dtype`` KV. Needs no GPU.
 
     Raises:
-        NinfercError: unknown preset, or a recipe / KV dtype the pipeline rejects (QuantError, ShapeError)."""
+        NinfercError: unknown preset (ConfigError) or a recipe the pipeline rejects (QuantError, e.g. a w4
+            embedding); ShapeError only for a graph the builder got wrong."""
     from ninferc.ir.config import preset as get_preset
     from ninferc.ir.passes import run_pipeline
     from ninferc.ir.qwen3_5 import build_graph

@@ -99,10 +99,9 @@ def run_cmd(path, prompt, max_new, max_context, prefill_chunk, greedy, temperatu
     if greedy and temperature:
         raise NinfercError(f"--greedy conflicts with --temperature {temperature}")
     params = SamplingParams(temperature=0.0 if greedy else temperature, top_k=top_k, top_p=top_p, seed=seed)
-    if params.greedy:  # sampling options set away from their defaults would be ignored: say so instead
-        off = {"top_p": 1.0, "top_k": 0, "seed": 0}
-        unused = [f"--{n.replace('_', '-')} {v}" for n, v in (("top_p", top_p), ("top_k", top_k), ("seed", seed))
-                  if given(n) and v != off[n]]
+    if params.greedy:  # sampling options set away from their defaults (off) would be ignored: say so instead
+        unused = [f"--{name} {v}" for name, v, off in (("top-p", top_p, 1.0), ("top-k", top_k, 0), ("seed", seed, 0))
+                  if v != off]
         if unused:
             raise NinfercError(f"{' and '.join(unused)} {'applies' if len(unused) == 1 else 'apply'} only when "
                                "sampling (--temperature > 0); decoding is greedy here")

@@ -14,10 +14,11 @@ import numpy as np
 from ninferc.errors import NinfercError
 
 
-#: Sampling temperatures allowed besides 0 (greedy). The GPU sampler divides fp32 logits by the temperature: below
-#: 0.01 the scaled logits of a real model (|logit| up to ~1e2) leave the range where exp() of their differences is
-#: meaningful (a temperature that small is argmax in all but name -- use 0), and above 100 the distribution is
-#: uniform to fp32 precision.
+#: Sampling temperatures allowed besides 0 (greedy): a range we chose, not a hardware limit (HF and vLLM accept any
+#: positive value). The GPU sampler divides fp32 logits by the temperature; below 0.01 logit gaps of ~0.1 become
+#: gaps of >= 10 (draws are argmax in all but name -- use 0) and far smaller values underflow (1e-320 gave NaN
+#: probabilities); above 100 typical logit spreads of ~10-30 shrink below 0.3 (close to a uniform draw over the
+#: vocabulary), and inf made the draw uniform.
 TEMPERATURE_RANGE = (0.01, 100.0)
 
 
