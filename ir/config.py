@@ -66,6 +66,8 @@ class ModelConfig:
     pad_token_id: int | None = None
     #: prefix of the text model's tensors in the checkpoint ("model." or "model.language_model.")
     weight_prefix: str = "model."
+    #: decoder layers of the multi-token-prediction head (HF ``mtp_num_hidden_layers``; 0 = no MTP head)
+    mtp_num_hidden_layers: int = 0
     name: str = ""
     extra: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
@@ -188,9 +190,13 @@ class ModelConfig:
             bos_token_id=text.get("bos_token_id", raw.get("bos_token_id")),
             pad_token_id=text.get("pad_token_id", raw.get("pad_token_id")),
             weight_prefix=prefix,
+            mtp_num_hidden_layers=_int_field(text, "mtp_num_hidden_layers", 0, source),
             name=str(raw.get("_name_or_path", "")),
-            extra={k: v for k, v in raw.items() if k.startswith("mtp_")},
+            extra={k: v for k, v in text.items() if k.startswith("mtp_")},
         )
+        if text.get("mtp_use_dedicated_embeddings"):
+            raise ConfigError(f"{source}: mtp_use_dedicated_embeddings=true is not supported (the MTP head must share "
+                              "the model's embedding and LM head)")
         cfg.validate(source)
         return cfg
 
@@ -289,6 +295,20 @@ class ModelConfig:
         cfg = cls(**d)
         cfg.validate("artifact header")
         return cfg
+
+
+def _int_field(d: dict, key: str, default: int, source: str) -> int:
+    """An integer field of a config dict (``default`` when absent or null).
+
+    Raises:
+        ConfigError: a value that is not an integer or is negative (names the field and the value).
+    """
+    v = d.get(key)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ConfigError(f"{source}: {key} must be a non-negative integer, found {v!r}")
+    return v
 
 
 def _replace(cfg: ModelConfig, **kw) -> ModelConfig:

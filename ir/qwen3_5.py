@@ -23,6 +23,17 @@ IR parameter names (and the HF checkpoint names they map to, under ``cfg.weight_
 ``final_norm``           ``norm.weight``
 ``lm_head``              ``lm_head.weight`` (top level; absent when tied)
 ======================  ===============================================
+
+The multi-token-prediction head (config ``mtp_num_hidden_layers`` > 0; :func:`mtp_param_specs`) is stored at
+the top level, outside ``weight_prefix`` (vLLM ``qwen3_5_mtp.py``, the fixture's ``model-mtp.safetensors``):
+
+===============================  ===============================================
+``mtp.fc``                        ``mtp.fc.weight`` [H, 2H] (input: [embedding | hidden])
+``mtp.pre_fc_norm_embedding``     ``mtp.pre_fc_norm_embedding.weight``
+``mtp.pre_fc_norm_hidden``        ``mtp.pre_fc_norm_hidden.weight``
+``mtp.L{j}.<as a layer above>``   ``mtp.layers.{j}.<as a layer above>`` (full attention + MLP)
+``mtp.norm``                      ``mtp.norm.weight``
+===============================  ===============================================
 """
 
 from __future__ import annotations
@@ -37,8 +48,26 @@ CONV_STATE_DTYPE = "f32"
 RECURRENT_STATE_DTYPE = "f32"
 
 
+def _attention_layer_specs(cfg: ModelConfig, L: str, p, matrix_group: str | None = None) -> None:
+    """The params of one full-attention decoder layer named ``L`` (``L3``, ``mtp.L0``) through ``p``."""
+    H, I = cfg.hidden_size, cfg.intermediate_size
+    hd, Hq, Hkv = cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads
+    p(f"{L}.input_norm", (H,), "norm")
+    p(f"{L}.post_norm", (H,), "norm")
+    p(f"{L}.attn.q", (Hq * hd * 2, H), matrix_group or "attention")
+    p(f"{L}.attn.k", (Hkv * hd, H), matrix_group or "attention")
+    p(f"{L}.attn.v", (Hkv * hd, H), matrix_group or "attention")
+    p(f"{L}.attn.o", (H, Hq * hd), matrix_group or "attention")
+    p(f"{L}.attn.q_norm", (hd,), "norm")
+    p(f"{L}.attn.k_norm", (hd,), "norm")
+    p(f"{L}.mlp.gate", (I, H), matrix_group or "mlp")
+    p(f"{L}.mlp.up", (I, H), matrix_group or "mlp")
+    p(f"{L}.mlp.down", (H, I), matrix_group or "mlp")
+
+
 def param_specs(cfg: ModelConfig) -> dict[str, ParamSpec]:
-    """Every weight the config implies: IR name -> :class:`ParamSpec` (shape, stored dtype, group).
+    """Every weight of the main model the config implies: IR name -> :class:`ParamSpec` (shape, stored dtype,
+    group). The MTP head's are :func:`mtp_param_specs`.
 
     A_log and dt_bias are stored in the checkpoint as bf16 like everything else (the loader accepts
     fp32 too); the rest are bf16.
@@ -51,33 +80,48 @@ def param_specs(cfg: ModelConfig) -> dict[str, ParamSpec]:
 
     p("embed", (V, H), "embedding")
     for i, t in enumerate(cfg.layer_types):
+        if t == FULL_ATTENTION:
+            _attention_layer_specs(cfg, f"L{i}", p)
+            continue
         p(f"L{i}.input_norm", (H,), "norm")
         p(f"L{i}.post_norm", (H,), "norm")
-        if t == FULL_ATTENTION:
-            hd, Hq, Hkv = cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads
-            p(f"L{i}.attn.q", (Hq * hd * 2, H), "attention")
-            p(f"L{i}.attn.k", (Hkv * hd, H), "attention")
-            p(f"L{i}.attn.v", (Hkv * hd, H), "attention")
-            p(f"L{i}.attn.o", (H, Hq * hd), "attention")
-            p(f"L{i}.attn.q_norm", (hd,), "norm")
-            p(f"L{i}.attn.k_norm", (hd,), "norm")
-        else:
-            Hv = cfg.linear_num_value_heads
-            p(f"L{i}.gdn.in_qkv", (cfg.gdn_conv_dim, H), "gdn")
-            p(f"L{i}.gdn.in_z", (cfg.gdn_value_dim, H), "gdn")
-            p(f"L{i}.gdn.in_b", (Hv, H), "gdn")
-            p(f"L{i}.gdn.in_a", (Hv, H), "gdn")
-            p(f"L{i}.gdn.conv", (cfg.gdn_conv_dim, cfg.linear_conv_kernel_dim), "gdn")
-            p(f"L{i}.gdn.A_log", (Hv,), "gdn")
-            p(f"L{i}.gdn.dt_bias", (Hv,), "gdn")
-            p(f"L{i}.gdn.norm", (cfg.linear_value_head_dim,), "norm")
-            p(f"L{i}.gdn.out", (H, cfg.gdn_value_dim), "gdn")
+        Hv = cfg.linear_num_value_heads
+        p(f"L{i}.gdn.in_qkv", (cfg.gdn_conv_dim, H), "gdn")
+        p(f"L{i}.gdn.in_z", (cfg.gdn_value_dim, H), "gdn")
+        p(f"L{i}.gdn.in_b", (Hv, H), "gdn")
+        p(f"L{i}.gdn.in_a", (Hv, H), "gdn")
+        p(f"L{i}.gdn.conv", (cfg.gdn_conv_dim, cfg.linear_conv_kernel_dim), "gdn")
+        p(f"L{i}.gdn.A_log", (Hv,), "gdn")
+        p(f"L{i}.gdn.dt_bias", (Hv,), "gdn")
+        p(f"L{i}.gdn.norm", (cfg.linear_value_head_dim,), "norm")
+        p(f"L{i}.gdn.out", (H, cfg.gdn_value_dim), "gdn")
         p(f"L{i}.mlp.gate", (I, H), "mlp")
         p(f"L{i}.mlp.up", (I, H), "mlp")
         p(f"L{i}.mlp.down", (H, I), "mlp")
     p("final_norm", (H,), "norm")
     if not cfg.tie_word_embeddings:
         p("lm_head", (V, H), "lm_head")
+    return out
+
+
+def mtp_param_specs(cfg: ModelConfig) -> dict[str, ParamSpec]:
+    """The MTP head's weights (empty when ``cfg.mtp_num_hidden_layers`` is 0): ``mtp.fc`` [H, 2H], the two pre-fc
+    norms, ``mtp_num_hidden_layers`` full-attention decoder layers ``mtp.L{j}.*`` (matrices in group ``mtp``, the
+    weight-format recipes' class), ``mtp.norm``. The embedding and LM head are the main model's."""
+    H = cfg.hidden_size
+    out: dict[str, ParamSpec] = {}
+    if not cfg.mtp_num_hidden_layers:
+        return out
+
+    def p(name, shape, group, dtype="bf16"):
+        out[name] = ParamSpec(name, tuple(shape), dtype, group)
+
+    p("mtp.fc", (H, 2 * H), "mtp")
+    p("mtp.pre_fc_norm_embedding", (H,), "norm")
+    p("mtp.pre_fc_norm_hidden", (H,), "norm")
+    for j in range(cfg.mtp_num_hidden_layers):
+        _attention_layer_specs(cfg, f"mtp.L{j}", p, matrix_group="mtp")
+    p("mtp.norm", (H,), "norm")
     return out
 
 
@@ -107,6 +151,12 @@ _HF_SUFFIX = {
 
 def hf_name(ir_name: str, cfg: ModelConfig) -> str:
     """The checkpoint tensor name of IR parameter ``ir_name`` (see module docstring)."""
+    if ir_name.startswith("mtp."):
+        rest = ir_name[4:]
+        if rest in ("fc", "pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm"):
+            return f"mtp.{rest}.weight"
+        layer, rest = rest.split(".", 1)
+        return f"mtp.layers.{int(layer[1:])}.{_HF_SUFFIX[rest]}"
     pre = cfg.weight_prefix
     if ir_name == "embed":
         return pre + "embed_tokens.weight"

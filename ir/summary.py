@@ -5,16 +5,17 @@ from __future__ import annotations
 
 from ninferc.ir.config import ModelConfig
 from ninferc.ir.graph import DTYPE_BYTES
-from ninferc.ir.qwen3_5 import param_specs, state_specs
+from ninferc.ir.qwen3_5 import mtp_param_specs, param_specs, state_specs
 
 
 def param_summary(cfg: ModelConfig) -> dict:
     """{"count": total parameters, "bytes_by_dtype": {dtype: bytes}, "count_by_group": {group: n}}
-    for the weights the config implies (stored dtypes: bf16, see :func:`param_specs`)."""
+    for the weights the config implies, the MTP head's included (group ``mtp`` and its norms; stored dtypes:
+    bf16, see :func:`param_specs` and :func:`mtp_param_specs`)."""
     by_dtype: dict[str, int] = {}
     by_group: dict[str, int] = {}
     total = 0
-    for p in param_specs(cfg).values():
+    for p in [*param_specs(cfg).values(), *mtp_param_specs(cfg).values()]:
         total += p.numel
         by_dtype[p.dtype] = by_dtype.get(p.dtype, 0) + p.nbytes
         by_group[p.group] = by_group.get(p.group, 0) + p.numel

@@ -2,8 +2,9 @@
 
 Tensors are read with `safetensors` (`safe_open(..., framework="np")`, memory-mapped, one tensor at a
 time); bf16 tensors come back as `ml_dtypes.bfloat16` numpy arrays. HF names map to IR names through
-:func:`ninferc.ir.qwen3_5.hf_name`; ``mtp.*`` (multi-token prediction) and vision-tower tensors are
-recognised and skipped with a notice.
+:func:`ninferc.ir.qwen3_5.hf_name`. The multi-token-prediction head (``mtp.*``) is loaded when the config declares
+it (``mtp_num_hidden_layers`` > 0) and otherwise recognised and skipped with a notice, as are vision-tower
+tensors.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from safetensors import safe_open
 from ninferc.errors import CheckpointError
 from ninferc.ir.config import ModelConfig
 from ninferc.ir.graph import ParamSpec
-from ninferc.ir.qwen3_5 import hf_name, param_specs
+from ninferc.ir.qwen3_5 import hf_name, mtp_param_specs, param_specs
 
-#: checkpoint name prefixes that belong to parts ninferc does not run yet (skipped with a notice)
+#: checkpoint name prefixes that belong to parts ninferc does not run (skipped with a notice; ``mtp.`` only when the
+#: config declares no MTP head)
 SKIPPED_PREFIXES = {
     "mtp.": "multi-token-prediction head",
     "model.visual.": "vision tower",
@@ -50,7 +52,7 @@ class Checkpoint(Mapping):
     def __init__(self, model_dir: str | Path, *, validate: bool = True, notice=sys.stderr):
         self.dir = Path(model_dir)
         self.config = ModelConfig.from_dir(self.dir)
-        self.specs: dict[str, ParamSpec] = param_specs(self.config)
+        self.specs: dict[str, ParamSpec] = {**param_specs(self.config), **mtp_param_specs(self.config)}
         self._files: dict[str, object] = {}
         self._where: dict[str, Path] = {}  # HF name -> file
         files = sorted(self.dir.glob("*.safetensors"))
@@ -69,15 +71,17 @@ class Checkpoint(Mapping):
                 for name in self._open(f).keys():
                     self._where[name] = f
         self.skipped: dict[str, int] = {}
+        skipped = {p: w for p, w in SKIPPED_PREFIXES.items()
+                   if not (self.config.mtp_num_hidden_layers and p == "mtp.")}
         for name in list(self._where):
-            for pre, what in SKIPPED_PREFIXES.items():
+            for pre, what in skipped.items():
                 if name.startswith(pre):
                     self.skipped[what] = self.skipped.get(what, 0) + 1
                     del self._where[name]
                     break
         if self.skipped and notice is not None:
             parts = ", ".join(f"{n} tensors of the {w}" for w, n in self.skipped.items())
-            print(f"notice: skipping {parts} (not supported yet)", file=notice)
+            print(f"notice: skipping {parts} (not declared by config.json or not run by ninferc)", file=notice)
         self._ir_to_hf = {ir: hf_name(ir, self.config) for ir in self.specs}
         if validate:
             self.validate()

@@ -43,9 +43,20 @@ def test_inspect_preset_cli():
 
 
 def test_tiny_fixture_matches_index_metadata(tiny_dir, tiny_ckpt):
-    meta = json.loads((tiny_dir / "model.safetensors.index.json").read_text())["metadata"]
-    assert param_summary(tiny_ckpt.config)["count"] == meta["total_parameters"]
+    """The index's totals count the MTP head (15 ``mtp.*`` tensors since 2026-12-04); so does param_summary."""
+    index = json.loads((tiny_dir / "model.safetensors.index.json").read_text())
+    meta = index["metadata"]
+    assert tiny_ckpt.config.mtp_num_hidden_layers == 1
+    s = param_summary(tiny_ckpt.config)
+    assert s["count"] == meta["total_parameters"]
+    assert sum(s["bytes_by_dtype"].values()) == meta["total_size"]
+    mtp_names = sorted(n for n in index["weight_map"] if n.startswith("mtp."))
+    assert len(mtp_names) == 15
+    mtp_numel = sum(int(np.prod(tiny_ckpt[ir].shape)) for ir in tiny_ckpt if ir.startswith("mtp."))
+    cfg_no_mtp = ModelConfig.from_dict({**tiny_ckpt.config.to_dict(), "mtp_num_hidden_layers": 0})
+    assert param_summary(cfg_no_mtp)["count"] + mtp_numel == meta["total_parameters"]
     assert tiny_ckpt["L0.gdn.conv"].shape == (2 * 128 + 384, 4)
+    assert tiny_ckpt["mtp.fc"].shape == (256, 512)
 
 
 def _base():
@@ -104,11 +115,15 @@ def test_checkpoint_problems_reported_together(tmp_path, tiny_dir):
 
     d = tmp_path / "ck"
     d.mkdir()
-    shutil.copy(tiny_dir / "config.json", d / "config.json")
+    cfg = json.loads((tiny_dir / "config.json").read_text())
+    del cfg["mtp_num_hidden_layers"]  # undeclared: a stray mtp tensor is skipped, not a problem
+    (d / "config.json").write_text(json.dumps(cfg))
     ck = Checkpoint(tiny_dir, notice=None)
     tensors = {}
     from ninferc.ir.qwen3_5 import hf_name
     for ir in ck:
+        if ir.startswith("mtp."):
+            continue
         arr = np.asarray(ck[ir])
         if ir == "L0.gdn.conv":
             arr = arr[:, None, :]
@@ -131,15 +146,61 @@ def test_checkpoint_problems_reported_together(tmp_path, tiny_dir):
     assert "mtp" not in msg  # recognised and skipped
 
 
-def test_mtp_tensors_skipped_with_notice(tmp_path, tiny_dir, capsys):
-    from safetensors.numpy import save_file
-    import ml_dtypes, io
+def test_mtp_tensors_loaded_when_declared(tiny_dir, tiny_ckpt):
+    """The fixture's config declares the head (mtp_num_hidden_layers 1): its 15 tensors load under IR names."""
+    from ninferc.ir.qwen3_5 import hf_name, mtp_param_specs
+
+    specs = mtp_param_specs(tiny_ckpt.config)
+    assert len(specs) == 15 and not tiny_ckpt.skipped
+    index = json.loads((tiny_dir / "model.safetensors.index.json").read_text())["weight_map"]
+    assert {hf_name(n, tiny_ckpt.config) for n in specs} == {n for n in index if n.startswith("mtp.")}
+    for name, spec in specs.items():
+        assert tiny_ckpt[name].shape == spec.shape, name
+
+
+def test_mtp_tensors_skipped_with_notice_when_not_declared(tmp_path, tiny_dir):
+    """A checkpoint carrying mtp.* tensors its config does not declare: skipped with a notice, never an error."""
+    import io
 
     d = tmp_path / "ck"
     shutil.copytree(tiny_dir, d)
-    save_file({"mtp.fc.weight": np.zeros((2,), ml_dtypes.bfloat16)}, str(d / "mtp.safetensors"))
-    (d / "model.safetensors.index.json").unlink()  # force a scan of every file
+    cfg = json.loads((d / "config.json").read_text())
+    del cfg["mtp_num_hidden_layers"]
+    (d / "config.json").chmod(0o644)
+    (d / "config.json").write_text(json.dumps(cfg))
     buf = io.StringIO()
     ck = Checkpoint(d, notice=buf)
-    assert ck.skipped == {"multi-token-prediction head": 1}
-    assert "skipping 1 tensors of the multi-token-prediction head" in buf.getvalue()
+    assert ck.config.mtp_num_hidden_layers == 0
+    assert ck.skipped == {"multi-token-prediction head": 15}
+    assert "skipping 15 tensors of the multi-token-prediction head" in buf.getvalue()
+    assert not any(n.startswith("mtp.") for n in ck)
+    # and with the index gone (every file scanned) the same
+    (d / "model.safetensors.index.json").chmod(0o644)
+    (d / "model.safetensors.index.json").unlink()
+    assert Checkpoint(d, notice=None).skipped == {"multi-token-prediction head": 15}
+
+
+def test_mtp_declared_but_missing_is_reported(tmp_path, tiny_dir):
+    """A config declaring the head over shards without it: every missing mtp tensor is listed."""
+    d = tmp_path / "ck"
+    shutil.copytree(tiny_dir, d)
+    for f in (d / "model-mtp.safetensors", d / "model.safetensors.index.json"):
+        f.chmod(0o644)
+        f.unlink()
+    with pytest.raises(CheckpointError) as e:
+        Checkpoint(d, notice=None)
+    assert "15 problems" in str(e.value) and "missing mtp.fc.weight" in str(e.value)
+
+
+@pytest.mark.parametrize("mutate,needle", [
+    (lambda d: d.update(mtp_num_hidden_layers=-1), "mtp_num_hidden_layers must be a non-negative integer, found -1"),
+    (lambda d: d.update(mtp_num_hidden_layers=1.5), "mtp_num_hidden_layers must be a non-negative integer, found 1.5"),
+    (lambda d: d.update(mtp_num_hidden_layers=1, mtp_use_dedicated_embeddings=True),
+     "mtp_use_dedicated_embeddings=true is not supported"),
+])
+def test_bad_mtp_config_fields(mutate, needle):
+    d = _base()
+    mutate(d)
+    with pytest.raises(ConfigError) as e:
+        ModelConfig.from_hf_dict(d)
+    assert needle in str(e.value)
