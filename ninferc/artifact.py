@@ -299,7 +299,8 @@ class Artifact:
         from ninferc.tokenizer import Tokenizer
 
         cfg = json.loads(self.blob("tokenizer_config.json")) if self.has_blob("tokenizer_config.json") else None
-        return Tokenizer(self.blob("tokenizer.json").decode(), cfg)
+        ct = self.blob("chat_template.jinja").decode() if self.has_blob("chat_template.jinja") else None
+        return Tokenizer(self.blob("tokenizer.json").decode(), cfg, ct)
 
     def verify_all(self) -> None:
         """Check every tensor's and blob's sha256 (reads the whole file)."""

@@ -20,7 +20,7 @@ class _Group(click.Group):
             sys.exit(2)
 
 
-@click.group(cls=_Group)
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ninferc")
 def main():
     """ninferc: compile a Qwen3.5/3.6/3.8 hybrid checkpoint for one NVIDIA target and run it."""
@@ -36,6 +36,7 @@ def _register():
         ("ninferc.cmd_plan", "plan_cmd"),
         ("ninferc.cmd_compile", "compile_cmd"),
         ("ninferc.cmd_bench", "bench_cmd"),
+        ("ninferc.cmd_serve", "serve_cmd"),
     ]:
         try:
             mod = importlib.import_module(mod_name)

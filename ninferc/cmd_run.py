@@ -66,9 +66,40 @@ def open_backend(path: Path, backend: str | None, *, max_context: int | None, cu
     return eng.session(), tok, art.config, max_context
 
 
+def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
+    """The prompt text from ``--prompt`` or ``--prompt-file`` (``-`` = stdin), exactly one of them.
+
+    Raises:
+        NinfercError: neither or both given; the text is not valid UTF-8 (names the byte offset); the file cannot be
+            read.
+    """
+    if (prompt is None) == (prompt_file is None):
+        raise NinfercError("give exactly one of --prompt TEXT or --prompt-file PATH ('-' reads stdin)")
+    if prompt is not None:
+        try:
+            prompt.encode("utf-8")
+        except UnicodeEncodeError as exc:  # click hands undecodable argv bytes over as surrogate escapes
+            raise NinfercError(f"--prompt is not valid UTF-8 (character {exc.start}); pass the text as UTF-8, or "
+                               "use --prompt-file") from None
+        return prompt
+    try:
+        data = sys.stdin.buffer.read() if str(prompt_file) == "-" else prompt_file.read_bytes()
+    except OSError as exc:
+        raise NinfercError(f"--prompt-file {str(prompt_file)!r}: cannot read it ({exc.strerror})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise NinfercError(f"--prompt-file {str(prompt_file)!r} is not valid UTF-8 (byte {exc.start})") from None
+
+
 @click.command("run")
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("--prompt", required=True, help="the prompt text")
+@click.option("--prompt", default=None, help="the prompt text")
+@click.option("--prompt-file", default=None, type=click.Path(path_type=Path, dir_okay=False, allow_dash=True),
+              help="read the prompt from this file ('-' = stdin), for prompts past the shell's argument limit")
+@click.option("--chat", is_flag=True,
+              help="render the prompt as a user message through the model's chat template; stop at its end of turn")
+@click.option("--stop", "stop", multiple=True, help="stop when the text contains this string (repeatable; not printed)")
 @click.option("--max-new", default=128, type=click.IntRange(min=1), show_default=True, help="tokens to generate at most")
 @click.option("--max-context", default=None, type=click.IntRange(min=1),
               help="KV capacity per sequence (tokens) [default: the artifact's compile-time --max-context; 4096 for "
@@ -84,14 +115,16 @@ def open_backend(path: Path, backend: str | None, *, max_context: int | None, cu
 @click.option("--backend", type=click.Choice(["cuda", "reference"]), default=None,
               help="default: cuda for a .ninfer artifact, reference for a checkpoint directory")
 @click.option("--ignore-eos", is_flag=True, help="keep generating past the end-of-sequence token")
-def run_cmd(path, prompt, max_new, max_context, prefill_chunk, greedy, temperature, top_p, top_k, seed,
-            no_cuda_graph, backend, ignore_eos):
+def run_cmd(path, prompt, prompt_file, chat, stop, max_new, max_context, prefill_chunk, greedy, temperature, top_p,
+            top_k, seed, no_cuda_graph, backend, ignore_eos):
     """Generate a continuation of --prompt: text on stdout, timings on stderr."""
     from click.core import ParameterSource
 
     from ninferc.generate import generate
+    from ninferc.tokenizer import TextOutput
 
     ctx = click.get_current_context()
+    prompt = read_prompt(prompt, prompt_file)
 
     def given(name: str) -> bool:
         return ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
@@ -128,20 +161,37 @@ def run_cmd(path, prompt, max_new, max_context, prefill_chunk, greedy, temperatu
     if params.top_k > cfg.vocab_size:
         raise NinfercError(f"--top-k {params.top_k} is more than the vocabulary ({cfg.vocab_size} tokens); use 0 "
                            "for no limit")
+    stop_ids = [] if ignore_eos else list(cfg.eos_token_ids)
+    if chat:
+        from ninferc.chat import ChatTemplateError, chat_template_for, end_of_turn_ids
+
+        tpl = chat_template_for(tok)
+        if tpl is None:
+            raise NinfercError(f"--chat: {path} has no chat template (neither chat_template.jinja nor a chat_template "
+                               "in tokenizer_config.json)")
+        try:
+            prompt = tpl.render([{"role": "user", "content": prompt}], add_generation_prompt=True)
+        except ChatTemplateError as exc:
+            raise NinfercError(f"--chat: {exc}") from None
+        if not ignore_eos:
+            stop_ids += [t for t in end_of_turn_ids(tok) if t not in stop_ids]
     ids = tok.encode(prompt)
     if len(ids) + max_new > max_context:
         raise NinfercError(f"the prompt ({len(ids)} tokens) plus --max-new {max_new} is {len(ids) + max_new} tokens, "
                            f"over --max-context {max_context}")
-    stream = tok.stream()
+    text = TextOutput(tok, stop)
 
     def on_token(t):
-        sys.stdout.write(stream.step(t))
+        if t in stop_ids:
+            return False
+        piece, stopped = text.push(t)
+        sys.stdout.write(piece)
         sys.stdout.flush()
+        return stopped
 
-    stop = () if ignore_eos else tuple(cfg.eos_token_ids)
-    res = generate(be, ids, max_new=max_new, params=params, prefill_chunk=prefill_chunk, stop_ids=stop,
+    res = generate(be, ids, max_new=max_new, params=params, prefill_chunk=prefill_chunk, stop_ids=tuple(stop_ids),
                    on_token=on_token)
-    sys.stdout.write("\n")
+    sys.stdout.write(text.flush() + "\n")
     sys.stdout.flush()
     log(f"prompt {res.prompt_tokens} tokens, generated {len(res.ids)} ({res.stopped_by}); "
         f"TTFT {res.ttft_s * 1e3:.1f} ms, prefill {res.prefill_tok_s:.1f} tok/s, decode {res.decode_tok_s:.1f} tok/s")

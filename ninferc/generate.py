@@ -65,13 +65,14 @@ def generate(
     params: SamplingParams,
     prefill_chunk: int = 1024,
     stop_ids: tuple[int, ...] = (),
-    on_token: Callable[[int], None] | None = None,
+    on_token: Callable[[int], bool | None] | None = None,
 ) -> GenerationResult:
     """Prefill ``prompt_ids`` then generate up to ``max_new`` tokens.
 
     The first generated token is sampled from the prefill's last logits (TTFT = prefill + that
     sample); each later token costs one decode step. ``on_token`` is called with every id as soon as
-    it is known (the CLI streams text through it). A backend with ``decode_stream(params, n)`` (the CUDA
+    it is known (the CLI streams text through it); when it returns True the generation stops there with
+    ``stopped_by`` ``"stop"`` (a stop string was completed). A backend with ``decode_stream(params, n)`` (the CUDA
     session) keeps one step queued ahead of the id being streamed, so a stop id has already been appended to
     its sequence when generation stops; the ids are the same either way.
 
@@ -97,8 +98,9 @@ def generate(
     try:
         while True:
             res.ids.append(tok)
-            if on_token:
-                on_token(tok)
+            if on_token and on_token(tok):
+                res.stopped_by = "stop"
+                break
             if tok in stop_ids:
                 res.stopped_by = "stop"
                 break

@@ -192,12 +192,15 @@ def hf_tensors_from_params(graph: Graph, params: Mapping[str, Any]) -> dict[str,
 def hf_text_config_dict(cfg: ModelConfig) -> dict:
     """The HF ``Qwen3_5TextConfig`` fields (``config.json`` of a ``qwen3_5_text`` checkpoint) for ``cfg``.
 
+    ``mtp_num_hidden_layers`` is given when the model has an MTP head (transformers ignores the head itself).
     ``partial_rotary_factor`` is given both inside ``rope_parameters`` (where the rotary embedding reads
     it) and at the top level (where ``Qwen3_5TextConfig.__post_init__`` defaults it to 0.25), as
     transformers' own ``save_pretrained`` writes it.
     """
     eos = list(cfg.eos_token_ids)
+    mtp = {"mtp_num_hidden_layers": cfg.mtp_num_hidden_layers} if cfg.mtp_num_hidden_layers else {}
     return {
+        **mtp,
         "model_type": HF_MODEL_TYPE,
         "architectures": [HF_MODEL_CLASS],
         "vocab_size": cfg.vocab_size,

@@ -1,13 +1,24 @@
-"""Sampling parameters and the host (numpy) sampler used by the reference backend.
+"""Sampling parameters and the host (numpy) sampler used by the reference backend and the server.
 
-Semantics (as in HF `generate` / vLLM): greedy when ``temperature == 0``; otherwise logits are divided
-by the temperature, restricted to the ``top_k`` largest (0 = no limit), then to the smallest set whose
-probability mass reaches ``top_p`` (the top-1 token is always kept), renormalised, and sampled.
+Semantics (as in vLLM's v1 sampler, which follows HF `generate` for the shared parts), applied to one row of
+fp32 logits in this order:
+
+1. penalties (also under greedy decoding): ``repetition_penalty`` r over every token of the prompt and of the
+   output so far (a positive logit is divided by r, a negative one multiplied by r; HF
+   ``RepetitionPenaltyLogitsProcessor``); ``frequency_penalty`` f and ``presence_penalty`` p over the output so
+   far: ``logit -= f * count + p * (count > 0)`` (OpenAI's definition);
+2. greedy when ``temperature == 0``: the argmax (ties to the lowest id);
+3. otherwise logits / temperature; ``min_p`` keeps the tokens whose probability is at least ``min_p`` times the
+   most likely one's; ``top_k`` keeps the k largest (0 = no limit); ``top_p`` keeps the smallest set whose mass
+   reaches it (the top-1 token is always kept); renormalise; draw.
+
+Non-finite logits are never turned into a token: :class:`HostSampler` raises :class:`NonFiniteLogits`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -20,46 +31,115 @@ from ninferc.errors import NinfercError
 #: probabilities); above 100 typical logit spreads of ~10-30 shrink below 0.3 (close to a uniform draw over the
 #: vocabulary), and inf made the draw uniform.
 TEMPERATURE_RANGE = (0.01, 100.0)
+#: presence / frequency penalty range (OpenAI's API reference: "Number between -2.0 and 2.0")
+PENALTY_RANGE = (-2.0, 2.0)
+#: repetition penalty range: (0, REPETITION_PENALTY_MAX]; 1 = off (vLLM requires > 0; we bound it like the
+#: temperature, since 2 already makes a repeated token's logit half or double)
+REPETITION_PENALTY_MAX = 10.0
+#: most alternatives one position's ``top_logprobs`` may ask for (OpenAI's limit)
+MAX_TOP_LOGPROBS = 20
+
+
+class NonFiniteLogits(NinfercError):
+    """A logits row holds NaN or Inf: the model produced garbage and no token may be drawn from it."""
+
+
+def _num(name: str, v) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise NinfercError(f"{name} must be a number, found {v!r}")
+    return float(v)
 
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """``temperature`` 0 (greedy) or in :data:`TEMPERATURE_RANGE`; ``top_k`` >= 0 (0 = off); 0 < ``top_p`` <= 1;
-    ``seed`` an integer in [0, 2**64) (the GPU sampler's Philox key is 64 bits).
+    """How one sequence picks its next token (see the module docstring for the order of the steps).
+
+    Attributes:
+        temperature: 0 (greedy) or in :data:`TEMPERATURE_RANGE`.
+        top_k: >= 0; 0 = off.
+        top_p: in (0, 1]; 1 = off.
+        min_p: in [0, 1]; 0 = off.
+        seed: an integer in [0, 2**64) (the GPU sampler's Philox key is 64 bits).
+        presence_penalty, frequency_penalty: in :data:`PENALTY_RANGE`; 0 = off.
+        repetition_penalty: in (0, :data:`REPETITION_PENALTY_MAX`]; 1 = off.
 
     Raises:
-        NinfercError: a value outside its range (names the value and the range).
+        NinfercError: a value outside its range, NaN, or of the wrong type (names the value and the range).
     """
 
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
     seed: int = 0
+    min_p: float = 0.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
 
     def __post_init__(self):
         lo, hi = TEMPERATURE_RANGE
-        if not (self.temperature == 0.0 or lo <= self.temperature <= hi):
+        t = _num("temperature", self.temperature)
+        if not (t == 0.0 or lo <= t <= hi):
             raise NinfercError(f"temperature must be 0 (greedy) or in [{lo:g}, {hi:g}], found {self.temperature}")
-        if self.top_k < 0:
-            raise NinfercError(f"top_k must be >= 0 (0 disables it), found {self.top_k}")
-        if not 0.0 < self.top_p <= 1.0:
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, (int, np.integer)) or self.top_k < 0:
+            raise NinfercError(f"top_k must be an integer >= 0 (0 disables it), found {self.top_k!r}")
+        if not 0.0 < _num("top_p", self.top_p) <= 1.0:
             raise NinfercError(f"top_p must be in (0, 1], found {self.top_p}")
+        if not 0.0 <= _num("min_p", self.min_p) <= 1.0:
+            raise NinfercError(f"min_p must be in [0, 1], found {self.min_p}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or not 0 <= self.seed < 2**64:
             raise NinfercError(f"seed must be an integer in [0, 2**64), found {self.seed!r}")
+        plo, phi = PENALTY_RANGE
+        for name in ("presence_penalty", "frequency_penalty"):
+            v = _num(name, getattr(self, name))
+            if not plo <= v <= phi:
+                raise NinfercError(f"{name} must be in [{plo:g}, {phi:g}], found {v}")
+        r = _num("repetition_penalty", self.repetition_penalty)
+        if not 0.0 < r <= REPETITION_PENALTY_MAX:
+            raise NinfercError(f"repetition_penalty must be in (0, {REPETITION_PENALTY_MAX:g}], found {r}")
 
     @property
     def greedy(self) -> bool:
         """True when ``temperature == 0`` (argmax decoding)."""
         return self.temperature == 0.0
 
+    @property
+    def penalised(self) -> bool:
+        """True when any of the three penalties is on (the sampler then needs the token history)."""
+        return self.presence_penalty != 0.0 or self.frequency_penalty != 0.0 or self.repetition_penalty != 1.0
+
+
+def apply_penalties(logits: np.ndarray, p: SamplingParams, prompt_ids, output_counts: dict[int, int]) -> np.ndarray:
+    """Penalised copy of ``logits`` [V] (fp32): step 1 of the module docstring.
+
+    Args:
+        prompt_ids: the prompt's token ids (only the repetition penalty reads them).
+        output_counts: token id -> times it was generated so far.
+    """
+    x = np.array(logits, dtype=np.float32)
+    if p.repetition_penalty != 1.0:
+        seen = np.fromiter(set(prompt_ids) | set(output_counts), np.int64)
+        seen = seen[(seen >= 0) & (seen < x.shape[0])]
+        v = x[seen]
+        x[seen] = np.where(v > 0, v / np.float32(p.repetition_penalty), v * np.float32(p.repetition_penalty))
+    if output_counts and (p.frequency_penalty or p.presence_penalty):
+        ids = np.fromiter(output_counts.keys(), np.int64)
+        cnt = np.fromiter(output_counts.values(), np.float32)
+        keep = ids < x.shape[0]
+        x[ids[keep]] -= (np.float32(p.frequency_penalty) * cnt[keep] + np.float32(p.presence_penalty))
+    return x
+
 
 def filtered_probs(logits: np.ndarray, p: SamplingParams) -> np.ndarray:
-    """The distribution sampled from: logits [V] -> probs [V] fp64 after temperature, top-k, top-p."""
+    """The distribution sampled from: logits [V] -> probs [V] fp64 after temperature, min-p, top-k, top-p
+    (step 3 of the module docstring; penalties are applied before, by :func:`apply_penalties`)."""
     x = np.asarray(logits, dtype=np.float64) / p.temperature
     order = np.argsort(-x, kind="stable")
     keep = np.ones(x.shape[0], bool) if p.top_k == 0 else np.zeros(x.shape[0], bool)
     if p.top_k:
         keep[order[: p.top_k]] = True
+    if p.min_p > 0.0:  # p_i >= min_p * p_max  <=>  x_i - x_max >= log(min_p)
+        keep &= x - x.max() >= math.log(p.min_p)
     z = np.where(keep, x, -np.inf)
     probs = np.exp(z - z.max())
     probs /= probs.sum()
@@ -74,18 +154,79 @@ def filtered_probs(logits: np.ndarray, p: SamplingParams) -> np.ndarray:
     return probs
 
 
-class HostSampler:
-    """Samples token ids from logits on the host with a seeded numpy Generator (reference backend)."""
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """log softmax of ``logits`` [V] in float64 (the model's own distribution, before any sampling step)."""
+    x = np.asarray(logits, dtype=np.float64)
+    m = x.max()
+    return x - m - np.log(np.exp(x - m).sum())
 
-    def __init__(self, params: SamplingParams):
+
+@dataclass
+class Sampled:
+    """One sampled position: ``token``; with logprobs asked for, ``logprob`` (of ``token``) and ``top`` (the
+    ``n`` most likely (id, logprob) pairs, most likely first), both from the model's raw distribution -- the
+    log softmax of the logits before penalties and temperature (vLLM's default ``raw_logprobs``)."""
+
+    token: int
+    logprob: float | None = None
+    top: list[tuple[int, float]] = field(default_factory=list)
+
+
+class HostSampler:
+    """Samples token ids on the host for one sequence: its parameters, its own seeded generator and the token
+    history the penalties read.
+
+    Args:
+        params: the sampling parameters.
+        prompt_ids: the prompt (read by the repetition penalty only).
+    """
+
+    def __init__(self, params: SamplingParams, prompt_ids=()):
         self.params = params
         self.rng = np.random.default_rng(params.seed)
+        self.prompt_ids = tuple(prompt_ids) if params.repetition_penalty != 1.0 else ()
+        self.counts: dict[int, int] = {}
+
+    def observe(self, token: int) -> None:
+        """Record a generated ``token`` (the frequency / presence / repetition penalties count it)."""
+        self.counts[int(token)] = self.counts.get(int(token), 0) + 1
 
     def __call__(self, logits: np.ndarray) -> int:
-        """One token id from ``logits`` [V] (any float dtype): the argmax when greedy, else a draw from
-        :func:`filtered_probs` with this sampler's generator (seeded by ``params.seed``; successive calls continue
-        its stream). Raises nothing for finite logits (SamplingParams has checked the parameters)."""
-        if self.params.greedy:
-            return int(np.argmax(logits))
-        probs = filtered_probs(logits, self.params)
+        """One token id from ``logits`` [V] (any float dtype); see :meth:`sample`. The token is not recorded:
+        callers that use penalties call :meth:`observe` (or use :meth:`sample`)."""
+        return self._draw(logits)
+
+    def sample(self, logits: np.ndarray, logprobs: int | None = None) -> Sampled:
+        """Draw, record and describe the next token from ``logits`` [V].
+
+        Args:
+            logprobs: None, or how many top alternatives to report (0..:data:`MAX_TOP_LOGPROBS`).
+
+        Raises:
+            NonFiniteLogits: the row holds NaN or Inf.
+        """
+        tok = self._draw(logits)
+        self.observe(tok)
+        out = Sampled(tok)
+        if logprobs is not None:
+            lp = log_softmax(logits)
+            out.logprob = float(lp[tok])
+            if logprobs:
+                top = np.argsort(-lp, kind="stable")[:logprobs]
+                out.top = [(int(i), float(lp[i])) for i in top]
+        return out
+
+    def _draw(self, logits: np.ndarray) -> int:
+        x = np.asarray(logits)
+        if not np.isfinite(x).all():
+            bad = int((~np.isfinite(x)).sum())
+            raise NonFiniteLogits(f"the model produced {bad} non-finite logits of {x.size} (NaN or Inf); no token "
+                                  "can be drawn (NINFERC_CHECK_FINITE=1 on the GPU names the first op "
+                                  "that writes one)")
+        p = self.params
+        if p.penalised:
+            x = apply_penalties(x, p, self.prompt_ids, self.counts)
+        if p.greedy:
+            return int(np.argmax(x))
+        probs = filtered_probs(x, p)
         return int(self.rng.choice(probs.shape[0], p=probs))

@@ -22,12 +22,17 @@ class Tokenizer:
         CheckpointError: the JSON cannot be parsed by `tokenizers`.
     """
 
-    def __init__(self, tokenizer_json: str, tokenizer_config: dict | None = None):
+    def __init__(self, tokenizer_json: str, tokenizer_config: dict | None = None, chat_template: str | None = None):
         try:
             self._tok = _HFTokenizer.from_str(tokenizer_json)
         except Exception as exc:
             raise CheckpointError(f"tokenizer.json could not be parsed by `tokenizers`: {exc}") from None
         self.config = tokenizer_config or {}
+        if chat_template is None:
+            chat_template = _config_chat_template(self.config)
+        #: the conversation template's jinja source (``chat_template.jinja``, else ``tokenizer_config.json``'s
+        #: ``chat_template``), or None when the checkpoint carries none
+        self.chat_template: str | None = chat_template
 
     @classmethod
     def from_dir(cls, model_dir: str | Path) -> "Tokenizer":
@@ -41,7 +46,9 @@ class Tokenizer:
         if not tj.is_file():
             raise CheckpointError(f"{str(d)!r} has no tokenizer.json")
         tc = d / "tokenizer_config.json"
-        return cls(tj.read_text(), json.loads(tc.read_text()) if tc.is_file() else None)
+        ct = d / "chat_template.jinja"
+        return cls(tj.read_text(), json.loads(tc.read_text()) if tc.is_file() else None,
+                   ct.read_text() if ct.is_file() else None)
 
     @property
     def vocab_size(self) -> int:
@@ -49,7 +56,8 @@ class Tokenizer:
         return self._tok.get_vocab_size()
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of ``text`` (no special tokens added, as HF's tokenizer does for this family)."""
+        """Token ids of ``text`` (no special tokens added, as HF's tokenizer does for this family; special tokens
+        written in the text, such as a chat template's ``<|im_start|>``, are recognised as themselves)."""
         return self._tok.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids: list[int]) -> str:
@@ -59,6 +67,10 @@ class Tokenizer:
     def stream(self) -> "StreamDecoder":
         """A fresh incremental decoder for one generation."""
         return StreamDecoder(self._tok)
+
+    def token_str(self, token_id: int) -> str:
+        """The vocabulary string of ``token_id`` (special tokens as written, e.g. ``<|im_end|>``); "" if unknown."""
+        return self._tok.id_to_token(int(token_id)) or ""
 
     def token_id(self, token: str) -> int | None:
         """Id of the token string ``token``, or None if unknown."""
@@ -76,3 +88,62 @@ class StreamDecoder:
     def step(self, token_id: int) -> str:
         """Feed one id; returns the text it completes (may be empty mid-character)."""
         return self._ds.step(self._tok, int(token_id)) or ""
+
+
+def _config_chat_template(cfg: dict) -> str | None:
+    """``tokenizer_config.json``'s ``chat_template``: a string, or a list of ``{"name", "template"}`` from which the
+    one named ``default`` is taken (HF's convention); None when absent."""
+    ct = cfg.get("chat_template")
+    if isinstance(ct, str):
+        return ct
+    if isinstance(ct, list):
+        for item in ct:
+            if isinstance(item, dict) and item.get("name") == "default" and isinstance(item.get("template"), str):
+                return item["template"]
+    return None
+
+
+class TextOutput:
+    """The text of one generation, fed one id at a time: incremental detokenisation (never a broken UTF-8
+    character: bytes of an unfinished character wait for the next id) and stop strings.
+
+    A stop string is matched across token boundaries; the text returned stops before it (OpenAI's semantics: the
+    stop string is not part of the output). While the text's tail could still be the start of a stop string, that
+    tail is held back -- only the ambiguous part -- and released as soon as it cannot be, or by :meth:`flush`.
+
+    Args:
+        tokenizer: a :class:`Tokenizer`.
+        stop: stop strings (empty ones are ignored).
+    """
+
+    def __init__(self, tokenizer: Tokenizer, stop=()):
+        self._dec = tokenizer.stream()
+        self.stop = tuple(s for s in stop if s)
+        self._held = ""
+        self.stopped = False
+
+    def push(self, token_id: int) -> tuple[str, bool]:
+        """Feed one id: (text that may be shown now, whether a stop string ended the text). After a stop, further
+        ids give ``("", True)``."""
+        if self.stopped:
+            return "", True
+        buf = self._held + self._dec.step(token_id)
+        if not self.stop:
+            return buf, False
+        cut = min((i for i in (buf.find(s) for s in self.stop) if i >= 0), default=-1)
+        if cut >= 0:
+            self.stopped, self._held = True, ""
+            return buf[:cut], True
+        hold = 0
+        for s in self.stop:  # the longest tail of buf that is a proper prefix of a stop string
+            for k in range(min(len(s) - 1, len(buf)), hold, -1):
+                if buf.endswith(s[:k]):
+                    hold = k
+                    break
+        self._held = buf[len(buf) - hold:] if hold else ""
+        return buf[:len(buf) - hold], False
+
+    def flush(self) -> str:
+        """The held-back tail (the generation ended without completing a stop string)."""
+        out, self._held = self._held, ""
+        return "" if self.stopped else out

@@ -1,0 +1,103 @@
+"""The host sampler's parameters: min_p, the three penalties (vLLM / OpenAI semantics), logprobs, validation,
+and non-finite logits never becoming a token."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from ninferc.errors import NinfercError
+from ninferc.sampling import (HostSampler, NonFiniteLogits, SamplingParams, apply_penalties, filtered_probs,
+                              log_softmax)
+
+
+def test_min_p_keeps_tokens_at_least_min_p_times_the_top():
+    x = np.log(np.array([0.5, 0.3, 0.1, 0.06, 0.04]))
+    p = filtered_probs(x, SamplingParams(temperature=1.0, min_p=0.15))  # keeps p >= 0.075
+    assert (p > 0).tolist() == [True, True, True, False, False]
+    np.testing.assert_allclose(p[:3], np.array([0.5, 0.3, 0.1]) / 0.9)
+    # min_p acts on the temperature-scaled distribution (vLLM: after temperature)
+    p2 = filtered_probs(x, SamplingParams(temperature=2.0, min_p=0.15))
+    assert (p2 > 0).sum() == 5
+
+
+def test_penalties_follow_openai_and_hf():
+    x = np.array([2.0, -1.0, 0.5, 3.0], np.float32)
+    sp = SamplingParams(repetition_penalty=2.0)
+    y = apply_penalties(x, sp, prompt_ids=[0], output_counts={1: 1})
+    np.testing.assert_allclose(y, [1.0, -2.0, 0.5, 3.0])  # positive / r, negative * r; unseen ids untouched
+    sp = SamplingParams(frequency_penalty=0.5, presence_penalty=0.25)
+    y = apply_penalties(x, sp, prompt_ids=[3], output_counts={2: 3, 3: 1})
+    np.testing.assert_allclose(y, [2.0, -1.0, 0.5 - 1.5 - 0.25, 3.0 - 0.5 - 0.25])  # prompt not counted
+
+
+def test_greedy_with_penalty_avoids_repeating():
+    s = HostSampler(SamplingParams(frequency_penalty=2.0))
+    x = np.array([1.0, 0.9, 0.0], np.float32)
+    assert [s.sample(x).token for _ in range(4)] == [0, 1, 2, 0]  # 1-2 = -1 > 0.9-2 > 0-2
+    assert s.counts == {0: 2, 1: 1, 2: 1}
+
+
+def test_logprobs_are_the_raw_distribution():
+    x = np.array([1.0, 3.0, 2.0, -1.0], np.float32)
+    s = HostSampler(SamplingParams(presence_penalty=1.0))
+    got = s.sample(x, logprobs=2)
+    lp = log_softmax(x)
+    assert got.token == 1 and math.isclose(got.logprob, lp[1])
+    assert [i for i, _ in got.top] == [1, 2] and math.isclose(got.top[1][1], lp[2])
+    assert s.sample(x, logprobs=None).logprob is None
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("params", [SamplingParams(), SamplingParams(temperature=0.7, top_p=0.9, seed=3)])
+def test_non_finite_logits_never_become_a_token(bad, params):
+    x = np.zeros(16, np.float32)
+    x[5] = bad
+    with pytest.raises(NonFiniteLogits, match="1 non-finite logits of 16"):
+        HostSampler(params).sample(x)
+
+
+def test_seeded_draws_repeat_and_depend_only_on_the_seed():
+    x = np.random.default_rng(0).normal(size=64).astype(np.float32)
+    p = SamplingParams(temperature=1.0, top_k=20, min_p=0.01, seed=42)
+    a = [HostSampler(p).sample(x).token for _ in range(3)]
+    s1, s2 = HostSampler(p), HostSampler(p)
+    seq1 = [s1.sample(x).token for _ in range(20)]
+    seq2 = [s2.sample(x).token for _ in range(20)]
+    assert seq1 == seq2 and len(set(a)) == 1 and len(set(seq1)) > 1
+
+
+def test_sampling_matches_the_filtered_distribution():
+    """Chi-square bound over 20,000 draws: the empirical distribution equals filtered_probs."""
+    x = np.log(np.array([0.4, 0.25, 0.15, 0.1, 0.06, 0.04]))
+    p = SamplingParams(temperature=0.8, min_p=0.05, top_p=0.95, seed=7)
+    want = filtered_probs(x, p)
+    s = HostSampler(p)
+    n = 20_000
+    counts = np.bincount([s(x) for _ in range(n)], minlength=6)
+    keep = want > 0
+    assert counts[~keep].sum() == 0
+    chi2 = float((((counts[keep] - n * want[keep]) ** 2) / (n * want[keep])).sum())
+    assert chi2 < 20.5  # 99.9th percentile of chi-square with <= 5 degrees of freedom
+
+
+@pytest.mark.parametrize("kw,needle", [
+    (dict(min_p=1.5), "min_p must be in [0, 1]"),
+    (dict(min_p=float("nan")), "min_p must be in [0, 1]"),
+    (dict(presence_penalty=2.5), "presence_penalty must be in [-2, 2]"),
+    (dict(frequency_penalty=-3), "frequency_penalty must be in [-2, 2]"),
+    (dict(repetition_penalty=0.0), "repetition_penalty must be in (0, 10]"),
+    (dict(temperature=float("nan")), "temperature must be 0 (greedy) or in [0.01, 100]"),
+    (dict(temperature=-1), "temperature must be 0 (greedy) or in [0.01, 100]"),
+    (dict(top_p=0.0), "top_p must be in (0, 1]"),
+    (dict(top_k=-1), "top_k must be an integer >= 0"),
+    (dict(top_k=1.5), "top_k must be an integer >= 0"),
+    (dict(temperature="hot"), "temperature must be a number"),
+    (dict(seed=-1), "seed must be an integer in [0, 2**64)"),
+])
+def test_bad_parameters_name_the_value_and_range(kw, needle):
+    with pytest.raises(NinfercError) as e:
+        SamplingParams(**kw)
+    assert needle in str(e.value)

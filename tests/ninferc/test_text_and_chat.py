@@ -1,0 +1,104 @@
+"""Incremental detokenisation with stop strings (TextOutput), and chat-template rendering against
+``goldens-chat.json`` (HF transformers' apply_chat_template: the external truth)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ninferc.chat import ChatTemplate, ChatTemplateError, chat_template_for, end_of_turn_ids
+from ninferc.tokenizer import TextOutput, Tokenizer
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_dir):
+    return Tokenizer.from_dir(tiny_dir)
+
+
+def _feed(tok, ids, stop):
+    out, pieces = TextOutput(tok, stop), []
+    for t in ids:
+        piece, stopped = out.push(t)
+        pieces.append(piece)
+        if stopped:
+            return "".join(pieces), True, pieces
+    pieces.append(out.flush())
+    return "".join(pieces), False, pieces
+
+
+def test_without_stop_strings_text_equals_decode(tok, goldens):
+    for c in goldens["cases"]:
+        text, stopped, _ = _feed(tok, c["greedy_ids"], ())
+        assert not stopped and text == c["greedy_text"] == tok.decode(c["greedy_ids"])
+
+
+def test_stop_string_spanning_two_tokens_is_cut_and_excluded(tok, goldens):
+    ids = goldens["cases"][0]["greedy_ids"]
+    full = tok.decode(ids)
+    # a stop string made of the last 2 characters of token 7's text and the first 2 of token 8's
+    a, b = tok.decode(ids[:8]), tok.decode(ids[:9])
+    assert len(a) >= 2 and len(b) - len(a) >= 2
+    stop = a[-2:] + b[len(a):len(a) + 2]
+    assert full.index(stop) == len(a) - 2  # its first occurrence is the one across the boundary
+    text, stopped, pieces = _feed(tok, ids, [stop])
+    # pieces are only ever appended: their sum ending before the stop string means its start was held back
+    assert stopped and text == full[:len(a) - 2] and len(pieces) == 9
+
+
+def test_held_back_prefix_released_when_the_match_fails(tok, goldens):
+    ids = goldens["cases"][0]["greedy_ids"]
+    full = tok.decode(ids)
+    stop = full[5:8] + "\x00never"   # starts like the text, never completes
+    text, stopped, _ = _feed(tok, ids, [stop])
+    assert not stopped and text == full
+
+
+def test_stop_at_the_very_start_and_several_strings(tok, goldens):
+    ids = goldens["cases"][1]["greedy_ids"]
+    full = tok.decode(ids)
+    text, stopped, _ = _feed(tok, ids, [full[:3]])
+    assert stopped and text == ""
+    later, earlier = full[30:34], full[10:13]
+    text, stopped, _ = _feed(tok, ids, [later, earlier])
+    assert stopped and text == full[:full.index(earlier)]
+
+
+def test_never_emits_a_broken_utf8_character(tok):
+    s = "naïve café — ünïcödé ✓ 漢字"
+    ids = tok.encode(s)
+    out = TextOutput(tok)
+    pieces = [out.push(t)[0] for t in ids]
+    assert "".join(pieces) + out.flush() == s
+    assert all("\ufffd" not in p for p in pieces)
+    assert len(ids) > len([p for p in pieces if p])  # some ids completed no character on their own
+
+
+def test_chat_template_reproduces_goldens_chat(tiny_dir, tok):
+    cases = json.loads((tiny_dir / "goldens-chat.json").read_text())["cases"]
+    tpl = chat_template_for(tok)
+    assert len(cases) == 5
+    for c in cases:
+        text = tpl.render(c["messages"], add_generation_prompt=True, **c["chat_template_kwargs"])
+        assert text == c["text"], c["name"]
+        assert tok.encode(text) == c["ids"], c["name"]
+    assert end_of_turn_ids(tok) == (tok.token_id("<|im_end|>"),) == (2,)
+
+
+def test_chat_template_errors_and_sandbox():
+    with pytest.raises(ChatTemplateError, match="does not compile"):
+        ChatTemplate("{% for m in messages %}")
+    t = ChatTemplate("{{ raise_exception('only user turns') }}")
+    with pytest.raises(ChatTemplateError, match="only user turns"):
+        t.render([{"role": "user", "content": "x"}])
+    evil = ChatTemplate("{{ messages.__class__.__mro__[1].__subclasses__() }}")
+    with pytest.raises(ChatTemplateError):
+        evil.render([{"role": "user", "content": "x"}])
+
+
+def test_no_template_means_none(tiny_dir):
+    t = Tokenizer((tiny_dir / "tokenizer.json").read_text(), {})
+    assert t.chat_template is None and chat_template_for(t) is None and end_of_turn_ids(t) == ()
+    t2 = Tokenizer((tiny_dir / "tokenizer.json").read_text(),
+                   {"chat_template": [{"name": "tool_use", "template": "x"}, {"name": "default", "template": "y"}]})
+    assert t2.chat_template == "y"
