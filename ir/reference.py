@@ -45,7 +45,7 @@ def ref_rmsnorm(x: np.ndarray, w: np.ndarray, eps: float, unit_offset: bool) -> 
 
 def ref_linear(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """y[T, N] = x[T, K] @ w[N, K]^T (fp32)."""
-    return (x.astype(F32) @ w.astype(F32).T).astype(F32)
+    return (x.astype(F32, copy=False) @ w.astype(F32, copy=False).T).astype(F32, copy=False)
 
 
 def ref_silu(x: np.ndarray) -> np.ndarray:
@@ -262,6 +262,15 @@ class SequenceState:
     conv: dict = field(default_factory=dict)
     recurrent: dict = field(default_factory=dict)
 
+    def kv_append(self, name: str, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Append K / V rows [T, Hkv, d] (fp32) at positions ``length`` .. ``length + T - 1`` of KV state ``name``;
+        returns the context's (K, V) [length + T, Hkv, d]. (``length`` itself advances after the whole step.)"""
+        K, V = self.kv[name]
+        K = np.concatenate([K, k], axis=0)
+        V = np.concatenate([V, v], axis=0)
+        self.kv[name] = (K, V)
+        return K, V
+
     def copy(self) -> "SequenceState":
         """A deep copy (arrays copied), e.g. to branch a sequence."""
         return SequenceState(
@@ -400,13 +409,7 @@ class ReferenceExecutor:
             return [ref_partial_rope(xs[0], xs[1], a["rotary_dim"], a["theta"])]
         if k == "GatedAttention":
             q, kk, vv, gate = xs
-            name = op.states["kv"]
-            K, V = st.kv[name]
-            K = np.concatenate([K, kk.astype(F32)], axis=0)
-            V = np.concatenate([V, vv.astype(F32)], axis=0)
-            if self.emulate_storage:
-                K[-T:], V[-T:] = _round_bf16(K[-T:]), _round_bf16(V[-T:])
-            st.kv[name] = (K, V)
+            K, V = self._kv_append(st, op.states["kv"], kk, vv)
             positions = np.arange(st.length, st.length + T)
             o = ref_attention(q, K, V, positions, a["scale"], a["groups"])
             return [(o.reshape(T, -1) * _sigmoid(gate.reshape(T, -1))).astype(F32)]
@@ -422,6 +425,14 @@ class ReferenceExecutor:
             x = xs[0] if a.get("rows", "all") == "all" else xs[0][-1:]
             return [ref_linear(x, self.w(p["weight"]))]
         raise ValueError(f"reference executor: unknown op kind {k!r} (op {op.name})")
+
+    def _kv_append(self, st, name: str, k: np.ndarray, v: np.ndarray):
+        """Append the step's K / V rows [T, Hkv, d] to KV state ``name`` (rounded to bf16 first when emulating
+        storage) and return the whole context's (K, V) [L, Hkv, d] fp32."""
+        k, v = k.astype(F32), v.astype(F32)
+        if self.emulate_storage:
+            k, v = _round_bf16(k), _round_bf16(v)
+        return st.kv_append(name, k, v)
 
     def _gdn_block(self, op: Op, proj: np.ndarray, st: SequenceState, T: int) -> np.ndarray:
         """The fused GatedDeltaNet op, composed from the unfused references (same numerics)."""
@@ -457,13 +468,7 @@ class ReferenceExecutor:
         v = proj[:, c["v"][0]:c["v"][1]].reshape(T, Hkv, hd)
         q = ref_partial_rope(ref_rmsnorm(q, self.w(p["q_norm"]), a["eps"], True), positions, a["rotary_dim"], a["theta"])
         k = ref_partial_rope(ref_rmsnorm(k, self.w(p["k_norm"]), a["eps"], True), positions, a["rotary_dim"], a["theta"])
-        name = op.states["kv"]
-        K, V = st.kv[name]
-        K = np.concatenate([K, k.astype(F32)], axis=0)
-        V = np.concatenate([V, v.astype(F32)], axis=0)
-        if self.emulate_storage:
-            K[-T:], V[-T:] = _round_bf16(K[-T:]), _round_bf16(V[-T:])
-        st.kv[name] = (K, V)
+        K, V = self._kv_append(st, op.states["kv"], k, v)
         o = ref_attention(q, K, V, positions, a["scale"], a["groups"])
         return (o.reshape(T, -1) * _sigmoid(gate.reshape(T, -1))).astype(F32)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -26,3 +28,48 @@ def models_dir() -> Path:
     raise FileNotFoundError(
         "fixture checkpoints not found; set NINFERC_MODELS to the folder holding qwen35-tiny-code "
         f"(looked in {[str(c) for c in cands if c]})")
+
+
+#: vocabulary of :class:`FakeBackend`
+FAKE_VOCAB = 32
+
+
+class FakeBackend:
+    """A batched backend (:mod:`ninferc.runtime.backend`) for tests of the serving policy: no model, logits whose
+    argmax is (last token + 1) % :data:`FAKE_VOCAB` (NaN rows after the ids in ``nan_for``); records every call in
+    ``calls``."""
+
+    name = "fake"
+
+    def __init__(self, num_pages=64, page_size=16, num_slots=4, max_context=256, nan_for=()):
+        self.num_pages, self.page_size, self.num_slots, self.max_context = num_pages, page_size, num_slots, max_context
+        self.vocab_size = FAKE_VOCAB
+        self.calls = []
+        self.nan_for = set(nan_for)
+
+    def _row(self, t):
+        x = np.zeros(FAKE_VOCAB, np.float32)
+        x[(t + 1) % FAKE_VOCAB] = 5.0
+        if t in self.nan_for:
+            x[:] = np.nan
+        return x
+
+    def prefill(self, seq, ids):
+        assert len(seq.pages) * self.page_size >= seq.length + len(ids)
+        self.calls.append(("prefill", seq.slot, len(ids)))
+        seq.length += len(ids)
+        return self._row(ids[-1])[None]
+
+    def decode(self, seqs, tokens):
+        self.calls.append(("decode", tuple(s.slot for s in seqs)))
+        for s in seqs:
+            s.length += 1
+        return np.stack([self._row(t) for t in tokens])
+
+    def sample(self, logits, rows):
+        from ninferc.reference_backend import ReferenceBatchBackend
+
+        return ReferenceBatchBackend.sample(self, logits, rows)
+
+    def close(self):
+        pass

@@ -40,7 +40,18 @@ class PagePool:
         return [self._free.pop() for _ in range(n)]
 
     def give(self, pages: list[int]) -> None:
-        """Return pages / a slot to the pool (their contents are never trusted)."""
+        """Return pages to the pool (their contents are never trusted).
+
+        Raises:
+            ValueError: a page outside the pool, given twice, or already free (a bookkeeping bug that would hand
+                one page to two sequences).
+        """
+        free = set(self._free)
+        for p in pages:
+            if not 0 <= p < self.num_pages or p in free:
+                raise ValueError(f"KV page {p} returned to a pool of {self.num_pages} pages while "
+                                 f"{'already free' if p in free else 'out of range'}")
+            free.add(p)
         self._free.extend(reversed(pages))
 
 
@@ -51,6 +62,11 @@ class SlotPool:
         self.num_slots = num_slots
         self._free = list(range(num_slots - 1, -1, -1))
 
+    @property
+    def free(self) -> int:
+        """Slots not handed out."""
+        return len(self._free)
+
     def take(self) -> int:
         """One free slot (PoolExhausted names the pool size when none is left)."""
         if not self._free:
@@ -58,7 +74,14 @@ class SlotPool:
         return self._free.pop()
 
     def give(self, slot: int) -> None:
-        """Return pages / a slot to the pool (their contents are never trusted)."""
+        """Return a slot to the pool (its contents are never trusted).
+
+        Raises:
+            ValueError: a slot outside the pool or already free.
+        """
+        if not 0 <= slot < self.num_slots or slot in self._free:
+            raise ValueError(f"GDN slot {slot} returned to a pool of {self.num_slots} slots while "
+                             f"{'already free' if slot in self._free else 'out of range'}")
         self._free.append(slot)
 
 

@@ -1,0 +1,95 @@
+"""The batched backend interface the serving policy drives (DESIGN.md §6b, layer 3).
+
+The policy (:mod:`ninferc.runtime.scheduler`, speculative decoding, the prefix cache) is plain Python and owns
+every allocation decision: which GDN state slot and which KV pages a sequence holds (:class:`KVPools`). A backend
+only computes: it stores K/V into the pages a :class:`~ninferc.runtime.paged_kv.Sequence` lists, keeps GDN state in
+the slot it names, and returns logits. Two backends implement it: the numpy reference
+(:class:`ninferc.reference_backend.ReferenceBatchBackend`, a loop over sequences, used by every CPU test of the
+server) and the CUDA engine (:class:`ninferc.runtime.cuda_backend.CudaBatchBackend`).
+
+Contract of a backend (duck-typed; :class:`BatchBackend` lists it):
+
+* attributes ``page_size`` (tokens per KV page), ``num_pages`` (pages in its pool), ``num_slots`` (GDN state
+  slots), ``max_context`` (tokens one sequence may hold), ``vocab_size``, ``memory`` (a
+  :class:`~ninferc.runtime.memory.MemoryPlan` of what it allocated, in bytes), ``name`` (for logs);
+* ``prefill(seq, ids)``: append ``ids`` (one chunk) at positions ``seq.length ..``; the pages for them are
+  already in ``seq.pages``; a sequence at length 0 starts from zero GDN state (a slot is never trusted clean);
+  advances ``seq.length``; returns the logits of the chunk's last token, ``[1, V]``;
+* ``decode(seqs, tokens)``: one token per sequence, in row order; advances each ``seq.length``; returns
+  ``[B, V]`` logits;
+* ``sample(logits, rows)``: one :class:`~ninferc.sampling.Sampled` per row from the logits a step returned, or
+  for a row whose logits are not finite the :class:`~ninferc.sampling.NonFiniteLogits` error (never a token);
+  ``rows[i]`` is ``(HostSampler, logprobs or None)`` and holds the request's parameters, its own seeded generator
+  and its token history, so a request's draws do not depend on the other rows of the step;
+* ``close()``: release device memory.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ninferc.runtime.paged_kv import PagePool, PoolExhausted, Sequence, SlotPool
+
+
+class BatchBackend(Protocol):
+    """See the module docstring."""
+
+    page_size: int
+    num_pages: int
+    num_slots: int
+    max_context: int
+    vocab_size: int
+    name: str
+
+    def prefill(self, seq: Sequence, ids: list[int]): ...
+
+    def decode(self, seqs: list[Sequence], tokens: list[int]): ...
+
+    def sample(self, logits, rows: list) -> list: ...
+
+    def close(self) -> None: ...
+
+
+class KVPools:
+    """The policy's view of a backend's KV pages and GDN state slots: who holds what.
+
+    Args:
+        num_pages: pages in the backend's pool. page_size: tokens per page. num_slots: GDN state slots.
+    """
+
+    def __init__(self, num_pages: int, page_size: int, num_slots: int):
+        self.pages = PagePool(num_pages, page_size)
+        self.slots = SlotPool(num_slots)
+        self.page_size = page_size
+
+    def pages_for(self, tokens: int) -> int:
+        """Pages that hold ``tokens`` positions (ceil division)."""
+        return -(-tokens // self.page_size)
+
+    def can_hold(self, tokens: int) -> bool:
+        """Whether a new sequence of ``tokens`` positions would get a slot and its pages now."""
+        return self.slots.free >= 1 and self.pages.free >= self.pages_for(tokens)
+
+    def open(self, tokens: int) -> Sequence:
+        """A new sequence holding a GDN slot and the pages of ``tokens`` positions (its KV reservation).
+
+        Raises:
+            PoolExhausted: no slot, or not enough free pages (nothing is taken then).
+        """
+        if self.pages.free < self.pages_for(tokens):
+            raise PoolExhausted(f"KV page pool: {self.pages_for(tokens)} pages needed for {tokens} tokens, "
+                                f"{self.pages.free} of {self.pages.num_pages} free")
+        seq = Sequence(slot=self.slots.take())
+        seq.pages = self.pages.take(self.pages_for(tokens))
+        return seq
+
+    def close(self, seq: Sequence) -> None:
+        """Return a sequence's pages and slot (their contents are never trusted again)."""
+        self.pages.give(seq.pages)
+        seq.pages = []
+        if seq.slot >= 0:
+            self.slots.give(seq.slot)
+            seq.slot = -1
+
+
+__all__ = ["BatchBackend", "KVPools", "PoolExhausted", "Sequence"]

@@ -1,0 +1,531 @@
+"""Continuous batching over a batched backend: admission, KV reservation, chunked prefill, decode steps,
+cancellation (DESIGN.md §6b, layer 2). Plain Python; no CuPy.
+
+One :class:`Scheduler` is driven by one thread (the engine thread, :class:`ninferc.runtime.engine_loop.EngineLoop`)
+calling :meth:`Scheduler.step`; other threads only call :meth:`Scheduler.submit`, :meth:`Scheduler.cancel` and
+:meth:`Scheduler.snapshot`, which are thread-safe.
+
+An iteration (:meth:`Scheduler.step`):
+
+1. take new requests and cancellations from the inbox; end cancelled requests (``finish_reason`` ``abort``,
+   their pages and slot back to the pools within this iteration);
+2. expire waiting requests older than the pending timeout (:class:`QueueTimeout`);
+3. admit waiting requests in arrival order while fewer than ``max_concurrency`` run and the KV pool can
+   reserve pages for prompt + ``max_tokens`` tokens and a GDN slot is free (the "planning reservation": an
+   admitted request never waits for memory again);
+4. run at most one prefill chunk (``prefill_chunk`` tokens) of the oldest admitted request whose prompt is not
+   done -- so a long prompt delays the others' next token by at most one chunk; when it completes the prompt,
+   sample the request's first token;
+5. one decode step for every request that has a sampled token to append, sample the next token of each, emit,
+   and retire those that finished (stop id, stop string, ``max_tokens``).
+
+Events reach the request's ``sink`` callable on the engine thread: :class:`TokenEvent`, then one
+:class:`FinishEvent` or :class:`ErrorEvent`.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+from ninferc.errors import NinfercError
+from ninferc.runtime.backend import KVPools
+from ninferc.sampling import HostSampler, Sampled, SamplingParams
+
+
+class ServingError(NinfercError):
+    """A request refused or ended by the server's policy; ``status`` is the HTTP status, ``code`` the OpenAI
+    error code (``type`` is the error type string)."""
+
+    status = 400
+    type = "invalid_request_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None):
+        super().__init__(message)
+        self.param = param
+
+
+class Overloaded(ServingError):
+    """``max_concurrency`` running + ``max_pending`` waiting requests are in flight (HTTP 429)."""
+
+    status, type, code = 429, "server_overloaded", "server_overloaded"
+
+
+class QueueTimeout(ServingError):
+    """A request waited past the pending timeout without being admitted (HTTP 503)."""
+
+    status, type, code = 503, "request_queue_timeout", "request_queue_timeout"
+
+
+class TooLarge(ServingError):
+    """A request that can never fit the context or the KV pool (HTTP 400)."""
+
+    status, type, code = 400, "invalid_request_error", "context_length_exceeded"
+
+
+class Draining(ServingError):
+    """The server is shutting down and admits nothing new (HTTP 503)."""
+
+    status, type, code = 503, "server_shutting_down", "server_shutting_down"
+
+
+class EngineFailed(ServingError):
+    """The engine failed (HTTP 500); the message says why."""
+
+    status, type, code = 500, "internal_error", "engine_error"
+
+
+class OutputFilter(Protocol):
+    """Turns generated ids into text for one request (detokenisation, stop strings): see
+    :class:`ninferc.tokenizer.TextOutput`."""
+
+    def push(self, token: int) -> tuple[str, bool]:
+        """Text completed by ``token`` and whether a stop string ended the text."""
+
+    def flush(self) -> str:
+        """Text held back at the end of the generation."""
+
+
+@dataclass
+class GenerationRequest:
+    """What the server hands the scheduler.
+
+    Attributes:
+        request_id: unique id (logs, cancellation).
+        prompt_ids: the prompt's token ids (>= 1).
+        max_tokens: tokens to generate at most (>= 1).
+        params: sampling parameters.
+        stop_ids: ids that end the generation (emitted, counted, not turned into text).
+        logprobs: None, or how many alternatives to report per position (0..20).
+        output: the text filter, or None (ids only).
+        sink: called on the engine thread with every event of this request.
+    """
+
+    request_id: str
+    prompt_ids: list[int]
+    max_tokens: int
+    params: SamplingParams = field(default_factory=SamplingParams)
+    stop_ids: frozenset = frozenset()
+    logprobs: int | None = None
+    output: OutputFilter | None = None
+    sink: Callable[[object], None] = lambda ev: None
+
+
+@dataclass
+class TokenEvent:
+    """New tokens of a request: ``ids``, the ``text`` they complete, and per id the :class:`Sampled` record."""
+
+    ids: list[int]
+    text: str
+    sampled: list[Sampled]
+
+
+@dataclass
+class RequestStats:
+    """Timings (seconds, ``time.monotonic``) and counts of one request; rates in tokens per second."""
+
+    request_id: str
+    prompt_tokens: int
+    cached_tokens: int = 0
+    generated: int = 0
+    finish_reason: str = ""
+    arrival: float = 0.0
+    admitted: float | None = None
+    first_token: float | None = None
+    finished: float | None = None
+    steps_shared: int = 0  # decode steps this request shared with at least one other request
+    decode_steps: int = 0
+
+    @property
+    def queue_s(self) -> float:
+        """Arrival to admission."""
+        return (self.admitted if self.admitted is not None else (self.finished or self.arrival)) - self.arrival
+
+    @property
+    def ttft_s(self) -> float | None:
+        """Arrival to the first generated token."""
+        return None if self.first_token is None else self.first_token - self.arrival
+
+    @property
+    def prefill_s(self) -> float | None:
+        """Admission to the first token: the prompt's prefill (its chunks) and the first sample."""
+        return None if self.first_token is None or self.admitted is None else self.first_token - self.admitted
+
+    @property
+    def decode_s(self) -> float | None:
+        """First token to the last."""
+        return None if self.first_token is None or self.finished is None else self.finished - self.first_token
+
+    @property
+    def prefill_tok_s(self) -> float | None:
+        """Prompt tokens computed (not cached) per second of prefill."""
+        p = self.prefill_s
+        return (self.prompt_tokens - self.cached_tokens) / p if p else None
+
+    @property
+    def decode_tok_s(self) -> float | None:
+        """(generated - 1) / decode time, as the per-request log line states it."""
+        d = self.decode_s
+        return (self.generated - 1) / d if d and self.generated > 1 else None
+
+    @property
+    def wall_s(self) -> float:
+        """Arrival to finish."""
+        return (self.finished or self.arrival) - self.arrival
+
+
+@dataclass
+class FinishEvent:
+    """The request ended: ``reason`` ``stop`` | ``length`` | ``abort``, the final ``text`` held back by the
+    filter (if any), and its :class:`RequestStats`."""
+
+    reason: str
+    text: str
+    stats: RequestStats
+
+
+@dataclass
+class ErrorEvent:
+    """The request ended with an error (:class:`ServingError`) before or while generating."""
+
+    error: ServingError
+    stats: RequestStats
+
+
+class Observer:
+    """Hooks the serving layer implements (metrics, logs); called on the engine thread. No-ops here."""
+
+    def on_admit(self, stats: RequestStats) -> None: ...
+
+    def on_tokens(self, stats: RequestStats, n: int, now: float) -> None: ...
+
+    def on_finish(self, stats: RequestStats) -> None: ...
+
+    def on_error(self, stats: RequestStats, error: ServingError) -> None: ...
+
+    def on_reject(self, reason: str) -> None: ...
+
+
+class _Active:
+    """A request inside the scheduler."""
+
+    __slots__ = ("req", "stats", "seq", "prefilled", "sampler", "last", "out_ids", "cancelled", "reserve",
+                 "last_token_t")
+
+    def __init__(self, req: GenerationRequest, now: float):
+        self.req = req
+        self.stats = RequestStats(req.request_id, len(req.prompt_ids), arrival=now)
+        self.seq = None
+        self.prefilled = 0       # prompt tokens whose KV is in place
+        self.sampler = HostSampler(req.params, req.prompt_ids)
+        self.last: int | None = None  # sampled, not yet appended
+        self.out_ids: list[int] = []
+        self.cancelled = False
+        self.reserve = 0
+        self.last_token_t = 0.0
+
+
+@dataclass
+class Snapshot:
+    """Counts read by ``/metrics`` and ``/health`` (thread-safe copy)."""
+
+    running: int = 0
+    waiting: int = 0
+    pages_total: int = 0
+    pages_free: int = 0
+    slots_total: int = 0
+    slots_free: int = 0
+    iterations: int = 0
+
+
+class Scheduler:
+    """Continuous batching over ``backend`` (see the module docstring).
+
+    Args:
+        backend: a batched backend (:mod:`ninferc.runtime.backend`).
+        max_concurrency: requests admitted at once (C); at most the backend's GDN slots.
+        max_pending: requests that may wait beyond those (more are refused with :class:`Overloaded`).
+        pending_timeout_s: seconds a request may wait for admission (then :class:`QueueTimeout`).
+        prefill_chunk: most prompt tokens per prefill step.
+        observer: metrics / log hooks.
+        clock: the time source (seconds).
+
+    Raises:
+        NinfercError: a limit < 1, or ``max_concurrency`` above the backend's slots.
+    """
+
+    def __init__(self, backend, *, max_concurrency: int = 4, max_pending: int = 16, pending_timeout_s: float = 600.0,
+                 prefill_chunk: int = 1024, observer: Observer | None = None, clock=time.monotonic):
+        if max_concurrency < 1 or max_pending < 0 or prefill_chunk < 1 or not pending_timeout_s > 0:
+            raise NinfercError(f"max_concurrency ({max_concurrency}) and prefill_chunk ({prefill_chunk}) must be >= 1, "
+                               f"max_pending ({max_pending}) >= 0 and the pending timeout ({pending_timeout_s} s) > 0")
+        if max_concurrency > backend.num_slots:
+            raise NinfercError(f"max_concurrency {max_concurrency} is more than the backend's {backend.num_slots} GDN "
+                               "state slots")
+        self.backend = backend
+        self.max_concurrency, self.max_pending = max_concurrency, max_pending
+        self.pending_timeout_s, self.prefill_chunk = pending_timeout_s, prefill_chunk
+        self.observer = observer or Observer()
+        self.clock = clock
+        self.pools = KVPools(backend.num_pages, backend.page_size, backend.num_slots)
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._inflight: dict[str, _Active] = {}  # submitted and not finished (guarded by _lock)
+        self._draining = False
+        self.waiting: deque[_Active] = deque()
+        self.running: list[_Active] = []   # admitted, in admission order
+        self._snap = Snapshot()
+        self.iterations = 0
+        self._update_snapshot()
+
+    # -- any thread ---------------------------------------------------------------------------------------
+    def check(self, prompt_tokens: int, max_tokens: int | None) -> int:
+        """The ``max_tokens`` a request of ``prompt_tokens`` may have: the given value, or the rest of the
+        context when None (vLLM's default).
+
+        Raises:
+            TooLarge: the prompt plus ``max_tokens`` exceeds the context, or its KV reservation exceeds the
+                whole pool; names the token counts and the limit.
+        """
+        ctx = self.backend.max_context
+        if max_tokens is None:
+            max_tokens = ctx - prompt_tokens
+            if max_tokens < 1:
+                raise TooLarge(f"the prompt is {prompt_tokens} tokens; the context is {ctx} tokens, which leaves no "
+                               "room for a generated token", param="messages")
+        if prompt_tokens + max_tokens > ctx:
+            raise TooLarge(f"the prompt ({prompt_tokens} tokens) plus max_tokens ({max_tokens}) is "
+                           f"{prompt_tokens + max_tokens} tokens, over the context of {ctx} tokens",
+                           param="max_tokens")
+        need = self.pools.pages_for(prompt_tokens + max_tokens)
+        if need > self.pools.pages.num_pages:
+            raise TooLarge(f"the prompt ({prompt_tokens} tokens) plus max_tokens ({max_tokens}) needs {need} KV pages, "
+                           f"more than the server's whole pool of {self.pools.pages.num_pages} pages "
+                           f"({self.pools.pages.num_pages * self.pools.page_size} tokens)", param="max_tokens")
+        return max_tokens
+
+    def submit(self, req: GenerationRequest) -> None:
+        """Queue ``req`` (thread-safe). Its events arrive through ``req.sink``.
+
+        Raises:
+            Overloaded: ``max_concurrency + max_pending`` requests are already in flight.
+            Draining: the server is shutting down.
+            TooLarge: see :meth:`check`. NinfercError: an empty prompt, ``max_tokens`` < 1, a duplicate id.
+        """
+        if not req.prompt_ids:
+            raise ServingError("the prompt is empty after tokenisation; give at least one token", param="prompt")
+        if req.max_tokens < 1:
+            raise ServingError(f"max_tokens must be at least 1, found {req.max_tokens}", param="max_tokens")
+        self.check(len(req.prompt_ids), req.max_tokens)
+        with self._lock:
+            if self._draining:
+                self.observer.on_reject("shutting_down")
+                raise Draining("the server is shutting down and admits no new requests")
+            if req.request_id in self._inflight:
+                raise ServingError(f"request id {req.request_id!r} is already in flight")
+            if len(self._inflight) >= self.max_concurrency + self.max_pending:
+                self.observer.on_reject("overloaded")
+                raise Overloaded(f"the server is at capacity: {self.max_concurrency} requests running and "
+                                 f"{self.max_pending} waiting (--max-concurrency, --max-pending); retry later")
+            a = _Active(req, self.clock())
+            self._inflight[req.request_id] = a
+        self._inbox.put(("new", a))
+
+    def cancel(self, request_id: str) -> None:
+        """Abort a request (thread-safe; a finished or unknown id is ignored). It ends within one iteration with
+        ``finish_reason`` ``abort``."""
+        self._inbox.put(("cancel", request_id))
+
+    def drain(self) -> None:
+        """Stop admitting new submissions (thread-safe); running and waiting requests go on."""
+        with self._lock:
+            self._draining = True
+
+    def abort_all(self) -> None:
+        """Abort every request in flight (thread-safe)."""
+        with self._lock:
+            ids = list(self._inflight)
+        for i in ids:
+            self.cancel(i)
+
+    def has(self, request_id: str) -> bool:
+        """Whether ``request_id`` is in flight (thread-safe)."""
+        with self._lock:
+            return request_id in self._inflight
+
+    @property
+    def inflight(self) -> int:
+        """Requests submitted and not finished (thread-safe)."""
+        with self._lock:
+            return len(self._inflight)
+
+    def snapshot(self) -> Snapshot:
+        """Counts as of the end of the last iteration (thread-safe copy)."""
+        with self._lock:
+            return Snapshot(**vars(self._snap))
+
+    def wait_for_work(self, timeout: float) -> None:
+        """Block until something arrives in the inbox or ``timeout`` seconds pass (the engine thread's idle)."""
+        try:
+            item = self._inbox.get(timeout=timeout)
+        except queue.Empty:
+            return
+        self._inbox.put(item)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing waiting, running or in the inbox (engine thread)."""
+        return not self.waiting and not self.running and self._inbox.empty()
+
+    # -- the engine thread --------------------------------------------------------------------------------
+    def step(self) -> bool:
+        """One iteration (see the module docstring). Returns whether a prefill or decode step ran."""
+        self.iterations += 1
+        self._take_inbox()
+        now = self.clock()
+        self._expire(now)
+        self._admit(now)
+        worked = self._prefill_one()
+        worked = self._decode_all() or worked
+        self._update_snapshot()
+        return worked
+
+    def fail_all(self, error: ServingError) -> None:
+        """End every request with ``error`` (the engine failed); frees what they hold."""
+        self._take_inbox()
+        for a in list(self.running) + list(self.waiting):
+            self._end_error(a, error)
+        self.running, self.waiting = [], deque()
+        self._update_snapshot()
+
+    def _take_inbox(self) -> None:
+        cancels = set()
+        while True:
+            try:
+                kind, x = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if kind == "new":
+                self.waiting.append(x)
+            else:
+                cancels.add(x)
+        if not cancels:
+            return
+        for a in [a for a in self.waiting if a.req.request_id in cancels]:
+            self.waiting.remove(a)
+            self._finish(a, "abort")
+        for a in [a for a in self.running if a.req.request_id in cancels]:
+            self._finish(a, "abort")
+
+    def _expire(self, now: float) -> None:
+        while self.waiting and now - self.waiting[0].stats.arrival > self.pending_timeout_s:
+            a = self.waiting.popleft()
+            self.observer.on_reject("queue_timeout")
+            self._end_error(a, QueueTimeout(
+                f"the request waited {now - a.stats.arrival:.1f} s for admission, past the pending timeout of "
+                f"{self.pending_timeout_s:g} s (--pending-timeout-ms)"))
+
+    def _admit(self, now: float) -> None:
+        while self.waiting and len(self.running) < self.max_concurrency:
+            a = self.waiting[0]
+            tokens = min(len(a.req.prompt_ids) + a.req.max_tokens, self.backend.max_context)
+            if not self.pools.can_hold(tokens):
+                break
+            self.waiting.popleft()
+            a.seq = self.pools.open(tokens)
+            a.reserve = tokens
+            a.stats.admitted = now
+            self.running.append(a)
+            self.observer.on_admit(a.stats)
+
+    def _prefill_one(self) -> bool:
+        a = next((a for a in self.running if a.prefilled < len(a.req.prompt_ids)), None)
+        if a is None:
+            return False
+        ids = a.req.prompt_ids
+        chunk = ids[a.prefilled:a.prefilled + self.prefill_chunk]
+        logits = self.backend.prefill(a.seq, chunk)
+        a.prefilled += len(chunk)
+        if a.prefilled == len(ids):
+            self._sample([a], logits)
+        return True
+
+    def _decode_all(self) -> bool:
+        rows = [a for a in self.running if a.last is not None]
+        if not rows:
+            return False
+        logits = self.backend.decode([a.seq for a in rows], [a.last for a in rows])
+        for a in rows:
+            a.stats.decode_steps += 1
+            if len(rows) > 1:
+                a.stats.steps_shared += 1
+        self._sample(rows, logits)
+        return True
+
+    def _sample(self, rows: list[_Active], logits) -> None:
+        got = self.backend.sample(logits, [(a.sampler, a.req.logprobs) for a in rows])
+        now = self.clock()
+        for a, s in zip(rows, got):
+            if isinstance(s, Exception):  # non-finite logits in this row: this request ends, the others go on
+                self._end_error(a, EngineFailed(str(s)))
+                continue
+            self._emit(a, s, now)
+
+    def _emit(self, a: _Active, s: Sampled, now: float) -> None:
+        tok = s.token
+        a.out_ids.append(tok)
+        st = a.stats
+        st.generated += 1
+        if st.first_token is None:
+            st.first_token = now
+        self.observer.on_tokens(st, 1, now)
+        text, stopped = "", False
+        if tok not in a.req.stop_ids and a.req.output is not None:
+            text, stopped = a.req.output.push(tok)
+        a.last = tok
+        a.req.sink(TokenEvent([tok], text, [s]))
+        if stopped:
+            self._finish(a, "stop", flush=False)  # the text ends before the stop string
+        elif tok in a.req.stop_ids:
+            self._finish(a, "stop")
+        elif st.generated >= a.req.max_tokens:
+            self._finish(a, "length")
+
+    def _release(self, a: _Active) -> None:
+        if a in self.running:
+            self.running.remove(a)
+        if a.seq is not None:
+            self.pools.close(a.seq)
+            a.seq = None
+        a.last = None
+        with self._lock:
+            self._inflight.pop(a.req.request_id, None)
+
+    def _finish(self, a: _Active, reason: str, *, flush: bool = True) -> None:
+        self._release(a)
+        a.stats.finished = self.clock()
+        a.stats.finish_reason = reason
+        tail = a.req.output.flush() if a.req.output is not None and flush else ""
+        self.observer.on_finish(a.stats)
+        a.req.sink(FinishEvent(reason, tail, a.stats))
+
+    def _end_error(self, a: _Active, error: ServingError) -> None:
+        self._release(a)
+        a.stats.finished = self.clock()
+        a.stats.finish_reason = "error"
+        self.observer.on_error(a.stats, error)
+        a.req.sink(ErrorEvent(error, a.stats))
+
+    def _update_snapshot(self) -> None:
+        with self._lock:
+            s = self._snap
+            s.running, s.waiting = len(self.running), len(self.waiting) + max(
+                0, len(self._inflight) - len(self.running) - len(self.waiting))
+            s.pages_total, s.pages_free = self.pools.pages.num_pages, self.pools.pages.free
+            s.slots_total, s.slots_free = self.pools.slots.num_slots, self.pools.slots.free
+            s.iterations = self.iterations
