@@ -1,0 +1,287 @@
+"""`ninferc serve (model.ninfer | MODEL_DIR)`: an OpenAI-compatible HTTP server with continuous batching.
+
+Start-up: the HTTP server listens at once (``/health`` answers 503 while loading); the engine thread builds the
+backend, printing the memory plan in bytes, and the server then answers 200 on ``/health``. A memory plan over the
+device's free memory (the host's available memory for the reference backend) is refused before anything is
+allocated, naming every term. SIGINT / SIGTERM: stop admitting (503), let running requests finish for up to
+``--drain-timeout`` seconds, end the rest with ``finish_reason`` ``abort``, exit 0.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from ninferc.errors import NinfercError, RuntimeMemoryError
+
+#: the context of a checkpoint directory served without --max-context (tokens)
+DEFAULT_CONTEXT = 4096
+#: KV page size of the reference backend on a checkpoint directory (tokens; an artifact has its own)
+DEFAULT_PAGE_SIZE = 64
+
+
+def _log(msg: str) -> None:
+    sys.stderr.write(msg + "\n")
+    sys.stderr.flush()
+
+
+def host_available_bytes() -> int | None:
+    """``MemAvailable`` of ``/proc/meminfo`` in bytes (Linux), or None where it cannot be read."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def kv_pages(kv_capacity: str, *, max_concurrency: int, max_context: int, page_size: int) -> int:
+    """KV pages of the server's pool: ``auto`` = ``max_concurrency`` sequences of ``max_context`` tokens each, else
+    ``kv_capacity`` tokens (rounded up to whole pages).
+
+    Raises:
+        NinfercError: not ``auto`` nor an integer, or fewer tokens than one page.
+    """
+    per_seq = -(-max_context // page_size)
+    if kv_capacity == "auto":
+        return max_concurrency * per_seq
+    try:
+        tokens = int(kv_capacity)
+    except ValueError:
+        raise NinfercError(f"--kv-capacity must be 'auto' or a number of tokens, found {kv_capacity!r}") from None
+    if tokens < page_size:
+        raise NinfercError(f"--kv-capacity {tokens} is less than one KV page ({page_size} tokens)")
+    return -(-tokens // page_size)
+
+
+@click.command("serve")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--host", default="127.0.0.1", show_default=True, help="address to bind (127.0.0.1: this machine only)")
+@click.option("--port", default=8000, type=click.IntRange(0, 65535), show_default=True,
+              help="port to bind; 0 picks a free one (printed)")
+@click.option("--model-id", default=None, help="the model name clients use [default: the file or folder name]")
+@click.option("--backend", type=click.Choice(["cuda", "reference"]), default=None,
+              help="default: cuda for a .ninfer artifact, reference for a checkpoint directory")
+@click.option("--max-context", default=None, type=click.IntRange(min=1),
+              help="tokens one request may hold, prompt + generated [default: the artifact's compile-time "
+                   "--max-context; 4096 for a checkpoint directory]")
+@click.option("--kv-capacity", default="auto", show_default=True,
+              help="KV pool size in tokens, or 'auto' = --max-concurrency x --max-context")
+@click.option("--max-concurrency", default=4, type=click.IntRange(1, 256), show_default=True,
+              help="requests decoded together (each holds a GDN state slot)")
+@click.option("--max-pending", default=16, type=click.IntRange(min=0), show_default=True,
+              help="requests that may wait for admission beyond those; more get 429")
+@click.option("--pending-timeout-ms", default=600_000, type=click.IntRange(min=1), show_default=True,
+              help="a request waiting longer for admission gets 503")
+@click.option("--prefill-chunk", default=1024, type=click.IntRange(min=1), show_default=True,
+              help="most prompt tokens per prefill step (a long prompt delays others by at most one chunk)")
+@click.option("--api-key", default=None, envvar="NINFERC_API_KEY",
+              help="require 'Authorization: Bearer KEY' on /v1/* (also NINFERC_API_KEY)")
+@click.option("--request-log", default=None, type=click.Path(path_type=Path),
+              help="also append one JSON line per finished request here")
+@click.option("--drain-timeout", default=30.0, type=click.FloatRange(min=0), show_default=True,
+              help="seconds running requests may take to finish after SIGINT / SIGTERM")
+@click.option("--no-cuda-graph", is_flag=True, help="cuda backend: launch decode steps eagerly")
+def serve_cmd(path, host, port, model_id, backend, max_context, kv_capacity, max_concurrency, max_pending,
+              pending_timeout_ms, prefill_chunk, api_key, request_log, drain_timeout, no_cuda_graph):
+    """Serve a model over the OpenAI API (chat and text completions, streaming), with continuous batching, a
+    per-request log line on stderr and Prometheus metrics at /metrics."""
+    import uvicorn
+
+    from ninferc.chat import chat_template_for, end_of_turn_ids
+    from ninferc.runtime.engine_loop import EngineLoop
+    from ninferc.runtime.scheduler import Scheduler
+    from ninferc.server.app import ServerState, create_app
+    from ninferc.server.metrics import ServerMetrics
+
+    if not path.exists():
+        raise NinfercError(f"{str(path)!r} does not exist (expected a checkpoint directory or a .ninfer file)")
+    if api_key is not None and not api_key.strip():
+        raise NinfercError("--api-key is empty")
+    opened = open_model(path, backend, max_context)
+    if opened.backend == "reference" and no_cuda_graph:
+        raise NinfercError("--no-cuda-graph applies to the cuda backend")
+    ctx = opened.max_context
+    if prefill_chunk > ctx:
+        prefill_chunk = ctx
+    num_pages = kv_pages(kv_capacity, max_concurrency=max_concurrency, max_context=ctx, page_size=opened.page_size)
+    model_id = model_id or (path.stem if path.is_file() else path.name)
+    tok = opened.tokenizer
+    chat = chat_template_for(tok)
+    gen_cfg = opened.generation_config
+    eos = list(opened.config.eos_token_ids)
+    g_eos = gen_cfg.get("eos_token_id")
+    for t in (g_eos if isinstance(g_eos, list) else [] if g_eos is None else [g_eos]):
+        if isinstance(t, int) and t not in eos:
+            eos.append(t)
+    defaults = {k: gen_cfg[k] for k in ("temperature", "top_p", "top_k") if isinstance(gen_cfg.get(k), (int, float))}
+    _log(f"ninferc serve: model {model_id!r} ({path}), backend {opened.backend}, context {ctx} tokens, "
+         f"concurrency {max_concurrency}, pending {max_pending}, prefill chunk {prefill_chunk}, "
+         f"chat template {'yes' if chat else 'none (chat requests get 400)'}")
+    log_file = open(request_log, "a", encoding="utf-8") if request_log else None
+
+    def make_backend():
+        return opened.make(num_pages=num_pages, num_slots=max_concurrency, prefill_chunk=prefill_chunk,
+                           cuda_graph=not no_cuda_graph, log=_log)
+
+    state = ServerState(engine=None, tokenizer=tok, chat=chat, model_id=model_id, max_context=ctx,
+                        eos_ids=tuple(eos), chat_stop_ids=end_of_turn_ids(tok), defaults=defaults, api_key=api_key)
+    metrics = ServerMetrics(lambda: state.engine.scheduler.snapshot() if state.engine.scheduler else None, log=_log,
+                            request_log=log_file)
+    state.metrics = metrics
+
+    def make_scheduler(be):
+        return Scheduler(be, max_concurrency=max_concurrency, max_pending=max_pending,
+                         pending_timeout_s=pending_timeout_ms / 1e3, prefill_chunk=prefill_chunk, observer=metrics)
+
+    engine = EngineLoop(make_backend, make_scheduler, log=_log)
+    state.engine = engine
+    app = create_app(state)
+
+    class _Server(uvicorn.Server):
+        """uvicorn's server whose first SIGINT / SIGTERM drains the engine before the HTTP side stops."""
+
+        draining_thread = None
+
+        def handle_exit(self, sig, frame):
+            import threading
+
+            if self.draining_thread is not None:  # a second signal: stop now
+                return super().handle_exit(sig, frame)
+            _log(f"ninferc serve: signal {sig}: draining (up to {drain_timeout:g} s), no new requests")
+            state.draining = True
+
+            def drain():
+                engine.shutdown(drain_timeout)
+                self.should_exit = True
+
+            self.draining_thread = threading.Thread(target=drain, daemon=True)
+            self.draining_thread.start()
+
+        async def startup(self, sockets=None):
+            await super().startup(sockets)
+            for s in self.servers:
+                for sock in s.sockets:
+                    h, p = sock.getsockname()[:2]
+                    _log(f"listening on http://{h}:{p} (OpenAI API at /v1, /health, /metrics)")
+
+    engine.start()
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off",
+                            timeout_graceful_shutdown=max(1, int(drain_timeout) + 5))
+    server = _Server(config)
+    try:
+        server.run()
+    finally:
+        engine.shutdown(0.0)
+        if log_file is not None:
+            log_file.close()
+    if engine.state == "failed" and engine.error and not state.draining:
+        raise NinfercError(f"the engine failed: {engine.error}")
+
+
+class OpenedModel:
+    """A model opened for serving: its tokenizer, config and how to build its batched backend.
+
+    Attributes:
+        backend: ``"cuda"`` or ``"reference"``. max_context: tokens per request. page_size: KV page tokens.
+        generation_config: ``generation_config.json`` (dict; empty when absent).
+    """
+
+    def __init__(self, *, backend, tokenizer, config, max_context, page_size, generation_config, make):
+        self.backend, self.tokenizer, self.config = backend, tokenizer, config
+        self.max_context, self.page_size, self.generation_config = max_context, page_size, generation_config
+        self._make = make
+
+    def make(self, **kw):
+        """Build the batched backend (``num_pages``, ``num_slots``, ``prefill_chunk``, ``cuda_graph``, ``log``)."""
+        return self._make(**kw)
+
+
+def open_model(path: Path, backend: str | None, max_context: int | None) -> OpenedModel:
+    """Open a checkpoint directory or an artifact for serving (nothing is allocated yet).
+
+    Raises:
+        NinfercError: ``cuda`` for a checkpoint directory (compile it first); ConfigError: a context beyond the
+            model's positions; ArtifactError: an unreadable artifact.
+    """
+    from ninferc.reference_backend import ReferenceBatchBackend, reference_memory_plan
+    from ninferc.tokenizer import Tokenizer
+
+    if path.is_dir():
+        from ninferc.checkpoint import Checkpoint
+
+        backend = backend or "reference"
+        if backend != "reference":
+            raise NinfercError(f"--backend {backend} needs a compiled artifact; run `ninferc compile {path} --target "
+                               "ARCH --sku NAME -o model.ninfer` first, or use --backend reference")
+        ck = Checkpoint(path, notice=None)
+        cfg = ck.config
+        ctx = max_context if max_context is not None else min(DEFAULT_CONTEXT, cfg.max_position_embeddings)
+        cfg.check_context(ctx)
+        gc = path / "generation_config.json"
+        gen_cfg = _json_or_empty(gc.read_bytes() if gc.is_file() else None)
+        weights, graph, page_size = ck, None, DEFAULT_PAGE_SIZE
+        tok = Tokenizer.from_dir(path)
+    else:
+        from ninferc.artifact import Artifact
+
+        art = Artifact.open(path)
+        cfg = art.config
+        ctx = max_context if max_context is not None else int(art.header["compile"]["max_context"])
+        cfg.check_context(ctx)
+        gen_cfg = _json_or_empty(art.blob("generation_config.json") if art.has_blob("generation_config.json")
+                                 else None)
+        page_size = int(art.header["compile"]["page_size"])
+        tok = art.tokenizer()
+        backend = backend or "cuda"
+        if backend == "cuda":
+            def make_cuda(*, num_pages, num_slots, prefill_chunk, cuda_graph, log):
+                from ninferc.runtime.cuda_backend import CudaBatchBackend
+
+                return CudaBatchBackend(art, max_context=ctx, num_slots=num_slots, num_pages=num_pages,
+                                        prefill_chunk=prefill_chunk, cuda_graph=cuda_graph, log=log)
+
+            return OpenedModel(backend="cuda", tokenizer=tok, config=cfg, max_context=ctx, page_size=page_size,
+                               generation_config=gen_cfg, make=make_cuda)
+        weights, graph = art.weights(), art.graph()
+
+    def make_reference(*, num_pages, num_slots, prefill_chunk, cuda_graph, log):
+        plan = reference_memory_plan(cfg, graph, num_pages=num_pages, page_size=page_size, num_slots=num_slots,
+                                     weights=weights)
+        log(f"memory plan (host memory, reference backend): KV pool {num_pages} pages x {page_size} tokens = "
+            f"{num_pages * page_size} tokens; {num_slots} GDN state slots\n{plan.describe()}")
+        avail = host_available_bytes()
+        if avail is not None:
+            try:
+                plan.check(avail, device="this host")
+            except RuntimeMemoryError as exc:
+                raise RuntimeMemoryError(str(exc).replace("reduce --max-context or the batch size",
+                                                          "reduce --kv-capacity, --max-context or "
+                                                          "--max-concurrency")) from None
+            log(f"  headroom {avail - plan.total:,} B of {avail:,} B available")
+        return ReferenceBatchBackend(cfg, weights, graph=graph, num_pages=num_pages, page_size=page_size,
+                                     num_slots=num_slots, max_context=ctx)
+
+    return OpenedModel(backend="reference", tokenizer=tok, config=cfg, max_context=ctx, page_size=page_size,
+                       generation_config=gen_cfg, make=make_reference)
+
+
+def _json_or_empty(data: bytes | None) -> dict:
+    """``generation_config.json`` parsed (empty when absent).
+
+    Raises:
+        NinfercError: present but not a JSON object.
+    """
+    if not data:
+        return {}
+    try:
+        d = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise NinfercError(f"generation_config.json is not valid JSON ({exc})") from None
+    if not isinstance(d, dict):
+        raise NinfercError(f"generation_config.json must hold a JSON object, found {type(d).__name__}")
+    return d

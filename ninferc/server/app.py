@@ -1,0 +1,552 @@
+"""The HTTP face of ``ninferc serve`` (DESIGN.md §6b, layer 1): FastAPI routes in the OpenAI shapes, chat-template
+rendering, SSE streaming, metrics. It never touches the backend: requests go to the engine thread through the
+scheduler's thread-safe ``submit`` / ``cancel``, and come back as events on an asyncio queue.
+
+Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``, ``GET /v1/models``, ``GET /health``,
+``GET /metrics``. Every response carries ``x-request-id`` (the client's, when it sent one). Errors use the OpenAI
+shape ``{"error": {"message", "type", "param", "code"}}`` and never carry a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from pydantic import ValidationError
+
+from ninferc.errors import NinfercError
+from ninferc.runtime.scheduler import (Draining, ErrorEvent, FinishEvent, GenerationRequest, ServingError,
+                                       TokenEvent)
+from ninferc.sampling import MAX_TOP_LOGPROBS, SamplingParams
+from ninferc.server.protocol import (MAX_STOP_STRINGS, MAX_STOP_TOKEN_IDS, ChatCompletionRequest, CompletionRequest,
+                                     describe_validation_error, error_body)
+from ninferc.tokenizer import TextOutput
+
+#: request bodies above this many bytes get 413 (a 136 KB prompt is far below; 16 MiB is ~4 M tokens of text)
+MAX_BODY_BYTES = 16 << 20
+#: ``Retry-After`` seconds sent with a 429
+RETRY_AFTER_S = 1
+
+
+class HTTPError(Exception):
+    """An error response: status, OpenAI error type, message, param, code."""
+
+    def __init__(self, status: int, message: str, type_: str = "invalid_request_error", param: str | None = None,
+                 code: str | None = None, headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.type, self.param, self.code, self.headers = status, type_, param, code, headers or {}
+
+    @classmethod
+    def of(cls, exc: ServingError) -> "HTTPError":
+        headers = {"Retry-After": str(RETRY_AFTER_S)} if exc.status == 429 else None
+        return cls(exc.status, str(exc), exc.type, getattr(exc, "param", None), exc.code, headers)
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(error_body(str(self), self.type, self.param, self.code), status_code=self.status,
+                            headers=self.headers)
+
+
+@dataclass
+class ServerState:
+    """What the routes need.
+
+    Attributes:
+        engine: the :class:`~ninferc.runtime.engine_loop.EngineLoop`.
+        tokenizer: the model's :class:`~ninferc.tokenizer.Tokenizer`.
+        chat: the :class:`~ninferc.chat.ChatTemplate`, or None (chat requests then get a 400).
+        model_id: the name clients pass as ``model``.
+        max_context: tokens one request may hold (prompt + generated).
+        eos_ids: ids that end a generation (config / generation_config); ``chat_stop_ids`` adds the template's
+            end-of-turn id for chat requests.
+        defaults: sampling defaults from ``generation_config.json`` (``temperature``, ``top_p``, ``top_k``), else
+            OpenAI's (temperature 1, top_p 1).
+        metrics: the :class:`~ninferc.server.metrics.ServerMetrics`.
+        api_key: required as ``Authorization: Bearer`` on ``/v1/*`` when set.
+    """
+
+    engine: object
+    tokenizer: object
+    chat: object
+    model_id: str
+    max_context: int
+    eos_ids: tuple = ()
+    chat_stop_ids: tuple = ()
+    defaults: dict = field(default_factory=dict)
+    metrics: object = None
+    api_key: str | None = None
+    max_body_bytes: int = MAX_BODY_BYTES
+    created: int = field(default_factory=lambda: int(time.time()))
+    draining: bool = False
+
+
+def create_app(state: ServerState):
+    """The ASGI application over ``state`` (routes in the module docstring): the FastAPI app inside the request-id
+    middleware."""
+    app = FastAPI(title="ninferc", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.ninferc = state
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception):  # never a traceback to the client
+        return HTTPError(500, f"internal error: {type(exc).__name__}: {exc}", "internal_error").response()
+
+    @app.exception_handler(HTTPError)
+    async def _http_error(request: Request, exc: HTTPError):
+        return exc.response()
+
+    @app.exception_handler(404)
+    async def _not_found(request: Request, exc):
+        return HTTPError(404, f"no route {request.method} {request.url.path}", code="not_found").response()
+
+    @app.exception_handler(405)
+    async def _bad_method(request: Request, exc):
+        return HTTPError(405, f"{request.method} is not allowed on {request.url.path}", code="method_not_allowed") \
+            .response()
+
+    @app.get("/health")
+    async def health():
+        eng = state.engine
+        if eng.state == "ready" and not state.draining:
+            return {"status": "ok"}
+        status = "draining" if state.draining and eng.state == "ready" else eng.state
+        body = {"status": status}
+        if eng.error:
+            body["error"] = eng.error
+        return JSONResponse(body, status_code=503)
+
+    @app.get("/metrics")
+    async def metrics():
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return PlainTextResponse(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/models")
+    async def models(request: Request):
+        _auth(state, request)
+        return {"object": "list", "data": [{"id": state.model_id, "object": "model", "created": state.created,
+                                            "owned_by": "ninferc", "max_model_len": state.max_context}]}
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        _auth(state, request)
+        req = _parse(ChatCompletionRequest, await _read_json(request, state.max_body_bytes))
+        _check_model(state, req.model)
+        _refuse_unsupported(req)
+        if req.top_logprobs is not None and not req.logprobs:
+            raise HTTPError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
+        if req.top_logprobs is not None and not 0 <= req.top_logprobs <= MAX_TOP_LOGPROBS:
+            raise HTTPError(400, f"top_logprobs must be in 0..{MAX_TOP_LOGPROBS}, found {req.top_logprobs}",
+                            param="top_logprobs")
+        if state.chat is None:
+            raise HTTPError(400, "this model has no chat template (neither chat_template.jinja nor a chat_template in "
+                                 "tokenizer_config.json); use /v1/completions with a prompt", param="messages",
+                            code="no_chat_template")
+        from ninferc.chat import ChatTemplateError
+
+        messages = [m.model_dump(exclude_none=True) for m in req.messages]
+        for i, m in enumerate(messages):
+            if m.get("tool_calls"):
+                raise HTTPError(400, f"tool calls are not supported (messages[{i}].tool_calls)",
+                                param=f"messages.{i}.tool_calls")
+        try:
+            text = state.chat.render(messages, add_generation_prompt=True, **(req.chat_template_kwargs or {}))
+        except ChatTemplateError as exc:
+            raise HTTPError(400, str(exc), param="messages") from None
+        except TypeError as exc:
+            raise HTTPError(400, f"chat_template_kwargs: {exc}", param="chat_template_kwargs") from None
+        ids = state.tokenizer.encode(text)
+        if req.max_tokens is not None and req.max_completion_tokens is not None \
+                and req.max_tokens != req.max_completion_tokens:
+            raise HTTPError(400, f"max_tokens ({req.max_tokens}) and max_completion_tokens "
+                                 f"({req.max_completion_tokens}) disagree; give one", param="max_tokens")
+        max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        logprobs = (req.top_logprobs or 0) if req.logprobs else None
+        gen = _generation(state, request, req, ids, max_tokens, logprobs, chat=True)
+        return await _serve(state, request, gen, req, chat=True)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        _auth(state, request)
+        req = _parse(CompletionRequest, await _read_json(request, state.max_body_bytes))
+        _check_model(state, req.model)
+        _refuse_unsupported(req)
+        if req.echo:
+            raise HTTPError(400, "echo is not supported", param="echo")
+        if req.best_of not in (None, 1):
+            raise HTTPError(400, f"best_of {req.best_of} is not supported (only 1)", param="best_of")
+        if req.suffix:
+            raise HTTPError(400, "suffix is not supported", param="suffix")
+        if req.logprobs is not None and not 0 <= req.logprobs <= MAX_TOP_LOGPROBS:
+            raise HTTPError(400, f"logprobs must be in 0..{MAX_TOP_LOGPROBS}, found {req.logprobs}", param="logprobs")
+        ids = _prompt_ids(state, req.prompt)
+        max_tokens = 16 if req.max_tokens is None else req.max_tokens
+        gen = _generation(state, request, req, ids, max_tokens, req.logprobs, chat=False)
+        return await _serve(state, request, gen, req, chat=False)
+
+    return _RequestId(app)
+
+
+class _RequestId:
+    """ASGI middleware: every HTTP request gets an id (the client's ``x-request-id`` when it is printable and at most
+    128 characters, else a new one) in ``scope["state"]["request_id"]``, and every response carries it in
+    ``x-request-id``. (A pure ASGI wrapper, so the routes still see the client's ``http.disconnect``.)"""
+
+    def __init__(self, app):
+        self.app = app
+        self.state = app.state
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        rid = None
+        for k, v in scope.get("headers", ()):
+            if k == b"x-request-id":
+                rid = v.decode("latin-1")
+        if not rid or len(rid) > 128 or not rid.isprintable():
+            rid = uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = rid
+
+        async def send_with_id(msg):
+            if msg["type"] == "http.response.start":
+                msg = dict(msg)
+                msg["headers"] = [*msg.get("headers", []), (b"x-request-id", rid.encode("latin-1"))]
+            await send(msg)
+
+        await self.app(scope, receive, send_with_id)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# request handling
+# ------------------------------------------------------------------------------------------------------------------
+def _auth(state: ServerState, request: Request) -> None:
+    if state.api_key is None:
+        return
+    got = request.headers.get("authorization", "")
+    scheme, _, token = got.partition(" ")
+    if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip().encode(), state.api_key.encode()):
+        raise HTTPError(401, "missing or wrong API key: send 'Authorization: Bearer <key>' (--api-key / "
+                             "NINFERC_API_KEY)", code="invalid_api_key")
+
+
+async def _read_json(request: Request, limit: int) -> object:
+    clen = request.headers.get("content-length")
+    if clen is not None and clen.isdigit() and int(clen) > limit:
+        raise HTTPError(413, f"request body of {int(clen)} bytes is over the limit of {limit} bytes",
+                        code="request_too_large")
+    chunks, n = [], 0
+    async for chunk in request.stream():
+        n += len(chunk)
+        if n > limit:
+            raise HTTPError(413, f"request body is over the limit of {limit} bytes", code="request_too_large")
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise HTTPError(400, f"request body is not valid UTF-8 (byte {exc.start})", code="invalid_body") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise HTTPError(400, f"request body is not valid JSON: {exc}", code="invalid_json") from None
+
+
+def _parse(model, obj):
+    if not isinstance(obj, dict):
+        raise HTTPError(400, f"request body must be a JSON object, found {type(obj).__name__}", code="invalid_body")
+    try:
+        return model.model_validate(obj)
+    except ValidationError as exc:
+        msg, param = describe_validation_error(exc)
+        raise HTTPError(400, msg, param=param) from None
+
+
+def _check_model(state: ServerState, name: str) -> None:
+    if name != state.model_id:
+        raise HTTPError(404, f"model {name!r} does not exist; this server serves {state.model_id!r}", param="model",
+                        code="model_not_found")
+
+
+def _refuse_unsupported(req) -> None:
+    if req.n != 1:
+        raise HTTPError(400, f"n = {req.n} is not supported: ninferc returns one choice per request", param="n")
+    if req.logit_bias:
+        raise HTTPError(400, "logit_bias is not supported", param="logit_bias")
+    if req.response_format not in (None, {"type": "text"}):
+        raise HTTPError(400, "response_format other than {'type': 'text'} is not supported", param="response_format")
+    if getattr(req, "tools", None) or getattr(req, "tool_choice", None) not in (None, "none"):
+        raise HTTPError(400, "tools / tool_choice are not supported (tool calling is not implemented)", param="tools")
+    if getattr(req, "parallel_tool_calls", None) is not None:
+        raise HTTPError(400, "parallel_tool_calls is not supported", param="parallel_tool_calls")
+
+
+def _prompt_ids(state: ServerState, prompt) -> list[int]:
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]
+    elif isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
+        raise HTTPError(400, f"prompt: {len(prompt)} prompts in one request are not supported (batch them as "
+                             "separate requests)", param="prompt")
+    if isinstance(prompt, str):
+        return state.tokenizer.encode(prompt)
+    vocab = state.engine.backend.vocab_size if state.engine.backend is not None else None
+    for i, t in enumerate(prompt):
+        if t < 0 or (vocab is not None and t >= vocab):
+            raise HTTPError(400, f"prompt[{i}] = {t} is not a token id (0..{(vocab or 1) - 1})", param="prompt")
+    return list(prompt)
+
+
+def _generation(state: ServerState, request: Request, req, ids: list[int], max_tokens, logprobs, *,
+                chat: bool) -> GenerationRequest:
+    """The scheduler request of a validated API request (sampling parameters checked; 400 naming the field)."""
+    d = state.defaults
+    temperature = req.temperature if req.temperature is not None else d.get("temperature", 1.0)
+    seed = req.seed if req.seed is not None else secrets.randbits(63)
+    try:
+        params = SamplingParams(
+            temperature=float(temperature),
+            top_k=req.top_k if req.top_k is not None else int(d.get("top_k", 0)),
+            top_p=float(req.top_p if req.top_p is not None else d.get("top_p", 1.0)),
+            min_p=float(req.min_p if req.min_p is not None else 0.0),
+            seed=seed,
+            presence_penalty=float(req.presence_penalty or 0.0),
+            frequency_penalty=float(req.frequency_penalty or 0.0),
+            repetition_penalty=float(req.repetition_penalty if req.repetition_penalty is not None else 1.0))
+    except NinfercError as exc:
+        msg = str(exc)
+        raise HTTPError(400, msg, param=msg.split(" ", 1)[0]) from None
+    vocab = state.engine.backend.vocab_size if state.engine.backend is not None else None
+    if vocab is not None and params.top_k > vocab:
+        raise HTTPError(400, f"top_k {params.top_k} is more than the vocabulary ({vocab} tokens); 0 = no limit",
+                        param="top_k")
+    stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+    if len(stop) > MAX_STOP_STRINGS:
+        raise HTTPError(400, f"stop: {len(stop)} strings, at most {MAX_STOP_STRINGS}", param="stop")
+    stop_ids = list(req.stop_token_ids or [])
+    if len(stop_ids) > MAX_STOP_TOKEN_IDS:
+        raise HTTPError(400, f"stop_token_ids: {len(stop_ids)} ids, at most {MAX_STOP_TOKEN_IDS}",
+                        param="stop_token_ids")
+    for t in stop_ids:
+        if t < 0 or (vocab is not None and t >= vocab):
+            raise HTTPError(400, f"stop_token_ids: {t} is not a token id", param="stop_token_ids")
+    if not req.ignore_eos:
+        stop_ids += list(state.eos_ids) + (list(state.chat_stop_ids) if chat else [])
+    if max_tokens is not None and max_tokens < 1:
+        raise HTTPError(400, f"max_tokens must be at least 1, found {max_tokens}", param="max_tokens")
+    sched = state.engine.scheduler
+    if sched is None:
+        raise HTTPError(503, f"the engine is not ready ({state.engine.state})", "service_unavailable",
+                        code="not_ready")
+    try:
+        max_tokens = sched.check(len(ids), max_tokens)
+    except ServingError as exc:
+        raise HTTPError.of(exc) from None
+    rid = request.state.request_id
+    if sched.has(rid):  # a client reusing an x-request-id while the first is in flight: keep ids unique
+        rid = f"{rid}-{uuid.uuid4().hex[:8]}"
+    return GenerationRequest(request_id=rid, prompt_ids=ids, max_tokens=max_tokens,
+                             params=params, stop_ids=frozenset(stop_ids), logprobs=logprobs,
+                             output=TextOutput(state.tokenizer, stop))
+
+
+def _client_gone() -> JSONResponse:
+    """What a handler returns when its client has gone (nobody reads it; nginx's "client closed request" status)."""
+    return JSONResponse(error_body("client disconnected", code="client_disconnected"), status_code=499)
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client has gone (an ``http.disconnect`` message)."""
+    while True:
+        msg = await request.receive()
+        if msg["type"] == "http.disconnect":
+            return
+
+
+async def _next_or_disconnect(q: asyncio.Queue, watch: asyncio.Task):
+    """The next engine event, or None when the client disconnected first."""
+    get = asyncio.ensure_future(q.get())
+    done, _ = await asyncio.wait({get, watch}, return_when=asyncio.FIRST_COMPLETED)
+    if get in done:
+        return get.result()
+    get.cancel()
+    return None
+
+
+async def _serve(state: ServerState, request: Request, gen: GenerationRequest, req, *, chat: bool):
+    if state.draining:
+        raise HTTPError.of(Draining("the server is shutting down and admits no new requests"))
+    loop = asyncio.get_running_loop()
+    q: asyncio.Queue = asyncio.Queue()
+
+    def sink(ev):
+        try:
+            loop.call_soon_threadsafe(q.put_nowait, ev)
+        except RuntimeError:  # the event loop has closed (shutdown): nobody is listening any more
+            pass
+
+    gen.sink = sink
+    sched = state.engine.scheduler
+    try:
+        sched.submit(gen)
+    except ServingError as exc:
+        raise HTTPError.of(exc) from None
+    rid = gen.request_id
+    watch = asyncio.ensure_future(_disconnected(request))
+    fmt = _Formatter(state, req, gen, chat)
+    handed_over = False  # the streaming generator owns the request from then on
+    try:
+        first = await _next_or_disconnect(q, watch)
+        if first is None:
+            return _client_gone()
+        if isinstance(first, ErrorEvent):
+            raise HTTPError.of(first.error)
+        if req.stream:
+            handed_over = True
+        else:
+            ev = first
+            while not isinstance(ev, FinishEvent):
+                if isinstance(ev, TokenEvent):
+                    fmt.add(ev)
+                elif isinstance(ev, ErrorEvent):
+                    raise HTTPError.of(ev.error)
+                ev = await _next_or_disconnect(q, watch)
+                if ev is None:
+                    return _client_gone()
+            return fmt.response(ev)
+    finally:
+        if not handed_over:
+            sched.cancel(rid)  # a no-op once the request has finished; else it ends within one iteration
+            watch.cancel()
+    # streaming: the response starts now (the first event is a token, so the request was admitted)
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+
+    async def events():
+        done = False
+        try:
+            if chat:
+                yield fmt.sse(fmt.role_chunk())
+            ev = first
+            while True:
+                if isinstance(ev, TokenEvent):
+                    chunk = fmt.delta_chunk(ev)
+                    if chunk is not None:
+                        yield fmt.sse(chunk)
+                elif isinstance(ev, FinishEvent):
+                    done = True
+                    yield fmt.sse(fmt.finish_chunk(ev))
+                    if include_usage:
+                        yield fmt.sse(fmt.usage_chunk(ev))
+                    yield b"data: [DONE]\n\n"
+                    return
+                elif isinstance(ev, ErrorEvent):
+                    done = True
+                    yield fmt.sse(error_body(str(ev.error), ev.error.type, None, ev.error.code))
+                    yield b"data: [DONE]\n\n"
+                    return
+                ev = await _next_or_disconnect(q, watch)
+                if ev is None:
+                    return
+        finally:
+            if not done:
+                sched.cancel(rid)
+            watch.cancel()
+
+    return StreamingResponse(events(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+class _Formatter:
+    """Builds the OpenAI response objects of one request (chat or completions, whole or streamed)."""
+
+    def __init__(self, state: ServerState, req, gen: GenerationRequest, chat: bool):
+        self.state, self.req, self.gen, self.chat = state, req, gen, chat
+        self.id = ("chatcmpl-" if chat else "cmpl-") + gen.request_id
+        self.created = int(time.time())
+        self.text: list[str] = []
+        self.sampled: list = []
+
+    def add(self, ev: TokenEvent) -> None:
+        self.text.append(ev.text)
+        self.sampled.extend(ev.sampled)
+
+    # -- pieces ---------------------------------------------------------------------------------------------
+    def _token_str(self, t: int) -> str:
+        """The text of one token (a special token, e.g. a stop id, as its literal string)."""
+        return self.state.tokenizer.decode([t]) or self.state.tokenizer.token_str(t)
+
+    def _logprobs(self, sampled: list, offset: int = 0):
+        if self.gen.logprobs is None:
+            return None
+        if self.chat:
+            content = []
+            for s in sampled:
+                tok = self._token_str(s.token)
+                content.append({"token": tok, "logprob": s.logprob, "bytes": list(tok.encode()),
+                                "top_logprobs": [{"token": self._token_str(i), "logprob": lp,
+                                                  "bytes": list(self._token_str(i).encode())} for i, lp in s.top]})
+            return {"content": content}
+        toks = [self._token_str(s.token) for s in sampled]
+        offs, o = [], offset
+        for t in toks:
+            offs.append(o)
+            o += len(t)
+        return {"tokens": toks, "token_logprobs": [s.logprob for s in sampled],
+                "top_logprobs": [{self._token_str(i): lp for i, lp in s.top} for s in sampled], "text_offset": offs}
+
+    def usage(self, ev: FinishEvent) -> dict:
+        st = ev.stats
+        return {"prompt_tokens": st.prompt_tokens, "completion_tokens": st.generated,
+                "total_tokens": st.prompt_tokens + st.generated,
+                "prompt_tokens_details": {"cached_tokens": st.cached_tokens}}
+
+    # -- whole response -------------------------------------------------------------------------------------
+    def response(self, ev: FinishEvent) -> dict:
+        text = "".join(self.text) + ev.text
+        if self.chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text},
+                      "logprobs": self._logprobs(self.sampled), "finish_reason": ev.reason}
+            obj = "chat.completion"
+        else:
+            choice = {"index": 0, "text": text, "logprobs": self._logprobs(self.sampled),
+                      "finish_reason": ev.reason}
+            obj = "text_completion"
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.state.model_id,
+                "choices": [choice], "usage": self.usage(ev)}
+
+    # -- streaming ------------------------------------------------------------------------------------------
+    @staticmethod
+    def sse(obj) -> bytes:
+        return b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n"
+
+    def _chunk(self, choice: dict | None, **extra) -> dict:
+        obj = "chat.completion.chunk" if self.chat else "text_completion"
+        out = {"id": self.id, "object": obj, "created": self.created, "model": self.state.model_id,
+               "choices": [] if choice is None else [choice]}
+        out.update(extra)
+        return out
+
+    def role_chunk(self) -> dict:
+        return self._chunk({"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                            "finish_reason": None})
+
+    def delta_chunk(self, ev: TokenEvent) -> dict | None:
+        if not ev.text and self.gen.logprobs is None:
+            return None  # nothing to show yet (an unfinished character, a held-back stop-string prefix, a stop id)
+        offset = sum(len(t) for t in self.text)
+        self.text.append(ev.text)
+        lp = self._logprobs(ev.sampled, offset)
+        if self.chat:
+            return self._chunk({"index": 0, "delta": {"content": ev.text}, "logprobs": lp, "finish_reason": None})
+        return self._chunk({"index": 0, "text": ev.text, "logprobs": lp, "finish_reason": None})
+
+    def finish_chunk(self, ev: FinishEvent) -> dict:
+        if self.chat:
+            delta = {"content": ev.text} if ev.text else {}
+            return self._chunk({"index": 0, "delta": delta, "logprobs": None, "finish_reason": ev.reason})
+        return self._chunk({"index": 0, "text": ev.text, "logprobs": None, "finish_reason": ev.reason})
+
+    def usage_chunk(self, ev: FinishEvent) -> dict:
+        return self._chunk(None, usage=self.usage(ev))

@@ -1,0 +1,177 @@
+"""Prometheus metrics and the per-request log line of ``ninferc serve``.
+
+Metric names carry the ``ninferc:`` prefix in the style of vLLM's ``vllm:`` metrics (vLLM
+``vllm/v1/metrics/loggers.py``: the same meanings; bucket edges chosen for a single GPU serving 1-8 requests):
+
+==========================================  =========  ==========================================================
+name                                         type       meaning
+==========================================  =========  ==========================================================
+``ninferc:num_requests_running``             gauge      admitted requests (prefilling or decoding)
+``ninferc:num_requests_waiting``             gauge      requests waiting for admission
+``ninferc:kv_cache_usage_perc``              gauge      fraction of KV pages held, 0..1
+``ninferc:kv_pages_total`` / ``_free``       gauge      KV pages in the pool / free now
+``ninferc:gdn_slots_total`` / ``_free``      gauge      GDN state slots / free now
+``ninferc:prompt_tokens_total``              counter    prompt tokens of admitted requests
+``ninferc:generation_tokens_total``          counter    generated tokens
+``ninferc:request_success_total``            counter    finished requests, label ``finished_reason``
+                                                        (stop, length, abort)
+``ninferc:request_error_total``              counter    requests ended by an error, label ``code``
+``ninferc:request_rejected_total``           counter    requests refused, label ``reason`` (overloaded,
+                                                        queue_timeout, shutting_down)
+``ninferc:time_to_first_token_seconds``      histogram  arrival to first token
+``ninferc:inter_token_latency_seconds``      histogram  time between a request's consecutive tokens
+``ninferc:e2e_request_latency_seconds``      histogram  arrival to finish
+``ninferc:request_queue_time_seconds``       histogram  arrival to admission
+==========================================  =========  ==========================================================
+
+The per-request log line (stderr, and one JSON object per line with ``--request-log``)::
+
+    [req ID] done finish=stop prompt=P cached=C gen=G queue=Q ms ttft=T ms prefill=X tok/s decode=Y tok/s wall=W s
+
+decode = (gen - 1) / (last token time - first token time); prefill = (prompt - cached) / (first token time -
+admission time); both measured by the server.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+
+from ninferc.runtime.scheduler import Observer, RequestStats, ServingError
+
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                40.0, 80.0, 160.0, 640.0, 2560.0)
+ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4,
+               0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
+                   120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+
+
+class _PoolCollector:
+    """Gauges read from the scheduler's snapshot at scrape time."""
+
+    def __init__(self, snapshot):
+        self.snapshot = snapshot
+
+    def collect(self):
+        s = self.snapshot()
+        if s is None:
+            return
+        for name, doc, v in (
+                ("ninferc:num_requests_running", "Admitted requests (prefilling or decoding).", s.running),
+                ("ninferc:num_requests_waiting", "Requests waiting for admission.", s.waiting),
+                ("ninferc:kv_cache_usage_perc", "Fraction of KV pages held (0..1).",
+                 (s.pages_total - s.pages_free) / s.pages_total if s.pages_total else 0.0),
+                ("ninferc:kv_pages_total", "KV pages in the pool.", s.pages_total),
+                ("ninferc:kv_pages_free", "KV pages free now.", s.pages_free),
+                ("ninferc:gdn_slots_total", "GDN state slots.", s.slots_total),
+                ("ninferc:gdn_slots_free", "GDN state slots free now.", s.slots_free)):
+            g = GaugeMetricFamily(name, doc)
+            g.add_metric([], float(v))
+            yield g
+
+
+class ServerMetrics(Observer):
+    """The scheduler's :class:`~ninferc.runtime.scheduler.Observer`: Prometheus metrics on a registry of its own,
+    and the per-request log line.
+
+    Args:
+        snapshot: callable returning the scheduler's :class:`~ninferc.runtime.scheduler.Snapshot` (or None before
+            the engine is ready).
+        log: where the log line goes (stderr in the server).
+        request_log: an open text file for JSON lines, or None.
+    """
+
+    def __init__(self, snapshot, *, log=lambda s: None, request_log=None):
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.prompt_tokens = Counter("ninferc:prompt_tokens", "Prompt tokens of admitted requests.", registry=r)
+        self.generation_tokens = Counter("ninferc:generation_tokens", "Generated tokens.", registry=r)
+        self.success = Counter("ninferc:request_success", "Finished requests by finish reason.", ["finished_reason"],
+                               registry=r)
+        self.errors = Counter("ninferc:request_error", "Requests ended by an error, by code.", ["code"], registry=r)
+        self.rejected = Counter("ninferc:request_rejected", "Requests refused, by reason.", ["reason"], registry=r)
+        self.ttft = Histogram("ninferc:time_to_first_token_seconds", "Arrival to first token.",
+                              buckets=TTFT_BUCKETS, registry=r)
+        self.itl = Histogram("ninferc:inter_token_latency_seconds", "Time between consecutive tokens of a request.",
+                             buckets=ITL_BUCKETS, registry=r)
+        self.e2e = Histogram("ninferc:e2e_request_latency_seconds", "Arrival to finish.", buckets=LATENCY_BUCKETS,
+                             registry=r)
+        self.queue = Histogram("ninferc:request_queue_time_seconds", "Arrival to admission.", buckets=LATENCY_BUCKETS,
+                               registry=r)
+        for reason in ("stop", "length", "abort"):
+            self.success.labels(reason)
+        for reason in ("overloaded", "queue_timeout", "shutting_down"):
+            self.rejected.labels(reason)
+        r.register(_PoolCollector(snapshot))
+        self.log, self.request_log = log, request_log
+        self._last: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    # -- Observer ---------------------------------------------------------------------------------------------
+    def on_admit(self, stats: RequestStats) -> None:
+        self.prompt_tokens.inc(stats.prompt_tokens)
+        self.queue.observe(stats.queue_s)
+
+    def on_tokens(self, stats: RequestStats, n: int, now: float) -> None:
+        self.generation_tokens.inc(n)
+        prev = self._last.get(stats.request_id)
+        if prev is None:
+            self.ttft.observe(now - stats.arrival)
+        else:
+            self.itl.observe((now - prev) / max(n, 1))
+        self._last[stats.request_id] = now
+
+    def on_finish(self, stats: RequestStats) -> None:
+        self._last.pop(stats.request_id, None)
+        self.success.labels(stats.finish_reason).inc()
+        self.e2e.observe(stats.wall_s)
+        self._log(stats)
+
+    def on_error(self, stats: RequestStats, error: ServingError) -> None:
+        self._last.pop(stats.request_id, None)
+        self.errors.labels(str(error.code)).inc()
+        self._log(stats, error)
+
+    def on_reject(self, reason: str) -> None:
+        self.rejected.labels(reason).inc()
+
+    # -- the log line -----------------------------------------------------------------------------------------
+    def _log(self, s: RequestStats, error: ServingError | None = None) -> None:
+        self.log(format_request_line(s, error))
+        if self.request_log is not None:
+            rec = request_record(s, error)
+            with self._lock:
+                self.request_log.write(json.dumps(rec) + "\n")
+                self.request_log.flush()
+
+
+def _f(v, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def format_request_line(s: RequestStats, error: ServingError | None = None) -> str:
+    """The per-request log line (module docstring); ``-`` where a figure does not exist (no token yet)."""
+    ms = lambda v: None if v is None else v * 1e3  # noqa: E731
+    line = (f"[req {s.request_id}] done finish={s.finish_reason} prompt={s.prompt_tokens} cached={s.cached_tokens} "
+            f"gen={s.generated} queue={_f(ms(s.queue_s), '.1f')}ms ttft={_f(ms(s.ttft_s), '.1f')}ms "
+            f"prefill={_f(s.prefill_tok_s, '.1f')} tok/s decode={_f(s.decode_tok_s, '.1f')} tok/s "
+            f"wall={s.wall_s:.2f}s steps={s.decode_steps} shared={s.steps_shared}")
+    if error is not None:
+        line += f" error={error.code}: {error}"
+    return line
+
+
+def request_record(s: RequestStats, error: ServingError | None = None) -> dict:
+    """The JSON-lines record of one request (seconds and tokens per second)."""
+    rec = {"request_id": s.request_id, "finish_reason": s.finish_reason, "prompt_tokens": s.prompt_tokens,
+           "cached_tokens": s.cached_tokens, "generated_tokens": s.generated, "queue_s": s.queue_s,
+           "ttft_s": s.ttft_s, "prefill_s": s.prefill_s, "decode_s": s.decode_s, "prefill_tok_s": s.prefill_tok_s,
+           "decode_tok_s": s.decode_tok_s, "wall_s": s.wall_s, "decode_steps": s.decode_steps,
+           "shared_steps": s.steps_shared}
+    if error is not None:
+        rec["error"] = {"code": error.code, "message": str(error)}
+    return rec

@@ -1,0 +1,120 @@
+"""Request models of the OpenAI API subset ``ninferc serve`` implements (pydantic), and the error shape.
+
+Field semantics follow OpenAI's API reference; the extensions vLLM accepts (``top_k``, ``min_p``,
+``repetition_penalty``, ``stop_token_ids``, ``ignore_eos``, ``chat_template_kwargs``) are accepted too. A field
+that OpenAI defines but ninferc does not implement is refused with a 400 that names it (``n`` > 1, ``tools``,
+``response_format`` other than text, ``logit_bias``, ``echo``, ``best_of`` > 1, ``suffix``, ...), and so is any
+field that is not part of the API: nothing is silently ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
+
+#: most stop strings one request may give
+MAX_STOP_STRINGS = 16
+#: most stop token ids one request may give
+MAX_STOP_TOKEN_IDS = 64
+
+Number = Union[StrictInt, float]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StreamOptions(_Strict):
+    """``stream_options``: ``include_usage`` adds a final chunk with the usage (and ``choices`` empty)."""
+
+    include_usage: StrictBool = False
+    continuous_usage_stats: StrictBool = False
+
+
+class TextPart(_Strict):
+    """A text part of a message's content list."""
+
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    """One message. Keys besides ``role`` / ``content`` / ``name`` are passed to the chat template as they are
+    (templates may read them); ``tool_calls`` is refused (tool calling is not implemented)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: Union[str, list[TextPart], None] = None
+    name: str | None = None
+
+
+class _Sampling(_Strict):
+    """Fields shared by chat and completions requests."""
+
+    model: str
+    max_tokens: StrictInt | None = None
+    temperature: Number | None = None
+    top_p: Number | None = None
+    top_k: StrictInt | None = None
+    min_p: Number | None = None
+    seed: StrictInt | None = None
+    stop: Union[str, list[str], None] = None
+    stop_token_ids: list[StrictInt] | None = None
+    presence_penalty: Number | None = None
+    frequency_penalty: Number | None = None
+    repetition_penalty: Number | None = None
+    ignore_eos: StrictBool = False
+    stream: StrictBool = False
+    stream_options: StreamOptions | None = None
+    n: StrictInt = 1
+    user: str | None = None
+    # OpenAI fields accepted only at their "off" value (refused otherwise, by name)
+    logit_bias: dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None
+
+
+class ChatCompletionRequest(_Sampling):
+    """``POST /v1/chat/completions``."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: StrictInt | None = None
+    logprobs: StrictBool = False
+    top_logprobs: StrictInt | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: Any = None
+
+
+class CompletionRequest(_Sampling):
+    """``POST /v1/completions``: ``prompt`` is text, a one-element list of text, token ids, or a one-element list
+    of token-id lists; ``max_tokens`` defaults to 16 (OpenAI's default)."""
+
+    prompt: Union[str, list[str], list[StrictInt], list[list[StrictInt]]]
+    logprobs: StrictInt | None = None
+    echo: StrictBool = False
+    best_of: StrictInt | None = None
+    suffix: str | None = None
+
+
+def error_body(message: str, type_: str = "invalid_request_error", param: str | None = None,
+               code: str | int | None = None) -> dict:
+    """The OpenAI error shape ``{"error": {"message", "type", "param", "code"}}``."""
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def describe_validation_error(exc: ValidationError) -> tuple[str, str | None]:
+    """(message, param) for the first problem of a pydantic validation error, in words a client can act on."""
+    e = exc.errors()[0]
+    loc = [str(x) for x in e.get("loc", ()) if not isinstance(x, int) or True]
+    param = ".".join(loc) or None
+    if e.get("type") == "extra_forbidden":
+        return (f"unsupported field {param!r}: ninferc does not implement it (see the README's server section for "
+                "the fields it accepts)", param)
+    if e.get("type") == "missing":
+        return f"required field {param!r} is missing", param
+    got = e.get("input")
+    shown = repr(got) if not isinstance(got, (dict, list)) else type(got).__name__
+    return f"{param}: {e.get('msg', 'invalid value')} (found {shown[:80]})", param

@@ -1,0 +1,177 @@
+"""Bad requests get a 4xx in the OpenAI error shape and the server keeps serving; /health and /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import threading
+
+import httpx
+import pytest
+
+KEY = "s3cret-key"
+
+
+@pytest.fixture(scope="module")
+def keyed(start_server, tiny_dir, tmp_path_factory):
+    """The fixture without its chat template, served with --api-key and a small context."""
+    d = tmp_path_factory.mktemp("notemplate") / "tiny-notemplate"
+    shutil.copytree(tiny_dir, d)
+    (d / "chat_template.jinja").chmod(0o644)
+    (d / "chat_template.jinja").unlink()
+    return start_server(d, "--model-id", "tiny", "--api-key", KEY, "--max-context", "256")
+
+
+AUTH = {"Authorization": f"Bearer {KEY}"}
+OK = {"model": "tiny", "prompt": "def f():", "max_tokens": 2, "temperature": 0}
+
+
+def _post(srv, path, body=None, *, raw=None, headers=AUTH, timeout=60):
+    h = {"content-type": "application/json", **(headers or {})}
+    data = raw if raw is not None else json.dumps(body).encode()
+    return httpx.post(srv.url + path, content=data, headers=h, timeout=timeout)
+
+
+CASES = [
+    # (name, path, body or raw bytes, status, param / code fragment)
+    ("malformed JSON", "/v1/completions", b'{"model": "tiny", "prompt": ', 400, "invalid_json"),
+    ("not an object", "/v1/completions", b'[1, 2]', 400, "invalid_body"),
+    ("non-UTF-8 body", "/v1/completions", b'{"model": "tiny", "prompt": "\xff\xfe"}', 400, "invalid_body"),
+    ("wrong type", "/v1/completions", {**OK, "max_tokens": "ten"}, 400, "max_tokens"),
+    ("missing prompt", "/v1/completions", {"model": "tiny"}, 400, "prompt"),
+    ("no messages", "/v1/chat/completions", {"model": "tiny"}, 400, "messages"),
+    ("empty messages", "/v1/chat/completions", {"model": "tiny", "messages": []}, 400, "messages"),
+    ("bad role", "/v1/chat/completions", {"model": "tiny", "messages": [{"role": "robot", "content": "x"}]}, 400,
+     "messages.0.role"),
+    ("unknown model", "/v1/completions", {**OK, "model": "gpt-9"}, 404, "model_not_found"),
+    ("max_tokens 0", "/v1/completions", {**OK, "max_tokens": 0}, 400, "max_tokens"),
+    ("max_tokens negative", "/v1/completions", {**OK, "max_tokens": -5}, 400, "max_tokens"),
+    ("max_tokens over the context", "/v1/completions", {**OK, "max_tokens": 1000}, 400, "context_length_exceeded"),
+    ("prompt over the context", "/v1/completions", {**OK, "prompt": "x = 1\n" * 300}, 400, "context_length_exceeded"),
+    ("temperature negative", "/v1/completions", {**OK, "temperature": -0.5}, 400, "temperature"),
+    ("temperature NaN", "/v1/completions", b'{"model": "tiny", "prompt": "x", "temperature": NaN}', 400, "temperature"),
+    ("top_p 0", "/v1/completions", {**OK, "temperature": 1, "top_p": 0}, 400, "top_p"),
+    ("top_p above 1", "/v1/completions", {**OK, "temperature": 1, "top_p": 1.5}, 400, "top_p"),
+    ("n = 2", "/v1/completions", {**OK, "n": 2}, 400, "n"),
+    ("response_format json", "/v1/chat/completions",
+     {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}},
+     400, "response_format"),
+    ("tools", "/v1/chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "x"}],
+                                        "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tools"),
+    ("unknown field", "/v1/completions", {**OK, "frobnicate": True}, 400, "frobnicate"),
+    ("top_logprobs over 20", "/v1/chat/completions",
+     {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": 21},
+     400, "top_logprobs"),
+    ("token id outside the vocabulary", "/v1/completions", {**OK, "prompt": [1, 2, 99999]}, 400, "prompt"),
+    ("presence_penalty out of range", "/v1/completions", {**OK, "presence_penalty": 3}, 400, "presence_penalty"),
+    ("chat with no template", "/v1/chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "x"}]},
+     400, "no_chat_template"),
+]
+
+
+@pytest.mark.parametrize("name,path,body,status,frag", CASES, ids=[c[0] for c in CASES])
+def test_bad_request_gets_4xx_in_openai_shape_and_server_stays_healthy(keyed, name, path, body, status, frag):
+    r = _post(keyed, path, raw=body) if isinstance(body, bytes) else _post(keyed, path, body)
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["message"]
+    assert frag in (str(err["param"]) + " " + str(err["code"]) + " " + err["message"]), err
+    assert "Traceback" not in r.text and r.headers.get("x-request-id")
+    assert httpx.get(keyed.url + "/health").status_code == 200
+    ok = _post(keyed, "/v1/completions", OK)
+    assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 2
+
+
+def test_body_over_the_limit_is_413(keyed):
+    r = _post(keyed, "/v1/completions", raw=b'{"model": "tiny", "prompt": "' + b"x" * (17 << 20) + b'"}')
+    assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+    assert _post(keyed, "/v1/completions", OK).status_code == 200
+
+
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}])
+def test_missing_or_wrong_api_key_is_401(keyed, headers):
+    for path in ("/v1/completions", "/v1/models"):
+        r = httpx.post(keyed.url + path, json=OK, headers=headers) if path.endswith("s") and "compl" in path \
+            else httpx.get(keyed.url + path, headers=headers)
+        assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+    assert httpx.get(keyed.url + "/health").status_code == 200  # health and metrics need no key
+    assert httpx.get(keyed.url + "/metrics").status_code == 200
+
+
+def test_routes_and_methods(keyed):
+    assert httpx.get(keyed.url + "/v1/nothing", headers=AUTH).status_code == 404
+    r = httpx.get(keyed.url + "/v1/completions", headers=AUTH)
+    assert r.status_code == 405 and "error" in r.json()
+    r = httpx.get(keyed.url + "/v1/models", headers={**AUTH, "x-request-id": "my-id-1"})
+    assert r.headers["x-request-id"] == "my-id-1"
+
+
+def test_metrics_parse_and_count_what_was_sent(start_server, tiny_dir):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    srv = start_server(tiny_dir, "--model-id", "tiny")
+    m0 = srv.metrics()
+    sent = [("def a():", 5), ("import os\n", 7), ("x", 3)]
+    prompt_tokens = 0
+    for p, n in sent:
+        r = httpx.post(srv.url + "/v1/completions", json={"model": "tiny", "prompt": p, "max_tokens": n,
+                                                         "temperature": 0}, timeout=60).json()
+        prompt_tokens += r["usage"]["prompt_tokens"]
+    httpx.post(srv.url + "/v1/completions", json={"model": "tiny", "prompt": "x", "n": 3})  # refused: not counted
+    text = httpx.get(srv.url + "/metrics").text
+    names = {f.name for f in text_string_to_metric_families(text)}
+    for want in ("ninferc:num_requests_running", "ninferc:num_requests_waiting", "ninferc:kv_cache_usage_perc",
+                 "ninferc:prompt_tokens", "ninferc:generation_tokens", "ninferc:request_success",
+                 "ninferc:request_rejected", "ninferc:time_to_first_token_seconds",
+                 "ninferc:inter_token_latency_seconds", "ninferc:e2e_request_latency_seconds",
+                 "ninferc:request_queue_time_seconds"):
+        assert want in names, want
+    m = srv.metrics()
+    d = lambda k: m[k] - m0.get(k, 0.0)  # noqa: E731
+    assert d("ninferc:prompt_tokens_total") == prompt_tokens
+    assert d("ninferc:generation_tokens_total") == sum(n for _, n in sent)
+    assert d("ninferc:request_success_total{finished_reason=length}") == 3
+    assert d("ninferc:time_to_first_token_seconds_count") == 3
+    assert d("ninferc:inter_token_latency_seconds_count") == sum(n - 1 for _, n in sent)
+    assert d("ninferc:e2e_request_latency_seconds_count") == 3
+    assert m["ninferc:kv_cache_usage_perc"] == 0.0
+
+
+def test_health_503_while_loading_200_when_ready_503_after_failure(tiny_dir):
+    """In-process: the app over an engine whose backend build waits on an event (and one that fails)."""
+    from ninferc.runtime.engine_loop import EngineLoop
+    from ninferc.runtime.scheduler import Scheduler
+    from ninferc.server.app import ServerState, create_app
+    from ninferc.server.metrics import ServerMetrics
+    from ninferc.tokenizer import Tokenizer
+    from ninferc.testing import FakeBackend
+
+    async def get(app, path):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+            return await c.get(path)
+
+    for fail in (False, True):
+        gate = threading.Event()
+
+        def make_backend():
+            gate.wait(30)
+            if fail:
+                raise RuntimeError("no device")
+            return FakeBackend()
+
+        eng = EngineLoop(make_backend, lambda be: Scheduler(be))
+        st = ServerState(engine=eng, tokenizer=Tokenizer.from_dir(tiny_dir), chat=None, model_id="t", max_context=64)
+        st.metrics = ServerMetrics(lambda: None)
+        app = create_app(st)
+        eng.start()
+        r = asyncio.run(get(app, "/health"))
+        assert r.status_code == 503 and r.json()["status"] == "loading"
+        gate.set()
+        eng.wait_ready(30)
+        r = asyncio.run(get(app, "/health"))
+        if fail:
+            assert r.status_code == 503 and r.json()["status"] == "failed" and "no device" in r.json()["error"]
+        else:
+            assert r.status_code == 200 and r.json() == {"status": "ok"}
+        eng.shutdown(0)

@@ -1,0 +1,231 @@
+"""Several clients at once: shared decode steps with outputs equal to solo runs, admission limits (429, 503),
+disconnects returning pages and slots, a bounded soak, and SIGTERM under load."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+
+
+def _solo_texts(client, prompts, lengths):
+    return [client.completions.create(model="tiny", prompt=p, max_tokens=n, temperature=0).choices[0].text
+            for p, n in zip(prompts, lengths)]
+
+
+def _stream(url, prompt, n, out, key, **kw):
+    c = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=300)
+    text = []
+    for ch in c.completions.create(model="tiny", prompt=prompt, max_tokens=n, temperature=0, stream=True, **kw):
+        if ch.choices:
+            text.append(ch.choices[0].text)
+    out[key] = "".join(text)
+
+
+def test_eight_concurrent_streams_equal_solo_and_share_steps(start_server, tiny_dir, goldens):
+    srv = start_server(tiny_dir, "--model-id", "tiny", "--max-concurrency", "8", "--prefill-chunk", "64")
+    client = openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0, timeout=300)
+    prompts = [c["prompt"] for c in goldens["cases"]] + ["import re\n", "while True:\n    ", "x = [i for i in "]
+    lengths = [40, 25, 33, 12, 48, 20, 30, 16]
+    solo = _solo_texts(client, prompts, lengths)
+    n_before = len(srv.request_lines())
+    out = {}
+    ts = [threading.Thread(target=_stream, args=(srv.url, p, n, out, i)) for i, (p, n) in
+          enumerate(zip(prompts, lengths))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert [out[i] for i in range(8)] == solo
+    lines = srv.request_lines()[n_before:]
+    assert len(lines) == 8
+    shared = [int(re.search(r"shared=(\d+)", ln).group(1)) for ln in lines]
+    assert sum(s > 0 for s in shared) >= 7, lines  # (at most the first admitted may have run alone)
+    assert all(re.search(r"decode=[\d.]+ tok/s", ln) for ln in lines)
+
+
+def test_admission_429_at_once_and_503_after_the_pending_timeout(start_server, tiny_dir):
+    srv = start_server(tiny_dir, "--model-id", "tiny", "--max-concurrency", "2", "--max-pending", "2",
+                       "--pending-timeout-ms", "1500")
+    results = {}
+
+    def call(i, n):
+        t0 = time.monotonic()
+        r = httpx.post(srv.url + "/v1/completions", json={"model": "tiny", "prompt": f"def f{i}():", "max_tokens": n,
+                                                          "temperature": 0}, timeout=300)
+        results[i] = (r.status_code, time.monotonic() - t0, r)
+
+    # two long requests fill the concurrency, two more wait; the fifth is refused at once
+    ts = [threading.Thread(target=call, args=(i, 600)) for i in range(2)]
+    for t in ts:
+        t.start()
+    time.sleep(0.5)
+    ts2 = [threading.Thread(target=call, args=(i, 5)) for i in (2, 3)]
+    for t in ts2:
+        t.start()
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    r = httpx.post(srv.url + "/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 5}, timeout=30)
+    assert r.status_code == 429 and time.monotonic() - t0 < 1.0
+    assert r.json()["error"]["code"] == "server_overloaded" and r.headers["retry-after"] == "1"
+    for t in ts + ts2:
+        t.join()
+    for i in (2, 3):  # waited past 1.5 s for a slot: 503 request_queue_timeout
+        code, dt, resp = results[i]
+        assert code == 503 and resp.json()["error"]["code"] == "request_queue_timeout", resp.text
+    for i in (0, 1):
+        code, _, resp = results[i]
+        assert code == 200 and resp.json()["usage"]["completion_tokens"] == 600
+    m = srv.metrics()
+    assert m["ninferc:request_rejected_total{reason=overloaded}"] == 1
+    assert m["ninferc:request_rejected_total{reason=queue_timeout}"] == 2
+
+
+def _idle(srv, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        m = srv.metrics()
+        if (m["ninferc:kv_pages_free"] == m["ninferc:kv_pages_total"]
+                and m["ninferc:gdn_slots_free"] == m["ninferc:gdn_slots_total"]
+                and m["ninferc:num_requests_running"] == 0):
+            return m
+        time.sleep(0.05)
+    raise AssertionError(f"pages / slots not back to idle: {srv.metrics()}")
+
+
+def test_disconnect_mid_stream_returns_pages_and_slots(start_server, tiny_dir):
+    srv = start_server(tiny_dir, "--model-id", "tiny", "--max-concurrency", "2")
+    for stream in (True, False):
+        with httpx.Client(timeout=60) as h:
+            body = {"model": "tiny", "prompt": "def main():", "max_tokens": 3000, "temperature": 0, "stream": stream}
+            if stream:
+                with h.stream("POST", srv.url + "/v1/completions", json=body) as r:
+                    it = r.iter_lines()
+                    got = [next(it) for _ in range(6)]
+                    assert any(g.startswith("data: ") for g in got)
+                    m = srv.metrics()
+                    assert m["ninferc:gdn_slots_free"] == 1 and m["ninferc:kv_pages_free"] < m["ninferc:kv_pages_total"]
+            else:
+                try:
+                    h.post(srv.url + "/v1/completions", json=body, timeout=0.5)
+                except httpx.ReadTimeout:
+                    pass
+        t0 = time.monotonic()
+        _idle(srv)
+        assert time.monotonic() - t0 < 5.0
+    aborted = [ln for ln in srv.request_lines() if "finish=abort" in ln]
+    assert len(aborted) == 2
+    gen = [int(re.search(r"gen=(\d+)", ln).group(1)) for ln in aborted]
+    assert all(g < 3000 for g in gen)
+
+
+def _rss_kib(pid: int) -> int:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_soak_200_requests_16_clients_random_disconnects(start_server, tiny_dir):
+    """No errors but the expected 429s, no leaked pages or slots, resident memory flat within 64 MiB."""
+    srv = start_server(tiny_dir, "--model-id", "tiny", "--max-concurrency", "4", "--max-pending", "8")
+    rng = random.Random(5)
+    jobs = [dict(i=i, n=rng.randint(1, 24), plen=rng.randint(1, 200), stream=rng.random() < 0.5,
+                 drop=rng.random() < 0.15) for i in range(200)]
+    warm = jobs[:20]
+    statuses, lock = {}, threading.Lock()
+    n429 = [0]
+
+    def attempt(h, j):
+        body = {"model": "tiny", "prompt": "x" * j["plen"], "max_tokens": j["n"], "temperature": 0.7,
+                "seed": j["i"], "stream": j["stream"]}
+        try:
+            if j["stream"]:
+                with h.stream("POST", srv.url + "/v1/completions", json=body) as r:
+                    for k, _ in enumerate(r.iter_lines()):
+                        if j["drop"] and k == 2:
+                            return "dropped"
+                    return r.status_code
+            return h.post(srv.url + "/v1/completions", json=body, timeout=0.2 if j["drop"] else 120).status_code
+        except httpx.ReadTimeout:
+            return "dropped"
+
+    def worker(q):
+        with httpx.Client(timeout=120) as h:
+            while True:
+                with lock:
+                    if not q:
+                        return
+                    j = q.pop()
+                for _ in range(400):  # a client backs off on 429 and retries, as the Retry-After header asks
+                    code = attempt(h, j)
+                    if code != 429:
+                        break
+                    with lock:
+                        n429[0] += 1
+                    time.sleep(0.05)
+                with lock:
+                    statuses[j["i"]] = code
+
+    def run(batch):
+        q = list(batch)
+        ts = [threading.Thread(target=worker, args=(q,)) for _ in range(16)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+
+    run(warm)
+    _idle(srv)
+    rss0 = _rss_kib(srv.proc.pid)
+    run(jobs[20:])
+    m = _idle(srv)
+    rss1 = _rss_kib(srv.proc.pid)
+    codes = set(statuses.values())
+    assert codes <= {200, "dropped"}, codes
+    assert len(statuses) == 200 and sum(v == 200 for v in statuses.values()) > 150
+    assert n429[0] > 0  # 16 clients against 4 running + 8 pending: some were refused, and retried
+    assert m["ninferc:num_requests_waiting"] == 0
+    assert rss1 - rss0 < 64 * 1024, (rss0, rss1)
+    assert httpx.get(srv.url + "/health").status_code == 200
+
+
+@pytest.mark.parametrize("drain", ["0.3", "60"])
+def test_sigterm_under_load_finishes_or_aborts_and_exits_0(start_server, tiny_dir, drain):
+    srv = start_server(tiny_dir, "--model-id", "tiny", "--max-concurrency", "2", "--drain-timeout", drain)
+    n = 400 if drain == "0.3" else 30
+    out, finish = {}, {}
+
+    def streamer(i):
+        c = openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0, timeout=120)
+        last = None
+        for ch in c.completions.create(model="tiny", prompt=f"def g{i}():", max_tokens=n, temperature=0, stream=True):
+            if ch.choices and ch.choices[0].finish_reason:
+                last = ch.choices[0].finish_reason
+        finish[i] = last
+
+    ts = [threading.Thread(target=streamer, args=(i,)) for i in range(3)]
+    for t in ts:
+        t.start()
+    time.sleep(1.0)
+    srv.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.1)
+    try:
+        r = httpx.post(srv.url + "/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 2}, timeout=5)
+        assert r.status_code == 503
+    except httpx.ConnectError:
+        pass  # the listener may already be closed
+    for t in ts:
+        t.join(60)
+    assert srv.proc.wait(60) == 0
+    if drain == "60":
+        assert set(finish.values()) == {"length"}  # drained: everything finished
+    else:
+        assert "abort" in finish.values() and set(finish.values()) <= {"length", "abort"}

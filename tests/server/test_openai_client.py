@@ -1,0 +1,173 @@
+"""The official ``openai`` client against a live ``ninferc serve`` (reference backend, fixture checkpoint):
+chat and completions, streaming and not, usage, finish reasons, stop strings and ids, seeds, logprobs."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+from click.testing import CliRunner
+
+from ninferc.cli import main
+
+
+def _run_cli(tiny_dir, prompt, n, *extra):
+    r = CliRunner().invoke(main, ["run", str(tiny_dir), "--prompt", prompt, "--max-new", str(n), *extra])
+    assert r.exit_code == 0, r.output
+    return r.stdout[:-1]  # run ends its text with a newline
+
+
+def _stream_text(stream):
+    chunks = list(stream)
+    text = "".join((c.choices[0].delta.content or "") if c.choices and hasattr(c.choices[0], "delta")
+                   else (c.choices[0].text if c.choices else "") for c in chunks)
+    return text, chunks
+
+
+def test_completions_greedy_equals_ninferc_run(client, tiny_dir, goldens):
+    for c in goldens["cases"][:3]:
+        prompt = c["prompt"]
+        r = client.completions.create(model="tiny", prompt=prompt, max_tokens=48, temperature=0)
+        assert r.choices[0].text == _run_cli(tiny_dir, prompt, 48) == c["greedy_text"]
+        assert r.choices[0].finish_reason == "length"
+        assert r.usage.prompt_tokens == len(c["prompt_ids"]) and r.usage.completion_tokens == 48
+        assert r.usage.total_tokens == len(c["prompt_ids"]) + 48
+        assert r.usage.prompt_tokens_details.cached_tokens == 0
+
+
+def test_completions_streaming_text_and_usage_chunk(client, goldens):
+    c = goldens["cases"][1]
+    stream = client.completions.create(model="tiny", prompt=c["prompt"], max_tokens=20, temperature=0, stream=True,
+                                       stream_options={"include_usage": True})
+    text, chunks = _stream_text(stream)
+    from ninferc.tokenizer import Tokenizer  # noqa: F401
+    assert text == c["greedy_text"][:len(text)] and len(text) > 10
+    finals = [ch for ch in chunks if ch.choices and ch.choices[0].finish_reason]
+    assert len(finals) == 1 and finals[0].choices[0].finish_reason == "length"
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 20
+    assert chunks[-1].usage.prompt_tokens == len(c["prompt_ids"])
+    # without include_usage there is no usage chunk
+    _, chunks = _stream_text(client.completions.create(model="tiny", prompt=c["prompt"], max_tokens=3,
+                                                       temperature=0, stream=True))
+    assert all(ch.usage is None for ch in chunks)
+
+
+def test_completions_with_token_ids_prompt(client, goldens):
+    c = goldens["cases"][3]
+    r = client.completions.create(model="tiny", prompt=c["prompt_ids"], max_tokens=16, temperature=0)
+    assert r.choices[0].text == c["greedy_text"][:len(r.choices[0].text)] and r.usage.prompt_tokens == len(c["prompt_ids"])
+
+
+def test_chat_prompt_ids_equal_goldens_chat_and_greedy_equals_run_chat(client, tiny_dir):
+    cases = json.loads((tiny_dir / "goldens-chat.json").read_text())["cases"]
+    for c in cases:
+        r = client.chat.completions.create(model="tiny", messages=c["messages"], max_tokens=12, temperature=0,
+                                           extra_body={"chat_template_kwargs": c["chat_template_kwargs"]})
+        # the same ids given as a raw completion prompt give the same text: the server rendered exactly the golden ids
+        raw = client.completions.create(model="tiny", prompt=c["ids"], max_tokens=12, temperature=0,
+                                        extra_body={"stop_token_ids": [2]})
+        assert r.usage.prompt_tokens == len(c["ids"])
+        assert r.choices[0].message.content == raw.choices[0].text
+        assert r.choices[0].message.role == "assistant"
+    one = cases[0]
+    assert one["messages"][0]["role"] == "user" and one["chat_template_kwargs"] == {}
+    r = client.chat.completions.create(model="tiny", messages=one["messages"], max_tokens=12, temperature=0)
+    assert r.choices[0].message.content == _run_cli(tiny_dir, one["messages"][0]["content"], 12, "--chat")
+
+
+def test_chat_streaming_role_chunk_deltas_finish_and_usage(client):
+    msgs = [{"role": "user", "content": "import os"}]
+    whole = client.chat.completions.create(model="tiny", messages=msgs, max_tokens=15, temperature=0)
+    stream = client.chat.completions.create(model="tiny", messages=msgs, max_tokens=15, temperature=0, stream=True,
+                                            stream_options={"include_usage": True})
+    text, chunks = _stream_text(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert text == whole.choices[0].message.content
+    assert [ch.choices[0].finish_reason for ch in chunks if ch.choices][-1] == whole.choices[0].finish_reason
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    assert chunks[-1].usage.prompt_tokens == whole.usage.prompt_tokens
+
+
+def test_stop_string_spanning_two_tokens_is_trimmed(client, goldens):
+    from ninferc.tokenizer import Tokenizer
+
+    c = goldens["cases"][0]
+    full = c["greedy_text"]
+    tok_text = [len(Tokenizer.decode(_tok(), c["greedy_ids"][:i])) for i in range(1, 12)]
+    a = tok_text[7]  # characters of the first 8 tokens
+    stop = full[a - 2:a + 2]
+    assert full.index(stop) == a - 2
+    r = client.completions.create(model="tiny", prompt=c["prompt"], max_tokens=48, temperature=0, stop=[stop])
+    assert r.choices[0].text == full[:a - 2] and r.choices[0].finish_reason == "stop"
+    text, chunks = _stream_text(client.completions.create(model="tiny", prompt=c["prompt"], max_tokens=48,
+                                                          temperature=0, stop=stop, stream=True))
+    assert text == full[:a - 2]
+    assert [ch.choices[0].finish_reason for ch in chunks if ch.choices][-1] == "stop"
+
+
+_TOK = {}
+
+
+def _tok():
+    if "t" not in _TOK:
+        from ninferc.testing import models_dir
+        from ninferc.tokenizer import Tokenizer
+
+        _TOK["t"] = Tokenizer.from_dir(models_dir() / "qwen35-tiny-code")
+    return _TOK["t"]
+
+
+def test_stop_token_ids_end_with_stop(client, goldens):
+    c = goldens["cases"][2]
+    ids = c["greedy_ids"]
+    k = 5
+    r = client.completions.create(model="tiny", prompt=c["prompt"], max_tokens=48, temperature=0,
+                                  extra_body={"stop_token_ids": [ids[k]]})
+    first = ids.index(ids[k])
+    assert r.choices[0].finish_reason == "stop"
+    assert r.usage.completion_tokens == first + 1  # the stop id is generated (counted) but not shown
+    assert r.choices[0].text == _tok().decode(ids[:first])
+
+
+def test_seeded_sampling_same_text_alone_and_beside_others(client):
+    kw = dict(model="tiny", prompt="class Parser:\n", max_tokens=24, temperature=0.9, top_p=0.95, seed=1234)
+    a = client.completions.create(**kw).choices[0].text
+    b = client.completions.create(**kw).choices[0].text
+    assert a == b
+    out = {}
+
+    def other(i):
+        out[i] = client.completions.create(model="tiny", prompt=f"x = {i}\n", max_tokens=24, temperature=1.0,
+                                           seed=i).choices[0].text
+
+    def ours():
+        out["ours"] = client.completions.create(**kw).choices[0].text
+
+    ts = [threading.Thread(target=other, args=(i,)) for i in range(3)] + [threading.Thread(target=ours)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert out["ours"] == a
+    c = client.completions.create(**{**kw, "seed": 99}).choices[0].text
+    assert c != a  # another seed draws another text (24 tokens at temperature 0.9)
+
+
+def test_logprobs_chat_and_completions(client):
+    r = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "def f():"}],
+                                       max_tokens=5, temperature=0, logprobs=True, top_logprobs=3)
+    content = r.choices[0].logprobs.content
+    assert len(content) == 5
+    for e in content:
+        assert len(e.top_logprobs) == 3 and e.logprob <= 0
+        assert e.top_logprobs[0].logprob == pytest.approx(e.logprob)  # greedy: the sampled token is the top one
+    r = client.completions.create(model="tiny", prompt="def f():", max_tokens=4, temperature=0, logprobs=2)
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 4
+    assert "".join(lp.tokens) == r.choices[0].text and lp.text_offset[0] == 0
+
+
+def test_models_lists_the_model(client):
+    ms = client.models.list()
+    assert [m.id for m in ms.data] == ["tiny"]
