@@ -186,10 +186,19 @@ class HostSampler:
         self.rng = np.random.default_rng(params.seed)
         self.prompt_ids = tuple(prompt_ids) if params.repetition_penalty != 1.0 else ()
         self.counts: dict[int, int] = {}
+        #: tokens drawn so far (the GPU sampler's Philox counter for this sequence when it samples on the device)
+        self.draws = 0
+
+    @property
+    def device_ok(self) -> bool:
+        """Whether the GPU sampler can draw for this sequence: no penalties and no min_p (the GPU sampler applies
+        temperature, top-k and top-p)."""
+        return not self.params.penalised and self.params.min_p == 0.0
 
     def observe(self, token: int) -> None:
         """Record a generated ``token`` (the frequency / presence / repetition penalties count it)."""
         self.counts[int(token)] = self.counts.get(int(token), 0) + 1
+        self.draws += 1
 
     def __call__(self, logits: np.ndarray) -> int:
         """One token id from ``logits`` [V] (any float dtype); see :meth:`sample`. The token is not recorded:

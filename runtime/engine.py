@@ -73,6 +73,8 @@ class Engine:
         cuda_graph: capture and replay the decode step.
         plan: ``"device"`` or ``"replay"`` (see module docstring).
         log: callable for progress lines (stderr in the CLI).
+        num_pages: KV pages in the pool (default ``max_batch`` sequences of ``max_context`` tokens; the server's
+            ``--kv-capacity`` sets it).
 
     Raises:
         TargetError: no CuPy / device, or the device cannot run the artifact's arch.
@@ -83,15 +85,16 @@ class Engine:
 
     def __init__(self, art, *, max_context: int = 4096, max_batch: int = 1, prefill_chunk: int = 1024,
                  max_logit_rows: int | None = None, cuda_graph: bool = True, plan: str = "device",
-                 log: Callable[[str], None] | None = None):
+                 log: Callable[[str], None] | None = None, num_pages: int | None = None):
         cp = cupy()
         self.cp, self.art, self.log = cp, art, (log or (lambda s: None))
         t0 = time.perf_counter()
         if plan not in ("device", "replay"):
             raise NinfercError(f"plan must be 'device' or 'replay', found {plan!r}")
-        if max_context < 1 or max_batch < 1 or prefill_chunk < 1:
-            raise NinfercError(f"max_context ({max_context}), max_batch ({max_batch}) and prefill_chunk "
-                               f"({prefill_chunk}) must be >= 1")
+        if max_context < 1 or max_batch < 1 or prefill_chunk < 1 or (num_pages is not None and num_pages < 1):
+            raise NinfercError(f"max_context ({max_context}), max_batch ({max_batch}), prefill_chunk "
+                               f"({prefill_chunk}) and num_pages ({num_pages}) must be >= 1")
+        self._num_pages_asked = num_pages
         hdr = art.header
         self.config, self.graph = art.config, art.graph()
         self.target = hdr["target"]["arch"]
@@ -292,7 +295,7 @@ class Engine:
         mp = MemoryPlan()
         mp.add("weights", sum(t["nbytes"] for t in self.art.header["tensors"]))
         kv_layers = [s for s in g.states.values() if s.kind == "kv"]
-        self.num_pages = self.max_batch * self.max_pages
+        self.num_pages = self._num_pages_asked or self.max_batch * self.max_pages
         if kv_layers:
             # K (or V) bytes of one page: codes (+ scales for int8), StateSpec.nbytes per token / 2
             self.page_bytes = self.page_size * kv_layers[0].nbytes // 2
@@ -555,6 +558,22 @@ class Engine:
         and id cursors (the sample kernel's ``advance``), so ``device_meta`` is forgotten."""
         self.device_meta = None
         self._launch_all(self.step_plan("sample_argmax" if greedy else "sample_sample", B, B, B))
+
+    def model_graph(self, B: int):  # noqa: N803
+        """The captured decode step of B sequences without a sampler (captured on first use, one per B): the
+        serving backend samples afterwards with a parameter row per sequence."""
+        key = ("model", B)
+        g = self._graphs.get(key)
+        if g is None:
+            model = self.step_plan("decode", B, B, B)
+            self.stream.synchronize()
+            self.stream.begin_capture()
+            try:
+                self._launch_all(model)
+            finally:
+                g = self.stream.end_capture()
+            self._graphs[key] = g
+        return g
 
     def decode_graph(self, B: int, greedy: bool):  # noqa: N803
         """The captured decode step (+ sampler) for B sequences (captured on first use)."""

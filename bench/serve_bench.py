@@ -1,0 +1,175 @@
+"""Serving benchmark: C concurrent streaming clients against a running ``ninferc serve``.
+
+For each concurrency C in ``--concurrency`` the tool sends ``--requests`` completions (C at a time, each client
+starting its next request when the previous one ends), streaming, with ``ignore_eos`` so every request generates
+exactly ``--max-tokens`` tokens, and measures
+
+* from the clients: time to first token and inter-token latency (arrival times of the SSE chunks), wall time,
+  aggregate generated tok/s;
+* from the server's own records (its ``--request-log`` JSON lines, matched by the ``x-request-id`` the tool
+  sends): per-request decode tok/s, TTFT, queue time, and how many decode steps each request shared.
+
+Percentiles are p50 / p90 / p99 over the requests (ITL over all gaps). The result, with provenance (command,
+commit, server URL, host), is printed and written as JSON (``--json``, e.g. under ``bench/results/``).
+
+Usage::
+
+    ninferc serve model.ninfer --request-log /tmp/req.jsonl --max-concurrency 8 &
+    python bench/serve_bench.py --url http://127.0.0.1:8000 --server-log /tmp/req.jsonl \
+        --concurrency 1,2,4,8 --requests 16 --prompt-tokens 512 --max-tokens 128 --json bench/results/serve.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+
+def pct(xs: list[float], q: float) -> float | None:
+    """The q-th percentile (0..100, nearest rank) of ``xs``, or None when empty."""
+    if not xs:
+        return None
+    s = sorted(xs)
+    k = max(0, min(len(s) - 1, int(round(q / 100 * (len(s) - 1)))))
+    return s[k]
+
+
+def summary(xs: list[float]) -> dict:
+    """p50 / p90 / p99 / mean of ``xs`` (None when empty)."""
+    return {"p50": pct(xs, 50), "p90": pct(xs, 90), "p99": pct(xs, 99),
+            "mean": statistics.fmean(xs) if xs else None, "n": len(xs)}
+
+
+def one_request(client: httpx.Client, url: str, model: str, prompt, max_tokens: int, rid: str) -> dict:
+    """Stream one completion; returns client-side times (seconds) and the token count from the usage chunk."""
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+            "ignore_eos": True, "stream_options": {"include_usage": True}}
+    t0 = time.perf_counter()
+    arrivals, usage = [], None
+    with client.stream("POST", url + "/v1/completions", json=body, headers={"x-request-id": rid}) as r:
+        if r.status_code != 200:
+            return {"error": r.status_code, "body": r.read().decode(errors="replace")[:200]}
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            ch = json.loads(line[6:])
+            if ch.get("usage"):
+                usage = ch["usage"]
+            elif ch.get("choices") and ch["choices"][0].get("text"):
+                arrivals.append(time.perf_counter())
+    t1 = time.perf_counter()
+    return {"ttft_s": (arrivals[0] - t0) if arrivals else None, "itl_s": [b - a for a, b in zip(arrivals, arrivals[1:])],
+            "wall_s": t1 - t0, "tokens": usage["completion_tokens"] if usage else None}
+
+
+def run_level(url: str, model: str, c: int, n: int, prompt, max_tokens: int, tag: str) -> dict:
+    """``n`` requests, ``c`` in flight at a time."""
+    results, lock = [], threading.Lock()
+    todo = list(range(n))
+
+    def client_loop():
+        with httpx.Client(timeout=3600) as h:
+            while True:
+                with lock:
+                    if not todo:
+                        return
+                    i = todo.pop(0)
+                res = one_request(h, url, model, prompt, max_tokens, f"{tag}-c{c}-{i}")
+                res["rid"] = f"{tag}-c{c}-{i}"
+                with lock:
+                    results.append(res)
+
+    t0 = time.perf_counter()
+    ts = [threading.Thread(target=client_loop) for _ in range(c)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    wall = time.perf_counter() - t0
+    ok = [r for r in results if "error" not in r]
+    gen = sum(r["tokens"] or 0 for r in ok)
+    return {"concurrency": c, "requests": n, "errors": [r for r in results if "error" in r], "wall_s": wall,
+            "generated_tokens": gen, "aggregate_tok_s": gen / wall if wall else None,
+            "client": {"ttft_s": summary([r["ttft_s"] for r in ok if r["ttft_s"] is not None]),
+                       "itl_s": summary([x for r in ok for x in r["itl_s"]]),
+                       "per_request_decode_tok_s": summary([(r["tokens"] - 1) / (r["wall_s"] - r["ttft_s"])
+                                                            for r in ok if r["tokens"] and r["tokens"] > 1
+                                                            and r["ttft_s"] is not None])},
+            "rids": [r["rid"] for r in results]}
+
+
+def server_side(log_path: Path, rids: list[str]) -> dict:
+    """Summaries of the server's own records for ``rids`` (its --request-log JSON lines)."""
+    want = set(rids)
+    recs = []
+    for line in log_path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if rec.get("request_id") in want:
+            recs.append(rec)
+    return {"records": len(recs),
+            "decode_tok_s": summary([r["decode_tok_s"] for r in recs if r.get("decode_tok_s")]),
+            "ttft_s": summary([r["ttft_s"] for r in recs if r.get("ttft_s") is not None]),
+            "queue_s": summary([r["queue_s"] for r in recs if r.get("queue_s") is not None]),
+            "prefill_tok_s": summary([r["prefill_tok_s"] for r in recs if r.get("prefill_tok_s")]),
+            "shared_step_fraction": summary([r["shared_steps"] / r["decode_steps"] for r in recs
+                                             if r.get("decode_steps")])}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--url", required=True)
+    ap.add_argument("--model", default=None, help="model id (default: the server's only model)")
+    ap.add_argument("--concurrency", default="1,2,4,8")
+    ap.add_argument("--requests", type=int, default=16, help="requests per concurrency level")
+    ap.add_argument("--prompt-tokens", type=int, default=512, help="prompt length (token ids sent as the prompt)")
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--server-log", type=Path, default=None, help="the server's --request-log file")
+    ap.add_argument("--json", type=Path, default=None)
+    a = ap.parse_args(argv)
+    url = a.url.rstrip("/")
+    model = a.model or httpx.get(url + "/v1/models").json()["data"][0]["id"]
+    prompt = [1 + (i * 7919) % 4000 for i in range(a.prompt_tokens)]  # fixed token ids, in every vocabulary here
+    tag = f"sb{int(time.time())}"
+    levels = []
+    for c in [int(x) for x in a.concurrency.split(",")]:
+        lv = run_level(url, model, c, a.requests, prompt, a.max_tokens, tag)
+        if a.server_log is not None:
+            time.sleep(0.2)
+            lv["server"] = server_side(a.server_log, lv["rids"])
+        del lv["rids"]
+        levels.append(lv)
+        srv = lv.get("server", {}).get("decode_tok_s", {}).get("p50")
+        print(f"C={c}: aggregate {lv['aggregate_tok_s']:.1f} tok/s, client TTFT p50 "
+              f"{(lv['client']['ttft_s']['p50'] or 0) * 1e3:.1f} ms p99 {(lv['client']['ttft_s']['p99'] or 0) * 1e3:.1f} "
+              f"ms, ITL p50 {(lv['client']['itl_s']['p50'] or 0) * 1e3:.2f} ms, per-request decode (server log) p50 "
+              f"{srv if srv is None else round(srv, 1)} tok/s, errors {len(lv['errors'])}")
+    try:
+        from ninferc.bench import git_commit
+
+        commit = git_commit()
+    except Exception:  # noqa: BLE001 -- provenance is best effort off the project's tree
+        commit = None
+    health = httpx.get(url + "/health").json()
+    out = {"tool": "bench/serve_bench.py", "command": " ".join(sys.argv), "commit": commit, "url": url,
+           "model": model, "host": platform.node(), "python": platform.python_version(), "server_health": health,
+           "prompt_tokens": a.prompt_tokens, "max_tokens": a.max_tokens, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+           "levels": levels}
+    if a.json:
+        a.json.write_text(json.dumps(out, indent=1))
+        print(f"wrote {a.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,165 @@
+"""The CUDA engine behind the batched backend interface (:mod:`ninferc.runtime.backend`), for ``ninferc serve``.
+
+The policy (scheduler) owns the page tables and GDN slots; this class turns each call into engine steps:
+
+* ``prefill(seq, ids)``: one prefill chunk of one sequence (the engine's chunked prefill, T = len(ids) tokens at
+  positions ``seq.length ..``; the kernels start GDN state from zero at position 0, so a reused slot needs no
+  clearing);
+* ``decode(seqs, tokens)``: one decode step of B sequences: the metadata block (positions, context lengths, slots,
+  page tables, the B token ids) is uploaded, then the decode step is replayed from a CUDA graph captured once per
+  batch size B (:meth:`~ninferc.runtime.engine.Engine.model_graph`; ``cuda_graph=False`` launches it eagerly) --
+  the batch changes between steps with no new capture;
+* ``sample(logits, rows)``: rows whose parameters the GPU sampler implements (temperature, top-k, top-p; no
+  penalties, no min_p, no logprobs) are drawn on the device with their own seed and draw counter (the Philox
+  counter of :mod:`ninferc.targets.kernels.sample`, so a row's draw does not depend on its neighbours); the step
+  then reads back B ids. Rows needing penalties, min_p or logprobs take the host sampler on the step's logits
+  (``[B, V]`` fp32 copied to the host), stated in ``host_rows`` of :attr:`stats`. A row with a non-finite logit
+  becomes :class:`~ninferc.sampling.NonFiniteLogits` on either path (checked on the device before the GPU draws).
+
+Exactness: a sequence's logits come from the same kernels whatever else shares its step (the batched GEMV tiles
+compute each row independently), so its greedy output is the same alone and in a batch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ninferc.errors import NinfercError
+from ninferc.sampling import NonFiniteLogits
+
+
+class _StepLogits:
+    """The logits of the last step, left on the device: ``rows`` rows of ``engine.logits``."""
+
+    def __init__(self, engine, rows: int):
+        self.e, self.rows = engine, rows
+
+    def host(self) -> np.ndarray:
+        """[rows, V] fp32 on the host (ordered after the step on the engine stream)."""
+        return self.e.logits[:self.rows].get(stream=self.e.stream)
+
+
+class CudaBatchBackend:
+    """A compiled artifact on the GPU as a batched backend (see the module docstring).
+
+    Args:
+        art: an opened :class:`~ninferc.artifact.Artifact` (or a path).
+        max_context: tokens one sequence may hold. num_slots: GDN state slots (= the server's concurrency: the
+            largest decode batch). num_pages: KV pages in the pool. prefill_chunk: most tokens per prefill step.
+        cuda_graph: replay decode steps from per-batch-size CUDA graphs. log: progress lines.
+
+    Raises:
+        TargetError / PlanError / RuntimeMemoryError: as :class:`~ninferc.runtime.engine.Engine` (the memory plan
+            is checked against free device memory before anything is uploaded, naming every term).
+    """
+
+    name = "cuda"
+
+    def __init__(self, art, *, max_context: int, num_slots: int, num_pages: int, prefill_chunk: int,
+                 cuda_graph: bool = True, log=None):
+        from ninferc.runtime.engine import Engine
+
+        self.engine = Engine.from_artifact(art, max_context=max_context, max_batch=num_slots, num_pages=num_pages,
+                                           prefill_chunk=prefill_chunk, cuda_graph=cuda_graph, log=log)
+        e = self.engine
+        self.page_size, self.num_pages, self.num_slots = e.page_size, e.num_pages, num_slots
+        self.max_context, self.vocab_size = max_context, e.vocab
+        self.memory = e.memory
+        self.cuda_graph = cuda_graph
+        self.stats = {"device_rows": 0, "host_rows": 0}
+
+    # -- steps ------------------------------------------------------------------------------------------
+    def prefill(self, seq, ids: list[int]) -> _StepLogits:
+        """One chunk of ``seq``'s prompt; the logits of its last token stay on the device (row 0)."""
+        e = self.engine
+        T = len(ids)  # noqa: N806
+        if not 1 <= T <= e.prefill_chunk:
+            raise NinfercError(f"prefill chunk of {T} tokens; the engine takes 1 to {e.prefill_chunk}")
+        self._check_pages(seq, T)
+        s = seq.length
+        with e.stream:
+            e.write_meta(tok_pos=np.arange(s, s + T, dtype=np.int32), tok_seq=np.zeros(T, np.int32),
+                         seq_start=[0, T], seq_ctx=[s + T], seq_slot=[seq.slot], row_index=[T - 1],
+                         page_rows=[seq.pages], tokens=list(ids))
+            e.run("prefill", T, 1, 1)
+        seq.length += T
+        return _StepLogits(e, 1)
+
+    def decode(self, seqs: list, tokens: list[int]) -> _StepLogits:
+        """One decode step of B = ``len(seqs)`` sequences (graph-replayed per B); logits [B, V] on the device."""
+        e = self.engine
+        B = len(seqs)  # noqa: N806
+        if not 1 <= B <= e.max_batch or len(tokens) != B:
+            raise NinfercError(f"decode of {B} sequences with {len(tokens)} tokens; the engine takes 1 to "
+                               f"{e.max_batch} sequences, one token each")
+        for x in seqs:
+            self._check_pages(x, 1)
+        rows = np.arange(B, dtype=np.int32)
+        with e.stream:
+            e.write_meta(tok_pos=[x.length for x in seqs], tok_seq=rows, seq_start=np.arange(B + 1, dtype=np.int32),
+                         seq_ctx=[x.length + 1 for x in seqs], seq_slot=[x.slot for x in seqs], row_index=rows,
+                         page_rows=[x.pages for x in seqs], tokens=[int(t) for t in tokens])
+            if self.cuda_graph:
+                e.model_graph(B).launch(stream=e.stream)
+            else:
+                e.run("decode", B, B, B)
+        for x in seqs:
+            x.length += 1
+        return _StepLogits(e, B)
+
+    def _check_pages(self, seq, tokens: int) -> None:
+        need = -(-(seq.length + tokens) // self.page_size)
+        if need > len(seq.pages):
+            raise NinfercError(f"sequence at {seq.length} tokens + {tokens} needs {need} KV pages but holds "
+                               f"{len(seq.pages)} (page size {self.page_size})")
+        if seq.length + tokens > self.max_context:
+            raise NinfercError(f"context of {seq.length + tokens} tokens exceeds the max context {self.max_context}")
+
+    # -- sampling -----------------------------------------------------------------------------------------
+    def sample(self, logits: _StepLogits, rows: list) -> list:
+        """One :class:`~ninferc.sampling.Sampled` (or :class:`~ninferc.sampling.NonFiniteLogits`) per row; see the
+        module docstring for which rows the GPU sampler draws."""
+        from ninferc.sampling import Sampled
+
+        e, cp = self.engine, self.engine.cp
+        B = logits.rows  # noqa: N806
+        if len(rows) != B:
+            raise NinfercError(f"sample: {len(rows)} parameter rows for {B} logit rows")
+        with e.stream:
+            finite = cp.isfinite(e.logits[:B]).all(axis=1)
+        on_device = all(s.device_ok and lp is None for s, lp in rows)
+        out: list = [None] * B
+        if on_device:
+            greedy = all(s.params.greedy for s, _ in rows)
+            with e.stream:
+                if not greedy:
+                    sp = e.sampling
+                    sp["temperature"][:B] = cp.asarray([s.params.temperature for s, _ in rows], cp.float32)
+                    sp["top_k"][:B] = cp.asarray([s.params.top_k for s, _ in rows], cp.int32)
+                    sp["top_p"][:B] = cp.asarray([s.params.top_p for s, _ in rows], cp.float32)
+                    sp["seed"][:B] = cp.asarray(np.array([s.params.seed for s, _ in rows], np.uint64))
+                    sp["rng_step"][:B] = cp.asarray([s.draws for s, _ in rows], cp.int32)
+                e.sample_step(greedy, B)
+                ids = e.tokens[:B].get(stream=e.stream)
+            ok = finite.get(stream=e.stream)
+            self.stats["device_rows"] += B
+            for i, (s, _) in enumerate(rows):
+                if not ok[i]:
+                    out[i] = NonFiniteLogits(f"the model produced non-finite logits in row {i} of a step (NaN or "
+                                             "Inf); no token can be drawn (NINFERC_CHECK_FINITE=1 names the op)")
+                    continue
+                s.observe(int(ids[i]))
+                out[i] = Sampled(int(ids[i]))
+            return out
+        host = logits.host()
+        self.stats["host_rows"] += B
+        for i, (s, lp) in enumerate(rows):
+            try:
+                out[i] = s.sample(host[i], lp)
+            except NonFiniteLogits as exc:
+                out[i] = exc
+        return out
+
+    def close(self) -> None:
+        """Wait for the stream; the engine's memory is freed with it."""
+        self.engine.stream.synchronize()
