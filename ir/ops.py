@@ -51,6 +51,8 @@ Kinds (``attrs`` in parentheses):
   interleaved q|gate block, of k and of v in proj.  params: q_norm, k_norm; states: kv.
 * ``LMHead`` (rows: ``all`` | ``last``): x[T, H] -> logits[T or 1, V] = x @ W^T.  params: weight [V, H]
   (the embedding when tied).
+* ``Concat``: (a[T, A], b[T, B]) -> [T, A + B], a first.  The MTP head's input: [N(embedding) | N(hidden)]
+  (vLLM ``qwen3_5_mtp.py``: ``torch.cat([inputs_embeds, hidden_states], dim=-1)``).
 """
 
 from __future__ import annotations
@@ -252,6 +254,12 @@ def _infer_lm_head(g, op):
     return [(("T" if rows == "all" else 1, V), "f32")]
 
 
+def _infer_concat(g, op):
+    a, b = (_shape(g, t) for t in op.inputs)
+    _need(len(a) == 2 and len(b) == 2 and a[0] == b[0], op, f"inputs {a} and {b} must be [T, A] and [T, B]")
+    return [((a[0], int(a[1]) + int(b[1])), "f32")]
+
+
 @dataclass(frozen=True)
 class OpDef:
     """An op kind: its name, number of inputs/outputs, and shape/dtype inference."""
@@ -284,6 +292,7 @@ OPS: dict[str, OpDef] = {
         OpDef("LMHead", 1, 1, _infer_lm_head),
         OpDef("GatedDeltaNet", 1, 1, _infer_gdn_block, ("conv", "recurrent")),
         OpDef("GatedAttentionBlock", 2, 1, _infer_attn_block, ("kv",)),
+        OpDef("Concat", 2, 1, _infer_concat),
     ]
 }
 

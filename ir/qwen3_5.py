@@ -211,21 +211,7 @@ class _Builder:
         eps = cfg.rms_norm_eps
         x = self.op("embed", "Embedding", [tokens], params={"weight": "embed"})
         for i, t in enumerate(cfg.layer_types):
-            L = f"L{i}"
-            n = self.op(f"{L}.input_norm", "RMSNorm", [x], params={"weight": f"{L}.input_norm"},
-                        attrs={"eps": eps, "unit_offset": True}, layer=i)
-            if t == FULL_ATTENTION:
-                d = self.attention(i, n, positions)
-            else:
-                d = self.gdn(i, n)
-            x = self.op(f"{L}.attn_residual", "ResidualAdd", [x, d], layer=i)
-            n = self.op(f"{L}.post_norm", "RMSNorm", [x], params={"weight": f"{L}.post_norm"},
-                        attrs={"eps": eps, "unit_offset": True}, layer=i)
-            gt = self.op(f"{L}.mlp.gate", "Linear", [n], params={"weight": f"{L}.mlp.gate"}, layer=i)
-            up = self.op(f"{L}.mlp.up", "Linear", [n], params={"weight": f"{L}.mlp.up"}, layer=i)
-            s = self.op(f"{L}.mlp.swiglu", "SwiGLU", [gt, up], layer=i)
-            d = self.op(f"{L}.mlp.down", "Linear", [s], params={"weight": f"{L}.mlp.down"}, layer=i)
-            x = self.op(f"{L}.mlp_residual", "ResidualAdd", [x, d], layer=i)
+            x = self.decoder_layer(i, f"L{i}", t, x, positions)
         n = self.op("final_norm", "RMSNorm", [x], params={"weight": "final_norm"},
                     attrs={"eps": eps, "unit_offset": True})
         head = "embed" if cfg.tie_word_embeddings else "lm_head"
@@ -234,9 +220,62 @@ class _Builder:
         g.outputs = (logits,)
         return g
 
-    def attention(self, i: int, n: str, positions: str) -> str:
-        """Ops of one gated full-attention mixer; returns its o_proj output tensor."""
-        cfg, L = self.cfg, f"L{i}.attn"
+    def decoder_layer(self, i: int, L: str, kind: str, x: str, positions: str) -> str:
+        """``x += mixer(RMSNorm(x)); x += MLP(RMSNorm(x))`` for layer ``L`` (``L{i}`` or ``mtp.L{j}``) whose mixer is
+        ``kind`` (full attention or GDN); returns the new residual stream tensor."""
+        eps = self.cfg.rms_norm_eps
+        n = self.op(f"{L}.input_norm", "RMSNorm", [x], params={"weight": f"{L}.input_norm"},
+                    attrs={"eps": eps, "unit_offset": True}, layer=i)
+        d = self.attention(i, n, positions, L) if kind == FULL_ATTENTION else self.gdn(i, n)
+        x = self.op(f"{L}.attn_residual", "ResidualAdd", [x, d], layer=i)
+        n = self.op(f"{L}.post_norm", "RMSNorm", [x], params={"weight": f"{L}.post_norm"},
+                    attrs={"eps": eps, "unit_offset": True}, layer=i)
+        gt = self.op(f"{L}.mlp.gate", "Linear", [n], params={"weight": f"{L}.mlp.gate"}, layer=i)
+        up = self.op(f"{L}.mlp.up", "Linear", [n], params={"weight": f"{L}.mlp.up"}, layer=i)
+        s = self.op(f"{L}.mlp.swiglu", "SwiGLU", [gt, up], layer=i)
+        d = self.op(f"{L}.mlp.down", "Linear", [s], params={"weight": f"{L}.mlp.down"}, layer=i)
+        return self.op(f"{L}.mlp_residual", "ResidualAdd", [x, d], layer=i)
+
+    def build_mtp(self) -> Graph:
+        """The MTP head's graph (see :func:`build_mtp_graph`)."""
+        cfg, g = self.cfg, self.g
+        g.meta = {"model": cfg.to_dict(), "passes": [], "mtp": True}
+        head = "embed" if cfg.tie_word_embeddings else "lm_head"
+        main = param_specs(cfg)
+        for name in ("embed", head):
+            g.add_param(main[name])
+        for spec in mtp_param_specs(cfg).values():
+            g.add_param(spec)
+        H, eps = cfg.hidden_size, cfg.rms_norm_eps
+        n_layers = cfg.mtp_num_hidden_layers
+        base = cfg.num_hidden_layers  # the MTP layers' indices follow the model's
+        for j in range(n_layers):
+            g.add_state(StateSpec(f"mtp.L{j}.kv", base + j, "kv", (2, cfg.num_key_value_heads, cfg.head_dim),
+                                  KV_DTYPE))
+        tokens = g.add_input(TensorSpec("tokens", ("T",), "i32"))
+        positions = g.add_input(TensorSpec("positions", ("T",), "i32"))
+        hidden = g.add_input(TensorSpec("hidden", ("T", H), "f32"))
+        e = self.op("mtp.embed", "Embedding", [tokens], params={"weight": "embed"})
+        en = self.op("mtp.pre_fc_norm_embedding", "RMSNorm", [e], params={"weight": "mtp.pre_fc_norm_embedding"},
+                     attrs={"eps": eps, "unit_offset": True})
+        hn = self.op("mtp.pre_fc_norm_hidden", "RMSNorm", [hidden], params={"weight": "mtp.pre_fc_norm_hidden"},
+                     attrs={"eps": eps, "unit_offset": True})
+        cat = self.op("mtp.concat", "Concat", [en, hn])
+        x = self.op("mtp.fc", "Linear", [cat], params={"weight": "mtp.fc"})
+        for j in range(n_layers):
+            x = self.decoder_layer(base + j, f"mtp.L{j}", FULL_ATTENTION, x, positions)
+        o = self.op("mtp.norm", "RMSNorm", [x], params={"weight": "mtp.norm"}, attrs={"eps": eps, "unit_offset": True},
+                    out_names=["mtp_hidden"])
+        logits = self.op("mtp.lm_head", "LMHead", [o], params={"weight": head}, attrs={"rows": self.lm_rows},
+                         out_names=["logits"])
+        g.outputs = (logits, o)
+        return g
+
+    def attention(self, i: int, n: str, positions: str, layer_name: str | None = None) -> str:
+        """Ops of one gated full-attention mixer of layer ``layer_name`` (default ``L{i}``; ``mtp.L0`` for the MTP
+        head's); returns its o_proj output tensor."""
+        prefix = layer_name or f"L{i}"
+        cfg, L = self.cfg, f"{prefix}.attn"
         hd, Hq, Hkv, eps = cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.rms_norm_eps
         qg = self.op(f"{L}.q", "Linear", [n], params={"weight": f"{L}.q"}, layer=i)
         k = self.op(f"{L}.k", "Linear", [n], params={"weight": f"{L}.k"}, layer=i)
@@ -254,7 +293,7 @@ class _Builder:
         qr = self.op(f"{L}.q_rope", "PartialRoPE", [qn, positions], attrs=rope, layer=i)
         kr = self.op(f"{L}.k_rope", "PartialRoPE", [kn, positions], attrs=rope, layer=i)
         a = self.op(f"{L}.attention", "GatedAttention", [qr, kr, vh, gate],
-                    attrs={"scale": hd ** -0.5, "groups": cfg.attn_groups}, states={"kv": f"L{i}.kv"}, layer=i)
+                    attrs={"scale": hd ** -0.5, "groups": cfg.attn_groups}, states={"kv": f"{prefix}.kv"}, layer=i)
         return self.op(f"{L}.o", "Linear", [a], params={"weight": f"{L}.o"}, layer=i)
 
     def gdn(self, i: int, n: str) -> str:
@@ -285,6 +324,25 @@ class _Builder:
                     attrs={"eps": cfg.rms_norm_eps}, layer=i)
         yf = self.op(f"{L}.y_flat", "View", [y], attrs={"shape": (cfg.gdn_value_dim,)}, layer=i)
         return self.op(f"{L}.out", "Linear", [yf], params={"weight": f"{L}.out"}, layer=i)
+
+
+def build_mtp_graph(cfg: ModelConfig, *, lm_rows: str = "last") -> Graph:
+    """The IR graph of one MTP-head step over T rows (README-mtp.md beside the fixture; vLLM ``qwen3_5_mtp.py``).
+
+    Inputs ``tokens`` [T] (row t embeds S[t+1]), ``positions`` [T] (row t at RoPE position t) and ``hidden``
+    [T, H] (the main model's hidden state h_t after its final norm, what its LM head reads). Per row:
+    ``x = mtp.fc([RMSNorm(embed(token); pre_fc_norm_embedding) | RMSNorm(hidden; pre_fc_norm_hidden)])``, then
+    ``mtp_num_hidden_layers`` full-attention decoder layers (their KV in states ``mtp.L{j}.kv``, over all earlier
+    rows), ``mtp_hidden = RMSNorm(x; mtp.norm)`` and the draft ``logits = lm_head(mtp_hidden)`` (the main model's
+    LM head; ``lm_rows`` as :func:`build_graph`). Outputs: ``(logits, mtp_hidden)``; ``mtp_hidden`` is what a
+    chained draft feeds back as its ``hidden``. Every norm is the (1 + w) RMSNorm.
+
+    Raises:
+        ValueError: the config has no MTP head.
+    """
+    if not cfg.mtp_num_hidden_layers:
+        raise ValueError("the config declares no MTP head (mtp_num_hidden_layers is 0)")
+    return _Builder(cfg, lm_rows).build_mtp()
 
 
 def build_graph(cfg: ModelConfig, *, lm_rows: str = "all") -> Graph:

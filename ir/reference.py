@@ -347,18 +347,25 @@ class ReferenceExecutor:
                 st.kv[s.name] = (np.zeros((0, hkv, d), F32), np.zeros((0, hkv, d), F32))
         return st
 
-    def forward(self, tokens, state: SequenceState, *, capture: bool = False):
+    def forward(self, tokens, state: SequenceState, *, capture: bool = False, inputs: dict | None = None):
         """Run one step over ``tokens`` (int [T]) at positions state.length .. state.length+T-1.
 
+        ``inputs`` gives the graph's other inputs by name (the MTP graph's ``hidden`` [T, H]).
         Mutates ``state`` (appends KV, advances conv/recurrent state and ``length``).
         Returns logits [T or 1, V] fp32, or (logits, {tensor name: value}) when ``capture``.
+
+        Raises:
+            ValueError: no tokens; a graph input missing from ``inputs``.
         """
         tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
         T = tokens.shape[0]
         if T == 0:
             raise ValueError("forward() needs at least one token")
         positions = np.arange(state.length, state.length + T, dtype=np.int64)
-        env: dict[str, np.ndarray] = {"tokens": tokens, "positions": positions}
+        env: dict[str, np.ndarray] = {"tokens": tokens, "positions": positions, **(inputs or {})}
+        missing = [i for i in self.graph.inputs if i not in env]
+        if missing:
+            raise ValueError(f"forward(): graph inputs {missing} not given")
         for op in self._ops:
             outs = self._run(op, [env[t] for t in op.inputs], state, T)
             for name, val in zip(op.outputs, outs):
@@ -415,6 +422,8 @@ class ReferenceExecutor:
             return [(o.reshape(T, -1) * _sigmoid(gate.reshape(T, -1))).astype(F32)]
         if k == "SwiGLU":
             return [ref_swiglu(xs[0], xs[1])]
+        if k == "Concat":
+            return [np.concatenate([xs[0].astype(F32), xs[1].astype(F32)], axis=1)]
         if k == "ResidualAdd":
             return [(xs[0] + xs[1]).astype(F32)]
         if k == "GatedDeltaNet":

@@ -8,7 +8,7 @@ import numpy as np
 
 from ninferc.errors import NinfercError
 from ninferc.ir.config import ModelConfig
-from ninferc.ir.qwen3_5 import build_graph
+from ninferc.ir.qwen3_5 import build_graph, build_mtp_graph, mtp_param_specs
 from ninferc.ir.reference import ReferenceExecutor
 from ninferc.sampling import HostSampler, NonFiniteLogits, SamplingParams
 
@@ -86,24 +86,24 @@ class _PagedSequence:
     :class:`~ninferc.runtime.paged_kv.Sequence`: K/V rows are written into the pages its page table lists and
     read back through it; conv / recurrent state live in its GDN slot. ``length`` is the sequence's."""
 
-    def __init__(self, backend: "ReferenceBatchBackend", seq):
-        self.b, self.seq = backend, seq
+    def __init__(self, backend: "ReferenceBatchBackend", seq, length_attr: str = "length"):
+        self.b, self.seq, self._len = backend, seq, length_attr
         self.conv = _SlotStates(backend.conv, seq.slot)
         self.recurrent = _SlotStates(backend.recurrent, seq.slot)
 
     @property
     def length(self) -> int:
-        return self.seq.length
+        return getattr(self.seq, self._len)
 
     @length.setter
     def length(self, n: int) -> None:
-        self.seq.length = n
+        setattr(self.seq, self._len, n)
 
     def kv_append(self, name: str, k: np.ndarray, v: np.ndarray):
         """Store K / V rows [T, Hkv, d] at positions length.. through the page table; return the context's
         (K, V) [length + T, Hkv, d] gathered back from the pages."""
         P = self.b.page_size  # noqa: N806
-        start, T = self.seq.length, k.shape[0]  # noqa: N806
+        start, T = self.length, k.shape[0]  # noqa: N806
         end = start + T
         if -(-end // P) > len(self.seq.pages):
             raise NinfercError(f"sequence at {start} tokens + {T} needs {-(-end // P)} KV pages but holds "
@@ -118,7 +118,7 @@ class _PagedSequence:
 
 
 def reference_memory_plan(config: ModelConfig, graph, *, num_pages: int, page_size: int, num_slots: int,
-                          weights=None):
+                          weights=None, mtp_graph=None):
     """Host bytes the :class:`ReferenceBatchBackend` will hold: ``weights`` (every graph parameter converted to
     fp32 once, 4 bytes per element), ``kv_pages`` (``num_pages * page_size`` tokens x K and V of every attention
     layer in fp32) and ``gdn_state`` (``num_slots`` x the conv window and recurrent matrix of every GDN layer,
@@ -129,6 +129,9 @@ def reference_memory_plan(config: ModelConfig, graph, *, num_pages: int, page_si
     mp = MemoryPlan()
     mp.add("weights", sum(4 * p.numel for p in g.params.values()))
     kv = sum(4 * 2 * s.shape[1] * s.shape[2] for s in g.states.values() if s.kind == "kv")
+    if mtp_graph is not None:
+        mp.add("mtp_weights", sum(4 * p.numel for n, p in mtp_graph.params.items() if n not in g.params))
+        kv += sum(4 * 2 * s.shape[1] * s.shape[2] for s in mtp_graph.states.values() if s.kind == "kv")
     mp.add("kv_pages", num_pages * page_size * kv)
     fixed = 0
     for s in g.states.values():
@@ -159,7 +162,7 @@ class ReferenceBatchBackend:
     name = "reference"
 
     def __init__(self, config: ModelConfig, weights: Mapping[str, np.ndarray], *, num_pages: int, page_size: int,
-                 num_slots: int, max_context: int, graph=None):
+                 num_slots: int, max_context: int, graph=None, mtp_graph=None):
         if min(num_pages, page_size, num_slots, max_context) < 1:
             raise NinfercError(f"num_pages ({num_pages}), page_size ({page_size}), num_slots ({num_slots}) and "
                                f"max_context ({max_context}) must be >= 1")
@@ -167,8 +170,19 @@ class ReferenceBatchBackend:
         self.page_size, self.num_pages, self.num_slots, self.max_context = page_size, num_pages, num_slots, max_context
         self.exec = ReferenceExecutor(graph if graph is not None else build_graph(config, lm_rows="last"), weights)
         g = self.exec.graph
+        #: the tensor the LM head reads: the model's hidden state after its final norm (the MTP head's input)
+        self._lm_in = next(op.inputs[0] for op in g.ops() if op.kind == "LMHead")
+        self.mtp_exec = None
+        if mtp_graph is None and config.mtp_num_hidden_layers and all(n in weights for n in mtp_param_specs(config)):
+            mtp_graph = build_mtp_graph(config, lm_rows="last")
+        if mtp_graph is not None:
+            self.mtp_exec = ReferenceExecutor(mtp_graph, weights)
         self.k_pages, self.v_pages, self.conv, self.recurrent = {}, {}, {}, {}
-        for s in g.states.values():
+        states = list(g.states.values()) + (list(mtp_graph.states.values()) if mtp_graph is not None else [])
+        self._hidden: dict[int, list] = {}   # slot -> hidden rows of positions mtp_length .. length-1
+        self._tokens: dict[int, list] = {}   # slot -> the tokens at positions 0 .. length-1 (speculating sequences)
+        self._verify: dict[int, tuple] = {}  # slot -> (start, GDN state after each token, hidden rows, tokens)
+        for s in states:
             if s.kind == "kv":
                 _, hkv, d = s.shape
                 self.k_pages[s.name] = np.zeros((num_pages, page_size, hkv, d), np.float32)
@@ -177,7 +191,13 @@ class ReferenceBatchBackend:
                 self.conv[s.name] = np.zeros((num_slots,) + tuple(s.shape), np.float32)
             elif s.kind == "recurrent":
                 self.recurrent[s.name] = np.zeros((num_slots,) + tuple(s.shape), np.float32)
-        self.memory = reference_memory_plan(config, g, num_pages=num_pages, page_size=page_size, num_slots=num_slots)
+        self.memory = reference_memory_plan(config, g, num_pages=num_pages, page_size=page_size, num_slots=num_slots,
+                                            mtp_graph=mtp_graph)
+
+    @property
+    def has_mtp(self) -> bool:
+        """Whether the model's MTP head is loaded (speculative decoding with ``--spec mtp`` is possible)."""
+        return self.mtp_exec is not None
 
     # -- state ------------------------------------------------------------------------------------------
     def reset_slot(self, slot: int) -> None:
@@ -199,7 +219,30 @@ class ReferenceBatchBackend:
             raise NinfercError(f"sequence holds GDN slot {seq.slot}, outside 0..{self.num_slots - 1}")
         if seq.length == 0:
             self.reset_slot(seq.slot)
+            seq.mtp_length = 0
+            self._hidden[seq.slot], self._tokens[seq.slot] = [], []
+            self._verify.pop(seq.slot, None)
+        if seq.mtp and self.mtp_exec is None:
+            raise NinfercError("this model has no MTP head: speculative decoding (--spec mtp) is not possible")
         return _PagedSequence(self, seq)
+
+    def _forward(self, seq, ids: list[int]) -> np.ndarray:
+        """The model over ``ids`` appended to ``seq``; logits of the last token [V]. A speculating sequence keeps
+        the hidden rows (the MTP head's input) and the tokens."""
+        view = self._view(seq)
+        if not seq.mtp:
+            return self.exec.forward(list(ids), view)[-1]
+        logits, env = self.exec.forward(list(ids), view, capture=True)
+        self._hidden[seq.slot].extend(np.asarray(env[self._lm_in], np.float32))
+        self._tokens[seq.slot].extend(int(t) for t in ids)
+        return logits[-1]
+
+    def _snapshot(self, slot: int) -> dict:
+        return {n: p[slot].copy() for n, p in (*self.conv.items(), *self.recurrent.items())}
+
+    def _restore(self, slot: int, snap: dict) -> None:
+        for n, a in snap.items():
+            (self.conv if n in self.conv else self.recurrent)[n][slot] = a
 
     def _check(self, seq, tokens: int) -> None:
         if seq.length + tokens > self.max_context:
@@ -211,7 +254,7 @@ class ReferenceBatchBackend:
         if not ids:
             raise NinfercError("prefill needs at least one token")
         self._check(seq, len(ids))
-        return self.exec.forward(list(ids), self._view(seq))[-1:]
+        return self._forward(seq, ids)[None]
 
     def decode(self, seqs: list, tokens: list[int]) -> np.ndarray:
         """One token per sequence (row order); logits [B, V] fp32."""
@@ -220,8 +263,80 @@ class ReferenceBatchBackend:
         out = []
         for seq, t in zip(seqs, tokens):
             self._check(seq, 1)
-            out.append(self.exec.forward([int(t)], self._view(seq))[-1])
+            out.append(self._forward(seq, [int(t)]))
         return np.stack(out)
+
+    # -- speculative decoding (MTP) ----------------------------------------------------------------------
+    def draft(self, seqs: list, last_tokens: list[int], ks: list[int], *, return_logits: bool = False):
+        """Greedy MTP drafts: for sequence i, ``ks[i]`` draft ids following ``last_tokens[i]`` (its sampled, not yet
+        appended token).
+
+        First the MTP rows of every position the head has not seen (``seq.mtp_length .. seq.length - 1``: row t
+        takes the hidden state at t and the token at t + 1, the last one ``last_tokens[i]``) are computed and kept
+        in the MTP KV (``mtp_length`` becomes ``length``); the last row's logits give draft 1. Drafts 2..k chain the
+        head on its own output (row t + 1 takes draft j and the previous row's ``mtp_hidden``); those chained rows
+        are dropped afterwards (``mtp_length`` is restored). Returns the draft lists (and their logits rows when
+        ``return_logits``)."""
+        out, lg = [], []
+        for seq, last, k in zip(seqs, last_tokens, ks):
+            if k < 1:
+                out.append([])
+                lg.append([])
+                continue
+            if not seq.mtp or self.mtp_exec is None:
+                raise NinfercError("draft: the sequence does not speculate, or the model has no MTP head")
+            slot = seq.slot
+            self._check(seq, k)
+            hidden = np.stack(self._hidden[slot])
+            toks = self._tokens[slot][seq.mtp_length + 1:seq.length] + [int(last)]
+            mview = _PagedSequence(self, seq, "mtp_length")
+            logits, env = self.mtp_exec.forward(toks, mview, capture=True, inputs={"hidden": hidden})
+            self._hidden[slot] = []
+            committed = seq.mtp_length
+            rows = [logits[-1]]
+            d = [int(np.argmax(logits[-1]))]
+            for _ in range(1, k):
+                logits, env = self.mtp_exec.forward([d[-1]], mview, capture=True,
+                                                    inputs={"hidden": env["mtp_hidden"][-1:]})
+                rows.append(logits[-1])
+                d.append(int(np.argmax(logits[-1])))
+            seq.mtp_length = committed
+            out.append(d)
+            lg.append(rows)
+        return (out, lg) if return_logits else out
+
+    def verify(self, seqs: list, token_lists: list[list[int]]) -> list[np.ndarray]:
+        """The model over ``[last token, draft 1 .. draft k]`` of each sequence: logits [k + 1, V] each. Computed one
+        token at a time (the same arithmetic as plain decode steps, so speculation is lossless bit for bit), keeping
+        the GDN state after every token (the CUDA engine keeps it in k + 1 state slots); :meth:`accept` then picks
+        the one to continue from."""
+        out = []
+        for seq, toks in zip(seqs, token_lists):
+            self._check(seq, len(toks))
+            start, snaps, hid, rows = seq.length, [], [], []
+            for t in toks:
+                view = self._view(seq)
+                logits, env = self.exec.forward([int(t)], view, capture=True)
+                rows.append(logits[-1])
+                hid.append(np.asarray(env[self._lm_in][-1], np.float32))
+                snaps.append(self._snapshot(seq.slot))
+            self._verify[seq.slot] = (start, snaps, hid, [int(t) for t in toks])
+            out.append(np.stack(rows))
+        return out
+
+    def accept(self, seqs: list, accepted: list[int]) -> None:
+        """Keep the first ``accepted[i] + 1`` tokens of sequence i's last :meth:`verify` (its last token and the
+        accepted drafts): the length rolls back to them (later KV is garbage, overwritten by the next step) and the
+        GDN state becomes the one after the last kept token -- no recompute."""
+        for seq, m in zip(seqs, accepted):
+            start, snaps, hid, toks = self._verify.pop(seq.slot)
+            if not 0 <= m < len(toks):
+                raise NinfercError(f"accept: {m} drafts of a verify over {len(toks)} tokens")
+            self._restore(seq.slot, snaps[m])
+            seq.length = start + m + 1
+            if seq.mtp:
+                self._hidden[seq.slot].extend(hid[:m + 1])
+                self._tokens[seq.slot].extend(toks[:m + 1])
 
     def sample(self, logits: np.ndarray, rows: list) -> list:
         """One :class:`~ninferc.sampling.Sampled` per row (``rows[i] = (HostSampler, logprobs or None)``), or the

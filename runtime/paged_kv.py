@@ -88,11 +88,15 @@ class SlotPool:
 @dataclass
 class Sequence:
     """One live sequence: its GDN ``slot``, its KV ``pages`` (logical page i -> physical id) and its
-    ``length`` (tokens whose KV and state are in place)."""
+    ``length`` (tokens whose KV and state are in place). A speculating sequence (``mtp`` True) also keeps the MTP
+    head's KV in the same pages: ``mtp_length`` of its rows are in place (row t reads the model's hidden state at
+    position t and the token at t + 1, so ``mtp_length`` <= ``length``)."""
 
     slot: int
     pages: list[int] = field(default_factory=list)
     length: int = 0
+    mtp: bool = False
+    mtp_length: int = 0
 
     def ensure_capacity(self, tokens: int, pool: PagePool, max_pages: int) -> None:
         """Own enough pages for ``tokens`` positions.

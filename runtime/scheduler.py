@@ -34,7 +34,7 @@ from typing import Callable, Protocol
 
 from ninferc.errors import NinfercError
 from ninferc.runtime.backend import KVPools
-from ninferc.sampling import HostSampler, Sampled, SamplingParams
+from ninferc.sampling import HostSampler, NonFiniteLogits, Sampled, SamplingParams
 
 
 class ServingError(NinfercError):
@@ -140,6 +140,7 @@ class RequestStats:
     finished: float | None = None
     steps_shared: int = 0  # decode steps this request shared with at least one other request
     decode_steps: int = 0
+    spec: object = None    # SpecStats when the request decoded speculatively
 
     @property
     def queue_s(self) -> float:
@@ -252,22 +253,27 @@ class Scheduler:
         max_pending: requests that may wait beyond those (more are refused with :class:`Overloaded`).
         pending_timeout_s: seconds a request may wait for admission (then :class:`QueueTimeout`).
         prefill_chunk: most prompt tokens per prefill step.
+        spec: speculative decoding (:class:`~ninferc.runtime.spec.SpecConfig`), or None for one token per step.
         observer: metrics / log hooks.
         clock: the time source (seconds).
 
     Raises:
-        NinfercError: a limit < 1, or ``max_concurrency`` above the backend's slots.
+        NinfercError: a limit < 1, ``max_concurrency`` above the backend's slots, or ``spec`` on a backend without
+            an MTP head.
     """
 
     def __init__(self, backend, *, max_concurrency: int = 4, max_pending: int = 16, pending_timeout_s: float = 600.0,
-                 prefill_chunk: int = 1024, observer: Observer | None = None, clock=time.monotonic):
+                 prefill_chunk: int = 1024, spec=None, observer: Observer | None = None, clock=time.monotonic):
         if max_concurrency < 1 or max_pending < 0 or prefill_chunk < 1 or not pending_timeout_s > 0:
             raise NinfercError(f"max_concurrency ({max_concurrency}) and prefill_chunk ({prefill_chunk}) must be >= 1, "
                                f"max_pending ({max_pending}) >= 0 and the pending timeout ({pending_timeout_s} s) > 0")
         if max_concurrency > backend.num_slots:
             raise NinfercError(f"max_concurrency {max_concurrency} is more than the backend's {backend.num_slots} GDN "
                                "state slots")
-        self.backend = backend
+        if spec is not None and not getattr(backend, "has_mtp", False):
+            raise NinfercError(f"--spec {spec.method}: the {backend.name} backend has no MTP head for this model "
+                               "(the checkpoint declares none, or the artifact was compiled without it)")
+        self.backend, self.spec = backend, spec
         self.max_concurrency, self.max_pending = max_concurrency, max_pending
         self.pending_timeout_s, self.prefill_chunk = pending_timeout_s, prefill_chunk
         self.observer = observer or Observer()
@@ -433,11 +439,18 @@ class Scheduler:
     def _admit(self, now: float) -> None:
         while self.waiting and len(self.running) < self.max_concurrency:
             a = self.waiting[0]
-            tokens = min(len(a.req.prompt_ids) + a.req.max_tokens, self.backend.max_context)
+            # the KV reservation: prompt + max_tokens (+ the drafts of a last round, which may run past max_tokens)
+            extra = self.spec.draft_tokens if self.spec is not None else 0
+            tokens = min(len(a.req.prompt_ids) + a.req.max_tokens + extra, self.backend.max_context)
             if not self.pools.can_hold(tokens):
                 break
             self.waiting.popleft()
             a.seq = self.pools.open(tokens)
+            a.seq.mtp = self.spec is not None
+            if self.spec is not None:
+                from ninferc.runtime.spec import SpecStats
+
+                a.stats.spec = SpecStats()
             a.reserve = tokens
             a.stats.admitted = now
             self.running.append(a)
@@ -459,13 +472,42 @@ class Scheduler:
         rows = [a for a in self.running if a.last is not None]
         if not rows:
             return False
-        logits = self.backend.decode([a.seq for a in rows], [a.last for a in rows])
         for a in rows:
             a.stats.decode_steps += 1
             if len(rows) > 1:
                 a.stats.steps_shared += 1
+        if self.spec is not None:
+            self._spec_round(rows)
+            return True
+        logits = self.backend.decode([a.seq for a in rows], [a.last for a in rows])
         self._sample(rows, logits)
         return True
+
+    def _spec_round(self, rows: list[_Active]) -> None:
+        """One speculative round for every row (:mod:`ninferc.runtime.spec`): draft, one verify step, accept."""
+        from ninferc.runtime.spec import accept_drafts
+
+        be, k = self.backend, self.spec.draft_tokens
+        seqs = [a.seq for a in rows]
+        ks = [max(0, min(k, a.reserve - 1 - a.seq.length)) for a in rows]  # never past the reserved pages
+        drafts = be.draft(seqs, [a.last for a in rows], ks)
+        logits = be.verify(seqs, [[a.last] + d for a, d in zip(rows, drafts)])
+        outs, ms = [], []
+        for a, lg, d in zip(rows, logits, drafts):
+            try:
+                toks = accept_drafts(a.sampler, lg, d, a.req.logprobs)
+            except NonFiniteLogits as exc:
+                toks = exc
+            outs.append(toks)
+            ms.append(0 if isinstance(toks, Exception) else len(toks) - 1)
+        be.accept(seqs, ms)
+        now = self.clock()
+        for a, d, toks, m in zip(rows, drafts, outs, ms):
+            if isinstance(toks, Exception):
+                self._end_error(a, EngineFailed(str(toks)))
+                continue
+            a.stats.spec.add(len(d), m)
+            self._emit_many(a, toks, now)
 
     def _sample(self, rows: list[_Active], logits) -> None:
         got = self.backend.sample(logits, [(a.sampler, a.req.logprobs) for a in rows])
@@ -477,24 +519,38 @@ class Scheduler:
             self._emit(a, s, now)
 
     def _emit(self, a: _Active, s: Sampled, now: float) -> None:
-        tok = s.token
-        a.out_ids.append(tok)
-        st = a.stats
-        st.generated += 1
+        self._emit_many(a, [s], now)
+
+    def _emit_many(self, a: _Active, samples: list[Sampled], now: float) -> None:
+        """Hand the request its new tokens (one event), stopping at the first that ends it: a stop id (emitted and
+        counted), a stop string (the text ends before it) or ``max_tokens`` -- nothing after it is emitted."""
+        st, req = a.stats, a.req
+        ids, texts, used, finish = [], [], [], None
+        for s in samples:
+            tok = s.token
+            a.out_ids.append(tok)
+            st.generated += 1
+            ids.append(tok)
+            used.append(s)
+            text, stopped = "", False
+            if tok not in req.stop_ids and req.output is not None:
+                text, stopped = req.output.push(tok)
+            texts.append(text)
+            if stopped:
+                finish = ("stop", False)  # the text ends before the stop string
+            elif tok in req.stop_ids:
+                finish = ("stop", True)
+            elif st.generated >= req.max_tokens:
+                finish = ("length", True)
+            if finish:
+                break
         if st.first_token is None:
             st.first_token = now
-        self.observer.on_tokens(st, 1, now)
-        text, stopped = "", False
-        if tok not in a.req.stop_ids and a.req.output is not None:
-            text, stopped = a.req.output.push(tok)
-        a.last = tok
-        a.req.sink(TokenEvent([tok], text, [s]))
-        if stopped:
-            self._finish(a, "stop", flush=False)  # the text ends before the stop string
-        elif tok in a.req.stop_ids:
-            self._finish(a, "stop")
-        elif st.generated >= a.req.max_tokens:
-            self._finish(a, "length")
+        self.observer.on_tokens(st, len(ids), now)
+        a.last = ids[-1]
+        req.sink(TokenEvent(ids, "".join(texts), used))
+        if finish:
+            self._finish(a, finish[0], flush=finish[1])
 
     def _release(self, a: _Active) -> None:
         if a in self.running:

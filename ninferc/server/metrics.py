@@ -160,6 +160,8 @@ def format_request_line(s: RequestStats, error: ServingError | None = None) -> s
             f"gen={s.generated} queue={_f(ms(s.queue_s), '.1f')}ms ttft={_f(ms(s.ttft_s), '.1f')}ms "
             f"prefill={_f(s.prefill_tok_s, '.1f')} tok/s decode={_f(s.decode_tok_s, '.1f')} tok/s "
             f"wall={s.wall_s:.2f}s steps={s.decode_steps} shared={s.steps_shared}")
+    if s.spec is not None:
+        line += f" spec={s.spec.describe()}"
     if error is not None:
         line += f" error={error.code}: {error}"
     return line
@@ -172,6 +174,10 @@ def request_record(s: RequestStats, error: ServingError | None = None) -> dict:
            "ttft_s": s.ttft_s, "prefill_s": s.prefill_s, "decode_s": s.decode_s, "prefill_tok_s": s.prefill_tok_s,
            "decode_tok_s": s.decode_tok_s, "wall_s": s.wall_s, "decode_steps": s.decode_steps,
            "shared_steps": s.steps_shared}
+    if s.spec is not None:
+        rec["spec"] = {"method": "mtp", "rounds": s.spec.rounds, "drafted": s.spec.drafted,
+                       "accepted": s.spec.accepted, "accepted_at": list(s.spec.accepted_at),
+                       "tokens_per_round": s.spec.tokens_per_round, "acceptance": s.spec.acceptance}
     if error is not None:
         rec["error"] = {"code": error.code, "message": str(error)}
     return rec

@@ -1,0 +1,153 @@
+"""Speculative decoding with the checkpoint's MTP head (DESIGN.md §6b; README-mtp.md beside the fixture).
+
+A round for one sequence whose last sampled token ``x`` is not yet appended (at position L):
+
+1. **draft**: the backend runs the MTP head over the rows it has not seen (positions up to L - 1, the last one
+   taking ``x``) and chains it ``k - 1`` more times on its own output: greedy draft ids ``d_1 .. d_k``
+   (:meth:`ReferenceBatchBackend.draft`);
+2. **verify**: the model over ``[x, d_1 .. d_k]`` at positions L .. L + k in one step, keeping the GDN state after
+   every token (k + 1 state slots on the GPU): logits ``z_0 .. z_k``, ``z_j`` predicting position L + j + 1;
+3. **accept** (:func:`accept_drafts`): draft ``d_{j+1}`` is kept when the target accepts it at ``z_j`` -- greedy:
+   it is the argmax; sampling: with probability ``p_j(d_{j+1})`` (a greedy draft is a point mass, so this is the
+   standard speculative-sampling rule ``min(1, p/q)``) -- until the first rejection, where the token is drawn from
+   ``p_j`` with the draft removed and renormalised; when all k are kept, a bonus token is drawn from ``z_k``. The
+   ``p_j`` are exactly the plain sampler's distributions (penalties counted over the tokens accepted so far), so
+   the output distribution equals non-speculative sampling, and greedy output equals plain greedy output;
+4. the backend keeps the first m + 1 tokens (``x`` and the m accepted drafts): length L + m + 1, GDN state of slot
+   m, MTP rows for them on the next draft (the chained rows are dropped).
+
+A round emits m + 1 tokens. ``k`` is cut where the KV reservation ends (a round never writes past its pages) and
+is 0 when nothing fits: a round with no draft is a plain decode step that still keeps the state right.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ninferc.errors import NinfercError
+from ninferc.sampling import HostSampler, NonFiniteLogits, Sampled, apply_penalties, filtered_probs, log_softmax
+
+#: most draft tokens per round ``--draft-tokens`` accepts
+MAX_DRAFT_TOKENS = 5
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """``method`` ``"mtp"`` (the checkpoint's own head) and ``draft_tokens`` k in 1..:data:`MAX_DRAFT_TOKENS`.
+
+    Raises:
+        NinfercError: another method, or k out of range (names the value and the range).
+    """
+
+    method: str = "mtp"
+    draft_tokens: int = 3
+
+    def __post_init__(self):
+        if self.method != "mtp":
+            raise NinfercError(f"--spec {self.method!r} is not supported; supported: mtp")
+        if isinstance(self.draft_tokens, bool) or not isinstance(self.draft_tokens, int) \
+                or not 1 <= self.draft_tokens <= MAX_DRAFT_TOKENS:
+            raise NinfercError(f"--draft-tokens must be an integer in 1..{MAX_DRAFT_TOKENS}, found {self.draft_tokens!r}")
+
+
+@dataclass
+class SpecStats:
+    """Per request: ``rounds`` (verify steps), ``drafted`` and ``accepted`` draft tokens, ``accepted_at[j]`` how
+    often the draft at position j + 1 was accepted, ``per_round`` the accepted count of each round."""
+
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    accepted_at: list[int] = field(default_factory=list)
+    per_round: list[int] = field(default_factory=list)  # accepted drafts of each round, in order
+
+    @property
+    def tokens_per_round(self) -> float | None:
+        """(accepted + rounds) / rounds: tokens one verify step yields on average."""
+        return (self.accepted + self.rounds) / self.rounds if self.rounds else None
+
+    @property
+    def acceptance(self) -> float | None:
+        """accepted / drafted."""
+        return self.accepted / self.drafted if self.drafted else None
+
+    def add(self, k: int, m: int) -> None:
+        """Record a round that drafted ``k`` tokens and accepted ``m``."""
+        self.rounds += 1
+        self.drafted += k
+        self.accepted += m
+        self.per_round.append(m)
+        while len(self.accepted_at) < k:
+            self.accepted_at.append(0)
+        for j in range(m):
+            self.accepted_at[j] += 1
+
+    def describe(self) -> str:
+        """``mtp 3.29 tok/round (76 %)`` (the per-request log's ``spec=`` field)."""
+        tpr, acc = self.tokens_per_round, self.acceptance
+        return f"mtp {tpr or 0:.2f} tok/round ({100 * (acc or 0):.0f} %)"
+
+
+def _target(sampler: HostSampler, logits: np.ndarray):
+    """(penalised logits, sampling probabilities or None when greedy) of one verify row, as the plain sampler would
+    compute them with the history it holds now."""
+    x = np.asarray(logits)
+    if not np.isfinite(x).all():
+        raise NonFiniteLogits(f"the model produced {int((~np.isfinite(x)).sum())} non-finite logits of {x.size} "
+                              "in a verify row (NaN or Inf); no token can be drawn")
+    p = sampler.params
+    if p.penalised:
+        x = apply_penalties(x, p, sampler.prompt_ids, sampler.counts)
+    return x, (None if p.greedy else filtered_probs(x, p))
+
+
+def accept_drafts(sampler: HostSampler, logits: np.ndarray, drafts: list[int], logprobs: int | None = None
+                  ) -> list[Sampled]:
+    """The tokens one round emits (step 3 of the module docstring): the accepted drafts, then the correction or
+    bonus token; each recorded in ``sampler`` (its penalties' history and draw count).
+
+    Args:
+        sampler: the request's sampler (parameters, seeded generator, history).
+        logits: verify logits [k + 1, V]. drafts: the k draft ids.
+        logprobs: None or how many alternatives to report (raw log softmax of each row).
+
+    Raises:
+        NonFiniteLogits: a row the round reads holds NaN or Inf.
+    """
+    out: list[Sampled] = []
+
+    def emit(j: int, tok: int) -> None:
+        s = Sampled(int(tok))
+        if logprobs is not None:
+            lp = log_softmax(logits[j])
+            s.logprob = float(lp[tok])
+            if logprobs:
+                top = np.argsort(-lp, kind="stable")[:logprobs]
+                s.top = [(int(i), float(lp[i])) for i in top]
+        sampler.observe(tok)
+        out.append(s)
+
+    for j, d in enumerate(drafts):
+        x, probs = _target(sampler, logits[j])
+        if probs is None:  # greedy: keep the draft iff it is the argmax
+            best = int(np.argmax(x))
+            emit(j, best)
+            if best != d:
+                return out
+            continue
+        if sampler.rng.random() < probs[d]:
+            emit(j, d)
+            continue
+        rest = probs.copy()
+        rest[d] = 0.0
+        total = rest.sum()
+        if total <= 0.0:  # p was a point mass on d after filtering: accepting was certain; cannot happen
+            raise NinfercError("speculative sampling: the residual distribution is empty")
+        emit(j, int(sampler.rng.choice(rest.shape[0], p=rest / total)))
+        return out
+    k = len(drafts)
+    x, probs = _target(sampler, logits[k])
+    emit(k, int(np.argmax(x)) if probs is None else int(sampler.rng.choice(probs.shape[0], p=probs)))
+    return out

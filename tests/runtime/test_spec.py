@@ -1,0 +1,219 @@
+"""Speculative decoding with the MTP head on the reference backend, against ``goldens-mtp.json`` (an independent
+float32 PyTorch implementation: the external truth) and against plain decoding (lossless)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from ninferc.checkpoint import Checkpoint
+from ninferc.errors import NinfercError
+from ninferc.ir.tolerances import REFERENCE_LOGITS
+from ninferc.reference_backend import ReferenceBatchBackend
+from ninferc.runtime.paged_kv import Sequence
+from ninferc.runtime.scheduler import GenerationRequest, Scheduler, TokenEvent
+from ninferc.runtime.spec import SpecConfig, SpecStats, accept_drafts
+from ninferc.sampling import HostSampler, SamplingParams, filtered_probs
+
+
+@pytest.fixture(scope="module")
+def ck(tiny_dir):
+    return Checkpoint(tiny_dir, notice=None)
+
+
+@pytest.fixture(scope="module")
+def gmtp(tiny_dir):
+    return json.loads((tiny_dir / "goldens-mtp.json").read_text())
+
+
+def _backend(ck, **kw):
+    kw = {"num_pages": 64, "page_size": 32, "num_slots": 4, "max_context": 512, **kw}
+    return ReferenceBatchBackend(ck.config, ck, **kw)
+
+
+def _generate(be, prompt, n, *, k=None, chunk=1024, params=None, stop_ids=frozenset(), requests=1):
+    s = Scheduler(be, max_concurrency=min(requests, be.num_slots), prefill_chunk=chunk,
+                  spec=None if k is None else SpecConfig(draft_tokens=k))
+    evs = {}
+    for r in range(requests):
+        s.submit(GenerationRequest(str(r), list(prompt), n, params=params or SamplingParams(), stop_ids=stop_ids,
+                                   sink=lambda ev, r=r: evs.setdefault(r, []).append(ev)))
+    while not s.idle:
+        s.step()
+    out = []
+    for r in range(requests):
+        ids = [t for e in evs[r] if isinstance(e, TokenEvent) for t in e.ids]
+        out.append((ids, evs[r][-1]))
+    return out if requests > 1 else out[0]
+
+
+def test_draft_logits_reproduce_goldens_at_every_position(ck, gmtp):
+    """Teacher-forced: with the MTP cache holding rows 0..t of S, drafts 1-3 (chained) match the goldens' top-5."""
+    be = _backend(ck)
+    worst = 0.0
+    for c in gmtp["cases"]:
+        S = c["prompt_ids"] + c["greedy_ids"]
+        n = len(c["prompt_ids"])
+        seq = Sequence(slot=0, pages=list(range(4)), mtp=True)
+        be.prefill(seq, S[:n])
+        for p in c["positions"]:
+            t = p["t"]
+            assert seq.length == t + 1
+            d, rows = be.draft([seq], [S[t + 1]], [3], return_logits=True)
+            for j in range(3):
+                top5 = p[f"draft{j + 1}_top5"]
+                got = rows[0][j][[tok for tok, _ in top5]]
+                REFERENCE_LOGITS.check(got, [v for _, v in top5], f"case {c['prompt'][:12]!r} t={t} draft {j + 1}")
+                worst = max(worst, float(np.abs(got - np.array([v for _, v in top5])).max()))
+                if p[f"draft{j + 1}_margin"] > 1e-3:
+                    assert d[0][j] == p["draft_ids"][j], (t, j)
+            if t + 2 < len(S):
+                be.verify([seq], [[S[t + 1]]])  # teacher forcing: append the true next token (a round of 0 drafts)
+                be.accept([seq], [0])
+    assert worst < 2e-4
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_speculative_greedy_runs_equal_the_goldens(ck, gmtp, k):
+    be = _backend(ck)
+    for c in gmtp["cases"]:
+        g = c["spec"][f"k{k}"]
+        ids, fin = _generate(be, c["prompt_ids"], len(c["greedy_ids"]), k=k)
+        assert ids == g["output_ids"] == c["greedy_ids"]
+        st = fin.stats.spec
+        assert st.rounds == g["rounds"] and st.per_round == g["accepted_per_round"]
+        assert st.accepted == sum(g["accepted_per_round"]) and st.drafted == k * g["rounds"]
+    s = gmtp["summary_golden_cases"][f"k{k}"]
+    assert s["rounds"] == sum(c["spec"][f"k{k}"]["rounds"] for c in gmtp["cases"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chunk", [64, 1024])
+def test_lossless_greedy_all_cases_k1_to_5(ck, gmtp, chunk):
+    be = _backend(ck, num_slots=5)
+    for c in gmtp["cases"]:
+        plain, _ = _generate(be, c["prompt_ids"], 48, chunk=chunk)
+        for k in range(1, 6):
+            ids, _ = _generate(be, c["prompt_ids"], 48, k=k, chunk=chunk)
+            assert ids == plain, (c["prompt"], k)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chunk", [64, 1024])
+def test_lossless_on_the_long_prompt(ck, goldens_long, chunk):
+    be = _backend(ck, num_pages=128, max_context=3200, num_slots=5)
+    prompt, n = goldens_long["prompt_ids"], len(goldens_long["greedy_ids"])
+    plain, _ = _generate(be, prompt, n, chunk=chunk)
+    assert plain == goldens_long["greedy_ids"]
+    for k in range(1, 6):
+        ids, fin = _generate(be, prompt, n, k=k, chunk=chunk)
+        assert ids == plain, k
+        assert fin.stats.spec.rounds < n
+
+
+def test_edge_cases_of_a_round(ck, gmtp):
+    be = _backend(ck)
+    per_round = [m for c in gmtp["cases"] for m in c["spec"]["k3"]["accepted_per_round"]]
+    assert 3 in per_round and 0 in per_round  # rounds with every draft kept (+ bonus) and with the first rejected:
+    # both reproduced by test_speculative_greedy_runs_equal_the_goldens
+    c = gmtp["cases"][2]
+    greedy, rounds = c["greedy_ids"], c["spec"]["k3"]["accepted_per_round"]
+    # EOS inside the accepted drafts: pick the middle draft of a round that accepted >= 2, first of its kind
+    pos, at = 1, None
+    for m in rounds:
+        if m >= 2 and greedy.index(greedy[pos + 1]) == pos + 1:
+            at = pos + 1
+            break
+        pos += m + 1
+    assert at is not None
+    eos = greedy[at]
+    ids, fin = _generate(be, c["prompt_ids"], 48, k=3, stop_ids=frozenset({eos}))
+    assert ids == greedy[:at + 1] and fin.reason == "stop"
+    # max_tokens reached inside a round: nothing past it
+    for n in (2, 5, 7):
+        ids, fin = _generate(be, c["prompt_ids"], n, k=3)
+        assert ids == greedy[:n] and fin.reason == "length" and fin.stats.generated == n
+
+
+def test_rounds_with_no_draft_then_full_rounds_keep_the_state_right(ck, goldens):
+    """Backend level: rounds drafting 0, 3, 1, 0, 2 tokens, each verified and accepted, across KV page boundaries
+    (page size 8), give exactly the plain greedy continuation."""
+    be = _backend(ck, page_size=8, num_pages=64)
+    c = goldens["cases"][0]
+    want = c["greedy_ids"]
+    seq = Sequence(slot=1, pages=list(range(20)), mtp=True)
+    last = int(np.argmax(be.prefill(seq, c["prompt_ids"])[-1]))
+    out = [last]
+    for k in [0, 3, 1, 0, 2, 3, 0, 1]:
+        d = be.draft([seq], [last], [k])[0]
+        lg = be.verify([seq], [[last] + d])[0]
+        toks = accept_drafts(HostSampler(SamplingParams()), lg, d)
+        be.accept([seq], [len(toks) - 1])
+        out += [s.token for s in toks]
+        last = out[-1]
+        assert seq.length == len(c["prompt_ids"]) + len(out) - 1
+    assert out == want[:len(out)] and len(out) > 10
+
+
+def test_a_round_at_the_context_limit_drafts_less(ck, goldens):
+    c = goldens["cases"][1]
+    n_prompt = len(c["prompt_ids"])
+    ctx = n_prompt + 9  # prompt + 9 tokens: the last rounds' drafts are cut to the room left
+    be = _backend(ck, max_context=ctx, page_size=8, num_pages=8)
+    ids, fin = _generate(be, c["prompt_ids"], 9, k=4)
+    assert ids == c["greedy_ids"][:9] and fin.reason == "length"
+    assert fin.stats.spec.drafted < 4 * fin.stats.spec.rounds
+
+
+def test_speculative_sampling_matches_plain_sampling_distribution():
+    """A 4-token Markov model; 3 tokens after the prompt, drafted by a poor deterministic proposer. The empirical
+    distribution of the 64 continuations under speculative sampling equals the model's within a chi-square bound."""
+    rng = np.random.default_rng(0)
+    V = 4  # noqa: N806
+    logit_table = rng.normal(scale=1.5, size=(V, V)).astype(np.float32)
+    params = SamplingParams(temperature=0.9, top_p=0.95, seed=0)
+    p = np.array([filtered_probs(logit_table[a], params) for a in range(V)])
+    want = np.zeros((V, V, V))
+    x0 = 2
+    for a in range(V):
+        for b in range(V):
+            for c in range(V):
+                want[a, b, c] = p[x0, a] * p[a, b] * p[b, c]
+    counts = np.zeros_like(want)
+    N = 20000  # noqa: N806
+    for i in range(N):
+        s = HostSampler(SamplingParams(temperature=0.9, top_p=0.95, seed=i + 1))
+        out, last = [], x0
+        while len(out) < 3:
+            drafts = [(last + 1 + j) % V for j in range(2)]  # a proposer unrelated to the model
+            ctx = [last] + drafts
+            toks = accept_drafts(s, logit_table[ctx], drafts)
+            out += [t.token for t in toks]
+            last = out[-1]
+        counts[tuple(out[:3])] += 1
+    keep = want > 0
+    exp = N * want[keep]
+    chi2 = float(((counts[keep] - exp) ** 2 / exp).sum())
+    assert counts[~keep].sum() == 0
+    assert chi2 < 105.0, chi2  # 99.9th percentile of chi-square with 63 degrees of freedom is 103.4
+
+
+def test_spec_refused_without_an_mtp_head(tiny_dir, ck):
+    from ninferc.testing import FakeBackend
+
+    with pytest.raises(NinfercError, match="has no MTP head"):
+        Scheduler(FakeBackend(), spec=SpecConfig(draft_tokens=2))
+    with pytest.raises(NinfercError, match="--draft-tokens must be an integer in 1..5"):
+        SpecConfig(draft_tokens=6)
+    with pytest.raises(NinfercError, match="not supported"):
+        SpecConfig(method="eagle")
+
+
+def test_stats_describe():
+    st = SpecStats()
+    st.add(3, 3)
+    st.add(3, 0)
+    assert st.tokens_per_round == 2.5 and st.acceptance == 0.5 and st.accepted_at == [1, 1, 1]
+    assert st.describe() == "mtp 2.50 tok/round (50 %)"
