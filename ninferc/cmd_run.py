@@ -115,8 +115,13 @@ def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
 @click.option("--backend", type=click.Choice(["cuda", "reference"]), default=None,
               help="default: cuda for a .ninfer artifact, reference for a checkpoint directory")
 @click.option("--ignore-eos", is_flag=True, help="keep generating past the end-of-sequence token")
+@click.option("--spec", type=click.Choice(["mtp"]), default=None,
+              help="speculative decoding with the checkpoint's multi-token-prediction head (lossless)")
+@click.option("--draft-tokens", default=3, type=int, show_default=True, help="with --spec: drafts per round, 1-5")
+@click.option("--draft-lm-head", type=click.Choice(["bf16", "w8", "w4"]), default="bf16", show_default=True,
+              help="with --spec: the drafts' LM head format (verification always uses the model's own)")
 def run_cmd(path, prompt, prompt_file, chat, stop, max_new, max_context, prefill_chunk, greedy, temperature, top_p,
-            top_k, seed, no_cuda_graph, backend, ignore_eos):
+            top_k, seed, no_cuda_graph, backend, ignore_eos, spec, draft_tokens, draft_lm_head):
     """Generate a continuation of --prompt: text on stdout, timings on stderr."""
     from click.core import ParameterSource
 
@@ -152,8 +157,18 @@ def run_cmd(path, prompt, prompt_file, chat, stop, max_new, max_context, prefill
 
     if max_context is not None:
         check_chunk(max_context, "--max-context")
-    be, tok, cfg, resolved = open_backend(path, backend, max_context=max_context, cuda_graph=not no_cuda_graph,
-                                          prefill_chunk=prefill_chunk, log=log)
+    from ninferc.cmd_serve import open_model, spec_config
+
+    spec_cfg = spec_config(spec, draft_tokens, draft_lm_head, ctx)
+    if spec_cfg is not None:
+        if not path.exists():
+            raise NinfercError(f"{str(path)!r} does not exist (expected a checkpoint directory or a .ninfer file)")
+        opened = open_model(path, backend, max_context, draft_lm_head=draft_lm_head)
+        opened.check_spec()
+        be, tok, cfg, resolved = None, opened.tokenizer, opened.config, opened.max_context
+    else:
+        be, tok, cfg, resolved = open_backend(path, backend, max_context=max_context, cuda_graph=not no_cuda_graph,
+                                              prefill_chunk=prefill_chunk, log=log)
     if max_context is None:
         check_chunk(resolved, "the max context the artifact was compiled for" if path.is_file() else
                     "the default max context")
@@ -180,6 +195,9 @@ def run_cmd(path, prompt, prompt_file, chat, stop, max_new, max_context, prefill
         raise NinfercError(f"the prompt ({len(ids)} tokens) plus --max-new {max_new} is {len(ids) + max_new} tokens, "
                            f"over --max-context {max_context}")
     text = TextOutput(tok, stop)
+    if spec_cfg is not None:
+        return _run_spec(opened, ids, max_new=max_new, params=params, prefill_chunk=min(prefill_chunk, max_context),
+                         stop_ids=stop_ids, text=text, spec=spec_cfg, cuda_graph=not no_cuda_graph, log=log)
 
     def on_token(t):
         if t in stop_ids:
@@ -195,3 +213,39 @@ def run_cmd(path, prompt, prompt_file, chat, stop, max_new, max_context, prefill
     sys.stdout.flush()
     log(f"prompt {res.prompt_tokens} tokens, generated {len(res.ids)} ({res.stopped_by}); "
         f"TTFT {res.ttft_s * 1e3:.1f} ms, prefill {res.prefill_tok_s:.1f} tok/s, decode {res.decode_tok_s:.1f} tok/s")
+
+
+def _run_spec(opened, ids: list[int], *, max_new: int, params, prefill_chunk: int, stop_ids, text, spec, cuda_graph,
+              log) -> None:
+    """``run --spec``: one request through the serving scheduler (:class:`~ninferc.runtime.scheduler.Scheduler`
+    with speculative rounds) on a batched backend; text streamed to stdout, timings and acceptance to stderr."""
+    from ninferc.runtime.scheduler import ErrorEvent, FinishEvent, GenerationRequest, Scheduler, TokenEvent
+
+    page = opened.page_size
+    be = opened.make(num_pages=-(-opened.max_context // page), num_slots=1, prefill_chunk=prefill_chunk,
+                     cuda_graph=cuda_graph, log=lambda m: None)
+    sched = Scheduler(be, max_concurrency=1, max_pending=0, prefill_chunk=prefill_chunk, spec=spec)
+    events = []
+
+    def sink(ev):
+        events.append(ev)
+        if isinstance(ev, TokenEvent):
+            sys.stdout.write(ev.text)
+            sys.stdout.flush()
+
+    sched.submit(GenerationRequest("run", ids, max_new, params=params, stop_ids=frozenset(stop_ids), output=text,
+                                   sink=sink))
+    while not sched.idle:
+        sched.step()
+    end = events[-1]
+    if isinstance(end, ErrorEvent):
+        raise end.error
+    assert isinstance(end, FinishEvent)
+    sys.stdout.write(end.text + "\n")
+    sys.stdout.flush()
+    st, sp = end.stats, end.stats.spec
+    log(f"prompt {st.prompt_tokens} tokens, generated {st.generated} ({end.reason}); TTFT {(st.ttft_s or 0) * 1e3:.1f} "
+        f"ms, prefill {st.prefill_tok_s or float('nan'):.1f} tok/s, decode {st.decode_tok_s or float('nan'):.1f} tok/s")
+    log(f"spec: mtp, {spec.draft_tokens} drafts per round: {sp.rounds} rounds, {sp.drafted} drafted, {sp.accepted} "
+        f"accepted ({100 * (sp.acceptance or 0):.1f} %), {sp.tokens_per_round or 0:.2f} tokens per round; accepted "
+        f"by draft position {sp.accepted_at}")

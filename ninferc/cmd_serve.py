@@ -86,8 +86,14 @@ def kv_pages(kv_capacity: str, *, max_concurrency: int, max_context: int, page_s
 @click.option("--drain-timeout", default=30.0, type=click.FloatRange(min=0), show_default=True,
               help="seconds running requests may take to finish after SIGINT / SIGTERM")
 @click.option("--no-cuda-graph", is_flag=True, help="cuda backend: launch decode steps eagerly")
+@click.option("--spec", type=click.Choice(["mtp"]), default=None,
+              help="speculative decoding with the checkpoint's multi-token-prediction head (lossless)")
+@click.option("--draft-tokens", default=3, type=int, show_default=True, help="with --spec: drafts per round, 1-5")
+@click.option("--draft-lm-head", type=click.Choice(["bf16", "w8", "w4"]), default="bf16", show_default=True,
+              help="with --spec: the drafts' LM head format (verification always uses the model's own)")
 def serve_cmd(path, host, port, model_id, backend, max_context, kv_capacity, max_concurrency, max_pending,
-              pending_timeout_ms, prefill_chunk, api_key, request_log, drain_timeout, no_cuda_graph):
+              pending_timeout_ms, prefill_chunk, api_key, request_log, drain_timeout, no_cuda_graph, spec,
+              draft_tokens, draft_lm_head):
     """Serve a model over the OpenAI API (chat and text completions, streaming), with continuous batching, a
     per-request log line on stderr and Prometheus metrics at /metrics."""
     import uvicorn
@@ -102,9 +108,13 @@ def serve_cmd(path, host, port, model_id, backend, max_context, kv_capacity, max
         raise NinfercError(f"{str(path)!r} does not exist (expected a checkpoint directory or a .ninfer file)")
     if api_key is not None and not api_key.strip():
         raise NinfercError("--api-key is empty")
-    opened = open_model(path, backend, max_context)
+    ctx_obj = click.get_current_context()
+    spec_cfg = spec_config(spec, draft_tokens, draft_lm_head, ctx_obj)
+    opened = open_model(path, backend, max_context, draft_lm_head=draft_lm_head)
     if opened.backend == "reference" and no_cuda_graph:
         raise NinfercError("--no-cuda-graph applies to the cuda backend")
+    if spec_cfg is not None:
+        opened.check_spec()
     ctx = opened.max_context
     if prefill_chunk > ctx:
         prefill_chunk = ctx
@@ -121,7 +131,9 @@ def serve_cmd(path, host, port, model_id, backend, max_context, kv_capacity, max
     defaults = {k: gen_cfg[k] for k in ("temperature", "top_p", "top_k") if isinstance(gen_cfg.get(k), (int, float))}
     _log(f"ninferc serve: model {model_id!r} ({path}), backend {opened.backend}, context {ctx} tokens, "
          f"concurrency {max_concurrency}, pending {max_pending}, prefill chunk {prefill_chunk}, "
-         f"chat template {'yes' if chat else 'none (chat requests get 400)'}")
+         f"chat template {'yes' if chat else 'none (chat requests get 400)'}"
+         + (f", spec mtp with {spec_cfg.draft_tokens} drafts per round (draft LM head {draft_lm_head})"
+            if spec_cfg else ""))
     log_file = open(request_log, "a", encoding="utf-8") if request_log else None
 
     def make_backend():
@@ -136,7 +148,8 @@ def serve_cmd(path, host, port, model_id, backend, max_context, kv_capacity, max
 
     def make_scheduler(be):
         return Scheduler(be, max_concurrency=max_concurrency, max_pending=max_pending,
-                         pending_timeout_s=pending_timeout_ms / 1e3, prefill_chunk=prefill_chunk, observer=metrics)
+                         pending_timeout_s=pending_timeout_ms / 1e3, prefill_chunk=prefill_chunk, spec=spec_cfg,
+                         observer=metrics)
 
     engine = EngineLoop(make_backend, make_scheduler, log=_log)
     state.engine = engine
@@ -183,25 +196,56 @@ def serve_cmd(path, host, port, model_id, backend, max_context, kv_capacity, max
         raise NinfercError(f"the engine failed: {engine.error}")
 
 
+def spec_config(spec: str | None, draft_tokens: int, draft_lm_head: str, ctx):
+    """The :class:`~ninferc.runtime.spec.SpecConfig` of ``--spec`` / ``--draft-tokens``, or None.
+
+    Raises:
+        NinfercError: ``--draft-tokens`` or ``--draft-lm-head`` given without ``--spec``; a bad draft count.
+    """
+    from click.core import ParameterSource
+
+    if spec is None:
+        for name in ("draft_tokens", "draft_lm_head"):
+            if ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP):
+                raise NinfercError(f"--{name.replace('_', '-')} applies with --spec mtp")
+        return None
+    from ninferc.runtime.spec import SpecConfig
+
+    return SpecConfig(spec, draft_tokens)
+
+
 class OpenedModel:
     """A model opened for serving: its tokenizer, config and how to build its batched backend.
 
     Attributes:
         backend: ``"cuda"`` or ``"reference"``. max_context: tokens per request. page_size: KV page tokens.
-        generation_config: ``generation_config.json`` (dict; empty when absent).
+        generation_config: ``generation_config.json`` (dict; empty when absent). has_mtp: whether the MTP head's
+        weights are there (``mtp_why`` says why not).
     """
 
-    def __init__(self, *, backend, tokenizer, config, max_context, page_size, generation_config, make):
+    def __init__(self, *, backend, tokenizer, config, max_context, page_size, generation_config, make,
+                 has_mtp=False, mtp_why=""):
         self.backend, self.tokenizer, self.config = backend, tokenizer, config
         self.max_context, self.page_size, self.generation_config = max_context, page_size, generation_config
         self._make = make
+        self.has_mtp, self.mtp_why = has_mtp, mtp_why
+
+    def check_spec(self) -> None:
+        """Refuse ``--spec mtp`` before anything is loaded when the model or backend cannot speculate.
+
+        Raises:
+            NinfercError: naming why (no MTP head in the checkpoint / artifact, or a backend without MTP).
+        """
+        if not self.has_mtp:
+            raise NinfercError(f"--spec mtp: {self.mtp_why}")
 
     def make(self, **kw):
         """Build the batched backend (``num_pages``, ``num_slots``, ``prefill_chunk``, ``cuda_graph``, ``log``)."""
         return self._make(**kw)
 
 
-def open_model(path: Path, backend: str | None, max_context: int | None) -> OpenedModel:
+def open_model(path: Path, backend: str | None, max_context: int | None, *, draft_lm_head: str = "bf16"
+               ) -> OpenedModel:
     """Open a checkpoint directory or an artifact for serving (nothing is allocated yet).
 
     Raises:
@@ -245,8 +289,11 @@ def open_model(path: Path, backend: str | None, max_context: int | None) -> Open
                 return CudaBatchBackend(art, max_context=ctx, num_slots=num_slots, num_pages=num_pages,
                                         prefill_chunk=prefill_chunk, cuda_graph=cuda_graph, log=log)
 
+            from ninferc.runtime.cuda_backend import CudaBatchBackend
+
             return OpenedModel(backend="cuda", tokenizer=tok, config=cfg, max_context=ctx, page_size=page_size,
-                               generation_config=gen_cfg, make=make_cuda)
+                               generation_config=gen_cfg, make=make_cuda, has_mtp=False,
+                               mtp_why=CudaBatchBackend.no_mtp_reason)
         weights, graph = art.weights(), art.graph()
 
     def make_reference(*, num_pages, num_slots, prefill_chunk, cuda_graph, log):
@@ -264,10 +311,17 @@ def open_model(path: Path, backend: str | None, max_context: int | None) -> Open
                                                           "--max-concurrency")) from None
             log(f"  headroom {avail - plan.total:,} B of {avail:,} B available")
         return ReferenceBatchBackend(cfg, weights, graph=graph, num_pages=num_pages, page_size=page_size,
-                                     num_slots=num_slots, max_context=ctx)
+                                     num_slots=num_slots, max_context=ctx, draft_lm_head=draft_lm_head)
 
+    from ninferc.ir.qwen3_5 import mtp_param_specs
+
+    mtp_names = list(mtp_param_specs(cfg))
+    has_mtp = bool(mtp_names) and all(n in weights for n in mtp_names)
+    why = ("the model's config declares no MTP head (mtp_num_hidden_layers)" if not mtp_names else
+           "the artifact carries no MTP weights (compiled without the head); serve the checkpoint directory with "
+           "--backend reference")
     return OpenedModel(backend="reference", tokenizer=tok, config=cfg, max_context=ctx, page_size=page_size,
-                       generation_config=gen_cfg, make=make_reference)
+                       generation_config=gen_cfg, make=make_reference, has_mtp=has_mtp, mtp_why=why)
 
 
 def _json_or_empty(data: bytes | None) -> dict:

@@ -67,6 +67,25 @@ class ReferenceBackend:
         pass
 
 
+class _Overlay(Mapping):
+    """``base`` with some names replaced (the MTP head's view of the weights with a quantised draft LM head)."""
+
+    def __init__(self, base: Mapping, over: dict):
+        self.base, self.over = base, over
+
+    def __getitem__(self, name):
+        return self.over[name] if name in self.over else self.base[name]
+
+    def __contains__(self, name):
+        return name in self.over or name in self.base
+
+    def __iter__(self):
+        return iter(self.base)
+
+    def __len__(self):
+        return len(self.base)
+
+
 class _SlotStates:
     """A mapping state name -> the array of one GDN slot in a pool (what :class:`SequenceState` keeps in a dict):
     reads return the slot's array, writes copy into it."""
@@ -162,7 +181,7 @@ class ReferenceBatchBackend:
     name = "reference"
 
     def __init__(self, config: ModelConfig, weights: Mapping[str, np.ndarray], *, num_pages: int, page_size: int,
-                 num_slots: int, max_context: int, graph=None, mtp_graph=None):
+                 num_slots: int, max_context: int, graph=None, mtp_graph=None, draft_lm_head: str = "bf16"):
         if min(num_pages, page_size, num_slots, max_context) < 1:
             raise NinfercError(f"num_pages ({num_pages}), page_size ({page_size}), num_slots ({num_slots}) and "
                                f"max_context ({max_context}) must be >= 1")
@@ -175,8 +194,18 @@ class ReferenceBatchBackend:
         self.mtp_exec = None
         if mtp_graph is None and config.mtp_num_hidden_layers and all(n in weights for n in mtp_param_specs(config)):
             mtp_graph = build_mtp_graph(config, lm_rows="last")
+        if draft_lm_head not in ("bf16", "w8", "w4"):
+            raise NinfercError(f"--draft-lm-head must be bf16, w8 or w4, found {draft_lm_head!r}")
+        self.draft_lm_head = draft_lm_head
         if mtp_graph is not None:
-            self.mtp_exec = ReferenceExecutor(mtp_graph, weights)
+            mw = weights
+            if draft_lm_head != "bf16":  # the drafts' LM head in a narrower format (verify keeps the full head)
+                from ninferc.ir.quant import dequantize, quantize
+
+                head = next(op.params["weight"] for op in mtp_graph.ops() if op.kind == "LMHead")
+                mw = _Overlay(weights, {head: dequantize(quantize(np.asarray(weights[head]), draft_lm_head,
+                                                                  name=head))})
+            self.mtp_exec = ReferenceExecutor(mtp_graph, mw)
         self.k_pages, self.v_pages, self.conv, self.recurrent = {}, {}, {}, {}
         states = list(g.states.values()) + (list(mtp_graph.states.values()) if mtp_graph is not None else [])
         self._hidden: dict[int, list] = {}   # slot -> hidden rows of positions mtp_length .. length-1

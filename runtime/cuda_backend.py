@@ -54,6 +54,9 @@ class CudaBatchBackend:
     """
 
     name = "cuda"
+    has_mtp = False
+    no_mtp_reason = ("the CUDA engine does not run the MTP head yet: speculative decoding runs on the reference "
+                     "backend (--backend reference); the GPU verify step with K + 1 GDN state slots is open work")
 
     def __init__(self, art, *, max_context: int, num_slots: int, num_pages: int, prefill_chunk: int,
                  cuda_graph: bool = True, log=None):

@@ -1,0 +1,85 @@
+"""``ninferc serve --spec mtp``: the same greedy text as without speculation (alone and with 4 concurrent
+requests), acceptance in the per-request log, and the flags' checks."""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import openai
+import pytest
+from click.testing import CliRunner
+
+from ninferc.cli import main
+
+
+@pytest.fixture(scope="module")
+def spec_server(start_server, tiny_dir):
+    return start_server(tiny_dir, "--model-id", "tiny", "--spec", "mtp", "--draft-tokens", "3",
+                        "--max-concurrency", "4")
+
+
+def test_spec_server_equals_plain_server_alone_and_concurrent(spec_server, client, goldens):
+    sc = openai.OpenAI(base_url=spec_server.url + "/v1", api_key="x", max_retries=0, timeout=300)
+    prompts = [c["prompt"] for c in goldens["cases"][:4]]
+    plain = [client.completions.create(model="tiny", prompt=p, max_tokens=40, temperature=0).choices[0].text
+             for p in prompts]
+    alone = [sc.completions.create(model="tiny", prompt=p, max_tokens=40, temperature=0).choices[0].text
+             for p in prompts]
+    assert alone == plain
+    out = {}
+
+    def go(i):
+        text = []
+        for ch in sc.completions.create(model="tiny", prompt=prompts[i], max_tokens=40, temperature=0, stream=True,
+                                        stop=["\n\n\n\n"]):
+            if ch.choices:
+                text.append(ch.choices[0].text)
+        out[i] = "".join(text)
+
+    ts = [threading.Thread(target=go, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert [out[i] for i in range(4)] == plain
+    lines = spec_server.request_lines()
+    specs = [re.search(r"spec=mtp ([\d.]+) tok/round \((\d+) %\)", ln) for ln in lines]
+    assert all(specs) and all(float(m.group(1)) >= 1.0 for m in specs)
+    assert any(float(m.group(1)) > 1.2 for m in specs)  # the fixture's head accepts ~20-50 % of its drafts
+
+
+def test_spec_chat_with_stop_and_usage(spec_server, client):
+    sc = openai.OpenAI(base_url=spec_server.url + "/v1", api_key="x", max_retries=0, timeout=300)
+    msgs = [{"role": "user", "content": "import os"}]
+    a = client.chat.completions.create(model="tiny", messages=msgs, max_tokens=30, temperature=0)
+    b = sc.chat.completions.create(model="tiny", messages=msgs, max_tokens=30, temperature=0)
+    assert a.choices[0].message.content == b.choices[0].message.content
+    assert a.usage.completion_tokens == b.usage.completion_tokens and a.usage.prompt_tokens == b.usage.prompt_tokens
+    kw = dict(model="tiny", prompt="class Parser:\n", max_tokens=20, temperature=0.8, seed=77)
+    assert sc.completions.create(**kw).choices[0].text == sc.completions.create(**kw).choices[0].text
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--draft-tokens", "2"], "--draft-tokens applies with --spec mtp"),
+    (["--spec", "mtp", "--draft-tokens", "0"], "--draft-tokens must be an integer in 1..5, found 0"),
+    (["--draft-lm-head", "w4"], "--draft-lm-head applies with --spec mtp"),
+])
+def test_spec_flags_refused_clearly(tiny_dir, args, needle):
+    r = CliRunner().invoke(main, ["serve", str(tiny_dir), *args])
+    assert r.exit_code == 2 and needle in r.output, r.output
+
+
+def test_spec_refused_for_a_model_without_mtp(tmp_path, tiny_dir):
+    import json
+    import shutil
+
+    d = tmp_path / "nomtp"
+    shutil.copytree(tiny_dir, d)
+    cfg = json.loads((d / "config.json").read_text())
+    del cfg["mtp_num_hidden_layers"]
+    (d / "config.json").chmod(0o644)
+    (d / "config.json").write_text(json.dumps(cfg))
+    for cmd in (["serve", str(d), "--spec", "mtp"], ["run", str(d), "--prompt", "x", "--spec", "mtp"]):
+        r = CliRunner().invoke(main, cmd)
+        assert r.exit_code == 2 and "declares no MTP head" in r.output, r.output
