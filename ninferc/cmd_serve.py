@@ -5,11 +5,15 @@ backend, printing the memory plan in bytes, and the server then answers 200 on `
 device's free memory (the host's available memory for the reference backend) is refused before anything is
 allocated, naming every term. SIGINT / SIGTERM: stop admitting (503), let running requests finish for up to
 ``--drain-timeout`` seconds, end the rest with ``finish_reason`` ``abort``, exit 0.
+
+``NINFERC_POISON_FREED=1`` (tests) makes the reference backend fill every KV page with NaN the moment it becomes
+free, so a page still in use that is freed by mistake shows up as a wrong answer.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -21,6 +25,9 @@ from ninferc.errors import NinfercError, RuntimeMemoryError
 DEFAULT_CONTEXT = 4096
 #: KV page size of the reference backend on a checkpoint directory (tokens; an artifact has its own)
 DEFAULT_PAGE_SIZE = 64
+#: the prefix cache's default budget for GDN state checkpoints (GiB): at the 27B shape one checkpoint is ~147 MiB
+#: (49 layers' fp32 recurrent matrices and conv windows), so 4 GiB hold 27
+DEFAULT_PREFIX_CACHE_GIB = 4.0
 
 
 def _log(msg: str) -> None:
@@ -91,9 +98,15 @@ def kv_pages(kv_capacity: str, *, max_concurrency: int, max_context: int, page_s
 @click.option("--draft-tokens", default=3, type=int, show_default=True, help="with --spec: drafts per round, 1-5")
 @click.option("--draft-lm-head", type=click.Choice(["bf16", "w8", "w4"]), default="bf16", show_default=True,
               help="with --spec: the drafts' LM head format (verification always uses the model's own)")
+@click.option("--no-prefix-cache", is_flag=True, help="turn prefix reuse across requests off")
+@click.option("--prefix-cache-gib", default=DEFAULT_PREFIX_CACHE_GIB, type=click.FloatRange(min=0, min_open=True),
+              show_default=True, help="byte budget of the prefix cache's GDN state checkpoints, GiB")
+@click.option("--prefix-checkpoint-interval", default=None, type=click.IntRange(min=0),
+              help="also checkpoint every N prompt tokens during prefill (a multiple of the KV page size; 0 = only "
+                   "at the ends of prompts and generations) [default: --prefill-chunk rounded down to pages]")
 def serve_cmd(path, host, port, model_id, backend, max_context, kv_capacity, max_concurrency, max_pending,
               pending_timeout_ms, prefill_chunk, api_key, request_log, drain_timeout, no_cuda_graph, spec,
-              draft_tokens, draft_lm_head):
+              draft_tokens, draft_lm_head, no_prefix_cache, prefix_cache_gib, prefix_checkpoint_interval):
     """Serve a model over the OpenAI API (chat and text completions, streaming), with continuous batching, a
     per-request log line on stderr and Prometheus metrics at /metrics."""
     import uvicorn
@@ -119,6 +132,13 @@ def serve_cmd(path, host, port, model_id, backend, max_context, kv_capacity, max
     if prefill_chunk > ctx:
         prefill_chunk = ctx
     num_pages = kv_pages(kv_capacity, max_concurrency=max_concurrency, max_context=ctx, page_size=opened.page_size)
+    ps = opened.page_size
+    cache_bytes = None if no_prefix_cache else int(prefix_cache_gib * 2**30)
+    if no_prefix_cache and prefix_checkpoint_interval is not None:
+        raise NinfercError("--prefix-checkpoint-interval applies to the prefix cache, which --no-prefix-cache turns off")
+    interval = prefill_chunk // ps * ps if prefix_checkpoint_interval is None else prefix_checkpoint_interval
+    if interval % ps:
+        raise NinfercError(f"--prefix-checkpoint-interval {interval} is not a multiple of the KV page size ({ps} tokens)")
     model_id = model_id or (path.stem if path.is_file() else path.name)
     tok = opened.tokenizer
     chat = chat_template_for(tok)
@@ -137,8 +157,17 @@ def serve_cmd(path, host, port, model_id, backend, max_context, kv_capacity, max
     log_file = open(request_log, "a", encoding="utf-8") if request_log else None
 
     def make_backend():
-        return opened.make(num_pages=num_pages, num_slots=max_concurrency, prefill_chunk=prefill_chunk,
-                           cuda_graph=not no_cuda_graph, log=_log)
+        be = opened.make(num_pages=num_pages, num_slots=max_concurrency, prefill_chunk=prefill_chunk,
+                         cuda_graph=not no_cuda_graph, log=_log, cache_bytes=cache_bytes or 0)
+        if cache_bytes:
+            from ninferc.runtime.paged_kv import Sequence
+
+            one = be.state_nbytes(Sequence(slot=0, mtp=spec_cfg is not None))
+            _log(f"prefix cache: budget {cache_bytes:,} B for GDN state checkpoints of {one:,} B each (every GDN "
+                 f"layer's conv window and recurrent state) = {cache_bytes // max(one, 1)} checkpoints; their KV pages "
+                 f"come from the KV pool; checkpoints every {interval or 'no'} prompt tokens and at the ends of "
+                 "prompts and generations")
+        return be
 
     state = ServerState(engine=None, tokenizer=tok, chat=chat, model_id=model_id, max_context=ctx,
                         eos_ids=tuple(eos), chat_stop_ids=end_of_turn_ids(tok), defaults=defaults, api_key=api_key)
@@ -149,7 +178,8 @@ def serve_cmd(path, host, port, model_id, backend, max_context, kv_capacity, max
     def make_scheduler(be):
         return Scheduler(be, max_concurrency=max_concurrency, max_pending=max_pending,
                          pending_timeout_s=pending_timeout_ms / 1e3, prefill_chunk=prefill_chunk, spec=spec_cfg,
-                         observer=metrics)
+                         prefix_cache_bytes=cache_bytes, checkpoint_interval=interval if cache_bytes else 0,
+                         poison_freed=os.environ.get("NINFERC_POISON_FREED") == "1", observer=metrics)
 
     engine = EngineLoop(make_backend, make_scheduler, log=_log)
     state.engine = engine
@@ -283,11 +313,12 @@ def open_model(path: Path, backend: str | None, max_context: int | None, *, draf
         tok = art.tokenizer()
         backend = backend or "cuda"
         if backend == "cuda":
-            def make_cuda(*, num_pages, num_slots, prefill_chunk, cuda_graph, log):
+            def make_cuda(*, num_pages, num_slots, prefill_chunk, cuda_graph, log, cache_bytes=0):
                 from ninferc.runtime.cuda_backend import CudaBatchBackend
 
                 return CudaBatchBackend(art, max_context=ctx, num_slots=num_slots, num_pages=num_pages,
-                                        prefill_chunk=prefill_chunk, cuda_graph=cuda_graph, log=log)
+                                        prefill_chunk=prefill_chunk, cuda_graph=cuda_graph, log=log,
+                                        cache_bytes=cache_bytes)
 
             from ninferc.runtime.cuda_backend import CudaBatchBackend
 
@@ -296,9 +327,11 @@ def open_model(path: Path, backend: str | None, max_context: int | None, *, draf
                                mtp_why=CudaBatchBackend.no_mtp_reason)
         weights, graph = art.weights(), art.graph()
 
-    def make_reference(*, num_pages, num_slots, prefill_chunk, cuda_graph, log):
+    def make_reference(*, num_pages, num_slots, prefill_chunk, cuda_graph, log, cache_bytes=0):
         plan = reference_memory_plan(cfg, graph, num_pages=num_pages, page_size=page_size, num_slots=num_slots,
                                      weights=weights)
+        if cache_bytes:
+            plan.add("prefix_cache", cache_bytes)
         log(f"memory plan (host memory, reference backend): KV pool {num_pages} pages x {page_size} tokens = "
             f"{num_pages * page_size} tokens; {num_slots} GDN state slots\n{plan.describe()}")
         avail = host_available_bytes()

@@ -279,11 +279,70 @@ class ReferenceBatchBackend:
 
     # -- steps ------------------------------------------------------------------------------------------
     def prefill(self, seq, ids: list[int]) -> np.ndarray:
-        """Append the chunk ``ids`` to ``seq``; logits of its last token [1, V] fp32."""
+        """Append the chunk ``ids`` to ``seq``; logits of its last token [1, V] fp32. A speculating sequence also
+        gets the MTP rows of every position whose next token is now known (all but the last), so the KV pages of
+        a finished prefill are complete for the head too (the prefix cache shares them)."""
         if not ids:
             raise NinfercError("prefill needs at least one token")
         self._check(seq, len(ids))
-        return self._forward(seq, ids)[None]
+        logits = self._forward(seq, ids)[None]
+        if seq.mtp:
+            self._mtp_rows(seq, seq.length - 1)
+        return logits
+
+    def _mtp_rows(self, seq, upto: int, last_token: int | None = None):
+        """MTP rows ``seq.mtp_length .. upto - 1`` (row t: hidden at t, token at t + 1; the token after the last
+        appended one is ``last_token``); kept in the MTP KV. Returns the head's (logits, env) of the pass, or None
+        when there is no row to compute."""
+        slot = seq.slot
+        n = upto - seq.mtp_length
+        if n < 1:
+            return None
+        toks = self._tokens[slot][seq.mtp_length + 1:upto + 1]
+        if len(toks) < n:
+            toks = toks + [int(last_token)]
+        hidden = np.stack(self._hidden[slot][:n])
+        out = self.mtp_exec.forward(toks, _PagedSequence(self, seq, "mtp_length"), capture=True,
+                                    inputs={"hidden": hidden})
+        del self._hidden[slot][:n]
+        return out
+
+    # -- prefix-cache checkpoints ------------------------------------------------------------------------
+    def settle(self, seq) -> None:
+        """Compute the MTP rows of a speculating sequence whose next tokens are appended already (all but the last
+        position), so the pages up to its length hold the head's KV too."""
+        if seq.mtp:
+            self._mtp_rows(seq, seq.length - 1)
+
+    def state_nbytes(self, seq) -> int:
+        """Bytes of :meth:`save_state` for ``seq``: every GDN layer's conv window and recurrent matrix (fp32), plus a
+        speculating sequence's pending hidden rows."""
+        n = sum(p[0].nbytes for p in (*self.conv.values(), *self.recurrent.values()))
+        if seq.mtp:
+            n += sum(h.nbytes for h in self._hidden.get(seq.slot, []))
+        return n
+
+    def save_state(self, seq) -> dict:
+        """A copy of what resuming ``seq`` at its current length needs besides its KV pages."""
+        st = {"gdn": self._snapshot(seq.slot), "mtp_length": seq.mtp_length}
+        if seq.mtp:
+            st["hidden"] = [h.copy() for h in self._hidden.get(seq.slot, [])]
+        return st
+
+    def restore_state(self, seq, state: dict, tokens) -> None:
+        """Put ``seq`` (its pages already holding the prefix's KV) at ``len(tokens)`` tokens with the saved state."""
+        if seq.mtp != ("hidden" in state):
+            raise NinfercError("restore_state: a speculating sequence needs a speculating sequence's checkpoint")
+        self._restore(seq.slot, state["gdn"])
+        seq.length, seq.mtp_length = len(tokens), state["mtp_length"]
+        self._verify.pop(seq.slot, None)
+        self._hidden[seq.slot] = [h.copy() for h in state.get("hidden", [])]
+        self._tokens[seq.slot] = [int(t) for t in tokens] if seq.mtp else []
+
+    def copy_page(self, src: int, dst: int) -> None:
+        """Copy KV page ``src`` into page ``dst`` (every attention layer, the MTP head's included)."""
+        for pool in (*self.k_pages.values(), *self.v_pages.values()):
+            pool[dst] = pool[src]
 
     def decode(self, seqs: list, tokens: list[int]) -> np.ndarray:
         """One token per sequence (row order); logits [B, V] fp32."""
@@ -314,13 +373,9 @@ class ReferenceBatchBackend:
                 continue
             if not seq.mtp or self.mtp_exec is None:
                 raise NinfercError("draft: the sequence does not speculate, or the model has no MTP head")
-            slot = seq.slot
             self._check(seq, k)
-            hidden = np.stack(self._hidden[slot])
-            toks = self._tokens[slot][seq.mtp_length + 1:seq.length] + [int(last)]
+            logits, env = self._mtp_rows(seq, seq.length, last)
             mview = _PagedSequence(self, seq, "mtp_length")
-            logits, env = self.mtp_exec.forward(toks, mview, capture=True, inputs={"hidden": hidden})
-            self._hidden[slot] = []
             committed = seq.mtp_length
             rows = [logits[-1]]
             d = [int(np.argmax(logits[-1]))]

@@ -21,7 +21,13 @@ Contract of a backend (duck-typed; :class:`BatchBackend` lists it):
   for a row whose logits are not finite the :class:`~ninferc.sampling.NonFiniteLogits` error (never a token);
   ``rows[i]`` is ``(HostSampler, logprobs or None)`` and holds the request's parameters, its own seeded generator
   and its token history, so a request's draws do not depend on the other rows of the step;
-* ``close()``: release device memory.
+* ``close()``: release device memory;
+* for the prefix cache (optional): ``state_nbytes(seq)``, ``save_state(seq)`` (a copy of the GDN state of the
+  sequence's slot and, when it speculates, what the MTP head needs to resume), ``restore_state(seq, state,
+  tokens)``, ``copy_page(src, dst)``, ``settle(seq)`` (compute the MTP rows whose tokens are known, so that a
+  checkpoint's pages are complete), ``poison(pages)`` (tests);
+* for speculative decoding (optional, ``has_mtp``): ``draft``, ``verify``, ``accept``
+  (:mod:`ninferc.runtime.spec`).
 """
 
 from __future__ import annotations
@@ -69,6 +75,20 @@ class KVPools:
     def can_hold(self, tokens: int) -> bool:
         """Whether a new sequence of ``tokens`` positions would get a slot and its pages now."""
         return self.slots.free >= 1 and self.pages.free >= self.pages_for(tokens)
+
+    def open_shared(self, shared: list[int], fresh: int) -> Sequence:
+        """A new sequence holding a GDN slot, one more reference to each of the ``shared`` pages (a cached prefix)
+        and ``fresh`` new pages after them.
+
+        Raises:
+            PoolExhausted: no slot, or fewer than ``fresh`` free pages (nothing is taken then).
+        """
+        if self.pages.free < fresh:
+            raise PoolExhausted(f"KV page pool: {fresh} pages needed, {self.pages.free} of {self.pages.num_pages} free")
+        seq = Sequence(slot=self.slots.take())
+        self.pages.share(shared)
+        seq.pages = list(shared) + self.pages.take(fresh)
+        return seq
 
     def open(self, tokens: int) -> Sequence:
         """A new sequence holding a GDN slot and the pages of ``tokens`` positions (its KV reservation).

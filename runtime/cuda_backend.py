@@ -59,11 +59,12 @@ class CudaBatchBackend:
                      "backend (--backend reference); the GPU verify step with K + 1 GDN state slots is open work")
 
     def __init__(self, art, *, max_context: int, num_slots: int, num_pages: int, prefill_chunk: int,
-                 cuda_graph: bool = True, log=None):
+                 cuda_graph: bool = True, log=None, cache_bytes: int = 0):
         from ninferc.runtime.engine import Engine
 
         self.engine = Engine.from_artifact(art, max_context=max_context, max_batch=num_slots, num_pages=num_pages,
-                                           prefill_chunk=prefill_chunk, cuda_graph=cuda_graph, log=log)
+                                           prefill_chunk=prefill_chunk, cuda_graph=cuda_graph, log=log,
+                                           reserve={"prefix_cache": cache_bytes} if cache_bytes else None)
         e = self.engine
         self.page_size, self.num_pages, self.num_slots = e.page_size, e.num_pages, num_slots
         self.max_context, self.vocab_size = max_context, e.vocab
@@ -162,6 +163,40 @@ class CudaBatchBackend:
             except NonFiniteLogits as exc:
                 out[i] = exc
         return out
+
+    # -- prefix-cache checkpoints (device-to-device copies on the engine stream) ---------------------------
+    def _gdn_states(self):
+        return [(n, a) for n, a in self.engine.states.items() if not isinstance(a, dict)]
+
+    def state_nbytes(self, seq) -> int:
+        """Bytes of one checkpoint: the conv ring and recurrent state of every GDN layer for one slot."""
+        return sum(a[0].nbytes for _, a in self._gdn_states())
+
+    def save_state(self, seq) -> dict:
+        """Device copies of ``seq``'s GDN slot (ordered after the steps queued before)."""
+        e = self.engine
+        with e.stream:
+            return {n: a[seq.slot].copy() for n, a in self._gdn_states()}
+
+    def restore_state(self, seq, state: dict, tokens) -> None:
+        """Copy a checkpoint into ``seq``'s slot; ``seq`` is then at ``len(tokens)`` tokens (its pages hold the KV)."""
+        e = self.engine
+        with e.stream:
+            for n, a in self._gdn_states():
+                a[seq.slot] = state[n]
+        seq.length = len(tokens)
+
+    def copy_page(self, src: int, dst: int) -> None:
+        """Copy KV page ``src`` into ``dst`` in every attention layer (codes and int8 scales)."""
+        e = self.engine
+        with e.stream:
+            for _, st in e.states.items():
+                if isinstance(st, dict):
+                    for arr in st.values():
+                        arr[dst] = arr[src]
+
+    def settle(self, seq) -> None:
+        """Nothing to settle: the CUDA backend keeps no MTP rows."""
 
     def close(self) -> None:
         """Wait for the stream; the engine's memory is freed with it."""

@@ -75,6 +75,8 @@ class Engine:
         log: callable for progress lines (stderr in the CLI).
         num_pages: KV pages in the pool (default ``max_batch`` sequences of ``max_context`` tokens; the server's
             ``--kv-capacity`` sets it).
+        reserve: more named byte terms of the memory plan, allocated later by the caller (the server's prefix-cache
+            checkpoints).
 
     Raises:
         TargetError: no CuPy / device, or the device cannot run the artifact's arch.
@@ -85,7 +87,8 @@ class Engine:
 
     def __init__(self, art, *, max_context: int = 4096, max_batch: int = 1, prefill_chunk: int = 1024,
                  max_logit_rows: int | None = None, cuda_graph: bool = True, plan: str = "device",
-                 log: Callable[[str], None] | None = None, num_pages: int | None = None):
+                 log: Callable[[str], None] | None = None, num_pages: int | None = None,
+                 reserve: dict | None = None):
         cp = cupy()
         self.cp, self.art, self.log = cp, art, (log or (lambda s: None))
         t0 = time.perf_counter()
@@ -95,6 +98,7 @@ class Engine:
             raise NinfercError(f"max_context ({max_context}), max_batch ({max_batch}), prefill_chunk "
                                f"({prefill_chunk}) and num_pages ({num_pages}) must be >= 1")
         self._num_pages_asked = num_pages
+        self._reserve = dict(reserve or {})
         hdr = art.header
         self.config, self.graph = art.config, art.graph()
         self.target = hdr["target"]["arch"]
@@ -311,6 +315,8 @@ class Engine:
         mp.add("logits", self.max_logit_rows * self.vocab * 4)
         mp.add("metadata", self._meta_layout())
         mp.add("graph_allowance", GRAPH_ALLOWANCE)
+        for name, nbytes in self._reserve.items():
+            mp.add(name, nbytes)
         return mp
 
     def _workspace_sizes(self) -> dict[str, int]:

@@ -19,40 +19,74 @@ class PoolExhausted(NinfercError):
 
 
 class PagePool:
-    """A free list of ``num_pages`` physical KV pages of ``page_size`` tokens each."""
+    """``num_pages`` physical KV pages of ``page_size`` tokens each, with reference counts: a page may be held by
+    several sequences and prefix-cache entries at once (a shared prefix) and returns to the free list when the
+    last holder gives it back.
 
-    def __init__(self, num_pages: int, page_size: int):
+    Args:
+        on_free: called with the pages that just became free (tests fill them with garbage).
+    """
+
+    def __init__(self, num_pages: int, page_size: int, on_free=None):
         if num_pages < 1 or page_size < 1:
             raise ValueError(f"num_pages ({num_pages}) and page_size ({page_size}) must be >= 1")
         self.num_pages, self.page_size = num_pages, page_size
         self._free = list(range(num_pages - 1, -1, -1))  # pop() hands out 0, 1, 2 ...
+        self._refs = [0] * num_pages
+        self.on_free = on_free
 
     @property
     def free(self) -> int:
-        """Pages not handed out."""
+        """Pages not held by anyone."""
         return len(self._free)
 
+    def refs(self, page: int) -> int:
+        """Holders of ``page`` (0 = free)."""
+        return self._refs[page]
+
     def take(self, n: int) -> list[int]:
-        """``n`` pages.  Raises PoolExhausted (pool size, free count, request)."""
+        """``n`` free pages, each with one holder.  Raises PoolExhausted (pool size, free count, request)."""
         if n > len(self._free):
             raise PoolExhausted(f"KV page pool exhausted: {n} pages requested, {len(self._free)} of "
                                 f"{self.num_pages} free (page size {self.page_size} tokens)")
-        return [self._free.pop() for _ in range(n)]
+        out = [self._free.pop() for _ in range(n)]
+        for p in out:
+            self._refs[p] = 1
+        return out
 
-    def give(self, pages: list[int]) -> None:
-        """Return pages to the pool (their contents are never trusted).
+    def share(self, pages: list[int]) -> None:
+        """One more holder for each of ``pages`` (held already).
 
         Raises:
-            ValueError: a page outside the pool, given twice, or already free (a bookkeeping bug that would hand
-                one page to two sequences).
+            ValueError: a page outside the pool or free (sharing it would hand out garbage).
         """
-        free = set(self._free)
         for p in pages:
-            if not 0 <= p < self.num_pages or p in free:
+            if not 0 <= p < self.num_pages or self._refs[p] == 0:
+                raise ValueError(f"KV page {p} shared while {'free' if 0 <= p < self.num_pages else 'out of range'} "
+                                 f"(pool of {self.num_pages} pages)")
+        for p in pages:
+            self._refs[p] += 1
+
+    def give(self, pages: list[int]) -> None:
+        """One holder less for each of ``pages``; those with none left return to the free list (their contents are
+        never trusted).
+
+        Raises:
+            ValueError: a page outside the pool or already free (a bookkeeping bug that would hand one page to two
+                sequences).
+        """
+        for p in pages:
+            if not 0 <= p < self.num_pages or self._refs[p] == 0:
                 raise ValueError(f"KV page {p} returned to a pool of {self.num_pages} pages while "
-                                 f"{'already free' if p in free else 'out of range'}")
-            free.add(p)
-        self._free.extend(reversed(pages))
+                                 f"{'already free' if 0 <= p < self.num_pages else 'out of range'}")
+        freed = []
+        for p in pages:
+            self._refs[p] -= 1
+            if self._refs[p] == 0:
+                freed.append(p)
+        self._free.extend(reversed(freed))
+        if freed and self.on_free is not None:
+            self.on_free(freed)
 
 
 class SlotPool:

@@ -19,6 +19,11 @@ An iteration (:meth:`Scheduler.step`):
 5. one decode step for every request that has a sampled token to append, sample the next token of each, emit,
    and retire those that finished (stop id, stop string, ``max_tokens``).
 
+With a prefix cache (:mod:`ninferc.runtime.prefix_cache`), admission first looks the prompt up: a hit at P
+shares the checkpoint's KV pages, restores its GDN state and starts the prefill at P (``cached_tokens`` = P);
+checkpoints are taken at prefill chunk ends on multiples of the checkpoint interval, at the end of each prompt and
+at the end of each generation; KV pages held only by the cache are released when admission needs them.
+
 Events reach the request's ``sink`` callable on the engine thread: :class:`TokenEvent`, then one
 :class:`FinishEvent` or :class:`ErrorEvent`.
 """
@@ -233,7 +238,8 @@ class _Active:
 
 @dataclass
 class Snapshot:
-    """Counts read by ``/metrics`` and ``/health`` (thread-safe copy)."""
+    """Counts read by ``/metrics`` and ``/health`` (thread-safe copy); ``cache_*`` are the prefix cache's (zero
+    without one)."""
 
     running: int = 0
     waiting: int = 0
@@ -242,6 +248,14 @@ class Snapshot:
     slots_total: int = 0
     slots_free: int = 0
     iterations: int = 0
+    cache_enabled: bool = False
+    cache_checkpoints: int = 0
+    cache_pages: int = 0
+    cache_bytes: int = 0
+    cache_queries: int = 0
+    cache_hits: int = 0
+    cache_query_tokens: int = 0
+    cache_hit_tokens: int = 0
 
 
 class Scheduler:
@@ -254,6 +268,10 @@ class Scheduler:
         pending_timeout_s: seconds a request may wait for admission (then :class:`QueueTimeout`).
         prefill_chunk: most prompt tokens per prefill step.
         spec: speculative decoding (:class:`~ninferc.runtime.spec.SpecConfig`), or None for one token per step.
+        prefix_cache_bytes: byte budget of the prefix cache's checkpoint states; None = no prefix cache.
+        checkpoint_interval: with a prefix cache, also checkpoint every this many prompt tokens during prefill (a
+            multiple of the page size; 0 = only at the ends of prompts and generations).
+        poison_freed: fill KV pages with garbage the moment they become free (tests; the reference backend).
         observer: metrics / log hooks.
         clock: the time source (seconds).
 
@@ -263,7 +281,9 @@ class Scheduler:
     """
 
     def __init__(self, backend, *, max_concurrency: int = 4, max_pending: int = 16, pending_timeout_s: float = 600.0,
-                 prefill_chunk: int = 1024, spec=None, observer: Observer | None = None, clock=time.monotonic):
+                 prefill_chunk: int = 1024, spec=None, prefix_cache_bytes: int | None = None,
+                 checkpoint_interval: int = 0, poison_freed: bool = False, observer: Observer | None = None,
+                 clock=time.monotonic):
         if max_concurrency < 1 or max_pending < 0 or prefill_chunk < 1 or not pending_timeout_s > 0:
             raise NinfercError(f"max_concurrency ({max_concurrency}) and prefill_chunk ({prefill_chunk}) must be >= 1, "
                                f"max_pending ({max_pending}) >= 0 and the pending timeout ({pending_timeout_s} s) > 0")
@@ -280,6 +300,16 @@ class Scheduler:
         self.observer = observer or Observer()
         self.clock = clock
         self.pools = KVPools(backend.num_pages, backend.page_size, backend.num_slots)
+        if poison_freed:
+            self.pools.pages.on_free = lambda pages: backend.poison(pages=pages)
+        self.cache = None
+        if prefix_cache_bytes is not None:
+            if not hasattr(backend, "save_state"):
+                raise NinfercError(f"the {backend.name} backend cannot save GDN state checkpoints: no prefix cache")
+            from ninferc.runtime.prefix_cache import PrefixCache
+
+            self.cache = PrefixCache(self.pools, backend, budget_bytes=prefix_cache_bytes,
+                                     interval=checkpoint_interval)
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._inflight: dict[str, _Active] = {}  # submitted and not finished (guarded by _lock)
@@ -360,6 +390,10 @@ class Scheduler:
         for i in ids:
             self.cancel(i)
 
+    def clear_cache(self) -> None:
+        """Drop every prefix-cache checkpoint (thread-safe: done by the engine thread at its next iteration)."""
+        self._inbox.put(("clear_cache", None))
+
     def has(self, request_id: str) -> bool:
         """Whether ``request_id`` is in flight (thread-safe)."""
         with self._lock:
@@ -419,6 +453,9 @@ class Scheduler:
                 break
             if kind == "new":
                 self.waiting.append(x)
+            elif kind == "clear_cache":
+                if self.cache is not None:
+                    self.cache.clear()
             else:
                 cancels.add(x)
         if not cancels:
@@ -438,17 +475,36 @@ class Scheduler:
                 f"{self.pending_timeout_s:g} s (--pending-timeout-ms)"))
 
     def _admit(self, now: float) -> None:
-        while self.waiting and len(self.running) < self.max_concurrency:
+        pools, cache = self.pools, self.cache
+        spec = self.spec is not None
+        while self.waiting and len(self.running) < self.max_concurrency and pools.slots.free >= 1:
             a = self.waiting[0]
+            prompt = a.req.prompt_ids
             # the KV reservation: prompt + max_tokens (+ the drafts of a last round, which may run past max_tokens)
-            extra = self.spec.draft_tokens if self.spec is not None else 0
-            tokens = min(len(a.req.prompt_ids) + a.req.max_tokens + extra, self.backend.max_context)
-            if not self.pools.can_hold(tokens):
+            extra = self.spec.draft_tokens if spec else 0
+            tokens = min(len(prompt) + a.req.max_tokens + extra, self.backend.max_context)
+            hit = cache.lookup(prompt, mtp=spec) if cache is not None else None
+            shared, copied = cache.shared_and_copied(hit, mtp=spec) if hit is not None else ([], [])
+            fresh = pools.pages_for(tokens) - len(shared)
+            if pools.pages.free < fresh and not (cache is not None and cache.evict_for_pages(fresh)):
+                if hit is not None:
+                    cache.release(hit)
                 break
             self.waiting.popleft()
-            a.seq = self.pools.open(tokens)
-            a.seq.mtp = self.spec is not None
-            if self.spec is not None:
+            a.seq = pools.open_shared(shared, fresh)
+            a.seq.mtp = spec
+            for i, src in enumerate(copied):  # private copies of the pages the sequence will write into
+                self.backend.copy_page(src, a.seq.pages[len(shared) + i])
+            if cache is not None:
+                cache.stats.queries += 1
+                cache.stats.query_tokens += len(prompt)
+            if hit is not None:
+                self.backend.restore_state(a.seq, hit.state, prompt[:hit.length])
+                a.prefilled = a.stats.cached_tokens = hit.length
+                cache.stats.hits += 1
+                cache.stats.hit_tokens += hit.length
+                cache.release(hit)
+            if spec:
                 from ninferc.runtime.spec import SpecStats
 
                 a.stats.spec = SpecStats()
@@ -457,15 +513,28 @@ class Scheduler:
             self.running.append(a)
             self.observer.on_admit(a.stats)
 
+    def _checkpoint(self, a: _Active, tokens, reason: str) -> None:
+        """Checkpoint ``a``'s sequence as it is now (``tokens``: its positions' tokens) into the prefix cache."""
+        if self.cache is None or a.seq is None or a.seq.length != len(tokens) or not tokens:
+            return
+        self.backend.settle(a.seq)
+        self.cache.insert(a.seq, tokens, reason)
+
     def _prefill_one(self) -> bool:
         a = next((a for a in self.running if a.prefilled < len(a.req.prompt_ids)), None)
         if a is None:
             return False
         ids = a.req.prompt_ids
-        chunk = ids[a.prefilled:a.prefilled + self.prefill_chunk]
-        logits = self.backend.prefill(a.seq, chunk)
-        a.prefilled += len(chunk)
+        end = min(a.prefilled + self.prefill_chunk, len(ids))
+        iv = self.cache.interval if self.cache is not None else 0
+        if iv:  # chunks end on the checkpoint interval's multiples, where checkpoints are taken
+            end = min(end, (a.prefilled // iv + 1) * iv)
+        logits = self.backend.prefill(a.seq, ids[a.prefilled:end])
+        a.prefilled = end
+        if iv and end % iv == 0 and end < len(ids):
+            self._checkpoint(a, ids[:end], "interval")
         if a.prefilled == len(ids):
+            self._checkpoint(a, ids, "prompt")
             self._sample([a], logits)
         return True
 
@@ -564,6 +633,10 @@ class Scheduler:
             self._inflight.pop(a.req.request_id, None)
 
     def _finish(self, a: _Active, reason: str, *, flush: bool = True) -> None:
+        if reason in ("stop", "length") and a.seq is not None:  # the end of a generation: a checkpoint for the
+            known = a.req.prompt_ids + a.out_ids  # next turn (when every appended token is known)
+            if a.seq.length <= len(known):
+                self._checkpoint(a, known[:a.seq.length], "generation")
         self._release(a)
         a.stats.finished = self.clock()
         a.stats.finish_reason = reason
@@ -586,3 +659,10 @@ class Scheduler:
             s.pages_total, s.pages_free = self.pools.pages.num_pages, self.pools.pages.free
             s.slots_total, s.slots_free = self.pools.slots.num_slots, self.pools.slots.free
             s.iterations = self.iterations
+            c = self.cache
+            if c is not None:
+                s.cache_enabled = True
+                s.cache_checkpoints, s.cache_pages, s.cache_bytes = c.checkpoints, c.pages_held(), c.bytes
+                st = c.stats
+                s.cache_queries, s.cache_hits = st.queries, st.hits
+                s.cache_query_tokens, s.cache_hit_tokens = st.query_tokens, st.hit_tokens

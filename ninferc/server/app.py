@@ -3,7 +3,7 @@ rendering, SSE streaming, metrics. It never touches the backend: requests go to 
 scheduler's thread-safe ``submit`` / ``cancel``, and come back as events on an asyncio queue.
 
 Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``, ``GET /v1/models``, ``GET /health``,
-``GET /metrics``. Every response carries ``x-request-id`` (the client's, when it sent one). Errors use the OpenAI
+``GET /metrics``, ``POST /reset_prefix_cache`` (drop the prefix cache's checkpoints; vLLM's name). Every response carries ``x-request-id`` (the client's, when it sent one). Errors use the OpenAI
 shape ``{"error": {"message", "type", "param", "code"}}`` and never carry a traceback.
 """
 
@@ -124,6 +124,19 @@ def create_app(state: ServerState):
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
         return PlainTextResponse(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/reset_prefix_cache")
+    async def reset_prefix_cache(request: Request):
+        """Drop every prefix-cache checkpoint (vLLM's route name); the engine does it at its next iteration."""
+        _auth(state, request)
+        sched = state.engine.scheduler
+        if sched is None:
+            raise HTTPError(503, f"the engine is not ready ({state.engine.state})", "service_unavailable",
+                            code="not_ready")
+        if sched.cache is None:
+            raise HTTPError(400, "the prefix cache is off (--no-prefix-cache)", code="no_prefix_cache")
+        sched.clear_cache()
+        return {"status": "ok"}
 
     @app.get("/v1/models")
     async def models(request: Request):

@@ -22,6 +22,11 @@ name                                         type       meaning
 ``ninferc:inter_token_latency_seconds``      histogram  time between a request's consecutive tokens
 ``ninferc:e2e_request_latency_seconds``      histogram  arrival to finish
 ``ninferc:request_queue_time_seconds``       histogram  arrival to admission
+``ninferc:prefix_cache_queries`` / ``_hits``  counter    admitted requests looked up / that reused a prefix
+``ninferc:prefix_cache_query_tokens``        counter    their prompt tokens / the tokens served from the cache
+/ ``_hit_tokens``
+``ninferc:prefix_cache_checkpoints``,        gauge      checkpoints, KV pages referenced and state bytes held
+``_pages``, ``_bytes``                                  by the prefix cache
 ==========================================  =========  ==========================================================
 
 The per-request log line (stderr, and one JSON object per line with ``--request-log``)::
@@ -38,7 +43,7 @@ import json
 import threading
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from ninferc.runtime.scheduler import Observer, RequestStats, ServingError
 
@@ -72,6 +77,26 @@ class _PoolCollector:
             g = GaugeMetricFamily(name, doc)
             g.add_metric([], float(v))
             yield g
+        if not s.cache_enabled:
+            return
+        for name, doc, v in (
+                ("ninferc:prefix_cache_checkpoints", "GDN state checkpoints held by the prefix cache.",
+                 s.cache_checkpoints),
+                ("ninferc:prefix_cache_pages", "KV pages the prefix cache holds a reference to.", s.cache_pages),
+                ("ninferc:prefix_cache_bytes", "Bytes of checkpoint state held by the prefix cache.", s.cache_bytes)):
+            g = GaugeMetricFamily(name, doc)
+            g.add_metric([], float(v))
+            yield g
+        for name, doc, v in (
+                ("ninferc:prefix_cache_queries", "Admitted requests looked up in the prefix cache.", s.cache_queries),
+                ("ninferc:prefix_cache_hits", "Admitted requests that reused a cached prefix.", s.cache_hits),
+                ("ninferc:prefix_cache_query_tokens", "Prompt tokens of the requests looked up.",
+                 s.cache_query_tokens),
+                ("ninferc:prefix_cache_hit_tokens", "Prompt tokens served from the prefix cache.",
+                 s.cache_hit_tokens)):
+            c = CounterMetricFamily(name, doc)
+            c.add_metric([], float(v))
+            yield c
 
 
 class ServerMetrics(Observer):

@@ -92,7 +92,8 @@ def _idle(srv, timeout=10.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         m = srv.metrics()
-        if (m["ninferc:kv_pages_free"] == m["ninferc:kv_pages_total"]
+        cached = m.get("ninferc:prefix_cache_pages", 0.0)  # idle = every page free but those the cache holds
+        if (m["ninferc:kv_pages_free"] == m["ninferc:kv_pages_total"] - cached
                 and m["ninferc:gdn_slots_free"] == m["ninferc:gdn_slots_total"]
                 and m["ninferc:num_requests_running"] == 0):
             return m
@@ -134,8 +135,11 @@ def _rss_kib(pid: int) -> int:
 
 
 def test_soak_200_requests_16_clients_random_disconnects(start_server, tiny_dir):
-    """No errors but the expected 429s, no leaked pages or slots, resident memory flat within 64 MiB."""
-    srv = start_server(tiny_dir, "--model-id", "tiny", "--max-concurrency", "4", "--max-pending", "8")
+    """No errors but the expected 429s, no leaked pages or slots, resident memory flat within 64 MiB. The prefix
+    cache is on with a 20 MiB budget (~31 checkpoints of the fixture's 0.64 MB GDN state), full after the warm-up,
+    so it evicts throughout (the prompts share prefixes: many hits)."""
+    srv = start_server(tiny_dir, "--model-id", "tiny", "--max-concurrency", "4", "--max-pending", "8",
+                       "--prefix-cache-gib", "0.02", env={"NINFERC_POISON_FREED": "1"})
     rng = random.Random(5)
     jobs = [dict(i=i, n=rng.randint(1, 24), plen=rng.randint(1, 200), stream=rng.random() < 0.5,
                  drop=rng.random() < 0.15) for i in range(200)]
@@ -194,6 +198,7 @@ def test_soak_200_requests_16_clients_random_disconnects(start_server, tiny_dir)
     assert n429[0] > 0  # 16 clients against 4 running + 8 pending: some were refused, and retried
     assert m["ninferc:num_requests_waiting"] == 0
     assert rss1 - rss0 < 64 * 1024, (rss0, rss1)
+    assert m["ninferc:prefix_cache_hits_total"] > 20 and m["ninferc:prefix_cache_bytes"] <= 0.02 * 2**30
     assert httpx.get(srv.url + "/health").status_code == 200
 
 

@@ -1,0 +1,136 @@
+"""Prefix reuse on the reference backend: hits at, just below and just above checkpoints and page boundaries, a
+prefix diverging mid-page, eviction at every request, speculation, shared pages held once -- every output equal to
+the same request with the cache off, over KV pages poisoned the moment they are freed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ninferc.checkpoint import Checkpoint
+from ninferc.reference_backend import ReferenceBatchBackend
+from ninferc.runtime.prefix_cache import page_hashes, prefix_key
+from ninferc.runtime.scheduler import GenerationRequest, Scheduler, TokenEvent
+from ninferc.runtime.spec import SpecConfig
+
+PS = 32  # page size
+
+
+@pytest.fixture(scope="module")
+def ck(tiny_dir):
+    return Checkpoint(tiny_dir, notice=None)
+
+
+@pytest.fixture(scope="module")
+def base(goldens_long):
+    return goldens_long["prompt_ids"][:200]
+
+
+def _sched(ck, *, cache=True, budget=1 << 30, interval=64, spec=None, slots=2, pages=256):
+    be = ReferenceBatchBackend(ck.config, ck, num_pages=pages, page_size=PS, num_slots=slots, max_context=1024)
+    be.poison(pages=range(pages), slots=range(slots))
+    return Scheduler(be, max_concurrency=slots, prefill_chunk=96, prefix_cache_bytes=budget if cache else None,
+                     checkpoint_interval=interval if cache else 0, poison_freed=True,
+                     spec=None if spec is None else SpecConfig(draft_tokens=spec))
+
+
+def _one(s, prompt, n=10):
+    ev = []
+    s.submit(GenerationRequest(f"r{s.iterations}", list(prompt), n, sink=ev.append))
+    while not s.idle:
+        s.step()
+    return [t for e in ev if isinstance(e, TokenEvent) for t in e.ids], ev[-1].stats.cached_tokens
+
+
+def test_hashes_name_the_whole_prefix():
+    a = list(range(100))
+    b = list(range(100))
+    b[3] = 999
+    ha, hb = page_hashes(a, PS), page_hashes(b, PS)
+    assert len(ha) == 3 and all(x != y for x, y in zip(ha, hb))  # a change in page 0 changes every later hash
+    assert prefix_key(a, 70, PS) == prefix_key(a + [5], 70, PS) != prefix_key(a, 71, PS)
+
+
+def test_hits_around_checkpoints_and_page_boundaries_equal_cache_off(ck, base):
+    on = _sched(ck)
+    off = _sched(ck, cache=False)
+    first, cached = _one(on, base)
+    assert cached == 0 and first == _one(off, base)[0]
+    gen_end = base + first[:-1]   # the end-of-generation checkpoint holds the prompt and all but the last token
+    other = [7, 8, 9, 10, 11, 12]
+    cases = {
+        "at an interval checkpoint and page boundary (128)": (base[:128] + other, 128),
+        "one below it": (base[:127] + other, 64),
+        "one above it": (base[:129] + other, 128),
+        "diverging mid-page (150)": (base[:150] + other, 128),
+        "the whole prompt again (the last token is always computed)": (base, 192),
+        "the next turn: prompt, answer and more": (gen_end + [first[-1]] + other, len(gen_end)),
+        "prompt + 1 token (end-of-prompt checkpoint, not page-aligned)": (base + [first[0]], 200),
+    }
+    for name, (prompt, want) in cases.items():
+        got, cached = _one(on, prompt)
+        assert cached == want, name
+        assert got == _one(off, prompt)[0], name
+    st = on.cache.stats
+    assert st.hits == len(cases) and st.hit_tokens == sum(w for _, w in cases.values())
+
+
+def test_eviction_at_every_request_keeps_outputs_and_never_frees_pages_in_use(ck, base):
+    on = _sched(ck)
+    one = on.backend.state_nbytes(type("S", (), {"slot": 0, "mtp": False})())
+    tiny = _sched(ck, budget=one + one // 2, interval=64)  # room for one checkpoint: every insert evicts
+    off = _sched(ck, cache=False)
+    prompts = [base[:120], base[:150] + [1, 2], base[:90], base[:200], base[:64] + [3] * 40]
+    for p in prompts:
+        assert _one(tiny, p)[0] == _one(off, p)[0]
+    assert tiny.cache.checkpoints == 1 and tiny.cache.stats.evicted >= len(prompts)
+
+
+def test_pool_accounting_and_clear(ck, base):
+    s = _sched(ck)
+    idle = s.pools.pages.free
+    for p in (base, base[:100] + [4, 5], base[:40]):
+        _one(s, p)
+    assert s.pools.pages.free == idle - s.cache.pages_held() < idle
+    assert s.cache.pages_held() == s.cache.pages_only_cached()
+    s.clear_cache()
+    s.step()
+    assert s.cache.checkpoints == 0 and s.pools.pages.free == idle
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_with_speculation_outputs_equal_cache_off(ck, base, k):
+    on = _sched(ck, spec=k)
+    off = _sched(ck, cache=False)
+    first, _ = _one(on, base, 16)
+    assert first == _one(off, base, 16)[0]
+    for prompt in (base[:128] + [5, 6, 7], base[:160] + [9], base + first[:-1] + [first[-1], 11, 12], base):
+        got, cached = _one(on, prompt, 16)
+        assert cached > 0
+        assert got == _one(off, prompt, 16)[0]
+
+
+def test_concurrent_requests_share_a_system_prompt_once(ck, base):
+    s = _sched(ck, slots=8, pages=256, interval=64)
+    off = _sched(ck, cache=False, slots=8)
+    system = base[:192]
+    _one(s, system + [1])  # the first request leaves checkpoints of the system prompt
+    idle_before = s.pools.pages.free
+    evs = {}
+    tails = [[10 + i, 20 + i, 30 + i] for i in range(8)]
+    for i, t in enumerate(tails):
+        s.submit(GenerationRequest(f"c{i}", system + t, 12, sink=lambda ev, i=i: evs.setdefault(i, []).append(ev)))
+    s.step()  # all 8 admitted this iteration
+    seqs = [a.seq for a in s.running]
+    assert len(seqs) == 8
+    shared = seqs[0].pages[:192 // PS]
+    for q in seqs[1:]:
+        assert q.pages[:len(shared)] == shared  # the system prompt's 6 full pages are held once
+    used = idle_before - s.pools.pages.free
+    assert used < 8 * (-(-(192 + 3 + 12) // PS))  # far fewer pages than 8 private copies
+    while not s.idle:
+        s.step()
+    for i, t in enumerate(tails):
+        got = [x for e in evs[i] if isinstance(e, TokenEvent) for x in e.ids]
+        assert evs[i][-1].stats.cached_tokens == 192
+        assert got == _one(off, system + t, 12)[0]
