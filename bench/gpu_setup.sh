@@ -8,6 +8,7 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . >/tmp/pip-e.log 2>
   || { cat /tmp/pip-e.log; echo "project install failed"; exit 3; }
 export NINFERC_MODELS=$PWD/.fixtures/models
 export PYTHONUNBUFFERED=1
+export NINFERC_REQUIRE_GPU=1   # a missing or broken GPU fails the GPU tests instead of skipping them (tests/conftest.py)
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.max.mem,power.limit,temperature.gpu --format=csv
 python3 -c "import cupy, cuda.bindings, numpy; print('cupy', cupy.__version__, 'cuda-bindings', cuda.bindings.__version__, 'numpy', numpy.__version__); from ninferc.targets.nvrtc import nvrtc_version; print('nvrtc', nvrtc_version())"
 
