@@ -11,23 +11,20 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def models_dir() -> Path:
-    """The folder holding the fixture checkpoints (``qwen35-tiny-code``): ``$NINFERC_MODELS``, else
-    ``../shared/models`` beside the repository, else ``shared/models`` inside it (a device run's copy of the
-    working tree carries ``shared/`` there), else ``/work/shared/models``, else ``.fixtures/models`` in the
-    repository (where device runs carry it).
+    """The folder holding the fixture checkpoints (``qwen35-tiny-code``): ``$NINFERC_MODELS`` when set, else the
+    repository's own copy, ``tests/fixtures`` (byte-identical to the shared fixture; ``tests/test_fixture_copy.py``
+    checks it where ``../shared/models`` is present).
 
     Raises:
-        FileNotFoundError: none of them holds ``qwen35-tiny-code/config.json`` (tests then fail rather
-            than skip: the goldens are the external truth and a silent skip could never fail).
+        FileNotFoundError: the folder lacks ``qwen35-tiny-code/config.json`` (tests then fail rather than skip: the
+            goldens are the external truth and a silent skip could never fail).
     """
-    cands = [os.environ.get("NINFERC_MODELS"), REPO.parent / "shared" / "models", REPO / "shared" / "models",
-             Path("/work/shared/models"), REPO / ".fixtures" / "models"]
-    for c in cands:
-        if c and (Path(c) / "qwen35-tiny-code" / "config.json").is_file():
-            return Path(c)
-    raise FileNotFoundError(
-        "fixture checkpoints not found; set NINFERC_MODELS to the folder holding qwen35-tiny-code "
-        f"(looked in {[str(c) for c in cands if c]})")
+    env = os.environ.get("NINFERC_MODELS")
+    d = Path(env) if env else REPO / "tests" / "fixtures"
+    if not (d / "qwen35-tiny-code" / "config.json").is_file():
+        raise FileNotFoundError(f"fixture checkpoint not found: {d / 'qwen35-tiny-code'} has no config.json "
+                                f"({'$NINFERC_MODELS' if env else 'the repository copy under tests/fixtures'})")
+    return d
 
 
 #: vocabulary of :class:`FakeBackend`
