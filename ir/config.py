@@ -21,6 +21,9 @@ from ninferc.errors import ConfigError
 FULL_ATTENTION = "full_attention"
 LINEAR_ATTENTION = "linear_attention"
 SUPPORTED_MODEL_TYPES = ("qwen3_5_text", "qwen3_5")
+#: most decoder layers a config may declare (the family's largest has 65; a larger number is a broken config that
+#: would make every command build a graph of that many layers before the checkpoint can disagree)
+MAX_LAYERS = 1024
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,8 @@ class ModelConfig:
         Raises:
             ConfigError: unsupported ``model_type``, a missing required field, or inconsistent values.
         """
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{source}: must hold a JSON object, found {type(raw).__name__}")
         mt = raw.get("model_type")
         if mt not in SUPPORTED_MODEL_TYPES:
             raise ConfigError(
@@ -141,16 +146,31 @@ class ModelConfig:
                 raise ConfigError(f"{source}: required field {key!r} is missing")
             return text[key]
 
-        n_layers = int(req("num_hidden_layers"))
+        def num(key: str, v, kind=int):
+            """``v`` as an int (integral numbers only: a fractional size is refused, not truncated) or a float."""
+            ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+            if kind is int and ok and float(v).is_integer():
+                return int(v)
+            if kind is float and ok:
+                return float(v)
+            what = "an integer" if kind is int else "a finite number"
+            raise ConfigError(f"{source}: {key} must be {what}, found {v!r}")
+
+        n_layers = num("num_hidden_layers", req("num_hidden_layers"))
         layer_types = text.get("layer_types")
         if layer_types is None:
-            interval = int(text.get("full_attention_interval", 4))
+            interval = num("full_attention_interval", text.get("full_attention_interval", 4))
             if interval < 1:
                 raise ConfigError(f"{source}: full_attention_interval must be >= 1, found {interval}")
             layer_types = [
                 LINEAR_ATTENTION if (i + 1) % interval else FULL_ATTENTION for i in range(n_layers)
             ]
-        rope = dict(text.get("rope_parameters") or {})
+        rope = text.get("rope_parameters") or {}
+        if not isinstance(rope, dict):
+            raise ConfigError(f"{source}: rope_parameters must be an object, found {type(rope).__name__}")
+        rope = dict(rope)
+        if layer_types is not None and not isinstance(layer_types, (list, tuple)):
+            raise ConfigError(f"{source}: layer_types must be a list, found {type(layer_types).__name__}")
         rope_theta = rope.get("rope_theta", text.get("rope_theta"))
         if rope_theta is None:
             raise ConfigError(f"{source}: required field 'rope_parameters.rope_theta' is missing")
@@ -161,30 +181,30 @@ class ModelConfig:
             )
         prf = rope.get("partial_rotary_factor", text.get("partial_rotary_factor", 0.25))
         eos = text.get("eos_token_id", raw.get("eos_token_id"))
-        eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
-        hidden = int(req("hidden_size"))
-        n_heads = int(req("num_attention_heads"))
+        eos_ids = tuple(num("eos_token_id", e) for e in (eos if isinstance(eos, list) else [] if eos is None else [eos]))
+        hidden = num("hidden_size", req("hidden_size"))
+        n_heads = num("num_attention_heads", req("num_attention_heads"))
         cfg = cls(
             model_type=mt,
             hidden_size=hidden,
-            intermediate_size=int(req("intermediate_size")),
+            intermediate_size=num("intermediate_size", req("intermediate_size")),
             num_hidden_layers=n_layers,
-            vocab_size=int(req("vocab_size")),
-            rms_norm_eps=float(text.get("rms_norm_eps", 1e-6)),
+            vocab_size=num("vocab_size", req("vocab_size")),
+            rms_norm_eps=num("rms_norm_eps", text.get("rms_norm_eps", 1e-6), float),
             layer_types=tuple(layer_types),
             num_attention_heads=n_heads,
-            num_key_value_heads=int(req("num_key_value_heads")),
-            head_dim=int(text.get("head_dim") or hidden // n_heads),
-            rope_theta=float(rope_theta),
-            partial_rotary_factor=float(prf),
-            linear_num_key_heads=int(req("linear_num_key_heads")),
-            linear_num_value_heads=int(req("linear_num_value_heads")),
-            linear_key_head_dim=int(req("linear_key_head_dim")),
-            linear_value_head_dim=int(req("linear_value_head_dim")),
-            linear_conv_kernel_dim=int(text.get("linear_conv_kernel_dim", 4)),
+            num_key_value_heads=num("num_key_value_heads", req("num_key_value_heads")),
+            head_dim=num("head_dim", text.get("head_dim") or hidden // max(n_heads, 1)),
+            rope_theta=num("rope_parameters.rope_theta", rope_theta, float),
+            partial_rotary_factor=num("partial_rotary_factor", prf, float),
+            linear_num_key_heads=num("linear_num_key_heads", req("linear_num_key_heads")),
+            linear_num_value_heads=num("linear_num_value_heads", req("linear_num_value_heads")),
+            linear_key_head_dim=num("linear_key_head_dim", req("linear_key_head_dim")),
+            linear_value_head_dim=num("linear_value_head_dim", req("linear_value_head_dim")),
+            linear_conv_kernel_dim=num("linear_conv_kernel_dim", text.get("linear_conv_kernel_dim", 4)),
             tie_word_embeddings=bool(text.get("tie_word_embeddings", False)),
             hidden_act=str(text.get("hidden_act", "silu")),
-            max_position_embeddings=int(text.get("max_position_embeddings", 32768)),
+            max_position_embeddings=num("max_position_embeddings", text.get("max_position_embeddings", 32768)),
             attention_bias=bool(text.get("attention_bias", False)),
             eos_token_ids=eos_ids,
             bos_token_id=text.get("bos_token_id", raw.get("bos_token_id")),
@@ -278,6 +298,15 @@ class ModelConfig:
             bad("attention_bias=true is not supported by the Qwen3.5 family")
         if not (self.rms_norm_eps > 0 and math.isfinite(self.rms_norm_eps)):
             bad(f"rms_norm_eps must be positive, found {self.rms_norm_eps}")
+        if not (self.rope_theta > 0 and math.isfinite(self.rope_theta)):
+            bad(f"rope_parameters.rope_theta must be positive, found {self.rope_theta}")
+        if not isinstance(self.max_position_embeddings, int) or self.max_position_embeddings < 1:
+            bad(f"max_position_embeddings must be a positive integer, found {self.max_position_embeddings!r}")
+        for e in self.eos_token_ids:
+            if not 0 <= e < self.vocab_size:
+                bad(f"eos_token_id {e} is outside the vocabulary 0..{self.vocab_size - 1} (vocab_size)")
+        if self.num_hidden_layers > MAX_LAYERS:
+            bad(f"num_hidden_layers {self.num_hidden_layers} is implausible (at most {MAX_LAYERS})")
 
     def to_dict(self) -> dict:
         """JSON-serialisable dict (the artifact header stores it); inverse of :meth:`from_dict`."""

@@ -32,6 +32,8 @@ SKIPPED_PREFIXES = {
     "model.mtp.": "multi-token-prediction head",
 }
 _DTYPES = {"bfloat16": "bf16", "float32": "f32"}
+#: problems one checkpoint error lists (the rest are counted)
+MAX_PROBLEMS_SHOWN = 20
 
 
 class Checkpoint(Mapping):
@@ -124,7 +126,10 @@ class Checkpoint(Mapping):
             problems.append(f"unexpected {hf}")
         if problems:
             head = f"checkpoint {str(self.dir)!r} does not match its config ({len(problems)} problems):"
-            raise CheckpointError("\n  ".join([head] + problems))
+            shown = problems[:MAX_PROBLEMS_SHOWN]
+            if len(problems) > MAX_PROBLEMS_SHOWN:
+                shown.append(f"... and {len(problems) - MAX_PROBLEMS_SHOWN} more")
+            raise CheckpointError("\n  ".join([head] + shown))
 
     # ---- Mapping interface --------------------------------------------------------------------
     def __getitem__(self, ir_name: str) -> np.ndarray:

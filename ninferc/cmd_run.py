@@ -46,12 +46,14 @@ def open_backend(path: Path, backend: str | None, *, max_context: int | None, cu
         if max_context is None:
             max_context = min(DEFAULT_CONTEXT, ck.config.max_position_embeddings)
         ck.config.check_context(max_context)
-        return (ReferenceBackend(ck.config, ck, max_context=max_context), Tokenizer.from_dir(path), ck.config,
-                max_context)
+        tok = Tokenizer.from_dir(path)
+        tok.check_fits(ck.config.vocab_size, f"{path}/config.json")
+        return ReferenceBackend(ck.config, ck, max_context=max_context), tok, ck.config, max_context
     from ninferc.artifact import Artifact
 
     art = Artifact.open(path)
     tok = art.tokenizer()
+    tok.check_fits(art.config.vocab_size, f"the artifact {path}")
     if max_context is None:
         max_context = int(art.header["compile"]["max_context"])
     art.config.check_context(max_context)

@@ -300,6 +300,7 @@ def open_model(path: Path, backend: str | None, max_context: int | None, *, draf
         gen_cfg = _json_or_empty(gc.read_bytes() if gc.is_file() else None)
         weights, graph, page_size = ck, None, DEFAULT_PAGE_SIZE
         tok = Tokenizer.from_dir(path)
+        tok.check_fits(cfg.vocab_size, f"{path}/config.json")
     else:
         from ninferc.artifact import Artifact
 
@@ -311,6 +312,7 @@ def open_model(path: Path, backend: str | None, max_context: int | None, *, draf
                                  else None)
         page_size = int(art.header["compile"]["page_size"])
         tok = art.tokenizer()
+        tok.check_fits(cfg.vocab_size, f"the artifact {path}")
         backend = backend or "cuda"
         if backend == "cuda":
             def make_cuda(*, num_pages, num_slots, prefill_chunk, cuda_graph, log, cache_bytes=0):

@@ -52,6 +52,9 @@ def compile_model(
     ck = Checkpoint(model_dir)                                    # load: config + lazily read weights
     ck.config.check_context(max_context)
     check_page_size(page_size)                                    # before any work: the KV page's rule
+    from ninferc.tokenizer import Tokenizer
+
+    Tokenizer.from_dir(model_dir).check_fits(ck.config.vocab_size, f"{model_dir}/config.json")  # ids the model has
     graph = build_graph(ck.config, lm_rows="last")                # build: the IR of one model step
     graph = run_pipeline(graph, weights=weights, kv_dtype=kv_dtype,  # passes: validate, fuse, formats, memory
                          dump_dir=dump_ir)

@@ -50,6 +50,16 @@ class Tokenizer:
         return cls(tj.read_text(), json.loads(tc.read_text()) if tc.is_file() else None,
                    ct.read_text() if ct.is_file() else None)
 
+    def check_fits(self, model_vocab: int, where: str = "the model") -> None:
+        """Refuse a tokenizer that can produce ids the model has no embedding row for.
+
+        Raises:
+            CheckpointError: the tokenizer knows more ids than ``model_vocab`` (names both counts).
+        """
+        if self.vocab_size > model_vocab:
+            raise CheckpointError(f"tokenizer.json knows {self.vocab_size} token ids but {where} has {model_vocab} "
+                                  "(vocab_size): a prompt could hold ids the model has no embedding for")
+
     @property
     def vocab_size(self) -> int:
         """Number of ids the tokenizer knows (including added tokens)."""

@@ -87,6 +87,17 @@ def test_qwen3_5_with_text_config_uses_language_model_prefix():
     (lambda d: d.update(layer_types=["linear_attention"] * 3), "layer_types has 3 entries but num_hidden_layers is 4"),
     (lambda d: d.update(layer_types=["linear_attention"] * 3 + ["sliding"]), "layer_types[3] is 'sliding'"),
     (lambda d: d.update(hidden_act="gelu"), "hidden_act 'gelu' is not supported"),
+    (lambda d: d.update(hidden_size=64.5), "hidden_size must be an integer, found 64.5"),
+    (lambda d: d.update(num_hidden_layers="four"), "num_hidden_layers must be an integer, found 'four'"),
+    (lambda d: d.update(vocab_size=True), "vocab_size must be an integer, found True"),
+    (lambda d: d.update(max_position_embeddings=0), "max_position_embeddings must be a positive integer, found 0"),
+    (lambda d: d.update(rope_parameters={"rope_theta": 0}), "rope_parameters.rope_theta must be positive, found 0"),
+    (lambda d: d.update(rope_parameters={"rope_theta": -5.0}), "rope_parameters.rope_theta must be positive"),
+    (lambda d: d.update(rope_parameters=[1e6]), "rope_parameters must be an object, found list"),
+    (lambda d: d.update(eos_token_id=100), "eos_token_id 100 is outside the vocabulary 0..99"),
+    (lambda d: d.update(eos_token_id=[3, -1]), "eos_token_id -1 is outside the vocabulary 0..99"),
+    (lambda d: d.update(num_hidden_layers=10**6, layer_types=None), "num_hidden_layers 1000000 is implausible"),
+    (lambda d: d.update(layer_types="linear_attention"), "layer_types must be a list, found str"),
 ])
 def test_bad_config_errors_name_field_and_value(mutate, needle):
     d = _base()
@@ -94,6 +105,32 @@ def test_bad_config_errors_name_field_and_value(mutate, needle):
     with pytest.raises(ConfigError) as e:
         ModelConfig.from_hf_dict(d)
     assert needle in str(e.value)
+
+
+@pytest.mark.parametrize("raw", [[1, 2], "qwen3_5_text", 7])
+def test_config_json_that_is_not_an_object(tmp_path, raw):
+    d = tmp_path / "ck"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(ConfigError, match="must hold a JSON object"):
+        ModelConfig.from_dir(d)
+
+
+def test_tokenizer_with_more_ids_than_the_model_is_refused(tmp_path, tiny_dir):
+    """A tokenizer that can emit ids past vocab_size: refused by run, serve and compile before any work."""
+    d = tmp_path / "ck"
+    shutil.copytree(tiny_dir, d)
+    tj = json.loads((d / "tokenizer.json").read_text())
+    tj["added_tokens"].append({"id": 4096, "content": "<|extra|>", "single_word": False, "lstrip": False,
+                               "rstrip": False, "normalized": False, "special": True})  # one id past vocab_size
+    (d / "tokenizer.json").chmod(0o644)
+    (d / "tokenizer.json").write_text(json.dumps(tj))
+    want = "tokenizer.json knows 4097 token ids but"
+    for args in (["run", str(d), "--prompt", "x"], ["serve", str(d)],
+                 ["compile", str(d), "--target", "sm_90", "--sku", "h200", "-o", str(tmp_path / "x.ninfer")]):
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 2 and want in r.output, (args, r.output)
+        assert "Traceback" not in r.output
 
 
 def test_qwen3_5_without_text_config():
@@ -204,3 +241,19 @@ def test_bad_mtp_config_fields(mutate, needle):
     with pytest.raises(ConfigError) as e:
         ModelConfig.from_hf_dict(d)
     assert needle in str(e.value)
+
+
+def test_checkpoint_problem_list_is_capped(tmp_path, tiny_dir):
+    """A config declaring twice the layers its shards hold: the error names 20 problems and counts the rest."""
+    d = tmp_path / "ck"
+    shutil.copytree(tiny_dir, d)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["num_hidden_layers"] = 16
+    cfg["layer_types"] = cfg["layer_types"] * 2
+    (d / "config.json").chmod(0o644)
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError) as e:
+        Checkpoint(d, notice=None)
+    msg = str(e.value)
+    n = int(msg.split("(")[1].split(" problems")[0])
+    assert n > 40 and f"... and {n - 20} more" in msg and msg.count("\n  missing ") == 20
