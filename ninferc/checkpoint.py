@@ -134,11 +134,22 @@ class Checkpoint(Mapping):
     # ---- Mapping interface --------------------------------------------------------------------
     def __getitem__(self, ir_name: str) -> np.ndarray:
         """The tensor for IR param ``ir_name`` as stored (bf16 -> ml_dtypes.bfloat16), conv weight
-        squeezed to [C, W]. Raises KeyError for an unknown name."""
+        squeezed to [C, W].
+
+        Every tensor is checked for NaN / Inf as it is read (one pass over the array just read, no second read
+        of the file): a checkpoint with non-finite weights would otherwise decode garbage without a word.
+
+        Raises:
+            KeyError: an unknown name. CheckpointError: the tensor holds non-finite values (names it and the count).
+        """
         hf = self._ir_to_hf[ir_name]
         arr = self._open(self._where[hf]).get_tensor(hf)
         if ir_name.endswith(".gdn.conv") and arr.ndim == 3:
             arr = arr[:, 0, :]
+        if not np.isfinite(arr).all():
+            bad = int(arr.size - np.count_nonzero(np.isfinite(arr)))
+            raise CheckpointError(f"{self.dir}: tensor {hf} has {bad} non-finite values (NaN or Inf) of {arr.size}; "
+                                  "the checkpoint is damaged")
         return arr
 
     def __iter__(self):

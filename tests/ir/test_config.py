@@ -257,3 +257,32 @@ def test_checkpoint_problem_list_is_capped(tmp_path, tiny_dir):
     msg = str(e.value)
     n = int(msg.split("(")[1].split(" problems")[0])
     assert n > 40 and f"... and {n - 20} more" in msg and msg.count("\n  missing ") == 20
+
+
+@pytest.mark.parametrize("name,where", [("model.layers.1.mlp.up_proj.weight", (3, 7)),
+                                        ("model.embed_tokens.weight", (0, 0)),
+                                        ("lm_head.weight", (4095, 0)),
+                                        ("model.layers.0.input_layernorm.weight", (5,))])
+def test_non_finite_weights_are_refused_by_run_and_compile(tmp_path, tiny_dir, name, where):
+    """NaN / Inf in an MLP weight, the embedding, an LM-head row or a norm: every command that reads the weights says
+    which tensor and how many values, instead of decoding garbage."""
+    from safetensors.numpy import save_file
+    from safetensors import safe_open
+
+    d = tmp_path / "ck"
+    shutil.copytree(tiny_dir, d)
+    index = json.loads((d / "model.safetensors.index.json").read_text())["weight_map"]
+    shard = d / index[name]
+    with safe_open(str(shard), framework="np") as f:
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    a = tensors[name].copy()
+    a[where] = np.nan
+    a.reshape(-1)[-1] = np.inf
+    tensors[name] = a
+    shard.chmod(0o644)
+    save_file(tensors, str(shard), metadata={"format": "pt"})
+    for args in (["run", str(d), "--prompt", "def f():", "--max-new", "2"],
+                 ["compile", str(d), "--target", "sm_90", "--sku", "h200", "-o", str(tmp_path / "x.ninfer")]):
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 2, (args, r.output)
+        assert f"tensor {name} has 2 non-finite values" in r.output and "Traceback" not in r.output
