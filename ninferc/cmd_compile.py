@@ -62,5 +62,9 @@ def compile_cmd(model_dir, target, sku, sms, out, max_context, page_size, weight
     def progress(items):
         return tqdm(items, desc="weights", unit="tensor", file=sys.stderr)
 
+    def kernel_progress(total):
+        return tqdm(total=total, desc="kernels", unit="kernel", file=sys.stderr, disable=None)  # None: on a terminal
+
     compile_model(model_dir, arch.name, out, sku=sku, sms=sms, max_context=max_context, page_size=page_size,
-                  weights=recipe_name, kv_dtype=kv_dtype, dump_ir=dump_ir, log=log, progress=progress)
+                  weights=recipe_name, kv_dtype=kv_dtype, dump_ir=dump_ir, log=log, progress=progress,
+                  kernel_progress=kernel_progress)

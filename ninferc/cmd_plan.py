@@ -75,8 +75,18 @@ def plan_cmd(model_dir, target, sku, sms, preset, tokens, batches, max_context, 
 
     plan = plan_for_config(cfg, arch.name, weights=recipe_name(weights, recipe), kv_dtype=kv_dtype,
                            sku=sku, sms=sms, max_context=max_context, page_size=page_size,
-                           decode_batches=batches or DECODE_BATCHES, prefill_tokens=tokens)
+                           decode_batches=batches or DECODE_BATCHES, prefill_tokens=tokens,
+                           progress=_kernel_bar)
     if as_json:
         click.echo(plan.dumps(), nl=False)
     else:
         click.echo(plan.table(), nl=False)
+
+
+def _kernel_bar(total: int):
+    """A progress bar on stderr over the kernels to compile (the first plan of a target compiles for 10-45 s)."""
+    import sys
+
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="kernels", unit="kernel", file=sys.stderr, disable=None)  # None: on a terminal only

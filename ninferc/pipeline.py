@@ -27,6 +27,7 @@ def compile_model(
     dump_ir: str | Path | None = None,
     log: Callable[[str], None] = lambda s: None,
     progress=None,
+    kernel_progress=None,
 ) -> dict:
     """Compile ``model_dir`` for ``target`` (and ``sku`` or ``sms``) into the artifact ``out``.
 
@@ -66,7 +67,8 @@ def compile_model(
     log(f"graph: {sum(graph.count_ops().values())} ops after {n_passes} passes and {len(PIPELINE) - n_passes} shape "
         "checks")
     mp = plan_model(graph, target, sku=sku, sms=sms,              # lower + plan: kernels compiled for the
-                    max_context=max_context, page_size=page_size)  # target, resources read, launches checked
+                    max_context=max_context, page_size=page_size,  # target, resources read, launches checked
+                    progress=kernel_progress)
     log(f"plan: {len(mp.kernels)} kernels for {mp.target} ({mp.sms} SMs)")
     gw = GraphWeights(graph, ck)                                  # emit: weights as the kernels want them
     tensors = {name: LazyTensor(shape, NP_DTYPES[dtype], (lambda n=name: gw[n]))

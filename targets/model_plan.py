@@ -176,8 +176,10 @@ def plan_model(
     decode_batches: Sequence[int] = DECODE_BATCHES,
     prefill_tokens: Sequence[int] = PREFILL_TOKENS,
     options: tuple[str, ...] = DEFAULT_OPTIONS,
+    progress=None,
 ) -> ModelPlan:
-    """Lower ``graph`` and plan it for ``arch`` with a SKU's or an explicit SM count.
+    """Lower ``graph`` and plan it for ``arch`` with a SKU's or an explicit SM count. ``progress``: a bar factory
+    for the kernel compiles (:func:`ninferc.targets.plan.compile_variants`).
 
     Raises:
         PlanError: no SM count / SKU mismatch, or any launch that does not fit (named).
@@ -192,7 +194,7 @@ def plan_model(
     for s in program.steps:
         for v in step_variants(s, a):
             specs[v.uri] = v
-    built = compile_variants(list(specs.values()), a, options=options)
+    built = compile_variants(list(specs.values()), a, options=options, progress=progress)
     resources = {u: r for u, (_, r) in built.items()}
     mp = ModelPlan(a.name, sku_obj, int(sms), program, specs, resources, options=tuple(options), nvrtc=nvrtc_version(),
                    decode_batches=tuple(decode_batches), prefill_tokens=tuple(prefill_tokens),

@@ -546,7 +546,7 @@ def family_variants(fam, problem, arch) -> list[KernelSpec]:
 
 
 def compile_variants(specs: Sequence[KernelSpec], arch: str | Arch, *, options: tuple[str, ...] = DEFAULT_OPTIONS,
-                     jobs: int | None = None) -> dict[str, tuple[CompileResult, KernelResources]]:
+                     jobs: int | None = None, progress=None) -> dict[str, tuple[CompileResult, KernelResources]]:
     """Render, compile (disk-cached) and analyse kernels for one target.
 
     Args:
@@ -554,6 +554,8 @@ def compile_variants(specs: Sequence[KernelSpec], arch: str | Arch, *, options: 
         arch: target.
         options: NVRTC options besides ``-arch``.
         jobs: parallel NVRTC calls (threads; NVRTC releases the GIL); default min(8, len(specs)).
+        progress: None, or ``progress(total)`` returning a tqdm-like bar (``update(n)``, ``set_postfix_str(s)``,
+            ``close()``) advanced once per kernel, its postfix counting disk-cache hits.
 
     Returns:
         URI -> (CompileResult, KernelResources of the spec's entry).
@@ -563,21 +565,34 @@ def compile_variants(specs: Sequence[KernelSpec], arch: str | Arch, *, options: 
     """
     from ninferc.targets.cubin import read_resources
 
+    import threading
+
     a = get_arch(arch)
     unique = {s.uri: s for s in specs}
+    bar = progress(len(unique)) if progress is not None else None
+    lock, hits = threading.Lock(), [0]
 
     def one(spec: KernelSpec):
         res = compile_cubin(spec.render(), a.name, name=spec.uri, options=options)
         kernels = read_resources(res.cubin, a.name, res.ptx)
         if spec.entry not in kernels:
             raise PlanError(f"{spec.uri} on {a.name}: cubin has no entry {spec.entry!r} (has {sorted(kernels)})")
+        if bar is not None:
+            with lock:
+                hits[0] += bool(res.from_cache)
+                bar.set_postfix_str(f"{hits[0]} cached", refresh=False)
+                bar.update(1)
         return spec.uri, (res, kernels[spec.entry])
 
     n = jobs or min(8, max(1, len(unique)))
-    if n == 1 or len(unique) <= 1:
-        return dict(one(s) for s in unique.values())
-    with ThreadPoolExecutor(max_workers=n) as pool:
-        return dict(pool.map(one, unique.values()))
+    try:
+        if n == 1 or len(unique) <= 1:
+            return dict(one(s) for s in unique.values())
+        with ThreadPoolExecutor(max_workers=n) as pool:
+            return dict(pool.map(one, unique.values()))
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def make_plan(
