@@ -181,7 +181,8 @@ class ModelConfig:
             )
         prf = rope.get("partial_rotary_factor", text.get("partial_rotary_factor", 0.25))
         eos = text.get("eos_token_id", raw.get("eos_token_id"))
-        eos_ids = tuple(num("eos_token_id", e) for e in (eos if isinstance(eos, list) else [] if eos is None else [eos]))
+        eos_list = eos if isinstance(eos, list) else [] if eos is None else [eos]
+        eos_ids = tuple(num("eos_token_id", e) for e in eos_list)
         hidden = num("hidden_size", req("hidden_size"))
         n_heads = num("num_attention_heads", req("num_attention_heads"))
         cfg = cls(

@@ -135,10 +135,12 @@ def serve_cmd(path, host, port, model_id, backend, max_context, kv_capacity, max
     ps = opened.page_size
     cache_bytes = None if no_prefix_cache else int(prefix_cache_gib * 2**30)
     if no_prefix_cache and prefix_checkpoint_interval is not None:
-        raise NinfercError("--prefix-checkpoint-interval applies to the prefix cache, which --no-prefix-cache turns off")
+        raise NinfercError("--prefix-checkpoint-interval applies to the prefix cache, which --no-prefix-cache turns "
+                           "off")
     interval = prefill_chunk // ps * ps if prefix_checkpoint_interval is None else prefix_checkpoint_interval
     if interval % ps:
-        raise NinfercError(f"--prefix-checkpoint-interval {interval} is not a multiple of the KV page size ({ps} tokens)")
+        raise NinfercError(f"--prefix-checkpoint-interval {interval} is not a multiple of the KV page size "
+                           f"({ps} tokens)")
     model_id = model_id or (path.stem if path.is_file() else path.name)
     tok = opened.tokenizer
     chat = chat_template_for(tok)

@@ -1,5 +1,5 @@
-"""The engine thread: one thread owns the backend (the GPU) and drives the :class:`~ninferc.runtime.scheduler.Scheduler`;
-the server's asyncio side never touches the backend and talks to it only through the scheduler's thread-safe
+"""The engine thread: one thread owns the backend (the GPU) and drives the
+:class:`~ninferc.runtime.scheduler.Scheduler`; the server's asyncio side never touches the backend and talks to it only through the scheduler's thread-safe
 ``submit`` / ``cancel`` and the events each request's sink receives (DESIGN.md §6b).
 
 States: ``loading`` (the backend is being built on the engine thread), ``ready``, ``failed`` (loading or a step

@@ -293,7 +293,8 @@ class Scheduler:
         if spec is not None and not getattr(backend, "has_mtp", False):
             why = getattr(backend, "no_mtp_reason", None) or (
                 "the checkpoint declares none, or the artifact was compiled without it")
-            raise NinfercError(f"--spec {spec.method}: the {backend.name} backend has no MTP head for this model ({why})")
+            raise NinfercError(f"--spec {spec.method}: the {backend.name} backend has no MTP head for this model "
+                               f"({why})")
         self.backend, self.spec = backend, spec
         self.max_concurrency, self.max_pending = max_concurrency, max_pending
         self.pending_timeout_s, self.prefill_chunk = pending_timeout_s, prefill_chunk

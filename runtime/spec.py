@@ -49,7 +49,8 @@ class SpecConfig:
             raise NinfercError(f"--spec {self.method!r} is not supported; supported: mtp")
         if isinstance(self.draft_tokens, bool) or not isinstance(self.draft_tokens, int) \
                 or not 1 <= self.draft_tokens <= MAX_DRAFT_TOKENS:
-            raise NinfercError(f"--draft-tokens must be an integer in 1..{MAX_DRAFT_TOKENS}, found {self.draft_tokens!r}")
+            raise NinfercError(f"--draft-tokens must be an integer in 1..{MAX_DRAFT_TOKENS}, "
+                               f"found {self.draft_tokens!r}")
 
 
 @dataclass

@@ -3,8 +3,9 @@ rendering, SSE streaming, metrics. It never touches the backend: requests go to 
 scheduler's thread-safe ``submit`` / ``cancel``, and come back as events on an asyncio queue.
 
 Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``, ``GET /v1/models``, ``GET /health``,
-``GET /metrics``, ``POST /reset_prefix_cache`` (drop the prefix cache's checkpoints; vLLM's name). Every response carries ``x-request-id`` (the client's, when it sent one). Errors use the OpenAI
-shape ``{"error": {"message", "type", "param", "code"}}`` and never carry a traceback.
+``GET /metrics``, ``POST /reset_prefix_cache`` (drop the prefix cache's checkpoints; vLLM's name). Every response
+carries ``x-request-id`` (the client's, when it sent one). Errors use the OpenAI shape ``{"error": {"message",
+"type", "param", "code"}}`` and never carry a traceback.
 """
 
 from __future__ import annotations

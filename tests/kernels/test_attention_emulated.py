@@ -30,7 +30,7 @@ from ninferc.ir.tolerances import ATTENTION, BF16_ELEMENTWISE, FP32_REORDER
 from ninferc.targets.kernels import attention as A
 from ninferc.targets.plan import PlanContext, compile_variants
 
-pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU emulator needs g++")
+pytestmark = [pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU emulator needs g++"), pytest.mark.slow]  # slow: seconds each on 2 cores
 
 PREP, DECODE, COMBINE, PREFILL = A.FAMILIES
 ARCH, SMS = "sm_90", 132  # the plan the launches come from (grids, dynamic smem); any target would do

@@ -278,6 +278,7 @@ def host_ctx():
 
 @pytest.mark.parametrize("variant", list(cases.DECODE_VARIANTS))
 @pytest.mark.parametrize("reverse", [False, True], ids=["fwd", "rev"])
+@pytest.mark.slow
 def test_emulated_decode(host_ctx, reverse, variant):
     """The decode kernel variants over fresh / short / long histories, B = 3 and B = 2 (the first sequence of each
     CTA row is the one a preload variant loads before the wait; later ones load after it: grid.y < B below)."""
@@ -289,6 +290,7 @@ def test_emulated_decode(host_ctx, reverse, variant):
 
 @pytest.mark.parametrize("route", ["wy", "chunked"])
 @pytest.mark.parametrize("dv_block", [64, 32, 16])
+@pytest.mark.slow
 def test_emulated_chunk_prefill_tiny(host_ctx, dv_block, route):
     cases.scenario_prefill(cases.HostBackend(reverse=dv_block == 32), host_ctx["sm_90"], gdn.TINY, [0, 3], [70, 1],
                            route=route, dv_block=dv_block)
@@ -296,6 +298,7 @@ def test_emulated_chunk_prefill_tiny(host_ctx, dv_block, route):
 
 @pytest.mark.parametrize("route", ["wy", "chunked"])
 @pytest.mark.parametrize("arch,dv_block", [("sm_86", None), ("sm_90", 128)])
+@pytest.mark.slow
 def test_emulated_chunk_prefill_27b_head(host_ctx, arch, dv_block, route):
     """dk = dv = 128: split into column blocks + gdn_gated_norm (the sm_86 plan's own choice: two V heads on
     82 SMs take the narrowest block), or one fused full-width CTA per head (forced 128, sm_90 only); route wy
@@ -306,6 +309,7 @@ def test_emulated_chunk_prefill_27b_head(host_ctx, arch, dv_block, route):
     assert [ln.route for ln in out["launches"]][2:] == (["wy"] if route == "wy" else []) + want
 
 
+@pytest.mark.slow
 def test_emulated_wy_chunks_of_many_sequences(host_ctx):
     """gdn_chunk_wy maps its flat grid onto every sequence's chunks (here 1 + 3 + 1 + 2 chunks of lengths 1,
     130, 64 and 65, one sequence empty) and its extra CTAs exit; the scan then reads exactly those records."""
@@ -315,11 +319,13 @@ def test_emulated_wy_chunks_of_many_sequences(host_ctx):
     assert wy.grid[0] == gdn.wy_chunks(260, 5) == 8  # 7 chunks needed
 
 
+@pytest.mark.slow
 def test_emulated_recurrent_prefill(host_ctx):
     cases.scenario_prefill(cases.HostBackend(reverse=True), host_ctx["sm_90"], SMALL, [0, 2, 40], [67, 1, 3],
                            route="recurrent")
 
 
+@pytest.mark.slow
 def test_emulated_chain_and_routes(host_ctx):
     cases.scenario_chain(cases.HostBackend(), host_ctx["sm_86"], SMALL)
     cases.scenario_routes_agree(cases.HostBackend(), host_ctx["sm_86"], SMALL, [0, 5], [130, 64])

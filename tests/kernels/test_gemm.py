@@ -27,6 +27,9 @@ from ninferc.targets.occupancy import occupancy
 from ninferc.targets.plan import PlanContext, check_launch, compile_variants
 from ninferc.targets.render import read_template_file
 
+pytestmark = pytest.mark.slow  # seconds each on 2 cores: `pytest -m "not slow"` skips them
+
+
 FAM = GemmFamily()
 #: the template's bk = 64 path (8 chunks per shared row; w4 16-byte units of 32 K), not routed by default
 EXTRA_TILES = (GemmTile(64, 128, 64, 2, 2, 0.9),)

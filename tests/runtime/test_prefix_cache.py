@@ -4,7 +4,6 @@ the same request with the cache off, over KV pages poisoned the moment they are 
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from ninferc.checkpoint import Checkpoint

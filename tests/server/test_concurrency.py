@@ -3,7 +3,6 @@ disconnects returning pages and slots, a bounded soak, and SIGTERM under load.""
 
 from __future__ import annotations
 
-import os
 import random
 import re
 import signal
@@ -13,6 +12,9 @@ import time
 import httpx
 import openai
 import pytest
+
+
+pytestmark = pytest.mark.slow  # seconds each on 2 cores: `pytest -m "not slow"` skips them
 
 
 def _solo_texts(client, prompts, lengths):
@@ -206,7 +208,7 @@ def test_soak_200_requests_16_clients_random_disconnects(start_server, tiny_dir)
 def test_sigterm_under_load_finishes_or_aborts_and_exits_0(start_server, tiny_dir, drain):
     srv = start_server(tiny_dir, "--model-id", "tiny", "--max-concurrency", "2", "--drain-timeout", drain)
     n = 400 if drain == "0.3" else 30
-    out, finish = {}, {}
+    finish = {}
 
     def streamer(i):
         c = openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0, timeout=120)

@@ -17,6 +17,9 @@ from ninferc.sampling import SamplingParams
 from ninferc.tokenizer import Tokenizer
 
 
+pytestmark = pytest.mark.slow  # seconds each on 2 cores: `pytest -m "not slow"` skips them
+
+
 @pytest.fixture(scope="module")
 def servers(start_server, tiny_dir):
     common = ["--model-id", "tiny", "--max-concurrency", "8", "--prefill-chunk", "128"]

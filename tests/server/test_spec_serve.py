@@ -13,6 +13,9 @@ from click.testing import CliRunner
 from ninferc.cli import main
 
 
+pytestmark = pytest.mark.slow  # seconds each on 2 cores: `pytest -m "not slow"` skips them
+
+
 @pytest.fixture(scope="module")
 def spec_server(start_server, tiny_dir):
     return start_server(tiny_dir, "--model-id", "tiny", "--spec", "mtp", "--draft-tokens", "3",

@@ -11,6 +11,9 @@ from ninferc.targets.skus import typical_sku
 
 from ninferc.testing import models_dir
 
+pytestmark = pytest.mark.slow  # seconds each on 2 cores: `pytest -m "not slow"` skips them
+
+
 TINY = models_dir() / "qwen35-tiny-code"
 KEYS = {"kernel", "uri", "threads_per_cta", "registers", "static_smem_bytes", "dynamic_smem_bytes", "local_bytes",
         "ctas_per_sm", "limiter", "cooperative", "coop_cap", "grids"}

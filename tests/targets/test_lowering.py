@@ -10,6 +10,9 @@ from ninferc.targets.lower import arg_names, launch_scalars, lower
 from ninferc.targets.model_plan import plan_model, plan_steps
 
 
+pytestmark = pytest.mark.slow  # seconds each on 2 cores: `pytest -m "not slow"` skips them
+
+
 @pytest.fixture(scope="module", params=["tiny", "27b"])
 def graph(request, tiny_dir):
     cfg = ModelConfig.from_dir(tiny_dir) if request.param == "tiny" else preset("qwen3.8-27b")

@@ -16,6 +16,9 @@ from ninferc.testing import models_dir
 from ninferc.ir.config import ModelConfig, preset
 from ninferc.targets.model_plan import plan_for_config
 
+pytestmark = pytest.mark.slow  # seconds each on 2 cores: `pytest -m "not slow"` skips them
+
+
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden"
 TINY = models_dir() / "qwen35-tiny-code"
