@@ -225,6 +225,25 @@ def _w8_scales_and_codes(wf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return scale, np.clip(np.rint(quot), -127, 127).astype(np.int8)  # round half to even, clip
 
 
+def kv_int8_roundtrip(x, group: int = 64) -> np.ndarray:
+    """What an int8 KV cache holds for fp32 K or V rows ``x`` [..., hd] (hd % ``group`` == 0): per ``group``
+    consecutive elements the w8 rule -- ``scale = fl32(max|x| / 127)`` (1 below the fp32 normal range), ``code =
+    clip(rint(fl32(x / scale)), -127, 127)`` -- read back as ``fl32(code * scale)``. Bit-exact with the attention
+    kernels' quantiser (``ninferc.targets.kernels.attention.quantize_kv`` / ``dequantize_kv``, tested against each
+    other), so the reference executor computes with the values an int8-KV artifact's kernels see.
+
+    Raises:
+        QuantError: hd not a multiple of ``group``.
+    """
+    a = np.asarray(x, F32)
+    hd = a.shape[-1]
+    if hd % group:
+        raise QuantError(f"int8 KV: the head dim ({hd}) must be a multiple of {group}")
+    g = a.reshape(-1, group)
+    scale, codes = _w8_scales_and_codes(g)
+    return (codes.astype(F32) * scale[:, None]).astype(F32).reshape(a.shape)
+
+
 #: w4 scale candidates per group (see the module docstring): magnitudes mag_0 > ... > mag_N between the
 #: absmax rule's scale and the smallest scale that still clips nothing beyond half a step
 W4_SEARCH_STEPS = 10

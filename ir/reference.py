@@ -436,10 +436,17 @@ class ReferenceExecutor:
         raise ValueError(f"reference executor: unknown op kind {k!r} (op {op.name})")
 
     def _kv_append(self, st, name: str, k: np.ndarray, v: np.ndarray):
-        """Append the step's K / V rows [T, Hkv, d] to KV state ``name`` (rounded to bf16 first when emulating
-        storage) and return the whole context's (K, V) [L, Hkv, d] fp32."""
+        """Append the step's K / V rows [T, Hkv, d] to KV state ``name`` and return the whole context's (K, V)
+        [L, Hkv, d] fp32. An int8 KV state (``dtype`` ``i8``: an artifact compiled with ``--kv-dtype int8``) keeps
+        exactly what the int8 cache holds (:func:`ninferc.ir.quant.kv_int8_roundtrip`: per 64 elements, codes and
+        an fp32 scale); a bf16 one is rounded to bf16 when emulating storage, else kept in fp32."""
         k, v = k.astype(F32), v.astype(F32)
-        if self.emulate_storage:
+        spec = self.graph.states.get(name)
+        if spec is not None and spec.dtype == "i8":
+            from ninferc.ir.quant import kv_int8_roundtrip
+
+            k, v = kv_int8_roundtrip(k), kv_int8_roundtrip(v)
+        elif self.emulate_storage:
             k, v = _round_bf16(k), _round_bf16(v)
         return st.kv_append(name, k, v)
 
