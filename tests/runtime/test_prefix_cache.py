@@ -133,3 +133,26 @@ def test_concurrent_requests_share_a_system_prompt_once(ck, base):
         got = [x for e in evs[i] if isinstance(e, TokenEvent) for x in e.ids]
         assert evs[i][-1].stats.cached_tokens == 192
         assert got == _one(off, system + t, 12)[0]
+
+
+def test_with_an_int8_kv_cache_outputs_equal_cache_off(ck, base):
+    from collections import ChainMap
+
+    from ninferc.ir.passes import run_pipeline
+    from ninferc.ir.qwen3_5 import build_graph
+    from ninferc.ir.weights import GraphWeights
+
+    g = run_pipeline(build_graph(ck.config, lm_rows="last"), kv_dtype="int8")
+    w = ChainMap(GraphWeights(g, ck), ck)
+
+    def sched(cache):
+        be = ReferenceBatchBackend(ck.config, w, graph=g, num_pages=128, page_size=PS, num_slots=2, max_context=1024)
+        return Scheduler(be, max_concurrency=2, prefill_chunk=96, prefix_cache_bytes=(1 << 30) if cache else None,
+                         checkpoint_interval=64 if cache else 0, poison_freed=True)
+
+    on, off = sched(True), sched(False)
+    first, _ = _one(on, base)
+    assert first == _one(off, base)[0]
+    for prompt in (base[:128] + [5, 6], base[:170] + [1], base + first[:-1] + [first[-1], 9]):
+        got, cached = _one(on, prompt)
+        assert cached > 0 and got == _one(off, prompt)[0]

@@ -217,3 +217,27 @@ def test_stats_describe():
     st.add(3, 0)
     assert st.tokens_per_round == 2.5 and st.acceptance == 0.5 and st.accepted_at == [1, 1, 1]
     assert st.describe() == "mtp 2.50 tok/round (50 %)"
+
+
+def _int8_kv_backend(ck, **kw):
+    """The reference backend over the compiled graph with an int8 KV cache (and the checkpoint's MTP head)."""
+    from collections import ChainMap
+
+    from ninferc.ir.passes import run_pipeline
+    from ninferc.ir.qwen3_5 import build_graph
+    from ninferc.ir.weights import GraphWeights
+
+    g = run_pipeline(build_graph(ck.config, lm_rows="last"), kv_dtype="int8")
+    kw = {"num_pages": 64, "page_size": 32, "num_slots": 4, "max_context": 512, **kw}
+    return ReferenceBatchBackend(ck.config, ChainMap(GraphWeights(g, ck), ck), graph=g, **kw)
+
+
+@pytest.mark.parametrize("chunk", [64, 1024])
+def test_lossless_with_an_int8_kv_cache(ck, gmtp, chunk):
+    be = _int8_kv_backend(ck)
+    assert be.has_mtp
+    for c in gmtp["cases"][:3]:
+        plain, _ = _generate(be, c["prompt_ids"], 32, chunk=chunk)
+        for k in (1, 3, 5):
+            ids, _ = _generate(be, c["prompt_ids"], 32, k=k, chunk=chunk)
+            assert ids == plain, (c["prompt"], k)
