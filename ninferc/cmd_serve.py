@@ -224,6 +224,7 @@ def serve_cmd(path, host, port, model_id, backend, max_context, kv_capacity, max
         engine.shutdown(0.0)
         if log_file is not None:
             log_file.close()
+        _log(f"ninferc serve: stopped (engine {engine.state})")
     if engine.state == "failed" and engine.error and not state.draining:
         raise NinfercError(f"the engine failed: {engine.error}")
 
@@ -331,13 +332,21 @@ def open_model(path: Path, backend: str | None, max_context: int | None, *, draf
                                mtp_why=CudaBatchBackend.no_mtp_reason)
         weights, graph = art.weights(), art.graph()
 
+    from ninferc.ir.qwen3_5 import mtp_param_specs
+
+    mtp_names = list(mtp_param_specs(cfg))
+    has_mtp = bool(mtp_names) and all(n in weights for n in mtp_names)
+
     def make_reference(*, num_pages, num_slots, prefill_chunk, cuda_graph, log, cache_bytes=0):
+        from ninferc.ir.qwen3_5 import build_mtp_graph
+
         plan = reference_memory_plan(cfg, graph, num_pages=num_pages, page_size=page_size, num_slots=num_slots,
-                                     weights=weights)
+                                     weights=weights, mtp_graph=build_mtp_graph(cfg) if has_mtp else None)
         if cache_bytes:
-            plan.add("prefix_cache", cache_bytes)
-        log(f"memory plan (host memory, reference backend): KV pool {num_pages} pages x {page_size} tokens = "
-            f"{num_pages * page_size} tokens; {num_slots} GDN state slots\n{plan.describe()}")
+            plan.add("prefix_cache_budget", cache_bytes)
+        log(f"memory plan (host memory, reference backend: weights widened to fp32 once, KV kept in fp32): KV pool "
+            f"{num_pages} pages x {page_size} tokens = {num_pages * page_size} tokens; {num_slots} GDN state slots; "
+            f"the prefix cache's budget is an upper bound, used as checkpoints are taken\n{plan.describe()}")
         avail = host_available_bytes()
         if avail is not None:
             try:
@@ -350,13 +359,10 @@ def open_model(path: Path, backend: str | None, max_context: int | None, *, draf
         return ReferenceBatchBackend(cfg, weights, graph=graph, num_pages=num_pages, page_size=page_size,
                                      num_slots=num_slots, max_context=ctx, draft_lm_head=draft_lm_head)
 
-    from ninferc.ir.qwen3_5 import mtp_param_specs
 
-    mtp_names = list(mtp_param_specs(cfg))
-    has_mtp = bool(mtp_names) and all(n in weights for n in mtp_names)
     why = ("the model's config declares no MTP head (mtp_num_hidden_layers)" if not mtp_names else
-           "the artifact carries no MTP weights (compiled without the head); serve the checkpoint directory with "
-           "--backend reference")
+           "the artifact carries no MTP weights (`ninferc compile` does not store the head yet); give the "
+           "checkpoint directory instead (the reference backend)")
     return OpenedModel(backend="reference", tokenizer=tok, config=cfg, max_context=ctx, page_size=page_size,
                        generation_config=gen_cfg, make=make_reference, has_mtp=has_mtp, mtp_why=why)
 

@@ -64,7 +64,7 @@ class CudaBatchBackend:
 
         self.engine = Engine.from_artifact(art, max_context=max_context, max_batch=num_slots, num_pages=num_pages,
                                            prefill_chunk=prefill_chunk, cuda_graph=cuda_graph, log=log,
-                                           reserve={"prefix_cache": cache_bytes} if cache_bytes else None)
+                                           reserve={"prefix_cache_budget": cache_bytes} if cache_bytes else None)
         e = self.engine
         self.page_size, self.num_pages, self.num_slots = e.page_size, e.num_pages, num_slots
         self.max_context, self.vocab_size = max_context, e.vocab

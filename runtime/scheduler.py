@@ -21,8 +21,10 @@ An iteration (:meth:`Scheduler.step`):
 
 With a prefix cache (:mod:`ninferc.runtime.prefix_cache`), admission first looks the prompt up: a hit at P
 shares the checkpoint's KV pages, restores its GDN state and starts the prefill at P (``cached_tokens`` = P);
-checkpoints are taken at prefill chunk ends on multiples of the checkpoint interval, at the end of each prompt and
-at the end of each generation; KV pages held only by the cache are released when admission needs them.
+checkpoints are taken at prefill chunk ends on multiples of the checkpoint interval, one token before the end of
+each prompt (the prefill stops there for one step, so that the same prompt sent again, whose last token must be
+computed for its logits, finds its whole prefix) and at the end of each generation; KV pages held only by the cache
+are released when admission needs them.
 
 Events reach the request's ``sink`` callable on the engine thread: :class:`TokenEvent`, then one
 :class:`FinishEvent` or :class:`ErrorEvent`.
@@ -526,16 +528,20 @@ class Scheduler:
         if a is None:
             return False
         ids = a.req.prompt_ids
-        end = min(a.prefilled + self.prefill_chunk, len(ids))
+        n = len(ids)
+        end = min(a.prefilled + self.prefill_chunk, n)
         iv = self.cache.interval if self.cache is not None else 0
         if iv:  # chunks end on the checkpoint interval's multiples, where checkpoints are taken
             end = min(end, (a.prefilled // iv + 1) * iv)
+        if self.cache is not None and end == n and a.prefilled < n - 1:
+            end = n - 1  # the prompt's checkpoint one token short of its end: it serves this prompt again too
         logits = self.backend.prefill(a.seq, ids[a.prefilled:end])
         a.prefilled = end
-        if iv and end % iv == 0 and end < len(ids):
+        if iv and end % iv == 0 and end < n - 1:
             self._checkpoint(a, ids[:end], "interval")
-        if a.prefilled == len(ids):
-            self._checkpoint(a, ids, "prompt")
+        if self.cache is not None and end == n - 1 and n > 1:
+            self._checkpoint(a, ids[:end], "prompt")
+        if a.prefilled == n:
             self._sample([a], logits)
         return True
 

@@ -86,9 +86,10 @@ class SpecStats:
             self.accepted_at[j] += 1
 
     def describe(self) -> str:
-        """``mtp 3.29 tok/round (76 %)`` (the per-request log's ``spec=`` field)."""
+        """``mtp 3.29 tok/round, 76 % accepted`` (the per-request log's ``spec=`` field: tokens per verify step, and
+        the share of drafted tokens accepted)."""
         tpr, acc = self.tokens_per_round, self.acceptance
-        return f"mtp {tpr or 0:.2f} tok/round ({100 * (acc or 0):.0f} %)"
+        return f"mtp {tpr or 0:.2f} tok/round, {100 * (acc or 0):.0f} % accepted"
 
 
 def _target(sampler: HostSampler, logits: np.ndarray):

@@ -92,22 +92,27 @@ def create_app(state: ServerState):
     app = FastAPI(title="ninferc", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.ninferc = state
 
+    def respond(err: HTTPError):
+        if state.metrics is not None:
+            state.metrics.http_errors.labels(str(err.status)).inc()
+        return err.response()
+
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception):  # never a traceback to the client
-        return HTTPError(500, f"internal error: {type(exc).__name__}: {exc}", "internal_error").response()
+        return respond(HTTPError(500, f"internal error: {type(exc).__name__}: {exc}", "internal_error"))
 
     @app.exception_handler(HTTPError)
     async def _http_error(request: Request, exc: HTTPError):
-        return exc.response()
+        return respond(exc)
 
     @app.exception_handler(404)
     async def _not_found(request: Request, exc):
-        return HTTPError(404, f"no route {request.method} {request.url.path}", code="not_found").response()
+        return respond(HTTPError(404, f"no route {request.method} {request.url.path}", code="not_found"))
 
     @app.exception_handler(405)
     async def _bad_method(request: Request, exc):
-        return HTTPError(405, f"{request.method} is not allowed on {request.url.path}", code="method_not_allowed") \
-            .response()
+        return respond(HTTPError(405, f"{request.method} is not allowed on {request.url.path}",
+                                 code="method_not_allowed"))
 
     @app.get("/health")
     async def health():

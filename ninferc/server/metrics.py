@@ -18,6 +18,8 @@ name                                         type       meaning
 ``ninferc:request_error_total``              counter    requests ended by an error, label ``code``
 ``ninferc:request_rejected_total``           counter    requests refused, label ``reason`` (overloaded,
                                                         queue_timeout, shutting_down)
+``ninferc:http_errors_total``                counter    error responses, label ``status`` (400, 401, 404, 413,
+                                                        429, 503, 500, ...)
 ``ninferc:time_to_first_token_seconds``      histogram  arrival to first token
 ``ninferc:inter_token_latency_seconds``      histogram  time between a request's consecutive tokens
 ``ninferc:e2e_request_latency_seconds``      histogram  arrival to finish
@@ -31,10 +33,13 @@ name                                         type       meaning
 
 The per-request log line (stderr, and one JSON object per line with ``--request-log``)::
 
-    [req ID] done finish=stop prompt=P cached=C gen=G queue=Q ms ttft=T ms prefill=X tok/s decode=Y tok/s wall=W s
+    [req ID] done finish=stop prompt=P cached=C gen=G queue=Qms ttft=Tms prefill=X tok/s decode=Y tok/s wall=Ws
+        steps=S shared=N [spec=mtp 1.62 tok/round, 21 % accepted] [error=CODE: message]
 
-decode = (gen - 1) / (last token time - first token time); prefill = (prompt - cached) / (first token time -
-admission time); both measured by the server.
+queue = arrival to admission; ttft = arrival to the first token; prefill = (prompt - cached) / (first token time -
+admission time), so it includes the iterations the request's chunks waited behind other requests' steps; decode =
+(gen - 1) / (last token time - first token time); steps = decode (or speculative) steps, shared = those it shared
+with other requests. All measured by the server.
 """
 
 from __future__ import annotations
@@ -119,6 +124,8 @@ class ServerMetrics(Observer):
                                registry=r)
         self.errors = Counter("ninferc:request_error", "Requests ended by an error, by code.", ["code"], registry=r)
         self.rejected = Counter("ninferc:request_rejected", "Requests refused, by reason.", ["reason"], registry=r)
+        self.http_errors = Counter("ninferc:http_errors", "Error responses by HTTP status (bad requests, auth, "
+                                   "refusals, engine errors).", ["status"], registry=r)
         self.ttft = Histogram("ninferc:time_to_first_token_seconds", "Arrival to first token.",
                               buckets=TTFT_BUCKETS, registry=r)
         self.itl = Histogram("ninferc:inter_token_latency_seconds", "Time between consecutive tokens of a request.",

@@ -105,11 +105,31 @@ def error_body(message: str, type_: str = "invalid_request_error", param: str | 
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
+#: names pydantic puts in an error's location for the member of a union it tried (not field names)
+_UNION_MEMBERS = {"str", "int", "float", "bool", "none", "dict", "list"}
+
+
+def _is_member(x) -> bool:
+    return isinstance(x, str) and (x in _UNION_MEMBERS or "[" in x or x[:1].isupper() or x.startswith("function-"))
+
+
 def describe_validation_error(exc: ValidationError) -> tuple[str, str | None]:
-    """(message, param) for the first problem of a pydantic validation error, in words a client can act on."""
-    e = exc.errors()[0]
-    loc = [str(x) for x in e.get("loc", ()) if not isinstance(x, int) or True]
-    param = ".".join(loc) or None
+    """(message, param) for the first problem of a pydantic validation error, in words a client can act on: the
+    field's dotted path (list indices included, pydantic's union-member names left out), what it expects and what
+    was found."""
+    errors = exc.errors()
+    e = errors[0]
+    path = []
+    for x in e.get("loc", ()):
+        if _is_member(x):
+            break
+        path.append(str(x))
+    deeper = [err for err in errors if len(err.get("loc", ())) > len(path) + 1]
+    if deeper:  # the value had the right shape but something inside it did not fit: report that
+        e = max(deeper, key=lambda err: len(err["loc"]))
+        path = [str(x) for x in e["loc"] if not _is_member(x)]
+        errors = [e]
+    param = ".".join(path) or None
     if e.get("type") == "extra_forbidden":
         return (f"unsupported field {param!r}: ninferc does not implement it (see the README's server section for "
                 "the fields it accepts)", param)
@@ -117,4 +137,9 @@ def describe_validation_error(exc: ValidationError) -> tuple[str, str | None]:
         return f"required field {param!r} is missing", param
     got = e.get("input")
     shown = repr(got) if not isinstance(got, (dict, list)) else type(got).__name__
+    members = [x for err in errors for x in err.get("loc", ())[len(path):len(path) + 1] if _is_member(x)]
+    if len(members) > 1:  # a union: say which shapes are accepted
+        wanted = " or ".join(dict.fromkeys("a number" if m in ("int", "float") else
+                                           ("a string" if m == "str" else m) for m in members))
+        return f"{param}: expected {wanted} (found {shown[:80]})", param
     return f"{param}: {e.get('msg', 'invalid value')} (found {shown[:80]})", param

@@ -62,9 +62,9 @@ def test_hits_around_checkpoints_and_page_boundaries_equal_cache_off(ck, base):
         "one below it": (base[:127] + other, 64),
         "one above it": (base[:129] + other, 128),
         "diverging mid-page (150)": (base[:150] + other, 128),
-        "the whole prompt again (the last token is always computed)": (base, 192),
+        "the whole prompt again (its checkpoint one token short of the end)": (base, 199),
         "the next turn: prompt, answer and more": (gen_end + [first[-1]] + other, len(gen_end)),
-        "prompt + 1 token (end-of-prompt checkpoint, not page-aligned)": (base + [first[0]], 200),
+        "prompt + 1 token (the first prompt's checkpoint, not page-aligned)": (base + [first[0]], 199),
     }
     for name, (prompt, want) in cases.items():
         got, cached = _one(on, prompt)

@@ -216,7 +216,7 @@ def test_stats_describe():
     st.add(3, 3)
     st.add(3, 0)
     assert st.tokens_per_round == 2.5 and st.acceptance == 0.5 and st.accepted_at == [1, 1, 1]
-    assert st.describe() == "mtp 2.50 tok/round (50 %)"
+    assert st.describe() == "mtp 2.50 tok/round, 50 % accepted"
 
 
 def _int8_kv_backend(ck, **kw):

@@ -138,6 +138,7 @@ def test_metrics_parse_and_count_what_was_sent(start_server, tiny_dir):
     # idle: the only pages in use are those the prefix cache holds
     assert m["ninferc:kv_cache_usage_perc"] == m["ninferc:prefix_cache_pages"] / m["ninferc:kv_pages_total"] > 0
     assert d("ninferc:prefix_cache_queries_total") == 3
+    assert d("ninferc:http_errors_total{status=400}") == 1  # the n = 3 request
 
 
 def test_health_503_while_loading_200_when_ready_503_after_failure(tiny_dir):

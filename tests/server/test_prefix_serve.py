@@ -49,17 +49,18 @@ def test_multi_turn_chat_reuses_turn_one(servers, tiny_dir):
     r2_off = off.chat.completions.create(model="tiny", messages=turn2, max_tokens=24, temperature=0,
                                          extra_body={"chat_template_kwargs": kw})
     assert r2.choices[0].message.content == r2_off.choices[0].message.content
-    # expected: the deepest checkpoint of turn 1 that is a prefix of turn 2 (the end of turn 1's prompt, the end of
-    # its generation, or a multiple of the 128-token checkpoint interval), recomputed here from the token ids
+    # expected: the deepest checkpoint of turn 1 that is a prefix of turn 2 (one token before the end of turn 1's
+    # prompt, the end of its generation, or a multiple of the 128-token checkpoint interval), recomputed here from
+    # the token ids
     p1 = tok.encode(tpl.render(turn1, add_generation_prompt=True, **kw))
     p2 = tok.encode(tpl.render(turn2, add_generation_prompt=True, **kw))
     ck = Checkpoint(tiny_dir, notice=None)
     gen = generate(ReferenceBackend(ck.config, ck), p1, max_new=24, params=SamplingParams(), prefill_chunk=128,
                    stop_ids=(0, 2)).ids
     seen = p1 + gen
-    ends = {len(p1), len(p1) + len(gen) - 1} | set(range(128, len(p1), 128))
+    ends = {len(p1) - 1, len(p1) + len(gen) - 1} | set(range(128, len(p1) - 1, 128))
     want = max(c for c in ends if c <= len(p2) - 1 and seen[:c] == p2[:c])
-    assert want >= len(p1)  # at least turn 1's whole prompt
+    assert want >= len(p1) - 1  # at least turn 1's prompt
     assert r2.usage.prompt_tokens_details.cached_tokens == want
     assert r2.usage.prompt_tokens == len(p2)
     line = srv.wait_for_line(rf"cached={want} ")
@@ -105,6 +106,16 @@ def test_speculation_with_the_prefix_cache_equals_plain(start_server, tiny_dir, 
         assert r.choices[0].text == off.completions.create(model="tiny", prompt=prompt, max_tokens=20,
                                                            temperature=0).choices[0].text
         assert r.usage.prompt_tokens_details.cached_tokens > 0
+
+
+def test_the_same_prompt_again_reuses_all_but_its_last_token(servers):
+    _, on, off = servers
+    prompt = "import sys\n\ndef main(argv):\n    "
+    a = on.completions.create(model="tiny", prompt=prompt, max_tokens=8, temperature=0)
+    b = on.completions.create(model="tiny", prompt=prompt, max_tokens=8, temperature=0)
+    assert b.usage.prompt_tokens_details.cached_tokens == b.usage.prompt_tokens - 1
+    assert a.choices[0].text == b.choices[0].text == off.completions.create(
+        model="tiny", prompt=prompt, max_tokens=8, temperature=0).choices[0].text
 
 
 def test_reset_prefix_cache_restores_idle(servers):
