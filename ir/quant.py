@@ -98,7 +98,7 @@ CODE_RANGE = {"w8": (-127, 127), "w4": (-8, 7)}
 #: largest code magnitude per format (enters the error bound)
 QABS = {"w8": 127, "w4": 8}
 #: the tensor classes of ParamSpec.group a recipe assigns formats to
-GROUPS = ("embedding", "lm_head", "attention", "gdn", "mlp", "norm", "other")
+GROUPS = ("embedding", "lm_head", "attention", "gdn", "mlp", "mtp", "norm", "other")
 #: classes that hold no matrix weight (norms, the GDN conv weight, A_log, dt_bias): always stored as given
 NEVER_QUANTISED = ("norm", "other")
 
@@ -107,13 +107,14 @@ _BF16_ALL = {g: "bf16" for g in GROUPS}
 #: built-in recipes (see :func:`recipe`; the w4 choice of lm_head/embedding is justified there)
 RECIPES: dict[str, dict[str, str]] = {
     "bf16": dict(_BF16_ALL),
-    "w8": {**_BF16_ALL, "attention": "w8", "gdn": "w8", "mlp": "w8"},
-    "w4": {**_BF16_ALL, "attention": "w4", "gdn": "w4", "mlp": "w4", "lm_head": "w8", "embedding": "w8"},
+    "w8": {**_BF16_ALL, "attention": "w8", "gdn": "w8", "mlp": "w8", "mtp": "w8"},
+    "w4": {**_BF16_ALL, "attention": "w4", "gdn": "w4", "mlp": "w4", "mtp": "w4", "lm_head": "w8", "embedding": "w8"},
 }
 
 # Matrix (nn.Linear-type or embedding-table) params by IR name (ninferc.ir.qwen3_5's naming table).
 _MATRIX_NAME = re.compile(
-    r"^(embed|lm_head|L\d+\.(attn\.[qkvo]|gdn\.(in_qkv|in_z|in_b|in_a|out)|mlp\.(gate|up|down)))$")
+    r"^(embed|lm_head|L\d+\.(attn\.[qkvo]|gdn\.(in_qkv|in_z|in_b|in_a|out)|mlp\.(gate|up|down))"
+    r"|mtp\.fc|mtp\.L\d+\.(attn\.[qkvo]|mlp\.(gate|up|down)))$")
 
 
 class QuantError(NinfercError, ValueError):
@@ -390,7 +391,8 @@ def recipe(name: str) -> dict[str, str]:
     ``name`` is a base recipe — ``bf16`` (everything bf16), ``w8`` (attention, GDN and MLP projections
     int8 per channel; embedding, LM head and norms bf16) or ``w4`` (attention, GDN — including the small
     in_b/in_a gate rows — and MLP projections int4 group-64; LM head and embedding int8 per row) —
-    optionally followed by ``,group=format`` overrides, e.g. ``"w4,lm_head=bf16"``.
+    optionally followed by ``,group=format`` overrides, e.g. ``"w4,lm_head=bf16"``. The MTP head's matrices
+    (class ``mtp``: its fc and its decoder layer's projections) follow the projections' format.
 
     Why (measured by bench/quant_fidelity.py on the fixture's goldens.json, 240 positions; mean
     KL(bf16 || quant) in nats — top-1 agreement moves in steps of 1/240 and mostly at near-ties, so KL

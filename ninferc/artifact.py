@@ -251,6 +251,14 @@ class Artifact:
 
         return Graph.from_json(self.header["graph"])
 
+    def mtp_graph(self):
+        """The MTP head's IR graph (:func:`ninferc.ir.qwen3_5.build_mtp_graph`, formatted by the artifact's weight
+        recipe), or None when the model was compiled without one. Its weights are among :meth:`weights`."""
+        from ninferc.ir.graph import Graph
+
+        g = self.header.get("mtp_graph")
+        return None if g is None else Graph.from_json(g)
+
     def tensor_names(self) -> list[str]:
         """Names of the stored tensors, in file order."""
         return list(self._tensors)

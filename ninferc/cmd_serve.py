@@ -301,7 +301,7 @@ def open_model(path: Path, backend: str | None, max_context: int | None, *, draf
         cfg.check_context(ctx)
         gc = path / "generation_config.json"
         gen_cfg = _json_or_empty(gc.read_bytes() if gc.is_file() else None)
-        weights, graph, page_size = ck, None, DEFAULT_PAGE_SIZE
+        weights, graph, page_size, art_mtp = ck, None, DEFAULT_PAGE_SIZE, None
         tok = Tokenizer.from_dir(path)
         tok.check_fits(cfg.vocab_size, f"{path}/config.json")
     else:
@@ -330,18 +330,19 @@ def open_model(path: Path, backend: str | None, max_context: int | None, *, draf
             return OpenedModel(backend="cuda", tokenizer=tok, config=cfg, max_context=ctx, page_size=page_size,
                                generation_config=gen_cfg, make=make_cuda, has_mtp=False,
                                mtp_why=CudaBatchBackend.no_mtp_reason)
-        weights, graph = art.weights(), art.graph()
+        weights, graph, art_mtp = art.weights(), art.graph(), art.mtp_graph()
 
     from ninferc.ir.qwen3_5 import mtp_param_specs
 
     mtp_names = list(mtp_param_specs(cfg))
-    has_mtp = bool(mtp_names) and all(n in weights for n in mtp_names)
+    has_mtp = art_mtp is not None if graph is not None else bool(mtp_names) and all(n in weights for n in mtp_names)
 
     def make_reference(*, num_pages, num_slots, prefill_chunk, cuda_graph, log, cache_bytes=0):
         from ninferc.ir.qwen3_5 import build_mtp_graph
 
+        mtp_graph = art_mtp if art_mtp is not None else build_mtp_graph(cfg) if has_mtp else None
         plan = reference_memory_plan(cfg, graph, num_pages=num_pages, page_size=page_size, num_slots=num_slots,
-                                     weights=weights, mtp_graph=build_mtp_graph(cfg) if has_mtp else None)
+                                     weights=weights, mtp_graph=mtp_graph)
         if cache_bytes:
             plan.add("prefix_cache_budget", cache_bytes)
         log(f"memory plan (host memory, reference backend: weights widened to fp32 once, KV kept in fp32): KV pool "
@@ -357,12 +358,13 @@ def open_model(path: Path, backend: str | None, max_context: int | None, *, draf
                                                           "--max-concurrency")) from None
             log(f"  headroom {avail - plan.total:,} B of {avail:,} B available")
         return ReferenceBatchBackend(cfg, weights, graph=graph, num_pages=num_pages, page_size=page_size,
-                                     num_slots=num_slots, max_context=ctx, draft_lm_head=draft_lm_head)
+                                     num_slots=num_slots, max_context=ctx, draft_lm_head=draft_lm_head,
+                                     mtp_graph=mtp_graph if has_mtp else None)
 
 
     why = ("the model's config declares no MTP head (mtp_num_hidden_layers)" if not mtp_names else
-           "the artifact carries no MTP weights (`ninferc compile` does not store the head yet); give the "
-           "checkpoint directory instead (the reference backend)")
+           "the artifact carries no MTP head (compiled before 2026-12-05, when `ninferc compile` began to store "
+           "it); compile it again")
     return OpenedModel(backend="reference", tokenizer=tok, config=cfg, max_context=ctx, page_size=page_size,
                        generation_config=gen_cfg, make=make_reference, has_mtp=has_mtp, mtp_why=why)
 

@@ -81,6 +81,18 @@ def compile_model(
                         "params": [list(p) for p in spec.params], "threads": spec.threads,
                         "cooperative": spec.cooperative, "source_sha256": hashlib.sha256(src).hexdigest(),
                         "source_blob": f"kernel/{uri}.cu", "resources": mp.resources[uri].to_json()})
+    mtp_json = None
+    if ck.config.mtp_num_hidden_layers:                           # the MTP head: its own small graph, formatted
+        from ninferc.ir.passes.choose_formats import choose_formats  # by the same recipe (class mtp), weights
+        from ninferc.ir.qwen3_5 import build_mtp_graph              # stored beside the model's
+
+        mg = choose_formats(build_mtp_graph(ck.config, lm_rows="last"), weights=weights, kv_dtype=kv_dtype)
+        mgw = GraphWeights(mg, ck)
+        for name, (shape, dtype) in mgw.storage().items():
+            if name not in tensors:
+                tensors[name] = LazyTensor(shape, NP_DTYPES[dtype], (lambda n=name: mgw[n]))
+        mtp_json = mg.to_json()
+        log(f"mtp: {ck.config.mtp_num_hidden_layers} MTP layer(s) stored for speculative decoding")
     for fname in ("tokenizer.json", "tokenizer_config.json", "generation_config.json", "chat_template.jinja"):
         f = model_dir / fname
         if f.is_file():
@@ -93,6 +105,7 @@ def compile_model(
         "compile": {"max_context": max_context, "page_size": page_size, "options": list(mp.options),
                     "weights": weights, "kv_dtype": kv_dtype, "nvrtc": f"{mp.nvrtc[0]}.{mp.nvrtc[1]}"},
         "graph": graph.to_json(),
+        **({"mtp_graph": mtp_json} if mtp_json is not None else {}),
         "plan": mp.to_json(),
         "kernels": kernels,
     }

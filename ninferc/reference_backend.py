@@ -67,25 +67,6 @@ class ReferenceBackend:
         pass
 
 
-class _Overlay(Mapping):
-    """``base`` with some names replaced (the MTP head's view of the weights with a quantised draft LM head)."""
-
-    def __init__(self, base: Mapping, over: dict):
-        self.base, self.over = base, over
-
-    def __getitem__(self, name):
-        return self.over[name] if name in self.over else self.base[name]
-
-    def __contains__(self, name):
-        return name in self.over or name in self.base
-
-    def __iter__(self):
-        return iter(self.base)
-
-    def __len__(self):
-        return len(self.base)
-
-
 class _SlotStates:
     """A mapping state name -> the array of one GDN slot in a pool (what :class:`SequenceState` keeps in a dict):
     reads return the slot's array, writes copy into it."""
@@ -198,14 +179,13 @@ class ReferenceBatchBackend:
             raise NinfercError(f"--draft-lm-head must be bf16, w8 or w4, found {draft_lm_head!r}")
         self.draft_lm_head = draft_lm_head
         if mtp_graph is not None:
-            mw = weights
+            self.mtp_exec = ReferenceExecutor(mtp_graph, weights)
             if draft_lm_head != "bf16":  # the drafts' LM head in a narrower format (verify keeps the full head)
                 from ninferc.ir.quant import dequantize, quantize
 
                 head = next(op.params["weight"] for op in mtp_graph.ops() if op.kind == "LMHead")
-                mw = _Overlay(weights, {head: dequantize(quantize(np.asarray(weights[head]), draft_lm_head,
-                                                                  name=head))})
-            self.mtp_exec = ReferenceExecutor(mtp_graph, mw)
+                values = self.mtp_exec.w(head)  # fp32, dequantised when the artifact stores it quantised
+                self.mtp_exec._w[head] = dequantize(quantize(values, draft_lm_head, name=head))
         self.k_pages, self.v_pages, self.conv, self.recurrent = {}, {}, {}, {}
         states = list(g.states.values()) + (list(mtp_graph.states.values()) if mtp_graph is not None else [])
         self._hidden: dict[int, list] = {}   # slot -> hidden rows of positions mtp_length .. length-1

@@ -241,3 +241,41 @@ def test_lossless_with_an_int8_kv_cache(ck, gmtp, chunk):
         for k in (1, 3, 5):
             ids, _ = _generate(be, c["prompt_ids"], 32, k=k, chunk=chunk)
             assert ids == plain, (c["prompt"], k)
+
+
+@pytest.fixture(scope="module")
+def mtp_artifacts(tmp_path_factory, tiny_dir):
+    from ninferc.pipeline import compile_model
+
+    d = tmp_path_factory.mktemp("mtp_art")
+    out = {}
+    for w in ("bf16", "w4"):
+        out[w] = d / f"tiny_{w}.ninfer"
+        compile_model(tiny_dir, "sm_90", out[w], sku="h200", weights=w)
+    return out
+
+
+def _artifact_backend(path, **kw):
+    from ninferc.artifact import Artifact
+
+    art = Artifact.open(path)
+    kw = {"num_pages": 64, "page_size": 64, "num_slots": 2, "max_context": 512, **kw}
+    return ReferenceBatchBackend(art.config, art.weights(), graph=art.graph(), mtp_graph=art.mtp_graph(), **kw)
+
+
+def test_artifacts_carry_the_mtp_head(mtp_artifacts, gmtp):
+    """compile stores the head (class mtp follows the recipe): from the bf16 artifact the reference backend
+    reproduces a golden speculative run; from the w4 one speculation stays lossless against its own plain run."""
+    from ninferc.artifact import Artifact
+
+    art = Artifact.open(mtp_artifacts["w4"])
+    names = set(art.tensor_names())
+    assert {"mtp.fc", "mtp.fc.scales", "mtp.L0.attn.q", "mtp.norm"} <= names
+    assert art.mtp_graph().params["mtp.fc"].dtype == "w4" and art.mtp_graph().params["lm_head"].dtype == "w8"
+    be = _artifact_backend(mtp_artifacts["bf16"])
+    c = gmtp["cases"][0]
+    ids, fin = _generate(be, c["prompt_ids"], 48, k=3)
+    assert ids == c["greedy_ids"] and fin.stats.spec.per_round == c["spec"]["k3"]["accepted_per_round"]
+    be4 = _artifact_backend(mtp_artifacts["w4"], draft_lm_head="w4")
+    for c in gmtp["cases"][:2]:
+        assert _generate(be4, c["prompt_ids"], 32, k=2)[0] == _generate(be4, c["prompt_ids"], 32)[0]
