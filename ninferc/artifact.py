@@ -176,8 +176,9 @@ class Artifact:
     Raises (from :meth:`open`):
         ArtifactError: missing file (or a directory), bad magic, unknown container/format version (names what
             was found and what is supported), a header checksum mismatch, a header that is not a JSON object or
-            lacks a well-formed payload table (payload_offset, tensors, blobs), or a truncated file (header or
-            payloads extend past the end).
+            lacks a well-formed payload table (payload_offset, tensors, blobs), a truncated file (header or
+            payloads extend past the end), or a header that fails :mod:`ninferc.artifact_schema`'s checks (its
+            shape, its payload table, and its graph, tensors and kernels against what this ninferc builds).
     """
 
     def __init__(self, path: Path, header: dict, mm: mmap.mmap):
@@ -188,8 +189,9 @@ class Artifact:
         self._base = header["payload_offset"]
 
     @classmethod
-    def open(cls, path: str | Path) -> "Artifact":
-        """Open and check an artifact (see class docstring for the errors raised)."""
+    def open(cls, path: str | Path, *, model: bool = True) -> "Artifact":
+        """Open and check an artifact (see class docstring for the errors raised); ``model`` False checks the
+        container only (a `.ninfer` that holds no model)."""
         path = Path(path)
         if path.is_dir():
             raise ArtifactError(f"{path}: a directory, not a .ninfer artifact file (a checkpoint directory is "
@@ -210,11 +212,32 @@ class Artifact:
             if hlen > size - _PREFIX.size:  # (a corrupt length must not become a huge read)
                 raise ArtifactError(f"{path}: truncated inside the header (it declares {hlen} bytes, the file has "
                                     f"{size - _PREFIX.size} after the prefix)")
+            from ninferc.artifact_schema import MAX_HEADER_BYTES
+
+            if hlen > MAX_HEADER_BYTES:
+                raise ArtifactError(f"{path}: the header declares {hlen} bytes, more than the {MAX_HEADER_BYTES} any "
+                                    "ninferc header takes (file corrupt)")
             hdr = f.read(hlen)
         if len(hdr) != hlen:
             raise ArtifactError(f"{path}: truncated inside the header ({len(hdr)} of {hlen} bytes)")
         if hashlib.sha256(hdr).digest() != hsha:
             raise ArtifactError(f"{path}: header checksum mismatch (file corrupt)")
+
+        def mapped():
+            with open(path, "rb") as f:
+                return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+        return cls.from_header_bytes(path, hdr, size, mapped, model=model)
+
+    @classmethod
+    def from_header_bytes(cls, path: Path, hdr: bytes, size: int, mapped: Callable[[], mmap.mmap], *,
+                          model: bool = True) -> "Artifact":
+        """The checks of :meth:`open` after the checksum, on the header bytes ``hdr`` of a file of ``size`` bytes
+        whose payloads ``mapped()`` maps (the fuzzer calls this with edited headers over one file's payloads).
+
+        Raises:
+            ArtifactError: as :meth:`open`.
+        """
         try:
             header = json.loads(hdr)
         except json.JSONDecodeError as exc:
@@ -223,7 +246,7 @@ class Artifact:
             raise ArtifactError(f"{path}: header is a JSON {type(header).__name__}, not an object (file corrupt)")
         fv = header.get("format_version")
         if fv != FORMAT_VERSION:
-            raise ArtifactError(f"{path}: format version {fv} is not supported (supported: {FORMAT_VERSION})")
+            raise ArtifactError(f"{path}: format version {fv!r} is not supported (supported: {FORMAT_VERSION})")
         try:
             end = header["payload_offset"] + max(
                 [t["offset"] + t["nbytes"] for t in header["tensors"]]
@@ -231,11 +254,12 @@ class Artifact:
         except (KeyError, TypeError, IndexError) as exc:
             raise ArtifactError(f"{path}: the header's payload table is missing or malformed ({type(exc).__name__}: "
                                 f"{exc}; file corrupt, or not written by ninferc)") from None
-        if size < end:
+        if not isinstance(end, int) or size < end:
             raise ArtifactError(f"{path}: truncated: payloads end at byte {end} but the file has {size} bytes")
-        with open(path, "rb") as f:
-            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        return cls(path, header, mm)
+        from ninferc.artifact_schema import validate_header
+
+        header = validate_header(path, header, header_end=_PREFIX.size + len(hdr), file_size=size, model=model)
+        return cls(path, header, mapped())
 
     # ---- accessors -------------------------------------------------------------------------------
     @property

@@ -27,7 +27,7 @@ def art_path(tmp_path):
 
 
 def test_round_trip_and_alignment(art_path):
-    a = Artifact.open(art_path)
+    a = Artifact.open(art_path, model=False)
     assert read_container_version(art_path) == CONTAINER_VERSION
     assert a.header["payload_offset"] % ALIGN == 0
     for t in a.header["tensors"] + a.header["blobs"]:
@@ -42,20 +42,20 @@ def test_truncated(art_path):
     data = art_path.read_bytes()
     art_path.write_bytes(data[:-100])
     with pytest.raises(ArtifactError, match="truncated: payloads end at byte"):
-        Artifact.open(art_path)
+        Artifact.open(art_path, model=False)
     art_path.write_bytes(data[:30])
     with pytest.raises(ArtifactError, match="truncated inside the fixed prefix"):
-        Artifact.open(art_path)
+        Artifact.open(art_path, model=False)
 
 
 def test_flipped_byte_names_the_tensor(art_path):
-    a = Artifact.open(art_path)
+    a = Artifact.open(art_path, model=False)
     t = next(t for t in a.header["tensors"] if t["name"] == "n")
     pos = a.header["payload_offset"] + t["offset"] + 5
     data = bytearray(art_path.read_bytes())
     data[pos] ^= 0x40
     art_path.write_bytes(bytes(data))
-    b = Artifact.open(art_path)
+    b = Artifact.open(art_path, model=False)
     b.tensor("w")  # an intact tensor still reads
     with pytest.raises(ArtifactError, match="tensor 'n' is corrupt"):
         b.tensor("n")
@@ -66,7 +66,7 @@ def test_bad_magic(art_path):
     data[:8] = b"GGUF\0\0\0\0"
     art_path.write_bytes(bytes(data))
     with pytest.raises(ArtifactError, match="bad magic"):
-        Artifact.open(art_path)
+        Artifact.open(art_path, model=False)
 
 
 def test_newer_container_version(art_path):
@@ -74,7 +74,7 @@ def test_newer_container_version(art_path):
     data[8:12] = struct.pack("<I", CONTAINER_VERSION + 1)
     art_path.write_bytes(bytes(data))
     with pytest.raises(ArtifactError, match=f"container version {CONTAINER_VERSION + 1} is not supported"):
-        Artifact.open(art_path)
+        Artifact.open(art_path, model=False)
 
 
 def test_header_corruption(art_path):
@@ -82,7 +82,7 @@ def test_header_corruption(art_path):
     data[60] ^= 0x01
     art_path.write_bytes(bytes(data))
     with pytest.raises(ArtifactError, match="header checksum mismatch"):
-        Artifact.open(art_path)
+        Artifact.open(art_path, model=False)
 
 
 def _rewrite_header(path, header_bytes: bytes, hlen: int | None = None):
@@ -114,4 +114,4 @@ def test_garbled_header_with_a_valid_checksum(art_path, header, hlen, needle):
     MemoryError / KeyError / AttributeError from deep inside."""
     _rewrite_header(art_path, header or b"", hlen)
     with pytest.raises(ArtifactError, match=re.escape(needle)):
-        Artifact.open(art_path)
+        Artifact.open(art_path, model=False)
