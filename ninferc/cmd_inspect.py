@@ -56,7 +56,10 @@ def describe_model(cfg) -> list[str]:
 @click.command("inspect")
 @click.argument("path", required=False, type=click.Path(path_type=Path))
 @click.option("--preset", help="a built-in model shape instead of a checkpoint (e.g. qwen3.8-27b)")
-def inspect_cmd(path, preset):
+@click.option("--verify", is_flag=True,
+              help="also read every payload of an artifact and check its sha256 (reads the whole file); an "
+                   "artifact carries kernel source that run / serve compile and launch: run only trusted ones")
+def inspect_cmd(path, preset, verify):
     """Summarise a checkpoint dir, a preset, or a .ninfer artifact."""
     from ninferc.ir.config import preset as get_preset
 
@@ -73,9 +76,16 @@ def inspect_cmd(path, preset):
         raise NinfercError(f"'{path}' does not exist (expected a checkpoint directory, a .ninfer artifact or "
                            "--preset NAME)")
     elif path.is_file():
-        from ninferc.artifact import describe_artifact
+        from ninferc.artifact import Artifact, describe_artifact
 
         lines = describe_artifact(path)
+        if verify:
+            art = Artifact.open(path)
+            art.verify_all()
+            lines.append(f"verified: {len(art.header['tensors'])} tensors and {len(art.header['blobs'])} blobs "
+                         "match their sha256")
+    elif verify:
+        raise NinfercError("--verify checks a .ninfer artifact's payloads; give an artifact file")
     else:
         from ninferc.checkpoint import Checkpoint
 

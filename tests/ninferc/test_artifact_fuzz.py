@@ -117,3 +117,25 @@ def test_fuzzed_headers_fail_cleanly_or_run_unchanged(tiny_art):
     print(f"{N_CASES} edited headers: {refused} refused with a clean error, {accepted} accepted (same output); "
           f"{time.monotonic() - t0:.1f} s")
     assert refused > N_CASES // 2
+
+
+def test_inspect_verify_reads_every_payload(tiny_art, tmp_path):
+    import shutil
+
+    from click.testing import CliRunner
+
+    from ninferc.cli import main
+
+    r = CliRunner().invoke(main, ["inspect", str(tiny_art), "--verify"])
+    assert r.exit_code == 0 and "verified:" in r.output and "match their sha256" in r.output
+    bad = tmp_path / "bad.ninfer"
+    shutil.copy(tiny_art, bad)
+    a = Artifact.open(bad)
+    t = a.header["tensors"][-1]
+    data = bytearray(bad.read_bytes())
+    data[a.header["payload_offset"] + t["offset"] + 3] ^= 0x10
+    bad.write_bytes(bytes(data))
+    r = CliRunner().invoke(main, ["inspect", str(bad), "--verify"])
+    assert r.exit_code == 2 and f"tensor {t['name']!r} is corrupt" in r.output
+    r = CliRunner().invoke(main, ["inspect", "--preset", "qwen3.8-27b", "--verify"])
+    assert r.exit_code == 2 and "--verify checks a .ninfer artifact" in r.output
