@@ -68,6 +68,8 @@ def inspect_cmd(path, preset, verify):
 
         raise NinfercError("give exactly one of MODEL_DIR / FILE.ninfer or --preset NAME (presets: "
                            + ", ".join(PRESETS) + ")")
+    if verify and (preset or not path.is_file()):
+        raise NinfercError("--verify checks a .ninfer artifact's payloads; give an artifact file")
     if preset:
         lines = describe_model(get_preset(preset))
     elif path.suffix == ".ninfer" and not path.exists():
@@ -84,8 +86,7 @@ def inspect_cmd(path, preset, verify):
             art.verify_all()
             lines.append(f"verified: {len(art.header['tensors'])} tensors and {len(art.header['blobs'])} blobs "
                          "match their sha256")
-    elif verify:
-        raise NinfercError("--verify checks a .ninfer artifact's payloads; give an artifact file")
+
     else:
         from ninferc.checkpoint import Checkpoint
 
