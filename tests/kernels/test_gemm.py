@@ -411,7 +411,7 @@ def test_code_to_float_trick_is_exact():
 # rendered template text (the plan goldens record both). Hash of gemm.cu.j2 rendered for the URI below
 # (jinja only, before header inlining), taken before wfmt was added and updated once for the deliberate
 # NINFER_PDL_ENTRY() line (programmatic dependent launch), and again when the cp.async copies moved to
-# ninfer_common's cp_async16 (session 5; the SASS of every sample problem's first variant on sm_86 / sm_89 /
+# ninfer_common's cp_async16 (2026-12-01; the SASS of every sample problem's first variant on sm_86 / sm_89 /
 # sm_90 / sm_120a compared equal before and after); update only with a deliberate change of the bf16 kernel.
 BF16_URI = "gemm__bk32_bm128_bn128_store_f32_stages3_th256_warps_m2_warps_n4"
 BF16_TEMPLATE_SHA256 = "589c7122ea5c132d1b8e1f50ef9fdc33712441cf0395c655bc1ca7184bb9a4b3"
