@@ -132,25 +132,35 @@ def apply_penalties(logits: np.ndarray, p: SamplingParams, prompt_ids, output_co
 
 def filtered_probs(logits: np.ndarray, p: SamplingParams) -> np.ndarray:
     """The distribution sampled from: logits [V] -> probs [V] fp64 after temperature, min-p, top-k, top-p
-    (step 3 of the module docstring; penalties are applied before, by :func:`apply_penalties`)."""
+    (step 3 of the module docstring; penalties are applied before, by :func:`apply_penalties`). Ties at a top-k or
+    top-p cut are resolved by index (value descending, index ascending), as the GPU sampler resolves them.
+
+    Work is done on the candidates only: min-p's set and top-k's (thresholds, no sort of the vocabulary), then a sort
+    of what is left when top-p needs an order (so a 248k vocabulary is sorted only for top-p with neither min-p nor
+    top-k).
+    """
     x = np.asarray(logits, dtype=np.float64) / p.temperature
-    order = np.argsort(-x, kind="stable")
-    keep = np.ones(x.shape[0], bool) if p.top_k == 0 else np.zeros(x.shape[0], bool)
-    if p.top_k:
-        keep[order[: p.top_k]] = True
+    cand = np.arange(x.shape[0])
     if p.min_p > 0.0:  # p_i >= min_p * p_max  <=>  x_i - x_max >= log(min_p)
-        keep &= x - x.max() >= math.log(p.min_p)
-    z = np.where(keep, x, -np.inf)
-    probs = np.exp(z - z.max())
-    probs /= probs.sum()
+        cand = np.flatnonzero(x - x.max() >= math.log(p.min_p))
+    if p.top_k and p.top_k < cand.shape[0]:
+        xc = x[cand]
+        kth = np.partition(xc, xc.shape[0] - p.top_k)[xc.shape[0] - p.top_k]  # the k-th largest value
+        cand = cand[xc >= kth]  # the k largest, plus any ties of the k-th
+        if cand.shape[0] > p.top_k:  # cut the ties by index: sort the few candidates, value desc / index asc
+            order = np.argsort(-x[cand], kind="stable")
+            cand = np.sort(cand[order[:p.top_k]])
+    xc = x[cand]
+    pc = np.exp(xc - xc.max())
+    pc /= pc.sum()
     if p.top_p < 1.0:
-        sp = probs[order]
-        cum = np.cumsum(sp)
-        cut = int(np.searchsorted(cum, p.top_p)) + 1  # smallest prefix with mass >= top_p
-        mask = np.zeros_like(keep)
-        mask[order[:max(cut, 1)]] = True
-        probs = np.where(mask, probs, 0.0)
-        probs /= probs.sum()
+        order = np.argsort(-xc, kind="stable")
+        cum = np.cumsum(pc[order])
+        cut = max(int(np.searchsorted(cum, p.top_p)) + 1, 1)  # smallest prefix with mass >= top_p
+        kept = np.sort(order[:cut])
+        cand, pc = cand[kept], pc[kept] / pc[kept].sum()
+    probs = np.zeros(x.shape[0])
+    probs[cand] = pc
     return probs
 
 
