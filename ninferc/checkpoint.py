@@ -64,9 +64,16 @@ class Checkpoint(Mapping):
         if index.is_file():
             try:
                 wm = json.loads(index.read_text())["weight_map"]
-            except (json.JSONDecodeError, KeyError) as exc:
-                raise CheckpointError(f"{index}: unreadable index ({exc})") from None
+            except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as exc:
+                raise CheckpointError(f"{index}: unreadable index ({type(exc).__name__}: {exc})") from None
+            if not isinstance(wm, dict):
+                raise CheckpointError(f"{index}: weight_map must be an object, found {type(wm).__name__}")
+            root = self.dir.resolve()
             for name, fname in wm.items():
+                f = (self.dir / str(fname)).resolve()
+                if not isinstance(fname, str) or f.parent != root or not f.is_file():
+                    raise CheckpointError(f"{index}: tensor {name!r} is mapped to {fname!r}, which is not a file in "
+                                          f"{self.dir}")
                 self._where[name] = self.dir / fname
         else:
             for f in files:
@@ -97,6 +104,19 @@ class Checkpoint(Mapping):
                 raise CheckpointError(f"{path}: cannot read safetensors file ({exc})") from None
         return self._files[key]
 
+    def _slice(self, hf: str):
+        """The safetensors slice of checkpoint tensor ``hf``.
+
+        Raises:
+            CheckpointError: the index maps it to a file that does not hold it.
+        """
+        f = self._open(self._where[hf])
+        try:
+            return f.get_slice(hf)
+        except Exception:  # noqa: BLE001 -- safetensors' own error types
+            raise CheckpointError(f"{self.dir}: the index maps {hf!r} to {self._where[hf].name}, which does not hold "
+                                  "it") from None
+
     def validate(self) -> None:
         """Check names, shapes and dtypes of every tensor against :func:`param_specs`.
 
@@ -110,7 +130,7 @@ class Checkpoint(Mapping):
             if hf not in self._where:
                 problems.append(f"missing {hf} (IR {ir}, expected shape {list(spec.shape)})")
                 continue
-            sl = self._open(self._where[hf]).get_slice(hf)
+            sl = self._slice(hf)
             shape = tuple(sl.get_shape())
             want = spec.shape
             if ir.endswith(".gdn.conv"):
@@ -143,6 +163,7 @@ class Checkpoint(Mapping):
             KeyError: an unknown name. CheckpointError: the tensor holds non-finite values (names it and the count).
         """
         hf = self._ir_to_hf[ir_name]
+        self._slice(hf)  # a name the file lacks is a CheckpointError, not a traceback
         arr = self._open(self._where[hf]).get_tensor(hf)
         if ir_name.endswith(".gdn.conv") and arr.ndim == 3:
             arr = arr[:, 0, :]
@@ -161,4 +182,4 @@ class Checkpoint(Mapping):
     def stored_dtype(self, ir_name: str) -> str:
         """'bf16', 'f16' or 'f32' as stored in the file."""
         hf = self._ir_to_hf[ir_name]
-        return {"BF16": "bf16", "F32": "f32", "F16": "f16"}[self._open(self._where[hf]).get_slice(hf).get_dtype()]
+        return {"BF16": "bf16", "F32": "f32", "F16": "f16"}[self._slice(hf).get_dtype()]

@@ -48,6 +48,10 @@ def compile_cmd(model_dir, target, sku, sms, out, max_context, page_size, weight
         raise NinfercError(f"-o {out}: is a directory; give the artifact's file name (e.g. {out / 'model.ninfer'})")
     if not out.resolve().parent.is_dir():
         raise NinfercError(f"-o {out}: folder {out.resolve().parent} does not exist")
+    import os
+
+    if not os.access(out.resolve().parent, os.W_OK):  # before the compile, not after it
+        raise NinfercError(f"-o {out}: folder {out.resolve().parent} is not writable")
     if dump_ir is not None:  # made (with its parents) now, so a bad path fails before any work
         if dump_ir.exists() and not dump_ir.is_dir():
             raise NinfercError(f"--dump-ir {dump_ir}: exists and is not a directory")

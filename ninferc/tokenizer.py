@@ -47,8 +47,15 @@ class Tokenizer:
             raise CheckpointError(f"{str(d)!r} has no tokenizer.json")
         tc = d / "tokenizer_config.json"
         ct = d / "chat_template.jinja"
-        return cls(tj.read_text(), json.loads(tc.read_text()) if tc.is_file() else None,
-                   ct.read_text() if ct.is_file() else None)
+        cfg = None
+        if tc.is_file():
+            try:
+                cfg = json.loads(tc.read_text())
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise CheckpointError(f"{tc}: not valid JSON ({exc})") from None
+            if not isinstance(cfg, dict):
+                raise CheckpointError(f"{tc}: must hold a JSON object, found {type(cfg).__name__}")
+        return cls(tj.read_text(), cfg, ct.read_text() if ct.is_file() else None)
 
     def check_fits(self, model_vocab: int, where: str = "the model") -> None:
         """Refuse a tokenizer that can produce ids the model has no embedding row for.

@@ -286,3 +286,42 @@ def test_non_finite_weights_are_refused_by_run_and_compile(tmp_path, tiny_dir, n
         r = CliRunner().invoke(main, args)
         assert r.exit_code == 2, (args, r.output)
         assert f"tensor {name} has 2 non-finite values" in r.output and "Traceback" not in r.output
+
+
+def _copy_with_index(tmp_path, tiny_dir, edit):
+    d = tmp_path / "ck"
+    shutil.copytree(tiny_dir, d)
+    idx = d / "model.safetensors.index.json"
+    data = json.loads(idx.read_text())
+    edit(data["weight_map"])
+    idx.chmod(0o644)
+    idx.write_text(json.dumps(data))
+    return d
+
+
+def test_index_naming_a_file_outside_the_directory_is_refused(tmp_path, tiny_dir):
+    d = _copy_with_index(tmp_path, tiny_dir, lambda wm: wm.update({"lm_head.weight": "../elsewhere.safetensors"}))
+    with pytest.raises(CheckpointError, match="'lm_head.weight' is mapped to '../elsewhere.safetensors', which is not"):
+        Checkpoint(d, notice=None)
+
+
+def test_index_naming_a_tensor_its_shard_lacks_is_refused(tmp_path, tiny_dir):
+    def move(wm):  # point a tensor at the other base shard
+        name = "model.layers.0.mlp.up_proj.weight"
+        wm[name] = next(f for f in set(wm.values()) if f != wm[name] and "mtp" not in f)
+
+    d = _copy_with_index(tmp_path, tiny_dir, move)
+    with pytest.raises(CheckpointError, match="maps 'model.layers.0.mlp.up_proj.weight' to .*, which does not hold it"):
+        Checkpoint(d, notice=None)
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]"])
+def test_invalid_tokenizer_config_is_refused_by_run_and_compile(tmp_path, tiny_dir, text):
+    d = tmp_path / "ck"
+    shutil.copytree(tiny_dir, d)
+    (d / "tokenizer_config.json").chmod(0o644)
+    (d / "tokenizer_config.json").write_text(text)
+    for args in (["run", str(d), "--prompt", "x", "--max-new", "1"],
+                 ["compile", str(d), "--target", "sm_90", "--sku", "h200", "-o", str(tmp_path / "x.ninfer")]):
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 2 and "tokenizer_config.json" in r.output and "Traceback" not in r.output, r.output
