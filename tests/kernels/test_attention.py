@@ -414,7 +414,7 @@ def test_paged_references_reproduce_the_ir_executors_fused_attention_block():
     ex = ReferenceExecutor.__new__(ReferenceExecutor)
     st0 = make_step(p, [0], [100], rng)
     ex.weights, ex._w, ex.emulate_storage = {"qn": st0["q_norm_w"], "kn": st0["k_norm_w"]}, {}, True
-    ex.graph = SimpleNamespace(params={})  # plain (unquantised) params: ReferenceExecutor.w reads them as stored
+    ex.graph = SimpleNamespace(params={}, states={})  # plain params (ReferenceExecutor.w reads them as stored), bf16 KV
     state = SequenceState(kv={"L3.kv": (np.zeros((0, Hkv, hd), np.float32), np.zeros((0, Hkv, hd), np.float32))})
     cache = make_cache(p, [0], [100], rng)
     kp, vp = cache.k_pages, cache.v_pages
