@@ -229,9 +229,15 @@ class ModelConfig:
             ConfigError: the directory or its config.json is missing or not valid JSON, or see
                 :meth:`from_hf_dict`.
         """
+        from ninferc.errors import path_problem
+
         d = Path(model_dir)
+        why = path_problem(d, "a checkpoint directory")
+        if why:
+            raise ConfigError(why)
         if not d.is_dir():
-            raise ConfigError(f"model directory {str(d)!r} does not exist or is not a directory")
+            raise ConfigError(f"{str(d)!r} is a file, not a checkpoint directory (a .ninfer artifact is run, not "
+                              "compiled)")
         path = d / "config.json"
         if not path.is_file():
             raise ConfigError(f"{str(d)!r} has no config.json (expected a Hugging Face checkpoint directory)")

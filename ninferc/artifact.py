@@ -114,6 +114,7 @@ def write_artifact(
         if new_base == base:
             break
         base = new_base
+    _remove_stale_temps(path)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
@@ -138,10 +139,37 @@ def write_artifact(
             f.seek(0)
             f.write(_PREFIX.pack(MAGIC, CONTAINER_VERSION, 0, len(hdr), hashlib.sha256(hdr).digest()))
             f.write(hdr)
+            f.flush()
+            os.fsync(f.fileno())  # the data is on disk before the rename makes it the artifact
         os.replace(tmp, path)
+        try:  # and the rename itself
+            dfd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError:  # a filesystem that cannot fsync a directory: the rename is still atomic
+            pass
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def _remove_stale_temps(path: Path) -> None:
+    """Delete ``<path>.tmp<pid>`` files left by writers that were killed (their process no longer exists)."""
+    for t in path.parent.glob(path.name + ".tmp*"):
+        pid = t.name[len(path.name) + 4:]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            try:
+                t.unlink()
+            except OSError:
+                pass
+        except OSError:  # alive, owned by someone else
+            pass
 
 
 def _specs(tensors: Mapping) -> dict:
@@ -192,7 +220,12 @@ class Artifact:
     def open(cls, path: str | Path, *, model: bool = True) -> "Artifact":
         """Open and check an artifact (see class docstring for the errors raised); ``model`` False checks the
         container only (a `.ninfer` that holds no model)."""
+        from ninferc.errors import path_problem
+
         path = Path(path)
+        why = path_problem(path, "a .ninfer artifact file")
+        if why:
+            raise ArtifactError(why)
         if path.is_dir():
             raise ArtifactError(f"{path}: a directory, not a .ninfer artifact file (a checkpoint directory is "
                                 "compiled first: ninferc compile MODEL_DIR --target ... -o model.ninfer)")

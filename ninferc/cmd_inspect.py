@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ninferc.errors import NinfercError
+from ninferc.errors import NinfercError, path_problem
 
 
 def _fmt_bytes(n: int) -> str:
@@ -68,15 +68,14 @@ def inspect_cmd(path, preset, verify):
 
         raise NinfercError("give exactly one of MODEL_DIR / FILE.ninfer or --preset NAME (presets: "
                            + ", ".join(PRESETS) + ")")
-    if verify and (preset or not path.is_file()):
+    if verify and (preset or path_problem(path, "") is None and not path.is_file()):
         raise NinfercError("--verify checks a .ninfer artifact's payloads; give an artifact file")
     if preset:
         lines = describe_model(get_preset(preset))
-    elif path.suffix == ".ninfer" and not path.exists():
-        raise NinfercError(f"artifact file '{path}' does not exist")
-    elif not path.exists():
-        raise NinfercError(f"'{path}' does not exist (expected a checkpoint directory, a .ninfer artifact or "
-                           "--preset NAME)")
+    elif path.suffix == ".ninfer" and path_problem(path, "a .ninfer artifact"):
+        raise NinfercError(path_problem(path, "a .ninfer artifact"))
+    elif path_problem(path, "a checkpoint directory, a .ninfer artifact or --preset NAME"):
+        raise NinfercError(path_problem(path, "a checkpoint directory, a .ninfer artifact or --preset NAME"))
     elif path.is_file():
         from ninferc.artifact import Artifact, describe_artifact
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ninferc.errors import NinfercError
+from ninferc.errors import NinfercError, path_problem
 from ninferc.sampling import SamplingParams
 
 #: KV capacity of ``ninferc run`` on a checkpoint directory when --max-context is not given (tokens)
@@ -31,8 +31,9 @@ def open_backend(path: Path, backend: str | None, *, max_context: int | None, cu
     from ninferc.reference_backend import ReferenceBackend
     from ninferc.tokenizer import Tokenizer
 
-    if not path.exists():
-        raise NinfercError(f"{str(path)!r} does not exist (expected a checkpoint directory or a .ninfer file)")
+    why = path_problem(path, "a checkpoint directory or a .ninfer file")
+    if why:
+        raise NinfercError(why)
     if path.is_dir():
         from ninferc.checkpoint import Checkpoint
 
@@ -163,8 +164,9 @@ def run_cmd(path, prompt, prompt_file, chat, stop, max_new, max_context, prefill
 
     spec_cfg = spec_config(spec, draft_tokens, draft_lm_head, ctx)
     if spec_cfg is not None:
-        if not path.exists():
-            raise NinfercError(f"{str(path)!r} does not exist (expected a checkpoint directory or a .ninfer file)")
+        why = path_problem(path, "a checkpoint directory or a .ninfer file")
+        if why:
+            raise NinfercError(why)
         opened = open_model(path, backend, max_context, draft_lm_head=draft_lm_head)
         opened.check_spec()
         be, tok, cfg, resolved = None, opened.tokenizer, opened.config, opened.max_context
@@ -194,8 +196,11 @@ def run_cmd(path, prompt, prompt_file, chat, stop, max_new, max_context, prefill
             stop_ids += [t for t in end_of_turn_ids(tok) if t not in stop_ids]
     ids = tok.encode(prompt)
     if len(ids) + max_new > max_context:
+        origin = "the artifact was compiled for" if path.is_file() else "the default for a checkpoint directory"
+        where = (f"--max-context {max_context}" if given("max_context") else
+                 f"the context of {max_context} tokens ({origin}; a larger --max-context raises it)")
         raise NinfercError(f"the prompt ({len(ids)} tokens) plus --max-new {max_new} is {len(ids) + max_new} tokens, "
-                           f"over --max-context {max_context}")
+                           f"over {where}")
     text = TextOutput(tok, stop)
     if spec_cfg is not None:
         return _run_spec(opened, ids, max_new=max_new, params=params, prefill_chunk=min(prefill_chunk, max_context),

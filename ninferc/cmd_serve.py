@@ -19,7 +19,7 @@ from pathlib import Path
 
 import click
 
-from ninferc.errors import NinfercError, RuntimeMemoryError
+from ninferc.errors import NinfercError, RuntimeMemoryError, path_problem
 
 #: the context of a checkpoint directory served without --max-context (tokens)
 DEFAULT_CONTEXT = 4096
@@ -117,8 +117,9 @@ def serve_cmd(path, host, port, model_id, backend, max_context, kv_capacity, max
     from ninferc.server.app import ServerState, create_app
     from ninferc.server.metrics import ServerMetrics
 
-    if not path.exists():
-        raise NinfercError(f"{str(path)!r} does not exist (expected a checkpoint directory or a .ninfer file)")
+    why = path_problem(path, "a checkpoint directory or a .ninfer file")
+    if why:
+        raise NinfercError(why)
     if api_key is not None and not api_key.strip():
         raise NinfercError("--api-key is empty")
     ctx_obj = click.get_current_context()

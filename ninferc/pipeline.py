@@ -13,6 +13,10 @@ from typing import Callable
 from ninferc.errors import NinfercError
 
 
+#: the smallest --max-context an artifact is compiled for: one prompt token and one generated token
+MIN_CONTEXT = 2
+
+
 def compile_model(
     model_dir: str | Path,
     target: str,
@@ -53,6 +57,9 @@ def compile_model(
     ck = Checkpoint(model_dir)                                    # load: config + lazily read weights
     ck.config.check_context(max_context)
     check_page_size(page_size)                                    # before any work: the KV page's rule
+    if max_context < MIN_CONTEXT:
+        raise NinfercError(f"--max-context {max_context} leaves no room for a prompt token and a generated one "
+                           f"(at least {MIN_CONTEXT})")
     from ninferc.tokenizer import Tokenizer
 
     Tokenizer.from_dir(model_dir).check_fits(ck.config.vocab_size, f"{model_dir}/config.json")  # ids the model has

@@ -325,3 +325,21 @@ def test_invalid_tokenizer_config_is_refused_by_run_and_compile(tmp_path, tiny_d
                  ["compile", str(d), "--target", "sm_90", "--sku", "h200", "-o", str(tmp_path / "x.ninfer")]):
         r = CliRunner().invoke(main, args)
         assert r.exit_code == 2 and "tokenizer_config.json" in r.output and "Traceback" not in r.output, r.output
+
+
+def test_paths_that_are_not_files_or_directories_are_named_as_such(tmp_path):
+    """A symlink loop, a FIFO and a character device are called what they are, by every command that takes a path."""
+    import os
+
+    loop = tmp_path / "loop1"
+    os.symlink(tmp_path / "loop2", loop)
+    os.symlink(loop, tmp_path / "loop2")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path, needle in ((loop, "is a symbolic link loop"), (fifo, "is a FIFO, not a file or a directory"),
+                         ("/dev/zero", "is a character device, not a file or a directory")):
+        for args in (["run", str(path), "--prompt", "x"], ["inspect", str(path)], ["serve", str(path)],
+                     ["compile", str(path), "--target", "sm_90", "--sku", "h200", "-o", str(tmp_path / "o.ninfer")],
+                     ["bench", str(path)]):
+            r = CliRunner().invoke(main, args)
+            assert r.exit_code == 2 and needle in r.output and "Traceback" not in r.output, (args, r.output)

@@ -115,3 +115,15 @@ def test_garbled_header_with_a_valid_checksum(art_path, header, hlen, needle):
     _rewrite_header(art_path, header or b"", hlen)
     with pytest.raises(ArtifactError, match=re.escape(needle)):
         Artifact.open(art_path, model=False)
+
+
+def test_a_killed_writers_temp_file_is_removed_by_the_next_write(tmp_path):
+    import subprocess
+    import sys
+
+    p = tmp_path / "m.ninfer"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tmp_path / f"m.ninfer.tmp{int(dead.stdout)}"  # a pid that has exited
+    stale.write_bytes(b"half an artifact")
+    write_artifact(p, {"model": {}}, {"w": np.zeros(4, np.float32)}, {"tokenizer.json": b"{}"})
+    assert not stale.exists() and Artifact.open(p, model=False).tensor("w").shape == (4,)

@@ -90,7 +90,7 @@ def test_run_defaults_to_the_artifacts_compiled_context(tiny_dir, tmp_path):
                                   "--max-context", "16"])
     assert r.exit_code == 0, r.output
     r = CliRunner().invoke(main, ["run", str(out), "--backend", "reference", "--prompt", "abc", "--max-new", "20"])
-    assert r.exit_code == 2 and "over --max-context 16" in r.output, r.output
+    assert r.exit_code == 2 and "over the context of 16 tokens (the artifact was compiled for" in r.output, r.output
     # and `inspect` says so before anything is run
     r = CliRunner().invoke(main, ["inspect", str(out)])
     assert r.exit_code == 0 and "compiled for: max context 16 tokens" in r.output and "KV page 64 tokens" in r.output, \
@@ -146,7 +146,7 @@ def test_cli_rejects_bad_input_clearly(tiny_dir, args, needle):
     (("bench", "--preset", "qwen3.8-27b", "--synthetic-weights", "--weights", "w4", "--recipe", "mlpx=w4"),
      "bad override"),
     (("bench", "--preset", "qwen3.8-27b", "--synthetic-weights", "--prompt-tokens", "5l2"), "comma-separated integers"),
-    (("bench", "missing.ninfer"), "missing.ninfer: no such artifact file"),
+    (("bench", "missing.ninfer"), "'missing.ninfer' does not exist (expected a .ninfer artifact file)"),
     (("bench", "{tiny}"), "a directory, not a .ninfer artifact file"),  # a checkpoint directory is not one
     (("bench", "--preset", "qwen3.8-27b", "--synthetic-weights", "--target", "sm_75"), "unknown target 'sm_75'"),
     (("bench", "--preset", "qwen3.8-27b", "--synthetic-weights", "--target", "sm_89", "--sku", "h200"),
@@ -164,7 +164,7 @@ def test_cli_rejects_bad_input_clearly(tiny_dir, args, needle):
      "--recipe 'mlp=w8,mlp=w4': mlp is given twice"),
     (("bench", "--preset", "qwen3.8-27b", "--synthetic-weights", "--weights", "w4", "--recipe", "embedding=w4"),
      "the embedding gather reads bf16 or w8"),  # the pipeline's check, also before the GPU's
-    (("inspect", "missing.ninfer"), "artifact file 'missing.ninfer' does not exist"),
+    (("inspect", "missing.ninfer"), "'missing.ninfer' does not exist (expected a .ninfer artifact)"),
     (("inspect", "missing.bin"), "'missing.bin' does not exist (expected a checkpoint directory, a .ninfer artifact"),
 ])
 def test_bench_and_inspect_check_arguments_before_the_gpu(tiny_dir, args, needle):
@@ -191,3 +191,10 @@ def test_bench_refuses_an_artifact_context_past_its_model(tmp_path, tiny_dir):
     assert r.exit_code == 0, r.output
     r = CliRunner().invoke(main, ["bench", str(out)])
     assert r.exit_code == 2 and "a KV capacity of 8328 is outside 1..8192" in r.output, r.output
+
+
+def test_compile_refuses_a_context_no_prompt_fits(tiny_dir, tmp_path):
+    r = CliRunner().invoke(main, ["compile", str(tiny_dir), "--target", "sm_89", "--sku", "l20", "-o",
+                                  str(tmp_path / "x.ninfer"), "--max-context", "1"])
+    assert r.exit_code == 2 and "--max-context 1 leaves no room for a prompt token and a generated one" in r.output
+    assert not (tmp_path / "x.ninfer").exists()
