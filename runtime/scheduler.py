@@ -448,26 +448,24 @@ class Scheduler:
         self._update_snapshot()
 
     def _take_inbox(self) -> None:
-        cancels = set()
+        """Apply the inbox in arrival order: a cancellation ends only a request submitted before it (a client that
+        reuses an id right after its request finished must not have the new one cancelled)."""
         while True:
             try:
                 kind, x = self._inbox.get_nowait()
             except queue.Empty:
-                break
+                return
             if kind == "new":
                 self.waiting.append(x)
             elif kind == "clear_cache":
                 if self.cache is not None:
                     self.cache.clear()
             else:
-                cancels.add(x)
-        if not cancels:
-            return
-        for a in [a for a in self.waiting if a.req.request_id in cancels]:
-            self.waiting.remove(a)
-            self._finish(a, "abort")
-        for a in [a for a in self.running if a.req.request_id in cancels]:
-            self._finish(a, "abort")
+                for a in [a for a in self.waiting if a.req.request_id == x]:
+                    self.waiting.remove(a)
+                    self._finish(a, "abort")
+                for a in [a for a in self.running if a.req.request_id == x]:
+                    self._finish(a, "abort")
 
     def _expire(self, now: float) -> None:
         while self.waiting and now - self.waiting[0].stats.arrival > self.pending_timeout_s:

@@ -416,11 +416,13 @@ async def _serve(state: ServerState, request: Request, gen: GenerationRequest, r
     watch = asyncio.ensure_future(_disconnected(request))
     fmt = _Formatter(state, req, gen, chat)
     handed_over = False  # the streaming generator owns the request from then on
+    ended = False  # the engine has ended the request (its finish or error event arrived)
     try:
         first = await _next_or_disconnect(q, watch)
         if first is None:
             return _client_gone()
         if isinstance(first, ErrorEvent):
+            ended = True
             raise HTTPError.of(first.error)
         if req.stream:
             handed_over = True
@@ -430,14 +432,17 @@ async def _serve(state: ServerState, request: Request, gen: GenerationRequest, r
                 if isinstance(ev, TokenEvent):
                     fmt.add(ev)
                 elif isinstance(ev, ErrorEvent):
+                    ended = True
                     raise HTTPError.of(ev.error)
                 ev = await _next_or_disconnect(q, watch)
                 if ev is None:
                     return _client_gone()
+            ended = True
             return fmt.response(ev)
     finally:
         if not handed_over:
-            sched.cancel(rid)  # a no-op once the request has finished; else it ends within one iteration
+            if not ended:
+                sched.cancel(rid)  # the client left (or this handler failed): end it within one iteration
             watch.cancel()
     # streaming: the response starts now (the first event is a token, so the request was admitted)
     include_usage = bool(req.stream_options and req.stream_options.include_usage)

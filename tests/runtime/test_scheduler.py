@@ -162,3 +162,17 @@ def test_batched_greedy_equals_solo_over_garbage_pages(ck, goldens):
     s.submit(_req("again", cases[2]["prompt_ids"], 9, ev))
     _run(s)
     assert _ids(ev["again"]) == cases[2]["greedy_ids"][:9]
+
+
+def test_a_cancel_ends_only_requests_submitted_before_it():
+    """A client reusing a request id right after its request finished: the late cancel of the first must not end
+    the second (the inbox is applied in arrival order)."""
+    s = Scheduler(FakeBackend())
+    ev = {}
+    s.submit(_req("a", [1], 2, ev))
+    _run(s)
+    assert ev["a"][-1].reason == "length"
+    s.cancel("a")                      # arrives late, after the first "a" finished
+    s.submit(_req("a", [5], 3, ev))    # the same id again
+    _run(s)
+    assert ev["a"][-1].reason == "length" and _ids(ev["a"])[-3:] == [6, 7, 8]
