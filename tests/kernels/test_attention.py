@@ -445,10 +445,10 @@ def test_problem_from_the_fixture_config(tiny_dir):
 # ------------------------------------------------------------------------------------------------
 
 #: bf16 URIs of the sample shapes computed before the int8 KV cache existed: bf16 kernels keep their identity
-#: (session 15: the bf16 decode kernel gained its balanced split, template parameter ``balance``, on by default; the
+#: (2026-12-02: the bf16 decode kernel gained its balanced split, template parameter ``balance``, on by default; the
 #: page-aligned kernel's URI is unchanged: AttnDecodeFamily(balance_keys=0))
-#: (session 17: the staged decode kernels, stage_kv "auto", are bf16-only variants; the combine runs 4 CTAs per head)
-#: (session 19: the staged kernel computes its own q and new K / V row, fuse_prep "auto": template parameter prep)
+#: (2026-12-02: the staged decode kernels, stage_kv "auto", are bf16-only variants; the combine runs 4 CTAs per head)
+#: (2026-12-03: the staged kernel computes its own q and new K / V row, fuse_prep "auto": template parameter prep)
 BF16_URIS = {
     "tiny": ["attn_prep__hd64_hkv2_hq4_page64_rot16_th128", "attn_decode__balance16_hd64_hkv2_hq4_page64_th128",
              "attn_decode__balance16_hd64_hkv2_hq4_min_ctas4_page64_prep1_rot16_stage1_th128",
