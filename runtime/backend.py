@@ -72,10 +72,6 @@ class KVPools:
         """Pages that hold ``tokens`` positions (ceil division)."""
         return -(-tokens // self.page_size)
 
-    def can_hold(self, tokens: int) -> bool:
-        """Whether a new sequence of ``tokens`` positions would get a slot and its pages now."""
-        return self.slots.free >= 1 and self.pages.free >= self.pages_for(tokens)
-
     def open_shared(self, shared: list[int], fresh: int) -> Sequence:
         """A new sequence holding a GDN slot, one more reference to each of the ``shared`` pages (a cached prefix)
         and ``fresh`` new pages after them.
@@ -88,19 +84,6 @@ class KVPools:
         seq = Sequence(slot=self.slots.take())
         self.pages.share(shared)
         seq.pages = list(shared) + self.pages.take(fresh)
-        return seq
-
-    def open(self, tokens: int) -> Sequence:
-        """A new sequence holding a GDN slot and the pages of ``tokens`` positions (its KV reservation).
-
-        Raises:
-            PoolExhausted: no slot, or not enough free pages (nothing is taken then).
-        """
-        if self.pages.free < self.pages_for(tokens):
-            raise PoolExhausted(f"KV page pool: {self.pages_for(tokens)} pages needed for {tokens} tokens, "
-                                f"{self.pages.free} of {self.pages.num_pages} free")
-        seq = Sequence(slot=self.slots.take())
-        seq.pages = self.pages.take(self.pages_for(tokens))
         return seq
 
     def close(self, seq: Sequence) -> None:

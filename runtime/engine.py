@@ -565,38 +565,31 @@ class Engine:
         self.device_meta = None
         self._launch_all(self.step_plan("sample_argmax" if greedy else "sample_sample", B, B, B))
 
-    def model_graph(self, B: int):  # noqa: N803
-        """The captured decode step of B sequences without a sampler (captured on first use, one per B): the
-        serving backend samples afterwards with a parameter row per sequence."""
-        key = ("model", B)
+    def _captured(self, key, plans):
+        """The CUDA graph of the step plans ``plans()`` launched in order, captured on first use under ``key``."""
         g = self._graphs.get(key)
         if g is None:
-            model = self.step_plan("decode", B, B, B)
+            sps = plans()
             self.stream.synchronize()
             self.stream.begin_capture()
             try:
-                self._launch_all(model)
+                for sp in sps:
+                    self._launch_all(sp)
             finally:
                 g = self.stream.end_capture()
             self._graphs[key] = g
         return g
 
+    def model_graph(self, B: int):  # noqa: N803
+        """The captured decode step of B sequences without a sampler (captured on first use, one per B): the
+        serving backend samples afterwards with a parameter row per sequence."""
+        return self._captured(("model", B), lambda: [self.step_plan("decode", B, B, B)])
+
     def decode_graph(self, B: int, greedy: bool):  # noqa: N803
         """The captured decode step (+ sampler) for B sequences (captured on first use)."""
-        key = (B, greedy)
-        g = self._graphs.get(key)
-        if g is None:
-            model = self.step_plan("decode", B, B, B)
-            samp = self.step_plan("sample_argmax" if greedy else "sample_sample", B, B, B)
-            self.stream.synchronize()
-            self.stream.begin_capture()
-            try:
-                self._launch_all(model)
-                self._launch_all(samp)
-            finally:
-                g = self.stream.end_capture()
-            self._graphs[key] = g
-        return g
+        return self._captured((B, greedy), lambda: [
+            self.step_plan("decode", B, B, B),
+            self.step_plan("sample_argmax" if greedy else "sample_sample", B, B, B)])
 
     def decode_batch(self, sessions: list["Session"], tokens: list[int] | None = None) -> "DeviceLogits":
         """One decode step of B = ``len(sessions)`` sequences together (each session prefilled, distinct): every
