@@ -1,4 +1,10 @@
-"""`ninferc serve (model.ninfer | MODEL_DIR)`: an OpenAI-compatible HTTP server with continuous batching.
+"""`ninferc serve (model.ninfer | MODEL_DIR | --preset NAME --synthetic-weights)`: an OpenAI-compatible HTTP server
+with continuous batching.
+
+``--preset NAME --synthetic-weights`` serves a built-in model shape (e.g. ``qwen3.8-27b``) with random weights
+generated on the GPU, for serving benchmarks at sizes no fixture has: its tokenizer is a stand-in (id ``i`` <->
+the word ``t{i}``, :meth:`~ninferc.tokenizer.Tokenizer.synthetic`), so clients send prompts as token ids; there is
+no chat template (chat requests get 400) and no generation config.
 
 Start-up: the HTTP server listens at once (``/health`` answers 503 while loading); the engine thread builds the
 backend, printing the memory plan in bytes, and the server then answers 200 on ``/health``. A memory plan over the
@@ -66,7 +72,15 @@ def kv_pages(kv_capacity: str, *, max_concurrency: int, max_context: int, page_s
 
 
 @click.command("serve")
-@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("path", required=False, type=click.Path(path_type=Path))
+@click.option("--preset", default=None, help="serve a built-in model shape instead (e.g. qwen3.8-27b), with "
+              "--synthetic-weights")
+@click.option("--synthetic-weights", is_flag=True, help="with --preset: random weights generated on the GPU")
+@click.option("--weights", "weights_fmt", type=click.Choice(["bf16", "w8", "w4"]), default=None,
+              help="with --preset: weight format of the synthetic weights (as ninferc compile --weights) "
+                   "[default: bf16]")
+@click.option("--kv-dtype", type=click.Choice(["bf16", "int8"]), default=None,
+              help="with --preset: KV cache dtype [default: bf16]")
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to bind (127.0.0.1: this machine only)")
 @click.option("--port", default=8000, type=click.IntRange(0, 65535), show_default=True,
               help="port to bind; 0 picks a free one (printed)")
@@ -104,7 +118,7 @@ def kv_pages(kv_capacity: str, *, max_concurrency: int, max_context: int, page_s
 @click.option("--prefix-checkpoint-interval", default=None, type=click.IntRange(min=0),
               help="also checkpoint every N prompt tokens during prefill (a multiple of the KV page size; 0 = only "
                    "at the ends of prompts and generations) [default: --prefill-chunk rounded down to pages]")
-def serve_cmd(path, host, port, model_id, backend, max_context, kv_capacity, max_concurrency, max_pending,
+def serve_cmd(path, preset, synthetic_weights, weights_fmt, kv_dtype, host, port, model_id, backend, max_context, kv_capacity, max_concurrency, max_pending,
               pending_timeout_ms, prefill_chunk, api_key, request_log, drain_timeout, no_cuda_graph, spec,
               draft_tokens, draft_lm_head, no_prefix_cache, prefix_cache_gib, prefix_checkpoint_interval):
     """Serve a model over the OpenAI API (chat and text completions, streaming), with continuous batching, a
@@ -117,14 +131,26 @@ def serve_cmd(path, host, port, model_id, backend, max_context, kv_capacity, max
     from ninferc.server.app import ServerState, create_app
     from ninferc.server.metrics import ServerMetrics
 
-    why = path_problem(path, "a checkpoint directory or a .ninfer file")
+    if (path is None) == (preset is None):
+        raise NinfercError("give exactly one of a .ninfer file, a checkpoint directory, or --preset NAME "
+                           "--synthetic-weights")
+    if preset is None and (synthetic_weights or weights_fmt or kv_dtype):
+        raise NinfercError("--synthetic-weights/--weights/--kv-dtype apply to --preset; an artifact's formats were "
+                           "chosen by ninferc compile")
+    if preset is not None and not synthetic_weights:
+        raise NinfercError("--preset needs --synthetic-weights (there is no checkpoint to read)")
+    why = path_problem(path, "a checkpoint directory or a .ninfer file") if path is not None else None
     if why:
         raise NinfercError(why)
     if api_key is not None and not api_key.strip():
         raise NinfercError("--api-key is empty")
     ctx_obj = click.get_current_context()
     spec_cfg = spec_config(spec, draft_tokens, draft_lm_head, ctx_obj)
-    opened = open_model(path, backend, max_context, draft_lm_head=draft_lm_head)
+    if preset is not None:
+        opened = open_preset(preset, backend, max_context, weights_fmt=weights_fmt or "bf16",
+                             kv_dtype=kv_dtype or "bf16", max_concurrency=max_concurrency)
+    else:
+        opened = open_model(path, backend, max_context, draft_lm_head=draft_lm_head)
     if opened.backend == "reference" and no_cuda_graph:
         raise NinfercError("--no-cuda-graph applies to the cuda backend")
     if spec_cfg is not None:
@@ -142,7 +168,7 @@ def serve_cmd(path, host, port, model_id, backend, max_context, kv_capacity, max
     if interval % ps:
         raise NinfercError(f"--prefix-checkpoint-interval {interval} is not a multiple of the KV page size "
                            f"({ps} tokens)")
-    model_id = model_id or (path.stem if path.is_file() else path.name)
+    model_id = model_id or (preset if path is None else path.stem if path.is_file() else path.name)
     tok = opened.tokenizer
     chat = chat_template_for(tok)
     gen_cfg = opened.generation_config
@@ -152,7 +178,7 @@ def serve_cmd(path, host, port, model_id, backend, max_context, kv_capacity, max
         if isinstance(t, int) and t not in eos:
             eos.append(t)
     defaults = {k: gen_cfg[k] for k in ("temperature", "top_p", "top_k") if isinstance(gen_cfg.get(k), (int, float))}
-    _log(f"ninferc serve: model {model_id!r} ({path}), backend {opened.backend}, context {ctx} tokens, "
+    _log(f"ninferc serve: model {model_id!r} ({path or preset + ', synthetic ' + (weights_fmt or 'bf16') + ' weights'}), backend {opened.backend}, context {ctx} tokens, "
          f"concurrency {max_concurrency}, pending {max_pending}, prefill chunk {prefill_chunk}, "
          f"chat template {'yes' if chat else 'none (chat requests get 400)'}"
          + (f", spec mtp with {spec_cfg.draft_tokens} drafts per round (draft LM head {draft_lm_head})"
@@ -368,6 +394,47 @@ def open_model(path: Path, backend: str | None, max_context: int | None, *, draf
            "it); compile it again")
     return OpenedModel(backend="reference", tokenizer=tok, config=cfg, max_context=ctx, page_size=page_size,
                        generation_config=gen_cfg, make=make_reference, has_mtp=has_mtp, mtp_why=why)
+
+
+def open_preset(name: str, backend: str | None, max_context: int | None, *, weights_fmt: str, kv_dtype: str,
+                max_concurrency: int) -> OpenedModel:
+    """A built-in model shape with synthetic weights, opened for serving on the CUDA engine: the compiled graph is
+    built here (no GPU needed: a bad preset or recipe fails now); the plan for the device (its arch and SM count,
+    decode batches 1 and ``max_concurrency``) and the weights, generated on the GPU, come when the backend is made.
+
+    Raises:
+        NinfercError: ``--backend reference`` (there are no weights to read on the host); ConfigError: an unknown
+            preset or a context beyond its positions; QuantError: a recipe the pipeline rejects.
+    """
+    from ninferc.bench import synthetic_graph
+    from ninferc.ir.config import preset as get_preset
+    from ninferc.ir.quant import recipe_name as make_recipe_name
+    from ninferc.tokenizer import Tokenizer
+
+    if backend not in (None, "cuda"):
+        raise NinfercError(f"--backend {backend}: --preset --synthetic-weights runs on the cuda backend only (its "
+                           "weights are generated on the GPU)")
+    cfg = get_preset(name)
+    ctx = max_context if max_context is not None else min(DEFAULT_CONTEXT, cfg.max_position_embeddings)
+    cfg.check_context(ctx)
+    recipe = make_recipe_name(weights_fmt, None)
+    graph = synthetic_graph(name, recipe, kv_dtype)
+    from ninferc.runtime.synthetic import PAGE_SIZE as page_size
+
+    def make_cuda(*, num_pages, num_slots, prefill_chunk, cuda_graph, log, cache_bytes=0):
+        from ninferc.bench import synthetic_artifact
+        from ninferc.runtime.cuda_backend import CudaBatchBackend
+
+        art = synthetic_artifact(name, recipe, kv_dtype, target=None, sku=None, max_context=ctx,
+                                 batch=max(num_slots, 1), graph=graph)
+        return CudaBatchBackend(art, max_context=ctx, num_slots=num_slots, num_pages=num_pages,
+                                prefill_chunk=prefill_chunk, cuda_graph=cuda_graph, log=log, cache_bytes=cache_bytes)
+
+    from ninferc.runtime.cuda_backend import CudaBatchBackend
+
+    return OpenedModel(backend="cuda", tokenizer=Tokenizer.synthetic(cfg.vocab_size), config=cfg, max_context=ctx,
+                       page_size=page_size, generation_config={}, make=make_cuda, has_mtp=False,
+                       mtp_why=CudaBatchBackend.no_mtp_reason)
 
 
 def _json_or_empty(data: bytes | None) -> dict:

@@ -8,7 +8,7 @@ from pathlib import Path
 from tokenizers import Tokenizer as _HFTokenizer
 from tokenizers.decoders import DecodeStream
 
-from ninferc.errors import CheckpointError
+from ninferc.errors import CheckpointError, NinfercError
 
 
 class Tokenizer:
@@ -56,6 +56,25 @@ class Tokenizer:
             if not isinstance(cfg, dict):
                 raise CheckpointError(f"{tc}: must hold a JSON object, found {type(cfg).__name__}")
         return cls(tj.read_text(), cfg, ct.read_text() if ct.is_file() else None)
+
+    @classmethod
+    def synthetic(cls, vocab_size: int) -> "Tokenizer":
+        """A stand-in tokenizer for a model with synthetic weights (``ninferc serve --preset``): one word per id,
+        id ``i`` <-> ``"t{i}"``, words split on whitespace, ids decoded joined by single spaces; no special tokens
+        and no chat template. Benchmarks send prompts as token ids; the text only makes every generated id visible.
+
+        Raises:
+            NinfercError: ``vocab_size`` < 1.
+        """
+        from tokenizers import Tokenizer as HF
+        from tokenizers.models import WordLevel
+        from tokenizers.pre_tokenizers import WhitespaceSplit
+
+        if vocab_size < 1:
+            raise NinfercError(f"a synthetic tokenizer needs at least one id, got vocab_size {vocab_size}")
+        hf = HF(WordLevel({f"t{i}": i for i in range(vocab_size)}, unk_token="t0"))
+        hf.pre_tokenizer = WhitespaceSplit()
+        return cls(hf.to_str())
 
     def check_fits(self, model_vocab: int, where: str = "the model") -> None:
         """Refuse a tokenizer that can produce ids the model has no embedding row for.

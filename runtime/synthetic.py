@@ -16,6 +16,10 @@ from ninferc.ir.config import ModelConfig
 from ninferc.ir.graph import Graph, tensor_nbytes
 
 
+#: KV page size of a synthetic artifact (tokens), as ``ninferc compile``'s default
+PAGE_SIZE = 64
+
+
 class SyntheticArtifact:
     """Quacks like :class:`ninferc.artifact.Artifact` for :class:`ninferc.runtime.engine.Engine`.
 
@@ -24,7 +28,7 @@ class SyntheticArtifact:
             (kernel sources and resources come from it). seed: RNG seed for the weights.
     """
 
-    def __init__(self, config: ModelConfig, graph: Graph, plan, *, seed: int = 0, page_size: int = 64):
+    def __init__(self, config: ModelConfig, graph: Graph, plan, *, seed: int = 0, page_size: int = PAGE_SIZE):
         self.config, self._graph, self.seed = config, graph, seed
         self._sources = {uri: spec.render() for uri, spec in plan.kernels.items()}
         self.header = {

@@ -102,3 +102,18 @@ def test_no_template_means_none(tiny_dir):
     t2 = Tokenizer((tiny_dir / "tokenizer.json").read_text(),
                    {"chat_template": [{"name": "tool_use", "template": "x"}, {"name": "default", "template": "y"}]})
     assert t2.chat_template == "y"
+
+
+def test_synthetic_tokenizer_maps_every_id_to_one_word_and_back():
+    from ninferc.errors import NinfercError
+    from ninferc.tokenizer import Tokenizer
+
+    t = Tokenizer.synthetic(248_320)  # the 27B preset's vocabulary
+    assert t.vocab_size == 248_320 and t.chat_template is None
+    ids = [0, 5, 4095, 248_319]
+    assert t.decode(ids) == "t0 t5 t4095 t248319"
+    assert t.encode(t.decode(ids)) == ids
+    s = t.stream()
+    assert "".join(s.step(i) for i in ids) == t.decode(ids)
+    with pytest.raises(NinfercError, match="vocab_size 0"):
+        Tokenizer.synthetic(0)
