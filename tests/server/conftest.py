@@ -109,8 +109,14 @@ def start_server():
         return s
 
     yield start
-    for s in started:
+    keep = os.environ.get("NINFERC_SERVER_LOG_DIR")  # device runs: every server's stderr kept for the run's log
+    for i, s in enumerate(started):
         s.stop()
+        if keep:
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            with open(Path(keep) / "servers.log", "a") as f:
+                f.write(f"=== server {i}: {' '.join(s.proc.args[3:])} (exit {s.proc.returncode})\n")
+                f.write("\n".join(s.lines) + "\n")
 
 
 @pytest.fixture(scope="session")

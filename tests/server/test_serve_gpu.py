@@ -79,3 +79,45 @@ def test_seeded_device_sampling_repeats_and_logprobs_take_the_host_path(gclient)
     r = gclient.completions.create(model="tiny", prompt="def f():", max_tokens=8, temperature=0.8, seed=3,
                                    extra_body={"min_p": 0.05, "repetition_penalty": 1.2})
     assert r.usage.completion_tokens == 8
+
+
+# -- prefix reuse on the CUDA engine: the CPU tier's checks against a cache-off GPU server -----------------------
+# (imported test functions run here with this module's ``servers``: two GPU servers of the fixture artifact)
+from test_prefix_serve import (  # noqa: E402
+    test_eight_requests_share_a_system_prompt, test_reset_prefix_cache_restores_idle,
+    test_the_same_prompt_again_reuses_all_but_its_last_token)
+
+__all__ = ["test_eight_requests_share_a_system_prompt", "test_reset_prefix_cache_restores_idle",
+           "test_the_same_prompt_again_reuses_all_but_its_last_token"]
+
+
+@pytest.fixture(scope="module")
+def servers(start_server, art):
+    common = ["--model-id", "tiny", "--max-concurrency", "8", "--prefill-chunk", "128"]
+    on = start_server(art, *common)
+    off = start_server(art, *common, "--no-prefix-cache")
+    mk = lambda s: openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0, timeout=300)  # noqa: E731
+    return on, mk(on), mk(off)
+
+
+def test_multi_turn_chat_on_the_gpu_reuses_turn_one(servers, tiny_dir):
+    from ninferc.chat import chat_template_for
+    from ninferc.tokenizer import Tokenizer
+
+    srv, on, off = servers
+    tok = Tokenizer.from_dir(tiny_dir)
+    kw = {"enable_thinking": False}
+    base = "You write Python. " * 12  # > 128 tokens: a checkpoint at the interval too
+    turn1 = [{"role": "system", "content": base}, {"role": "user", "content": "import os"}]
+    ask = lambda c, m: c.chat.completions.create(model="tiny", messages=m, max_tokens=24, temperature=0,  # noqa
+                                                 extra_body={"chat_template_kwargs": kw})
+    r1 = ask(on, turn1)
+    a1 = r1.choices[0].message.content
+    assert a1 == ask(off, turn1).choices[0].message.content
+    turn2 = turn1 + [{"role": "assistant", "content": "<think>\n\n</think>\n\n" + a1},
+                     {"role": "user", "content": "class Parser:"}]
+    r2 = ask(on, turn2)
+    assert r2.choices[0].message.content == ask(off, turn2).choices[0].message.content
+    p1 = tok.encode(chat_template_for(tok).render(turn1, add_generation_prompt=True, **kw))
+    assert len(p1) - 1 <= r2.usage.prompt_tokens_details.cached_tokens < r2.usage.prompt_tokens
+    assert "cached=" + str(r2.usage.prompt_tokens_details.cached_tokens) in srv.wait_for_line(r"cached=[1-9]")
