@@ -29,7 +29,7 @@ from gpu_testlib_prefill import (BF16_NAN, bf16_bits_to_f32, check, device_ctx, 
                                  rand_bf16)
 from ninferc.ir.tolerances import GEMM, GEMM_BF16_OUT  # noqa: E402
 from ninferc.targets.arch import get_arch  # noqa: E402
-from ninferc.runtime.kernels import device_arch, device_sm_count  # noqa: E402
+from ninferc.runtime.kernels import device_arch  # noqa: E402
 from ninferc.targets.kernels.gemm import (BENCH_TILES, STAGES, TILES, WFORMATS, WGMMA_ARCHS,  # noqa: E402
                                           WGMMA_STAGES, WGMMA_TILES, GemmFamily, GemmProblem, GemmTile,
                                           dequantize_weight, kernel_args, reference)
@@ -305,72 +305,3 @@ def test_quant_every_arch_plan_runs_here(arch, sms):
             if FAM.tile_of(ln.kernel).kind == "wgmma" and not _wgmma_here():
                 continue  # a wgmma route: runs only on its own arch
             _run(p, ln, seed=zlib.crc32(f"{arch}/{p}/{t}".encode()), what=f"plan for {arch}")
-
-
-def _time_ms(ln, args, reps=20):
-    dk = kernel(ln.kernel)
-    for _ in range(3):
-        dk.launch(ln.grid, ln.block, args, smem=ln.dynamic_smem_bytes)
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
-    start.record()
-    for _ in range(reps):
-        dk.launch(ln.grid, ln.block, args, smem=ln.dynamic_smem_bytes)
-    stop.record()
-    stop.synchronize()
-    return cp.cuda.get_elapsed_time(start, stop) / reps
-
-
-def test_throughput_report(ctx):
-    """Not a bound: prints achieved TFLOP/s at T = 8192 (and 1024) for the 27B shapes -- the planned
-    launch (checked for correctness first) and every tile/stage variant including BENCH_TILES -- so
-    the route table and tile efficiencies can be set from measurements (the project's goal is >= 40%
-    of the device's dense bf16 tensor peak)."""
-    lines = [f"gemm throughput on {device_arch()} ({device_sm_count()} SMs):"]
-    for k, n, ep in [(5120, 16480, "store_f32"), (5120, 17408, "swiglu_bf16"), (17408, 5120, "store_f32"),
-                     (5120, 14336, "store_f32"), (6144, 5120, "store_f32")]:
-        p = GemmProblem(k, n, ep)
-        w_bits, _ = _weights(p)
-        for t in (8192, 1024):
-            planned = FAM.launch(p, t, ctx)
-            if t == 8192 and k == 5120 and n == 17408:
-                _run(p, planned, seed=k + n, what="throughput")
-            x_bits, _ = rand_bf16((t, k), 1.0, 5)
-            y = cp.empty((t, p.n), dtype=cp.uint16 if ep == "swiglu_bf16" else cp.float32)
-            flops = 2.0 * t * k * p.w_rows
-            routes = [(tl, st) for tl in TILES + BENCH_TILES for st in STAGES]
-            if _wgmma_here():
-                routes += [(tl, st) for tl in WGMMA_TILES for st in WGMMA_STAGES]
-            for tile, st in routes:
-                if tile.smem_bytes(st) > ctx.arch.max_smem_per_cta_optin:
-                    continue
-                ln = FAM_ALL.launch_variant(p, t, ctx, tile, st)
-                ms = _time_ms(ln, kernel_args(p, ln, x_bits, w_bits, y))
-                mark = "  <- planned" if ln.kernel.uri == planned.kernel.uri else ""
-                lines.append(f"  T={t} K={k} N_w={p.w_rows} {ep}: {tile.route} s{st} grid {ln.ctas} "
-                             f"({ln.waves} waves, {ln.ctas_per_sm} CTAs/SM) {ms:.3f} ms = "
-                             f"{flops / ms / 1e9:.1f} TFLOP/s{mark}")
-    print("\n".join(lines))
-
-
-def test_quant_throughput_report(ctx):
-    """Not a bound: planned-launch time of the 27B projections at T = 1024 and 8192 with bf16, w8 and w4
-    weights (same X), so the cost of the fused dequantisation is visible next to the bf16 kernel."""
-    lines = [f"gemm bf16 vs w8 vs w4 (planned launches) on {device_arch()} ({device_sm_count()} SMs):"]
-    for k, n, ep in [(5120, 17408, "swiglu_bf16"), (17408, 5120, "store_f32"), (5120, 16480, "store_f32")]:
-        for t in (1024, 8192):
-            x_bits, _ = rand_bf16((t, k), 1.0, 5)
-            cells = []
-            for wf in WFORMATS:
-                p = GemmProblem(k, n, ep, wfmt=wf)
-                if p.quantized:
-                    w_arg, scales = _quant_codes(p)
-                else:
-                    w_arg, scales = rand_bf16((p.w_rows, k), 1.0 / np.sqrt(k), 1)[0], None
-                y = cp.empty((t, p.n), dtype=cp.uint16 if ep == "swiglu_bf16" else cp.float32)
-                ln = FAM.launch(p, t, ctx)
-                ms = _time_ms(ln, kernel_args(p, ln, x_bits, w_arg, y, scales=scales))
-                cells.append(f"{wf} {ln.route} s{ln.kernel.param('stages')} {ln.ctas_per_sm}/SM {ms:.3f} ms "
-                             f"{2.0 * t * k * p.w_rows / ms / 1e9:.0f} TFLOP/s")
-                del w_arg, scales, y
-            lines.append(f"  T={t} K={k} N={n} {ep}: " + " | ".join(cells))
-    print("\n".join(lines))

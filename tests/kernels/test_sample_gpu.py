@@ -20,7 +20,7 @@ import pytest
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
 
-from gpu_testlib_prefill import device_ctx, kernel, launch  # noqa: E402
+from gpu_testlib_prefill import device_ctx, launch  # noqa: E402
 from ninferc.sampling import SamplingParams, filtered_probs  # noqa: E402
 from ninferc.targets.kernels.sample import (SampleFamily, SampleProblem, kept_mask, kernel_args,  # noqa: E402
                                             reference)
@@ -193,33 +193,3 @@ def test_distribution_matches_filtered_probs(t, k, p):
     df = max(1, obs.shape[0] - 1)
     chi2 = float(((obs - ex) ** 2 / ex).sum())
     assert chi2 <= df + 6 * np.sqrt(2 * df) + 10, f"chi2 {chi2:.1f} (df {df}): {counts} vs {exp.round(1)}"
-
-
-def test_latency_report():
-    """Not a bound: prints the per-launch time of argmax and full top-k/top-p sampling at V = 248320."""
-    v = 248320
-    rng = np.random.default_rng(9)
-    lines = []
-    for mode in ("argmax", "sample"):
-        for b in (1, 8):
-            p = SampleProblem(v, mode)
-            ln = FAM.launch(p, b, _ctx())
-            x = cp.asarray(_logits(rng, b, v, v))
-            out = cp.empty(b, cp.int32)
-            kw = {}
-            if mode == "sample":
-                kw = dict(temperature=cp.full(b, 0.8, cp.float32), top_k=cp.full(b, 50, cp.int32),
-                          top_p=cp.full(b, 0.9, cp.float32), seed=cp.arange(b, dtype=cp.uint64),
-                          step=cp.zeros(b, cp.int32))
-            args = kernel_args(p, ln, x, out, ws=cp.zeros(2 * b, cp.uint64), **kw)
-            dk = kernel(ln.kernel)
-            for _ in range(3):
-                dk.launch(ln.grid, ln.block, args)
-            s, e = cp.cuda.Event(), cp.cuda.Event()
-            s.record()
-            for _ in range(20):
-                dk.launch(ln.grid, ln.block, args)
-            e.record()
-            e.synchronize()
-            lines.append(f"  {mode} B={b} V={v}: {cp.cuda.get_elapsed_time(s, e) / 20 * 1000:.1f} us ({ln.kernel.uri})")
-    print("sampler latency:\n" + "\n".join(lines))

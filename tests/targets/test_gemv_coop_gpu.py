@@ -284,8 +284,10 @@ def test_forced_variants_match_reference(device, loader, case):
     ctx = PlanContext(device["arch"], device["sms"], {spec.uri: loaded.resources})
     try:
         launch = gemv.launch_variant(prob, t, ctx, threads, mode, splits, max_tokens=gemv.tile_for(t), k_warps=kw)
-    except PlanError as exc:  # a smaller device than the H200 the cases were sized for
-        pytest.skip(str(exc))
+    except PlanError as exc:  # documented: the cases were sized for the H200's 132 SMs; on it a PlanError fails
+        if device["sms"] >= 132:
+            raise
+        pytest.skip(f"{exc} (a {device['sms']}-SM device; the forced cases were sized for 132 SMs)")
     _run_and_check(loaded, prob, launch, seed=case)
 
 
@@ -536,7 +538,8 @@ def test_persistent_dp_many_items_per_cta(device, loader, option, shape, threads
     loaded = {s.uri: loader(s) for s in specs}
     ctx = PlanContext(device["arch"], 2, {u: k.resources for u, k in loaded.items()})
     launch = gemv.launch_variant(shape, t, ctx, threads, "plain", max_tokens=tile, k_warps=1, ring=ring)
-    assert (dict(launch.kernel.params).get("ring", 0) == ring) if ring is not None else True
+    # the option's ring, forced; options without one (carry, cap) get the family's default (dp_ring)
+    assert dict(launch.kernel.params).get("ring", 0) == (ring if ring is not None else gemv.dp_ring)
     kp = dict(launch.kernel.params)
     deep = threads in gemv.dp_deep_threads and not kp.get("carry") and not kp.get("ring") and "preload" not in kp
     assert (kp.get("depth", 1) == 2) == deep
