@@ -44,7 +44,8 @@ from ninferc.targets.skus import get_sku
 from ninferc.targets.kernels import FAMILIES
 from ninferc.targets.lower import (SAMPLED_IDS_LD, Ref, Step, arg_names, drop_unneeded_steps, launch_scalars, lower,
                                    step_launch)
-from ninferc.targets.plan import KernelResources, Launch, PlanContext, check_launch
+from ninferc.targets.cubin import KernelResources
+from ninferc.targets.plan import Launch, PlanContext, check_launch
 
 META_RING = 4  # pinned host metadata blocks in flight
 GRAPH_ALLOWANCE = 64 << 20  # bytes kept free for CUDA graphs, cuBLAS-free CuPy pools and the driver

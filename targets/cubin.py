@@ -28,6 +28,7 @@ from __future__ import annotations
 import io
 import re
 import struct
+from dataclasses import dataclass
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
@@ -48,6 +49,40 @@ EIATTR_NUM_BARRIERS = 0x4C
 _RESERVED_SHARED = ".nv.shared.reserved.0"
 _PTX_ENTRY_RE = re.compile(r"\.entry\s+([A-Za-z_$][\w$]*)")
 _RESERVED_BYTES = 1024
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    """Resources one compiled kernel uses (from the cubin via :func:`ninferc.targets.cubin.read_resources`,
+    or from the driver's function attributes at run time).
+
+    Attributes:
+        registers: 32-bit registers per thread.
+        static_smem_bytes: static shared memory per CTA, bytes (excluding the driver's reserved 1 KiB).
+        local_bytes: local memory (stack frame incl. spills) per thread, bytes.
+        max_threads: max threads per CTA from ``__launch_bounds__``/reqntid, or None if unbounded.
+        uses_grid_sync: the kernel calls cooperative_groups ``grid.sync()`` (cubin says so).
+        barriers: named CTA barriers used (0 if the kernel never calls ``__syncthreads``).
+    """
+
+    registers: int
+    static_smem_bytes: int
+    local_bytes: int
+    max_threads: int | None
+    uses_grid_sync: bool
+    barriers: int
+
+    def to_json(self) -> dict:
+        """Plain-dict form (for artifacts and goldens)."""
+        return {
+            "registers": self.registers,
+            "static_smem_bytes": self.static_smem_bytes,
+            "local_bytes": self.local_bytes,
+            "max_threads": self.max_threads,
+            "uses_grid_sync": self.uses_grid_sync,
+            "barriers": self.barriers,
+        }
+
 
 
 def parse_nv_info(data: bytes) -> list[tuple[int, int, bytes | int]]:
@@ -101,7 +136,7 @@ def read_resources(cubin: bytes, arch: str, ptx: str | None = None):
         ptx: the PTX of the same compilation, if available; only used to detect ``grid.sync()``.
 
     Returns:
-        dict entry name -> :class:`ninferc.targets.plan.KernelResources` with registers per thread,
+        dict entry name -> :class:`KernelResources` with registers per thread,
         static shared bytes per CTA (reserved 1 KiB removed), local (stack frame) bytes per thread,
         max threads from launch bounds (None without), grid-sync use (from ``ptx``; False without it),
         and named-barrier count.
@@ -110,8 +145,6 @@ def read_resources(cubin: bytes, arch: str, ptx: str | None = None):
         CompileError: not an ELF cubin, or a malformed ``.nv.info`` section.
         TargetError: the cubin was built for another SM version than ``arch``.
     """
-    from ninferc.targets.plan import KernelResources  # plan imports this module lazily too
-
     target = get_arch(arch)
     try:
         elf = ELFFile(io.BytesIO(cubin))

@@ -20,7 +20,8 @@ from ninferc.targets.arch import get_arch
 from ninferc.targets.lower import Program, Step, drop_unneeded_steps, lower, step_launch, step_variants
 from ninferc.targets.nvrtc import DEFAULT_OPTIONS, nvrtc_version
 from ninferc.targets.skus import typical_sku
-from ninferc.targets.plan import (KernelResources, KernelSpec, Launch, PlanContext, _dump_json, check_launch,
+from ninferc.targets.cubin import KernelResources
+from ninferc.targets.plan import (KernelSpec, Launch, PlanContext, _dump_json, check_launch,
                                   compile_variants, resolve_sms)
 from ninferc.targets.skus import Sku
 

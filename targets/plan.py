@@ -3,7 +3,8 @@
 Types the lowering and the runtime code against:
 
 * :class:`KernelSpec` -- one compilable kernel: template + parameters (its identity, named in ``uri``).
-* :class:`KernelResources` -- what the compiled cubin (or the driver) says the kernel uses.
+* :class:`~ninferc.targets.cubin.KernelResources` (defined beside its reader, the cubin parser) -- what the
+  compiled cubin (or the driver) says the kernel uses.
 * :class:`Launch` -- grid, block, dynamic shared memory, cooperative flag, route, split-K, and the
   occupancy numbers it was derived from (CTAs/SM, limiter, cooperative cap, waves).
 * :class:`KernelFamily` -- protocol of a kernel family (``targets/kernels/*.py``): the variants a problem
@@ -28,6 +29,7 @@ from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 from ninferc.errors import PlanError
 from ninferc.targets.arch import Arch, get_arch
+from ninferc.targets.cubin import KernelResources, read_resources
 from ninferc.targets.nvrtc import DEFAULT_OPTIONS, CompileResult, compile_cubin, nvrtc_version
 from ninferc.targets.occupancy import Occupancy, occupancy
 from ninferc.targets.render import render_template
@@ -100,39 +102,6 @@ def _make_uri(family: str, params: tuple[tuple[str, Any], ...]) -> str:
         else:
             parts.append(f"{abbr}{value}")
     return f"{family}__" + "_".join(parts)
-
-
-@dataclass(frozen=True)
-class KernelResources:
-    """Resources one compiled kernel uses (from the cubin via :func:`ninferc.targets.cubin.read_resources`,
-    or from the driver's function attributes at run time).
-
-    Attributes:
-        registers: 32-bit registers per thread.
-        static_smem_bytes: static shared memory per CTA, bytes (excluding the driver's reserved 1 KiB).
-        local_bytes: local memory (stack frame incl. spills) per thread, bytes.
-        max_threads: max threads per CTA from ``__launch_bounds__``/reqntid, or None if unbounded.
-        uses_grid_sync: the kernel calls cooperative_groups ``grid.sync()`` (cubin says so).
-        barriers: named CTA barriers used (0 if the kernel never calls ``__syncthreads``).
-    """
-
-    registers: int
-    static_smem_bytes: int
-    local_bytes: int
-    max_threads: int | None
-    uses_grid_sync: bool
-    barriers: int
-
-    def to_json(self) -> dict:
-        """Plain-dict form (for artifacts and goldens)."""
-        return {
-            "registers": self.registers,
-            "static_smem_bytes": self.static_smem_bytes,
-            "local_bytes": self.local_bytes,
-            "max_threads": self.max_threads,
-            "uses_grid_sync": self.uses_grid_sync,
-            "barriers": self.barriers,
-        }
 
 
 @dataclass(frozen=True)
@@ -563,7 +532,6 @@ def compile_variants(specs: Sequence[KernelSpec], arch: str | Arch, *, options: 
     Raises:
         CompileError: NVRTC failure; PlanError: the cubin lacks the expected entry point.
     """
-    from ninferc.targets.cubin import read_resources
 
     import threading
 

@@ -20,7 +20,8 @@ from ninferc.ir.tolerances import FP32_REORDER
 from ninferc.targets.arch import ARCHS, get_arch
 from ninferc.targets.kernels import attention as A
 from ninferc.targets.occupancy import occupancy
-from ninferc.targets.plan import KernelResources, PlanContext, check_launch, compile_variants
+from ninferc.targets.cubin import KernelResources
+from ninferc.targets.plan import PlanContext, check_launch, compile_variants
 from ninferc.targets.skus import SKUS
 
 ALL_ARCHS = tuple(ARCHS)

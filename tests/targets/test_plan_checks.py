@@ -6,7 +6,8 @@ import pytest
 
 from ninferc.errors import PlanError
 from ninferc.targets.kernels.gemv_coop import GemvProblem
-from ninferc.targets.plan import KernelResources, PlanContext, check_launch, make_plan
+from ninferc.targets.cubin import KernelResources
+from ninferc.targets.plan import PlanContext, check_launch, make_plan
 
 OK = KernelResources(registers=64, static_smem_bytes=0, local_bytes=0, max_threads=256, uses_grid_sync=False,
                      barriers=1)
