@@ -35,8 +35,8 @@ serve_27b() {
     fi
     kill $pid; wait $pid; echo "serve $w stopped $(el)"
     timeout 120 ninferc bench --preset qwen3.8-27b --synthetic-weights --weights $w --prompt-tokens 512 \
-      --decode-tokens 64 --json $OUT/bench_27b_$w.json > /tmp/bench_$w.log 2>&1
-    echo "bench $w rc $? $(el)"; grep -A1 "^context" /tmp/bench_$w.log | tail -1
+      --decode-tokens 64 --tokens-per-seq 2,3,4,6,8 --json $OUT/bench_27b_$w.json > /tmp/bench_$w.log 2>&1
+    echo "bench $w rc $? $(el)"; grep -A1 "^context" /tmp/bench_$w.log | tail -1; grep "one sequence x" /tmp/bench_$w.log
     if [ "${PREFIX:-0}" = 1 ]; then
       ninferc serve --preset qwen3.8-27b --synthetic-weights --weights $w --max-concurrency 1 --max-context 8256 --prefill-chunk 8192 \
         --port 8101 >> $OUT/serve_$w.log 2>&1 &

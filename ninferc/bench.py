@@ -130,7 +130,8 @@ def profile_table(rows: list[tuple[str, str, float]], title: str) -> tuple[str, 
 
 
 def run_bench(engine, *, prompt_tokens=(512, 8192), decode_tokens: int = 64, chunk: int = 8192,
-              log: Callable[[str], None] = print, seed: int = 0, profile: bool = False, batch: int = 1) -> dict:
+              log: Callable[[str], None] = print, seed: int = 0, profile: bool = False, batch: int = 1,
+              tokens_per_seq: tuple[int, ...] = ()) -> dict:
     """Prefill and decode timings on ``engine`` (one sequence), and with ``batch`` > 1 the decode of ``batch``
     sequences together at each prompt length.
 
@@ -139,12 +140,18 @@ def run_bench(engine, *, prompt_tokens=(512, 8192), decode_tokens: int = 64, chu
     of the id read back); ``step_by_step_tok_s`` is 1 / the median of ``decode(tok); sample()`` with the host
     waiting for every id before the next launch (the GPU idles for the host's turn).
     ``batch_decode``: aggregate tok/s = batch / median step time, each step a replay of the captured B-sequence
-    graph with the greedy sampler, timed up to reading back its B ids. Returns the result dict (no provenance).
+    graph with the greedy sampler, timed up to reading back its B ids.
+    ``tokens_per_seq``: at each prompt length, :func:`multi_token_steps` for these T (one sequence x T tokens with
+    logits for every token: the shape of a speculative verify step) against the one-token step, in this process.
+    Returns the result dict (no provenance).
 
     Raises:
-        NinfercError: ``batch`` above the engine's ``max_batch``."""
+        NinfercError: ``batch`` above the engine's ``max_batch``; a T above its ``max_logit_rows``."""
     if batch > engine.max_batch:
         raise NinfercError(f"--batch {batch} exceeds the engine's max_batch {engine.max_batch}")
+    if tokens_per_seq and max(tokens_per_seq) > engine.max_logit_rows:
+        raise NinfercError(f"--tokens-per-seq {max(tokens_per_seq)} exceeds the engine's logit rows "
+                           f"({engine.max_logit_rows})")
     cp = engine.cp
     rng = np.random.default_rng(seed)
     V = engine.vocab  # noqa: N806
@@ -193,6 +200,12 @@ def run_bench(engine, *, prompt_tokens=(512, 8192), decode_tokens: int = 64, chu
                               "bytes_per_token": bytes_per_decode_token(engine.graph, L)})
         log(f"prompt {L}: prefill {L / (t1 - t0):,.0f} tok/s (TTFT {ttft * 1e3:.0f} ms); decode {1 / med:.2f} tok/s "
             f"(median {med * 1e3:.2f} ms between streamed ids; step by step {1 / smed:.2f} tok/s)")
+        if tokens_per_seq:
+            rows = multi_token_steps(engine, s, tokens_per_seq, rng=rng)
+            res.setdefault("tokens_per_seq", []).extend({"prompt_tokens": L, "context": s.seq.length, **r}
+                                                        for r in rows)
+            log(f"prompt {L} (context {s.seq.length}): one sequence x T tokens per step (logits for every token), median step time: "
+                + ", ".join(f"T={r['tokens']} {r['median_step_ms']:.2f} ms ({r['ratio_to_one']:.2f}x)" for r in rows))
         s.close()
         cp.cuda.runtime.deviceSynchronize()
         if batch > 1:
@@ -215,6 +228,46 @@ def run_bench(engine, *, prompt_tokens=(512, 8192), decode_tokens: int = 64, chu
                 x.close()
             cp.cuda.runtime.deviceSynchronize()
     return res
+
+
+def multi_token_steps(engine, session, tokens_per_seq, *, reps: int = 30, rng=None) -> list[dict]:
+    """Step time of one sequence x T tokens (positions L .. L + T - 1 after the session's L tokens; logits for all
+    T rows, as a speculative verify step needs) for each T in ``tokens_per_seq``, and of the one-token decode step,
+    each a CUDA graph (:meth:`~ninferc.runtime.engine.Engine.step_graph`: T = 1 the decode program, T > 1 the
+    prefill program) replayed ``reps`` times, each replay timed by CUDA events on the engine stream.
+
+    The session's KV at positions L.. and its GDN state are overwritten (the timing does not depend on them); its
+    length is unchanged, so close it afterwards.
+
+    Returns:
+        [{"tokens": T, "median_step_ms", "ratio_to_one": median / the one-token step's median}] (T = 1 first).
+
+    Raises:
+        NinfercError: a T past the engine's prefill chunk or logit rows, or a context past ``max_context``.
+    """
+    e, cp = engine, engine.cp
+    rng = rng if rng is not None else np.random.default_rng(0)
+    seq = session.seq
+    L = seq.length  # noqa: N806
+    ts = [1] + [int(t) for t in tokens_per_seq if int(t) != 1]
+    seq.ensure_capacity(L + max(ts), e.pages, e.max_pages)
+    out = []
+    for T in ts:  # noqa: N806
+        with e.stream:
+            e.write_meta(tok_pos=np.arange(L, L + T, dtype=np.int32), tok_seq=np.zeros(T, np.int32),
+                         seq_start=[0, T], seq_ctx=[L + T], seq_slot=[seq.slot], row_index=np.arange(T, dtype=np.int32),
+                         page_rows=[seq.pages], tokens=[int(x) for x in rng.integers(0, e.vocab, T)])
+            g = e.step_graph("decode", 1, 1, 1) if T == 1 else e.step_graph("prefill", T, 1, T)
+            g.launch(stream=e.stream)  # warm
+            evs = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(reps)]
+            for a, b in evs:
+                a.record(e.stream)
+                g.launch(stream=e.stream)
+                b.record(e.stream)
+        e.stream.synchronize()
+        ms = float(np.median([cp.cuda.get_elapsed_time(a, b) for a, b in evs]))
+        out.append({"tokens": T, "median_step_ms": ms, "ratio_to_one": ms / out[0]["median_step_ms"] if out else 1.0})
+    return out
 
 
 def synthetic_graph(preset: str, recipe_name: str, kv_dtype: str):

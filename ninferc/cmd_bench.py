@@ -27,13 +27,16 @@ from ninferc.errors import NinfercError
 @click.option("--prefill-chunk", default=8192, type=click.IntRange(min=1), show_default=True)
 @click.option("--batch", default=1, type=click.IntRange(min=1), show_default=True,
               help="also decode this many sequences together at each prompt length (aggregate tok/s)")
+@click.option("--tokens-per-seq", default=None,
+              help="also time steps of one sequence x T tokens with logits for every token (a speculative verify "
+                   "step), comma-separated T in 2..64, against the one-token step")
 @click.option("--profile", is_flag=True, help="also time every kernel of one decode step and one prefill chunk")
 @click.option("--peer", type=click.Choice(["hf"]), default=None,
               help="also run HF transformers on the same weights (zero-copy views of the engine's) in this "
                    "process, after our run, and report ours / peer")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None, help="write results here")
 def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, recipe, kv_dtype, prompt_tokens,
-              decode_tokens, prefill_chunk, batch, profile, peer, json_path):
+              decode_tokens, prefill_chunk, batch, tokens_per_seq, profile, peer, json_path):
     """Measure copy bandwidth, prefill tok/s + TTFT and decode tok/s (1 / the median time between streamed ids,
     one graph-replayed step queued ahead; the step-by-step loop's figure beside it) and report
     the fraction of the memory roofline measured in the same process."""
@@ -50,9 +53,17 @@ def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, rec
         raise NinfercError(f"--prompt-tokens needs comma-separated integers, found {prompt_tokens!r}") from None
     if min(lens) < 1:
         raise NinfercError(f"--prompt-tokens needs positive lengths, found {prompt_tokens!r}")
+    tps: tuple[int, ...] = ()
+    if tokens_per_seq is not None:
+        try:
+            tps = tuple(int(x) for x in tokens_per_seq.split(","))
+        except ValueError:
+            raise NinfercError(f"--tokens-per-seq needs comma-separated integers, found {tokens_per_seq!r}") from None
+        if not all(2 <= t <= 64 for t in tps):
+            raise NinfercError(f"--tokens-per-seq: each T must be in 2..64, found {tokens_per_seq!r}")
     # each prompt length is decoded twice from its prefill, step by step and then streamed (run_bench): the KV
     # capacity holds the prompt, both runs' decode_tokens and a few spare tokens
-    max_ctx = max(lens) + 2 * decode_tokens + 8
+    max_ctx = max(lens) + 2 * decode_tokens + max(tps, default=0) + 8  # + the multi-token steps after the decodes
     if (artifact is None) == (preset is None):
         raise NinfercError("give exactly one of ARTIFACT or --preset NAME --synthetic-weights")
     if preset is not None and not synthetic_weights:
@@ -101,9 +112,10 @@ def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, rec
     copy = copy_bandwidth_gbps(cp)
     peak = matmul_peak_tflops()
     log(f"copy bandwidth {copy:,.0f} GB/s; bf16 matmul {peak if peak is None else round(peak, 1)} TFLOP/s")
-    eng = Engine(art, max_context=max_ctx, prefill_chunk=min(prefill_chunk, max(lens)), max_batch=batch, log=log)
+    eng = Engine(art, max_context=max_ctx, prefill_chunk=min(prefill_chunk, max(lens)), max_batch=batch, log=log,
+                 max_logit_rows=max(tps, default=batch))
     res = run_bench(eng, prompt_tokens=lens, decode_tokens=decode_tokens, chunk=prefill_chunk, log=log,
-                    profile=profile, batch=batch)
+                    profile=profile, batch=batch, tokens_per_seq=tps)
     out = finish(res, engine=eng, copy_gbps=copy, peak_tflops=peak, weights=weights,
                  command="ninferc " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
     if peer == "hf":
@@ -121,6 +133,10 @@ def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, rec
     for d in out.get("batch_decode", []):
         lines.append(f"batched decode: {d['batch']} sequences at context {d['context']}: {d['tok_s']:,.1f} tok/s "
                      f"({d['median_step_ms']:.2f} ms per step; one sequence {d['single_tok_s']:.1f} tok/s)")
+    for d in out.get("tokens_per_seq", []):
+        if d["tokens"] > 1:
+            lines.append(f"one sequence x {d['tokens']} tokens at context {d['context']}: {d['median_step_ms']:.2f} ms "
+                         f"per step = {d['ratio_to_one']:.2f}x the one-token step")
     if "peer" in out:
         pr = out["peer_ratio"]
         lines.append(f"peer {out['peer'].get('name')} {out['peer'].get('version')} (fast path "

@@ -584,7 +584,16 @@ class Engine:
     def model_graph(self, B: int):  # noqa: N803
         """The captured decode step of B sequences without a sampler (captured on first use, one per B): the
         serving backend samples afterwards with a parameter row per sequence."""
-        return self._captured(("model", B), lambda: [self.step_plan("decode", B, B, B)])
+        return self.step_graph("decode", B, B, B)
+
+    def step_graph(self, mode: str, T: int, B: int, R: int):  # noqa: N803
+        """The captured model step ``mode`` (``"decode"`` or ``"prefill"``) of T tokens, B sequences and R logit
+        rows, without a sampler (captured on first use, cached per shape); it reads the metadata block, so write
+        it (:meth:`write_meta`) before each launch.
+
+        Raises:
+            NinfercError: a shape past the engine's capacity (:meth:`step_plan`)."""
+        return self._captured(("model", mode, T, B, R), lambda: [self.step_plan(mode, T, B, R)])
 
     def decode_graph(self, B: int, greedy: bool):  # noqa: N803
         """The captured decode step (+ sampler) for B sequences (captured on first use)."""

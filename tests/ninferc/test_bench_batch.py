@@ -37,3 +37,62 @@ def test_decode_batch_refuses_bad_batches(sessions, tokens, match):
                 "two": [a, b]}[sessions]
     with pytest.raises(NinfercError, match=match):
         Engine.decode_batch(_fake(), sessions, tokens)
+
+
+def test_multi_token_steps_times_one_sequence_x_t_tokens_against_one(monkeypatch):
+    """``multi_token_steps`` writes positions L..L+T-1 with a logit row per token, replays the prefill program's
+    graph for T > 1 (the decode program's for T = 1) and divides medians (a fake engine and fake CUDA events: the
+    "graph" of T tokens takes 10 + T ms)."""
+    import numpy as np
+
+    from ninferc.bench import multi_token_steps
+
+    metas, graphs, current = [], [], {}
+
+    class Graph:
+        def __init__(self, key):
+            self.key = key
+
+        def launch(self, stream=None):
+            current["ms"] = 10.0 + self.key[1]
+
+    class Event:
+        def record(self, stream=None):
+            self.t = current.get("ms")
+
+    class Stream:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            return False
+
+        def synchronize(self):
+            pass
+
+    cp = SimpleNamespace(cuda=SimpleNamespace(Event=Event, get_elapsed_time=lambda a, b: b.t))
+    seq = SimpleNamespace(length=100, slot=3, pages=[7, 8], ensure_capacity=lambda n, pool, mx: metas.append(("cap", n)))
+    eng = SimpleNamespace(cp=cp, stream=Stream(), vocab=50, pages=None, max_pages=4,
+                          write_meta=lambda **kw: metas.append(kw),
+                          step_graph=lambda *key: graphs.append(key) or Graph(key))
+    rows = multi_token_steps(eng, SimpleNamespace(seq=seq), (4, 2), reps=5, rng=np.random.default_rng(1))
+    assert [r["tokens"] for r in rows] == [1, 4, 2]
+    assert [r["median_step_ms"] for r in rows] == [11.0, 14.0, 12.0]
+    assert rows[1]["ratio_to_one"] == pytest.approx(14 / 11)
+    assert graphs == [("decode", 1, 1, 1), ("prefill", 4, 1, 4), ("prefill", 2, 1, 2)]
+    assert metas[0] == ("cap", 104)
+    m4 = metas[2]
+    assert list(m4["tok_pos"]) == [100, 101, 102, 103] and list(m4["row_index"]) == [0, 1, 2, 3]
+    assert m4["seq_ctx"] == [104] and m4["seq_slot"] == [3] and len(m4["tokens"]) == 4
+    assert seq.length == 100  # the session's length is left alone
+
+
+def test_bench_refuses_bad_tokens_per_seq():
+    from click.testing import CliRunner
+
+    from ninferc.cli import main
+
+    for arg, needle in (("1", "each T must be in 2..64"), ("4,x", "comma-separated integers")):
+        r = CliRunner().invoke(main, ["bench", "--preset", "qwen3.8-27b", "--synthetic-weights",
+                                      "--tokens-per-seq", arg])
+        assert r.exit_code != 0 and needle in r.output, r.output
