@@ -17,10 +17,10 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture(scope="module")
 def art(tmp_path_factory, tiny_dir):
     from ninferc.pipeline import compile_model
-    from ninferc.runtime.kernels import device_arch
+    from ninferc.runtime.kernels import device_arch, device_sm_count
 
     p = tmp_path_factory.mktemp("serve_gpu") / "tiny.ninfer"
-    compile_model(tiny_dir, device_arch(), p)
+    compile_model(tiny_dir, device_arch(), p, sms=device_sm_count())
     return p
 
 
