@@ -60,6 +60,18 @@ class ServerProcess:
         with self._seen:
             return [ln for ln in self.lines if ln.startswith("[req ")]
 
+    def wait_request_lines(self, n: int, after: int = 0, timeout: float = 30.0) -> list[str]:
+        """The per-request log lines after the first ``after``, once there are at least ``n`` of them (a request's
+        line is written as it ends, which can be just after its client has read the last chunk)."""
+        deadline = time.monotonic() + timeout
+        with self._seen:
+            while True:
+                lines = [ln for ln in self.lines if ln.startswith("[req ")][after:]
+                left = deadline - time.monotonic()
+                if len(lines) >= n or left <= 0:
+                    return lines
+                self._seen.wait(left)
+
     def wait_for_line(self, pattern: str, timeout: float = 30.0) -> str:
         """The first stderr line matching ``pattern`` (a regex), waiting for it."""
         deadline = time.monotonic() + timeout

@@ -46,7 +46,7 @@ def test_eight_concurrent_streams_equal_solo_and_share_steps(start_server, tiny_
     for t in ts:
         t.join()
     assert [out[i] for i in range(8)] == solo
-    lines = srv.request_lines()[n_before:]
+    lines = srv.wait_request_lines(8, after=n_before)
     assert len(lines) == 8
     shared = [int(re.search(r"shared=(\d+)", ln).group(1)) for ln in lines]
     assert sum(s > 0 for s in shared) >= 7, lines  # (at most the first admitted may have run alone)
@@ -123,7 +123,7 @@ def test_disconnect_mid_stream_returns_pages_and_slots(start_server, tiny_dir):
         t0 = time.monotonic()
         _idle(srv)
         assert time.monotonic() - t0 < 5.0
-    aborted = [ln for ln in srv.request_lines() if "finish=abort" in ln]
+    aborted = [ln for ln in srv.wait_request_lines(2) if "finish=abort" in ln]
     assert len(aborted) == 2
     gen = [int(re.search(r"gen=(\d+)", ln).group(1)) for ln in aborted]
     assert all(g < 3000 for g in gen)

@@ -46,7 +46,7 @@ def test_spec_server_equals_plain_server_alone_and_concurrent(spec_server, clien
     for t in ts:
         t.join()
     assert [out[i] for i in range(4)] == plain
-    lines = spec_server.request_lines()
+    lines = spec_server.wait_request_lines(4)
     specs = [re.search(r"spec=mtp ([\d.]+) tok/round, (\d+) % accepted", ln) for ln in lines]
     assert all(specs) and all(float(m.group(1)) >= 1.0 for m in specs)
     assert any(float(m.group(1)) > 1.2 for m in specs)  # the fixture's head accepts ~20-50 % of its drafts
