@@ -1,17 +1,17 @@
-"""Device probe (diagnostic, session 16; ``--family gdn_decode`` since session 19): the per-CTA timeline of attn_decode
-(or gdn_decode) inside the graph-replayed 27B decode step. The engine is built with the family's ``trace`` option
+"""Device probe (diagnostic, session 16; ``--family gdn_recurrent`` since session 19): the per-CTA timeline of attn_decode
+(or gdn_recurrent) inside the graph-replayed 27B decode step. The engine is built with the family's ``trace`` option
 (template ``trace``): thread 0 of every CTA records globaltimer at entry, after the PDL wait, after its first tile's
 scores and softmax, after its last P.V and at exit. Per launch (one per attention layer and step) it reports,
 relative to the first CTA's PDL-wait release (~ the end of the previous kernel plus the memory flush): the spread of
 entries and wait releases, and for the CTAs with keys the median / last time each phase ended -- where the ~9 us the
-kernel adds to the step at 512 tokens goes. With ``--family gdn_decode`` (``GdnDecodeFamily.trace``) the phases are
+kernel adds to the step at 512 tokens goes. With ``--family gdn_recurrent`` (``GdnRecurrentFamily.trace``) the phases are
 entry, wait, conv (q / k / v in shared memory), the q / k norms, kv = S^T k, o = S^T q, the y store and the state
 store, every CTA counted. With ``--family gemv_coop`` (session 23; ``GemvCoopFamily.trace_epilogues``, default
 ``swiglu``: every gate|up GEMV) the phases are the dp GEMV's: entry, wait, x staged, first item, exit, every CTA
 counted, and the launches are summarised apart by whether their layer is an attention layer -- to see where the MLP
 after an attention layer spends the time a faster attention decode gives it (bench/NOTES.md runs 163-164).
 
-Usage (GPU machine, torch not needed): python bench/attn_trace_probe.py [--family attn_decode|gdn_decode|gemv_coop]
+Usage (GPU machine, torch not needed): python bench/attn_trace_probe.py [--family attn_decode|gdn_recurrent|gemv_coop]
 [--weights w8] [--context 512] [--max-context 8248] [--steps 3] [--set family.attr=value ...] [--json FILE];
 ``--set attn_decode.stage_mma=True`` sets a kernel family's attribute (a Python literal) before the engine is built,
 as bench/graph_profile.py does.
@@ -36,7 +36,7 @@ from dp_trace_probe import device_var  # noqa: E402
 FAMILY_TRACES = {
     "attn_decode": ("attn_trace", "attn_trace_n", 65536, ["entry", "wait", "scores", "softmax", "pv", "exit"],
                     ("scores", "softmax", "pv"), 9, 3, 2),
-    "gdn_decode": ("gdn_trace", "gdn_trace_n", 16384, ["entry", "wait", "conv", "norms", "kv", "o", "y", "state"], (),
+    "gdn_recurrent": ("gdn_trace", "gdn_trace_n", 16384, ["entry", "wait", "conv", "norms", "kv", "o", "y", "state"], (),
                    11, 3, 2),
     "gemv_coop": ("gemv_trace", "gemv_trace_n", 131072, ["entry", "wait", "staged", "item1", "exit"], (), 12, 0, 10),
 }

@@ -34,12 +34,12 @@ def main(argv=None) -> int:
     cp = cupy()
     arch, sms = get_arch(device_arch()), device_sm_count()
     p, T = gdn.QWEN38_27B, a.tokens
-    fams = {(r, d): gdn.GdnPrefillFamily(route=r, dv_block=d) for r in ("chunked", "wy") for d in gdn.dv_blocks(p)}
+    fams = {(r, d): gdn.GdnChunkFamily(route=r, dv_block=d) for r in ("chunked", "wy") for d in gdn.dv_blocks(p)}
     specs = ([s for f in fams.values() for s in f.variants(p)] + gdn.BY_NAME["gdn_gated_norm"].variants(p)
              + gdn.BY_NAME["gdn_chunk_wy"].variants(p))
     built = compile_variants(specs, arch)
     ctx = PlanContext(arch.name, sms, {u: r for u, (_, r) in built.items()})
-    planned = {r: gdn.GdnPrefillFamily(route=r).choose_dv_block(p, ctx, wy=r == "wy") for r in ("chunked", "wy")}
+    planned = {r: gdn.GdnChunkFamily(route=r).choose_dv_block(p, ctx, wy=r == "wy") for r in ("chunked", "wy")}
     rng = np.random.default_rng(0)
     w = {"A_log": np.log(rng.uniform(0.05, 2.0, p.hv)).astype(np.float32),
          "dt_bias": (rng.standard_normal(p.hv) * 0.5).astype(np.float32),

@@ -211,9 +211,7 @@ def arg_names(step: Step, launch: Launch) -> tuple[str, ...]:
     if fam == "rmsnorm":
         return rmsnorm_arg_names(step.problem)
     if fam.startswith("gdn_"):
-        if fam == "gdn_prefill":
-            return FAMILIES["gdn_prefill"].arg_names(step.problem, route=launch.route)
-        return gdn_arg_names(fam)
+        return gdn_arg_names(fam, launch.kernel.param("mode") if fam == "gdn_recurrent" else None)
     if fam == "attn_decode":  # a fused-prep decode kernel takes proj ... instead of q
         return FAMILIES[fam].arg_names(step.problem, launch.kernel)
     return FAMILIES[fam].arg_names(step.problem)
@@ -414,11 +412,11 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096, fuse_no
                       "tok_pos": Ref("meta", "tok_pos"), "tok_seq": Ref("meta", "tok_seq"),
                       "seq_start": Ref("meta", "seq_start"), "seq_slot": Ref("meta", "seq_slot"),
                       "scale": F32(a["scale"]), "l2_eps": F32(a["l2_eps"]), "norm_eps": F32(a["eps"])}
-            add(Step(f"{op.name}.decode", op.name, "decode", "gdn_decode", p, "T", common, layer=L))
+            add(Step(f"{op.name}.decode", op.name, "decode", "gdn_recurrent", p, "T", common, layer=L))
             add(Step(f"{op.name}.conv", op.name, "prefill", "gdn_conv", p, "T", common, layer=L))
             add(Step(f"{op.name}.ring", op.name, "prefill", "gdn_ring_update", p, "T", common, batch=True, layer=L))
             add(Step(f"{op.name}.wy", op.name, "prefill", "gdn_chunk_wy", p, "T", common, batch=True, layer=L))
-            add(Step(f"{op.name}.core", op.name, "prefill", "gdn_prefill", p, "T", common, batch=True, layer=L))
+            add(Step(f"{op.name}.core", op.name, "prefill", "gdn_chunk", p, "T", common, batch=True, layer=L))
             add(Step(f"{op.name}.norm", op.name, "prefill", "gdn_gated_norm", p, "T", common, layer=L))
         elif k == "GatedAttentionBlock":
             p = _attn_problem(op, graph, page_size, max_context)

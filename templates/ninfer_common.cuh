@@ -195,7 +195,7 @@ __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 // previous kernel's tail. Data last written by a kernel two or more launches back may even be loaded into
 // registers before the wait: every PDL-aware kernel lets its dependents launch only after its own pdl_wait()
 // (NINFER_PDL_ENTRY below), so once this grid runs, the previous kernel has passed its wait, i.e. every kernel
-// before that one has completed and its writes are visible (gdn_decode's preload of its state and conv ring relies
+// before that one has completed and its writes are visible (gdn_recurrent's decode preload of its state and conv ring relies
 // on this; a kernel that called pdl_launch_dependents() before its wait would break it). Below sm_90 both are no-ops
 // and the runtime launches without the attribute.
 // NINFER_PDL_ENTRY marks a kernel as PDL-aware: the runtime only launches kernels whose source uses it

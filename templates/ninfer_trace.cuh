@@ -1,4 +1,4 @@
-// ninfer_trace.cuh -- the device probes' per-CTA timestamps (template parameter `trace` of attn_decode and gdn_decode;
+// ninfer_trace.cuh -- the device probes' per-CTA timestamps (template parameter `trace` of attn_decode and gdn_recurrent;
 // never planned). Included only by a kernel rendered with `trace`: bench/attn_trace_probe.py reads the records back.
 // %globaltimer is the GPU's nanosecond timer (PTX ISA "Special Registers": %globaltimer), %smid the SM of the CTA.
 #pragma once

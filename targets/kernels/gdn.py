@@ -24,7 +24,7 @@ its slot holds. Batch metadata: ``tok_pos [T]``, ``tok_seq [T]``, ``seq_start [B
 
 Kernels and launch geometry (chosen here, never in the templates)
 ------------------------------------------------------------------
-* ``gdn_decode`` (:class:`GdnDecodeFamily`, ``gdn_recurrent.cu.j2`` mode ``decode``): T = B, one token per
+* ``gdn_recurrent`` mode ``decode`` (:class:`GdnRecurrentFamily`, ``gdn_recurrent.cu.j2``): T = B, one token per
   sequence (``t = seq_start[b]``). Grid ``(Hv, B)``, block ``threads`` (default the smallest valid count
   that leaves 32 state floats per thread: 128 for the tiny fixture, 512 for 27B). Fuses 1-5 and the ring
   write (q/k channels by the first V head of each group only; the ring row written is never read in the
@@ -44,7 +44,8 @@ Kernels and launch geometry (chosen here, never in the templates)
   - ``chunked``: ``gdn_chunk`` alone (``wy=0``, grid ``(Hv * dv/dv_block, B)``, block 256, dynamic shared
     memory from :func:`chunk_smem_bytes`), everything per chunk inside the sequential CTA (the route before
     ``wy``; kept as its A/B partner and for the tests).
-  - ``recurrent`` (``gdn_recurrent.cu.j2`` mode ``prefill``, grid ``(Hv, B)``), the simple oracle.
+  - ``recurrent`` (``gdn_recurrent`` mode ``prefill``, :meth:`GdnRecurrentFamily.prefill_spec`, grid ``(Hv, B)``),
+    the simple oracle.
 
   Only when ``dv_block < dv`` (routes ``chunked_split``, ``wy_split``): ``gdn_gated_norm`` (grid ``(T,)``),
   reading the fp32 ``o_ws [T, Hv*dv]`` the chunk kernel wrote.
@@ -349,9 +350,12 @@ def _ceil(a: int, b: int) -> int:
 # ------------------------------------------------------------------------------------------------
 
 
-class GdnDecodeFamily:
-    """``gdn_decode``: the fused one-token-per-sequence GDN mixer (conv + ring write + norms + gating +
-    delta rule + gated RMSNorm), template ``gdn_recurrent.cu.j2`` mode ``decode``.
+class GdnRecurrentFamily:
+    """``gdn_recurrent`` (template ``gdn_recurrent.cu.j2``): the GDN mixer one token at a time with the state in
+    registers. Mode ``decode`` (:meth:`spec`, :meth:`launch`): the fused one-token-per-sequence step (conv + ring
+    write + norms + gating + delta rule + gated RMSNorm), the plan's decode kernel. Mode ``prefill``
+    (:meth:`prefill_spec`): the recurrent route of :class:`GdnChunkFamily`, reading ``gdn_conv``'s outputs, the
+    prefill's simple oracle.
 
     Args:
         state_per_thread: state values per thread the thread count aims for (see :func:`recurrent_threads`).
@@ -375,7 +379,7 @@ class GdnDecodeFamily:
             partials, two rows per thread, a shuffle tree, a third barrier) instead of every thread summing every row
             group (256 KB of shared-memory reads per CTA at 27B); used where threads / (dv / 4) is twice a power of two
             up to 64, else the per-thread sum.
-        trace: a probe's option (template ``trace``; ``bench/attn_trace_probe.py --family gdn_decode``): every CTA
+        trace: a probe's option (template ``trace``; ``bench/attn_trace_probe.py --family gdn_recurrent``): every CTA
             records globaltimer at entry, after the PDL wait and after each phase of its token into the module's
             ``gdn_trace`` array. Never set in a plan.
 
@@ -383,7 +387,7 @@ class GdnDecodeFamily:
         PlanError: ``one_pass`` not True, False or "auto" (names the value).
     """
 
-    name = "gdn_decode"
+    name = "gdn_recurrent"
     template = "gdn_recurrent.cu.j2"
 
     def __init__(self, state_per_thread: int = STATE_FLOATS_PER_THREAD, prewait: bool = True, preload: bool = True,
@@ -405,7 +409,7 @@ class GdnDecodeFamily:
         """
         th = threads or recurrent_threads(problem, self.state_per_thread)
         if not recurrent_threads_valid(problem, th):
-            raise PlanError(f"gdn_decode: threads = {th} invalid for dk = {problem.dk}, dv = {problem.dv}")
+            raise PlanError(f"gdn_recurrent: threads = {th} invalid for dk = {problem.dk}, dv = {problem.dv}")
         params = {**problem.dims(), "width": problem.width, "threads": th, "mode": "decode"}
         if not self.prewait:
             params["prewait"] = False
@@ -414,7 +418,7 @@ class GdnDecodeFamily:
         col_quads = problem.dv // 4
         one_pass_ok = WARP % col_quads == 0
         if self.one_pass is True and not one_pass_ok:
-            raise PlanError(f"gdn_decode one_pass: dv / 4 = {col_quads} must divide the warp's {WARP} lanes "
+            raise PlanError(f"gdn_recurrent one_pass: dv / 4 = {col_quads} must divide the warp's {WARP} lanes "
                             f"(dv = {problem.dv}; row group 0 must lie inside warp 0)")
         if self.one_pass and one_pass_ok:
             params["onepass"] = True
@@ -425,17 +429,23 @@ class GdnDecodeFamily:
             params["trace"] = True
         return KernelSpec.make(self.name, self.template, params, th, cooperative=False)
 
+    def prefill_spec(self, problem: GdnProblem) -> KernelSpec:
+        """The recurrent prefill kernel (mode ``prefill``; threads :func:`recurrent_threads`)."""
+        th = recurrent_threads(problem, self.state_per_thread)
+        params = {**problem.dims(), "width": problem.width, "threads": th, "mode": "prefill"}
+        return KernelSpec.make(self.name, self.template, params, th, cooperative=False)
+
     def variants(self, problem: GdnProblem) -> list[KernelSpec]:
-        """The one decode kernel."""
-        return [self.spec(problem)]
+        """The decode kernel and the recurrent prefill kernel."""
+        return [self.spec(problem), self.prefill_spec(problem)]
 
     def sample_problems(self) -> list[GdnProblem]:
         """The tiny fixture's GDN (2 Q/K heads, 6 V heads, 64 x 64, W 4)."""
         return [TINY]
 
-    def arg_names(self, problem: GdnProblem) -> tuple[str, ...]:
-        """Kernel parameters in order (see :func:`arg_names`)."""
-        return arg_names("gdn_decode")
+    def arg_names(self, problem: GdnProblem, mode: str = "decode") -> tuple[str, ...]:
+        """Kernel parameters in order of mode ``mode`` (see :func:`arg_names`)."""
+        return arg_names(self.name, mode)
 
     def launch(self, problem: GdnProblem, tokens: int, ctx: PlanContext) -> Launch:
         """Grid (Hv, B = tokens), route ``decode``.
@@ -444,9 +454,9 @@ class GdnDecodeFamily:
             PlanError: tokens < 1, or B over the grid's y limit.
         """
         if tokens < 1:
-            raise PlanError(f"gdn_decode: T = {tokens} must be at least 1")
+            raise PlanError(f"gdn_recurrent decode: T = {tokens} must be at least 1")
         if tokens > ctx.arch.max_grid_dims[1]:
-            raise PlanError(f"gdn_decode on {ctx.arch.name}: B = {tokens} sequences exceeds the grid y limit "
+            raise PlanError(f"gdn_recurrent decode on {ctx.arch.name}: B = {tokens} sequences exceeds the grid y limit "
                             f"of {ctx.arch.max_grid_dims[1]}")
         return ctx.make_launch(self.spec(problem), (problem.hv, tokens, 1), route="decode", tokens=tokens)
 
@@ -518,10 +528,10 @@ class GdnRingUpdateFamily(_OneKernelFamily):
         return ctx.make_launch(self.spec(problem), grid, route="ring", tokens=tokens)
 
 
-class GdnPrefillFamily:
-    """The prefill core: route ``wy`` (the ``gdn_chunk.cu.j2`` scan, ``wy=1``, after :class:`GdnChunkWyFamily`),
-    ``chunked`` (``gdn_chunk.cu.j2`` alone) or ``recurrent`` (``gdn_recurrent.cu.j2`` mode ``prefill``), all
-    reading ``conv_out`` from ``gdn_conv``.
+class GdnChunkFamily:
+    """``gdn_chunk`` (template ``gdn_chunk.cu.j2``), the prefill core: route ``wy`` (the chunk kernel's scan,
+    ``wy=1``, after :class:`GdnChunkWyFamily`), ``chunked`` (the chunk kernel alone) or ``recurrent``
+    (:class:`GdnRecurrentFamily`'s prefill kernel), all reading ``conv_out`` from ``gdn_conv``.
 
     Args:
         route: ``"wy"`` (default), ``"chunked"`` or ``"recurrent"`` (the simple oracle route).
@@ -534,13 +544,13 @@ class GdnPrefillFamily:
         PlanError: unknown route.
     """
 
-    name = "gdn_prefill"
+    name = "gdn_chunk"
     template = "gdn_chunk.cu.j2"
 
     def __init__(self, route: str = "wy", dv_block: int | None = None, chunk: int = CHUNK,
                  state_per_thread: int = STATE_FLOATS_PER_THREAD):
         if route not in ROUTES:
-            raise PlanError(f"gdn_prefill: unknown route {route!r}; supported: {', '.join(ROUTES)}")
+            raise PlanError(f"gdn_chunk: unknown route {route!r}; supported: {', '.join(ROUTES)}")
         self.route, self.dv_block, self.chunk = route, dv_block, int(chunk)
         self.state_per_thread = int(state_per_thread)
 
@@ -557,26 +567,24 @@ class GdnPrefillFamily:
         params = {**problem.dims(), "dv_block": dv_block, "chunk": self.chunk, "dk_tile": dk_tile(problem),
                   "threads": CHUNK_THREADS}
         if wy and self.chunk != CHUNK:
-            raise PlanError(f"gdn_prefill: route wy needs chunk {CHUNK} (gdn_chunk_wy's records are per {CHUNK}-token "
+            raise PlanError(f"gdn_chunk: route wy needs chunk {CHUNK} (gdn_chunk_wy's records are per {CHUNK}-token "
                             f"chunk), found chunk = {self.chunk}")
         if wy:
             # min_ctas 1 is only a register-allocation hint (any launch has one resident CTA): without it ptxas
             # (CUDA 13) holds the scan to ~48 registers and spills 8-24 bytes of its register blocks
             params.update(wy=1, min_ctas=1)
-        return KernelSpec.make("gdn_chunk", "gdn_chunk.cu.j2", params, CHUNK_THREADS, cooperative=False)
+        return KernelSpec.make(self.name, self.template, params, CHUNK_THREADS, cooperative=False)
 
     def recurrent_spec(self, problem: GdnProblem) -> KernelSpec:
-        """The recurrent prefill kernel (``gdn_recurrent.cu.j2`` mode ``prefill``)."""
-        th = recurrent_threads(problem, self.state_per_thread)
-        params = {**problem.dims(), "width": problem.width, "threads": th, "mode": "prefill"}
-        return KernelSpec.make("gdn_recurrent_prefill", "gdn_recurrent.cu.j2", params, th, cooperative=False)
+        """The recurrent route's kernel: :meth:`GdnRecurrentFamily.prefill_spec` (this family's
+        ``state_per_thread``)."""
+        return GdnRecurrentFamily(state_per_thread=self.state_per_thread).prefill_spec(problem)
 
     def variants(self, problem: GdnProblem) -> list[KernelSpec]:
-        """Chunk kernels (scan and whole) for every candidate dv_block (or the forced one) plus the recurrent
-        kernel."""
+        """Chunk kernels (scan and whole) for every candidate dv_block (or the forced one); the recurrent route's
+        kernel is :class:`GdnRecurrentFamily`'s."""
         blocks = [self.dv_block] if self.dv_block else dv_blocks(problem)
-        return ([self.chunk_spec(problem, d, wy=True) for d in blocks] + [self.chunk_spec(problem, d) for d in blocks]
-                + [self.recurrent_spec(problem)])
+        return [self.chunk_spec(problem, d, wy=True) for d in blocks] + [self.chunk_spec(problem, d) for d in blocks]
 
     def sample_problems(self) -> list[GdnProblem]:
         """The tiny fixture's GDN."""
@@ -584,7 +592,7 @@ class GdnPrefillFamily:
 
     def arg_names(self, problem: GdnProblem, route: str | None = None) -> tuple[str, ...]:
         """Kernel parameters in order for ``route`` (default the family's)."""
-        return arg_names("gdn_chunk" if (route or self.route) != "recurrent" else "gdn_recurrent_prefill")
+        return arg_names(self.name) if (route or self.route) != "recurrent" else arg_names("gdn_recurrent", "prefill")
 
     def choose_dv_block(self, problem: GdnProblem, ctx: PlanContext, batch: int = 1, wy: bool = False) -> int:
         """The forced dv_block, or among the candidates whose static + dynamic shared memory fits the arch's
@@ -624,13 +632,13 @@ class GdnPrefillFamily:
         """
         route = route or self.route
         if tokens < 1 or not 1 <= batch <= tokens:
-            raise PlanError(f"gdn_prefill: need T >= 1 and 1 <= batch <= T (T = {tokens}, batch = {batch})")
+            raise PlanError(f"gdn_chunk: need T >= 1 and 1 <= batch <= T (T = {tokens}, batch = {batch})")
         batch = min(batch, ctx.arch.max_grid_dims[1])  # the kernels loop over the rest
         if route == "recurrent":
             return ctx.make_launch(self.recurrent_spec(problem), (problem.hv, batch, 1), route="recurrent",
                                    tokens=tokens)
         if route not in ("chunked", "wy"):
-            raise PlanError(f"gdn_prefill: unknown route {route!r}; supported: {', '.join(ROUTES)}")
+            raise PlanError(f"gdn_chunk: unknown route {route!r}; supported: {', '.join(ROUTES)}")
         wy = route == "wy"
         d = self.choose_dv_block(problem, ctx, batch, wy=wy)
         split = d < problem.dv
@@ -709,7 +717,7 @@ TINY = GdnProblem(hk=2, hv=6, dk=64, dv=64, width=4)
 QWEN38_27B = GdnProblem(hk=16, hv=48, dk=128, dv=128, width=4)
 """The 27B preset's GDN shape."""
 
-FAMILIES = [GdnDecodeFamily(), GdnConvFamily(), GdnRingUpdateFamily(), GdnChunkWyFamily(), GdnPrefillFamily(),
+FAMILIES = [GdnRecurrentFamily(), GdnConvFamily(), GdnRingUpdateFamily(), GdnChunkWyFamily(), GdnChunkFamily(),
             GdnGatedNormFamily()]
 """The GDN families (discovered by ``targets/kernels/__init__.py``)."""
 BY_NAME = {f.name: f for f in FAMILIES}
@@ -724,7 +732,7 @@ def layer_launches(problem: GdnProblem, tokens: int, ctx: PlanContext, *, decode
         problem: the layer shapes.
         tokens: T of the step.
         ctx: plan context holding resources of every variant of the GDN families.
-        decode: one token per sequence (T = B): the single fused ``gdn_decode`` launch.
+        decode: one token per sequence (T = B): the single fused ``gdn_recurrent`` decode launch.
         batch: B for prefill (default 1).
         route: prefill core route (``wy`` | ``chunked`` | ``recurrent``).
 
@@ -733,9 +741,9 @@ def layer_launches(problem: GdnProblem, tokens: int, ctx: PlanContext, *, decode
         (gated_norm when the core route is ``chunked_split`` or ``wy_split``)].
     """
     if decode:
-        return [("gdn_decode", BY_NAME["gdn_decode"].launch(problem, tokens, ctx))]
+        return [("gdn_recurrent", BY_NAME["gdn_recurrent"].launch(problem, tokens, ctx))]
     batch = batch or 1
-    core = GdnPrefillFamily(route=route).launch(problem, tokens, ctx, batch=batch)
+    core = GdnChunkFamily(route=route).launch(problem, tokens, ctx, batch=batch)
     out = [("gdn_conv", BY_NAME["gdn_conv"].launch(problem, tokens, ctx)),
            ("gdn_ring_update", BY_NAME["gdn_ring_update"].launch(problem, tokens, ctx, batch=batch))]
     if core.route in WY_ROUTES:
@@ -751,9 +759,9 @@ def layer_launches(problem: GdnProblem, tokens: int, ctx: PlanContext, *, decode
 # ------------------------------------------------------------------------------------------------
 
 _ARGS = {
-    "gdn_decode": ["proj", "conv_w", "A_log", "dt_bias", "norm_w", "conv_ring", "rec_state", "y",
+    "gdn_recurrent/decode": ["proj", "conv_w", "A_log", "dt_bias", "norm_w", "conv_ring", "rec_state", "y",
                    "tok_pos", "seq_start", "seq_slot", "num_seqs", "scale", "l2_eps", "norm_eps"],
-    "gdn_recurrent_prefill": ["conv_out", "proj", "A_log", "dt_bias", "norm_w", "rec_state", "y",
+    "gdn_recurrent/prefill": ["conv_out", "proj", "A_log", "dt_bias", "norm_w", "rec_state", "y",
                               "tok_pos", "seq_start", "seq_slot", "num_seqs", "scale", "l2_eps", "norm_eps"],
     "gdn_conv": ["proj", "conv_w", "conv_ring", "conv_out", "tok_pos", "tok_seq", "seq_start", "seq_slot"],
     "gdn_ring_update": ["proj", "conv_ring", "tok_pos", "seq_start", "seq_slot", "num_seqs"],
@@ -767,9 +775,9 @@ _FLOAT_ARGS = {"scale", "l2_eps", "norm_eps"}
 _OPTIONAL_PTRS = {"gdn_chunk": {"y", "o_ws", "wy_ws"}}
 
 
-def arg_names(kernel: str) -> tuple[str, ...]:
-    """Parameter names, in order, of a GDN kernel (``KernelSpec.family``: gdn_decode, gdn_conv,
-    gdn_ring_update, gdn_chunk_wy, gdn_chunk, gdn_recurrent_prefill, gdn_gated_norm).
+def arg_names(kernel: str, mode: str | None = None) -> tuple[str, ...]:
+    """Parameter names, in order, of a GDN kernel (``KernelSpec.family``: gdn_recurrent with its ``mode``
+    ``"decode"`` or ``"prefill"``, gdn_conv, gdn_ring_update, gdn_chunk_wy, gdn_chunk, gdn_gated_norm).
 
     Pointer dtypes/shapes: proj fp32 [T, proj_dim]; conv_out fp32 [T, conv_dim]; conv_w fp32 [conv_dim, W];
     A_log, dt_bias fp32 [Hv]; norm_w fp32 [dv]; conv_ring fp32 [slots, W, conv_dim]; rec_state fp32
@@ -780,10 +788,11 @@ def arg_names(kernel: str) -> tuple[str, ...]:
     Raises:
         KeyError: unknown kernel name (lists the known ones).
     """
+    key = f"{kernel}/{mode}" if kernel == "gdn_recurrent" else kernel
     try:
-        return tuple(_ARGS[kernel])
+        return tuple(_ARGS[key])
     except KeyError:
-        raise KeyError(f"no GDN kernel {kernel!r}; known: {', '.join(_ARGS)}") from None
+        raise KeyError(f"no GDN kernel {key!r}; known: {', '.join(_ARGS)}") from None
 
 
 def kernel_args(launch: Launch, problem: GdnProblem, buffers: Mapping[str, Any]) -> tuple:
@@ -800,7 +809,7 @@ def kernel_args(launch: Launch, problem: GdnProblem, buffers: Mapping[str, Any])
     """
     fam = launch.kernel.family
     out = []
-    for name in arg_names(fam):
+    for name in arg_names(fam, launch.kernel.param("mode") if fam == "gdn_recurrent" else None):
         if name in _FLOAT_ARGS:
             out.append(np.float32(buffers.get(name, getattr(problem, name))))
         elif name in _INT_ARGS:

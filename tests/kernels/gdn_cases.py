@@ -90,16 +90,16 @@ class CupyBackend:
         self.cp.cuda.get_current_stream().synchronize()
 
 
-#: decode-kernel variants the tests run beside the registered family's (``GdnDecodeFamily`` keyword arguments)
+#: decode-kernel variants the tests run beside the registered family's (``GdnRecurrentFamily`` keyword arguments)
 DECODE_VARIANTS = {"planned": None, "no_preload": {"preload": False}, "no_prewait": {"prewait": False},
                    "two_pass": {"one_pass": False}, "two_pass_no_preload": {"one_pass": False, "preload": False},
                    "one_pass_flat": {"one_pass_tree": False}}
 
 
-def decode_family(variant: str) -> gdn.GdnDecodeFamily:
+def decode_family(variant: str) -> gdn.GdnRecurrentFamily:
     """The registered decode family (``planned``) or a :data:`DECODE_VARIANTS` variant of it."""
     opts = DECODE_VARIANTS[variant]
-    return gdn.BY_NAME["gdn_decode"] if opts is None else gdn.GdnDecodeFamily(**opts)
+    return gdn.BY_NAME["gdn_recurrent"] if opts is None else gdn.GdnRecurrentFamily(**opts)
 
 
 def make_ctx(problems, arch: str, sms: int, dv_block: int | None = None) -> PlanContext:
@@ -112,7 +112,7 @@ def make_ctx(problems, arch: str, sms: int, dv_block: int | None = None) -> Plan
         for v in DECODE_VARIANTS:
             specs += decode_family(v).variants(p)
         if dv_block:
-            specs += gdn.GdnPrefillFamily(dv_block=dv_block).variants(p)
+            specs += gdn.GdnChunkFamily(dv_block=dv_block).variants(p)
     built = compile_variants(specs, arch, jobs=1)
     return PlanContext(arch, sms, {u: r for u, (_, r) in built.items()})
 
@@ -221,7 +221,7 @@ class Runner:
     def __init__(self, backend, ctx: PlanContext, problem: gdn.GdnProblem, weights, state: SlotState,
                  route: str = "wy", dv_block: int | None = None):
         self.be, self.ctx, self.p, self.route = backend, ctx, problem, route
-        self.prefill = gdn.GdnPrefillFamily(route=route, dv_block=dv_block)
+        self.prefill = gdn.GdnChunkFamily(route=route, dv_block=dv_block)
         self.w = {k: backend.put(v) for k, v in weights.items()}
         self.ring = backend.put(state.conv_ring)
         self.rec = backend.put(state.rec_state)

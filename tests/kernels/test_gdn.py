@@ -54,13 +54,13 @@ def test_decode_one_pass_needs_a_row_group_inside_a_warp():
     """one_pass "auto" renders the one-pass kernel where dv / 4 divides 32 and the two-pass one elsewhere; a forced
     one_pass names dv; a value other than True / False / "auto" is refused."""
     wide_dv = gdn.GdnProblem(hk=1, hv=2, dk=64, dv=256, width=4)
-    assert dict(gdn.GdnDecodeFamily().spec(gdn.QWEN38_27B).params).get("onepass") is True
-    assert "onepass" not in dict(gdn.GdnDecodeFamily().spec(wide_dv).params)
-    assert "onepass" not in dict(gdn.GdnDecodeFamily(one_pass=False).spec(gdn.QWEN38_27B).params)
+    assert dict(gdn.GdnRecurrentFamily().spec(gdn.QWEN38_27B).params).get("onepass") is True
+    assert "onepass" not in dict(gdn.GdnRecurrentFamily().spec(wide_dv).params)
+    assert "onepass" not in dict(gdn.GdnRecurrentFamily(one_pass=False).spec(gdn.QWEN38_27B).params)
     with pytest.raises(PlanError, match="dv = 256"):
-        gdn.GdnDecodeFamily(one_pass=True).spec(wide_dv)
+        gdn.GdnRecurrentFamily(one_pass=True).spec(wide_dv)
     with pytest.raises(PlanError, match="one_pass = 'yes'"):
-        gdn.GdnDecodeFamily(one_pass="yes")
+        gdn.GdnRecurrentFamily(one_pass="yes")
 
 
 @pytest.mark.parametrize("length", range(0, 9))
@@ -83,7 +83,7 @@ def test_geometry_helpers():
     assert gdn.chunk_smem_bytes(gdn.QWEN38_27B, 128) == 145024
     assert gdn.chunk_smem_bytes(gdn.QWEN38_27B, 64) <= get_arch("sm_86").max_smem_per_cta_optin
     assert gdn.chunk_smem_bytes(gdn.QWEN38_27B, 128) > get_arch("sm_120a").max_smem_per_cta_optin
-    assert gdn.arg_names("gdn_decode")[0] == "proj"
+    assert gdn.arg_names("gdn_recurrent", "decode")[0] == "proj"
     with pytest.raises(KeyError, match="known"):
         gdn.arg_names("nope")
 
@@ -185,8 +185,8 @@ def test_compile_resources_and_plan(arch_ctx, problem):
             for route in gdn.ROUTES:
                 for name, ln in gdn.layer_launches(problem, T, ctx, decode=decode, batch=B, route=route):
                     check_launch(ln, a, ctx.resources_of(ln.kernel), ctx.sms)
-    core = gdn.GdnPrefillFamily(route="chunked").launch(problem, 200, ctx)
-    scan = gdn.GdnPrefillFamily().launch(problem, 200, ctx)  # route wy
+    core = gdn.GdnChunkFamily(route="chunked").launch(problem, 200, ctx)
+    scan = gdn.GdnChunkFamily().launch(problem, 200, ctx)  # route wy
     wy = gdn.BY_NAME["gdn_chunk_wy"].launch(problem, 200, ctx, batch=2)
     assert wy.grid == (5, problem.hv, 1) and wy.route == "wy"  # (200 + 2 * 63) // 64: two sequences' chunks
     assert wy.workspace_bytes == 4 * 200 * problem.hv * (problem.dk + problem.dv + 64 + 4)
@@ -202,7 +202,7 @@ def test_compile_resources_and_plan(arch_ctx, problem):
         want_scan = ("wy", 128) if arch == "sm_90" else ("wy_split", 64)
         assert (scan.route, scan.kernel.param("dv_block"), scan.kernel.param("wy")) == (*want_scan, 1)
         assert scan.dynamic_smem_bytes == gdn.chunk_smem_bytes(problem, want_scan[1], wy=True)
-        dec = gdn.BY_NAME["gdn_decode"].launch(problem, 3, ctx)
+        dec = gdn.BY_NAME["gdn_recurrent"].launch(problem, 3, ctx)
         assert dec.grid == (48, 3, 1) and dec.threads == 512
     else:  # 6 V heads of 64: 16-column blocks give 24 CTAs, each a quarter of the value-side work
         assert core.route == "chunked_split" and core.kernel.param("dv_block") == 16
@@ -213,7 +213,7 @@ def test_dv_block_follows_the_sm_count_and_the_cost_model():
     78-SM sm_90 card (H20) one wave of 48 full-width CTAs beats two waves of 64-column ones; on 132 SMs
     the 96 half-width CTAs win; a 4-sequence chunk on 132 SMs still prefers 64 columns."""
     p = gdn.QWEN38_27B
-    fam = gdn.GdnPrefillFamily()
+    fam = gdn.GdnChunkFamily()
     assert fam.choose_dv_block(p, cases.make_ctx([p], "sm_90", sms=78)) == 128
     assert fam.choose_dv_block(p, cases.make_ctx([p], "sm_90", sms=132)) == 64
     assert fam.choose_dv_block(p, cases.make_ctx([p], "sm_90", sms=132), batch=4) == 64
@@ -235,13 +235,13 @@ def test_dv_block_follows_the_sm_count_and_the_cost_model():
 def test_chunk_dv_block_that_fits_nowhere_is_a_plan_error():
     ctx = cases.make_ctx([gdn.QWEN38_27B], "sm_86", sms=82)
     with pytest.raises(PlanError, match="opt-in shared-memory maximum of 101376 B"):
-        gdn.GdnPrefillFamily(dv_block=128).launch(gdn.QWEN38_27B, 64, ctx)
+        gdn.GdnChunkFamily(dv_block=128).launch(gdn.QWEN38_27B, 64, ctx)
 
 
 def test_route_wy_needs_chunk_64():
     ctx = cases.make_ctx([gdn.TINY], "sm_90", sms=132)
     with pytest.raises(PlanError, match="route wy needs chunk 64.*chunk = 32"):
-        gdn.GdnPrefillFamily(chunk=32).launch(gdn.TINY, 100, ctx)
+        gdn.GdnChunkFamily(chunk=32).launch(gdn.TINY, 100, ctx)
     with pytest.raises(PlanError, match="gdn_chunk_wy: chunk = 32"):
         gdn.GdnChunkWyFamily(chunk=32).spec(gdn.TINY)
     with pytest.raises(PlanError, match="dk = 24 must be a multiple of 16"):
@@ -250,7 +250,7 @@ def test_route_wy_needs_chunk_64():
 
 def test_kernel_args_order_and_types():
     ctx = cases.make_ctx([gdn.TINY], "sm_90", sms=132)
-    ln = gdn.GdnPrefillFamily().launch(gdn.TINY, 10, ctx)
+    ln = gdn.GdnChunkFamily().launch(gdn.TINY, 10, ctx)
     scalars = {"num_seqs", "scale", "l2_eps", "norm_eps"}
     bufs = {n: f"<{n}>" for n in gdn.arg_names("gdn_chunk") if n not in scalars} | {"num_seqs": 2}
     del bufs["o_ws"]

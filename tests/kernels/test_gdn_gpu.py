@@ -122,7 +122,7 @@ def test_prefill_every_dv_block(backend, name, dv_block, route):
     if dv_block not in gdn.dv_blocks(p):
         pytest.skip(f"dv_block {dv_block} does not divide dv {p.dv}")
     c = cases.make_ctx([p], device_arch(), device_sm_count(), dv_block=dv_block)
-    fam = gdn.GdnPrefillFamily(route=route, dv_block=dv_block)
+    fam = gdn.GdnChunkFamily(route=route, dv_block=dv_block)
     spec = fam.chunk_spec(p, dv_block, wy=route == "wy")
     need = c.resources_of(spec).static_smem_bytes + gdn.chunk_smem_bytes(p, dv_block, fam.chunk, wy=route == "wy")
     if need > c.arch.max_smem_per_cta_optin:  # the one documented reason a forced block is not run

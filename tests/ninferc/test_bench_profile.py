@@ -13,7 +13,7 @@ def test_family_key():
 
 def test_profile_table_sums_layers_into_one_row():
     rows = [("L0.mlp.down", "gemv_coop", 1.0), ("L1.mlp.down", "gemv_coop", 2.0), ("L1.gdn.mixer.decode",
-            "gdn_decode", 0.5)]
+            "gdn_recurrent", 0.5)]
     txt, agg = profile_table(rows, "decode")
-    assert agg == {"gemv_coop:mlp.down": 3.0, "gdn_decode": 0.5}
+    assert agg == {"gemv_coop:mlp.down": 3.0, "gdn_recurrent": 0.5}
     assert "3.500 ms in 3 launches" in txt

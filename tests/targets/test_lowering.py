@@ -37,7 +37,7 @@ def test_every_argument_bound(graph, arch, sku):
         from ninferc.targets.lower import step_launch
         ln = step_launch(s, ctx, T=2, B=2, R=2)
         assert not [n for n in arg_names(s, ln) if n not in launch_scalars(s, ln, ctx, 2) and n not in s.bind]
-    assert {"embed", "rmsnorm", "gemv_coop", "gemm", "gdn_decode", "gdn_conv", "gdn_ring_update", "attn_prep",
+    assert {"embed", "rmsnorm", "gemv_coop", "gemm", "gdn_recurrent", "gdn_conv", "gdn_ring_update", "attn_prep",
             "attn_decode", "attn_combine", "attn_prefill"} <= seen
 
 

@@ -1,4 +1,4 @@
-"""The PDL ordering rule that gdn_decode's preload relies on (templates/ninfer_common.cuh section 7): every kernel
+"""The PDL ordering rule that gdn_recurrent's decode preload relies on (templates/ninfer_common.cuh section 7): every kernel
 lets its dependents launch only after its own ``griddepcontrol.wait``, so a grid that is running implies every kernel
 two or more launches back has completed. A template that called ``pdl_launch_dependents()`` (or the PTX itself)
 anywhere but inside ``NINFER_PDL_ENTRY`` -- wait, then launch_dependents -- would let a preload read stale state."""
