@@ -28,6 +28,23 @@ def models_dir() -> Path:
 
 
 #: vocabulary of :class:`FakeBackend`
+#: the SKU each target is planned for in the tests and the plan goldens (tests/golden/<arch>/), one per arch of
+#: :data:`ninferc.targets.arch.ARCHS` in its order: a new arch fails here until it is given one
+ARCH_SKUS: dict[str, str] = {}
+
+
+def _arch_skus() -> dict[str, str]:
+    from ninferc.targets.arch import ARCHS
+
+    chosen = {"sm_86": "rtx3090", "sm_89": "l20", "sm_90": "h200", "sm_120a": "rtx5090"}
+    missing = [a for a in ARCHS if a not in chosen]
+    if missing:
+        raise KeyError(f"ninferc.testing.ARCH_SKUS: no test SKU for {missing}")
+    return {a: chosen[a] for a in ARCHS}
+
+
+ARCH_SKUS.update(_arch_skus())
+
 FAKE_VOCAB = 32
 
 

@@ -6,11 +6,12 @@ import pytest
 from click.testing import CliRunner
 
 from ninferc.artifact import Artifact
+from ninferc.testing import ARCH_SKUS
 from ninferc.cli import main
 from ninferc.ir.reference import ReferenceExecutor
 from ninferc.ir.tolerances import GREEDY_MARGIN, REFERENCE_LOGITS
 
-TARGETS = [("sm_86", "rtx3090"), ("sm_89", "l20"), ("sm_90", "h200"), ("sm_120a", "rtx5090")]
+TARGETS = list(ARCH_SKUS.items())
 
 
 @pytest.fixture(scope="module")

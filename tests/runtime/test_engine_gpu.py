@@ -12,10 +12,10 @@ import pytest
 
 from ninferc.ir.tolerances import ENGINE_LOGITS, ENGINE_REORDER, GREEDY_MARGIN
 from ninferc.sampling import SamplingParams
+from ninferc.testing import ARCH_SKUS as ARCHS
 
 pytestmark = pytest.mark.gpu
 
-ARCHS = {"sm_86": "rtx3090", "sm_89": "l20", "sm_90": "h200", "sm_120a": "rtx5090"}
 GREEDY = SamplingParams()
 
 

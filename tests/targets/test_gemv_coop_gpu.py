@@ -47,6 +47,7 @@ from ninferc.targets.kernels.gemv_coop import EPILOGUES, GemvCoopFamily, GemvPro
 from ninferc.targets.nvrtc import compile_cubin  # noqa: E402
 from ninferc.targets.occupancy import occupancy  # noqa: E402
 from ninferc.targets.plan import PlanContext, make_plan  # noqa: E402
+from ninferc.testing import ARCH_SKUS  # noqa: E402
 
 # Named tolerance for GEMV outputs (relative L2 error); moves to the shared tolerance presets module.
 GEMV_REL_L2 = 2e-3
@@ -283,8 +284,7 @@ def test_planned_launches_match_reference(device, loader, prob, t, plan_sms):
     _run_and_check(loaded[launch.kernel.uri], prob, launch, seed=t * 31 + sms)
 
 
-@pytest.mark.parametrize("arch,sku", [("sm_86", "rtx3090"), ("sm_89", "l20"), ("sm_90", "h200"),
-                                      ("sm_120a", "rtx5090")])
+@pytest.mark.parametrize("arch,sku", list(ARCH_SKUS.items()))
 def test_every_arch_plan_runs_on_this_device(device, loader, arch, sku):
     """Per-arch golden regression: the plan made for each target (same template parameters, grids and
     splits) executes correctly here, compiled for the device's arch. Skips launches the device

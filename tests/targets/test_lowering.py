@@ -4,6 +4,7 @@ for both modes, several T, and all four targets — checked on the CPU before an
 import pytest
 
 from ninferc.ir.config import ModelConfig, preset
+from ninferc.testing import ARCH_SKUS
 from ninferc.ir.passes import run_pipeline
 from ninferc.ir.qwen3_5 import build_graph
 from ninferc.targets.lower import arg_names, launch_scalars, lower
@@ -19,7 +20,7 @@ def graph(request, tiny_dir):
     return run_pipeline(build_graph(cfg, lm_rows="last"))
 
 
-@pytest.mark.parametrize("arch,sku", [("sm_86", "rtx3090"), ("sm_89", "l20"), ("sm_90", "h200"), ("sm_120a", "rtx5090")])
+@pytest.mark.parametrize("arch,sku", list(ARCH_SKUS.items()))
 def test_every_argument_bound(graph, arch, sku):
     mp = plan_model(graph, arch, sku=sku, decode_batches=(1, 3), prefill_tokens=(1, 5, 64, 200))
     ctx = mp.context()

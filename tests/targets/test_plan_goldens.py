@@ -11,18 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from ninferc.testing import models_dir
+from ninferc.testing import ARCH_SKUS, models_dir
 
 from ninferc.ir.config import ModelConfig, preset
 from ninferc.targets.model_plan import plan_for_config
 
 pytestmark = pytest.mark.slow  # seconds each on 2 cores: `pytest -m "not slow"` skips them
 
-
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden"
 TINY = models_dir() / "qwen35-tiny-code"
-SKU_PER_ARCH = {"sm_86": "rtx3090", "sm_89": "l20", "sm_90": "h200", "sm_120a": "rtx5090"}
 
 
 def _check(path: Path, text: str):
@@ -37,18 +35,18 @@ def _check(path: Path, text: str):
         pytest.fail(f"plan differs from {path.relative_to(ROOT)} (NINFERC_UPDATE_GOLDENS=1 to accept):\n{diff[:6000]}")
 
 
-@pytest.mark.parametrize("arch", sorted(SKU_PER_ARCH))
+@pytest.mark.parametrize("arch", sorted(ARCH_SKUS))
 def test_plan_27b_golden(arch):
-    plan = plan_for_config(preset("qwen3.8-27b"), arch, sku=SKU_PER_ARCH[arch])
-    assert plan.to_json()["sku"] == SKU_PER_ARCH[arch]
+    plan = plan_for_config(preset("qwen3.8-27b"), arch, sku=ARCH_SKUS[arch])
+    assert plan.to_json()["sku"] == ARCH_SKUS[arch]
     # the 27B golden is the launch table (identical layers folded into one row): 65 layers of JSON would
     # bury a real change in thousands of repeated lines
     _check(GOLDEN / arch / "plan_27b.txt", plan.table())
 
 
-@pytest.mark.parametrize("arch", sorted(SKU_PER_ARCH))
+@pytest.mark.parametrize("arch", sorted(ARCH_SKUS))
 def test_plan_tiny_golden(arch):
-    plan = plan_for_config(ModelConfig.from_dir(TINY), arch, sku=SKU_PER_ARCH[arch])
+    plan = plan_for_config(ModelConfig.from_dir(TINY), arch, sku=ARCH_SKUS[arch])
     _check(GOLDEN / arch / "plan_tiny.json", plan.dumps())
 
 
@@ -56,12 +54,12 @@ def test_plan_tiny_golden(arch):
 QUANT_VARIANTS = [("w8", "w8", "bf16"), ("w4_kv8", "w4", "int8")]
 
 
-@pytest.mark.parametrize("arch", sorted(SKU_PER_ARCH))
+@pytest.mark.parametrize("arch", sorted(ARCH_SKUS))
 @pytest.mark.parametrize("suffix,weights,kv", QUANT_VARIANTS)
 def test_plan_27b_quantised_golden(arch, suffix, weights, kv):
     """The 27B plan with quantised weights (GEMV/GEMM/embedding variants that dequantise in registers)
     and, for w4, the int8 KV cache: its own launch table per arch."""
-    plan = plan_for_config(preset("qwen3.8-27b"), arch, sku=SKU_PER_ARCH[arch], weights=weights, kv_dtype=kv)
+    plan = plan_for_config(preset("qwen3.8-27b"), arch, sku=ARCH_SKUS[arch], weights=weights, kv_dtype=kv)
     text = plan.table()
     assert f"weights {weights}, KV {kv}" in text.splitlines()[0]
     if weights != "bf16":
