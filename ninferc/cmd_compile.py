@@ -7,10 +7,12 @@ from pathlib import Path
 
 import click
 
+from ninferc.targets.arch import SUPPORTED
+
 
 @click.command("compile")
 @click.argument("model_dir", type=click.Path(path_type=Path))
-@click.option("--target", required=True, help="sm_86, sm_89, sm_90 or sm_120a")
+@click.option("--target", required=True, help=f"the target arch: {SUPPORTED}")
 @click.option("--sku", default=None, help="GPU product (e.g. l20, rtx4090, h200): sets the SM count the plan uses")
 @click.option("--sms", type=click.IntRange(min=1), default=None, help="SM count, when planning without a SKU")
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), help="the .ninfer file")

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from ninferc.errors import ConfigError, PlanError
+from ninferc.targets.arch import SUPPORTED
 
 
 def _load_config(model_dir: str) -> dict:
@@ -27,7 +28,7 @@ def _load_config(model_dir: str) -> dict:
 
 @click.command("plan")
 @click.argument("model_dir", required=False, type=click.Path(file_okay=False))
-@click.option("--target", "target", required=True, help="Target arch: sm_86, sm_89, sm_90 or sm_120a.")
+@click.option("--target", "target", required=True, help=f"Target arch: {SUPPORTED}.")
 @click.option("--sku", default=None, help="GPU product (e.g. l20, rtx4090, h200); sets the SM count.")
 @click.option("--sms", type=click.IntRange(min=1), default=None, help="SM count, when planning without a SKU.")
 @click.option("--preset", default=None, help="Model-shape preset instead of MODEL_DIR (e.g. qwen3.8-27b).")

@@ -39,7 +39,7 @@ from ninferc.runtime.kernels import DeviceKernel, cupy, device_arch, device_band
 from ninferc.runtime.memory import MemoryPlan, workspace_sizes
 from ninferc.runtime.paged_kv import PagePool, Sequence, SlotPool
 from ninferc.sampling import SamplingParams
-from ninferc.targets.arch import get_arch, require_plan_runs_on
+from ninferc.targets.arch import SUPPORTED, get_arch, require_plan_runs_on
 from ninferc.targets.skus import get_sku
 from ninferc.targets.kernels import FAMILIES
 from ninferc.targets.lower import (SAMPLED_IDS_LD, Ref, Step, arg_names, drop_unneeded_steps, launch_scalars, lower,
@@ -111,14 +111,14 @@ class Engine:
             self.dev_arch_obj = get_arch(self.dev_arch)
         except TargetError:
             raise TargetError(f"device compute capability {cc} ({self.dev_arch}) has no ninferc target description; "
-                              "supported: sm_86, sm_89, sm_90, sm_120a") from None
+                              f"supported: {SUPPORTED}") from None
         self.plan_mode, self.cuda_graph = plan, cuda_graph
         import os
 
         self.check_finite = os.environ.get("NINFERC_CHECK_FINITE") == "1"
-        # programmatic dependent launch (sm_90+, PDL-aware kernels only): the next kernel's CTAs are scheduled
+        # programmatic dependent launch (Arch.pdl, PDL-aware kernels only): the next kernel's CTAs are scheduled
         # while the previous one drains; NINFERC_PDL=0 turns it off (A/B benchmarks, debugging)
-        self.pdl = cc >= (9, 0) and os.environ.get("NINFERC_PDL", "1") != "0"
+        self.pdl = self.dev_arch_obj.pdl and os.environ.get("NINFERC_PDL", "1") != "0"
         self.max_context, self.max_batch, self.prefill_chunk = max_context, max_batch, prefill_chunk
         self.page_size = hdr["compile"]["page_size"]
         self.max_pages = -(-max_context // self.page_size)

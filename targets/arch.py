@@ -71,6 +71,10 @@ class Arch:
             SM = ``max_ctas_per_sm * barrier_factor``; 0 where the rule does not apply [OCC].
         cubin_folds_reserved_smem: the cubin's ``.nv.shared.<k>`` section includes the 1 KiB reserved
             bytes (flagged by ``.nv.shared.reserved.0``) [NOTES].
+        pdl: programmatic dependent launch (``cudaLaunchAttributeProgrammaticStreamSerialization``; the next
+            kernel's CTAs start while the previous one drains) is available: compute capability 9.0 and newer [PG].
+        wgmma: warpgroup MMA (``wgmma.mma_async``) exists: PTX ISA, sm_90a only (arch-specific code, compiled for
+            the ``a`` variant, :func:`ninferc.targets.nvrtc.nvrtc_arch`); the GEMM's Hopper routes need it.
     """
 
     name: str
@@ -95,6 +99,8 @@ class Arch:
     max_block_dims: tuple[int, int, int] = (1024, 1024, 64)
     max_grid_dims: tuple[int, int, int] = (2**31 - 1, 65535, 65535)
     cooperative_launch: bool = True
+    pdl: bool = False
+    wgmma: bool = False
 
     @property
     def max_warps_per_sm(self) -> int:
@@ -136,16 +142,19 @@ SM_89 = Arch(
 SM_90 = Arch(
     name="sm_90", cc=(9, 0), max_threads_per_sm=2048, max_ctas_per_sm=32,
     smem_per_sm=228 * KiB, max_smem_per_cta_optin=227 * KiB, smem_carveouts=_CARVEOUT_228K,
-    barrier_factor=2, cubin_folds_reserved_smem=True,
+    barrier_factor=2, cubin_folds_reserved_smem=True, pdl=True, wgmma=True,
 )
 SM_120A = Arch(
     name="sm_120a", cc=(12, 0), max_threads_per_sm=1536, max_ctas_per_sm=24,
     smem_per_sm=100 * KiB, max_smem_per_cta_optin=99 * KiB, smem_carveouts=_CARVEOUT_100K,
-    barrier_factor=1, cubin_folds_reserved_smem=True,
+    barrier_factor=1, cubin_folds_reserved_smem=True, pdl=True,
 )
 
 ARCHS: dict[str, Arch] = {a.name: a for a in (SM_86, SM_89, SM_90, SM_120A)}
 """Supported targets by name, oldest first."""
+
+SUPPORTED = ", ".join(ARCHS)
+"""The supported targets as one string for messages and help texts (``"sm_86, sm_89, sm_90, sm_120a"``)."""
 
 
 def _normalise(name: str) -> str:
@@ -176,7 +185,7 @@ def get_arch(name: str | Arch) -> Arch:
         return ARCHS[key]
     except KeyError:
         raise TargetError(
-            f"unknown target {name!r}; supported targets: {', '.join(ARCHS)}"
+            f"unknown target {name!r}; supported targets: {SUPPORTED}"
         ) from None
 
 

@@ -88,6 +88,7 @@ import numpy as np
 from ninferc.errors import PlanError
 from ninferc.ir.quant import GROUP_SIZE as W4_GROUP
 from ninferc.ir.quant import dequantize_codes
+from ninferc.targets.arch import ARCHS
 from ninferc.targets.kernels._weights import WFORMATS, check_weight_k
 from ninferc.targets.plan import KernelSpec, Launch, PlanContext
 
@@ -233,8 +234,8 @@ WGMMA_MAX_N = 256
 WGMMA_ALIGN = 1024
 """Alignment of a 128-byte-swizzled wgmma operand in shared memory, bytes (PTX ISA "Shared Memory Matrix
 Layout": the swizzle pattern repeats every 8 rows of 128 B)."""
-WGMMA_ARCHS: tuple[str, ...] = ("sm_90",)
-"""Targets with ``wgmma`` (PTX ISA: ``wgmma.mma_async`` requires ``sm_90a``; the sources carry
+WGMMA_ARCHS: tuple[str, ...] = tuple(a.name for a in ARCHS.values() if a.wgmma)
+"""Targets with ``wgmma`` (:attr:`Arch.wgmma`; PTX ISA: ``wgmma.mma_async`` requires ``sm_90a``; the sources carry
 :data:`ninferc.targets.nvrtc.ARCH_SPECIFIC_MARKER`, so the sm_90 target compiles them for sm_90a)."""
 
 WGMMA_TILES: tuple[GemmTile, ...] = (

@@ -17,11 +17,11 @@ import gdn_cases as cases  # noqa: E402
 from ninferc.errors import PlanError  # noqa: E402
 from ninferc.ir.config import ModelConfig, preset  # noqa: E402
 from ninferc.ir.tolerances import FP32_REORDER  # noqa: E402
-from ninferc.targets.arch import get_arch  # noqa: E402
+from ninferc.targets.arch import ARCHS, get_arch  # noqa: E402
 from ninferc.targets.kernels import gdn  # noqa: E402
 from ninferc.targets.plan import check_launch  # noqa: E402
 
-ALL_ARCHS = ("sm_86", "sm_89", "sm_90", "sm_120a")
+ALL_ARCHS = tuple(ARCHS)
 F32 = np.float32
 
 

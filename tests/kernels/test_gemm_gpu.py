@@ -35,6 +35,8 @@ from ninferc.targets.kernels.gemm import (BENCH_TILES, STAGES, TILES, WFORMATS, 
                                           dequantize_weight, kernel_args, reference)
 from ninferc.targets.occupancy import occupancy  # noqa: E402
 from ninferc.targets.plan import PlanContext, compile_variants  # noqa: E402
+from ninferc.targets.skus import get_sku  # noqa: E402
+from ninferc.testing import ARCH_SKUS  # noqa: E402
 
 FAM = GemmFamily()
 FAM_ALL = GemmFamily(TILES + BENCH_TILES)  # default routes + benchmark candidates (forced launches only)
@@ -188,7 +190,7 @@ def test_deterministic(ctx):
     np.testing.assert_array_equal(outs[0], outs[1])
 
 
-@pytest.mark.parametrize("arch,sms", [("sm_86", 82), ("sm_89", 92), ("sm_90", 132), ("sm_120a", 170)])
+@pytest.mark.parametrize("arch,sms", [(a, get_sku(s).sms) for a, s in ARCH_SKUS.items()])
 def test_every_arch_plan_runs_here(arch, sms):
     """Per-arch regression: the launch each target's plan chooses (template parameters, grid, dynamic
     shared memory, decided with that target's cubin resources and SM count), compiled for this device,
@@ -290,7 +292,7 @@ def test_quant_project_quantiser_layout(ctx, wfmt):
               f"quantiser {wfmt} [{ln.kernel.uri} T={t} K={k} N={n}]", cols=True)
 
 
-@pytest.mark.parametrize("arch,sms", [("sm_86", 82), ("sm_89", 92), ("sm_90", 132), ("sm_120a", 170)])
+@pytest.mark.parametrize("arch,sms", [(a, get_sku(s).sms) for a, s in ARCH_SKUS.items()])
 def test_quant_every_arch_plan_runs_here(arch, sms):
     """The launch each target's plan chooses for quantised W, compiled for this device, is right."""
     probs = [GemmProblem(k, n, ep, wfmt=wf) for wf in QFORMATS

@@ -19,6 +19,7 @@ from ninferc.targets.kernels.gemv_coop import (DP_ITEM_US, DP_STAGE_NS, LATENCY_
                                                GemvCoopFamily, GemvProblem,
                                                estimate_us, kernel_args, norm_input, reference)
 from ninferc.targets.plan import PlanContext, check_launch
+from ninferc.targets.arch import ARCHS
 from ninferc.targets.skus import get_sku, skus_for_arch
 
 O_PROJ = GemvProblem(6144, 5120, "residual_add")
@@ -79,7 +80,7 @@ def test_l20_and_4090_caps_differ_by_the_sm_ratio(gemv):
         assert Fraction(l20.cap(spec), r4090.cap(spec)) == Fraction(92, 128)
 
 
-@pytest.mark.parametrize("arch", ["sm_86", "sm_89", "sm_90", "sm_120a"])
+@pytest.mark.parametrize("arch", list(ARCHS))
 def test_every_launch_fits_and_is_the_cheapest_candidate(gemv, arch):
     for sku in skus_for_arch(arch):
         c = ctx(arch, sku.key)
@@ -146,7 +147,7 @@ def test_choice_follows_the_device(gemv):
     """The same cubins pick different CTA shapes on different cards of one arch (SM count, bandwidth per SM),
     and on the same SMs by bandwidth alone: the plan is derived, not a table."""
     differ = []
-    for arch in ("sm_86", "sm_89", "sm_90", "sm_120a"):
+    for arch in ARCHS:
         for prob in PROBLEMS:
             uris = {s.key: gemv.launch(prob, 1, ctx(arch, s.key)).kernel.uri for s in skus_for_arch(arch)}
             if len(set(uris.values())) > 1:
