@@ -24,7 +24,8 @@ from ninferc.errors import NinfercError
               help="with --preset: KV cache dtype")
 @click.option("--prompt-tokens", default="512,8192", show_default=True, help="comma-separated prompt lengths")
 @click.option("--decode-tokens", default=64, type=click.IntRange(min=1), show_default=True, help="decode steps timed per prompt length")
-@click.option("--prefill-chunk", default=8192, type=click.IntRange(min=1), show_default=True)
+@click.option("--prefill-chunk", default=8192, type=click.IntRange(min=1), show_default=True,
+              help="most prompt tokens per prefill step (a longer prompt is prefilled in chunks)")
 @click.option("--batch", default=1, type=click.IntRange(min=1), show_default=True,
               help="also decode this many sequences together at each prompt length (aggregate tok/s)")
 @click.option("--tokens-per-seq", default=None,

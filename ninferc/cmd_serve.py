@@ -9,7 +9,9 @@ no chat template (chat requests get 400) and no generation config.
 Start-up: the HTTP server listens at once (``/health`` answers 503 while loading); the engine thread builds the
 backend, printing the memory plan in bytes, and the server then answers 200 on ``/health``. A memory plan over the
 device's free memory (the host's available memory for the reference backend) is refused before anything is
-allocated, naming every term. SIGINT / SIGTERM: stop admitting (503), let running requests finish for up to
+allocated, naming every term. A backend that cannot be built (no GPU, a plan over memory, ...) ends the server:
+one ``error:`` line and exit status 2. An engine that fails while serving leaves the server up answering 503 on
+``/health`` and to every request until it is stopped; it then exits with status 2 too. SIGINT / SIGTERM: stop admitting (503), let running requests finish for up to
 ``--drain-timeout`` seconds, end the rest with ``finish_reason`` ``abort``, exit 0.
 
 ``NINFERC_POISON_FREED=1`` (tests) makes the reference backend fill every KV page with NaN the moment it becomes
@@ -245,6 +247,14 @@ def serve_cmd(path, preset, synthetic_weights, weights_fmt, kv_dtype, host, port
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off",
                             timeout_graceful_shutdown=max(1, int(drain_timeout) + 5))
     server = _Server(config)
+
+    def stop_if_loading_fails():
+        if not engine.wait_ready():
+            server.should_exit = True
+
+    import threading
+
+    threading.Thread(target=stop_if_loading_fails, daemon=True, name="ninferc-load-watch").start()
     try:
         server.run()
     finally:
@@ -252,8 +262,8 @@ def serve_cmd(path, preset, synthetic_weights, weights_fmt, kv_dtype, host, port
         if log_file is not None:
             log_file.close()
         _log(f"ninferc serve: stopped (engine {engine.state})")
-    if engine.state == "failed" and engine.error and not state.draining:
-        raise NinfercError(f"the engine failed: {engine.error}")
+    if engine.state == "failed" and engine.error:
+        raise NinfercError(f"the engine failed{' to load' if engine.scheduler is None else ''}: {engine.error}")
 
 
 def spec_config(spec: str | None, draft_tokens: int, draft_lm_head: str, ctx):
@@ -424,6 +434,9 @@ def open_preset(name: str, backend: str | None, max_context: int | None, *, weig
     def make_cuda(*, num_pages, num_slots, prefill_chunk, cuda_graph, log, cache_bytes=0):
         from ninferc.bench import synthetic_artifact
         from ninferc.runtime.cuda_backend import CudaBatchBackend
+        from ninferc.runtime.kernels import cupy
+
+        cupy("ninferc serve --preset --synthetic-weights (its weights are generated on the GPU)", hint="")
 
         art = synthetic_artifact(name, recipe, kv_dtype, target=None, sku=None, max_context=ctx,
                                  batch=max(num_slots, 1), graph=graph)

@@ -178,3 +178,24 @@ def test_health_503_while_loading_200_when_ready_503_after_failure(tiny_dir):
         else:
             assert r.status_code == 200 and r.json() == {"status": "ok"}
         eng.shutdown(0)
+
+
+def test_serve_exits_when_its_backend_cannot_be_built():
+    """A backend that cannot be built ends the server with one error line and status 2 -- here the CUDA backend of
+    a preset on a machine without a GPU (a machine with one would load the 27B shape: skipped there)."""
+    import subprocess
+    import sys
+
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() > 0:
+            pytest.skip("a GPU is here: the preset would load")
+    except Exception:  # noqa: BLE001 -- no CuPy or no device: the case under test
+        pass
+    r = subprocess.run([sys.executable, "-m", "ninferc", "serve", "--preset", "qwen3.8-27b", "--synthetic-weights",
+                        "--port", "0"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: the engine failed to load: TargetError: ninferc serve --preset") and "GPU" in last
+    assert "--backend reference" not in last  # no hint the preset cannot follow
