@@ -7,7 +7,7 @@ from ninferc.ir.config import ModelConfig, preset
 from ninferc.testing import ARCH_SKUS
 from ninferc.ir.passes import run_pipeline
 from ninferc.ir.qwen3_5 import build_graph
-from ninferc.targets.lower import arg_names, launch_scalars, lower
+from ninferc.targets.lower import arg_names, launch_scalars
 from ninferc.targets.model_plan import plan_model, plan_steps
 
 

@@ -5,7 +5,6 @@ To accept a reviewed change: NINFERC_UPDATE_GOLDENS=1 python -m pytest tests/tar
 """
 
 import difflib
-import json
 import os
 from pathlib import Path
 
