@@ -16,8 +16,11 @@ The policy (scheduler) owns the page tables and GDN slots; this class turns each
   (``[B, V]`` fp32 copied to the host), stated in ``host_rows`` of :attr:`stats`. A row with a non-finite logit
   becomes :class:`~ninferc.sampling.NonFiniteLogits` on either path (checked on the device before the GPU draws).
 
-Exactness: a sequence's logits come from the same kernels whatever else shares its step (the batched GEMV tiles
-compute each row independently), so its greedy output is the same alone and in a batch.
+Exactness: a sequence's logits do not depend on the other rows' values, but they do on how the step is cut: a
+decode step of B sequences runs the GEMVs' B-token tiles (tensor-core or integer dot-product) where one sequence
+runs the one-token kernels, and a prompt resumed from a prefix-cache checkpoint or split into chunks meets other
+chunk boundaries -- each rounds differently, so greedy text can part between such paths at a near-tie (the GPU
+serve tests compare with the goldens up to their first near-tie, as the engine tests do; bench/NOTES.md run 191).
 """
 
 from __future__ import annotations
