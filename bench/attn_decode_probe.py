@@ -1,4 +1,4 @@
-"""Device probe (diagnostic, session 16): attn_decode + attn_combine alone at the 27B shape (24 q heads, 4 KV heads,
+"""Device probe (diagnostic, runs 112-120): attn_decode + attn_combine alone at the 27B shape (24 q heads, 4 KV heads,
 head_dim 256, 64-token pages), B = 1, timed per launch over back-to-back launches (CUDA events around 200 launches,
 median of 5 repeats; each launch also pays the stream's launch gap, the same for every row). Rows: context x split
 mode -- the bench's plan at max_context 8,248 (129 splits of one page, balanced granule 16), page-aligned splits,

@@ -1,4 +1,4 @@
-"""Device probe (diagnostic, session 16; ``--family gdn_recurrent`` since session 19): the per-CTA timeline of attn_decode
+"""Device probe (diagnostic, runs 112-120; ``--family gdn_recurrent`` since runs 136-140): the per-CTA timeline of attn_decode
 (or gdn_recurrent) inside the graph-replayed 27B decode step. The engine is built with the family's ``trace`` option
 (template ``trace``): thread 0 of every CTA records globaltimer at entry, after the PDL wait, after its first tile's
 scores and softmax, after its last P.V and at exit. Per launch (one per attention layer and step) it reports,
@@ -6,7 +6,7 @@ relative to the first CTA's PDL-wait release (~ the end of the previous kernel p
 entries and wait releases, and for the CTAs with keys the median / last time each phase ended -- where the ~9 us the
 kernel adds to the step at 512 tokens goes. With ``--family gdn_recurrent`` (``GdnRecurrentFamily.trace``) the phases are
 entry, wait, conv (q / k / v in shared memory), the q / k norms, kv = S^T k, o = S^T q, the y store and the state
-store, every CTA counted. With ``--family gemv_coop`` (session 23; ``GemvCoopFamily.trace_epilogues``, default
+store, every CTA counted. With ``--family gemv_coop`` (runs 162-169; ``GemvCoopFamily.trace_epilogues``, default
 ``swiglu``: every gate|up GEMV) the phases are the dp GEMV's: entry, wait, x staged, first item, exit, every CTA
 counted, and the launches are summarised apart by whether their layer is an attention layer -- to see where the MLP
 after an attention layer spends the time a faster attention decode gives it (bench/NOTES.md runs 163-164).

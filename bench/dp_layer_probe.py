@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     for n in a.prefetch:
         configs[f"dp persistent, L2 prefetch of {n} steps"] = GemvCoopFamily(prefetch_steps=n, **dp)
     configs["fma"] = GemvCoopFamily(w4_dp_tiles=(), w8_dp_tiles=())
-    # the persistent dp variants' item-boundary carry and CTA sizes (session 11; run 83 also measured a cp.async
+    # the persistent dp variants' item-boundary carry and CTA sizes (runs 83-86; run 83 also measured a cp.async
     # staging of x and a 4-CTA register cap, both slower and removed)
     configs["dp persistent, carry"] = GemvCoopFamily(dp_carry=(True,), **dp)
     configs["dp persistent, no carry"] = GemvCoopFamily(dp_carry=(False,), **dp)

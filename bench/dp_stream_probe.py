@@ -1,4 +1,4 @@
-"""Device probe (diagnostic, session 10): where the fixed cost of a w4 dp decode GEMV goes. Times the planned
+"""Device probe (diagnostic, runs 75-82): where the fixed cost of a w4 dp decode GEMV goes. Times the planned
 persistent dp kernel of four 27B shapes (T = 1) as rendered, and with parts of its work removed from the rendered
 source -- ``nostage``: no x staging (the dot products read whatever shared memory holds); ``nomath``: each word's
 four dp2a replaced by one XOR that keeps the weight and the first x piece live; ``stream``: both -- each in a

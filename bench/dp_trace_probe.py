@@ -1,4 +1,4 @@
-"""Device probe (diagnostic, session 12): a timeline of the planned persistent w4 dp decode GEMVs of a GDN layer
+"""Device probe (diagnostic, runs 87-92): a timeline of the planned persistent w4 dp decode GEMVs of a GDN layer
 (``--wfmt w8``: the planned w8 ones, fp32 FMA kernels of one CTA per row block)
 (27B shapes, T = 1: GDN in -> GDN out -> gate|up -> down, 16 layers over distinct weight copies, one CUDA graph
 of PDL launches, as bench/dp_layer_probe.py). Each kernel is the planned one compiled with the template's

@@ -1,4 +1,4 @@
-"""Device probe (diagnostic, session 17): how fast one attention layer's paged K/V can be moved at the 27B shape
+"""Device probe (diagnostic, runs 121-129): how fast one attention layer's paged K/V can be moved at the 27B shape
 (4 KV heads, head_dim 256, 64-token bf16 pages; 8,192 tokens = 128 pages = 33.5 MB of K + V), by kernels that only
 move the bytes -- no attention arithmetic -- so the staged ``attn_decode`` (~20 us per layer at 8,192 in the traced
 step, bench/NOTES.md run 126, ~1.7 TB/s) can be set against its memory path alone.

@@ -1,4 +1,4 @@
-"""Device probe (diagnostic, session 13; prepared, not yet run): what one kernel boundary of the decode step's chain
+"""Device probe (diagnostic, runs 93-99; prepared, not yet run): what one kernel boundary of the decode step's chain
 costs by itself, and what a producer-side arrival counter would cost instead of griddepcontrol.wait.
 
 A CUDA graph of N back-to-back launches of G CTAs x T threads whose CTAs do nothing but a dependent read-modify-

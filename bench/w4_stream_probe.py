@@ -1,7 +1,7 @@
-"""Device probe (diagnostic, session 5): what limits the w4 decode GEMV at T = 1? Times the tensor-core w4 kernel of
+"""Device probe (diagnostic, runs 35-43): what limits the w4 decode GEMV at T = 1? Times the tensor-core w4 kernel of
 the 27B gate|up and down_proj shapes as rendered, and with parts of its work removed from the rendered source --
 ``nomath``: the dequantisation and the mma replaced by one FMA per group that keeps every load live; ``nox``: also
-no x reads (session 5 run 41: x loaded from L1 / L2 at each group; since 2df7107 x comes through the ring, and
+no x reads (runs 35-43 run 41: x loaded from L1 / L2 at each group; since 2df7107 x comes through the ring, and
 ``nox`` drops only its shared-memory reads) -- next to the fp32-FMA kernel, each in a CUDA graph of back-to-back PDL launches over distinct weight
 copies (bench/gemv_ksplit_sweep.py's method). The outputs of the modified kernels are meaningless; only times.
 

@@ -1,4 +1,4 @@
-"""Device probe (diagnostic, session 6): is the tensor-core w8 GEMV at T = 1 limited by its access pattern? The
+"""Device probe (diagnostic, runs 45-55): is the tensor-core w8 GEMV at T = 1 limited by its access pattern? The
 fp16-mma w8 kernel reads, per warp load, 16 bytes of 8 different rows (rows g and g + 8 of a 16-row tile, 64 bytes
 of each per block); the FMA kernel reads 512 contiguous bytes of one row. This times the mma kernel of two 27B
 shapes as rendered (``full``), with its dequantisation and mma cut (``nomath``: one FMA per block keeps every load

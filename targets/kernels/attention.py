@@ -400,7 +400,7 @@ class AttnDecodeFamily(_OneKernelFamily):
             time, :func:`split_keys` keys per split, so that at a context below ``max_context`` every split's CTA
             has work (the split count itself stays fixed by ``max_context``, so a captured graph stays valid).
             Default 16: on the H200 the 27B w8 decode step (bf16 KV) is 1.091x faster at 2,048 of 32,768 tokens
-            and 1.007x at 512 of 8,248 (bench/NOTES.md, session 15). Applies to bf16 KV pages.
+            and 1.007x at 512 of 8,248 (bench/NOTES.md, runs 107-111). Applies to bf16 KV pages.
         balance_keys_int8: the same for int8 KV pages; default 16: on the H200 the 27B w8 decode step with int8 KV
             is 1.124x faster at 2,048 of 32,768 tokens than with page-aligned splits (bench/NOTES.md run 116), once
             the int8 P.V loop's unroll 8 had removed the balanced kernel's 8-byte spill on sm_120a.

@@ -366,7 +366,7 @@ class GdnRecurrentFamily:
             registers before the PDL wait, not only into L2 (template parameter ``preload``, absent = false; safe
             because both were last written at least two launches back: templates/ninfer_common.cuh section 7).
             Default on: with the balanced attention split, the 27B decode step on the H200 is 1.010x (w8, 512 of
-            8,248 tokens) and 1.004x (w4) faster than with the split alone (bench/NOTES.md, session 15).
+            8,248 tokens) and 1.004x (w4) faster than with the split alone (bench/NOTES.md, runs 107-111).
         one_pass: the delta rule with one shared-memory reduction of the state instead of two (template parameter
             ``onepass``, absent = false): S^T k and S^T q of the raw conv outputs in the same pass, the q / k norms
             and q.k per warp, o = e^g rq scale S^T q + (k'.q') delta and the gated norm's sum as a warp sum -- two

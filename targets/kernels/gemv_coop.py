@@ -50,7 +50,7 @@ A warp owns 16 W rows, one ``mma.sync.m16n8k16`` A tile (rows g = lane / 4 and g
 the B columns (column g = token g, zero past T; n = 8, so T <= 8). Per scale group of 64 K elements, lane
 (g, q = lane % 4) takes codes 16q .. 16q + 15 of its two rows: each word of 8 codes gives the bf16 pairs
 (q[e_i], q[e_i+4]) exactly (nibble under the exponent of 128, then one ``fma.rn.bf16x2`` subtracting 136; taking
-the 136 off with a second mma per k-tile instead was slower on the H200, session 5 run 43), and the four mma of
+the 136 off with a second mma per k-tile instead was slower on the H200, runs 35-43 run 43), and the four mma of
 the group read K in that permuted order for A and B alike (B pairs by PRMT of x), so the sum is the same; each
 group's fp32 sums are multiplied by its scale once (as the FMA path does). The warp streams chunks of 4 groups
 (128 bytes of each row, their scales and the chunk's x of every token) through a private ``mma_stages``-deep
@@ -397,14 +397,14 @@ class GemvCoopFamily:
         token_tiles: the ``max_tokens`` variants (tokens per CTA, a template parameter; larger T adds token chunks
             to the grid). A launch for T tokens uses the smallest tile >= T, else the largest (:meth:`tile_for`):
             one-sequence decode (T = 1) gets the one-token kernel, whose single-token accumulators need fewer
-            registers (w8 / w4: H200, session 2: 27B w8 decode 84.5 -> 106 tok/s).
+            registers (w8 / w4: H200, runs 12-19: 27B w8 decode 84.5 -> 106 tok/s).
         rows_per_warp: W rows a warp accumulates at once (even), bf16 weights.
         quant_rows_per_warp: the same for w8 / w4 weights. Default 2, from the H200 sweep
-            (session 2's sweep, bench/results/gemv_sweep_h200_4086f82.json; 27B decode shapes, T = 1):
+            (runs 12-19's sweep, bench/results/gemv_sweep_h200_4086f82.json; 27B decode shapes, T = 1):
             with 2 rows a w4 warp needs 48 registers instead of 85-94 and the kernel time drops by 5-26 %.
         norm_rows_per_warp: the same for the add_norm_parts epilogue, every format. Default 2: on the H200 the
             bf16 27B down_proj / out_proj with it take 41 / 16 us against 62 / 24 us with 4 rows per warp at the
-            same CTA shape (``bench/gemv_ksplit_sweep.py``, session 4; 4 rows per warp are fine for the same
+            same CTA shape (``bench/gemv_ksplit_sweep.py``, runs 27-34; 4 rows per warp are fine for the same
             GEMV with a plain residual add -- the difference was measured, not explained).
         prefetch_steps: K steps (16 bytes per lane per W row) each warp asks L2 to prefetch before its PDL
             wait (``prefetch.global.L2``; weights are constant); 0 = none. A template parameter only when
@@ -413,7 +413,7 @@ class GemvCoopFamily:
         w4_mma_tiles: the token tiles whose w4 variants run on tensor cores (template ``mma``: 16 rows per warp,
             the dot products on mma.sync; every w4 variant of such a tile is an mma variant -- the cost model has
             no ALU term, so the two kinds are not compared by it). Default (4,), from the H200 sweep
-            (``bench/gemv_ksplit_sweep.py``, session 5 run 42, every 27B decode shape, best variant of each kind,
+            (``bench/gemv_ksplit_sweep.py``, runs 35-43 run 42, every 27B decode shape, best variant of each kind,
             ``bench/results/gemv_ksplit_sweep_w4_t4_h200_5149fc8.json``): at T = 4 the mma variants take 28.2 /
             15.1 / 48.8 / 35.6 / 24.8 / 265 us (GDN in, GDN out, gate|up, down, q|k|v, LM head) against 51.3 /
             26.5 / 110.6 / 62.3 / 51.0 / 533 us on fp32 FMAs (1.7-2.3x); at T = 1 they are at parity or slower
@@ -421,11 +421,11 @@ class GemvCoopFamily:
             tile keeps the FMA path.
         w8_mma_tiles: the token tiles whose w8 variants run on tensor cores (fp16 mma, module docstring), where K is
             a multiple of 64 and the tile's fp16 x fits ``W8_MMA_X_BYTES``. Default (4,), from the H200 sweeps: at T = 4
-            they win 1.5-1.6x where they fit (session 6 run 47,
+            they win 1.5-1.6x where they fit (runs 45-55 run 47,
             ``bench/results/gemv_ksplit_sweep_w8_t4_h200_13d5dd2.json``, best of each kind, mma vs FMA: GDN in 33.0 vs
             52.6 us, gate|up 65.1 vs 99.9, q|k|v 30.8 vs 45.3, an LM head at w8 351 vs 537; GDN out and down, K = 6,144
             / 17,408, then still needed more than 40 KiB of x at 4 tokens and stayed on FMAs; since run 53 a long K is
-            converted in segments); at T = 1 they are correct and slower (session 6 run 46, ``bench/results/gemv_ksplit_sweep_w8_t1_h200_c8764ba.json``, best
+            converted in segments); at T = 1 they are correct and slower (runs 45-55 run 46, ``bench/results/gemv_ksplit_sweep_w8_t1_h200_c8764ba.json``, best
             variant of each kind, mma vs FMA: gate|up 54.2 vs 45.4 us, down 31.9 vs 23.0, GDN in 27.1 vs 24.2, GDN
             out 13.2 vs 9.6, q|k|v 24.1 vs 20.3; 27B w8 decode 99.6 vs ~118 tok/s), like the w4 mma variants at
             T = 1: both tensor-core kernels stream at most ~3.3 TB/s there.
@@ -435,7 +435,7 @@ class GemvCoopFamily:
             66-69, ``bench/results/dp_probe_h200_fcda2c0.json``, best variant of each kind at T = 1): w4 dp vs
             fp32 FMAs gate|up 30.8 vs 40.3 us, down 19.4 vs 22.1, GDN in 14.9 vs 20.5, GDN out 7.8 vs 9.3, q|k|v
             14.6 vs 18.8. w8 was mixed in isolation (GDN in 21.8 vs 24.2, gate|up 44.9 vs 45.3, down 24.8 vs 23.1)
-            and stayed on FMAs until session 13, when the persistent dp kernels (one balanced wave, since run 68)
+            and stayed on FMAs until runs 93-99, when the persistent dp kernels (one balanced wave, since run 68)
             beat the FMA ones in the decode step itself -- even at the FMA kernels' best one-token shape (4 rows per
             warp, 2 warps per row group for the norm-input GEMVs, 1.040x over the cost model's pick, run 95; that
             special case was removed once dp replaced them): 27B w8 8.016 vs 8.122 ms per token in one process
@@ -444,7 +444,7 @@ class GemvCoopFamily:
             vs 0.166, down equal, q|k|v 0.36 vs 0.32 (the one loser).
         dp_shapes: the plain (threads, k_warps) shapes of the dp variants; the cost model (with its x-staging
             term, ``DP_STAGE_NS``) picks one per problem. Default 256 and 640 threads, one warp per row group. On
-            the H200 probe (session 8) the persistent dp variant at 2 rows per warp and 256 threads is within 3 % of
+            the H200 probe (runs 59-65) the persistent dp variant at 2 rows per warp and 256 threads is within 3 % of
             the fastest of 16 variants (2 / 4 rows per warp x 4 shapes x persistent or not) on all four w4 decode
             shapes; a 640-thread CTA (one per SM: the staging of x once per SM, not per each of its 2-3 CTAs) takes
             w4 down (K = 17,408) from 20.0 to 17.3 us, ties GDN out (8.0), and loses on the K = 5,120 shapes

@@ -299,7 +299,7 @@ def test_folded_norm_program_equals_the_unfused_one(artifacts, goldens):
     by ``Engine.use_program``): teacher-forced decode logits agree (x is
     rounded to bf16 before the norm's 1/rms in one, after it in the other), and the folded program launches
     no rmsnorm kernel between two Linears. The bound is ENGINE_LOGITS (the bf16-storage error itself: moving
-    where one bf16 rounding happens is bounded by it); the H200 measured 0.082 (session 4)."""
+    where one bf16 rounding happens is bounded by it); the H200 measured 0.082 (runs 27-34)."""
     from ninferc.artifact import Artifact
     from ninferc.runtime.engine import Engine
     from ninferc.targets.lower import lower
