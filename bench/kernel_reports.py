@@ -112,16 +112,7 @@ def sample_latency():
                           top_p=cp.full(b, 0.9, cp.float32), seed=cp.arange(b, dtype=cp.uint64),
                           step=cp.zeros(b, cp.int32))
             args = ts.kernel_args(p, ln, x, out, ws=cp.zeros(2 * b, cp.uint64), **kw)
-            dk = kernel(ln.kernel)
-            for _ in range(3):
-                dk.launch(ln.grid, ln.block, args)
-            s, e = cp.cuda.Event(), cp.cuda.Event()
-            s.record()
-            for _ in range(20):
-                dk.launch(ln.grid, ln.block, args)
-            e.record()
-            e.synchronize()
-            lines.append(f"  {mode} B={b} V={v}: {cp.cuda.get_elapsed_time(s, e) / 20 * 1000:.1f} us ({ln.kernel.uri})")
+            lines.append(f"  {mode} B={b} V={v}: {_time_ms(ln, args) * 1000:.1f} us ({ln.kernel.uri})")
     print("sampler latency:\n" + "\n".join(lines))
 
 
