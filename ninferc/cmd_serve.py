@@ -355,18 +355,8 @@ def open_model(path: Path, backend: str | None, max_context: int | None, *, draf
         tok.check_fits(cfg.vocab_size, f"the artifact {path}")
         backend = backend or "cuda"
         if backend == "cuda":
-            def make_cuda(*, num_pages, num_slots, prefill_chunk, cuda_graph, log, cache_bytes=0):
-                from ninferc.runtime.cuda_backend import CudaBatchBackend
-
-                return CudaBatchBackend(art, max_context=ctx, num_slots=num_slots, num_pages=num_pages,
-                                        prefill_chunk=prefill_chunk, cuda_graph=cuda_graph, log=log,
-                                        cache_bytes=cache_bytes)
-
-            from ninferc.runtime.cuda_backend import CudaBatchBackend
-
-            return OpenedModel(backend="cuda", tokenizer=tok, config=cfg, max_context=ctx, page_size=page_size,
-                               generation_config=gen_cfg, make=make_cuda, has_mtp=False,
-                               mtp_why=CudaBatchBackend.no_mtp_reason)
+            return _opened_cuda(lambda num_slots: art, tokenizer=tok, config=cfg, max_context=ctx,
+                                page_size=page_size, generation_config=gen_cfg)
         weights, graph, art_mtp = art.weights(), art.graph(), art.mtp_graph()
 
     from ninferc.ir.qwen3_5 import mtp_param_specs
@@ -431,22 +421,30 @@ def open_preset(name: str, backend: str | None, max_context: int | None, *, weig
     graph = synthetic_graph(name, recipe, kv_dtype)
     from ninferc.runtime.synthetic import PAGE_SIZE as page_size
 
-    def make_cuda(*, num_pages, num_slots, prefill_chunk, cuda_graph, log, cache_bytes=0):
+    def synthetic(num_slots):
         from ninferc.bench import synthetic_artifact
-        from ninferc.runtime.cuda_backend import CudaBatchBackend
         from ninferc.runtime.kernels import cupy
 
         cupy("ninferc serve --preset --synthetic-weights (its weights are generated on the GPU)", hint="")
+        return synthetic_artifact(name, recipe, kv_dtype, target=None, sku=None, max_context=ctx,
+                                  batch=max(num_slots, 1), graph=graph)
 
-        art = synthetic_artifact(name, recipe, kv_dtype, target=None, sku=None, max_context=ctx,
-                                 batch=max(num_slots, 1), graph=graph)
-        return CudaBatchBackend(art, max_context=ctx, num_slots=num_slots, num_pages=num_pages,
-                                prefill_chunk=prefill_chunk, cuda_graph=cuda_graph, log=log, cache_bytes=cache_bytes)
+    return _opened_cuda(synthetic, tokenizer=Tokenizer.synthetic(cfg.vocab_size), config=cfg, max_context=ctx,
+                        page_size=page_size, generation_config={})
 
+
+def _opened_cuda(artifact, *, tokenizer, config, max_context, page_size, generation_config) -> OpenedModel:
+    """An :class:`OpenedModel` on the CUDA backend; ``artifact(num_slots)`` gives the artifact when the engine
+    thread makes the backend (an opened file, or a synthetic one planned for that many slots)."""
     from ninferc.runtime.cuda_backend import CudaBatchBackend
 
-    return OpenedModel(backend="cuda", tokenizer=Tokenizer.synthetic(cfg.vocab_size), config=cfg, max_context=ctx,
-                       page_size=page_size, generation_config={}, make=make_cuda, has_mtp=False,
+    def make_cuda(*, num_pages, num_slots, prefill_chunk, cuda_graph, log, cache_bytes=0):
+        return CudaBatchBackend(artifact(num_slots), max_context=max_context, num_slots=num_slots,
+                                num_pages=num_pages, prefill_chunk=prefill_chunk, cuda_graph=cuda_graph, log=log,
+                                cache_bytes=cache_bytes)
+
+    return OpenedModel(backend="cuda", tokenizer=tokenizer, config=config, max_context=max_context,
+                       page_size=page_size, generation_config=generation_config, make=make_cuda, has_mtp=False,
                        mtp_why=CudaBatchBackend.no_mtp_reason)
 
 
