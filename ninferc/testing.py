@@ -28,11 +28,6 @@ def models_dir() -> Path:
 
 
 #: vocabulary of :class:`FakeBackend`
-#: the SKU each target is planned for in the tests and the plan goldens (tests/golden/<arch>/), one per arch of
-#: :data:`ninferc.targets.arch.ARCHS` in its order: a new arch fails here until it is given one
-ARCH_SKUS: dict[str, str] = {}
-
-
 def _arch_skus() -> dict[str, str]:
     from ninferc.targets.arch import ARCHS
 
@@ -43,7 +38,9 @@ def _arch_skus() -> dict[str, str]:
     return {a: chosen[a] for a in ARCHS}
 
 
-ARCH_SKUS.update(_arch_skus())
+#: the SKU each target is planned for in the tests and the plan goldens (tests/golden/<arch>/), one per arch of
+#: :data:`ninferc.targets.arch.ARCHS` in its order: a new arch fails here until it is given one
+ARCH_SKUS: dict[str, str] = _arch_skus()
 
 FAKE_VOCAB = 32
 
