@@ -3,8 +3,9 @@
 ``sample`` = the non-finite check + the GPU sampler + reading the ids back) against the captured decode graph alone,
 replayed back to back with one synchronisation per step, at B = 1, 2, 4, 8 sequences.
 
-The difference is host time the GPU waits for between steps (the server's step is synchronous: the next step is
-launched after the ids are read and the scheduler has run). Usage (on a GPU)::
+The difference is host time the GPU waits for between steps when each step is read before the next is launched.
+The server's decode ahead (``ahead_step_ms``: ``decode_next`` + ``sample_async`` queued before the previous
+step's ``result()``) is timed the same way beside it. Usage (on a GPU)::
 
     python bench/serve_step_probe.py model.ninfer [--steps 100] [--json out.json]
     python bench/serve_step_probe.py --preset qwen3.8-27b [--weights w4]
@@ -66,6 +67,15 @@ def main(argv=None) -> int:
             wall.append(t2 - t0)
             t_dec.append(t1 - t0)
             t_smp.append(t2 - t1)
+        pend = be.sample_async(be.decode(seqs, toks), rows)
+        ahead = []
+        for _ in range(a.steps):
+            t0 = time.perf_counter()
+            nxt = be.sample_async(be.decode_next(seqs, pend), rows)
+            pend.result()
+            pend = nxt
+            ahead.append(time.perf_counter() - t0)
+        pend.result()
         g = e.model_graph(B)
         gl = []
         for _ in range(a.steps):
@@ -75,11 +85,12 @@ def main(argv=None) -> int:
             gl.append(time.perf_counter() - t0)
         r = {"batch": B, "backend_step_ms": statistics.median(wall) * 1e3,
              "decode_call_ms": statistics.median(t_dec) * 1e3, "sample_call_ms": statistics.median(t_smp) * 1e3,
-             "graph_only_ms": statistics.median(gl) * 1e3}
+             "graph_only_ms": statistics.median(gl) * 1e3, "ahead_step_ms": statistics.median(ahead) * 1e3}
         r["host_ms"] = r["backend_step_ms"] - r["graph_only_ms"]
         out["rows"].append(r)
         print(f"B={B}: backend step {r['backend_step_ms']:.3f} ms (decode call {r['decode_call_ms']:.3f}, sample call "
-              f"{r['sample_call_ms']:.3f}) vs graph alone {r['graph_only_ms']:.3f} ms: host {r['host_ms']:.3f} ms")
+              f"{r['sample_call_ms']:.3f}) vs graph alone {r['graph_only_ms']:.3f} ms: host {r['host_ms']:.3f} ms; decode "
+              f"ahead {r['ahead_step_ms']:.3f} ms per step")
         for s in seqs:
             s.length = 0
     if a.json:

@@ -144,6 +144,16 @@ def reference_memory_plan(config: ModelConfig, graph, *, num_pages: int, page_si
     return mp
 
 
+class _Sampled:
+    """A sample already drawn, behind the pending-sample interface (``result()``)."""
+
+    def __init__(self, got: list):
+        self.got = got
+
+    def result(self) -> list:
+        return self.got
+
+
 class ReferenceBatchBackend:
     """The numpy reference executor behind the batched backend interface (:mod:`ninferc.runtime.backend`): a
     loop over sequences, each step computed exactly as :class:`ReferenceBackend` computes it for one sequence
@@ -413,6 +423,25 @@ class ReferenceBatchBackend:
             except NonFiniteLogits as exc:
                 out.append(exc)
         return out
+
+    # -- decode ahead (the scheduler's; computed at once here, with the CUDA backend's rules) ------------------
+    @staticmethod
+    def samples_on_device(rows: list) -> bool:
+        """Whether these rows are the ones the CUDA backend draws on its device (no penalties, no min_p, no
+        logprobs): the reference takes decode ahead for exactly those, so the CPU tests schedule as the GPU does."""
+        return all(s.device_ok and lp is None for s, lp in rows)
+
+    def sample_async(self, logits: np.ndarray, rows: list) -> "_Sampled":
+        """:meth:`sample`, drawn now; ``result()`` returns it (the CUDA backend's is read later)."""
+        return _Sampled(self.sample(logits, rows))
+
+    def decode_next(self, seqs: list, pending: "_Sampled") -> np.ndarray:
+        """:meth:`decode` fed with the ids ``pending`` drew (a row whose logits were not finite feeds id 0: its
+        request ends and the row's result is dropped)."""
+        got = pending.result()
+        if len(got) != len(seqs):
+            raise NinfercError(f"decode_next of {len(seqs)} sequences after a sample of {len(got)} rows")
+        return self.decode(seqs, [0 if isinstance(x, Exception) else x.token for x in got])
 
     def close(self) -> None:
         """Drop the pools."""

@@ -48,15 +48,41 @@ FAKE_VOCAB = 32
 class FakeBackend:
     """A batched backend (:mod:`ninferc.runtime.backend`) for tests of the serving policy: no model, logits whose
     argmax is (last token + 1) % :data:`FAKE_VOCAB` (NaN rows after the ids in ``nan_for``); records every call in
-    ``calls``."""
+    ``calls``. With ``ahead=True`` it also offers the scheduler's decode ahead the way the CUDA backend does: a
+    greedy row is "drawn on the device" (:meth:`sample_async` queues, ``result()`` reads and records it later), and
+    :meth:`decode_next` feeds the drawn ids before they are read."""
 
     name = "fake"
 
-    def __init__(self, num_pages=64, page_size=16, num_slots=4, max_context=256, nan_for=()):
+    def __init__(self, num_pages=64, page_size=16, num_slots=4, max_context=256, nan_for=(), ahead=False):
         self.num_pages, self.page_size, self.num_slots, self.max_context = num_pages, page_size, num_slots, max_context
         self.vocab_size = FAKE_VOCAB
         self.calls = []
         self.nan_for = set(nan_for)
+        if ahead:
+            self.samples_on_device = lambda rows: all(s.params.greedy and s.device_ok and lp is None
+                                                      for s, lp in rows)
+            self.sample_async = self._sample_async
+            self.decode_next = self._decode_next
+
+    def _sample_async(self, logits, rows):
+        self.calls.append(("sample_async", len(rows)))
+        fake = self
+
+        class Pending:
+            ids = [int(np.argmax(x)) if np.isfinite(x).all() else 0 for x in logits]
+
+            def result(self):
+                if not hasattr(self, "got"):
+                    fake.calls.append(("result", len(rows)))
+                    self.got = fake.sample(logits, rows)
+                return self.got
+
+        return Pending()
+
+    def _decode_next(self, seqs, pending):
+        self.calls.append(("decode_next", tuple(s.slot for s in seqs)))
+        return self._step(seqs, pending.ids)
 
     def _row(self, t):
         x = np.zeros(FAKE_VOCAB, np.float32)
@@ -73,7 +99,11 @@ class FakeBackend:
 
     def decode(self, seqs, tokens):
         self.calls.append(("decode", tuple(s.slot for s in seqs)))
+        return self._step(seqs, tokens)
+
+    def _step(self, seqs, tokens):
         for s in seqs:
+            assert len(s.pages) * self.page_size >= s.length + 1, "a decode step past the sequence's pages"
             s.length += 1
         return np.stack([self._row(t) for t in tokens])
 

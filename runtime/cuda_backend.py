@@ -14,7 +14,12 @@ The policy (scheduler) owns the page tables and GDN slots; this class turns each
   counter of :mod:`ninferc.targets.kernels.sample`, so a row's draw does not depend on its neighbours); the step
   then reads back B ids. Rows needing penalties, min_p or logprobs take the host sampler on the step's logits
   (``[B, V]`` fp32 copied to the host), stated in ``host_rows`` of :attr:`stats`. A row with a non-finite logit
-  becomes :class:`~ninferc.sampling.NonFiniteLogits` on either path (checked on the device before the GPU draws).
+  becomes :class:`~ninferc.sampling.NonFiniteLogits` on either path (checked on the device: one reduction per row);
+* decode ahead (the scheduler's, :mod:`ninferc.runtime.scheduler`): ``sample_async(logits, rows)`` queues the
+  device draw, copies the B ids and the B finite flags to pinned host memory in one copy and returns a
+  :class:`PendingSample` whose ``result()`` waits for that copy's event only (not for steps queued after it);
+  ``decode_next(seqs, pending)`` queues the next decode step fed with those ids on the device, so the step is
+  queued before the host has read them.
 
 Exactness: a sequence's logits do not depend on the other rows' values, but they do on how the step is cut: a
 decode step of B sequences runs the GEMVs' B-token tiles (tensor-core or integer dot-product) where one sequence
@@ -28,7 +33,30 @@ from __future__ import annotations
 import numpy as np
 
 from ninferc.errors import NinfercError
-from ninferc.sampling import NonFiniteLogits
+from ninferc.sampling import NonFiniteLogits, Sampled
+
+#: sampled-id buffers (device + pinned host) in rotation: the scheduler holds at most two unread samples (the step
+#: it reads and the one queued ahead of it), a synchronous sample a third
+SAMPLE_RING = 4
+
+_NON_FINITE = ("the model produced non-finite logits in row {i} of a step (NaN or Inf); no token can be drawn "
+               "(NINFERC_CHECK_FINITE=1 names the op)")
+
+
+class PendingSample:
+    """The device draw of one step's rows, queued and not read (:meth:`CudaBatchBackend.sample_async`)."""
+
+    def __init__(self, backend: "CudaBatchBackend", slot: int, rows: list, event):
+        self.backend, self.slot, self.rows, self.event = backend, slot, rows, event
+        self._got: list | None = None
+
+    def result(self) -> list:
+        """One :class:`~ninferc.sampling.Sampled` (recorded in the row's sampler) or
+        :class:`~ninferc.sampling.NonFiniteLogits` per row; waits for this sample's copy only. Idempotent."""
+        if self._got is None:
+            self.event.synchronize()
+            self._got = self.backend._read_sample(self)
+        return self._got
 
 
 class _StepLogits:
@@ -74,6 +102,13 @@ class CudaBatchBackend:
         self.memory = e.memory
         self.cuda_graph = cuda_graph
         self.stats = {"device_rows": 0, "host_rows": 0}
+        from ninferc.runtime.engine import cupy_pinned_int32
+
+        # per rotation slot: [ids, finite flags] x num_slots int32 on the device and in pinned host memory
+        self._ids_dev = e.cp.zeros((SAMPLE_RING, 2, num_slots), e.cp.int32)
+        self._ids_host = [cupy_pinned_int32(2 * num_slots) for _ in range(SAMPLE_RING)]
+        self._ring_next = 0
+        self._unread: dict[int, int] = {}  # id(HostSampler) -> its rows queued and not read
 
     # -- steps ------------------------------------------------------------------------------------------
     def prefill(self, seq, ids: list[int]) -> _StepLogits:
@@ -94,18 +129,33 @@ class CudaBatchBackend:
 
     def decode(self, seqs: list, tokens: list[int]) -> _StepLogits:
         """One decode step of B = ``len(seqs)`` sequences (graph-replayed per B); logits [B, V] on the device."""
+        if len(tokens) != len(seqs):
+            raise NinfercError(f"decode of {len(seqs)} sequences with {len(tokens)} tokens; one token each")
+        return self._decode(seqs, [int(t) for t in tokens])
+
+    def decode_next(self, seqs: list, pending: PendingSample) -> _StepLogits:
+        """One decode step of ``seqs`` fed with the ids ``pending`` drew (the same rows, in order), queued on the
+        device before those ids are read (decode ahead); logits [B, V] on the device."""
+        if len(pending.rows) != len(seqs):
+            raise NinfercError(f"decode_next of {len(seqs)} sequences after a sample of {len(pending.rows)} rows")
+        e = self.engine
+        with e.stream:
+            e.tokens[:len(seqs)] = self._ids_dev[pending.slot, 0, :len(seqs)]
+        return self._decode(seqs, None)
+
+    def _decode(self, seqs: list, tokens: list[int] | None) -> _StepLogits:
         e = self.engine
         B = len(seqs)  # noqa: N806
-        if not 1 <= B <= e.max_batch or len(tokens) != B:
-            raise NinfercError(f"decode of {B} sequences with {len(tokens)} tokens; the engine takes 1 to "
-                               f"{e.max_batch} sequences, one token each")
+        if not 1 <= B <= e.max_batch:
+            raise NinfercError(f"decode of {B} sequences; the engine takes 1 to {e.max_batch} sequences, one token "
+                               "each")
         for x in seqs:
             self._check_pages(x, 1)
         rows = np.arange(B, dtype=np.int32)
         with e.stream:
             e.write_meta(tok_pos=[x.length for x in seqs], tok_seq=rows, seq_start=np.arange(B + 1, dtype=np.int32),
                          seq_ctx=[x.length + 1 for x in seqs], seq_slot=[x.slot for x in seqs], row_index=rows,
-                         page_rows=[x.pages for x in seqs], tokens=[int(t) for t in tokens])
+                         page_rows=[x.pages for x in seqs], tokens=tokens)
             if self.cuda_graph:
                 e.model_graph(B).launch(stream=e.stream)
             else:
@@ -123,48 +173,82 @@ class CudaBatchBackend:
             raise NinfercError(f"context of {seq.length + tokens} tokens exceeds the max context {self.max_context}")
 
     # -- sampling -----------------------------------------------------------------------------------------
+    def samples_on_device(self, rows: list) -> bool:
+        """Whether the GPU sampler draws every row (``rows[i] = (HostSampler, logprobs or None)``): no penalties, no
+        min_p, no logprobs -- the rows :meth:`sample_async` takes."""
+        return all(s.device_ok and lp is None for s, lp in rows)
+
     def sample(self, logits: _StepLogits, rows: list) -> list:
         """One :class:`~ninferc.sampling.Sampled` (or :class:`~ninferc.sampling.NonFiniteLogits`) per row; see the
         module docstring for which rows the GPU sampler draws."""
-        from ninferc.sampling import Sampled
-
-        e, cp = self.engine, self.engine.cp
-        B = logits.rows  # noqa: N806
-        if len(rows) != B:
-            raise NinfercError(f"sample: {len(rows)} parameter rows for {B} logit rows")
-        with e.stream:
-            finite = cp.isfinite(e.logits[:B]).all(axis=1)
-        on_device = all(s.device_ok and lp is None for s, lp in rows)
-        out: list = [None] * B
-        if on_device:
-            greedy = all(s.params.greedy for s, _ in rows)
-            with e.stream:
-                if not greedy:
-                    sp = e.sampling
-                    sp["temperature"][:B] = cp.asarray([s.params.temperature for s, _ in rows], cp.float32)
-                    sp["top_k"][:B] = cp.asarray([s.params.top_k for s, _ in rows], cp.int32)
-                    sp["top_p"][:B] = cp.asarray([s.params.top_p for s, _ in rows], cp.float32)
-                    sp["seed"][:B] = cp.asarray(np.array([s.params.seed for s, _ in rows], np.uint64))
-                    sp["rng_step"][:B] = cp.asarray([s.draws for s, _ in rows], cp.int32)
-                e.sample_step(greedy, B)
-                ids = e.tokens[:B].get(stream=e.stream)
-            ok = finite.get(stream=e.stream)
-            self.stats["device_rows"] += B
-            for i, (s, _) in enumerate(rows):
-                if not ok[i]:
-                    out[i] = NonFiniteLogits(f"the model produced non-finite logits in row {i} of a step (NaN or "
-                                             "Inf); no token can be drawn (NINFERC_CHECK_FINITE=1 names the op)")
-                    continue
-                s.observe(int(ids[i]))
-                out[i] = Sampled(int(ids[i]))
-            return out
+        if self.samples_on_device(rows):
+            return self.sample_async(logits, rows).result()
+        if len(rows) != logits.rows:
+            raise NinfercError(f"sample: {len(rows)} parameter rows for {logits.rows} logit rows")
         host = logits.host()
-        self.stats["host_rows"] += B
+        self.stats["host_rows"] += logits.rows
+        out: list = [None] * logits.rows
         for i, (s, lp) in enumerate(rows):
             try:
                 out[i] = s.sample(host[i], lp)
             except NonFiniteLogits as exc:
                 out[i] = exc
+        return out
+
+    def sample_async(self, logits: _StepLogits, rows: list) -> PendingSample:
+        """Queue the GPU sampler over the step's B rows (all :meth:`samples_on_device`), each with its seed and draw
+        counter (draws recorded + draws queued and not read), the per-row finite check, and one copy of the ids and
+        flags to pinned host memory; returns without waiting.
+
+        Raises:
+            NinfercError: a row the GPU sampler cannot draw, or rows that do not match the step's logits.
+        """
+        e, cp = self.engine, self.engine.cp
+        B = logits.rows  # noqa: N806
+        if len(rows) != B:
+            raise NinfercError(f"sample: {len(rows)} parameter rows for {B} logit rows")
+        if not self.samples_on_device(rows):
+            raise NinfercError("sample_async: a row needs the host sampler (penalties, min_p or logprobs)")
+        slot = self._ring_next
+        self._ring_next = (slot + 1) % SAMPLE_RING
+        dev = self._ids_dev[slot]
+        greedy = all(s.params.greedy for s, _ in rows)
+        with e.stream:
+            if not greedy:
+                sp = e.sampling
+                sp["temperature"][:B] = cp.asarray([s.params.temperature for s, _ in rows], cp.float32)
+                sp["top_k"][:B] = cp.asarray([s.params.top_k for s, _ in rows], cp.int32)
+                sp["top_p"][:B] = cp.asarray([s.params.top_p for s, _ in rows], cp.float32)
+                sp["seed"][:B] = cp.asarray(np.array([s.params.seed for s, _ in rows], np.uint64))
+                sp["rng_step"][:B] = cp.asarray([s.draws + self._unread.get(id(s), 0) for s, _ in rows], cp.int32)
+            e.sample_step(greedy, B)
+            dev[0, :B] = e.tokens[:B]
+            dev[1, :B] = cp.isfinite(e.logits[:B]).all(axis=1)
+            host = self._ids_host[slot]
+            cp.cuda.runtime.memcpyAsync(host.ctypes.data, dev.data.ptr, host.nbytes,
+                                        cp.cuda.runtime.memcpyDeviceToHost, e.stream.ptr)
+            ev = cp.cuda.Event(disable_timing=True)
+            ev.record(e.stream)
+        for s, _ in rows:
+            self._unread[id(s)] = self._unread.get(id(s), 0) + 1
+        self.stats["device_rows"] += B
+        return PendingSample(self, slot, list(rows), ev)
+
+    def _read_sample(self, p: PendingSample) -> list:
+        """The rows of a finished :class:`PendingSample`, recorded in their samplers."""
+        h, n = self._ids_host[p.slot], self.num_slots
+        out: list = []
+        for i, (s, _) in enumerate(p.rows):
+            left = self._unread.get(id(s), 0) - 1
+            if left > 0:
+                self._unread[id(s)] = left
+            else:
+                self._unread.pop(id(s), None)
+            if not h[n + i]:
+                out.append(NonFiniteLogits(_NON_FINITE.format(i=i)))
+                continue
+            s.observe(int(h[i]))
+            out.append(Sampled(int(h[i])))
         return out
 
     # -- prefix-cache checkpoints (device-to-device copies on the engine stream) ---------------------------

@@ -19,6 +19,15 @@ An iteration (:meth:`Scheduler.step`):
 5. one decode step for every request that has a sampled token to append, sample the next token of each, emit,
    and retire those that finished (stop id, stop string, ``max_tokens``).
 
+Decode ahead: when the backend samples every row of a step on its own device (``sample_async``: no penalties, no
+min_p, no logprobs) and the same requests go on, the next decode step is queued -- fed with the ids the device
+sampler wrote, before the host reads them -- and only then are the last step's ids read and emitted, so the
+device never waits for the host's per-step work (reading ids, stop strings, streaming, the next step's metadata).
+A request that ends at step N (stop id, stop string) has had step N + 1 queued already: its result is dropped,
+and its sequence holds one more token than it emitted (inside its KV reservation, which ``max_tokens`` bounds: a
+request whose next token is its last gets no step ahead); a generation-end checkpoint then covers that token too
+(its state and its pages agree). The pipeline waits a step for a request joining the batch.
+
 With a prefix cache (:mod:`ninferc.runtime.prefix_cache`), admission first looks the prompt up: a hit at P
 shares the checkpoint's KV pages, restores its GDN state and starts the prefill at P (``cached_tokens`` = P);
 checkpoints are taken at prefill chunk ends on multiples of the checkpoint interval, one token before the end of
@@ -239,6 +248,15 @@ class _Active:
 
 
 @dataclass
+class _Ahead:
+    """A decode step queued on the backend whose sampled ids are not read yet: its rows, in order, and the
+    backend's pending sample."""
+
+    rows: list
+    pending: object
+
+
+@dataclass
 class Snapshot:
     """Counts read by ``/metrics`` and ``/health`` (thread-safe copy); ``cache_*`` are the prefix cache's (zero
     without one)."""
@@ -319,6 +337,9 @@ class Scheduler:
         self._draining = False
         self.waiting: deque[_Active] = deque()
         self.running: list[_Active] = []   # admitted, in admission order
+        self._ahead: _Ahead | None = None   # a decode step queued and not read (decode ahead, module docstring)
+        #: whether the backend can sample on its device and decode from those ids before they are read
+        self.decode_ahead = hasattr(backend, "sample_async") and spec is None
         self._snap = Snapshot()
         self.iterations = 0
         self._update_snapshot()
@@ -442,6 +463,7 @@ class Scheduler:
     def fail_all(self, error: ServingError) -> None:
         """End every request with ``error`` (the engine failed); frees what they hold."""
         self._take_inbox()
+        self._ahead = None
         for a in list(self.running) + list(self.waiting):
             self._end_error(a, error)
         self.running, self.waiting = [], deque()
@@ -544,19 +566,53 @@ class Scheduler:
         return True
 
     def _decode_all(self) -> bool:
-        rows = [a for a in self.running if a.last is not None]
-        if not rows:
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            rows = [a for a in self.running if a.last is not None]
+            if not rows:
+                return False
+            if self.spec is not None:
+                self._count_step(rows)
+                self._spec_round(rows)
+                return True
+            logits = self.backend.decode([a.seq for a in rows], [a.last for a in rows])
+            params = [(a.sampler, a.req.logprobs) for a in rows]
+            if not (self.decode_ahead and self.backend.samples_on_device(params)):
+                self._count_step(rows)
+                self._sample(rows, logits)
+                return True
+            ahead = _Ahead(rows, self.backend.sample_async(logits, params))
+        # a step is queued and unread: queue the next one for the same rows (fed with its sampled ids) first
+        rows = ahead.rows
+        if self._may_go_ahead(rows):
+            logits = self.backend.decode_next([a.seq for a in rows], ahead.pending)
+            self._ahead = _Ahead(rows, self.backend.sample_async(logits, [(a.sampler, a.req.logprobs)
+                                                                          for a in rows]))
+        got = ahead.pending.result()
+        live = [(a, s) for a, s in zip(rows, got) if a.seq is not None]  # a request cancelled meanwhile is gone
+        self._count_step([a for a, _ in live], shared=len(rows) > 1)
+        now = self.clock()
+        for a, s in live:
+            self._emit_sampled(a, s, now)
+        return True
+
+    def _may_go_ahead(self, rows: list[_Active]) -> bool:
+        """Whether the step after the unread one may be queued for ``rows``: they are exactly the requests with a
+        token to decode (none ended, none joined), each has room for one more token in its KV reservation, and
+        none is at its last token (``max_tokens``)."""
+        if any(a.seq is None for a in rows):
             return False
+        if sum(1 for a in self.running if a.last is not None and a not in rows):
+            return False
+        return all(a.stats.generated + 1 < a.req.max_tokens and a.seq.length + 1 <= a.reserve for a in rows)
+
+    @staticmethod
+    def _count_step(rows: list[_Active], shared: bool | None = None) -> None:
+        shared = len(rows) > 1 if shared is None else shared
         for a in rows:
             a.stats.decode_steps += 1
-            if len(rows) > 1:
+            if shared:
                 a.stats.steps_shared += 1
-        if self.spec is not None:
-            self._spec_round(rows)
-            return True
-        logits = self.backend.decode([a.seq for a in rows], [a.last for a in rows])
-        self._sample(rows, logits)
-        return True
 
     def _spec_round(self, rows: list[_Active]) -> None:
         """One speculative round for every row (:mod:`ninferc.runtime.spec`): draft, one verify step, accept."""
@@ -588,13 +644,14 @@ class Scheduler:
         got = self.backend.sample(logits, [(a.sampler, a.req.logprobs) for a in rows])
         now = self.clock()
         for a, s in zip(rows, got):
-            if isinstance(s, Exception):  # non-finite logits in this row: this request ends, the others go on
-                self._end_error(a, EngineFailed(str(s)))
-                continue
-            self._emit(a, s, now)
+            self._emit_sampled(a, s, now)
 
-    def _emit(self, a: _Active, s: Sampled, now: float) -> None:
-        self._emit_many(a, [s], now)
+    def _emit_sampled(self, a: _Active, s, now: float) -> None:
+        """Emit one sampled token, or end the request when its row's logits were not finite (the others go on)."""
+        if isinstance(s, Exception):
+            self._end_error(a, EngineFailed(str(s)))
+        else:
+            self._emit_many(a, [s], now)
 
     def _emit_many(self, a: _Active, samples: list[Sampled], now: float) -> None:
         """Hand the request its new tokens (one event), stopping at the first that ends it: a stop id (emitted and
