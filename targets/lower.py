@@ -43,6 +43,7 @@ from ninferc.targets.kernels.gdn import SPLIT_ROUTES as GDN_SPLIT_ROUTES
 from ninferc.targets.kernels.gdn import WY_ROUTES as GDN_WY_ROUTES
 from ninferc.targets.kernels.gdn import GdnProblem
 from ninferc.targets.kernels.gdn import arg_names as gdn_arg_names
+from ninferc.targets.kernels.gdn import kernel_mode as gdn_kernel_mode
 from ninferc.targets.kernels.gemm import GemmProblem, group_m_for
 from ninferc.targets.kernels.gemm import arg_names as gemm_arg_names
 from ninferc.targets.kernels.gemv_coop import GemvProblem
@@ -211,7 +212,7 @@ def arg_names(step: Step, launch: Launch) -> tuple[str, ...]:
     if fam == "rmsnorm":
         return rmsnorm_arg_names(step.problem)
     if fam.startswith("gdn_"):
-        return gdn_arg_names(fam, launch.kernel.param("mode") if fam == "gdn_recurrent" else None)
+        return gdn_arg_names(fam, gdn_kernel_mode(launch.kernel))
     if fam == "attn_decode":  # a fused-prep decode kernel takes proj ... instead of q
         return FAMILIES[fam].arg_names(step.problem, launch.kernel)
     return FAMILIES[fam].arg_names(step.problem)

@@ -59,6 +59,12 @@ Kernels and launch geometry (chosen here, never in the templates)
   would otherwise run 48 CTAs of 128 columns on 36 % of its SMs); only 64 or smaller fit sm_86 / sm_89 /
   sm_120a's 99 KiB opt-in anyway. Route ``wy`` chooses its scan's block the same way by :func:`scan_cost`
   (FMA issue or shared-memory loads per chunk, whichever binds; nothing is repeated per block).
+* verify step (speculative decoding: K + 1 tokens per sequence, each sequence owning K + 1 state slots):
+  ``gdn_conv`` -> ``gdn_ring_update`` with ``verify`` (the ring after token j of sequence b into slot
+  ``seq_slot_out[b] + j``) -> ``gdn_recurrent`` mode ``verify`` (grid ``(Hv, B)``, the recurrent prefill storing the
+  state after token j into slot ``seq_slot_out[b] + j``; :meth:`GdnRecurrentFamily.verify_launch`). The step reads
+  slot ``seq_slot[b]`` (which may be one of its output slots); the accepted count then names the slot the next
+  step starts from -- no copy, no recompute (:func:`reference_verify`).
 * Kernels with a grid over sequences loop ``b = blockIdx.y, blockIdx.y + gridDim.y, ...`` and exit past
   ``num_seqs``: any ``grid.y >= 1`` is correct; the runtime should set ``grid.y = B`` of the step (the plan
   is made for ``batch`` sequences, default 1 for prefill and T for decode).
@@ -429,15 +435,33 @@ class GdnRecurrentFamily:
             params["trace"] = True
         return KernelSpec.make(self.name, self.template, params, th, cooperative=False)
 
-    def prefill_spec(self, problem: GdnProblem) -> KernelSpec:
-        """The recurrent prefill kernel (mode ``prefill``; threads :func:`recurrent_threads`)."""
+    def prefill_spec(self, problem: GdnProblem, mode: str = "prefill") -> KernelSpec:
+        """The recurrent prefill kernel (mode ``prefill``; threads :func:`recurrent_threads`), or with ``mode``
+        ``"verify"`` the speculative verify step's kernel: the same recurrence, storing the state after token j of
+        sequence b in slot ``seq_slot_out[b] + j`` (:func:`reference_verify`)."""
+        if mode not in ("prefill", "verify"):
+            raise PlanError(f"{self.name}: prefill_spec mode {mode!r}; supported: prefill, verify")
         th = recurrent_threads(problem, self.state_per_thread)
-        params = {**problem.dims(), "width": problem.width, "threads": th, "mode": "prefill"}
+        params = {**problem.dims(), "width": problem.width, "threads": th, "mode": mode}
         return KernelSpec.make(self.name, self.template, params, th, cooperative=False)
 
     def variants(self, problem: GdnProblem) -> list[KernelSpec]:
-        """The decode kernel and the recurrent prefill kernel."""
-        return [self.spec(problem), self.prefill_spec(problem)]
+        """The decode kernel, the recurrent prefill kernel and the verify kernel."""
+        return [self.spec(problem), self.prefill_spec(problem), self.prefill_spec(problem, "verify")]
+
+    def verify_launch(self, problem: GdnProblem, tokens: int, ctx: PlanContext, batch: int = 1) -> Launch:
+        """The verify kernel over T = ``tokens`` tokens of ``batch`` sequences: grid (Hv, B), route ``verify``.
+
+        Raises:
+            PlanError: T < B or B < 1, or B over the grid's y limit.
+        """
+        if not 1 <= batch <= tokens:
+            raise PlanError(f"gdn_recurrent verify: need 1 <= B ({batch}) <= T ({tokens})")
+        if batch > ctx.arch.max_grid_dims[1]:
+            raise PlanError(f"gdn_recurrent verify on {ctx.arch.name}: B = {batch} sequences exceeds the grid y limit "
+                            f"of {ctx.arch.max_grid_dims[1]}")
+        return ctx.make_launch(self.prefill_spec(problem, "verify"), (problem.hv, batch, 1), route="verify",
+                               tokens=tokens)
 
     def sample_problems(self) -> list[GdnProblem]:
         """The tiny fixture's GDN (2 Q/K heads, 6 V heads, 64 x 64, W 4)."""
@@ -514,18 +538,33 @@ class GdnConvFamily(_OneKernelFamily):
 
 class GdnRingUpdateFamily(_OneKernelFamily):
     """``gdn_ring_update``: writes the last ``min(W, n_b)`` conv inputs of each sequence into its ring
-    (after ``gdn_conv``); one thread per channel."""
+    (after ``gdn_conv``); one thread per channel. Its ``verify`` kernel (template parameter ``verify``) writes, for
+    every token j of sequence b, the ring after token j into slot ``seq_slot_out[b] + j`` instead (the speculative
+    verify step's K + 1 state slots; :func:`reference_verify`)."""
 
     name = "gdn_ring_update"
     template = "gdn_ring_update.cu.j2"
 
-    def launch(self, problem: GdnProblem, tokens: int, ctx: PlanContext, batch: int = 1) -> Launch:
-        """Grid (ceil(conv_dim / threads), batch), route ``ring``."""
+    def spec(self, problem: GdnProblem, verify: bool = False) -> KernelSpec:
+        """The ring update kernel (``verify``: the per-token rings of the verify step)."""
+        if not verify:
+            return super().spec(problem)
+        params = {**problem.dims(), "threads": self.threads, "width": problem.width, "verify": True}
+        return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=False)
+
+    def variants(self, problem: GdnProblem) -> list[KernelSpec]:
+        """The ring update and its verify kernel."""
+        return [self.spec(problem), self.spec(problem, verify=True)]
+
+    def launch(self, problem: GdnProblem, tokens: int, ctx: PlanContext, batch: int = 1,
+               verify: bool = False) -> Launch:
+        """Grid (ceil(conv_dim / threads), batch), route ``ring`` (``ring_verify`` for the verify kernel)."""
         if tokens < 1 or not 1 <= batch <= tokens:
             raise PlanError(f"gdn_ring_update: need 1 <= batch ({batch}) <= T ({tokens})")
         batch = min(batch, ctx.arch.max_grid_dims[1])  # the kernel loops over the rest
         grid = (_ceil(problem.conv_dim, self.threads), batch, 1)
-        return ctx.make_launch(self.spec(problem), grid, route="ring", tokens=tokens)
+        return ctx.make_launch(self.spec(problem, verify), grid, route="ring_verify" if verify else "ring",
+                               tokens=tokens)
 
 
 class GdnChunkFamily:
@@ -764,7 +803,11 @@ _ARGS = {
     "gdn_recurrent/prefill": ["conv_out", "proj", "A_log", "dt_bias", "norm_w", "rec_state", "y",
                               "tok_pos", "seq_start", "seq_slot", "num_seqs", "scale", "l2_eps", "norm_eps"],
     "gdn_conv": ["proj", "conv_w", "conv_ring", "conv_out", "tok_pos", "tok_seq", "seq_start", "seq_slot"],
+    "gdn_recurrent/verify": ["conv_out", "proj", "A_log", "dt_bias", "norm_w", "rec_state", "y",
+                             "tok_pos", "seq_start", "seq_slot", "seq_slot_out", "num_seqs", "scale", "l2_eps",
+                             "norm_eps"],
     "gdn_ring_update": ["proj", "conv_ring", "tok_pos", "seq_start", "seq_slot", "num_seqs"],
+    "gdn_ring_update/verify": ["proj", "conv_ring", "tok_pos", "seq_start", "seq_slot", "seq_slot_out", "num_seqs"],
     "gdn_chunk": ["conv_out", "proj", "A_log", "dt_bias", "norm_w", "rec_state", "y", "o_ws", "wy_ws",
                   "tok_pos", "seq_start", "seq_slot", "num_seqs", "scale", "l2_eps", "norm_eps"],
     "gdn_chunk_wy": ["conv_out", "proj", "A_log", "dt_bias", "wy_ws", "seq_start", "num_seqs", "scale", "l2_eps"],
@@ -775,20 +818,32 @@ _FLOAT_ARGS = {"scale", "l2_eps", "norm_eps"}
 _OPTIONAL_PTRS = {"gdn_chunk": {"y", "o_ws", "wy_ws"}}
 
 
+def kernel_mode(spec: KernelSpec) -> str | None:
+    """The :func:`arg_names` mode of a GDN kernel: ``gdn_recurrent``'s ``mode`` parameter, ``"verify"`` for the
+    verify kernel of ``gdn_ring_update``, None for the others."""
+    if spec.family == "gdn_recurrent":
+        return spec.param("mode")
+    if spec.family == "gdn_ring_update" and dict(spec.params).get("verify"):
+        return "verify"
+    return None
+
+
 def arg_names(kernel: str, mode: str | None = None) -> tuple[str, ...]:
     """Parameter names, in order, of a GDN kernel (``KernelSpec.family``: gdn_recurrent with its ``mode``
-    ``"decode"`` or ``"prefill"``, gdn_conv, gdn_ring_update, gdn_chunk_wy, gdn_chunk, gdn_gated_norm).
+    ``"decode"``, ``"prefill"`` or ``"verify"``, gdn_conv, gdn_ring_update (mode None or ``"verify"``), gdn_chunk_wy,
+    gdn_chunk, gdn_gated_norm; :func:`kernel_mode` gives a kernel's mode).
 
     Pointer dtypes/shapes: proj fp32 [T, proj_dim]; conv_out fp32 [T, conv_dim]; conv_w fp32 [conv_dim, W];
     A_log, dt_bias fp32 [Hv]; norm_w fp32 [dv]; conv_ring fp32 [slots, W, conv_dim]; rec_state fp32
     [slots, Hv, dk, dv]; y bf16 (uint16) [T, Hv*dv]; o_ws fp32 [T, Hv*dv]; wy_ws fp32 [T, Hv, rec]
     (:func:`wy_record_floats`); tok_pos, tok_seq int32 [T];
-    seq_start int32 [B+1]; seq_slot int32 [B]. Scalars: num_seqs int32 (B); scale, l2_eps, norm_eps fp32.
+    seq_start int32 [B+1]; seq_slot int32 [B]; seq_slot_out int32 [B] (verify: the first output slot of each
+    sequence). Scalars: num_seqs int32 (B); scale, l2_eps, norm_eps fp32.
 
     Raises:
         KeyError: unknown kernel name (lists the known ones).
     """
-    key = f"{kernel}/{mode}" if kernel == "gdn_recurrent" else kernel
+    key = f"{kernel}/{mode}" if kernel == "gdn_recurrent" or mode == "verify" else kernel
     try:
         return tuple(_ARGS[key])
     except KeyError:
@@ -809,7 +864,7 @@ def kernel_args(launch: Launch, problem: GdnProblem, buffers: Mapping[str, Any])
     """
     fam = launch.kernel.family
     out = []
-    for name in arg_names(fam, launch.kernel.param("mode") if fam == "gdn_recurrent" else None):
+    for name in arg_names(fam, kernel_mode(launch.kernel)):
         if name in _FLOAT_ARGS:
             out.append(np.float32(buffers.get(name, getattr(problem, name))))
         elif name in _INT_ARGS:
@@ -1034,6 +1089,37 @@ def reference(problem: GdnProblem, proj: np.ndarray, weights: Mapping[str, np.nd
               rec_state: np.ndarray, batch: Batch, *, mode: str = "auto") -> dict[str, np.ndarray]:
     """The family's numpy reference (templates/README.md): :func:`reference_step` (same arguments and result)."""
     return reference_step(problem, proj, weights, conv_ring, rec_state, batch, mode=mode)
+
+
+def reference_verify(problem: GdnProblem, proj: np.ndarray, weights: Mapping[str, np.ndarray], conv_ring: np.ndarray,
+                     rec_state: np.ndarray, batch: Batch, slot_out: Sequence[int]) -> dict:
+    """The verify step's numpy reference: the recurrent GDN step of ``batch`` (:func:`reference_step`, mode
+    ``recurrent``), keeping the state after every token -- the recurrent state and the conv ring after token j of
+    sequence b go to slot ``slot_out[b] + j`` (each is :func:`reference_step` over that sequence's first j + 1
+    tokens). Slot ``seq_slot[b]`` is read, and is changed only where it is one of those slots.
+
+    Args:
+        problem, proj, weights, conv_ring, rec_state, batch: as :func:`reference_step` (nothing is modified).
+        slot_out: int, one per sequence: its first output slot (``slot_out[b] + n_b - 1`` must be a slot).
+
+    Returns:
+        dict with ``y`` fp32 [T, Hv*dv], ``conv_out`` fp32 [T, conv_dim], ``rec_state`` and ``conv_ring`` (new
+        copies holding the per-token slots; rows of a ring that no later step reads are NaN), ``windows``
+        {(b, j): the executor's conv window [conv_dim, W-1] after token j of sequence b}.
+    """
+    out = reference_step(problem, proj, weights, conv_ring, rec_state, batch, mode="recurrent")
+    rs, ring, windows = rec_state.copy(), conv_ring.copy(), {}
+    for b in range(batch.num_seqs):
+        t0, t1 = int(batch.seq_start[b]), int(batch.seq_start[b + 1])
+        slot, pos0 = int(batch.seq_slot[b]), int(batch.tok_pos[t0]) if t1 > t0 else 0
+        for j in range(t1 - t0):
+            sub = Batch(batch.tok_pos[t0:t0 + j + 1], np.zeros(j + 1, np.int32), np.array([0, j + 1], np.int32),
+                        np.array([slot], np.int32))
+            r = reference_step(problem, proj[t0:t0 + j + 1], weights, conv_ring, rec_state, sub, mode="recurrent")
+            rs[int(slot_out[b]) + j] = r["rec_state"][slot]
+            ring[int(slot_out[b]) + j] = ring_from_window(r["windows"][0], pos0 + j + 1, fill=np.nan)
+            windows[(b, j)] = r["windows"][0]
+    return {"y": out["y"], "conv_out": out["conv_out"], "rec_state": rs, "conv_ring": ring, "windows": windows}
 
 
 def bf16_round(x: np.ndarray) -> np.ndarray:

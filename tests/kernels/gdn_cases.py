@@ -283,6 +283,24 @@ class Runner:
         return {"y": bf16_to_f32(be.get(y)), "conv_out": be.get(conv_out), "launches": launches}
 
 
+    def verify_step(self, proj: np.ndarray, batch: gdn.Batch, slot_out) -> dict:
+        """The speculative verify step: conv -> per-token ring update -> recurrent verify core, the state and ring
+        after token j of sequence b going to slot ``slot_out[b] + j``; returns y (fp32 from bf16) and conv_out."""
+        p, be = self.p, self.be
+        T, B = batch.tokens, batch.num_seqs
+        fam = gdn.BY_NAME["gdn_recurrent"]
+        launches = [gdn.BY_NAME["gdn_conv"].launch(p, T, self.ctx),
+                    gdn.BY_NAME["gdn_ring_update"].launch(p, T, self.ctx, batch=B, verify=True),
+                    fam.verify_launch(p, T, self.ctx, batch=B)]
+        y = be.put(np.full((T, p.value_dim), BF16_NAN, np.uint16))
+        conv_out = be.put(np.full((T, p.conv_dim), np.nan, F32))
+        bufs = {"proj": be.put(proj), **self.w, "conv_ring": self.ring, "rec_state": self.rec, "y": y,
+                "conv_out": conv_out, "seq_slot_out": be.put(np.asarray(slot_out, np.int32)), **self._meta(batch)}
+        for ln in launches:
+            be.launch(ln, gdn.kernel_args(ln, p, bufs))
+        return {"y": bf16_to_f32(be.get(y)), "conv_out": be.get(conv_out), "launches": launches}
+
+
 def reference(p, proj, weights, st: SlotState, batch, mode) -> dict:
     """:func:`gdn.reference_step` on numpy copies of ``st``."""
     return gdn.reference_step(p, proj, weights, st.conv_ring, st.rec_state, batch, mode=mode)
@@ -398,3 +416,43 @@ def scenario_routes_agree(backend, ctx, p, starts, lengths, seed=0):
         check(BF16_ELEMENTWISE, yc, yr, f"{route} vs recurrent: y")
         for s in slots:
             check(GDN_STATE, sc.rec_state[s], sr.rec_state[s], f"{route} vs recurrent: rec_state[slot {s}]")
+
+
+def scenario_verify(backend, ctx, p, starts, lengths, current, seed=0):
+    """A verify step of packed sequences (positions ``starts`` > 0, ``lengths`` tokens each) with per-token state
+    slots: sequence b owns the G = max(lengths) + 1 slots ``b * G ..``, reads slot ``b * G + current[b]`` (one of
+    its output slots, or the last one, which the step must leave alone) and writes the state after its token j
+    into slot ``b * G + j``. Every output slot must hold the reference's state and conv window after token j;
+    every other slot is bit-identical; y and conv_out as the reference's recurrent step."""
+    rng = np.random.default_rng(seed)
+    B, G = len(starts), max(lengths) + 1
+    st = garbage_state(p, B * G)
+    slots = [b * G + c for b, c in enumerate(current)]
+    for s, pos in zip(slots, starts):
+        seed_history(p, st, s, pos, rng)
+    w = random_weights(p, rng)
+    batch = gdn.Batch.make(starts, lengths, slots)
+    proj = random_proj(p, batch.tokens, rng)
+    slot_out = [b * G for b in range(B)]
+    ref = gdn.reference_verify(p, proj, w, st.conv_ring, st.rec_state, batch, slot_out)
+    run = Runner(backend, ctx, p, w, st)
+    out = run.verify_step(proj, batch, slot_out)
+    got = run.state()
+    what = f"verify starts={starts} lengths={lengths} current={current}"
+    check(BF16_ELEMENTWISE, out["y"], ref["y"], f"{what}: y")
+    check(FP32_REORDER, out["conv_out"], ref["conv_out"], f"{what}: conv_out")
+    written = set()
+    for b, n in enumerate(lengths):
+        for j in range(n):
+            s = slot_out[b] + j
+            written.add(s)
+            check(GDN_STATE, got.rec_state[s], ref["rec_state"][s], f"{what}: rec_state after token {j} of seq {b}")
+            win = gdn.window_from_ring(got.conv_ring[s], starts[b] + j + 1)
+            assert np.array_equal(win, ref["windows"][(b, j)]), f"{what}: conv window after token {j} of seq {b}"
+    for s in range(B * G):
+        if s in written:
+            continue
+        for name, a, r in (("rec_state", got.rec_state[s], st.rec_state[s]), ("conv_ring", got.conv_ring[s],
+                                                                                 st.conv_ring[s])):
+            assert ((a == r) | (np.isnan(a) & np.isnan(r))).all(), f"{what}: slot {s} ({name}) was written"
+    return out

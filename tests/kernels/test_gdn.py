@@ -329,3 +329,28 @@ def test_emulated_recurrent_prefill(host_ctx):
 def test_emulated_chain_and_routes(host_ctx):
     cases.scenario_chain(cases.HostBackend(), host_ctx["sm_86"], SMALL)
     cases.scenario_routes_agree(cases.HostBackend(), host_ctx["sm_86"], SMALL, [0, 5], [130, 64])
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["fwd", "rev"])
+def test_emulated_verify_keeps_the_state_after_every_token(host_ctx, reverse):
+    """The verify step (the speculative round's K + 1 tokens per sequence): the state and conv window after each
+    token in its own slot, the step's input slot among them (read before it is overwritten) or left alone;
+    histories shorter than the conv width included."""
+    be = cases.HostBackend(reverse=reverse)
+    cases.scenario_verify(be, host_ctx["sm_90"], SMALL, [5, 1, 40], [4, 3, 1], current=[2, 4, 0])
+    cases.scenario_verify(be, host_ctx["sm_86"], WIDE, [9, 2], [2, 4], current=[0, 3])
+
+
+def test_verify_kernels_arguments_and_launches():
+    """The verify kernels' ABI: the prefill kernel's arguments plus ``seq_slot_out``; one CTA row per sequence."""
+    ctx = cases.make_ctx([gdn.TINY], "sm_90", sms=132)
+    core = gdn.BY_NAME["gdn_recurrent"].verify_launch(gdn.TINY, 12, ctx, batch=3)
+    ring = gdn.BY_NAME["gdn_ring_update"].launch(gdn.TINY, 12, ctx, batch=3, verify=True)
+    assert core.grid == (gdn.TINY.hv, 3, 1) and core.route == "verify" and ring.route == "ring_verify"
+    assert gdn.kernel_mode(core.kernel) == "verify" and gdn.kernel_mode(ring.kernel) == "verify"
+    names = gdn.arg_names("gdn_recurrent", "verify")
+    assert names == gdn.arg_names("gdn_recurrent", "prefill")[:10] + ("seq_slot_out",) + \
+        gdn.arg_names("gdn_recurrent", "prefill")[10:]
+    assert gdn.arg_names("gdn_ring_update", "verify")[-2:] == ("seq_slot_out", "num_seqs")
+    with pytest.raises(PlanError, match=r"1 <= B \(5\) <= T \(4\)"):
+        gdn.BY_NAME["gdn_recurrent"].verify_launch(gdn.TINY, 4, ctx, batch=5)

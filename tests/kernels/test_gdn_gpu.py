@@ -130,3 +130,10 @@ def test_prefill_every_dv_block(backend, name, dv_block, route):
                     f"{c.arch.max_smem_per_cta_optin} B of {c.arch.name}")
     fam.launch(p, 130, c)  # any other PlanError is a plan regression: it fails the test
     cases.scenario_prefill(backend, c, p, [0, 40], [130, 3], route=route, dv_block=dv_block, seed=dv_block)
+
+
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_verify_keeps_the_state_after_every_token(backend, ctx, name):
+    """The speculative verify step on the device: K + 1 = 4 tokens of three sequences (one of 1 token), the state
+    and conv window after each token in its own slot, the input slot among the outputs or left alone."""
+    cases.scenario_verify(backend, ctx, PROBLEMS[name], [7, 300, 2], [4, 1, 4], current=[1, 0, 4], seed=13)
