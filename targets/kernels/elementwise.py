@@ -193,6 +193,10 @@ class RMSNormProblem:
         unit_offset: scale by (1 + w) (True: zero-centred weights) or by w.
         gather: output rows come from ``row_index`` (R rows) instead of all T rows.
         eps: epsilon (runtime argument, not identity).
+        x_dtype: ``"f32"`` or ``"bf16"`` (mode ``rmsnorm`` only: x read as bf16 and widened exactly -- the MTP
+            head's norm of the model's hidden state, which the final norm stores as bf16).
+        ld_out: elements between output rows (0: ``dim``); a larger value writes a column slice of a wider row
+            (the MTP head's two input norms write the halves of its fc's [N(embedding) | N(hidden)] row).
 
     Raises:
         PlanError: a value outside its range.
@@ -203,6 +207,8 @@ class RMSNormProblem:
     unit_offset: bool = True
     gather: bool = False
     eps: float = 1e-6
+    x_dtype: str = "f32"
+    ld_out: int = 0
 
     def __post_init__(self):
         if self.dim <= 0 or self.dim % 4:
@@ -211,6 +217,12 @@ class RMSNormProblem:
             raise PlanError(f"rmsnorm: unknown mode {self.mode!r}; supported: {', '.join(NORM_MODES)}")
         if not self.eps > 0:
             raise PlanError(f"rmsnorm: eps = {self.eps} must be positive")
+        if self.x_dtype not in ("f32", "bf16") or (self.x_dtype == "bf16" and self.mode != "rmsnorm"):
+            raise PlanError(f"rmsnorm: x_dtype {self.x_dtype!r} with mode {self.mode!r}; supported: f32, and bf16 "
+                            "with mode rmsnorm")
+        if self.ld_out and (self.ld_out < self.dim or self.ld_out % 4):
+            raise PlanError(f"rmsnorm: ld_out = {self.ld_out} must be 0 or a multiple of 4 of at least dim "
+                            f"({self.dim})")
 
 
 class RMSNormFamily:
@@ -231,6 +243,10 @@ class RMSNormFamily:
         th = self.threads_for(problem)
         params = {"threads": th, "dim": problem.dim, "mode": problem.mode, "unit_offset": bool(problem.unit_offset),
                   "gather": bool(problem.gather)}
+        if problem.x_dtype == "bf16":
+            params["x_bf16"] = True
+        if problem.ld_out and problem.ld_out != problem.dim:
+            params["ld_out"] = int(problem.ld_out)
         return KernelSpec.make(self.name, self.template, params, th, cooperative=False)
 
     def variants(self, problem: RMSNormProblem) -> list[KernelSpec]:
@@ -245,6 +261,7 @@ class RMSNormFamily:
                 for gather in (False, True):
                     out.append(RMSNormProblem(dim, mode, True, gather))
             out.append(RMSNormProblem(dim, "rmsnorm", False, False))
+            out.append(RMSNormProblem(dim, "rmsnorm", True, False, x_dtype="bf16", ld_out=2 * dim))  # the MTP head's
         return out
 
     def launch(self, problem: RMSNormProblem, tokens: int, ctx: PlanContext) -> Launch:
@@ -260,8 +277,8 @@ class RMSNormFamily:
 
 
 def rmsnorm_arg_names(problem: RMSNormProblem) -> tuple[str, ...]:
-    """Kernel parameters in order: ``x`` (fp32 [T, D], in/out), ``d`` (fp32 [T, D] or null), ``w`` (fp32
-    [D]), ``y`` (bf16 [rows, D]), ``row_index`` (int32 [rows] or null), ``rows`` (int32), ``eps`` (fp32)."""
+    """Kernel parameters in order: ``x`` (fp32 [T, D], in/out; bf16 [T, D] for ``x_dtype`` bf16), ``d`` (fp32
+    [T, D] or null), ``w`` (fp32 [D]), ``y`` (bf16 [rows, ld_out]), ``row_index`` (int32 [rows] or null), ``rows`` (int32), ``eps`` (fp32)."""
     return ("x", "d", "w", "y", "row_index", "rows", "eps")
 
 
@@ -289,7 +306,7 @@ def rmsnorm_reference(problem: RMSNormProblem, x, w, d=None, row_index=None) -> 
         (x_after [T, D] fp32: x + d for add_rmsnorm without gather, else x unchanged;
          y [rows, D] fp32 before rounding to bf16).
     """
-    x = np.asarray(x, dtype=np.float32)
+    x = np.asarray(x, dtype=np.float32)  # a bf16 x: pass its values widened (exact)
     s = (x + np.asarray(d, dtype=np.float32)).astype(np.float32) if problem.mode == "add_rmsnorm" else x
     src = np.asarray(row_index, dtype=np.int64) if problem.gather else np.arange(x.shape[0])
     y = ref_rmsnorm(s[src], np.asarray(w, dtype=np.float32), problem.eps, problem.unit_offset)

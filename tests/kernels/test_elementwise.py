@@ -138,3 +138,51 @@ def test_references():
     np.testing.assert_array_equal(y, ref_rmsnorm((xs + d)[[5, 2]], w, 1e-6, True))
     xa, y = rmsnorm_reference(RMSNormProblem(16, unit_offset=False), xs, w)
     np.testing.assert_array_equal(y, ref_rmsnorm(xs, w, 1e-6, False))
+
+
+@pytest.mark.parametrize("problem", [RMSNormProblem(64, "add_rmsnorm", True, False, eps=1e-5),
+                                     RMSNormProblem(64, "rmsnorm", True, True),
+                                     RMSNormProblem(64, "rmsnorm", True, False, x_dtype="bf16", ld_out=128)],
+                         ids=["add", "gather", "bf16_in_slice_out"])
+def test_emulated_rmsnorm(problem):
+    """The rmsnorm kernel on the CPU emulator against rmsnorm_reference: the residual write-back, the row gather, and
+    the MTP head's variant (bf16 x widened exactly; output rows a column slice of a 2 x wider row, the other half
+    untouched)."""
+    import sys
+    from pathlib import Path
+
+    import ml_dtypes
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from cuda_host import HostKernel
+
+    from ninferc.targets.kernels.elementwise import rmsnorm_kernel_args, rmsnorm_reference
+
+    rng = np.random.default_rng(3)
+    T, D = 5, problem.dim
+    x = rng.standard_normal((T, D)).astype(np.float32)
+    if problem.x_dtype == "bf16":
+        xb = x.astype(ml_dtypes.bfloat16)
+        x, x_dev = xb.astype(np.float32), xb.view(np.uint16).copy()
+    else:
+        x_dev = x.copy()
+    d = rng.standard_normal((T, D)).astype(np.float32)
+    w = (rng.standard_normal(D) * 0.1).astype(np.float32)
+    idx = np.array([4, 0, 4], np.int32)
+    rows = len(idx) if problem.gather else T
+    ld = problem.ld_out or D
+    y = np.full((rows, ld), 0xFFFF, np.uint16)
+    built = compile_variants(NORM.variants(problem), "sm_90")
+    ctx = PlanContext("sm_90", 132, {uri: r for uri, (_, r) in built.items()})
+    ln = NORM.launch(problem, rows, ctx)
+    args = rmsnorm_kernel_args(problem, ln, x_dev, w, y, d=d if problem.mode == "add_rmsnorm" else None,
+                               row_index=idx if problem.gather else None)
+    HostKernel(ln.kernel.render(), ln.kernel.entry).launch(ln.grid, ln.block, args)
+    x_after, y_ref = rmsnorm_reference(problem, x, w, d=d if problem.mode == "add_rmsnorm" else None,
+                                       row_index=idx if problem.gather else None)
+    got = (y[:, :D].astype(np.uint32) << 16).view(np.float32)
+    want = y_ref.astype(ml_dtypes.bfloat16).astype(np.float32)
+    assert np.abs(got - want).max() <= 2 ** -7 * np.abs(want).max()
+    assert (y[:, D:] == 0xFFFF).all()  # the rest of a wider output row is not written
+    if problem.x_dtype == "f32":
+        np.testing.assert_array_equal(x_dev, x_after)
