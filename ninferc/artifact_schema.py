@@ -184,7 +184,6 @@ def _check_meaning(h: Header, header: dict, bad) -> None:
     from ninferc.ir.config import ModelConfig
     from ninferc.ir.graph import Graph
     from ninferc.ir.passes import run_pipeline
-    from ninferc.ir.passes.choose_formats import choose_formats
     from ninferc.ir.qwen3_5 import build_graph, build_mtp_graph
     from ninferc.targets.nvrtc import DEFAULT_OPTIONS
 
@@ -197,8 +196,8 @@ def _check_meaning(h: Header, header: dict, bad) -> None:
             f"({list(DEFAULT_OPTIONS)})")
     try:
         want = run_pipeline(build_graph(cfg, lm_rows="last"), weights=h.compile.weights, kv_dtype=h.compile.kv_dtype)
-        want_mtp = (choose_formats(build_mtp_graph(cfg, lm_rows="last"), weights=h.compile.weights,
-                                   kv_dtype=h.compile.kv_dtype) if cfg.mtp_num_hidden_layers else None)
+        want_mtp = (run_pipeline(build_mtp_graph(cfg, lm_rows="last"), weights=h.compile.weights,
+                                 kv_dtype=h.compile.kv_dtype) if cfg.mtp_num_hidden_layers else None)
     except (NinfercError, ValueError, KeyError, TypeError) as exc:
         bad(f"the header's model / compile fields do not build a graph ({type(exc).__name__}: {exc})")
     if _canon(header["graph"]) != _canon(want.to_json()):

@@ -77,29 +77,35 @@ def compile_model(
                     max_context=max_context, page_size=page_size,  # target, resources read, launches checked
                     progress=kernel_progress)
     log(f"plan: {len(mp.kernels)} kernels for {mp.target} ({mp.sms} SMs)")
+    mg = mtp_plan = None
+    if ck.config.mtp_num_hidden_layers:                           # the MTP head: its own small graph through the
+        from ninferc.ir.qwen3_5 import build_mtp_graph              # same passes and recipe (class mtp), lowered
+                                                                    # and planned for the target like the model
+        mg = run_pipeline(build_mtp_graph(ck.config, lm_rows="last"), weights=weights, kv_dtype=kv_dtype)
+        mtp_plan = plan_model(mg, mp.target, sku=mp.sku, sms=mp.sms, max_context=max_context, page_size=page_size,
+                              progress=kernel_progress)
+        log(f"mtp: {ck.config.mtp_num_hidden_layers} MTP layer(s) for speculative decoding, "
+            f"{len(set(mtp_plan.kernels) - set(mp.kernels))} more kernels")
     gw = GraphWeights(graph, ck)                                  # emit: weights as the kernels want them
     tensors = {name: LazyTensor(shape, NP_DTYPES[dtype], (lambda n=name: gw[n]))
                for name, (shape, dtype) in gw.storage().items()}
     blobs, kernels = {}, []
-    for uri, spec in sorted(mp.kernels.items()):
+    all_specs = {**(mtp_plan.kernels if mtp_plan is not None else {}), **mp.kernels}
+    resources = {**(mtp_plan.resources if mtp_plan is not None else {}), **mp.resources}
+    for uri, spec in sorted(all_specs.items()):
         src = spec.render().encode()
         blobs[f"kernel/{uri}.cu"] = src
         kernels.append({"uri": uri, "family": spec.family, "template": spec.template, "entry": spec.entry,
                         "params": [list(p) for p in spec.params], "threads": spec.threads,
                         "cooperative": spec.cooperative, "source_sha256": hashlib.sha256(src).hexdigest(),
-                        "source_blob": f"kernel/{uri}.cu", "resources": mp.resources[uri].to_json()})
+                        "source_blob": f"kernel/{uri}.cu", "resources": resources[uri].to_json()})
     mtp_json = None
-    if ck.config.mtp_num_hidden_layers:                           # the MTP head: its own small graph, formatted
-        from ninferc.ir.passes.choose_formats import choose_formats  # by the same recipe (class mtp), weights
-        from ninferc.ir.qwen3_5 import build_mtp_graph              # stored beside the model's
-
-        mg = choose_formats(build_mtp_graph(ck.config, lm_rows="last"), weights=weights, kv_dtype=kv_dtype)
+    if mg is not None:                                            # the head's weights, stored beside the model's
         mgw = GraphWeights(mg, ck)
         for name, (shape, dtype) in mgw.storage().items():
             if name not in tensors:
                 tensors[name] = LazyTensor(shape, NP_DTYPES[dtype], (lambda n=name: mgw[n]))
         mtp_json = mg.to_json()
-        log(f"mtp: {ck.config.mtp_num_hidden_layers} MTP layer(s) stored for speculative decoding")
     for fname in ("tokenizer.json", "tokenizer_config.json", "generation_config.json", "chat_template.jinja"):
         f = model_dir / fname
         if f.is_file():

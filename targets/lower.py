@@ -2,7 +2,8 @@
 
 A :class:`Step` is one kernel launch site: a kernel family, its problem (shape), the mode it runs in
 (``decode``: one token per sequence, T = B; ``prefill``: a chunk of T tokens of B packed sequences;
-``both``), which runtime count is the family's ``tokens`` argument (T, B or R = logit rows), and a
+``verify``: the speculative verify step, B sequences of K + 1 tokens, which runs the prefill steps but the GDN
+state's (:meth:`Program.for_mode`); ``both``), which runtime count is the family's ``tokens`` argument (T, B or R = logit rows), and a
 binding of every kernel argument to a symbolic :class:`Ref` (an activation tensor of the graph, a
 weight, a state pool, batch metadata, a workspace, a constant). The runtime resolves Refs to device
 pointers and scalars; the plan evaluates the same steps' launches for representative T on a target.
@@ -124,6 +125,9 @@ class Step:
     #: a gate|up Linear step whose MLP can run as one fused kernel: the down step (family ``mlp``) that launches it;
     #: this step is skipped where that launch is the fused kernel
     fused_into: str = ""
+    #: a ``prefill`` step the ``verify`` mode replaces by its own (the GDN ring update and core: the verify step
+    #: keeps the state after every token)
+    prefill_only: bool = False
 
 
 class LinearRoute:
@@ -181,6 +185,41 @@ class MlpRoute:
         return self.linear.launch(p.down, tokens, ctx)
 
 
+class GdnVerifyRoute:
+    """The GDN core of the speculative ``verify`` mode: ``gdn_recurrent`` mode ``verify`` over the B sequences' K + 1
+    tokens, the state after token j of sequence b stored in slot ``seq_slot_out[b] + j``
+    (:meth:`~ninferc.targets.kernels.gdn.GdnRecurrentFamily.verify_launch`)."""
+
+    name = "gdn_verify"
+
+    def variants(self, p: GdnProblem) -> list[KernelSpec]:
+        """The verify kernel."""
+        return [FAMILIES["gdn_recurrent"].prefill_spec(p, "verify")]
+
+    def launch(self, p: GdnProblem, tokens: int, ctx: PlanContext, batch: int = 1) -> Launch:
+        """Grid (Hv, B)."""
+        return FAMILIES["gdn_recurrent"].verify_launch(p, tokens, ctx, batch=batch)
+
+
+class GdnRingVerifyRoute:
+    """The conv ring update of the ``verify`` mode: the ring after token j of sequence b into slot
+    ``seq_slot_out[b] + j`` (``gdn_ring_update`` with ``verify``)."""
+
+    name = "gdn_ring_verify"
+
+    def variants(self, p: GdnProblem) -> list[KernelSpec]:
+        """The verify kernel of ``gdn_ring_update``."""
+        return [FAMILIES["gdn_ring_update"].spec(p, verify=True)]
+
+    def launch(self, p: GdnProblem, tokens: int, ctx: PlanContext, batch: int = 1) -> Launch:
+        """Grid (ceil(conv_dim / threads), B)."""
+        return FAMILIES["gdn_ring_update"].launch(p, tokens, ctx, batch=batch, verify=True)
+
+
+#: step family names that are routes over a registry family (:func:`family`)
+ROUTES = {"linear": LinearRoute, "mlp": MlpRoute, "gdn_verify": GdnVerifyRoute, "gdn_ring_verify": GdnRingVerifyRoute}
+
+
 def linear_problem(problem) -> GemvProblem:
     """The GEMV problem of a Linear step (an MLP step's down GEMV)."""
     return problem.down if isinstance(problem, MlpProblem) else problem
@@ -188,12 +227,10 @@ def linear_problem(problem) -> GemvProblem:
 
 def family(name: str):
     """The family object for a step's ``family`` name (``linear`` is the GEMV/GEMM route, ``mlp`` the down Linear
-    that may run the whole MLP fused)."""
-    if name == "linear":
-        return LinearRoute()
-    if name == "mlp":
-        return MlpRoute()
-    return FAMILIES[name]
+    that may run the whole MLP fused, ``gdn_verify`` / ``gdn_ring_verify`` the verify mode's GDN kernels; the other
+    names are keys of the family registry)."""
+    route = ROUTES.get(name)
+    return route() if route is not None else FAMILIES[name]
 
 
 def arg_names(step: Step, launch: Launch) -> tuple[str, ...]:
@@ -270,7 +307,12 @@ class Program:
     max_context: int = 4096
 
     def for_mode(self, mode: str) -> list[Step]:
-        """Steps of ``decode`` or ``prefill`` (those marked ``both`` included), in order."""
+        """Steps of ``decode``, ``prefill`` or ``verify`` (those marked ``both`` included), in order. ``verify`` is the
+        speculative verify step (B sequences of K + 1 tokens, every token's logits): the prefill steps, the GDN ring
+        update and core replaced by their verify kernels (``prefill_only`` steps left out)."""
+        if mode == "verify":
+            return [s for s in self.steps
+                    if s.mode in ("verify", "both") or (s.mode == "prefill" and not s.prefill_only)]
         return [s for s in self.steps if s.mode in (mode, "both")]
 
     def sampler(self, greedy: bool) -> Step:
@@ -325,12 +367,49 @@ def check_page_size(page_size: int) -> None:
         raise PlanError(f"KV page size {page_size} must be a positive multiple of 32 tokens")
 
 
-def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096, fuse_norm: bool = True) -> Program:
+#: the speculating engine's buffer of bf16 hidden rows the MTP head reads (:func:`lower`'s ``mtp_hidden``): the main
+#: program's final norm writes every token's row into it; the MTP program's input ``hidden`` gathers from it
+MTP_HIDDEN_SRC = "mtp.hidden_src"
+
+
+def _concat_slices(graph: Graph) -> dict[str, tuple[str, int, int]]:
+    """norm output -> (Concat output, byte offset of its columns, the Concat's row width) for every ``Concat`` of two
+    RMSNorm outputs read by the Concat alone (the MTP head's input): the two norms write the halves of its bf16 row
+    (``ld_out``), and the Concat itself needs no kernel.
+
+    Raises:
+        PlanError: a Concat of anything else (no kernel lowers it)."""
+    out = {}
+    for op in graph.ops():
+        if op.kind != "Concat":
+            continue
+        a, b = op.inputs
+        producers = [graph.producer(t) for t in (a, b)]
+        if any(p is None or p.kind != "RMSNorm" or len(graph.consumers(t)) != 1 for p, t in zip(producers, (a, b))):
+            raise PlanError(f"no kernel lowers op {op.name} (Concat): its inputs must be two RMSNorm outputs read by it "
+                            "alone (the norms then write the halves of its row)")
+        wa, wb = (graph.tensors[t].shape[1] for t in (a, b))
+        out[a] = (op.outputs[0], 0, wa + wb)
+        out[b] = (op.outputs[0], 2 * wa, wa + wb)  # bf16 columns: bytes
+    return out
+
+
+def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096, fuse_norm: bool = True,
+          mtp_hidden: bool = False) -> Program:
     """Lower a compiled graph (after :func:`ninferc.ir.passes.run_pipeline`) to kernel steps.
 
     ``fuse_norm=False`` keeps every AddRMSNorm a step of its own (no norm folded into the GEMVs): the
     reference side of an A/B benchmark (bench/fuse_norm_ab.py); the kernels it needs are a subset of the
     folded program's, so either program runs on the same artifact.
+
+    ``mtp_hidden`` (the model's graph, an engine that speculates with the MTP head): the prefill and verify steps also
+    store the final norm's output for *every* token (bf16, in the engine's :data:`MTP_HIDDEN_SRC` buffer), which the
+    head's rows read; the final norm's own launch keeps gathering the rows the LM head needs.
+
+    The MTP head's graph (:func:`ninferc.ir.qwen3_5.build_mtp_graph`, ``meta["mtp"]``) lowers like the model's, with
+    two rules of its own: its ``hidden`` input is the model's final-norm output, bf16 on the GPU, read by the
+    hidden-side norm (``x_bf16``) gathering rows by the batch metadata ``hidden_rows``; its ``Concat`` is done by the two
+    norms writing the halves of one row (:func:`_concat_slices`).
 
     Raises:
         PlanError: an op kind with no kernel, or a fused op whose layout the kernels do not take.
@@ -341,6 +420,8 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096, fuse_no
     prog = Program(page_size=page_size, max_context=max_context)
     add = prog.steps.append
     lm_inputs = {op.inputs[0] for op in graph.ops() if op.kind == "LMHead"}
+    is_mtp = bool(graph.meta.get("mtp"))
+    slices = _concat_slices(graph)
     folded = _norms_to_fold(graph) if fuse_norm else {}  # norm name -> (producer, consumer) Linear names
     norm_out = {p: graph.op(n) for n, (p, _) in folded.items()}  # producer Linear -> its norm
     norm_in = {c: graph.op(n) for n, (_, c) in folded.items()}   # consumer Linear -> its norm
@@ -359,13 +440,32 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096, fuse_no
             y = op.outputs[-1]
             gather = y in lm_inputs
             mode = "add_rmsnorm" if k == "AddRMSNorm" else "rmsnorm"
-            prob = RMSNormProblem(D, mode, bool(a["unit_offset"]), gather, float(a["eps"]))
+            y_ref, ld_out = T(y), 0
+            if y in slices:  # one half of the MTP head's Concat row
+                cat, off, ld_out = slices[y]
+                y_ref = Ref("tensor", cat, offset=off)
+            if is_mtp and op.inputs[0] == "hidden":  # the model's bf16 final-norm rows, gathered by hidden_rows
+                prob = RMSNormProblem(D, mode, bool(a["unit_offset"]), True, float(a["eps"]), x_dtype="bf16",
+                                      ld_out=ld_out)
+                add(Step(op.name, op.name, "both", "rmsnorm", prob, "T",
+                         {"x": T("hidden"), "d": NULL, "w": P(op.params["weight"]), "y": y_ref,
+                          "row_index": Ref("meta", "hidden_rows"), "eps": F32(a["eps"])}, layer=L))
+                continue
+            prob = RMSNormProblem(D, mode, bool(a["unit_offset"]), gather, float(a["eps"]), ld_out=ld_out)
             pc = folded.get(op.name, ("", ""))
             add(Step(op.name, op.name, "both", "rmsnorm", prob, "R" if gather else "T",
                      {"x": T(op.inputs[0]), "d": T(op.inputs[1]) if k == "AddRMSNorm" else NULL,
-                      "w": P(op.params["weight"]), "y": T(y),
+                      "w": P(op.params["weight"]), "y": y_ref,
                       "row_index": Ref("meta", "row_index") if gather else NULL, "eps": F32(a["eps"])}, layer=L,
                      absorbed_by=pc[0], absorbed_into=pc[1]))
+            if gather and mtp_hidden and not is_mtp:  # every token's hidden row for the MTP head (prefill, verify)
+                add(Step(f"{op.name}.mtp_hidden", op.name, "prefill", "rmsnorm",
+                         RMSNormProblem(D, mode, bool(a["unit_offset"]), False, float(a["eps"])), "T",
+                         {"x": T(op.inputs[0]), "d": T(op.inputs[1]) if k == "AddRMSNorm" else NULL,
+                          "w": P(op.params["weight"]), "y": T(MTP_HIDDEN_SRC), "row_index": NULL,
+                          "eps": F32(a["eps"])}, layer=L))
+        elif k == "Concat":  # done by the two norms (_concat_slices)
+            continue
         elif k in ("Linear", "LMHead"):
             wspec = graph.params[op.params["weight"]]
             N, K = wspec.shape
@@ -412,13 +512,21 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096, fuse_no
                       "wy_ws": Ref("ws", "gdn_wy"),
                       "tok_pos": Ref("meta", "tok_pos"), "tok_seq": Ref("meta", "tok_seq"),
                       "seq_start": Ref("meta", "seq_start"), "seq_slot": Ref("meta", "seq_slot"),
+                      "seq_slot_out": Ref("meta", "seq_slot_out"),
                       "scale": F32(a["scale"]), "l2_eps": F32(a["l2_eps"]), "norm_eps": F32(a["eps"])}
             add(Step(f"{op.name}.decode", op.name, "decode", "gdn_recurrent", p, "T", common, layer=L))
             add(Step(f"{op.name}.conv", op.name, "prefill", "gdn_conv", p, "T", common, layer=L))
-            add(Step(f"{op.name}.ring", op.name, "prefill", "gdn_ring_update", p, "T", common, batch=True, layer=L))
-            add(Step(f"{op.name}.wy", op.name, "prefill", "gdn_chunk_wy", p, "T", common, batch=True, layer=L))
-            add(Step(f"{op.name}.core", op.name, "prefill", "gdn_chunk", p, "T", common, batch=True, layer=L))
-            add(Step(f"{op.name}.norm", op.name, "prefill", "gdn_gated_norm", p, "T", common, layer=L))
+            add(Step(f"{op.name}.ring", op.name, "prefill", "gdn_ring_update", p, "T", common, batch=True, layer=L,
+                     prefill_only=True))
+            add(Step(f"{op.name}.ring_verify", op.name, "verify", "gdn_ring_verify", p, "T", common, batch=True,
+                     layer=L))
+            add(Step(f"{op.name}.wy", op.name, "prefill", "gdn_chunk_wy", p, "T", common, batch=True, layer=L,
+                     prefill_only=True))
+            add(Step(f"{op.name}.core", op.name, "prefill", "gdn_chunk", p, "T", common, batch=True, layer=L,
+                     prefill_only=True))
+            add(Step(f"{op.name}.verify", op.name, "verify", "gdn_verify", p, "T", common, batch=True, layer=L))
+            add(Step(f"{op.name}.norm", op.name, "prefill", "gdn_gated_norm", p, "T", common, layer=L,
+                     prefill_only=True))
         elif k == "GatedAttentionBlock":
             p = _attn_problem(op, graph, page_size, max_context)
             kv = op.states["kv"]

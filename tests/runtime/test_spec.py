@@ -270,7 +270,9 @@ def test_artifacts_carry_the_mtp_head(mtp_artifacts, gmtp):
 
     art = Artifact.open(mtp_artifacts["w4"])
     names = set(art.tensor_names())
-    assert {"mtp.fc", "mtp.fc.scales", "mtp.L0.attn.q", "mtp.norm"} <= names
+    # the head's graph went through the model's passes: its q / k / v and gate / up matrices are stored fused
+    assert {"mtp.fc", "mtp.fc.scales", "mtp.L0.attn.q_k_v", "mtp.L0.mlp.gate_up", "mtp.norm"} <= names
+    assert {op.kind for op in art.mtp_graph().ops()} >= {"GatedAttentionBlock", "AddRMSNorm", "Concat"}
     assert art.mtp_graph().params["mtp.fc"].dtype == "w4" and art.mtp_graph().params["lm_head"].dtype == "w8"
     be = _artifact_backend(mtp_artifacts["bf16"])
     c = gmtp["cases"][0]

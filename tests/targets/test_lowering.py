@@ -7,7 +7,7 @@ from ninferc.ir.config import ModelConfig, preset
 from ninferc.testing import ARCH_SKUS
 from ninferc.ir.passes import run_pipeline
 from ninferc.ir.qwen3_5 import build_graph
-from ninferc.targets.lower import arg_names, launch_scalars
+from ninferc.targets.lower import Ref, arg_names, launch_scalars
 from ninferc.targets.model_plan import plan_model, plan_steps
 
 
@@ -25,7 +25,7 @@ def test_every_argument_bound(graph, arch, sku):
     mp = plan_model(graph, arch, sku=sku, decode_batches=(1, 3), prefill_tokens=(1, 5, 64, 200))
     ctx = mp.context()
     cases = [("decode", b, b, b) for b in (1, 3)] + [("prefill", t, 1, 1) for t in (1, 5, 64, 200)] + \
-            [("prefill", 200, 2, 2)]
+            [("prefill", 200, 2, 2)] + [("verify", b * 4, b, b * 4) for b in (1, 3)]
     seen = set()
     for mode, T, B, R in cases:
         for step, ln in plan_steps(mp.program, ctx, T=T, B=B, R=R, mode=mode):
@@ -95,3 +95,64 @@ def test_folded_attn_prep_lowering(graph, arch, sku):
             fam.spec(p, False)
     finally:
         fam.fuse_prep = "auto"
+
+
+@pytest.mark.parametrize("arch,sku", list(ARCH_SKUS.items()))
+def test_verify_mode_keeps_the_gdn_state_after_every_token(graph, arch, sku):
+    """The speculative verify step (B sequences x K + 1 tokens, every token's logits): the prefill program with each
+    GDN layer's ring update and core replaced by the verify kernels (conv -> ring verify -> recurrent verify, bound
+    to seq_slot_out), no other prefill step left out, every launch checked on the target."""
+    mp = plan_model(graph, arch, sku=sku, decode_batches=(1,), prefill_tokens=(8,))
+    prog = mp.program
+    verify, prefill = prog.for_mode("verify"), prog.for_mode("prefill")
+    assert {s.name for s in prefill} - {s.name for s in verify} == {s.name for s in prefill if s.prefill_only}
+    gdn_layers = {s.op for s in prog.steps if s.family == "gdn_conv"}
+    assert {s.op for s in prog.steps if s.prefill_only} == gdn_layers
+    for op in gdn_layers:
+        names = [s.name for s in verify if s.op == op]
+        assert names == [f"{op}.conv", f"{op}.ring_verify", f"{op}.verify"]
+    for B, K in ((1, 3), (4, 5)):
+        T = B * (K + 1)
+        launches = plan_steps(prog, mp.context(), T=T, B=B, R=T, mode="verify")
+        gdn = [(s, ln) for s, ln in launches if s.family in ("gdn_verify", "gdn_ring_verify")]
+        assert len(gdn) == 2 * len(gdn_layers)
+        for s, ln in gdn:
+            assert "seq_slot_out" in arg_names(s, ln) and s.bind["seq_slot_out"].name == "seq_slot_out"
+            assert ln.grid[1] == B and ln.route in ("verify", "ring_verify")
+        head = [ln for s, ln in launches if s.rows == "R"]
+        assert head and all(ln.tokens == T for ln in head)  # every token's logits
+
+
+@pytest.mark.parametrize("arch,sku", list(ARCH_SKUS.items()))
+def test_mtp_head_lowers_and_plans(tiny_dir, arch, sku):
+    """The MTP head's graph (the model's passes) lowers to kernels the artifact compiles: its Concat is the two input
+    norms writing the halves of one bf16 row (no kernel of its own), the hidden-side norm reads the model's bf16
+    final-norm rows gathered by ``hidden_rows``, and every argument of its decode / prefill launches is bound."""
+    from ninferc.ir.qwen3_5 import build_mtp_graph
+    from ninferc.targets.lower import MTP_HIDDEN_SRC, lower, step_launch
+
+    cfg = ModelConfig.from_dir(tiny_dir)
+    H = cfg.hidden_size
+    mg = run_pipeline(build_mtp_graph(cfg, lm_rows="last"))
+    mp = plan_model(mg, arch, sku=sku, decode_batches=(1, 4), prefill_tokens=(1, 9))
+    steps = {s.name: s for s in mp.program.steps}
+    assert "mtp.concat" not in steps
+    emb, hid = steps["mtp.pre_fc_norm_embedding"], steps["mtp.pre_fc_norm_hidden"]
+    assert emb.problem.ld_out == hid.problem.ld_out == 2 * H
+    assert (emb.bind["y"].name, emb.bind["y"].offset) == ("mtp.concat", 0)
+    assert (hid.bind["y"].name, hid.bind["y"].offset) == ("mtp.concat", 2 * H)  # bytes: bf16 columns
+    assert hid.problem.x_dtype == "bf16" and hid.problem.gather and hid.rows == "T"
+    assert hid.bind["x"].name == "hidden" and hid.bind["row_index"].name == "hidden_rows"
+    ctx = mp.context()
+    for mode, T, B, R in (("decode", 4, 4, 4), ("prefill", 9, 2, 2), ("prefill", 3, 1, 1)):
+        for step, ln in plan_steps(mp.program, ctx, T=T, B=B, R=R, mode=mode):
+            scal = launch_scalars(step, ln, ctx, B)
+            assert not [n for n in arg_names(step, ln) if n not in scal and n not in step.bind], step.name
+    ln = step_launch(hid, ctx, T=9, B=2, R=2)
+    assert ln.tokens == 9  # every MTP row reads its hidden row
+    # the model's program for a speculating engine stores every token's final-norm row (prefill and verify only)
+    prog = lower(run_pipeline(build_graph(cfg, lm_rows="last")), mtp_hidden=True)
+    extra = [s for s in prog.steps if s.bind.get("y") == Ref("tensor", MTP_HIDDEN_SRC)]
+    assert len(extra) == 1 and extra[0].rows == "T" and not extra[0].problem.gather
+    assert extra[0] in prog.for_mode("prefill") and extra[0] in prog.for_mode("verify")
+    assert extra[0] not in prog.for_mode("decode")
