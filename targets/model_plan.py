@@ -9,7 +9,9 @@ larger device unchanged (grids, routes, caps), which is how each arch's plan is 
 
 from __future__ import annotations
 
+import json
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -21,7 +23,7 @@ from ninferc.targets.lower import Program, Step, drop_unneeded_steps, lower, ste
 from ninferc.targets.nvrtc import DEFAULT_OPTIONS, nvrtc_version
 from ninferc.targets.skus import typical_sku
 from ninferc.targets.cubin import KernelResources
-from ninferc.targets.plan import (KernelSpec, Launch, PlanContext, _dump_json, check_launch,
+from ninferc.targets.plan import (KernelSpec, Launch, PlanContext, check_launch,
                                   compile_variants, resolve_sms)
 from ninferc.targets.skus import Sku
 
@@ -150,6 +152,19 @@ class ModelPlan:
         return "\n".join(lines) + "\n"
 
 
+def _dump_json(obj: Any, level: int) -> str:
+    """Indented JSON where dicts/lists of scalars stay on one line (readable golden diffs)."""
+    scalar = (str, int, float, bool, type(None))
+    if isinstance(obj, dict) and not all(isinstance(v, scalar) for v in obj.values()):
+        pad = " " * (level + 1)
+        items = [f"{pad}{json.dumps(k)}: {_dump_json(v, level + 1)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + " " * level + "}"
+    if isinstance(obj, list) and not all(isinstance(v, scalar) for v in obj):
+        pad = " " * (level + 1)
+        return "[\n" + ",\n".join(pad + _dump_json(v, level + 1) for v in obj) + "\n" + " " * level + "]"
+    return json.dumps(obj)
+
+
 def plan_steps(program: Program, ctx: PlanContext, *, T: int, B: int, R: int, mode: str) -> list[tuple[Step, Launch]]:
     """The checked launches of one step of ``mode`` (T tokens, B sequences, R logit rows), in order.
 
@@ -183,14 +198,21 @@ def plan_model(
     for the kernel compiles (:func:`ninferc.targets.plan.compile_variants`).
 
     Raises:
-        PlanError: no SM count / SKU mismatch, or any launch that does not fit (named).
+        PlanError: no SM count / SKU mismatch, a non-positive decode batch or prefill token count, two lowered
+            steps of one name, or any launch that does not fit (named).
         TargetError: unknown arch or SKU. CompileError: NVRTC failure.
     """
     a = get_arch(arch)
     sku_obj, sms = resolve_sms(a, sku, sms)
     if max_context < 1:
         raise PlanError(f"max_context must be >= 1, found {max_context}")
+    for what, counts in (("decode batches", decode_batches), ("prefill token counts", prefill_tokens)):
+        if not counts or any(int(c) <= 0 for c in counts):
+            raise PlanError(f"plan for {a.name}: {what} must be positive integers, got {list(counts)}")
     program = lower(graph, page_size=page_size, max_context=max_context)
+    dup = sorted(n for n, k in Counter(s.name for s in program.steps).items() if k > 1)
+    if dup:  # launches are keyed by step name: a second step of one name would replace the first's
+        raise PlanError(f"plan for {a.name}: duplicate step names {dup}")
     specs = {}
     for s in program.steps:
         for v in step_variants(s, a):
