@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence, runtime_checkable
 
 from ninferc.errors import PlanError
 from ninferc.targets.arch import Arch, get_arch
@@ -35,7 +35,9 @@ from ninferc.targets.cubin import KernelResources, read_resources
 from ninferc.targets.nvrtc import DEFAULT_OPTIONS, CompileResult, compile_cubin
 from ninferc.targets.occupancy import Occupancy, occupancy
 from ninferc.targets.render import render_template
-from ninferc.targets.skus import Sku, get_sku
+
+if TYPE_CHECKING:
+    from ninferc.targets.target import Target
 
 # Short names used in URIs; a parameter without one is written as its own name.
 _URI_ABBREV = {"threads": "th", "max_tokens": "tok", "rows_per_warp": "rw", "epilogue": "", "mode": ""}
@@ -172,6 +174,11 @@ class PlanContext:
         self.sms = int(sms)
         self.resources = dict(resources)
         self.bandwidth_gbs = None if bandwidth_gbs is None else float(bandwidth_gbs)
+
+    @classmethod
+    def for_target(cls, target: "Target", resources: Mapping[str, KernelResources]) -> "PlanContext":
+        """The context of a :class:`~ninferc.targets.target.Target`: its arch, SM count and bandwidth."""
+        return cls(target.arch, target.sms, resources, bandwidth_gbs=target.bandwidth_gbs)
 
     @property
     def bandwidth_per_sm_gbs(self) -> float:
@@ -346,26 +353,6 @@ def check_launch(launch: Launch, arch: str | Arch, resources: KernelResources, s
             )
 
 
-def resolve_sms(arch: str | Arch, sku: str | Sku | None, sms: int | None) -> tuple[Sku | None, int]:
-    """(SKU, SM count) a plan is made for: the SKU's count, or ``sms`` when no SKU is given.
-
-    Raises:
-        PlanError: neither given, or ``sms`` contradicting the SKU (names both).
-        TargetError: unknown SKU, or a SKU of another arch.
-    """
-    a = get_arch(arch)
-    sku_obj = sku if isinstance(sku, Sku) else (get_sku(sku, a.name) if sku else None)
-    if sku_obj is not None and sku_obj.arch != a.name:
-        sku_obj = get_sku(sku_obj.key, a.name)  # raises the cross-arch TargetError
-    if sms is None:
-        if sku_obj is None:
-            raise PlanError(f"plan for {a.name}: give a SKU or an SM count (neither was given)")
-        return sku_obj, sku_obj.sms
-    if sku_obj is not None and int(sms) != sku_obj.sms:
-        raise PlanError(f"plan for {a.name}: --sms {sms} contradicts SKU {sku_obj.name} ({sku_obj.sms} SMs)")
-    return sku_obj, int(sms)
-
-
 def family_variants(fam, problem, arch) -> list[KernelSpec]:
     """``fam.variants(problem)``, or ``fam.variants(problem, arch)`` for a family whose kernels depend on the
     target (class attribute ``arch_variants = True``: the GEMM, whose wgmma routes exist on sm_90 only).
@@ -409,7 +396,7 @@ def compile_variants(specs: Sequence[KernelSpec], arch: str | Arch, *, options: 
 
     def one(spec: KernelSpec):
         res = compile_cubin(spec.render(), a.name, name=spec.uri, options=options)
-        kernels = read_resources(res.cubin, a.name, res.ptx)
+        kernels = read_resources(res.cubin, a, res.ptx)
         if spec.entry not in kernels:
             raise PlanError(f"{spec.uri} on {a.name}: cubin has no entry {spec.entry!r} (has {sorted(kernels)})")
         if bar is not None:
@@ -432,5 +419,5 @@ def compile_variants(specs: Sequence[KernelSpec], arch: str | Arch, *, options: 
 
 __all__ = [
     "KernelSpec", "KernelResources", "Launch", "PlanContext", "KernelFamily",
-    "check_launch", "compile_variants", "family_variants", "resolve_sms",
+    "check_launch", "compile_variants", "family_variants",
 ]

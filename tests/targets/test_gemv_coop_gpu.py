@@ -47,7 +47,7 @@ from ninferc.targets.kernels.gemv_coop import EPILOGUES, GemvCoopFamily, GemvPro
 from ninferc.targets.nvrtc import compile_cubin  # noqa: E402
 from ninferc.targets.occupancy import occupancy  # noqa: E402
 from ninferc.targets.plan import PlanContext, check_launch, compile_variants, family_variants  # noqa: E402
-from ninferc.targets.skus import get_sku  # noqa: E402
+from ninferc.targets.target import make_target  # noqa: E402
 from ninferc.testing import ARCH_SKUS  # noqa: E402
 
 # Named tolerance for GEMV outputs (relative L2 error); moves to the shared tolerance presets module.
@@ -289,10 +289,9 @@ def _planned(insts, arch, sku, tokens):
     """(instance name, problem, launch) for each instance and T as the product plans them for ``arch`` on ``sku``
     (:func:`ninferc.targets.model_plan.plan_model`'s pieces: every variant compiled for ``arch`` and its resources
     read, the family's launch on a context of the SKU's SM count and bandwidth, each launch checked)."""
-    sku_obj = get_sku(sku, arch)
-    specs = [s for _, fam, prob in insts for s in family_variants(fam, prob, arch)]
-    res = {u: r for u, (_, r) in compile_variants(specs, arch).items()}
-    ctx = PlanContext(arch, sku_obj.sms, res, bandwidth_gbs=sku_obj.bandwidth_gbs)
+    tgt = make_target(arch, sku)
+    specs = [s for _, fam, prob in insts for s in family_variants(fam, prob, tgt.arch)]
+    ctx = PlanContext.for_target(tgt, {u: r for u, (_, r) in compile_variants(specs, tgt.arch).items()})
     for name, fam, prob in insts:
         for t in tokens:
             ln = fam.launch(prob, t, ctx)
