@@ -76,7 +76,7 @@ def main(argv=None) -> int:
         FAMILIES[a.family].trace = True
     for (fam, attr), v in parse_variant("set:" + ";".join(a.set))[1].items():
         setattr(FAMILIES[fam], attr, v)
-    art = synthetic_artifact("qwen3.8-27b", a.weights, "bf16", target=None, sku=None, max_context=a.max_context)
+    art = synthetic_artifact("qwen3.8-27b", a.weights, "bf16", target=None, max_context=a.max_context)
     eng = Engine(art, max_context=a.max_context, prefill_chunk=a.context, max_batch=1,
                  log=lambda m: print(m, file=sys.stderr))
     sp = eng.step_plan("decode", 1, 1, 1)

@@ -45,7 +45,7 @@ def main(argv=None) -> int:
     for name, sets in parsed:
         for (fam, attr), v in {**defaults, **sets}.items():
             setattr(FAMILIES[fam], attr, v)
-        art = synthetic_artifact("qwen3.8-27b", recipe_name(a.weights), "bf16", target=None, sku=None,
+        art = synthetic_artifact("qwen3.8-27b", recipe_name(a.weights), "bf16", target=None,
                                  max_context=max_ctx, batch=a.batch)
         eng = Engine(art, max_context=max_ctx, prefill_chunk=a.context, max_batch=a.batch)
         res = run_bench(eng, prompt_tokens=[a.context], decode_tokens=a.steps, chunk=a.context, batch=a.batch,

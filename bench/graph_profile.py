@@ -59,7 +59,7 @@ def main(argv=None) -> int:
 
     torch.cuda.init()
     max_context = a.max_context or a.context + 64 + a.steps
-    art = synthetic_artifact(a.preset, a.weights, a.kv_dtype, target=None, sku=None, max_context=max_context)
+    art = synthetic_artifact(a.preset, a.weights, a.kv_dtype, target=None, max_context=max_context)
     pad = None
     if a.pad_mib:
         import cupy

@@ -38,7 +38,7 @@ def main(argv=None) -> int:
         from ninferc.bench import synthetic_artifact
         from ninferc.ir.quant import recipe_name
 
-        art = synthetic_artifact(a.preset, recipe_name(a.weights, None), "bf16", target=None, sku=None,
+        art = synthetic_artifact(a.preset, recipe_name(a.weights, None), "bf16", target=None,
                                  max_context=ctx, batch=max(bs))
     else:
         from ninferc.artifact import Artifact

@@ -284,26 +284,42 @@ def synthetic_graph(preset: str, recipe_name: str, kv_dtype: str):
     return run_pipeline(build_graph(get_preset(preset), lm_rows="last"), weights=recipe_name, kv_dtype=kv_dtype)
 
 
-def synthetic_artifact(preset: str, recipe_name: str, kv_dtype: str, *, target: str | None, sku: str | None,
-                       max_context: int, batch: int = 1, graph=None):
+def device_target(arch=None, sku=None):
+    """The :class:`~ninferc.targets.target.Target` a synthetic artifact is planned for on this GPU: ``arch`` (an
+    :class:`~ninferc.targets.arch.Arch`; default the device's) with ``sku`` (a :class:`~ninferc.targets.skus.Sku`
+    of that arch) or, without one, the device's SM count (``sms_source`` ``"device"``, bandwidth unknown: the
+    arch's typical figure per SM, as a plan for ``--sms``).
+
+    Raises:
+        TargetError: a SKU of another arch than the target's; NinfercError: no usable GPU (CuPy missing)."""
+    from ninferc.runtime.kernels import device_arch, device_sm_count
+    from ninferc.targets.arch import get_arch
+    from ninferc.targets.target import make_target
+
+    a = arch if arch is not None else get_arch(device_arch())
+    if sku is not None:
+        return make_target(a, sku)
+    return make_target(a, None, device_sm_count(), sms_source="device")
+
+
+def synthetic_artifact(preset: str, recipe_name: str, kv_dtype: str, *, target=None, max_context: int,
+                       batch: int = 1, graph=None):
     """The in-memory artifact ``ninferc bench --preset`` runs: the preset's graph through the pipeline with
-    ``recipe_name`` weights and ``kv_dtype`` KV, planned for ``target`` (default: the device's arch) on ``sku``
-    (default: the device's SM count) with KV capacity ``max_context`` tokens and decode batches 1 and
-    ``batch``; weights are generated on the GPU when the engine loads it. ``graph``: the
+    ``recipe_name`` weights and ``kv_dtype`` KV, planned for ``target`` (a :class:`~ninferc.targets.target.Target`;
+    default :func:`device_target`: the device's arch and SM count) with KV capacity ``max_context`` tokens and
+    decode batches 1 and ``batch``; weights are generated on the GPU when the engine loads it. ``graph``: the
     :func:`synthetic_graph` of the same arguments when the caller has built it already.
 
     Raises:
         NinfercError: unknown preset, a recipe the pipeline rejects, or a plan that does not fit."""
     from ninferc.ir.config import preset as get_preset
-    from ninferc.runtime.kernels import device_arch, device_sm_count
     from ninferc.runtime.synthetic import SyntheticArtifact
     from ninferc.targets.model_plan import plan_model
 
     cfg = get_preset(preset)
     graph = graph if graph is not None else synthetic_graph(preset, recipe_name, kv_dtype)
-    mp = plan_model(graph, target or device_arch(), sku=sku, sms=None if sku else device_sm_count(),
-                    max_context=max_context, decode_batches=(1, batch) if batch > 1 else (1,),
-                    prefill_tokens=(1, 64, 1024))
+    mp = plan_model(graph, target if target is not None else device_target(), max_context=max_context,
+                    decode_batches=(1, batch) if batch > 1 else (1,), prefill_tokens=(1, 64, 1024))
     return SyntheticArtifact(cfg, graph, mp)
 
 

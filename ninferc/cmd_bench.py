@@ -89,10 +89,10 @@ def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, rec
         from ninferc.targets.skus import get_sku
 
         get_preset(preset).check_context(max_ctx, what=what_ctx)
-        if target is not None:
-            target = get_arch(target).name
-        if sku is not None:
-            get_sku(sku, target)
+        # --target and --sku parsed once, here; without --target the arch is the device's and, without --sku, the
+        # SM count too, so the Target is completed once the GPU is found (ninferc.bench.device_target)
+        arch = get_arch(target) if target is not None else None
+        sku_obj = get_sku(sku, arch) if sku is not None else None
         from ninferc.bench import synthetic_graph
 
         graph = synthetic_graph(preset, recipe_name, kv_dtype)  # the pipeline's recipe checks, before the GPU's
@@ -104,10 +104,10 @@ def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, rec
         weights = art.header["compile"].get("weights", "bf16")
     cp = cupy("ninferc bench (it measures a GPU)", hint="")
     if preset is not None:
-        from ninferc.bench import synthetic_artifact
+        from ninferc.bench import device_target, synthetic_artifact
 
-        art = synthetic_artifact(preset, recipe_name, kv_dtype, target=target, sku=sku, max_context=max_ctx,
-                                 batch=batch, graph=graph)
+        art = synthetic_artifact(preset, recipe_name, kv_dtype, target=device_target(arch, sku_obj),
+                                 max_context=max_ctx, batch=batch, graph=graph)
         weights = f"{recipe_name} (synthetic)"
     log("measuring copy bandwidth and the bf16 matmul ceiling ...")
     copy = copy_bandwidth_gbps(cp)

@@ -31,18 +31,12 @@ def compile_cmd(model_dir, target, sku, sms, out, max_context, page_size, weight
     """Compile a Hugging Face checkpoint into a .ninfer artifact for one target."""
     from tqdm import tqdm
 
+    from ninferc.errors import NinfercError
     from ninferc.pipeline import compile_model
-    from ninferc.targets.arch import get_arch
-    from ninferc.targets.skus import skus_for_arch
-    from ninferc.errors import NinfercError, PlanError
+    from ninferc.targets.target import make_target
 
-    from ninferc.targets.plan import resolve_sms
-
-    arch = get_arch(target)
-    if sku is None and sms is None:
-        raise PlanError(f"ninferc compile --target {arch.name}: give --sku NAME or --sms N (SKUs for {arch.name}: "
-                        + ", ".join(s.key for s in skus_for_arch(arch.name)) + ")")
-    resolve_sms(arch, sku, sms)  # an unknown or contradicting SKU fails before any work
+    # --target / --sku / --sms parsed once, before any work: an unknown or contradicting SKU fails here
+    tgt = make_target(target, sku, sms, command="ninferc compile")
     from ninferc.ir.quant import recipe_name as make_recipe_name
 
     recipe_name = make_recipe_name(weights, recipe)  # a malformed recipe fails before any work
@@ -71,6 +65,6 @@ def compile_cmd(model_dir, target, sku, sms, out, max_context, page_size, weight
     def kernel_progress(total):
         return tqdm(total=total, desc="kernels", unit="kernel", file=sys.stderr, disable=None)  # None: on a terminal
 
-    compile_model(model_dir, arch.name, out, sku=sku, sms=sms, max_context=max_context, page_size=page_size,
+    compile_model(model_dir, tgt, out, max_context=max_context, page_size=page_size,
                   weights=recipe_name, kv_dtype=kv_dtype, dump_ir=dump_ir, log=log, progress=progress,
                   kernel_progress=kernel_progress)

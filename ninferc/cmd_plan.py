@@ -50,16 +50,10 @@ def plan_cmd(model_dir, target, sku, sms, preset, tokens, batches, max_context, 
     """Print the launch plan (block, registers, shared memory, CTAs/SM, limiter, grid per B/T, cooperative
     cap, waves, route) of every kernel of MODEL_DIR or --preset on --target with --sku or --sms."""
     from ninferc.ir.config import PRESETS, ModelConfig, preset as get_preset
-    from ninferc.targets.arch import get_arch
     from ninferc.targets.model_plan import DECODE_BATCHES, PREFILL_TOKENS, plan_for_config
-    from ninferc.targets.skus import skus_for_arch
+    from ninferc.targets.target import make_target
 
-    arch = get_arch(target)
-    if sku is None and sms is None:
-        raise PlanError(
-            f"ninferc plan --target {arch.name}: give --sku NAME or --sms N (SKUs for {arch.name}: "
-            + ", ".join(s.key for s in skus_for_arch(arch.name)) + ")"
-        )
+    tgt = make_target(target, sku, sms, command="ninferc plan")  # --target / --sku / --sms parsed once
     if (model_dir is None) == (preset is None):
         raise ConfigError(
             "ninferc plan: give exactly one of MODEL_DIR or --preset (presets: " + ", ".join(PRESETS) + ")"
@@ -74,8 +68,8 @@ def plan_cmd(model_dir, target, sku, sms, preset, tokens, batches, max_context, 
     tokens = tokens or tuple(t for t in PREFILL_TOKENS if t <= max_context) or (max_context,)
     from ninferc.ir.quant import recipe_name
 
-    plan = plan_for_config(cfg, arch.name, weights=recipe_name(weights, recipe), kv_dtype=kv_dtype,
-                           sku=sku, sms=sms, max_context=max_context, page_size=page_size,
+    plan = plan_for_config(cfg, tgt, weights=recipe_name(weights, recipe), kv_dtype=kv_dtype,
+                           max_context=max_context, page_size=page_size,
                            decode_batches=batches or DECODE_BATCHES, prefill_tokens=tokens,
                            progress=_kernel_bar)
     if as_json:

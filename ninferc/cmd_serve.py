@@ -426,7 +426,7 @@ def open_preset(name: str, backend: str | None, max_context: int | None, *, weig
         from ninferc.runtime.kernels import cupy
 
         cupy("ninferc serve --preset --synthetic-weights (its weights are generated on the GPU)", hint="")
-        return synthetic_artifact(name, recipe, kv_dtype, target=None, sku=None, max_context=ctx,
+        return synthetic_artifact(name, recipe, kv_dtype, target=None, max_context=ctx,
                                   batch=max(num_slots, 1), graph=graph)
 
     return _opened_cuda(synthetic, tokenizer=Tokenizer.synthetic(cfg.vocab_size), config=cfg, max_context=ctx,

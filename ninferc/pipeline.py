@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ninferc.errors import NinfercError
+
+if TYPE_CHECKING:
+    from ninferc.targets.arch import Arch
+    from ninferc.targets.target import Target
 
 
 #: the smallest --max-context an artifact is compiled for: one prompt token and one generated token
@@ -19,7 +23,7 @@ MIN_CONTEXT = 2
 
 def compile_model(
     model_dir: str | Path,
-    target: str,
+    target: Target | str | Arch,
     out: str | Path,
     *,
     sku: str | None = None,
@@ -33,7 +37,9 @@ def compile_model(
     progress=None,
     kernel_progress=None,
 ) -> dict:
-    """Compile ``model_dir`` for ``target`` (and ``sku`` or ``sms``) into the artifact ``out``.
+    """Compile ``model_dir`` for ``target`` into the artifact ``out``: a :class:`~ninferc.targets.target.Target`
+    (``ninferc compile`` parses one from its options), or an arch name with ``sku`` or ``sms`` (converted once by
+    :func:`ninferc.targets.target.as_target`, for scripts and tests).
 
     ``weights`` is the weight recipe (``bf16``, ``w8``, ``w4``, optionally ``,group=format`` overrides:
     :func:`ninferc.ir.quant.recipe`), ``kv_dtype`` the KV cache dtype (``bf16`` or ``int8``).
@@ -43,7 +49,8 @@ def compile_model(
         ConfigError / CheckpointError: bad checkpoint, or ``max_context`` beyond the model's
             max_position_embeddings; TargetError: unknown arch/SKU;
         QuantError / ShapeError: a malformed recipe or KV dtype;
-        PlanError: a launch that does not fit the target; CompileError: NVRTC failure.
+        PlanError: neither a SKU nor an SM count, an SM count contradicting the SKU, or a launch that does not fit
+            the target; CompileError: NVRTC failure.
     """
     from ninferc.artifact import LazyTensor, write_artifact
     from ninferc.checkpoint import Checkpoint
@@ -52,7 +59,9 @@ def compile_model(
     from ninferc.ir.weights import NP_DTYPES, GraphWeights
     from ninferc.targets.lower import check_page_size
     from ninferc.targets.model_plan import plan_model
+    from ninferc.targets.target import as_target
 
+    target = as_target(target, sku, sms)                          # the one conversion of an arch name
     model_dir = Path(model_dir)
     ck = Checkpoint(model_dir)                                    # load: config + lazily read weights
     ck.config.check_context(max_context)
@@ -73,7 +82,7 @@ def compile_model(
     n_passes = len(graph.meta["passes"])  # the transforming passes (each marks the graph); the rest are checks
     log(f"graph: {sum(graph.count_ops().values())} ops after {n_passes} passes and {len(PIPELINE) - n_passes} shape "
         "checks")
-    mp = plan_model(graph, target, sku=sku, sms=sms,              # lower + plan: kernels compiled for the
+    mp = plan_model(graph, target,                                # lower + plan: kernels compiled for the
                     max_context=max_context, page_size=page_size,  # target, resources read, launches checked
                     progress=kernel_progress)
     log(f"plan: {len(mp.kernels)} kernels for {mp.target} ({mp.sms} SMs)")

@@ -34,7 +34,7 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
 from ninferc.errors import CompileError, TargetError
-from ninferc.targets.arch import get_arch
+from ninferc.targets.arch import Arch, get_arch
 
 EIFMT_SVAL = 0x04
 EIATTR_MAX_THREADS = 0x05
@@ -127,12 +127,13 @@ def ptx_grid_sync_entries(ptx: str) -> set[str]:
     return out
 
 
-def read_resources(cubin: bytes, arch: str, ptx: str | None = None):
+def read_resources(cubin: bytes, arch: str | Arch, ptx: str | None = None):
     """Resource usage of every kernel entry point in ``cubin``.
 
     Args:
         cubin: ELF bytes from NVRTC/nvcc/ptxas.
-        arch: the target it was compiled for (``"sm_90"``); checked against the ELF header.
+        arch: the target it was compiled for (an :class:`~ninferc.targets.arch.Arch`, or its name ``"sm_90"``);
+            checked against the ELF header.
         ptx: the PTX of the same compilation, if available; only used to detect ``grid.sync()``.
 
     Returns:

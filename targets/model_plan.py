@@ -9,21 +9,22 @@ larger device unchanged (grids, routes, caps), which is how each arch's plan is 
 
 from __future__ import annotations
 
+import json
 import re
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 from ninferc.errors import PlanError
 from ninferc.ir.config import ModelConfig
 from ninferc.ir.graph import Graph
-from ninferc.targets.arch import get_arch
+from ninferc.targets.arch import Arch
+from ninferc.targets.cubin import KernelResources
 from ninferc.targets.lower import Program, Step, drop_unneeded_steps, lower, step_launch, step_variants
 from ninferc.targets.nvrtc import DEFAULT_OPTIONS, nvrtc_version
-from ninferc.targets.skus import typical_sku
-from ninferc.targets.cubin import KernelResources
-from ninferc.targets.plan import (KernelSpec, Launch, PlanContext, _dump_json, check_launch,
-                                  compile_variants, resolve_sms)
+from ninferc.targets.plan import KernelSpec, Launch, PlanContext, check_launch, compile_variants
 from ninferc.targets.skus import Sku
+from ninferc.targets.target import Target, as_target
 
 DECODE_BATCHES = (1, 4, 16)
 PREFILL_TOKENS = (1, 64, 1024, 8192)
@@ -34,16 +35,15 @@ class ModelPlan:
     """Result of :func:`plan_model` (see module docstring).
 
     Attributes:
-        target, sku, sms: where it was planned. program: the lowered steps.
+        planned_for: the :class:`~ninferc.targets.target.Target` (arch, SKU or None, SM count, bandwidth);
+            :attr:`target` (its arch name), :attr:`sku` and :attr:`sms` read it. program: the lowered steps.
         kernels: URI -> KernelSpec of every variant any step may launch (the artifact stores them all,
             so the runtime can re-derive launches for any T and SM count).
         resources: URI -> KernelResources (from the cubins). launches: (step name, mode) -> [Launch].
         options: NVRTC options; nvrtc: version that compiled.
     """
 
-    target: str
-    sku: Sku | None
-    sms: int
+    planned_for: Target
     program: Program
     kernels: dict[str, KernelSpec]
     resources: dict[str, KernelResources]
@@ -56,6 +56,21 @@ class ModelPlan:
     weights: str = "bf16"
     kv_dtype: str = "bf16"
 
+    @property
+    def target(self) -> str:
+        """The arch name planned for (``"sm_89"``)."""
+        return self.planned_for.name
+
+    @property
+    def sku(self) -> Sku | None:
+        """The SKU planned for, or None for a bare SM count."""
+        return self.planned_for.sku
+
+    @property
+    def sms(self) -> int:
+        """The SM count planned for."""
+        return self.planned_for.sms
+
     def formats_json(self) -> dict:
         """``{"weights", "kv_dtype"}`` when either differs from bf16 (bf16 plans keep their old JSON)."""
         if self.weights == "bf16" and self.kv_dtype == "bf16":
@@ -64,8 +79,7 @@ class ModelPlan:
 
     def context(self) -> PlanContext:
         """A PlanContext over this plan's target, SM count and resources."""
-        return PlanContext(self.target, self.sms, self.resources,
-                           bandwidth_gbs=self.sku.bandwidth_gbs if self.sku else None)
+        return PlanContext.for_target(self.planned_for, self.resources)
 
     def records(self) -> list[dict]:
         """One record per (step, kernel URI) in execution order (``kernel`` = step name)."""
@@ -133,10 +147,7 @@ class ModelPlan:
         sku = f" ({self.sku.name})" if self.sku else ""
         fmts = self.formats_json()
         fmt = f", weights {fmts['weights']}, KV {fmts['kv_dtype']}" if fmts else ""
-        ctx = self.context()
-        bw = (f"DRAM {ctx.bandwidth_gbs:,.0f} GB/s (SKU datasheet)" if ctx.bandwidth_gbs is not None else
-              f"DRAM bandwidth unknown (GEMV cost model assumes {ctx.bandwidth_per_sm_gbs:.1f} GB/s per SM, the "
-              f"{typical_sku(self.target).name}'s: the median of the {self.target} SKUs)")
+        bw = self.planned_for.bandwidth_note()
         lines = [f"target {self.target}{sku}, {self.sms} SMs, {bw}, NVRTC {self.nvrtc[0]}.{self.nvrtc[1]}, "
                  f"max context {self.program.max_context}, KV page {self.program.page_size} tokens{fmt}",
                  "columns: x = layers sharing the row; B=n / T=n = grid CTAs for a decode step of n sequences / a "
@@ -148,6 +159,19 @@ class ModelPlan:
             if i == 0:
                 lines.append("  ".join("-" * w for w in widths))
         return "\n".join(lines) + "\n"
+
+
+def _dump_json(obj: Any, level: int) -> str:
+    """Indented JSON where dicts/lists of scalars stay on one line (readable golden diffs)."""
+    scalar = (str, int, float, bool, type(None))
+    if isinstance(obj, dict) and not all(isinstance(v, scalar) for v in obj.values()):
+        pad = " " * (level + 1)
+        items = [f"{pad}{json.dumps(k)}: {_dump_json(v, level + 1)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + " " * level + "}"
+    if isinstance(obj, list) and not all(isinstance(v, scalar) for v in obj):
+        pad = " " * (level + 1)
+        return "[\n" + ",\n".join(pad + _dump_json(v, level + 1) for v in obj) + "\n" + " " * level + "]"
+    return json.dumps(obj)
 
 
 def plan_steps(program: Program, ctx: PlanContext, *, T: int, B: int, R: int, mode: str) -> list[tuple[Step, Launch]]:
@@ -168,7 +192,7 @@ def plan_steps(program: Program, ctx: PlanContext, *, T: int, B: int, R: int, mo
 
 def plan_model(
     graph: Graph,
-    arch: str,
+    target: Target | str | Arch,
     *,
     sku: str | Sku | None = None,
     sms: int | None = None,
@@ -179,25 +203,34 @@ def plan_model(
     options: tuple[str, ...] = DEFAULT_OPTIONS,
     progress=None,
 ) -> ModelPlan:
-    """Lower ``graph`` and plan it for ``arch`` with a SKU's or an explicit SM count. ``progress``: a bar factory
-    for the kernel compiles (:func:`ninferc.targets.plan.compile_variants`).
+    """Lower ``graph`` and plan it for ``target``: a :class:`~ninferc.targets.target.Target` (what the command
+    line parsed), or an arch name with ``sku`` or ``sms`` (converted by :func:`ninferc.targets.target.as_target`;
+    for tests and scripts). ``progress``: a bar factory for the kernel compiles
+    (:func:`ninferc.targets.plan.compile_variants`).
 
     Raises:
-        PlanError: no SM count / SKU mismatch, or any launch that does not fit (named).
+        PlanError: no SM count / SKU mismatch, a non-positive decode batch or prefill token count, two lowered
+            steps of one name, or any launch that does not fit (named).
         TargetError: unknown arch or SKU. CompileError: NVRTC failure.
     """
-    a = get_arch(arch)
-    sku_obj, sms = resolve_sms(a, sku, sms)
+    tgt = as_target(target, sku, sms)
+    a = tgt.arch
     if max_context < 1:
         raise PlanError(f"max_context must be >= 1, found {max_context}")
+    for what, counts in (("decode batches", decode_batches), ("prefill token counts", prefill_tokens)):
+        if not counts or any(int(c) <= 0 for c in counts):
+            raise PlanError(f"plan for {a.name}: {what} must be positive integers, got {list(counts)}")
     program = lower(graph, page_size=page_size, max_context=max_context)
+    dup = sorted(n for n, k in Counter(s.name for s in program.steps).items() if k > 1)
+    if dup:  # launches are keyed by step name: a second step of one name would replace the first's
+        raise PlanError(f"plan for {a.name}: duplicate step names {dup}")
     specs = {}
     for s in program.steps:
         for v in step_variants(s, a):
             specs[v.uri] = v
     built = compile_variants(list(specs.values()), a, options=options, progress=progress)
     resources = {u: r for u, (_, r) in built.items()}
-    mp = ModelPlan(a.name, sku_obj, int(sms), program, specs, resources, options=tuple(options), nvrtc=nvrtc_version(),
+    mp = ModelPlan(tgt, program, specs, resources, options=tuple(options), nvrtc=nvrtc_version(),
                    decode_batches=tuple(decode_batches), prefill_tokens=tuple(prefill_tokens),
                    weights=graph.meta.get("weights", "bf16"), kv_dtype=graph.meta.get("kv_dtype", "bf16"))
     ctx = mp.context()
@@ -215,10 +248,12 @@ def plan_model(
     return mp
 
 
-def plan_for_config(cfg: ModelConfig, arch: str, *, weights: str = "bf16", kv_dtype: str = "bf16", **kw) -> ModelPlan:
+def plan_for_config(cfg: ModelConfig, target: Target | str | Arch, *, weights: str = "bf16", kv_dtype: str = "bf16",
+                    **kw) -> ModelPlan:
     """Build the graph of ``cfg``, run the compile pipeline with the weight recipe ``weights`` and KV dtype
-    ``kv_dtype``, and :func:`plan_model` it (``kw`` go to plan_model)."""
+    ``kv_dtype``, and :func:`plan_model` it for ``target`` (a Target, or an arch name with ``sku=`` / ``sms=`` in
+    ``kw``; ``kw`` go to plan_model)."""
     from ninferc.ir.passes import run_pipeline
     from ninferc.ir.qwen3_5 import build_graph
 
-    return plan_model(run_pipeline(build_graph(cfg, lm_rows="last"), weights=weights, kv_dtype=kv_dtype), arch, **kw)
+    return plan_model(run_pipeline(build_graph(cfg, lm_rows="last"), weights=weights, kv_dtype=kv_dtype), target, **kw)

@@ -13,7 +13,10 @@ Types the lowering and the runtime code against:
   calculator (:mod:`ninferc.targets.occupancy`, the only one).
 * :func:`check_launch` -- plan-time launch limits; each violation is a :class:`PlanError` naming kernel,
   target, value and limit.
-* :func:`make_plan` -> :class:`Plan` (``to_json()``, ``table()``).
+* :func:`compile_variants` -- render, compile and analyse a family's variants for one target.
+
+A whole model's plan (the one plan type) is :class:`ninferc.targets.model_plan.ModelPlan`, made by
+:func:`ninferc.targets.model_plan.plan_model` from these pieces.
 
 Formulas (DESIGN.md section 4): cooperative cap = resident CTAs/SM x SMs; waves = ceil(grid CTAs /
 (CTAs/SM x SMs)).
@@ -21,23 +24,20 @@ Formulas (DESIGN.md section 4): cooperative cap = resident CTAs/SM x SMs; waves 
 
 from __future__ import annotations
 
-import json
 import re
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence, runtime_checkable
 
 from ninferc.errors import PlanError
 from ninferc.targets.arch import Arch, get_arch
 from ninferc.targets.cubin import KernelResources, read_resources
-from ninferc.targets.nvrtc import DEFAULT_OPTIONS, CompileResult, compile_cubin, nvrtc_version
+from ninferc.targets.nvrtc import DEFAULT_OPTIONS, CompileResult, compile_cubin
 from ninferc.targets.occupancy import Occupancy, occupancy
 from ninferc.targets.render import render_template
-from ninferc.targets.skus import Sku, get_sku
 
-DEFAULT_TOKENS: tuple[int, ...] = (1, 4, 16, 128, 1024)
-"""Token counts T a plan is evaluated at unless told otherwise: decode (1), one full token chunk or
-small batch (4), larger batches (16) and prefill chunks (128, 1024)."""
+if TYPE_CHECKING:
+    from ninferc.targets.target import Target
 
 # Short names used in URIs; a parameter without one is written as its own name.
 _URI_ABBREV = {"threads": "th", "max_tokens": "tok", "rows_per_warp": "rw", "epilogue": "", "mode": ""}
@@ -174,6 +174,11 @@ class PlanContext:
         self.sms = int(sms)
         self.resources = dict(resources)
         self.bandwidth_gbs = None if bandwidth_gbs is None else float(bandwidth_gbs)
+
+    @classmethod
+    def for_target(cls, target: "Target", resources: Mapping[str, KernelResources]) -> "PlanContext":
+        """The context of a :class:`~ninferc.targets.target.Target`: its arch, SM count and bandwidth."""
+        return cls(target.arch, target.sms, resources, bandwidth_gbs=target.bandwidth_gbs)
 
     @property
     def bandwidth_per_sm_gbs(self) -> float:
@@ -348,157 +353,6 @@ def check_launch(launch: Launch, arch: str | Arch, resources: KernelResources, s
             )
 
 
-# ------------------------------------------------------------------------------------------------
-# plans
-# ------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Plan:
-    """A full plan for one target and SM count.
-
-    Attributes:
-        target: arch name. sku: the SKU (or None when planned for a bare SM count). sms: SM count.
-        tokens: the T values evaluated.
-        instances: (instance name, family name, problem) in model order.
-        kernels: URI -> KernelSpec; resources: URI -> KernelResources; compiled: URI -> CompileResult.
-        launches: instance name -> one :class:`Launch` per T (same order as ``tokens``).
-        options: NVRTC options used (``-arch`` excluded); nvrtc: (major, minor).
-    """
-
-    target: str
-    sku: Sku | None
-    sms: int
-    tokens: tuple[int, ...]
-    instances: list[tuple[str, str, Any]]
-    kernels: dict[str, KernelSpec]
-    resources: dict[str, KernelResources]
-    compiled: dict[str, CompileResult] = field(repr=False)
-    launches: dict[str, list[Launch]]
-    options: tuple[str, ...]
-    nvrtc: tuple[int, int]
-
-    def records(self) -> list[dict]:
-        """One record per (instance, kernel URI) in model order, with the grids where it is used."""
-        out = []
-        for name, _family, _problem in self.instances:
-            by_uri: dict[str, list[Launch]] = {}
-            for ln in self.launches[name]:
-                by_uri.setdefault(ln.kernel.uri, []).append(ln)
-            for uri, lns in by_uri.items():
-                r = self.resources[uri]
-                first = lns[0]
-                out.append({
-                    "kernel": name,
-                    "uri": uri,
-                    "threads_per_cta": first.threads,
-                    "registers": r.registers,
-                    "static_smem_bytes": r.static_smem_bytes,
-                    "dynamic_smem_bytes": max(ln.dynamic_smem_bytes for ln in lns),
-                    "local_bytes": r.local_bytes,
-                    "ctas_per_sm": first.ctas_per_sm,
-                    "limiter": first.limiter,
-                    "cooperative": first.cooperative,
-                    "coop_cap": first.coop_cap,
-                    "grids": [
-                        {"tokens": ln.tokens, "ctas": ln.ctas, "waves": ln.waves, "route": ln.route,
-                         "split_k": ln.split_k, "workspace_bytes": ln.workspace_bytes}
-                        for ln in lns
-                    ],
-                })
-        return out
-
-    def to_json(self) -> dict:
-        """``{"target", "sku", "sms", "nvrtc", "options", "tokens", "kernels": [record...]}``; each record has
-        kernel (instance name), uri, threads_per_cta, registers, static_smem_bytes, dynamic_smem_bytes,
-        local_bytes, ctas_per_sm, limiter, cooperative, coop_cap and grids [{tokens, ctas, waves, route,
-        split_k, workspace_bytes}]."""
-        return {
-            "target": self.target,
-            "sku": self.sku.key if self.sku else None,
-            "sms": self.sms,
-            "nvrtc": f"{self.nvrtc[0]}.{self.nvrtc[1]}",
-            "options": list(self.options),
-            "tokens": list(self.tokens),
-            "kernels": self.records(),
-        }
-
-    def dumps(self) -> str:
-        """``to_json()`` as stable JSON text, one grid per line (used for goldens and ``--json``)."""
-        return _dump_json(self.to_json(), 0) + "\n"
-
-    def sources(self) -> dict[str, str]:
-        """URI -> rendered source of every kernel in the plan (what the artifact stores)."""
-        return {uri: spec.render() for uri, spec in self.kernels.items()}
-
-    def table(self) -> str:
-        """Human table: kernel, block, regs, smem, local, CTAs/SM, limiter, grid@T..., cap, waves, route.
-        A grid cell is ``ctas`` or ``ctas=base*kK`` for split-K; ``-`` where another kernel serves that T."""
-        head = ["kernel", "block", "regs", "smem", "local", "CTAs/SM", "limiter"]
-        head += [f"grid@{t}" for t in self.tokens] + ["cap", "waves", "route"]
-        rows = [head]
-        for rec in self.records():
-            by_t = {g["tokens"]: g for g in rec["grids"]}
-            cells = []
-            for t in self.tokens:
-                g = by_t.get(t)
-                if g is None:
-                    cells.append("-")
-                elif g["split_k"] > 1:
-                    cells.append(f"{g['ctas']}=k{g['split_k']}")
-                else:
-                    cells.append(str(g["ctas"]))
-            wv = "/".join(str(by_t[t]["waves"]) if t in by_t else "-" for t in self.tokens)
-            routes = "/".join(dict.fromkeys(g["route"] for g in rec["grids"]))
-            smem = rec["static_smem_bytes"] + rec["dynamic_smem_bytes"]
-            rows.append([
-                f"{rec['kernel']} [{rec['uri']}]", str(rec["threads_per_cta"]), str(rec["registers"]), str(smem),
-                str(rec["local_bytes"]), str(rec["ctas_per_sm"]), rec["limiter"], *cells,
-                str(rec["coop_cap"]), wv, routes,
-            ])
-        widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-        sku = f" ({self.sku.name})" if self.sku else ""
-        lines = [f"target {self.target}{sku}, {self.sms} SMs, NVRTC {self.nvrtc[0]}.{self.nvrtc[1]}"]
-        for i, r in enumerate(rows):
-            lines.append("  ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))))
-            if i == 0:
-                lines.append("  ".join("-" * w for w in widths))
-        return "\n".join(lines) + "\n"
-
-
-def _dump_json(obj: Any, level: int) -> str:
-    """Indented JSON where dicts/lists of scalars stay on one line (readable golden diffs)."""
-    scalar = (str, int, float, bool, type(None))
-    if isinstance(obj, dict) and not all(isinstance(v, scalar) for v in obj.values()):
-        pad = " " * (level + 1)
-        items = [f"{pad}{json.dumps(k)}: {_dump_json(v, level + 1)}" for k, v in obj.items()]
-        return "{\n" + ",\n".join(items) + "\n" + " " * level + "}"
-    if isinstance(obj, list) and not all(isinstance(v, scalar) for v in obj):
-        pad = " " * (level + 1)
-        return "[\n" + ",\n".join(pad + _dump_json(v, level + 1) for v in obj) + "\n" + " " * level + "]"
-    return json.dumps(obj)
-
-
-def resolve_sms(arch: str | Arch, sku: str | Sku | None, sms: int | None) -> tuple[Sku | None, int]:
-    """(SKU, SM count) a plan is made for: the SKU's count, or ``sms`` when no SKU is given.
-
-    Raises:
-        PlanError: neither given, or ``sms`` contradicting the SKU (names both).
-        TargetError: unknown SKU, or a SKU of another arch.
-    """
-    a = get_arch(arch)
-    sku_obj = sku if isinstance(sku, Sku) else (get_sku(sku, a.name) if sku else None)
-    if sku_obj is not None and sku_obj.arch != a.name:
-        sku_obj = get_sku(sku_obj.key, a.name)  # raises the cross-arch TargetError
-    if sms is None:
-        if sku_obj is None:
-            raise PlanError(f"plan for {a.name}: give a SKU or an SM count (neither was given)")
-        return sku_obj, sku_obj.sms
-    if sku_obj is not None and int(sms) != sku_obj.sms:
-        raise PlanError(f"plan for {a.name}: --sms {sms} contradicts SKU {sku_obj.name} ({sku_obj.sms} SMs)")
-    return sku_obj, int(sms)
-
-
 def family_variants(fam, problem, arch) -> list[KernelSpec]:
     """``fam.variants(problem)``, or ``fam.variants(problem, arch)`` for a family whose kernels depend on the
     target (class attribute ``arch_variants = True``: the GEMM, whose wgmma routes exist on sm_90 only).
@@ -542,7 +396,7 @@ def compile_variants(specs: Sequence[KernelSpec], arch: str | Arch, *, options: 
 
     def one(spec: KernelSpec):
         res = compile_cubin(spec.render(), a.name, name=spec.uri, options=options)
-        kernels = read_resources(res.cubin, a.name, res.ptx)
+        kernels = read_resources(res.cubin, a, res.ptx)
         if spec.entry not in kernels:
             raise PlanError(f"{spec.uri} on {a.name}: cubin has no entry {spec.entry!r} (has {sorted(kernels)})")
         if bar is not None:
@@ -563,75 +417,7 @@ def compile_variants(specs: Sequence[KernelSpec], arch: str | Arch, *, options: 
             bar.close()
 
 
-def make_plan(
-    instances: Sequence[tuple[str, KernelFamily, Any]],
-    arch: str | Arch,
-    sms: int | None = None,
-    sku: str | Sku | None = None,
-    tokens: Sequence[int] = DEFAULT_TOKENS,
-    *,
-    options: tuple[str, ...] = DEFAULT_OPTIONS,
-    jobs: int | None = None,
-) -> Plan:
-    """Plan every instance for one target.
-
-    Args:
-        instances: (instance name, family, problem) in model order; names must be unique.
-        arch: target.
-        sms: SM count (required unless ``sku`` is given; must agree with the SKU when both are).
-        sku: SKU name or :class:`Sku` of ``arch``.
-        tokens: T values to plan (positive ints).
-        options: NVRTC options besides ``-arch``.
-        jobs: parallel compiles.
-
-    Returns:
-        :class:`Plan` with every launch checked by :func:`check_launch`.
-
-    Raises:
-        PlanError: no SM count, SKU/SM mismatch, bad tokens, duplicate names, or a launch that does not fit.
-        TargetError: unknown arch/SKU or SKU of another arch. CompileError: NVRTC failure.
-    """
-    a = get_arch(arch)
-    sku_obj, sms = resolve_sms(a, sku, sms)
-    toks = tuple(int(t) for t in tokens)
-    if not toks or any(t <= 0 for t in toks):
-        raise PlanError(f"plan for {a.name}: token counts must be positive integers, got {list(tokens)}")
-    names = [n for n, _, _ in instances]
-    dup = sorted({n for n in names if names.count(n) > 1})
-    if dup:
-        raise PlanError(f"plan for {a.name}: duplicate instance names {dup}")
-
-    specs = [s for _, fam, prob in instances for s in family_variants(fam, prob, a)]
-    built = compile_variants(specs, a, options=options, jobs=jobs)
-    resources = {uri: r for uri, (_, r) in built.items()}
-    ctx = PlanContext(a, int(sms), resources, bandwidth_gbs=sku_obj.bandwidth_gbs if sku_obj else None)
-
-    launches: dict[str, list[Launch]] = {}
-    used: dict[str, KernelSpec] = {}
-    for name, fam, prob in instances:
-        lst = []
-        for t in toks:
-            ln = fam.launch(prob, t, ctx)
-            check_launch(ln, a, ctx.resources_of(ln.kernel), ctx.sms)
-            used[ln.kernel.uri] = ln.kernel
-            lst.append(ln)
-        launches[name] = lst
-    return Plan(
-        target=a.name,
-        sku=sku_obj,
-        sms=int(sms),
-        tokens=toks,
-        instances=[(n, fam.name, p) for n, fam, p in instances],
-        kernels=used,
-        resources={u: resources[u] for u in used},
-        compiled={u: built[u][0] for u in used},
-        launches=launches,
-        options=tuple(options),
-        nvrtc=nvrtc_version(),
-    )
-
-
 __all__ = [
-    "DEFAULT_TOKENS", "KernelSpec", "KernelResources", "Launch", "PlanContext", "KernelFamily",
-    "check_launch", "compile_variants", "family_variants", "make_plan", "resolve_sms", "Plan",
+    "KernelSpec", "KernelResources", "Launch", "PlanContext", "KernelFamily",
+    "check_launch", "compile_variants", "family_variants",
 ]

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 
 from ninferc.errors import TargetError
-from ninferc.targets.arch import ARCHS, get_arch
+from ninferc.targets.arch import ARCHS, Arch, get_arch
 
 
 @dataclass(frozen=True)
@@ -124,13 +124,13 @@ for _s in SKUS:
         _BY_NAME.setdefault(_norm(_k), _s)
 
 
-def skus_for_arch(arch: str) -> list[Sku]:
+def skus_for_arch(arch: str | Arch) -> list[Sku]:
     """All SKUs of one target, in table order. Raises TargetError for an unknown arch."""
     a = get_arch(arch)
     return [s for s in SKUS if s.arch == a.name]
 
 
-def typical_sku(arch: str) -> Sku:
+def typical_sku(arch: str | Arch) -> Sku:
     """The SKU of ``arch`` whose DRAM bandwidth per SM (``bandwidth_gbs / sms``) is the median of the arch's SKUs
     (the upper median for an even count): the card a plan made for a bare SM count (``--sms``, no SKU) takes its
     bandwidth per SM from.
@@ -144,7 +144,7 @@ def typical_sku(arch: str) -> Sku:
     return per[len(per) // 2]
 
 
-def typical_bandwidth_per_sm(arch: str) -> float:
+def typical_bandwidth_per_sm(arch: str | Arch) -> float:
     """What a plan made for a bare SM count (``--sms``, no SKU) assumes about the DRAM bandwidth each SM can draw
     on, GB/s per SM: :func:`typical_sku`'s ``bandwidth_gbs / sms`` (the median over the SKUs of ``arch``).
 
@@ -155,13 +155,14 @@ def typical_bandwidth_per_sm(arch: str) -> float:
     return s.bandwidth_gbs / s.sms
 
 
-def get_sku(name: str, arch: str | None = None) -> Sku:
+def get_sku(name: str, arch: str | Arch | None = None) -> Sku:
     """Look a SKU up by short name, case/space/dash-insensitive (``"L20"``, ``"rtx-4090"``,
     ``"RTX 5090 Laptop"``).
 
     Args:
         name: SKU name or alias.
-        arch: the requested target; when given, the SKU must belong to it.
+        arch: the requested target (name or :class:`~ninferc.targets.arch.Arch`); when given, the SKU must
+            belong to it.
 
     Raises:
         TargetError: unknown SKU (lists the known SKUs of ``arch``, or all), or a SKU of another

@@ -9,9 +9,10 @@ target and reads their resources (tests/targets/test_templates_compile.py), and 
 ``templates/`` is rendered by no family.
 
 :func:`representative_instances` lists just the projection GEMVs of a model shape (both layer kinds) plus
-the LM head, as (name, family, problem): the family-level tests plan them with
-:func:`ninferc.targets.plan.make_plan`. Whole models are lowered and planned by
-:mod:`ninferc.targets.lower` / :mod:`ninferc.targets.model_plan`.
+the LM head, as (name, family, problem): the family-level tests plan them with the pieces the product's plan
+uses (:func:`ninferc.targets.plan.compile_variants`, the family's ``launch`` on a
+:class:`~ninferc.targets.plan.PlanContext`, :func:`ninferc.targets.plan.check_launch`). Whole models are lowered
+and planned by :mod:`ninferc.targets.lower` / :mod:`ninferc.targets.model_plan`.
 """
 
 from __future__ import annotations

@@ -121,3 +121,14 @@ def test_grid_sync_detected_from_ptx_not_from_shuffles(tmp_path):
     assert ptx_grid_sync_entries(ptx) == {"with_grid_sync"}
     res = read_resources((tmp_path / "cg.cubin").read_bytes(), "sm_90", ptx)
     assert res["with_grid_sync"].uses_grid_sync and not res["shfl_only"].uses_grid_sync
+
+
+def test_the_reader_does_not_import_the_plan():
+    """The resource record lives beside its reader: ``targets/cubin.py`` loads without ``targets/plan.py`` (which
+    imports the reader), so the two modules form no import circle."""
+    import subprocess
+    import sys
+
+    code = "import sys, ninferc.targets.cubin; print('ninferc.targets.plan' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

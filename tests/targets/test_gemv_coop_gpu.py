@@ -46,7 +46,8 @@ from ninferc.ir.reference import ref_rmsnorm  # noqa: E402
 from ninferc.targets.kernels.gemv_coop import EPILOGUES, GemvCoopFamily, GemvProblem, kernel_args, norm_input, reference  # noqa: E402
 from ninferc.targets.nvrtc import compile_cubin  # noqa: E402
 from ninferc.targets.occupancy import occupancy  # noqa: E402
-from ninferc.targets.plan import PlanContext, make_plan  # noqa: E402
+from ninferc.targets.plan import PlanContext, check_launch, compile_variants, family_variants  # noqa: E402
+from ninferc.targets.target import make_target  # noqa: E402
 from ninferc.testing import ARCH_SKUS  # noqa: E402
 
 # Named tolerance for GEMV outputs (relative L2 error); moves to the shared tolerance presets module.
@@ -284,23 +285,35 @@ def test_planned_launches_match_reference(device, loader, prob, t, plan_sms):
     _run_and_check(loaded[launch.kernel.uri], prob, launch, seed=t * 31 + sms)
 
 
+def _planned(insts, arch, sku, tokens):
+    """(instance name, problem, launch) for each instance and T as the product plans them for ``arch`` on ``sku``
+    (:func:`ninferc.targets.model_plan.plan_model`'s pieces: every variant compiled for ``arch`` and its resources
+    read, the family's launch on a context of the SKU's SM count and bandwidth, each launch checked)."""
+    tgt = make_target(arch, sku)
+    specs = [s for _, fam, prob in insts for s in family_variants(fam, prob, tgt.arch)]
+    ctx = PlanContext.for_target(tgt, {u: r for u, (_, r) in compile_variants(specs, tgt.arch).items()})
+    for name, fam, prob in insts:
+        for t in tokens:
+            ln = fam.launch(prob, t, ctx)
+            check_launch(ln, ctx.arch, ctx.resources_of(ln.kernel), ctx.sms)
+            yield name, prob, ln
+
+
 @pytest.mark.parametrize("arch,sku", list(ARCH_SKUS.items()))
 def test_every_arch_plan_runs_on_this_device(device, loader, arch, sku):
     """Per-arch golden regression: the plan made for each target (same template parameters, grids and
     splits) executes correctly here, compiled for the device's arch. Skips launches the device
     cannot co-host (a plan for a larger card on a smaller device)."""
     insts = [i for i in representative_instances("qwen3.8-27b") if i[0] != "lm_head"]
-    plan = make_plan(insts, arch, sku=sku, tokens=(1, 4, 16))
-    for name, _fam, prob in plan.instances:
-        for ln in plan.launches[name]:
-            lk = loader(ln.kernel)
-            if ln.cooperative:
-                dev_cap = occupancy(device["arch"], ln.threads, lk.resources.registers,
-                                    lk.resources.static_smem_bytes, ln.dynamic_smem_bytes,
-                                    barriers=lk.resources.barriers).ctas_per_sm * device["sms"]
-                if ln.ctas > dev_cap:
-                    continue
-            _run_and_check(lk, prob, ln, seed=zlib.crc32(f"{arch}/{name}/{ln.tokens}".encode()))
+    for name, prob, ln in _planned(insts, arch, sku, tokens=(1, 4, 16)):
+        lk = loader(ln.kernel)
+        if ln.cooperative:
+            dev_cap = occupancy(device["arch"], ln.threads, lk.resources.registers,
+                                lk.resources.static_smem_bytes, ln.dynamic_smem_bytes,
+                                barriers=lk.resources.barriers).ctas_per_sm * device["sms"]
+            if ln.ctas > dev_cap:
+                continue
+        _run_and_check(lk, prob, ln, seed=zlib.crc32(f"{arch}/{name}/{ln.tokens}".encode()))
 
 
 @pytest.mark.parametrize("plan_sms", ["device", 82])

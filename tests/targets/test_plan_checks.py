@@ -7,7 +7,12 @@ import pytest
 from ninferc.errors import PlanError
 from ninferc.targets.kernels.gemv_coop import GemvProblem
 from ninferc.targets.cubin import KernelResources
-from ninferc.targets.plan import PlanContext, check_launch, make_plan
+from ninferc.ir.config import ModelConfig
+from ninferc.ir.passes import run_pipeline
+from ninferc.ir.qwen3_5 import build_graph
+from ninferc.targets import model_plan
+from ninferc.targets.model_plan import plan_model
+from ninferc.targets.plan import PlanContext, check_launch
 
 OK = KernelResources(registers=64, static_smem_bytes=0, local_bytes=0, max_threads=256, uses_grid_sync=False,
                      barriers=1)
@@ -96,13 +101,25 @@ def test_stale_occupancy_is_caught(gemv):
     expect(ln, "sm_89", dataclasses.replace(OK, registers=128), "assumes 4", "give 2")
 
 
-def test_make_plan_argument_errors(gemv):
-    inst = [("o", gemv, PROB)]
+def test_plan_model_argument_errors(monkeypatch, tiny_dir):
+    """The product's plan (:func:`plan_model`) refuses a missing or contradicting SM count, non-positive token
+    counts and two steps of one name, before any kernel is compiled."""
+    graph = run_pipeline(build_graph(ModelConfig.from_dir(tiny_dir), lm_rows="last"))
     with pytest.raises(PlanError, match="give a SKU or an SM count"):
-        make_plan(inst, "sm_89")
+        plan_model(graph, "sm_89")
     with pytest.raises(PlanError, match="contradicts SKU"):
-        make_plan(inst, "sm_89", sms=100, sku="l20")
-    with pytest.raises(PlanError, match="positive"):
-        make_plan(inst, "sm_89", sms=92, tokens=(0,))
-    with pytest.raises(PlanError, match="duplicate"):
-        make_plan(inst * 2, "sm_89", sms=92)
+        plan_model(graph, "sm_89", sms=100, sku="l20")
+    with pytest.raises(PlanError, match="prefill token counts must be positive"):
+        plan_model(graph, "sm_89", sms=92, prefill_tokens=(0,))
+    with pytest.raises(PlanError, match="decode batches must be positive"):
+        plan_model(graph, "sm_89", sms=92, decode_batches=())
+    lower = model_plan.lower
+
+    def lower_twice(*args, **kw):  # a lowering that named two steps alike
+        program = lower(*args, **kw)
+        program.steps.append(program.steps[0])
+        return program
+
+    monkeypatch.setattr(model_plan, "lower", lower_twice)
+    with pytest.raises(PlanError, match="duplicate step names"):
+        plan_model(graph, "sm_89", sms=92)
