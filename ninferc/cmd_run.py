@@ -230,7 +230,7 @@ def _run_spec(opened, ids: list[int], *, max_new: int, params, prefill_chunk: in
 
     page = opened.page_size
     be = opened.make(num_pages=-(-opened.max_context // page), num_slots=1, prefill_chunk=prefill_chunk,
-                     cuda_graph=cuda_graph, log=lambda m: None)
+                     cuda_graph=cuda_graph, log=lambda m: None, spec_tokens=spec.draft_tokens)
     sched = Scheduler(be, max_concurrency=1, max_pending=0, prefill_chunk=prefill_chunk, spec=spec)
     events = []
 

@@ -189,7 +189,8 @@ def serve_cmd(path, preset, synthetic_weights, weights_fmt, kv_dtype, host, port
 
     def make_backend():
         be = opened.make(num_pages=num_pages, num_slots=max_concurrency, prefill_chunk=prefill_chunk,
-                         cuda_graph=not no_cuda_graph, log=_log, cache_bytes=cache_bytes or 0)
+                         cuda_graph=not no_cuda_graph, log=_log, cache_bytes=cache_bytes or 0,
+                         spec_tokens=spec_cfg.draft_tokens if spec_cfg is not None else 0)
         if cache_bytes:
             from ninferc.runtime.paged_kv import Sequence
 
@@ -356,7 +357,8 @@ def open_model(path: Path, backend: str | None, max_context: int | None, *, draf
         backend = backend or "cuda"
         if backend == "cuda":
             return _opened_cuda(lambda num_slots: art, tokenizer=tok, config=cfg, max_context=ctx,
-                                page_size=page_size, generation_config=gen_cfg)
+                                page_size=page_size, generation_config=gen_cfg,
+                                mtp=art.header.get("mtp_graph") is not None, draft_lm_head=draft_lm_head)
         weights, graph, art_mtp = art.weights(), art.graph(), art.mtp_graph()
 
     from ninferc.ir.qwen3_5 import mtp_param_specs
@@ -364,7 +366,7 @@ def open_model(path: Path, backend: str | None, max_context: int | None, *, draf
     mtp_names = list(mtp_param_specs(cfg))
     has_mtp = art_mtp is not None if graph is not None else bool(mtp_names) and all(n in weights for n in mtp_names)
 
-    def make_reference(*, num_pages, num_slots, prefill_chunk, cuda_graph, log, cache_bytes=0):
+    def make_reference(*, num_pages, num_slots, prefill_chunk, cuda_graph, log, cache_bytes=0, spec_tokens=0):
         from ninferc.ir.qwen3_5 import build_mtp_graph
 
         mtp_graph = art_mtp if art_mtp is not None else build_mtp_graph(cfg) if has_mtp else None
@@ -433,19 +435,25 @@ def open_preset(name: str, backend: str | None, max_context: int | None, *, weig
                         page_size=page_size, generation_config={})
 
 
-def _opened_cuda(artifact, *, tokenizer, config, max_context, page_size, generation_config) -> OpenedModel:
+def _opened_cuda(artifact, *, tokenizer, config, max_context, page_size, generation_config, mtp: bool = False,
+                 draft_lm_head: str = "bf16") -> OpenedModel:
     """An :class:`OpenedModel` on the CUDA backend; ``artifact(num_slots)`` gives the artifact when the engine
-    thread makes the backend (an opened file, or a synthetic one planned for that many slots)."""
-    from ninferc.runtime.cuda_backend import CudaBatchBackend
+    thread makes the backend (an opened file, or a synthetic one planned for that many slots); ``mtp``: the artifact
+    carries the MTP head."""
+    from ninferc.runtime.cuda_backend import CudaBatchBackend, cuda_mtp_refusal
 
-    def make_cuda(*, num_pages, num_slots, prefill_chunk, cuda_graph, log, cache_bytes=0):
+    def make_cuda(*, num_pages, num_slots, prefill_chunk, cuda_graph, log, cache_bytes=0, spec_tokens=0):
         return CudaBatchBackend(artifact(num_slots), max_context=max_context, num_slots=num_slots,
                                 num_pages=num_pages, prefill_chunk=prefill_chunk, cuda_graph=cuda_graph, log=log,
-                                cache_bytes=cache_bytes)
+                                cache_bytes=cache_bytes, spec_tokens=spec_tokens)
 
+    why = ("the artifact carries no MTP head (its checkpoint declares none, or it was compiled before 2026-12-05); "
+           "compile it again" if not mtp else
+           "--draft-lm-head w8 / w4 runs on the reference backend only (the CUDA drafts use the model's LM head)"
+           if draft_lm_head != "bf16" else cuda_mtp_refusal())
     return OpenedModel(backend="cuda", tokenizer=tokenizer, config=config, max_context=max_context,
-                       page_size=page_size, generation_config=generation_config, make=make_cuda, has_mtp=False,
-                       mtp_why=CudaBatchBackend.no_mtp_reason)
+                       page_size=page_size, generation_config=generation_config, make=make_cuda,
+                       has_mtp=not why, mtp_why=why)
 
 
 def _json_or_empty(data: bytes | None) -> dict:

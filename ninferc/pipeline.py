@@ -91,7 +91,7 @@ def compile_model(
         from ninferc.ir.qwen3_5 import build_mtp_graph              # same passes and recipe (class mtp), lowered
                                                                     # and planned for the target like the model
         mg = run_pipeline(build_mtp_graph(ck.config, lm_rows="last"), weights=weights, kv_dtype=kv_dtype)
-        mtp_plan = plan_model(mg, mp.target, sku=mp.sku, sms=mp.sms, max_context=max_context, page_size=page_size,
+        mtp_plan = plan_model(mg, target, max_context=max_context, page_size=page_size,
                               progress=kernel_progress)
         log(f"mtp: {ck.config.mtp_num_hidden_layers} MTP layer(s) for speculative decoding, "
             f"{len(set(mtp_plan.kernels) - set(mp.kernels))} more kernels")

@@ -43,6 +43,21 @@ _NON_FINITE = ("the model produced non-finite logits in row {i} of a step (NaN o
                "(NINFERC_CHECK_FINITE=1 names the op)")
 
 
+def cuda_mtp_refusal() -> str:
+    """Why ``--spec mtp`` is refused on the CUDA backend, or "" when it is allowed.
+
+    The CUDA speculative path (the verify step keeping the GDN state after every token in K + 1 slots, the MTP head's
+    program, the draft chain) is built, and its kernels, lowering and plans are tested on the CPU, but it has not run
+    on a GPU yet: until its GPU tests (tests/server/test_spec_cuda_gpu.py) pass, ``NINFERC_CUDA_MTP=1`` must be set to
+    use it (the tests set it)."""
+    import os
+
+    if os.environ.get("NINFERC_CUDA_MTP") == "1":
+        return ""
+    return ("the CUDA speculative path has not been validated on a GPU yet; set NINFERC_CUDA_MTP=1 to run it anyway "
+            "(its GPU tests do), or use --backend reference")
+
+
 class PendingSample:
     """The device draw of one step's rows, queued and not read (:meth:`CudaBatchBackend.sample_async`)."""
 
@@ -85,28 +100,42 @@ class CudaBatchBackend:
     """
 
     name = "cuda"
-    has_mtp = False
-    no_mtp_reason = ("the CUDA engine does not run the MTP head yet: speculative decoding runs on the reference "
-                     "backend (--backend reference); the GPU verify step with K + 1 GDN state slots is open work")
 
     def __init__(self, art, *, max_context: int, num_slots: int, num_pages: int, prefill_chunk: int,
-                 cuda_graph: bool = True, log=None, cache_bytes: int = 0):
+                 cuda_graph: bool = True, log=None, cache_bytes: int = 0, spec_tokens: int = 0):
         from ninferc.runtime.engine import Engine
 
-        self.engine = Engine.from_artifact(art, max_context=max_context, max_batch=num_slots, num_pages=num_pages,
-                                           prefill_chunk=prefill_chunk, cuda_graph=cuda_graph, log=log,
-                                           reserve={"prefix_cache_budget": cache_bytes} if cache_bytes else None)
-        e = self.engine
+        if spec_tokens:
+            why = cuda_mtp_refusal()
+            if why:
+                raise NinfercError(f"--spec mtp on the CUDA backend: {why}")
+        engine = Engine.from_artifact(art, max_context=max_context, max_batch=num_slots, num_pages=num_pages,
+                                      prefill_chunk=prefill_chunk, cuda_graph=cuda_graph, log=log,
+                                      reserve={"prefix_cache_budget": cache_bytes} if cache_bytes else None,
+                                      spec_tokens=spec_tokens)
+        self._setup(engine, num_slots=num_slots, max_context=max_context, cuda_graph=cuda_graph,
+                    spec_tokens=spec_tokens)
+
+    def _setup(self, engine, *, num_slots: int, max_context: int, cuda_graph: bool, spec_tokens: int) -> None:
+        """The backend's state around a built engine (the CPU tests pass an engine double here)."""
+        self.engine = e = engine
+        #: speculative decoding with the MTP head (:mod:`ninferc.runtime.spec`): K draft tokens, K + 1 GDN state
+        #: slots per sequence group g (``g * (K + 1) + j``), the slot each group continues from in ``_cur``
+        self.spec_tokens = spec_tokens
+        self.has_mtp = spec_tokens > 0
+        self.no_mtp_reason = "" if self.has_mtp else "the backend was built without speculation (spec_tokens 0)"
+        self._group = spec_tokens + 1
+        self._cur = [0] * num_slots
+        self._mtp_len = [0] * num_slots   # MTP head rows computed (positions 0 .. _mtp_len - 1) per group
+        self._verify: dict[int, tuple] = {}  # group -> (length before the verify step, first row, its tokens)
         self.page_size, self.num_pages, self.num_slots = e.page_size, e.num_pages, num_slots
         self.max_context, self.vocab_size = max_context, e.vocab
         self.memory = e.memory
         self.cuda_graph = cuda_graph
         self.stats = {"device_rows": 0, "host_rows": 0}
-        from ninferc.runtime.engine import cupy_pinned_int32
-
         # per rotation slot: [ids, finite flags] x num_slots int32 on the device and in pinned host memory
         self._ids_dev = e.cp.zeros((SAMPLE_RING, 2, num_slots), e.cp.int32)
-        self._ids_host = [cupy_pinned_int32(2 * num_slots) for _ in range(SAMPLE_RING)]
+        self._ids_host = [e.pinned_int32(2 * num_slots) for _ in range(SAMPLE_RING)]
         self._ring_next = 0
         self._unread: dict[int, int] = {}  # id(HostSampler) -> its rows queued and not read
 
@@ -119,13 +148,22 @@ class CudaBatchBackend:
             raise NinfercError(f"prefill chunk of {T} tokens; the engine takes 1 to {e.prefill_chunk}")
         self._check_pages(seq, T)
         s = seq.length
+        if s == 0:
+            self._cur[seq.slot] = self._mtp_len[seq.slot] = 0
         with e.stream:
             e.write_meta(tok_pos=np.arange(s, s + T, dtype=np.int32), tok_seq=np.zeros(T, np.int32),
-                         seq_start=[0, T], seq_ctx=[s + T], seq_slot=[seq.slot], row_index=[T - 1],
+                         seq_start=[0, T], seq_ctx=[s + T], seq_slot=[self._state_slot(seq)], row_index=[T - 1],
                          page_rows=[seq.pages], tokens=list(ids))
             e.run("prefill", T, 1, 1)
         seq.length += T
+        if self.spec_tokens and getattr(seq, "mtp", False):  # the head's rows whose next token is in the chunk
+            self._mtp_rows([(seq, s, list(ids), 0, s + T - 1)])
         return _StepLogits(e, 1)
+
+    def _state_slot(self, seq) -> int:
+        """The GDN state slot ``seq`` continues from: its group's slot ``_cur`` (the group itself when not
+        speculating)."""
+        return seq.slot * self._group + self._cur[seq.slot]
 
     def decode(self, seqs: list, tokens: list[int]) -> _StepLogits:
         """One decode step of B = ``len(seqs)`` sequences (graph-replayed per B); logits [B, V] on the device."""
@@ -154,8 +192,8 @@ class CudaBatchBackend:
         rows = np.arange(B, dtype=np.int32)
         with e.stream:
             e.write_meta(tok_pos=[x.length for x in seqs], tok_seq=rows, seq_start=np.arange(B + 1, dtype=np.int32),
-                         seq_ctx=[x.length + 1 for x in seqs], seq_slot=[x.slot for x in seqs], row_index=rows,
-                         page_rows=[x.pages for x in seqs], tokens=tokens)
+                         seq_ctx=[x.length + 1 for x in seqs], seq_slot=[self._state_slot(x) for x in seqs],
+                         row_index=rows, page_rows=[x.pages for x in seqs], tokens=tokens)
             if self.cuda_graph:
                 e.model_graph(B).launch(stream=e.stream)
             else:
@@ -251,27 +289,171 @@ class CudaBatchBackend:
             out.append(Sampled(int(h[i])))
         return out
 
+    # -- speculative decoding with the MTP head (:mod:`ninferc.runtime.spec`) ------------------------------
+    # The head's input for position p is the model's hidden row of p (bf16, the rows Engine.mtp_src holds: group g's
+    # pending row at g, the draft chain's rows at B + i, then the last prefill / verify step's rows from 2B) and the
+    # token at p + 1; its rows are computed as soon as that token is known, except the last position's, whose hidden
+    # row waits in the pending row (its token is the one the scheduler samples next).
+    def _main_row(self, r: int) -> int:
+        return 2 * self.engine.max_batch + r
+
+    def _mtp_rows(self, items: list) -> None:
+        """The MTP head's rows now known, in one packed step of the head's program: ``items`` are
+        ``(seq, s0, toks, r0, end)`` -- the model's last step put ``toks`` at positions ``s0 ..`` with hidden rows from
+        ``r0``; rows ``_mtp_len .. end - 1`` are computed (position s0 - 1 from the pending row), then the hidden row of
+        position ``end`` becomes the pending row."""
+        e = self.engine
+        pos, seq_of, starts, ctx, pages, toks_in, hid = [], [], [0], [], [], [], []
+        for seq, s0, toks, r0, end in items:
+            g = seq.slot
+            lo = self._mtp_len[g]
+            if lo < s0 - 1:
+                raise NinfercError(f"MTP rows of group {g}: {lo} computed, the step starts at {s0}")
+            if end <= lo:
+                continue
+            b = len(ctx)
+            for p in range(lo, end):
+                pos.append(p)
+                seq_of.append(b)
+                toks_in.append(int(toks[p - s0 + 1]))
+                hid.append(g if p == s0 - 1 else self._main_row(r0 + p - s0))
+            starts.append(len(pos))
+            ctx.append(end)
+            pages.append(seq.pages)
+        if pos:
+            T, B = len(pos), len(ctx)  # noqa: N806
+            with e.stream:
+                e.write_meta(tok_pos=pos, tok_seq=seq_of, seq_start=starts, seq_ctx=ctx, seq_slot=np.zeros(B, np.int32),
+                             row_index=[0], page_rows=pages, tokens=toks_in, hidden_rows=hid)
+                e.run("prefill", T, B, 1, mtp=True)
+        with e.stream:
+            for seq, s0, toks, r0, end in items:
+                e.mtp_src[seq.slot] = e.mtp_src[self._main_row(r0 + end - s0)]
+                self._mtp_len[seq.slot] = max(self._mtp_len[seq.slot], end)
+
+    def draft(self, seqs: list, last_tokens: list[int], ks: list[int]) -> list[list[int]]:
+        """Greedy MTP drafts: ``ks[i]`` ids following ``last_tokens[i]`` (sampled, not appended) for sequence i.
+
+        Row ``L - 1`` of each sequence (its pending hidden row, the sampled token) gives draft 1; drafts 2..k chain the
+        head on its own output rows (position + 1 each, their KV written past the sequence's rows and dropped -- the
+        next rows overwrite them). Sequences are ordered by k (descending) so that every chained step is a prefix of
+        the rows; all drafts are read back in one copy.
+
+        Raises:
+            NinfercError: a sequence that does not speculate, or whose pending row is not at its last position.
+        """
+        e, cp = self.engine, self.engine.cp
+        out: list[list[int]] = [[] for _ in seqs]
+        order = [i for i in sorted(range(len(seqs)), key=lambda i: -ks[i]) if ks[i] > 0]
+        if not order:
+            return out
+        for i in order:
+            x = seqs[i]
+            if not getattr(x, "mtp", False) or self._mtp_len[x.slot] != x.length - 1:
+                raise NinfercError(f"draft: sequence in group {x.slot} does not speculate or its MTP rows "
+                                   f"({self._mtp_len[x.slot]}) are not at its length - 1 ({x.length - 1})")
+            self._check_pages(x, ks[i])
+        kmax, mb = ks[order[0]], e.max_batch
+        drafts = cp.empty((kmax, len(order)), cp.int32)
+        with e.stream:
+            for step in range(kmax):
+                rows = [i for i in order if ks[i] > step]
+                B = len(rows)  # noqa: N806
+                if step:  # the chained rows read the head's own output rows (mtp_hidden, gathered R = B rows)
+                    e.mtp_src[mb:mb + B] = e.mtp_hidden_rows(B)
+                ar = np.arange(B, dtype=np.int32)
+                e.write_meta(tok_pos=[seqs[i].length - 1 + step for i in rows], tok_seq=ar,
+                             seq_start=np.arange(B + 1, dtype=np.int32),
+                             seq_ctx=[seqs[i].length + step for i in rows], seq_slot=np.zeros(B, np.int32),
+                             row_index=ar, page_rows=[seqs[i].pages for i in rows],
+                             tokens=[int(last_tokens[i]) for i in rows] if step == 0 else None,
+                             hidden_rows=[seqs[i].slot for i in rows] if step == 0 else mb + ar)
+                e.run("decode", B, B, B, mtp=True)
+                e.run("sample_argmax", B, B, B, mtp=True)  # writes the draft ids where the next step reads them
+                drafts[step, :B] = e.tokens[:B]
+            host = e.host(drafts)
+        for c, i in enumerate(order):
+            out[i] = [int(host[j, c]) for j in range(ks[i])]
+            self._mtp_len[seqs[i].slot] = seqs[i].length
+        return out
+
+    def verify(self, seqs: list, token_lists: list[list[int]]) -> list[np.ndarray]:
+        """The model over ``[last token, draft 1 .. draft k]`` of each sequence in one ``verify`` step: logits
+        ``[k + 1, V]`` each (fp32, on the host), the GDN state after token j of sequence group g in slot
+        ``g * (K + 1) + j``, every token's hidden row kept for the head. :meth:`accept` then keeps a prefix."""
+        e = self.engine
+        B = len(seqs)  # noqa: N806
+        pos, seq_of, starts, toks = [], [], [0], []
+        for b, (x, t) in enumerate(zip(seqs, token_lists)):
+            if not 1 <= len(t) <= self._group:
+                raise NinfercError(f"verify of {len(t)} tokens; this engine verifies 1 to {self._group} "
+                                   f"(--draft-tokens {self.spec_tokens} + 1)")
+            self._check_pages(x, len(t))
+            self._verify[x.slot] = (x.length, len(pos), [int(v) for v in t])
+            pos += range(x.length, x.length + len(t))
+            seq_of += [b] * len(t)
+            toks += [int(v) for v in t]
+            starts.append(len(pos))
+        T = len(pos)  # noqa: N806
+        with e.stream:
+            e.write_meta(tok_pos=pos, tok_seq=seq_of, seq_start=starts,
+                         seq_ctx=[x.length + len(t) for x, t in zip(seqs, token_lists)],
+                         seq_slot=[self._state_slot(x) for x in seqs],
+                         seq_slot_out=[x.slot * self._group for x in seqs], row_index=np.arange(T, dtype=np.int32),
+                         page_rows=[x.pages for x in seqs], tokens=toks)
+            e.run("verify", T, B, T)
+            host = e.host(e.logits[:T])
+        for x, t in zip(seqs, token_lists):
+            x.length += len(t)
+        return [host[starts[b]:starts[b + 1]] for b in range(B)]
+
+    def accept(self, seqs: list, accepted: list[int]) -> None:
+        """Keep the first ``accepted[i] + 1`` tokens of sequence i's last :meth:`verify`: the length rolls back to
+        them (later KV is overwritten by later steps), the group continues from state slot ``accepted[i]`` (no copy,
+        no recompute), and the head's rows of the kept tokens whose next token is known are computed."""
+        items = []
+        for x, m in zip(seqs, accepted):
+            L, r0, toks = self._verify.pop(x.slot)  # noqa: N806
+            if not 0 <= m < len(toks):
+                raise NinfercError(f"accept: {m} drafts of a verify over {len(toks)} tokens")
+            self._cur[x.slot] = m
+            x.length = L + m + 1
+            items.append((x, L, toks, r0, L + m))
+        self._mtp_rows(items)
+
     # -- prefix-cache checkpoints (device-to-device copies on the engine stream) ---------------------------
     def _gdn_states(self):
         return [(n, a) for n, a in self.engine.states.items() if not isinstance(a, dict)]
 
     def state_nbytes(self, seq) -> int:
-        """Bytes of one checkpoint: the conv ring and recurrent state of every GDN layer for one slot."""
-        return sum(a[0].nbytes for _, a in self._gdn_states())
+        """Bytes of one checkpoint: the conv ring and recurrent state of every GDN layer for one slot (and for a
+        speculating sequence the MTP head's pending hidden row, bf16)."""
+        n = sum(a[0].nbytes for _, a in self._gdn_states())
+        if self.spec_tokens and getattr(seq, "mtp", False):
+            n += self.engine.mtp_src[0].nbytes
+        return n
 
     def save_state(self, seq) -> dict:
-        """Device copies of ``seq``'s GDN slot (ordered after the steps queued before)."""
+        """Device copies of ``seq``'s GDN state slot (and MTP pending row), ordered after the steps queued before."""
         e = self.engine
         with e.stream:
-            return {n: a[seq.slot].copy() for n, a in self._gdn_states()}
+            out = {n: a[self._state_slot(seq)].copy() for n, a in self._gdn_states()}
+            if self.spec_tokens and getattr(seq, "mtp", False):
+                out["mtp.pending"] = e.mtp_src[seq.slot].copy()
+        return out
 
     def restore_state(self, seq, state: dict, tokens) -> None:
-        """Copy a checkpoint into ``seq``'s slot; ``seq`` is then at ``len(tokens)`` tokens (its pages hold the KV)."""
+        """Copy a checkpoint into ``seq``'s slot; ``seq`` is then at ``len(tokens)`` tokens (its pages hold the KV;
+        a speculating sequence's MTP rows up to the last position, whose row waits for the next token)."""
         e = self.engine
+        self._cur[seq.slot] = 0
         with e.stream:
             for n, a in self._gdn_states():
-                a[seq.slot] = state[n]
+                a[self._state_slot(seq)] = state[n]
+            if "mtp.pending" in state:
+                e.mtp_src[seq.slot] = state["mtp.pending"]
         seq.length = len(tokens)
+        self._mtp_len[seq.slot] = max(0, seq.length - 1)
 
     def copy_page(self, src: int, dst: int) -> None:
         """Copy KV page ``src`` into ``dst`` in every attention layer (codes and int8 scales)."""
@@ -283,7 +465,8 @@ class CudaBatchBackend:
                         arr[dst] = arr[src]
 
     def settle(self, seq) -> None:
-        """Nothing to settle: the CUDA backend keeps no MTP rows."""
+        """Nothing to settle: a speculating sequence's MTP rows are computed as soon as their next token is known
+        (all but the last position's, kept as the pending hidden row, which a checkpoint saves)."""
 
     def close(self) -> None:
         """Wait for the stream; the engine's memory is freed with it."""

@@ -50,7 +50,7 @@ from ninferc.targets.plan import Launch, PlanContext, check_launch
 META_RING = 4  # pinned host metadata blocks in flight
 GRAPH_ALLOWANCE = 64 << 20  # bytes kept free for CUDA graphs, cuBLAS-free CuPy pools and the driver
 META_I32 = ("tok_pos", "tok_seq", "seq_start", "seq_ctx", "seq_slot", "row_index", "tokens_in", "page_table",
-            "ids_pos")
+            "ids_pos", "seq_slot_out", "hidden_rows")
 
 
 @dataclass
@@ -78,18 +78,25 @@ class Engine:
             ``--kv-capacity`` sets it).
         reserve: more named byte terms of the memory plan, allocated later by the caller (the server's prefix-cache
             checkpoints).
+        spec_tokens: K, the draft tokens of speculative decoding with the artifact's MTP head (0: none). It adds the
+            head's program (:attr:`mtp_program`, its weights, its KV pages, its arena), the verify step (``verify``
+            mode: up to K + 1 tokens of each of ``max_batch`` sequences, every token's logits), K + 1 GDN state slots
+            per sequence (slot ``g * (K + 1) + j`` of sequence group ``g``), and the bf16 buffer of hidden rows the
+            head reads (:data:`~ninferc.targets.lower.MTP_HIDDEN_SRC`: ``max_batch`` pending rows, ``max_batch`` chain
+            rows, then the rows of the last prefill or verify step).
 
     Raises:
         TargetError: no CuPy / device, or the device cannot run the artifact's arch.
         PlanError: a launch that does not fit the device (names kernel, limit, value).
         RuntimeMemoryError: the memory plan exceeds free device memory (every term listed).
         CompileError: NVRTC failed on the device.
+        NinfercError: ``spec_tokens`` on an artifact without an MTP head, or outside 0..5.
     """
 
     def __init__(self, art, *, max_context: int = 4096, max_batch: int = 1, prefill_chunk: int = 1024,
                  max_logit_rows: int | None = None, cuda_graph: bool = True, plan: str = "device",
                  log: Callable[[str], None] | None = None, num_pages: int | None = None,
-                 reserve: dict | None = None):
+                 reserve: dict | None = None, spec_tokens: int = 0):
         cp = cupy()
         self.cp, self.art, self.log = cp, art, (log or (lambda s: None))
         t0 = time.perf_counter()
@@ -122,9 +129,24 @@ class Engine:
         self.max_context, self.max_batch, self.prefill_chunk = max_context, max_batch, prefill_chunk
         self.page_size = hdr["compile"]["page_size"]
         self.max_pages = -(-max_context // self.page_size)
-        self.max_logit_rows = max(max_batch, max_logit_rows or max_batch)
-        self.program = lower(self.graph, page_size=self.page_size, max_context=max_context)
-        self.t_cap = max(prefill_chunk, max_batch)
+        from ninferc.runtime.spec import MAX_DRAFT_TOKENS
+
+        if not 0 <= spec_tokens <= MAX_DRAFT_TOKENS:
+            raise NinfercError(f"spec_tokens {spec_tokens} must be in 0..{MAX_DRAFT_TOKENS}")
+        self.spec_tokens = spec_tokens
+        self.mtp_graph = art.mtp_graph() if spec_tokens else None
+        if spec_tokens and self.mtp_graph is None:
+            raise NinfercError("speculative decoding needs the MTP head, and this artifact has none (its checkpoint "
+                               "declares no mtp_num_hidden_layers)")
+        #: GDN state slots: K + 1 per sequence when speculating (the verify step's state after every token)
+        self.state_slots = max_batch * (spec_tokens + 1)
+        verify_rows = max_batch * (spec_tokens + 1) if spec_tokens else 0
+        self.max_logit_rows = max(max_batch, max_logit_rows or max_batch, verify_rows)
+        self.program = lower(self.graph, page_size=self.page_size, max_context=max_context,
+                             mtp_hidden=bool(spec_tokens))
+        self.mtp_program = (lower(self.mtp_graph, page_size=self.page_size, max_context=max_context)
+                            if spec_tokens else None)
+        self.t_cap = max(prefill_chunk, max_batch, verify_rows)
         self.vocab = self.config.vocab_size
 
         # 2. kernels: compile for the device with the plan's options, load, read the driver's figures
@@ -238,16 +260,25 @@ class Engine:
                                max_threads=a.max_threads, uses_grid_sync=bool(r and r.uses_grid_sync),
                                barriers=r.barriers if r else 1)
 
-    def step_plan(self, mode: str, T: int, B: int, R: int) -> StepPlan:  # noqa: N803
-        """Launches (+ argument tuples) for one step; checked against the device; cached."""
-        key = (mode, T, B, R)
+    def step_plan(self, mode: str, T: int, B: int, R: int, *, mtp: bool = False) -> StepPlan:  # noqa: N803
+        """Launches (+ argument tuples) for one step of the model (``mtp``: of the MTP head's program, modes
+        ``decode`` and ``prefill``); checked against the device; cached."""
+        key = (mode, T, B, R, mtp)
         sp = self._steps.get(key)
         if sp is not None:
             return sp
-        if mode == "prefill" and T > self.t_cap or mode == "decode" and B > self.max_batch or R > self.max_logit_rows:
+        if (mode in ("prefill", "verify") and T > self.t_cap or mode == "decode" and B > self.max_batch
+                or R > self.max_logit_rows or B > self.max_batch):
             raise NinfercError(f"step of T={T}, B={B}, R={R} exceeds the engine's capacity (prefill chunk "
                                f"{self.prefill_chunk}, max batch {self.max_batch}, logit rows {self.max_logit_rows})")
-        if mode in ("decode", "prefill"):
+        if mtp:  # the head's program; its sampler is the model's, over the head's own logits buffer
+            if self.mtp_program is None:
+                raise NinfercError("this engine was built without the MTP head (spec_tokens 0)")
+            steps = ([self.program.sampler(mode == "sample_argmax")] if mode.startswith("sample_")
+                     else self.mtp_program.for_mode(mode))
+        elif mode in ("decode", "prefill", "verify"):
+            if mode == "verify" and not self.spec_tokens:
+                raise NinfercError("a verify step needs an engine built with spec_tokens (its K + 1 state slots)")
             steps = self.program.for_mode(mode)
         else:
             steps = [self.program.sampler(mode == "sample_argmax")]
@@ -269,7 +300,7 @@ class Engine:
             if k is None:
                 raise PlanError(f"step {s.name}: kernel {ln.kernel.uri} is not in the artifact (built by another "
                                 "ninferc version?); recompile the model")
-            out.append((s, ln, k, self._args(s, ln, B, launches)))
+            out.append((s, ln, k, self._args(s, ln, B, launches, mtp=mtp)))
         sp = StepPlan(out)
         self._steps[key] = sp
         return sp
@@ -300,6 +331,8 @@ class Engine:
         mp = MemoryPlan()
         mp.add("weights", sum(t["nbytes"] for t in self.art.header["tensors"]))
         kv_layers = [s for s in g.states.values() if s.kind == "kv"]
+        if self.mtp_graph is not None:  # the head's attention layer keeps its KV in the same pages
+            kv_layers += [s for s in self.mtp_graph.states.values() if s.kind == "kv"]
         self.num_pages = self._num_pages_asked or self.max_batch * self.max_pages
         if kv_layers:
             # K (or V) bytes of one page: codes (+ scales for int8), StateSpec.nbytes per token / 2
@@ -308,9 +341,16 @@ class Engine:
         gdn = sum(s.nbytes for s in g.states.values() if s.kind in ("conv", "recurrent"))
         # the conv ring holds W rows (the state spec counts W-1)
         extra = sum(s.shape[0] * 4 for s in g.states.values() if s.kind == "conv")
-        mp.add("gdn_state", self.max_batch * (gdn + extra))
+        mp.add("gdn_state", self.state_slots * (gdn + extra))
         self.arena_row = g.meta["memory"]["arena_bytes_per_token"]
         mp.add("activations", self.t_cap * self.arena_row)
+        if self.mtp_graph is not None:
+            self.mtp_arena_row = self.mtp_graph.meta["memory"]["arena_bytes_per_token"]
+            mp.add("mtp_activations", self.t_cap * self.mtp_arena_row)
+            # bf16 hidden rows: pending + chain rows per sequence, then a step's rows (MTP_HIDDEN_SRC)
+            self.mtp_src_rows = 2 * self.max_batch + self.t_cap
+            mp.add("mtp_hidden_rows", self.mtp_src_rows * self.config.hidden_size * 2)
+            mp.add("mtp_logits", self.max_batch * self.vocab * 4)
         self.ws_bytes = self._workspace_sizes()
         mp.add("workspace", sum(self.ws_bytes.values()))
         mp.add("logits", self.max_logit_rows * self.vocab * 4)
@@ -323,14 +363,20 @@ class Engine:
     def _workspace_sizes(self) -> dict[str, int]:
         """Bytes per named workspace: the max over the launches the engine can make
         (:func:`ninferc.runtime.memory.workspace_sizes`)."""
-        return workspace_sizes(self.program, self.geo_ctx, t_cap=self.t_cap, max_batch=self.max_batch)
+        out = workspace_sizes(self.program, self.geo_ctx, t_cap=self.t_cap, max_batch=self.max_batch,
+                              verify_tokens=self.spec_tokens + 1 if self.spec_tokens else 0)
+        if self.mtp_program is not None:
+            for k, v in workspace_sizes(self.mtp_program, self.geo_ctx, t_cap=self.t_cap,
+                                        max_batch=self.max_batch).items():
+                out[k] = max(out.get(k, 0), v)
+        return out
 
     def _meta_layout(self) -> int:
         """Offsets (in int32 elements) of the per-step metadata arrays in one block; returns bytes."""
         Bc, Tc = self.max_batch, self.t_cap  # noqa: N806
         sizes = {"tok_pos": Tc, "tok_seq": Tc, "seq_start": Bc + 1, "seq_ctx": Bc, "seq_slot": Bc,
                  "row_index": self.max_logit_rows, "tokens_in": Tc, "page_table": Bc * self.max_pages,
-                 "ids_pos": Bc}
+                 "ids_pos": Bc, "seq_slot_out": Bc, "hidden_rows": Tc}
         self.meta_off, off = {}, 0
         for name in META_I32:
             self.meta_off[name] = off
@@ -344,7 +390,10 @@ class Engine:
         cp, g = self.cp, self.graph
         self.params = {}
         make = getattr(self.art, "device_tensor", None)  # synthetic weights are generated on the device
-        for spec in g.params.values():
+        specs = list(g.params.values())
+        if self.mtp_graph is not None:  # the head's own weights (embedding and LM head are the model's)
+            specs += [p for n, p in self.mtp_graph.params.items() if n not in g.params]
+        for spec in specs:
             for name, shape, dtype in spec.storage():  # quantised params: codes, then fp32 scales
                 if make is not None:
                     self.params[name] = make(name, shape, dtype, spec, cp)
@@ -354,7 +403,8 @@ class Engine:
                     host = host.view(np.uint16)
                 self.params[name] = cp.asarray(host)
         self.states = {}
-        for s in g.states.values():
+        states = list(g.states.values()) + (list(self.mtp_graph.states.values()) if self.mtp_graph is not None else [])
+        for s in states:
             if s.kind == "kv":
                 _, hkv, hd = s.shape
                 shape = (self.num_pages, hkv, self.page_size, hd)
@@ -367,9 +417,9 @@ class Engine:
                     self.states[s.name] = {"k": cp.empty(shape, cp.uint16), "v": cp.empty(shape, cp.uint16)}
             elif s.kind == "conv":
                 C, wm1 = s.shape
-                self.states[s.name] = cp.empty((self.max_batch, wm1 + 1, C), cp.float32)
+                self.states[s.name] = cp.empty((self.state_slots, wm1 + 1, C), cp.float32)
             else:
-                self.states[s.name] = cp.empty((self.max_batch,) + s.shape, cp.float32)
+                self.states[s.name] = cp.empty((self.state_slots,) + s.shape, cp.float32)
         self.arena = cp.empty(max(self.t_cap * self.arena_row, 256), cp.uint8)
         # zeroed once: the counters some kernels keep there (mlp_sync) start at zero and every launch leaves them so
         self.ws = {k: cp.zeros(v, cp.uint8) for k, v in self.ws_bytes.items()}
@@ -406,11 +456,32 @@ class Engine:
         for name, root in mem["aliases"].items():
             if root in self.tensor_ptr:
                 self.tensor_ptr[name] = self.tensor_ptr[root]
+        if self.mtp_graph is not None:
+            from ninferc.targets.lower import MTP_HIDDEN_SRC
+
+            self.mtp_arena = cp.empty(max(self.t_cap * self.mtp_arena_row, 256), cp.uint8)
+            H = self.config.hidden_size  # noqa: N806
+            #: bf16 [mtp_src_rows, H]: rows 0..B-1 pending (the last hidden row of each sequence group whose next
+            #: token is not known yet), B..2B-1 the draft chain's rows, then the last prefill / verify step's rows
+            self.mtp_src = cp.empty((self.mtp_src_rows, H), cp.uint16)
+            self.mtp_logits = cp.empty((self.max_batch, self.vocab), cp.float32)
+            mm = self.mtp_graph.meta["memory"]
+            mtp_ptr = {n: self.mtp_arena.data.ptr + self.t_cap * t["offset_per_token"]
+                       for n, t in mm["tensors"].items()}
+            for name, root in mm["aliases"].items():
+                if root in mtp_ptr:
+                    mtp_ptr[name] = mtp_ptr[root]
+            mtp_ptr["hidden"] = self.mtp_src.data.ptr
+            clash = set(mtp_ptr) & set(self.tensor_ptr)
+            if clash:
+                raise PlanError(f"the MTP head's tensors {sorted(clash)} share names with the model's")
+            self.tensor_ptr.update(mtp_ptr)
+            self.tensor_ptr[MTP_HIDDEN_SRC] = self.mtp_src.data.ptr + 2 * self.max_batch * H * 2
 
     # ------------------------------------------------------------------------------------------
     # argument binding
     # ------------------------------------------------------------------------------------------
-    def _ref(self, ref: Ref):
+    def _ref(self, ref: Ref, mtp: bool = False):
         cp = self.cp
         k = ref.kind
         if k == "tensor":
@@ -433,8 +504,8 @@ class Engine:
             return np.uint64(self.meta.data.ptr + 4 * self.meta_off[ref.name])
         if k == "ws":
             return self.ws[ref.name]
-        if k == "logits":
-            return self.logits
+        if k == "logits":  # the MTP head's steps (and the sampler drawing its drafts) have their own rows
+            return self.mtp_logits if mtp else self.logits
         if k == "barrier":
             return self.barrier
         if k == "null":
@@ -448,7 +519,7 @@ class Engine:
             return {"i32": np.int32, "f32": np.float32, "u64": np.uint64}[ref.dtype](ref.value)
         raise PlanError(f"unknown argument reference kind {k!r}")
 
-    def _args(self, step: Step, ln: Launch, B: int, launches: dict) -> tuple:  # noqa: N803
+    def _args(self, step: Step, ln: Launch, B: int, launches: dict, mtp: bool = False) -> tuple:  # noqa: N803
         scal = launch_scalars(step, ln, self.geo_ctx, B)
         args = []
         for name in arg_names(step, ln):
@@ -461,7 +532,7 @@ class Engine:
                                     f"{step.bind[name].name}, which is not in this step")
                 args.append(np.int32(FAMILIES[src[1].kernel.family].norm_parts(src[1])))
             elif name in step.bind:
-                args.append(self._ref(step.bind[name]))
+                args.append(self._ref(step.bind[name], mtp))
             else:
                 raise PlanError(f"step {step.name} ({ln.kernel.uri}): no binding for kernel argument {name!r}")
         return tuple(args)
@@ -522,12 +593,14 @@ class Engine:
         return [(step.name, ln.kernel.family, float(np.median(t))) for (step, ln, _, _), t in zip(sp.launches, times)]
 
     def write_meta(self, *, tok_pos, tok_seq, seq_start, seq_ctx, seq_slot, row_index, page_rows,
-                   tokens=None) -> None:
+                   tokens=None, seq_slot_out=None, hidden_rows=None) -> None:
         """Fill a pinned host metadata block and copy it to the device (async on the engine stream); with
         ``tokens`` (host ids), also place them in the device token buffer the embedding reads (otherwise
         that buffer keeps the ids the GPU sampler wrote). The rows' sampled-id cursors (``ids_pos``) are set to
         the start of the other half of their ``ids_host`` rows (``ids_base``), and ``device_meta`` is forgotten:
-        the caller sets it again after a replayed decode step."""
+        the caller sets it again after a replayed decode step. ``seq_slot_out`` (verify steps: each sequence's first
+        output state slot) and ``hidden_rows`` (MTP head steps: the row of the hidden buffer each row reads) are
+        written when given."""
         i = self.meta_next
         self.meta_next = (i + 1) % META_RING
         if self.meta_events[i] is not None:
@@ -535,7 +608,10 @@ class Engine:
         h = self.meta_ring[i]
         o = self.meta_off
         for name, arr in (("tok_pos", tok_pos), ("tok_seq", tok_seq), ("seq_start", seq_start),
-                          ("seq_ctx", seq_ctx), ("seq_slot", seq_slot), ("row_index", row_index)):
+                          ("seq_ctx", seq_ctx), ("seq_slot", seq_slot), ("row_index", row_index),
+                          ("seq_slot_out", seq_slot_out), ("hidden_rows", hidden_rows)):
+            if arr is None:
+                continue
             a = np.asarray(arr, np.int32)
             h[o[name]:o[name] + a.size] = a
         pt = o["page_table"]
@@ -555,10 +631,26 @@ class Engine:
         ev.record(self.stream)
         self.meta_events[i] = ev
 
-    def run(self, mode: str, T: int, B: int, R: int) -> None:  # noqa: N803
-        """Launch one model step (metadata already written)."""
+    @staticmethod
+    def pinned_int32(n: int) -> np.ndarray:
+        """A pinned host int32 array of ``n`` elements (:func:`cupy_pinned_int32`)."""
+        return cupy_pinned_int32(n)
+
+    def host(self, arr) -> np.ndarray:
+        """A host copy of device array ``arr``, ordered after the work queued on the engine stream."""
+        return arr.get(stream=self.stream)
+
+    def mtp_hidden_rows(self, rows: int):
+        """The MTP head's last output rows (``mtp_hidden``: bf16 [rows, H], the gathered rows of its final norm) as a
+        device array view (uint16), for the draft chain's next step."""
+        cp, H = self.cp, self.config.hidden_size  # noqa: N806
+        mem = cp.cuda.UnownedMemory(int(self.tensor_ptr["mtp_hidden"]), rows * H * 2, self.mtp_arena)
+        return cp.ndarray((rows, H), cp.uint16, cp.cuda.MemoryPointer(mem, 0))
+
+    def run(self, mode: str, T: int, B: int, R: int, *, mtp: bool = False) -> None:  # noqa: N803
+        """Launch one model step (``mtp``: one step of the MTP head's program); metadata already written."""
         self.device_meta = None
-        self._launch_all(self.step_plan(mode, T, B, R))
+        self._launch_all(self.step_plan(mode, T, B, R, mtp=mtp))
 
     def sample_step(self, greedy: bool, B: int) -> None:  # noqa: N803
         """Launch the sampler over B rows of logits (argmax when greedy). It advances the rows' decode metadata

@@ -63,7 +63,7 @@ class MemoryPlan:
                 "reduce --max-context or the batch size, or free device memory")
 
 
-def workspace_sizes(program, ctx, *, t_cap: int, max_batch: int) -> dict[str, int]:
+def workspace_sizes(program, ctx, *, t_cap: int, max_batch: int, verify_tokens: int = 0) -> dict[str, int]:
     """Bytes of every named workspace the runtime allocates: for each, the largest ``Launch.workspace_bytes``
     of the kernels that use it (:data:`WORKSPACE_OF`) over every step the engine can make -- a prefill chunk
     of ``t_cap`` tokens, every GEMV-sized prefill (T = 1..16 and 64; split-K workspaces vary with T) and a
@@ -75,6 +75,8 @@ def workspace_sizes(program, ctx, *, t_cap: int, max_batch: int) -> dict[str, in
     Args:
         program: a :class:`ninferc.targets.lower.Program`. ctx: the plan context launches are derived on.
         t_cap: prefill chunk (tokens). max_batch: decode sequences.
+        verify_tokens: K + 1 of a speculating engine (0: none): its verify steps of one and of ``max_batch``
+            sequences of that many tokens count too.
 
     Raises:
         PlanError: a launch needs workspace bytes but its kernel family has no named workspace (it would write
@@ -87,6 +89,8 @@ def workspace_sizes(program, ctx, *, t_cap: int, max_batch: int) -> dict[str, in
           "mlp_parts": 16, "mlp_sync": 16}
     cases = [("prefill", t_cap, 1, 1), ("decode", max_batch, max_batch, max_batch), ("decode", 1, 1, 1)]
     cases += [("prefill", t, 1, 1) for t in list(range(1, 17)) + [64] if t <= t_cap]
+    if verify_tokens:
+        cases += [("verify", b * verify_tokens, b, b * verify_tokens) for b in sorted({1, max_batch})]
     for mode, T, B, R in cases:  # noqa: N806
         for s in program.for_mode(mode):
             ln = step_launch(s, ctx, T=T, B=B, R=R)
