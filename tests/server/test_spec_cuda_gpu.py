@@ -1,0 +1,149 @@
+"""Speculative decoding with the MTP head on the CUDA engine (the fixture artifact compiled for the device): the
+drafts against ``goldens-mtp.json`` (teacher-forced, where the golden's margin is clear), speculative greedy output
+against the goldens and against plain output, acceptance against the goldens' speculative runs, several sequences
+with different draft counts in one round, and the server with ``--spec mtp``. Marked ``gpu``.
+
+Exactness: the verify step (K + 1 tokens, the GEMV's multi-token tiles or the GEMM) rounds differently from a
+one-token decode step, and the head reads the model's bf16 hidden row where the golden implementation used fp32, so
+outputs are compared up to the golden's first near-tie (``GREEDY_MARGIN``) and drafts where the golden's draft margin
+is at least ``DRAFT_MARGIN``; acceptance over all cases within ``ACCEPT_TOL`` of the goldens'. The path is gated
+by ``NINFERC_CUDA_MTP=1`` until these pass (:func:`ninferc.runtime.cuda_backend.cuda_mtp_refusal`); they set it.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ninferc.ir.tolerances import GREEDY_MARGIN
+
+pytestmark = pytest.mark.gpu
+
+#: logit gap under which a golden draft counts as a near-tie (the head reads bf16 hidden rows)
+DRAFT_MARGIN = 0.25
+#: largest difference of the overall acceptance rate from the goldens' speculative runs (the runs here stop at each
+#: golden's first near-tie, the goldens' run the whole continuation)
+ACCEPT_TOL = 0.1
+
+
+def golden_len(case) -> int:
+    return next((i for i, m in enumerate(case["top1_margin"]) if m < GREEDY_MARGIN), len(case["top1_margin"]))
+
+
+@pytest.fixture(scope="module")
+def gmtp(tiny_dir):
+    return json.loads((tiny_dir / "goldens-mtp.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def art(tmp_path_factory, tiny_dir):
+    from ninferc.pipeline import compile_model
+    from ninferc.runtime.kernels import device_arch, device_sm_count
+
+    p = tmp_path_factory.mktemp("spec_gpu") / "tiny.ninfer"
+    compile_model(tiny_dir, device_arch(), p, sms=device_sm_count())
+    return p
+
+
+@pytest.fixture
+def backend(art, monkeypatch):
+    from ninferc.runtime.cuda_backend import CudaBatchBackend
+
+    monkeypatch.setenv("NINFERC_CUDA_MTP", "1")
+    made = []
+
+    def make(k, slots=4):
+        be = CudaBatchBackend(art, max_context=512, num_slots=slots, num_pages=slots * 8, prefill_chunk=64,
+                              spec_tokens=k)
+        made.append(be)
+        return be
+
+    yield make
+    for be in made:
+        be.close()
+
+
+def _run(be, prompts, n, k):
+    from ninferc.runtime.scheduler import GenerationRequest, Scheduler, TokenEvent
+    from ninferc.runtime.spec import SpecConfig
+    from ninferc.sampling import SamplingParams
+
+    s = Scheduler(be, max_concurrency=be.num_slots, prefill_chunk=64, spec=None if k is None else SpecConfig("mtp", k))
+    evs = {}
+    for i, p in enumerate(prompts):
+        s.submit(GenerationRequest(str(i), list(p), n[i] if isinstance(n, list) else n, params=SamplingParams(),
+                                   sink=lambda ev, i=i: evs.setdefault(i, []).append(ev)))
+    while not s.idle:
+        s.step()
+    return [([t for e in evs[i] if isinstance(e, TokenEvent) for t in e.ids], evs[i][-1])
+            for i in range(len(prompts))]
+
+
+def test_drafts_equal_the_goldens_where_clear(backend, gmtp):
+    """Teacher-forced: the prompt and golden tokens up to position t prefilled, the draft chain from the token at
+    t + 1 gives the golden's drafts 1..3 (each compared where the golden's margin for it is clear)."""
+    from ninferc.runtime.paged_kv import Sequence
+
+    be = backend(3, slots=1)
+    checked = 0
+    for c in gmtp["cases"]:
+        S = c["prompt_ids"] + c["greedy_ids"]
+        n = len(c["prompt_ids"])
+        for pos in c["positions"][::6]:
+            t = pos["t"]
+            seq = Sequence(slot=0, pages=list(range(8)))
+            seq.mtp = True
+            be.prefill(seq, S[:t + 1])
+            d = be.draft([seq], [S[t + 1]], [3])[0]
+            for j in range(3):
+                if pos[f"draft{j + 1}_margin"] < DRAFT_MARGIN:
+                    break  # a later draft chains on this one
+                assert d[j] == pos["draft_ids"][j], (c["prompt"][:30], t, j, d, pos["draft_ids"])
+                checked += 1
+            assert t >= n - 1
+    assert checked >= 20
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_speculative_greedy_equals_the_goldens_and_plain(backend, goldens, gmtp, k):
+    cases = gmtp["cases"]
+    n = [golden_len(g) for g in goldens["cases"]]
+    spec = _run(backend(k, slots=5), [c["prompt_ids"] for c in cases], n, k)
+    plain = _run(backend(0, slots=5), [c["prompt_ids"] for c in cases], n, None)
+    drafted = accepted = 0
+    for i, c in enumerate(cases):
+        ids, fin = spec[i]
+        assert ids == c["greedy_ids"][:n[i]] == plain[i][0]
+        drafted += fin.stats.spec.drafted
+        accepted += fin.stats.spec.accepted
+    want = [sum(c["spec"][f"k{k}"]["accepted_per_round"]) / max(1, sum(c["spec"][f"k{k}"]["drafts_per_round"]))
+            for c in cases]
+    assert abs(accepted / drafted - sum(want) / len(want)) <= ACCEPT_TOL
+
+
+def test_rounds_with_different_draft_counts_and_the_context_end(backend, goldens):
+    """Three sequences sharing rounds: one near its reservation's end (fewer drafts, then none), the others with the
+    full K -- outputs equal each one's golden prefix."""
+    cases = goldens["cases"][:3]
+    n = [min(golden_len(c), m) for c, m in zip(cases, (40, 7, 25))]
+    out = _run(backend(3, slots=3), [c["prompt_ids"] for c in cases], n, 3)
+    for c, m, (ids, _) in zip(cases, n, out):
+        assert ids == c["greedy_ids"][:m]
+
+
+def test_serve_with_spec_mtp(start_server, art, goldens):
+    """``ninferc serve --spec mtp`` on the CUDA backend: a greedy completion equals the golden prefix, and the
+    request's log line carries the speculation stats."""
+    import openai
+
+    srv = start_server(art, "--model-id", "tiny", "--spec", "mtp", "--draft-tokens", "3",
+                       env={"NINFERC_CUDA_MTP": "1"})
+    cl = openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0, timeout=120)
+    c = goldens["cases"][0]
+    m = golden_len(c)
+    r = cl.completions.create(model="tiny", prompt=c["prompt_ids"], max_tokens=m, temperature=0,
+                              extra_body={"ignore_eos": True})
+    assert r.usage.completion_tokens == m
+    line = srv.wait_request_lines(1)[-1]
+    assert "spec=mtp" in line and "tok/round" in line
