@@ -270,6 +270,112 @@ def multi_token_steps(engine, session, tokens_per_seq, *, reps: int = 30, rng=No
     return out
 
 
+def accepted_schedule(rate: float, k: int, rounds: int, rng) -> list[int]:
+    """Drafts accepted in each of ``rounds`` rounds of ``k`` drafts, for a forced acceptance ``rate`` (accepted /
+    drafted): ``floor(rate k)`` or one more, drawn so that the mean is ``rate k`` (e.g. 0.76 at K = 3: 2 or 3
+    accepted, 3.28 tokens per round -- the 27B heads' field reports, 73-80 % and 3.2-3.4 tokens per round).
+
+    Raises:
+        NinfercError: ``rate`` outside [0, 1] or ``k`` < 1."""
+    if not 0.0 <= rate <= 1.0 or k < 1:
+        raise NinfercError(f"--accept-rate must be in [0, 1] (found {rate}) with --draft-tokens >= 1 (found {k})")
+    lo = int(np.floor(rate * k))
+    frac = rate * k - lo
+    return [min(k, lo + int(rng.random() < frac)) for _ in range(rounds)]
+
+
+def spec_rounds(backend, *, prompt_tokens: int, rounds: int, accept_rate: float, chunk: int, log=print,
+                seed: int = 0) -> dict:
+    """Speculative decoding's machinery on ``backend`` (a :class:`~ninferc.runtime.cuda_backend.CudaBatchBackend`
+    built with ``spec_tokens`` K), one sequence, at a forced acceptance profile: synthetic weights make real
+    acceptance meaningless, so the drafts the head computes (their cost is timed) are replaced by a recorded greedy
+    continuation of the same prompt, each round's draft after its scheduled accepted count corrupted
+    (:func:`accepted_schedule`); the verify step then accepts exactly that many where the verify's greedy token
+    equals the recording's (a near-tie between the two paths can part them: the measured acceptance is reported).
+
+    Times (seconds on the host, each round synchronous: the verify's logits are read back): the plain step
+    (``decode`` + the greedy sampler, the sequence's id read back), the draft chain of K steps, the verify step of
+    K + 1 tokens, and whole rounds; ``tok_s`` = tokens emitted / the rounds' time, ``plain_tok_s`` = 1 / the plain
+    step's median.
+
+    Returns:
+        dict: draft_tokens, accept_rate (asked and measured), tokens_per_round, medians in ms (plain_step, draft_chain,
+        draft_step = chain / K, verify_step, round), their ratios to the plain step, tok_s, plain_tok_s, speedup.
+    Raises:
+        NinfercError: a backend without speculation, or a context past its max."""
+    from ninferc.runtime.paged_kv import Sequence
+    from ninferc.runtime.spec import accept_drafts
+    from ninferc.sampling import HostSampler
+
+    k = backend.spec_tokens
+    if not k:
+        raise NinfercError("spec_rounds needs a backend built with spec_tokens (the MTP head)")
+    e = backend.engine
+    rng = np.random.default_rng(seed)
+    V = e.vocab  # noqa: N806
+    ids = [int(x) for x in rng.integers(0, V, prompt_tokens)]
+    n_rec = rounds * (k + 1) + k + 1
+    pages = list(range(-(-(prompt_tokens + n_rec + k + 1) // e.page_size)))
+    if len(pages) > e.num_pages:
+        raise NinfercError(f"--prompt-tokens {prompt_tokens} + {n_rec} recorded tokens exceed the engine's KV pool")
+
+    def prefill(seq):
+        for s0 in range(0, prompt_tokens, chunk):
+            lg = backend.prefill(seq, ids[s0:s0 + chunk])
+        return lg
+
+    greedy = HostSampler(SamplingParams())
+    # 1. the recording: plain greedy decode (timed: the plain step)
+    rec_seq = Sequence(slot=0, pages=pages)
+    rec = [backend.sample(prefill(rec_seq), [(greedy, None)])[0].token]
+    plain = []
+    while len(rec) < n_rec:
+        t0 = time.perf_counter()
+        rec.append(backend.sample(backend.decode([rec_seq], [rec[-1]]), [(greedy, None)])[0].token)
+        plain.append(time.perf_counter() - t0)
+    # 2. speculative rounds from the same prompt, drafts forced onto the recording
+    seq = Sequence(slot=0, pages=pages)
+    seq.mtp = True
+    prefill(seq)
+    sched = accepted_schedule(accept_rate, k, rounds, rng)
+    pos, emitted, acc, t_draft, t_verify, t_round = 0, 0, [], [], [], []
+    sampler = HostSampler(greedy.params)
+    for m_want in sched:
+        t0 = time.perf_counter()
+        backend.draft([seq], [rec[pos]], [k])
+        e.stream.synchronize()
+        t1 = time.perf_counter()
+        drafts = rec[pos + 1:pos + 1 + k]
+        if m_want < k:
+            drafts[m_want] = (drafts[m_want] + 1) % V
+        lg = backend.verify([seq], [[rec[pos]] + drafts])[0]
+        t2 = time.perf_counter()
+        toks = accept_drafts(sampler, lg, drafts)
+        backend.accept([seq], [len(toks) - 1])
+        e.stream.synchronize()
+        t3 = time.perf_counter()
+        t_draft.append(t1 - t0)
+        t_verify.append(t2 - t1)
+        t_round.append(t3 - t0)
+        acc.append(len(toks) - 1)
+        emitted += len(toks)
+        pos += len(toks)
+        if [t.token for t in toks] != rec[pos - len(toks) + 1:pos + 1]:
+            log(f"spec bench: round {len(acc)} parted from the recording (a near-tie between the verify and the "
+                "plain step); later rounds accept less")
+    med = lambda xs: float(np.median(xs)) * 1e3  # noqa: E731
+    out = {"draft_tokens": k, "rounds": rounds, "prompt_tokens": prompt_tokens, "accept_rate_asked": accept_rate,
+           "accept_rate": sum(acc) / (k * rounds), "tokens_per_round": emitted / rounds,
+           "plain_step_ms": med(plain), "draft_chain_ms": med(t_draft), "draft_step_ms": med(t_draft) / k,
+           "verify_step_ms": med(t_verify), "round_ms": med(t_round)}
+    out["verify_ratio"] = out["verify_step_ms"] / out["plain_step_ms"]
+    out["draft_step_ratio"] = out["draft_step_ms"] / out["plain_step_ms"]
+    out["tok_s"] = emitted / sum(t_round)
+    out["plain_tok_s"] = 1e3 / out["plain_step_ms"]
+    out["speedup"] = out["tok_s"] / out["plain_tok_s"]
+    return out
+
+
 def synthetic_graph(preset: str, recipe_name: str, kv_dtype: str):
     """The compiled graph (:class:`~ninferc.ir.graph.Graph`) ``ninferc bench --preset`` runs: the preset's model
     through the pass pipeline with ``recipe_name`` weights and ``kv_dtype`` KV. Needs no GPU.
@@ -303,12 +409,13 @@ def device_target(arch=None, sku=None):
 
 
 def synthetic_artifact(preset: str, recipe_name: str, kv_dtype: str, *, target=None, max_context: int,
-                       batch: int = 1, graph=None):
+                       batch: int = 1, graph=None, mtp: bool = False):
     """The in-memory artifact ``ninferc bench --preset`` runs: the preset's graph through the pipeline with
     ``recipe_name`` weights and ``kv_dtype`` KV, planned for ``target`` (a :class:`~ninferc.targets.target.Target`;
     default :func:`device_target`: the device's arch and SM count) with KV capacity ``max_context`` tokens and
     decode batches 1 and ``batch``; weights are generated on the GPU when the engine loads it. ``graph``: the
-    :func:`synthetic_graph` of the same arguments when the caller has built it already.
+    :func:`synthetic_graph` of the same arguments when the caller has built it already. ``mtp``: with the MTP head
+    the Qwen3.5 / 3.6 checkpoints carry (one layer; the preset's own count when it declares one), planned alike.
 
     Raises:
         NinfercError: unknown preset, a recipe the pipeline rejects, or a plan that does not fit."""
@@ -318,9 +425,20 @@ def synthetic_artifact(preset: str, recipe_name: str, kv_dtype: str, *, target=N
 
     cfg = get_preset(preset)
     graph = graph if graph is not None else synthetic_graph(preset, recipe_name, kv_dtype)
-    mp = plan_model(graph, target if target is not None else device_target(), max_context=max_context,
+    target = target if target is not None else device_target()
+    mp = plan_model(graph, target, max_context=max_context,
                     decode_batches=(1, batch) if batch > 1 else (1,), prefill_tokens=(1, 64, 1024))
-    return SyntheticArtifact(cfg, graph, mp)
+    if not mtp:
+        return SyntheticArtifact(cfg, graph, mp)
+    import dataclasses
+
+    from ninferc.ir.passes import run_pipeline
+    from ninferc.ir.qwen3_5 import build_mtp_graph
+
+    cfg = dataclasses.replace(cfg, mtp_num_hidden_layers=cfg.mtp_num_hidden_layers or 1)
+    mg = run_pipeline(build_mtp_graph(cfg, lm_rows="last"), weights=recipe_name, kv_dtype=kv_dtype)
+    mtp_plan = plan_model(mg, target, max_context=max_context, decode_batches=(1,), prefill_tokens=(1, 8))
+    return SyntheticArtifact(cfg, graph, mp, mtp_graph=mg, mtp_plan=mtp_plan)
 
 
 def device_memory_used(cp) -> int:

@@ -31,13 +31,23 @@ from ninferc.errors import NinfercError
 @click.option("--tokens-per-seq", default=None,
               help="also time steps of one sequence x T tokens with logits for every token (a speculative verify "
                    "step), comma-separated T in 2..64, against the one-token step")
+@click.option("--spec", type=click.Choice(["mtp"]), default=None,
+              help="also time speculative decoding with the MTP head (a synthetic preset gets one): the draft and "
+                   "verify steps against the plain step, and tok/s at a forced acceptance (--accept-rate)")
+@click.option("--draft-tokens", default=3, type=click.IntRange(1, 5), show_default=True, help="with --spec: K")
+@click.option("--accept-rate", default=0.76, type=float, show_default=True,
+              help="with --spec: the forced share of drafts accepted (synthetic weights make real acceptance "
+                   "meaningless); 0.76 at K = 3 is 3.28 tokens per round")
+@click.option("--spec-rounds", default=48, type=click.IntRange(min=1), show_default=True,
+              help="with --spec: speculative rounds timed (after the plain steps that record their drafts)")
 @click.option("--profile", is_flag=True, help="also time every kernel of one decode step and one prefill chunk")
 @click.option("--peer", type=click.Choice(["hf"]), default=None,
               help="also run HF transformers on the same weights (zero-copy views of the engine's) in this "
                    "process, after our run, and report ours / peer")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None, help="write results here")
 def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, recipe, kv_dtype, prompt_tokens,
-              decode_tokens, prefill_chunk, batch, tokens_per_seq, profile, peer, json_path):
+              decode_tokens, prefill_chunk, batch, tokens_per_seq, spec, draft_tokens, accept_rate, spec_rounds,
+              profile, peer, json_path):
     """Measure copy bandwidth, prefill tok/s + TTFT and decode tok/s (1 / the median time between streamed ids,
     one graph-replayed step queued ahead; the step-by-step loop's figure beside it) and report
     the fraction of the memory roofline measured in the same process."""
@@ -65,6 +75,22 @@ def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, rec
     # each prompt length is decoded twice from its prefill, step by step and then streamed (run_bench): the KV
     # capacity holds the prompt, both runs' decode_tokens and a few spare tokens
     max_ctx = max(lens) + 2 * decode_tokens + max(tps, default=0) + 8  # + the multi-token steps after the decodes
+    if spec is None:
+        for name, value, default in (("--draft-tokens", draft_tokens, 3), ("--accept-rate", accept_rate, 0.76),
+                                     ("--spec-rounds", spec_rounds, 48)):
+            if value != default:
+                raise NinfercError(f"{name} applies with --spec mtp")
+    else:
+        import numpy as np
+
+        from ninferc.bench import accepted_schedule
+        from ninferc.runtime.cuda_backend import cuda_mtp_refusal
+
+        accepted_schedule(accept_rate, draft_tokens, 1, np.random.default_rng(0))  # checks the rate
+        if cuda_mtp_refusal():
+            raise NinfercError(f"--spec mtp: {cuda_mtp_refusal()}")
+        # the spec rounds run on a fresh sequence after the others: prompt + the recorded continuation + a round
+        max_ctx = max(max_ctx, max(lens) + (spec_rounds + 2) * (draft_tokens + 1) + 8)
     if (artifact is None) == (preset is None):
         raise NinfercError("give exactly one of ARTIFACT or --preset NAME --synthetic-weights")
     if preset is not None and not synthetic_weights:
@@ -107,16 +133,29 @@ def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, rec
         from ninferc.bench import device_target, synthetic_artifact
 
         art = synthetic_artifact(preset, recipe_name, kv_dtype, target=device_target(arch, sku_obj),
-                                 max_context=max_ctx, batch=batch, graph=graph)
+                                 max_context=max_ctx, batch=batch, graph=graph, mtp=spec is not None)
         weights = f"{recipe_name} (synthetic)"
     log("measuring copy bandwidth and the bf16 matmul ceiling ...")
     copy = copy_bandwidth_gbps(cp)
     peak = matmul_peak_tflops()
     log(f"copy bandwidth {copy:,.0f} GB/s; bf16 matmul {peak if peak is None else round(peak, 1)} TFLOP/s")
+    if spec is not None and art.mtp_graph() is None:
+        raise NinfercError(f"--spec mtp: the artifact {artifact} carries no MTP head (its checkpoint declares none, "
+                           "or it was compiled before 2026-12-05)")
     eng = Engine(art, max_context=max_ctx, prefill_chunk=min(prefill_chunk, max(lens)), max_batch=batch, log=log,
-                 max_logit_rows=max(tps, default=batch))
+                 max_logit_rows=max(tps, default=batch), spec_tokens=draft_tokens if spec else 0)
     res = run_bench(eng, prompt_tokens=lens, decode_tokens=decode_tokens, chunk=prefill_chunk, log=log,
                     profile=profile, batch=batch, tokens_per_seq=tps)
+    if spec is not None:
+        from ninferc.bench import spec_rounds as run_spec_rounds
+        from ninferc.runtime.cuda_backend import CudaBatchBackend
+
+        log(f"speculative rounds: K = {draft_tokens}, forced acceptance {accept_rate:.2f}, {spec_rounds} rounds at "
+            f"context {max(lens)} ...")
+        be = CudaBatchBackend.__new__(CudaBatchBackend)
+        be._setup(eng, num_slots=batch, max_context=max_ctx, cuda_graph=True, spec_tokens=draft_tokens)
+        res["spec"] = run_spec_rounds(be, prompt_tokens=max(lens), rounds=spec_rounds, accept_rate=accept_rate,
+                                      chunk=eng.prefill_chunk, log=log)
     out = finish(res, engine=eng, copy_gbps=copy, peak_tflops=peak, weights=weights,
                  command="ninferc " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
     if peer == "hf":
@@ -138,6 +177,13 @@ def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, rec
         if d["tokens"] > 1:
             lines.append(f"one sequence x {d['tokens']} tokens at context {d['context']}: {d['median_step_ms']:.2f} ms "
                          f"per step = {d['ratio_to_one']:.2f}x the one-token step")
+    if "spec" in out:
+        sp = out["spec"]
+        lines.append(f"spec mtp K = {sp['draft_tokens']} at context {sp['prompt_tokens']}: verify step "
+                     f"{sp['verify_step_ms']:.2f} ms = {sp['verify_ratio']:.2f}x the plain step ({sp['plain_step_ms']:.2f} "
+                     f"ms), draft step {sp['draft_step_ms']:.2f} ms = {sp['draft_step_ratio']:.2f}x; forced acceptance "
+                     f"{sp['accept_rate']:.2f} ({sp['tokens_per_round']:.2f} tokens per round): {sp['tok_s']:.1f} tok/s "
+                     f"against {sp['plain_tok_s']:.1f} plain = {sp['speedup']:.2f}x")
     if "peer" in out:
         pr = out["peer_ratio"]
         lines.append(f"peer {out['peer'].get('name')} {out['peer'].get('version')} (fast path "

@@ -28,23 +28,33 @@ class SyntheticArtifact:
             (kernel sources and resources come from it). seed: RNG seed for the weights.
     """
 
-    def __init__(self, config: ModelConfig, graph: Graph, plan, *, seed: int = 0, page_size: int = PAGE_SIZE):
-        self.config, self._graph, self.seed = config, graph, seed
-        self._sources = {uri: spec.render() for uri, spec in plan.kernels.items()}
+    def __init__(self, config: ModelConfig, graph: Graph, plan, *, seed: int = 0, page_size: int = PAGE_SIZE,
+                 mtp_graph: Graph | None = None, mtp_plan=None):
+        self.config, self._graph, self.seed, self._mtp = config, graph, seed, mtp_graph
+        specs = {**(mtp_plan.kernels if mtp_plan is not None else {}), **plan.kernels}
+        resources = {**(mtp_plan.resources if mtp_plan is not None else {}), **plan.resources}
+        self._sources = {uri: spec.render() for uri, spec in specs.items()}
+        params = dict(graph.params)
+        if mtp_graph is not None:
+            params.update({n: p for n, p in mtp_graph.params.items() if n not in params})
         self.header = {
             "target": {"arch": plan.target, "sku": plan.sku.key if plan.sku else None, "sms": plan.sms},
             "compile": {"page_size": page_size, "options": list(plan.options), "max_context": plan.program.max_context},
             "plan": plan.to_json(),
             "kernels": [{"uri": uri, "entry": spec.entry, "source_blob": uri, "family": spec.family,
                          "source_sha256": hashlib.sha256(self._sources[uri].encode()).hexdigest(),
-                         "resources": plan.resources[uri].to_json()} for uri, spec in plan.kernels.items()],
-            "tensors": [{"name": n, "nbytes": tensor_nbytes(shape, dt)} for p in graph.params.values()
+                         "resources": resources[uri].to_json()} for uri, spec in specs.items()],
+            "tensors": [{"name": n, "nbytes": tensor_nbytes(shape, dt)} for p in params.values()
                         for n, shape, dt in p.storage()],
         }
 
     def graph(self) -> Graph:
         """The compiled graph."""
         return self._graph
+
+    def mtp_graph(self) -> Graph | None:
+        """The MTP head's compiled graph (``ninferc bench --spec mtp``), or None."""
+        return self._mtp
 
     def blob(self, name: str) -> bytes:
         """The rendered source of kernel ``name`` (its URI), as bytes."""

@@ -147,3 +147,15 @@ def test_serve_with_spec_mtp(start_server, art, goldens):
     assert r.usage.completion_tokens == m
     line = srv.wait_request_lines(1)[-1]
     assert "spec=mtp" in line and "tok/round" in line
+
+
+def test_spec_rounds_at_a_forced_acceptance(backend):
+    """``ninferc bench --spec mtp``'s rounds on the fixture: drafts forced onto a recorded greedy continuation reach
+    the asked acceptance (a near-tie between the verify and the plain step may part them: a margin), and every
+    timing is there."""
+    from ninferc.bench import spec_rounds
+
+    be = backend(3, slots=1)
+    r = spec_rounds(be, prompt_tokens=40, rounds=24, accept_rate=0.76, chunk=64, log=lambda m: None)
+    assert abs(r["accept_rate"] - 0.76) <= 0.1 and 3.0 <= r["tokens_per_round"] <= 3.6
+    assert all(r[k] > 0 for k in ("plain_step_ms", "draft_step_ms", "verify_step_ms", "round_ms", "tok_s"))
