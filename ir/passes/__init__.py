@@ -2,6 +2,17 @@
 
 Each pass takes a graph and returns a transformed copy; a pass that does not apply returns the graph
 unchanged (but for its mark). :func:`run_pipeline` is the one list of passes ``ninferc compile`` runs.
+
+What is decided after the passes, in lowering (:func:`ninferc.targets.lower.lower`), and why it is not a pass: the
+graph is one step of any size, and three choices depend on the step's size or on the kernels' layout, not on the
+graph -- folding an AddRMSNorm between two Linears into their GEMVs (only where both launches of a step are GEMVs:
+decode-size steps; a prefill chunk runs the GEMM and the norm as its own kernel, from the same graph), running a
+whole MLP as one fused decode kernel (where :class:`~ninferc.targets.kernels.mlp_decode.MlpDecodeFamily` serves the
+step), and writing the MTP head's Concat as two norms into one row (a layout of the kernels' outputs). A pass would
+have to fix one choice for every step size. The graph marks what makes them possible (``FuseAddRMSNorm``'s ops,
+PlanMemory's early births of the folded norms' outputs); ``ninferc plan`` shows what each step size runs (a folded
+norm's row reads ``-`` in the decode columns, and its two GEMVs are the ``add_norm_parts`` / ``in_norm-parts``
+kernels there).
 """
 
 from __future__ import annotations
