@@ -6,7 +6,7 @@ around the page boundaries (63 / 64 / 65 / 129 / 130), garbage (NaN / Inf scales
 row, NaN-poisoned outputs, both thread schedules.
 
 The emulator replaces ``ninfer_common.cuh`` by host versions; this file adds the few helpers the attention
-kernels use on top (read-only vector loads, ``__ldg``, the ``__f*_rn`` intrinsics); the shim's host
+kernels use on top (read-only vector loads, the ``__f*_rn`` intrinsics; ``__ldg`` is the shim's); the shim's host
 ``mma.sync.m16n8k16`` (bf16 inputs, fp32 accumulate) gathers the warp's fragments through warp barriers, with the
 fragment layout written out from the PTX ISA independently of the kernel (``templates/ninfer_common.cuh`` section 8
 documents the same layout). Host math is correctly rounded where the GPU's is
@@ -44,7 +44,6 @@ SHAPES = {f"{n}-{dt}": dataclasses.replace(p, kv_dtype=dt) for n, p in (("tiny",
 # Host versions of what the attention kernels use beyond the emulator's shim (cuda_host.py).
 _EXTRA = r"""
 // ---- host helpers for the attention kernels (tests/kernels/test_attention_emulated.py) ----
-template <class T> static inline T __ldg(const T* p) { return *p; }
 static inline float __fdiv_rn(float a, float b) { return a / b; }
 static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline float __fadd_rn(float a, float b) { return a + b; }
