@@ -282,7 +282,7 @@ class CudaBatchBackend:
                 self._unread[id(s)] = left
             else:
                 self._unread.pop(id(s), None)
-            if not h[n + i]:
+            if not h[n + i] or h[i] < 0:  # a non-finite element, or (the sampler's -1) a non-finite maximum
                 out.append(NonFiniteLogits(_NON_FINITE.format(i=i)))
                 continue
             s.observe(int(h[i]))
@@ -373,7 +373,9 @@ class CudaBatchBackend:
                 drafts[step, :B] = e.tokens[:B]
             host = e.host(drafts)
         for c, i in enumerate(order):
-            out[i] = [int(host[j, c]) for j in range(ks[i])]
+            d = [int(host[j, c]) for j in range(ks[i])]
+            # a draft from non-finite head logits (the sampler's -1) ends the chain: the verify step judges the rest
+            out[i] = d[:next((j for j, t in enumerate(d) if t < 0), len(d))]
             self._mtp_len[seqs[i].slot] = seqs[i].length
         return out
 

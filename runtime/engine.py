@@ -38,7 +38,7 @@ from ninferc.ir.reference import rope_inv_freq
 from ninferc.runtime.kernels import DeviceKernel, cupy, device_arch, device_bandwidth_gbs, device_sm_count
 from ninferc.runtime.memory import MemoryPlan, workspace_sizes
 from ninferc.runtime.paged_kv import PagePool, Sequence, SlotPool
-from ninferc.sampling import SamplingParams
+from ninferc.sampling import NonFiniteLogits, SamplingParams
 from ninferc.targets.arch import SUPPORTED, get_arch, require_plan_runs_on
 from ninferc.targets.skus import get_sku
 from ninferc.targets.kernels import FAMILIES
@@ -739,8 +739,11 @@ class Engine:
         return DeviceLogits(self.logits[:B], self.stream)
 
     def batch_tokens(self, B: int) -> list[int]:  # noqa: N803
-        """The B ids the greedy sampler wrote in the last :meth:`decode_batch` (one device-to-host read)."""
-        return [int(t) for t in self.tokens[:B].get(stream=self.stream)]
+        """The B ids the greedy sampler wrote in the last :meth:`decode_batch` (one device-to-host read).
+
+        Raises:
+            NonFiniteLogits: a row's logits had a non-finite maximum (the sampler gave no token)."""
+        return [_checked_id(int(t)) for t in self.tokens[:B].get(stream=self.stream)]
 
     def new_sequence(self) -> Sequence:
         """A sequence holding a free GDN slot (PoolExhausted when none is free)."""
@@ -760,6 +763,15 @@ class Engine:
         s = Session(self)
         self._sessions.append(s)
         return s
+
+
+def _checked_id(tok: int) -> int:
+    """A sampled id, or :class:`~ninferc.sampling.NonFiniteLogits` for the sampler's -1 (a row whose maximum was
+    not finite: ``targets/kernels/sample.py``)."""
+    if tok < 0:
+        raise NonFiniteLogits("the model produced non-finite logits (a NaN or Inf) at this step; no token can be "
+                              "drawn (NINFERC_CHECK_FINITE=1 names the first op that writes one)")
+    return tok
 
 
 def cupy_pinned_int32(n: int) -> np.ndarray:
@@ -915,7 +927,7 @@ class Session:
         if not self._pending:
             self.e.sample_step(params.greedy, 1)
         self._pending = False
-        self._last = int(self.e.tokens[:1].get(stream=self.e.stream)[0])
+        self._last = _checked_id(int(self.e.tokens[:1].get(stream=self.e.stream)[0]))
         return self._last
 
     def decode_stream(self, params: SamplingParams, n: int):
@@ -963,7 +975,7 @@ class Session:
         def take() -> int:
             slot, ev = queued.pop(0)
             ev.synchronize()
-            return int(e.ids_host[slot])
+            return _checked_id(int(e.ids_host[slot]))
 
         launched = 0
         try:
@@ -978,8 +990,11 @@ class Session:
                 yield tok
         finally:
             if queued:  # stopped early: the queued step appended the last id; its sample is the next one
-                self._last = take()
-                self._pending = True
+                try:
+                    self._last = take()
+                    self._pending = True
+                except NonFiniteLogits:  # no id to continue from (the error that stopped us, or the next)
+                    self._last = None
 
     def synchronize(self) -> None:
         """Wait for the engine stream."""

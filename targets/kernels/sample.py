@@ -12,10 +12,11 @@ runtime skips the metadata upload between steps (``Engine.write_meta``; bench/NO
 the id copy cost ~14 us per token on the H200). ``history`` may be host memory (pinned, mapped into the device's
 address space): the runtime reads each sampled id there instead of copying it.
 
-* ``argmax`` mode: ``numpy.argmax`` semantics -- largest value, ties to the lowest index, the first NaN
-  wins. One pass over the row.
-* ``sample`` mode, per row: ``temperature[b] <= 0`` (or NaN), or a non-finite row maximum -> argmax as
-  above. Otherwise the kept set is that of :func:`ninferc.sampling.filtered_probs` -- logits / T, the
+* A row whose maximum is not finite -- a NaN or +inf in it, or nothing but -inf -- gives no token: ``out[b] = -1``
+  in either mode (the runtime raises :class:`~ninferc.sampling.NonFiniteLogits` for it: no sampler turns garbage
+  logits into an id).
+* ``argmax`` mode: ``numpy.argmax`` semantics -- largest value, ties to the lowest index. One pass over the row.
+* ``sample`` mode, per row: ``temperature[b] <= 0`` (or NaN) -> argmax as above. Otherwise the kept set is that of :func:`ninferc.sampling.filtered_probs` -- logits / T, the
   ``top_k[b]`` largest (0 or >= V: off), then the shortest prefix of the remaining tokens in (value
   descending, index ascending) order whose probability mass reaches ``top_p[b]`` (>= 1: off; the top-1
   is always kept) -- with ties at either cut resolved by index exactly like ``filtered_probs``' stable
@@ -298,7 +299,7 @@ def _fma32(a, b, c) -> np.ndarray:
 
 def reference(problem: SampleProblem, logits, temperature=None, top_k=None, top_p=None, seed=None,
               step=None) -> np.ndarray:
-    """The tokens the kernel chooses (int32 [B]), computed in numpy.
+    """The tokens the kernel chooses (int32 [B]; -1 for a row whose maximum is not finite), computed in numpy.
 
     Args:
         logits: fp32 [B, V]. temperature, top_p: float [B]; top_k: int [B]; seed: uint64 [B]; step:
@@ -314,12 +315,15 @@ def reference(problem: SampleProblem, logits, temperature=None, top_k=None, top_
     for b in range(B):
         row = x[b]
         greedy = int(np.argmax(row))
+        m = row[greedy]
+        if not np.isfinite(m):  # a NaN (argmax finds the first) or +inf in the row, or nothing but -inf
+            out[b] = -1
+            continue
         if problem.mode == "argmax":
             out[b] = greedy
             continue
         t = float(np.float32(temperature[b]))
-        m = row[greedy]
-        if not (t > 0) or not np.isfinite(m):
+        if not t > 0:
             out[b] = greedy
             continue
         keep = kept_mask(row, t, int(top_k[b]), float(top_p[b]))

@@ -267,12 +267,14 @@ def test_kernel_selection_algorithm_matches_kept_mask():
 
 
 def test_reference_argmax_and_greedy_rows():
-    x = np.array([[1, 5, 5, -np.inf], [-np.inf] * 4, [0, np.nan, 3, np.nan], [2, -0.0, 0.0, 2]], np.float32)
-    np.testing.assert_array_equal(reference(SampleProblem(4, "argmax"), x), [1, 0, 1, 0])
-    # temperature 0, and rows with a non-finite maximum, fall back to argmax in sample mode
-    got = reference(SampleProblem(4, "sample"), x, temperature=[0.0, 1.0, 1.0, 0.0], top_k=[0] * 4,
-                    top_p=[1.0] * 4, seed=[1, 2, 3, 4])
-    np.testing.assert_array_equal(got, [1, 0, 1, 0])
+    x = np.array([[1, 5, 5, -np.inf], [-np.inf] * 4, [0, np.nan, 3, np.nan], [2, -0.0, 0.0, 2],
+                  [0, np.inf, 1, 2]], np.float32)
+    # a row whose maximum is not finite (only -inf; a NaN; +inf) gives no token, -1
+    np.testing.assert_array_equal(reference(SampleProblem(4, "argmax"), x), [1, -1, -1, 0, -1])
+    # temperature 0 falls back to argmax in sample mode; the non-finite rows give -1 there too
+    got = reference(SampleProblem(4, "sample"), x, temperature=[0.0, 1.0, 1.0, 0.0, 1.0], top_k=[0] * 5,
+                    top_p=[1.0] * 5, seed=[1, 2, 3, 4, 5])
+    np.testing.assert_array_equal(got, [1, -1, -1, 0, -1])
 
 
 def test_reference_sampler_distribution_and_determinism():
@@ -357,13 +359,12 @@ def test_emulated_split_argmax_matches_numpy(splits):
     V = 5003  # not a multiple of 4: a partial last group; 64 splits leave some CTAs an empty share
     x = rng.standard_normal((3, V)).astype(np.float32)
     x[1, 4000] = x[1, 17] = np.float32(9.0)  # a tie across shares: the lower index wins
-    x[2, 2500] = np.nan  # the first NaN wins (numpy.argmax)
+    x[2, 2500] = np.nan  # a NaN in one CTA's share: the row gives no token (-1) whichever CTA finishes it
     x[2, 4999] = np.nan
     ws = np.zeros(6, np.uint64)
     for _ in range(2):  # the words are left zero, so the same buffer serves the next launch
         out, ws = _emulated_argmax(x, splits, ld=V + 5, ws=ws)
-        assert out.tolist() == [int(np.argmax(r)) for r in x] == reference(SampleProblem(V, "argmax"), x).tolist()
-        assert out[1] == 17 and out[2] == 2500
+        assert out.tolist() == [int(np.argmax(x[0])), 17, -1] == reference(SampleProblem(V, "argmax"), x).tolist()
         assert not ws.any()
 
 

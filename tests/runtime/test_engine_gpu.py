@@ -454,3 +454,34 @@ def test_decode_with_prep_folded_equals_the_prep_launch(tmp_path, tiny_dir, gold
     print(f"fused vs prep launch: max |d logit| {np.max(np.abs(out[True][0] - out[False][0]))}")
     ENGINE_REORDER.check(out[True][0], out[False][0], "decode with attn_prep folded vs launched: decode logits")
     assert out[True][1] == out[False][1]
+
+
+@pytest.mark.parametrize("greedy", [True, False], ids=["argmax", "sample"])
+def test_non_finite_logits_give_no_token_on_the_cuda_path(artifacts, goldens, greedy):
+    """``ninferc run``'s CUDA path (Session.sample / decode_stream, the sampler inside the replayed graph): logits
+    made non-finite (the final norm's weight NaN from the 4th step on) end the generation with NonFiniteLogits
+    instead of an id -- the sampler's -1 for a row whose maximum is not finite."""
+    from ninferc.errors import NinfercError
+    from ninferc.generate import generate
+    from ninferc.sampling import NonFiniteLogits, SamplingParams
+
+    from ninferc.artifact import Artifact
+    from ninferc.runtime.engine import Engine
+
+    e = Engine(Artifact.open(artifacts["sm_90"]), plan="replay")
+    params = SamplingParams() if greedy else SamplingParams(temperature=0.8, seed=3)
+    name = next(op.params["weight"] for op in e.graph.ops() if op.kind == "AddRMSNorm" and op.outputs[-1] in
+                {o.inputs[0] for o in e.graph.ops() if o.kind == "LMHead"})
+    seen = []
+
+    def on_token(tok):
+        seen.append(tok)
+        if len(seen) == 3:
+            with e.stream:
+                e.params[name][:] = np.float32(np.nan)
+        return None
+
+    with pytest.raises(NonFiniteLogits, match="non-finite logits"):
+        generate(e.session(), goldens["cases"][0]["prompt_ids"], max_new=20, params=params, on_token=on_token)
+    assert 3 <= len(seen) <= 5 and all(t >= 0 for t in seen)
+    assert issubclass(NonFiniteLogits, NinfercError)
