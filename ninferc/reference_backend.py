@@ -398,6 +398,15 @@ class ReferenceBatchBackend:
             out.append(np.stack(rows))
         return out
 
+    def verify_argmax(self, seqs: list, token_lists: list[list[int]]) -> list[np.ndarray]:
+        """:meth:`verify`, returning each row's argmax id instead of its logits (int [k + 1] per sequence; -1 for a
+        row whose maximum is not finite, as the GPU sampler answers)."""
+        out = []
+        for lg in self.verify(seqs, token_lists):
+            m = lg.max(axis=1)
+            out.append(np.where(np.isfinite(m), np.argmax(lg, axis=1), -1))
+        return out
+
     def accept(self, seqs: list, accepted: list[int]) -> None:
         """Keep the first ``accepted[i] + 1`` tokens of sequence i's last :meth:`verify` (its last token and the
         accepted drafts): the length rolls back to them (later KV is garbage, overwritten by the next step) and the

@@ -383,6 +383,15 @@ class CudaBatchBackend:
         """The model over ``[last token, draft 1 .. draft k]`` of each sequence in one ``verify`` step: logits
         ``[k + 1, V]`` each (fp32, on the host), the GDN state after token j of sequence group g in slot
         ``g * (K + 1) + j``, every token's hidden row kept for the head. :meth:`accept` then keeps a prefix."""
+        return self._verify_step(seqs, token_lists, argmax=False)
+
+    def verify_argmax(self, seqs: list, token_lists: list[list[int]]) -> list[np.ndarray]:
+        """:meth:`verify` with the rows' argmax taken on the device: int32 ``[k + 1]`` ids per sequence (-1 for a
+        row whose maximum is not finite), one read of the step's T ids instead of its ``[T, V]`` logits -- the
+        greedy round's acceptance (:func:`~ninferc.runtime.spec.accept_greedy_ids`)."""
+        return self._verify_step(seqs, token_lists, argmax=True)
+
+    def _verify_step(self, seqs: list, token_lists: list[list[int]], *, argmax: bool) -> list[np.ndarray]:
         e = self.engine
         B = len(seqs)  # noqa: N806
         pos, seq_of, starts, toks = [], [], [0], []
@@ -404,7 +413,11 @@ class CudaBatchBackend:
                          seq_slot_out=[x.slot * self._group for x in seqs], row_index=np.arange(T, dtype=np.int32),
                          page_rows=[x.pages for x in seqs], tokens=toks)
             e.run("verify", T, B, T)
-            host = e.host(e.logits[:T])
+            if argmax:
+                e.run("sample_rows", T, B, T)
+                host = e.host(e.tokens[:T])
+            else:
+                host = e.host(e.logits[:T])
         for x, t in zip(seqs, token_lists):
             x.length += len(t)
         return [host[starts[b]:starts[b + 1]] for b in range(B)]

@@ -280,6 +280,8 @@ class Engine:
             if mode == "verify" and not self.spec_tokens:
                 raise NinfercError("a verify step needs an engine built with spec_tokens (its K + 1 state slots)")
             steps = self.program.for_mode(mode)
+        elif mode == "sample_rows":
+            steps = [self.program.row_argmax()]
         else:
             steps = [self.program.sampler(mode == "sample_argmax")]
         launches, memo = {}, {}

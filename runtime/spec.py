@@ -153,3 +153,30 @@ def accept_drafts(sampler: HostSampler, logits: np.ndarray, drafts: list[int], l
     x, probs = _target(sampler, logits[k])
     emit(k, int(np.argmax(x)) if probs is None else int(sampler.rng.choice(probs.shape[0], p=probs)))
     return out
+
+
+def greedy_on_ids(sampler: HostSampler, logprobs: int | None) -> bool:
+    """Whether a request's round can be accepted from the verify rows' argmax ids alone (:func:`accept_greedy_ids`):
+    greedy, no penalties or min_p (its argmax is the raw logits'), no logprobs asked."""
+    return sampler.params.greedy and sampler.device_ok and logprobs is None
+
+
+def accept_greedy_ids(sampler: HostSampler, ids, drafts: list[int]) -> list[Sampled]:
+    """:func:`accept_drafts` for a greedy request (:func:`greedy_on_ids`) from the verify rows' argmax ids
+    ``ids`` [k + 1] (computed where the logits are -- on the GPU, one read of k + 1 ids per round): the drafts
+    equal to their row's argmax, then the first row's argmax that differs (or the bonus row's). A row id < 0 (the
+    GPU sampler's answer to a non-finite row maximum) raises.
+
+    Raises:
+        NonFiniteLogits: a row the round reads had non-finite logits."""
+    out: list[Sampled] = []
+    for j in range(len(drafts) + 1):
+        tok = int(ids[j])
+        if tok < 0:
+            raise NonFiniteLogits("the model produced non-finite logits in a verify row (NaN or Inf); no token can "
+                                  "be drawn")
+        sampler.observe(tok)
+        out.append(Sampled(tok))
+        if j == len(drafts) or tok != drafts[j]:
+            return out
+    return out

@@ -319,6 +319,10 @@ class Program:
         """The sampling step (``argmax`` when greedy, else temperature/top-k/top-p)."""
         return next(s for s in self.steps if s.mode == ("sample_argmax" if greedy else "sample_sample"))
 
+    def row_argmax(self) -> Step:
+        """The argmax of every logits row (mode ``sample_rows``: no id history, no metadata advanced)."""
+        return next(s for s in self.steps if s.mode == "sample_rows")
+
 
 #: IR KV-state dtype -> the attention kernels' ``kv_dtype`` (the inverse of ChooseFormats' KV_DTYPES)
 KV_DTYPE_NAMES = {ir: name for name, ir in KV_DTYPES.items()}
@@ -558,6 +562,11 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096, fuse_no
                     "tok_pos": Ref("meta", "tok_pos"), "seq_ctx": Ref("meta", "seq_ctx")}
             for m in ("argmax", "sample"):
                 add(Step(f"sample.{m}", op.name, f"sample_{m}", "sample", SampleProblem(V, m), "R", bind))
+            # the argmax of every logits row of a step (the speculative verify step's greedy acceptance on the
+            # device): no history, nothing advanced -- its rows are not sequences
+            add(Step("sample.rows", op.name, "sample_rows", "sample", SampleProblem(V, "argmax"), "R",
+                     {**bind, "history": NULL, "hist_pos": NULL, "advance": I32(0), "step": NULL,
+                      "tok_pos": NULL, "seq_ctx": NULL}))
     return prog
 
 

@@ -281,3 +281,39 @@ def test_artifacts_carry_the_mtp_head(mtp_artifacts, gmtp):
     be4 = _artifact_backend(mtp_artifacts["w4"], draft_lm_head="w4")
     for c in gmtp["cases"][:2]:
         assert _generate(be4, c["prompt_ids"], 32, k=2)[0] == _generate(be4, c["prompt_ids"], 32)[0]
+
+
+def test_greedy_rounds_accept_from_argmax_ids_like_from_logits(ck, gmtp):
+    """A greedy round is accepted from the verify rows' argmax ids (``verify_argmax``: on the GPU one read of K + 1
+    ids instead of K + 1 logits rows) exactly as from the logits: the same tokens and the same rounds; a round with a
+    sampled or penalised request takes the logits."""
+    from ninferc.runtime.spec import accept_greedy_ids, greedy_on_ids
+    from ninferc.sampling import HostSampler, NonFiniteLogits
+
+    class LogitsOnly:
+        def __init__(self, be):
+            self._be = be
+
+        def __getattr__(self, name):
+            if name == "verify_argmax":
+                raise AttributeError(name)
+            return getattr(self._be, name)
+
+    calls = []
+    be = _backend(ck)
+    orig = be.verify_argmax
+    be.verify_argmax = lambda *a: calls.append(1) or orig(*a)
+    for c in gmtp["cases"][:3]:
+        ids, fin = _generate(be, c["prompt_ids"], 40, k=3)
+        ref_ids, ref_fin = _generate(LogitsOnly(_backend(ck)), c["prompt_ids"], 40, k=3)
+        assert ids == ref_ids == c["greedy_ids"][:40]
+        assert fin.stats.spec.per_round == ref_fin.stats.spec.per_round
+    assert calls
+    assert not greedy_on_ids(HostSampler(SamplingParams(temperature=0.7)), None)
+    assert not greedy_on_ids(HostSampler(SamplingParams(frequency_penalty=0.5)), None)
+    assert not greedy_on_ids(HostSampler(SamplingParams()), 2)
+    s = HostSampler(SamplingParams())
+    assert [t.token for t in accept_greedy_ids(s, [5, 6, 9, 4], [5, 6, 7])] == [5, 6, 9]
+    assert [t.token for t in accept_greedy_ids(s, [5, 6, 7, 4], [5, 6, 7])] == [5, 6, 7, 4]
+    with pytest.raises(NonFiniteLogits):
+        accept_greedy_ids(s, [5, -1, 7, 4], [5, 6, 7])
