@@ -38,7 +38,10 @@ def _gdn_recurrent_extras(fam, arch):
 
     problems = list(fam.sample_problems()) + [gdn.QWEN38_27B]
     specs = [s for v in DECODE_VARIANTS for p in problems for s in decode_family(v).variants(p)]
-    return specs + [gdn.GdnRecurrentFamily(trace=True).spec(p) for p in problems]
+    sys.path.insert(0, str(ROOT / "bench"))
+    from attn_trace_probe import traced_gdn_spec
+
+    return specs + [traced_gdn_spec(fam.spec(p)) for p in problems]
 
 
 #: family name -> fn(family, arch) giving KernelSpecs beyond the family's sample variants
