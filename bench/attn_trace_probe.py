@@ -1,12 +1,14 @@
 """Device probe (diagnostic, runs 112-120; ``--family gdn_recurrent`` since runs 136-140): the per-CTA timeline of attn_decode
 (or gdn_recurrent) inside the graph-replayed 27B decode step. The engine is built with the family's ``trace`` option
-(template ``trace``): thread 0 of every CTA records globaltimer at entry, after the PDL wait, after its first tile's
+(template ``trace``; gdn_recurrent: see below): thread 0 of every CTA records globaltimer at entry, after the PDL wait, after its first tile's
 scores and softmax, after its last P.V and at exit. Per launch (one per attention layer and step) it reports,
 relative to the first CTA's PDL-wait release (~ the end of the previous kernel plus the memory flush): the spread of
 entries and wait releases, and for the CTAs with keys the median / last time each phase ended -- where the ~9 us the
-kernel adds to the step at 512 tokens goes. With ``--family gdn_recurrent`` (``GdnRecurrentFamily.trace``) the phases are
-entry, wait, conv (q / k / v in shared memory), the q / k norms, kv = S^T k, o = S^T q, the y store and the state
-store, every CTA counted. With ``--family gemv_coop`` (runs 162-169; ``GemvCoopFamily.trace_epilogues``, default
+kernel adds to the step at 512 tokens goes. With ``--family gdn_recurrent`` (:func:`trace_gdn_recurrent`: the decode
+kernel rendered with the template's GDN_TRACE_BEGIN / GDN_STAMP / GDN_TRACE_END hooks defined by :data:`GDN_TRACE_HOOKS`)
+the phases are entry, wait, conv (q / k / v in shared memory), the q / k norms, kv = S^T k, o = S^T q, the y store and
+the state store (with onepass the middle ones are: partials summed, reduction read, state updated and stored, y
+stored), every CTA counted. With ``--family gemv_coop`` (runs 162-169; ``GemvCoopFamily.trace_epilogues``, default
 ``swiglu``: every gate|up GEMV) the phases are the dp GEMV's: entry, wait, x staged, first item, exit, every CTA
 counted, and the launches are summarised apart by whether their layer is an attention layer -- to see where the MLP
 after an attention layer spends the time a faster attention decode gives it (bench/NOTES.md runs 163-164).
@@ -42,6 +44,45 @@ FAMILY_TRACES = {
 }
 
 
+#: the gdn_recurrent template's probe hooks: thread 0 of each CTA appends one record {blockIdx.x, blockIdx.y, %smid,
+#: 8 globaltimer stamps} to the module's __device__ array gdn_trace (FAMILY_TRACES["gdn_recurrent"])
+GDN_TRACE_HOOKS = """// the probe's records (global scope: the probe finds them by name with cuModuleGetGlobal)
+constexpr unsigned int kTraceMax = 16384;
+__device__ unsigned long long gdn_trace[kTraceMax * 11];
+__device__ unsigned int gdn_trace_n;
+#define GDN_TRACE_BEGIN() unsigned long long tr[8] = {ninfer_trace::now_ns(), 0, 0, 0, 0, 0, 0, 0}
+#define GDN_STAMP(i) tr[i] = ninfer_trace::now_ns()
+#define GDN_TRACE_END() if (threadIdx.x == 0) ninfer_trace::record(gdn_trace, &gdn_trace_n, kTraceMax, tr)
+"""
+
+
+def traced_gdn_spec(spec):
+    """The gdn_recurrent decode kernel ``spec`` with the probe's stamps: parameter ``trace`` added (its URI and entry
+    say so; the template ignores it) and a source with ``templates/ninfer_trace.cuh`` and :data:`GDN_TRACE_HOOKS`
+    inserted before the template's empty hooks."""
+    from ninferc.targets.plan import KernelSpec
+    from ninferc.targets.render import read_template_file
+
+    class TracedSpec(KernelSpec):
+        def render(self) -> str:
+            src = super().render()
+            anchor = "#ifndef GDN_TRACE_BEGIN"
+            assert src.count(anchor) == 1, f"{self.uri}: the template has no single {anchor!r}"
+            header = "".join(ln for ln in read_template_file("ninfer_trace.cuh").splitlines(keepends=True)
+                             if not ln.startswith("#pragma once"))
+            return src.replace(anchor, header + GDN_TRACE_HOOKS + anchor)
+
+    assert spec.family == "gdn_recurrent" and spec.param("mode") == "decode", spec.uri
+    return TracedSpec.make(spec.family, spec.template, {**dict(spec.params), "trace": True}, spec.threads,
+                           spec.cooperative)
+
+
+def trace_gdn_recurrent(fam) -> None:
+    """Make the ``gdn_recurrent`` family instance ``fam`` plan traced decode kernels (:func:`traced_gdn_spec`)."""
+    plain = type(fam).spec.__get__(fam)
+    fam.spec = lambda problem, threads=None: traced_gdn_spec(plain(problem, threads))
+
+
 def main(argv=None) -> int:
     """Run the probe (module docstring), print one summary row per launch and their medians; write ``--json``."""
     ap = argparse.ArgumentParser()
@@ -72,6 +113,8 @@ def main(argv=None) -> int:
     array, counter, max_records, phases, work_phases, words, t_col, sm_col = FAMILY_TRACES[a.family]
     if a.family == "gemv_coop":
         FAMILIES[a.family].trace_epilogues = tuple(a.trace_epilogues.split(","))
+    elif a.family == "gdn_recurrent":
+        trace_gdn_recurrent(FAMILIES[a.family])
     else:
         FAMILIES[a.family].trace = True
     for (fam, attr), v in parse_variant("set:" + ";".join(a.set))[1].items():

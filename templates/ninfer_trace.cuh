@@ -1,5 +1,6 @@
-// ninfer_trace.cuh -- the device probes' per-CTA timestamps (template parameter `trace` of attn_decode and gdn_recurrent;
-// never planned). Included only by a kernel rendered with `trace`: bench/attn_trace_probe.py reads the records back.
+// ninfer_trace.cuh -- the device probes' per-CTA timestamps (template parameter `trace` of attn_decode and gemv_coop;
+// gdn_recurrent's trace hooks, defined by bench/attn_trace_probe.py; never planned). Included only by a traced kernel:
+// bench/attn_trace_probe.py reads the records back.
 // %globaltimer is the GPU's nanosecond timer (PTX ISA "Special Registers": %globaltimer), %smid the SM of the CTA.
 #pragma once
 

@@ -361,7 +361,8 @@ class GdnRecurrentFamily:
     registers. Mode ``decode`` (:meth:`spec`, :meth:`launch`): the fused one-token-per-sequence step (conv + ring
     write + norms + gating + delta rule + gated RMSNorm), the plan's decode kernel. Mode ``prefill``
     (:meth:`prefill_spec`): the recurrent route of :class:`GdnChunkFamily`, reading ``gdn_conv``'s outputs, the
-    prefill's simple oracle.
+    prefill's simple oracle. The per-CTA timeline probe (``bench/attn_trace_probe.py --family gdn_recurrent``) is no
+    parameter of this family: it renders the decode kernel with the template's trace hooks defined.
 
     Args:
         state_per_thread: state values per thread the thread count aims for (see :func:`recurrent_threads`).
@@ -385,9 +386,6 @@ class GdnRecurrentFamily:
             partials, two rows per thread, a shuffle tree, a third barrier) instead of every thread summing every row
             group (256 KB of shared-memory reads per CTA at 27B); used where threads / (dv / 4) is twice a power of two
             up to 64, else the per-thread sum.
-        trace: a probe's option (template ``trace``; ``bench/attn_trace_probe.py --family gdn_recurrent``): every CTA
-            records globaltimer at entry, after the PDL wait and after each phase of its token into the module's
-            ``gdn_trace`` array. Never set in a plan.
 
     Raises:
         PlanError: ``one_pass`` not True, False or "auto" (names the value).
@@ -397,7 +395,7 @@ class GdnRecurrentFamily:
     template = "gdn_recurrent.cu.j2"
 
     def __init__(self, state_per_thread: int = STATE_FLOATS_PER_THREAD, prewait: bool = True, preload: bool = True,
-                 one_pass: bool | str = "auto", one_pass_tree: bool = True, trace: bool = False):
+                 one_pass: bool | str = "auto", one_pass_tree: bool = True):
         self.state_per_thread = int(state_per_thread)
         self.prewait = bool(prewait)
         self.preload = bool(preload)
@@ -405,7 +403,6 @@ class GdnRecurrentFamily:
             raise PlanError(f"{self.name}: one_pass = {one_pass!r} must be True, False or 'auto'")
         self.one_pass = one_pass
         self.one_pass_tree = bool(one_pass_tree)
-        self.trace = bool(trace)
 
     def spec(self, problem: GdnProblem, threads: int | None = None) -> KernelSpec:
         """The decode kernel for ``problem`` (threads default :func:`recurrent_threads`).
@@ -431,8 +428,6 @@ class GdnRecurrentFamily:
             row_groups = th // col_quads  # the tree: row_groups / 2 lanes per result, a power of two dividing 32
             if self.one_pass_tree and row_groups % 2 == 0 and WARP % (row_groups // 2) == 0:
                 params["tree"] = True
-        if self.trace:
-            params["trace"] = True
         return KernelSpec.make(self.name, self.template, params, th, cooperative=False)
 
     def prefill_spec(self, problem: GdnProblem, mode: str = "prefill") -> KernelSpec:

@@ -1,0 +1,119 @@
+"""Registers, static shared memory and local memory of every kernel variant of one or more families, per arch.
+
+The guard rail for template rewrites (a rewrite must leave every kernel's resources as they were): run it before
+the change, keep the JSON, run it after with ``--compare``.
+
+Which kernels: for each family named, every ``KernelSpec`` of ``family_variants(fam, p, arch)`` for ``p`` in the
+family's ``sample_problems()``, plus the family's extra variants in :data:`EXTRAS` (the test suites' variants and
+the 27B problem, where a family has them). Each is compiled with ``ninferc.targets.plan.compile_variants`` (NVRTC,
+disk-cached; no GPU needed) and recorded per URI: ``registers``, ``static_smem_bytes``, ``local_bytes``.
+
+Usage (CPU machine):
+    python bench/template_resources.py gdn_recurrent --json /tmp/gdn_before.json
+    python bench/template_resources.py gdn_recurrent --compare /tmp/gdn_before.json   # exit 1 on any difference
+Options: ``--arch sm_90`` (repeatable; default sm_86, sm_89, sm_90, sm_120a), ``--jobs N`` (parallel NVRTC calls).
+``--compare`` reports URIs only in one file and every changed number; URIs missing after a change are listed but
+only changed numbers (or new URIs) fail the comparison unless ``--strict`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ARCHS = ("sm_86", "sm_89", "sm_90", "sm_120a")
+FIELDS = ("registers", "static_smem_bytes", "local_bytes")
+
+
+def _gdn_recurrent_extras(fam, arch):
+    """The decode variants tests/kernels/gdn_cases.py runs (DECODE_VARIANTS) on the tiny and the 27B problem, the
+    registered family on the 27B problem, and the trace probe's kernels (bench/attn_trace_probe.py)."""
+    sys.path.insert(0, str(ROOT / "tests" / "kernels"))
+    from gdn_cases import DECODE_VARIANTS, decode_family
+
+    from ninferc.targets.kernels import gdn
+
+    problems = list(fam.sample_problems()) + [gdn.QWEN38_27B]
+    specs = [s for v in DECODE_VARIANTS for p in problems for s in decode_family(v).variants(p)]
+    sys.path.insert(0, str(ROOT / "bench"))
+    from attn_trace_probe import traced_gdn_spec
+
+    return specs + [traced_gdn_spec(fam.spec(p)) for p in problems]
+
+
+#: family name -> fn(family, arch) giving KernelSpecs beyond the family's sample variants
+EXTRAS = {"gdn_recurrent": _gdn_recurrent_extras}
+
+
+def collect(family: str, arch: str) -> list:
+    """Every KernelSpec of ``family`` for ``arch`` (sample variants + :data:`EXTRAS`)."""
+    from ninferc.targets.kernels import FAMILIES
+    from ninferc.targets.plan import family_variants
+
+    fam = FAMILIES[family]
+    specs = [s for p in fam.sample_problems() for s in family_variants(fam, p, arch)]
+    if family in EXTRAS:
+        specs += EXTRAS[family](fam, arch)
+    return specs
+
+
+def measure(families: list[str], archs: list[str], jobs: int | None = None) -> dict:
+    """{arch: {uri: {registers, static_smem_bytes, local_bytes}}}."""
+    from ninferc.targets.plan import compile_variants
+
+    out = {}
+    for arch in archs:
+        specs = [s for f in families for s in collect(f, arch)]
+        built = compile_variants(specs, arch, jobs=jobs)
+        out[arch] = {uri: {k: getattr(r, k) for k in FIELDS} for uri, (_, r) in sorted(built.items())}
+        print(f"{arch}: {len(out[arch])} kernels", file=sys.stderr)
+    return out
+
+
+def compare(before: dict, after: dict) -> tuple[list[str], list[str], int]:
+    """(differences, URIs missing after, pairs compared)."""
+    diffs, missing, n = [], [], 0
+    for arch in sorted(set(before) | set(after)):
+        b, a = before.get(arch, {}), after.get(arch, {})
+        missing += [f"{arch} {u}" for u in sorted(set(b) - set(a))]
+        diffs += [f"{arch} {u}: new" for u in sorted(set(a) - set(b))]
+        for u in sorted(set(a) & set(b)):
+            n += 1
+            ch = [f"{k} {b[u][k]} -> {a[u][k]}" for k in FIELDS if b[u][k] != a[u][k]]
+            if ch:
+                diffs.append(f"{arch} {u}: " + ", ".join(ch))
+    return diffs, missing, n
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("families", nargs="+")
+    ap.add_argument("--arch", action="append", default=None)
+    ap.add_argument("--json", default=None, help="write the measurements here")
+    ap.add_argument("--compare", default=None, help="a JSON of an earlier run to compare against")
+    ap.add_argument("--strict", action="store_true", help="with --compare: URIs missing now also fail")
+    ap.add_argument("--jobs", type=int, default=None)
+    a = ap.parse_args(argv)
+    res = measure(a.families, a.arch or list(ARCHS), a.jobs)
+    if a.json:
+        Path(a.json).write_text(json.dumps({"families": a.families, "resources": res}, indent=1) + "\n")
+    if not a.compare:
+        if not a.json:
+            print(json.dumps(res, indent=1))
+        return 0
+    before = json.loads(Path(a.compare).read_text())["resources"]
+    before = {k: v for k, v in before.items() if k in res}
+    diffs, missing, n = compare(before, res)
+    for m in missing:
+        print(f"missing now: {m}")
+    for d in diffs:
+        print(f"DIFFERS: {d}")
+    print(f"{n} (URI, arch) pairs compared, {len(diffs)} differ, {len(missing)} missing now")
+    return 1 if diffs or (a.strict and missing) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
