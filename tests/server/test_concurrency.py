@@ -37,7 +37,8 @@ def test_eight_concurrent_streams_equal_solo_and_share_steps(start_server, tiny_
     prompts = [c["prompt"] for c in goldens["cases"]] + ["import re\n", "while True:\n    ", "x = [i for i in "]
     lengths = [40, 25, 33, 12, 48, 20, 30, 16]
     solo = _solo_texts(client, prompts, lengths)
-    n_before = len(srv.request_lines())
+    # the solo requests' log lines, read from the server's stderr by another thread, may trail their responses
+    n_before = len(srv.wait_request_lines(len(prompts)))
     out = {}
     ts = [threading.Thread(target=_stream, args=(srv.url, p, n, out, i)) for i, (p, n) in
           enumerate(zip(prompts, lengths))]
