@@ -1,9 +1,9 @@
 // attn_decode.cuh -- device helpers of attn_decode.cu.j2's kernel (documented there and in
 // ninferc.targets.kernels.attention). Included by that template after its constants (kThreads, kHd, kG, kTile, ...,
 // all defined for every variant), which the helpers below use; a helper used by one variant only is a template, so
-// the others never instantiate it (they call it in an `if constexpr` branch they discard). The loops over a tile's
-// keys stay in the kernel: moved into a helper, they are optimised before inlining, and ptxas then allocates some
-// variants differently.
+// the others never instantiate it (they call it in an `if constexpr` branch they discard). A helper is optimised
+// before it is inlined, so moving code here can change what ptxas allocates: the int8 loops, the mma scores, the bf16
+// q load and the (m, l) write stay in the kernel for that reason (bench/template_resources.py showed the difference).
 //
 // Same house rules as ninfer_common.cuh (included first) and attn_common.cuh.
 #pragma once
@@ -178,6 +178,218 @@ __device__ __forceinline__ void reduce_and_write(float (&acc)[kG][kUnitsPerThrea
         } else {
           *reinterpret_cast<float2*>(o + 2 * c) = make_float2(acc[g][e][0], acc[g][e][1]);
         }
+      }
+    }
+  }
+}
+
+// Staged: copy rows [r_lo, r_hi) of the tile whose row 0 is pool row `prow0` into the K (v = false) or V buffer (mma:
+// swizzled rows). int8 scale rows (kScaleRowBytes each) go in 16-byte chunks from floor16(r_lo) to floor16(r_hi), or
+// ceil16(r_hi) at the tile's end row (`end`): neighbouring rows of the same tile come along, stale or not, and are
+// never read.
+template <class Page, class Tile>
+__device__ __forceinline__ void stage_rows(Tile* s_k, Tile* s_v, float* s_ks, float* s_vs, const Page* k_pages,
+                                           const Page* v_pages, const float* k_scales, const float* v_scales,
+                                           size_t prow0, bool v, int r_lo, int r_hi, bool end) {
+  if constexpr (kMma) {
+    KvElem* dst = v ? s_v : s_k;  // swizzled rows (swz)
+    const unsigned char* src = reinterpret_cast<const unsigned char*>((v ? v_pages : k_pages) + prow0 * kHd);
+    for (int i = r_lo * kChunks + (int)threadIdx.x; i < r_hi * kChunks; i += kThreads) {
+      const int row = i / kChunks;
+      ninfer::cp_async16(dst + swz(row, (i % kChunks) * 8), src + (size_t)i * 16, 16);
+    }
+  } else {
+    stage_bytes(reinterpret_cast<unsigned char*>(v ? s_v : s_k), (v ? v_pages : k_pages) + prow0 * kHd,
+                          r_lo * kRowBytes, r_hi * kRowBytes);
+  }
+  if constexpr (kInt8) {
+    const int b1 = r_hi * kScaleRowBytes;
+    stage_bytes(reinterpret_cast<unsigned char*>(v ? s_vs : s_ks), (v ? v_scales : k_scales) + prow0 * kGroups,
+                          (r_lo * kScaleRowBytes) & ~15, end ? (b1 + 15) & ~15 : b1 & ~15);
+  }
+}
+
+// Before the PDL wait: pull the first K and V page of this CTA's key range into L2 (an L2 prefetch is safe whatever
+// the previous kernel writes -- ninfer_common.cuh section 7; the batch metadata is from the host).
+template <class Page>
+__device__ __forceinline__ void prefetch_first_page(const Page* k_pages, const Page* v_pages, const int* page_table,
+                                                    const int* seq_ctx, int max_pages, int splits,
+                                                    int pages_per_split) {
+  const int first = blockIdx.x * ninfer_attn::split_keys(seq_ctx[blockIdx.z], splits, pages_per_split * kPage,
+                                                         kBalance, kPage);
+  if (first < seq_ctx[blockIdx.z]) {
+    const int page = page_table[(size_t)blockIdx.z * max_pages + first / kPage];
+    const size_t row0 = ((size_t)page * kHkv + blockIdx.y) * kPage;
+    constexpr int kPageBytes = kPage * kHd * (int)sizeof(*k_pages);
+    for (int off = threadIdx.x * 128; off < kPageBytes; off += kThreads * 128) {
+      ninfer::prefetch_l2(reinterpret_cast<const char*>(k_pages + row0 * kHd) + off);
+      ninfer::prefetch_l2(reinterpret_cast<const char*>(v_pages + row0 * kHd) + off);
+    }
+  }
+}
+
+// mma: q rows of the group -> bf16 hi / lo pairs in swizzled shared memory (rows kG .. 7 zero); nothing for an empty
+// key range (`any` false: no tile reads q).
+__device__ __forceinline__ void mma_load_q(const float* q, unsigned short* s_qh, unsigned short* s_ql, int b, int kvh,
+                                           bool any) {
+  for (int i = any ? threadIdx.x : kMmaRows * kHd / 2; i < kMmaRows * kHd / 2; i += kThreads) {
+    const int row = i / (kHd / 2);  // (an empty range: no tile reads q)
+    const int col = (i % (kHd / 2)) * 2;
+    const float2 v = row < kG ? reinterpret_cast<const float2*>(q + ((size_t)b * kHq + kvh * kG + row) * kHd)[col / 2]
+                              : make_float2(0.0f, 0.0f);
+    unsigned short h0, l0, h1, l1;
+    ninfer_attn::split_bf16(v.x, h0, l0);
+    ninfer_attn::split_bf16(v.y, h1, l1);
+    reinterpret_cast<unsigned int*>(s_qh)[swz(row, col) / 2] = (unsigned int)h0 | ((unsigned int)h1 << 16);
+    reinterpret_cast<unsigned int*>(s_ql)[swz(row, col) / 2] = (unsigned int)l0 | ((unsigned int)l1 << 16);
+  }
+}
+
+// bf16 FMA loops, step 1: scores s[g][j] = (q_g . k_j) * scale for the valid keys of the tile (kb: its first row,
+// staged or in the pages); warp w takes keys w, w + warps, ...; lane l reads kVecPerLane vectors of kVec bf16 at
+// elements (v * 32 + l) * kVec.
+template <class Elem>
+__device__ __forceinline__ void scores_bf16(const Elem* kb, const float (&qr)[kG][kVecPerLane][kVec],
+                                            float (&s_p)[kG][kPage], int n_valid, float scale, int warp, int lane) {
+#pragma unroll 4
+  for (int j = warp; j < n_valid; j += kWarps) {  // warp-uniform
+    float part[kG];
+#pragma unroll
+    for (int g = 0; g < kG; ++g) part[g] = 0.0f;
+#pragma unroll
+    for (int v = 0; v < kVecPerLane; ++v) {
+      float kf[kVec];
+      if constexpr (kStage) {
+        tile_bf16<kVec>(kb + (size_t)j * kHd + (v * ninfer::kWarpSize + lane) * kVec, kf);
+      } else {
+        load_bf16<kVec>(kb + (size_t)j * kHd + (v * ninfer::kWarpSize + lane) * kVec, kf);
+      }
+#pragma unroll
+      for (int g = 0; g < kG; ++g)
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) part[g] = fmaf(qr[g][v][e], kf[e], part[g]);
+    }
+#pragma unroll
+    for (int g = 0; g < kG; ++g) part[g] = ninfer::warp_sum(part[g]);
+    if (lane == 0) {
+#pragma unroll
+      for (int g = 0; g < kG; ++g) s_p[g][j] = part[g] * scale;
+    }
+  }
+}
+
+// Step 2: online softmax update, one warp per head: p = exp(s - m_new), alpha = exp(m_old - m_new) (mma with k-split
+// scores: their parts summed in part order and scaled first); s_p becomes P, s_alpha the heads' rescale factors.
+__device__ __forceinline__ void softmax_update(float (&s_p)[kG][kPage], const float (&s_part)[kG][kPartKeys],
+                                               float* s_alpha, float (&m_run)[kHeadsPerWarp],
+                                               float (&l_run)[kHeadsPerWarp], int n_valid, int off, int nt0,
+                                               int n_teams, int ks_mma, float scale, int warp, int lane) {
+#pragma unroll
+  for (int i = 0; i < kHeadsPerWarp; ++i) {
+    const int g = warp + i * kWarps;
+    if (g < kG) {
+      if (kMma && ks_mma > 1) {  // CTA-uniform: the k-split scores' parts, summed in part order, then scaled
+        for (int j = lane; j < n_valid; j += ninfer::kWarpSize) {
+          float v = s_p[g][j];
+          for (int pt = 1; pt < ks_mma; ++pt)
+            v += s_part[g][(pt - 1) * n_teams * kKeysPerWarpMma + off - nt0 * 8 + j];
+          s_p[g][j] = v * scale;
+        }
+      }
+      float mx = ninfer_attn::neg_inf();
+      for (int j = lane; j < n_valid; j += ninfer::kWarpSize) mx = fmaxf(mx, s_p[g][j]);
+      mx = ninfer_attn::warp_max(mx);
+      const float m_new = fmaxf(m_run[i], mx);
+      float sum = 0.0f;
+      for (int j = lane; j < n_valid; j += ninfer::kWarpSize) {
+        const float p = expf(s_p[g][j] - m_new);
+        s_p[g][j] = p;
+        sum += p;
+      }
+      sum = ninfer::warp_sum(sum);
+      const float alpha = expf(m_run[i] - m_new);  // 0 on the first page (m_run = -inf)
+      l_run[i] = l_run[i] * alpha + sum;
+      m_run[i] = m_new;
+      if (lane == 0) s_alpha[g] = alpha;
+    }
+  }
+}
+
+// mma: tile rows of the 16-key steps kbeg / 16 .. kend / 16 that hold no key of this tile (before off, past off +
+// n_valid) may be stale or never written (NaN): zero them, as P is 0 there and 0 * NaN would not be.
+template <class Elem>
+__device__ __forceinline__ void zero_stale_rows(Elem* s_v, int off, int n_valid, int kbeg, int kend) {
+  if (off > kbeg || off + n_valid < kend) {  // CTA-uniform
+    for (int i = kbeg * kChunks + threadIdx.x; i < kend * kChunks; i += kThreads) {
+      const int row = i / kChunks;
+      if (row < off || row >= off + n_valid) *reinterpret_cast<uint4*>(s_v + row * kHd + (i % kChunks) * 8) =
+          make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
+}
+
+// mma, step 3: o = o * alpha + (P_hi + P_lo) V on tensor cores over the 16-key steps kbeg / 16 .. kend / 16; A rows fr
+// (P of head fr), rows fr + 8 zero; B columns: this warp's kDT n-tiles of output columns.
+template <class Elem>
+__device__ __forceinline__ void mma_pv(float (&o)[kDT][4], const Elem* s_v, const float (&s_p)[kG][kPage],
+                                       const float* s_alpha, int off, int n_valid, int kbeg, int kend, int warp,
+                                       int fr, int fq) {
+  const float a = fr < kG ? s_alpha[fr] : 0.0f;  // rows >= kG stay 0
+#pragma unroll
+  for (int jd = 0; jd < kDT; ++jd) { o[jd][0] *= a; o[jd][1] *= a; }
+#pragma unroll 1
+  for (int kk = kbeg / 16; kk < kend / 16; ++kk) {
+    const int k0 = kk * 16 + 2 * fq;  // tile rows of b0 (k0, k0 + 1) and b1 (k0 + 8, k0 + 9)
+    float pf[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = k0 + (e & 1) + (e >> 1) * 8;
+      pf[e] = fr < kG && r >= off && r < off + n_valid ? s_p[fr][r - off] : 0.0f;
+    }
+    unsigned int ph[4], pl[4];
+    split_pack(pf[0], pf[1], ph[0], pl[0]);
+    split_pack(pf[2], pf[3], ph[2], pl[2]);
+    ph[1] = ph[3] = pl[1] = pl[3] = 0u;
+#pragma unroll
+    for (int jd = 0; jd < kDT; ++jd) {
+      const int col = warp * kColsPerWarp + jd * 8 + fr;  // B column g of n-tile jd
+      const unsigned int b0 = (unsigned int)s_v[swz(k0, col)] | ((unsigned int)s_v[swz(k0 + 1, col)] << 16);
+      const unsigned int b1 = (unsigned int)s_v[swz(k0 + 8, col)] | ((unsigned int)s_v[swz(k0 + 9, col)] << 16);
+      ninfer_attn::mma_bf16_16816(o[jd], ph, b0, b1);
+      ninfer_attn::mma_bf16_16816(o[jd], pl, b0, b1);
+    }
+  }
+}
+
+// bf16 FMA loops, step 3: acc = acc * alpha + sum_j p_j v_j over the valid keys j = ks (mod kKeyLanes) of the tile
+// (vb: its first V row), column pairs c = c0 + kThreads * e (2 bf16 per 4-byte load).
+template <class Elem>
+__device__ __forceinline__ void pv_bf16(float (&acc)[kG][kUnitsPerThread][kUnitCols], const Elem* vb,
+                                        const float (&s_p)[kG][kPage], const float* s_alpha, int n_valid, int ks,
+                                        int c0) {
+#pragma unroll
+  for (int g = 0; g < kG; ++g) {
+    const float a = s_alpha[g];
+#pragma unroll
+    for (int e = 0; e < kUnitsPerThread; ++e) { acc[g][e][0] *= a; acc[g][e][1] *= a; }
+  }
+#pragma unroll 8
+  for (int j = ks; j < n_valid; j += kKeyLanes) {
+#pragma unroll
+    for (int e = 0; e < kUnitsPerThread; ++e) {
+      const int c = c0 + e * kThreads;
+      unsigned int packed;
+      if constexpr (kStage) {
+        packed = tile_ld4(reinterpret_cast<const unsigned int*>(vb + (size_t)j * kHd) + c);
+      } else {
+        packed = __ldg(reinterpret_cast<const unsigned int*>(vb + (size_t)j * kHd) + c);
+      }
+      const float2 vf = ninfer_attn::bf16x2_to_f32(packed);
+#pragma unroll
+      for (int g = 0; g < kG; ++g) {
+        const float p = s_p[g][j];
+        acc[g][e][0] = fmaf(p, vf.x, acc[g][e][0]);
+        acc[g][e][1] = fmaf(p, vf.y, acc[g][e][1]);
       }
     }
   }
