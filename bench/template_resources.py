@@ -44,8 +44,36 @@ def _gdn_recurrent_extras(fam, arch):
     return specs + [traced_gdn_spec(fam.spec(p)) for p in problems]
 
 
+def _attn_decode_extras(fam, arch):
+    """The decode kernels the attention tests build (tests/kernels/test_attention*.py): on the sample problems and
+    the emulator's one-KV-head 27B shape (both KV dtypes), page-aligned and balanced splits (granules 1 and 16), the
+    global-memory kernel and the staged one with tiles of a page, 32 and 16 keys, each plain, on tensor cores
+    (``stage_mma``) and with the folded prep, the staged kernel without its launch bound, and the trace probe (global
+    and staged). Combinations a family refuses (PlanError) are skipped."""
+    import dataclasses
+
+    from ninferc.targets.kernels import attention as A
+    from ninferc.targets.plan import PlanError
+
+    hd256 = A.AttentionProblem(6, 1, 256, 64, 1e7, 1e-6, page_size=64, max_pages=4)
+    problems = list(fam.sample_problems()) + [hd256, dataclasses.replace(hd256, kv_dtype="int8")]
+    options = [dict(balance_keys=b, balance_keys_int8=b, stage_kv=False, fuse_prep=False) for b in (0, 1, 16)]
+    options += [dict(balance_keys=b, balance_keys_int8=b, stage_kv=True, stage_keys=k, stage_mma=m, fuse_prep=f)
+                for b in (0, 1, 16) for k in (0, 32, 16) for m, f in ((False, False), (True, False), (False, True))]
+    options += [dict(stage_kv=True, stage_min_ctas=0, fuse_prep=False), dict(trace=True, stage_kv=False),
+                dict(trace=True, stage_kv=True, fuse_prep=False)]
+    specs = []
+    for p in problems:
+        for o in options:
+            try:
+                specs.append(A.AttnDecodeFamily(**o).spec(p, o["stage_kv"]))
+            except PlanError:
+                pass
+    return specs
+
+
 #: family name -> fn(family, arch) giving KernelSpecs beyond the family's sample variants
-EXTRAS = {"gdn_recurrent": _gdn_recurrent_extras}
+EXTRAS = {"gdn_recurrent": _gdn_recurrent_extras, "attn_decode": _attn_decode_extras}
 
 
 def collect(family: str, arch: str) -> list:
