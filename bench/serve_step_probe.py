@@ -1,7 +1,7 @@
 """Where a serving decode step's time goes on the CUDA engine: the per-step wall time of the server's backend
 (:class:`~ninferc.runtime.cuda_backend.CudaBatchBackend`: ``decode`` = metadata upload + graph replay, then
-``sample`` = the non-finite check + the GPU sampler + reading the ids back) against the captured decode graph alone,
-replayed back to back with one synchronisation per step, at B = 1, 2, 4, 8 sequences.
+``sample`` = the GPU sampler + reading the ids back; until 2026-12-05 also a non-finite reduction over the logits)
+against the captured decode graph alone, replayed back to back with one synchronisation per step, at B = 1, 2, 4, 8 sequences.
 
 The difference is host time the GPU waits for between steps when each step is read before the next is launched.
 The server's decode ahead (``ahead_step_ms``: ``decode_next`` + ``sample_async`` queued before the previous

@@ -10,7 +10,7 @@ from ninferc.errors import NinfercError
 from ninferc.ir.config import ModelConfig
 from ninferc.ir.qwen3_5 import build_graph, build_mtp_graph, mtp_param_specs
 from ninferc.ir.reference import ReferenceExecutor
-from ninferc.sampling import HostSampler, NonFiniteLogits, SamplingParams
+from ninferc.sampling import HostSampler, NonFiniteLogits, SamplingParams, rows_on_device
 
 
 class ReferenceBackend:
@@ -437,8 +437,9 @@ class ReferenceBatchBackend:
     @staticmethod
     def samples_on_device(rows: list) -> bool:
         """Whether these rows are the ones the CUDA backend draws on its device (no penalties, no min_p, no
-        logprobs): the reference takes decode ahead for exactly those, so the CPU tests schedule as the GPU does."""
-        return all(s.device_ok and lp is None for s, lp in rows)
+        logprobs; :func:`~ninferc.sampling.rows_on_device`): the reference takes decode ahead for exactly those, so
+        the CPU tests schedule as the GPU does."""
+        return rows_on_device(rows)
 
     def sample_async(self, logits: np.ndarray, rows: list) -> "_Sampled":
         """:meth:`sample`, drawn now; ``result()`` returns it (the CUDA backend's is read later)."""

@@ -249,3 +249,11 @@ class HostSampler:
             return int(np.argmax(x))
         probs = filtered_probs(x, p)
         return int(self.rng.choice(probs.shape[0], p=probs))
+
+
+def rows_on_device(rows) -> bool:
+    """Whether the GPU sampler can draw every row of a step: ``rows[i] = (HostSampler, logprobs or None)``, each
+    :attr:`HostSampler.device_ok` (no penalties, no min_p) with no logprobs asked (the GPU sampler returns ids only).
+    The rule both batched backends share: the CUDA backend draws those rows on the device, the reference backend
+    schedules them the same way (decode ahead)."""
+    return all(s.device_ok and lp is None for s, lp in rows)

@@ -13,10 +13,13 @@ The policy (scheduler) owns the page tables and GDN slots; this class turns each
   penalties, no min_p, no logprobs) are drawn on the device with their own seed and draw counter (the Philox
   counter of :mod:`ninferc.targets.kernels.sample`, so a row's draw does not depend on its neighbours); the step
   then reads back B ids. Rows needing penalties, min_p or logprobs take the host sampler on the step's logits
-  (``[B, V]`` fp32 copied to the host), stated in ``host_rows`` of :attr:`stats`. A row with a non-finite logit
-  becomes :class:`~ninferc.sampling.NonFiniteLogits` on either path (checked on the device: one reduction per row);
+  (``[B, V]`` fp32 copied to the host), stated in ``host_rows`` of :attr:`stats`. A row with non-finite logits
+  becomes :class:`~ninferc.sampling.NonFiniteLogits`: on the host, any NaN or Inf; on the device, the sampler's -1
+  for a row whose maximum is not finite (a NaN or +Inf in it, or only -Inf; ``targets/kernels/sample.py``) -- a
+  -Inf among finite logits is a token of probability 0 there, not an error, and the step needs no second pass over
+  its logits;
 * decode ahead (the scheduler's, :mod:`ninferc.runtime.scheduler`): ``sample_async(logits, rows)`` queues the
-  device draw, copies the B ids and the B finite flags to pinned host memory in one copy and returns a
+  device draw, copies the B ids to pinned host memory and returns a
   :class:`PendingSample` whose ``result()`` waits for that copy's event only (not for steps queued after it);
   ``decode_next(seqs, pending)`` queues the next decode step fed with those ids on the device, so the step is
   queued before the host has read them.
@@ -33,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from ninferc.errors import NinfercError
-from ninferc.sampling import NonFiniteLogits, Sampled
+from ninferc.sampling import NonFiniteLogits, Sampled, rows_on_device
 
 #: sampled-id buffers (device + pinned host) in rotation: the scheduler holds at most two unread samples (the step
 #: it reads and the one queued ahead of it), a synchronous sample a third
@@ -133,9 +136,9 @@ class CudaBatchBackend:
         self.memory = e.memory
         self.cuda_graph = cuda_graph
         self.stats = {"device_rows": 0, "host_rows": 0}
-        # per rotation slot: [ids, finite flags] x num_slots int32 on the device and in pinned host memory
-        self._ids_dev = e.cp.zeros((SAMPLE_RING, 2, num_slots), e.cp.int32)
-        self._ids_host = [e.pinned_int32(2 * num_slots) for _ in range(SAMPLE_RING)]
+        # per rotation slot: num_slots sampled ids (int32) on the device and in pinned host memory
+        self._ids_dev = e.cp.zeros((SAMPLE_RING, num_slots), e.cp.int32)
+        self._ids_host = [e.pinned_int32(num_slots) for _ in range(SAMPLE_RING)]
         self._ring_next = 0
         self._unread: dict[int, int] = {}  # id(HostSampler) -> its rows queued and not read
 
@@ -178,7 +181,7 @@ class CudaBatchBackend:
             raise NinfercError(f"decode_next of {len(seqs)} sequences after a sample of {len(pending.rows)} rows")
         e = self.engine
         with e.stream:
-            e.tokens[:len(seqs)] = self._ids_dev[pending.slot, 0, :len(seqs)]
+            e.tokens[:len(seqs)] = self._ids_dev[pending.slot, :len(seqs)]
         return self._decode(seqs, None)
 
     def _decode(self, seqs: list, tokens: list[int] | None) -> _StepLogits:
@@ -213,8 +216,8 @@ class CudaBatchBackend:
     # -- sampling -----------------------------------------------------------------------------------------
     def samples_on_device(self, rows: list) -> bool:
         """Whether the GPU sampler draws every row (``rows[i] = (HostSampler, logprobs or None)``): no penalties, no
-        min_p, no logprobs -- the rows :meth:`sample_async` takes."""
-        return all(s.device_ok and lp is None for s, lp in rows)
+        min_p, no logprobs -- the rows :meth:`sample_async` takes (:func:`~ninferc.sampling.rows_on_device`)."""
+        return rows_on_device(rows)
 
     def sample(self, logits: _StepLogits, rows: list) -> list:
         """One :class:`~ninferc.sampling.Sampled` (or :class:`~ninferc.sampling.NonFiniteLogits`) per row; see the
@@ -235,8 +238,8 @@ class CudaBatchBackend:
 
     def sample_async(self, logits: _StepLogits, rows: list) -> PendingSample:
         """Queue the GPU sampler over the step's B rows (all :meth:`samples_on_device`), each with its seed and draw
-        counter (draws recorded + draws queued and not read), the per-row finite check, and one copy of the ids and
-        flags to pinned host memory; returns without waiting.
+        counter (draws recorded + draws queued and not read), and one copy of the B ids (-1 where a row's maximum is
+        not finite) to pinned host memory; returns without waiting.
 
         Raises:
             NinfercError: a row the GPU sampler cannot draw, or rows that do not match the step's logits.
@@ -260,8 +263,7 @@ class CudaBatchBackend:
                 sp["seed"][:B] = cp.asarray(np.array([s.params.seed for s, _ in rows], np.uint64))
                 sp["rng_step"][:B] = cp.asarray([s.draws + self._unread.get(id(s), 0) for s, _ in rows], cp.int32)
             e.sample_step(greedy, B)
-            dev[0, :B] = e.tokens[:B]
-            dev[1, :B] = cp.isfinite(e.logits[:B]).all(axis=1)
+            dev[:B] = e.tokens[:B]
             host = self._ids_host[slot]
             cp.cuda.runtime.memcpyAsync(host.ctypes.data, dev.data.ptr, host.nbytes,
                                         cp.cuda.runtime.memcpyDeviceToHost, e.stream.ptr)
@@ -274,7 +276,7 @@ class CudaBatchBackend:
 
     def _read_sample(self, p: PendingSample) -> list:
         """The rows of a finished :class:`PendingSample`, recorded in their samplers."""
-        h, n = self._ids_host[p.slot], self.num_slots
+        h = self._ids_host[p.slot]
         out: list = []
         for i, (s, _) in enumerate(p.rows):
             left = self._unread.get(id(s), 0) - 1
@@ -282,7 +284,7 @@ class CudaBatchBackend:
                 self._unread[id(s)] = left
             else:
                 self._unread.pop(id(s), None)
-            if not h[n + i] or h[i] < 0:  # a non-finite element, or (the sampler's -1) a non-finite maximum
+            if h[i] < 0:  # the sampler's answer to a row whose maximum is not finite
                 out.append(NonFiniteLogits(_NON_FINITE.format(i=i)))
                 continue
             s.observe(int(h[i]))

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ninferc.errors import NinfercError
-from ninferc.sampling import HostSampler, NonFiniteLogits, Sampled, apply_penalties, filtered_probs, log_softmax
+from ninferc.sampling import (HostSampler, NonFiniteLogits, Sampled, apply_penalties, filtered_probs, log_softmax,
+                              rows_on_device)
 
 #: most draft tokens per round ``--draft-tokens`` accepts
 MAX_DRAFT_TOKENS = 5
@@ -158,7 +159,7 @@ def accept_drafts(sampler: HostSampler, logits: np.ndarray, drafts: list[int], l
 def greedy_on_ids(sampler: HostSampler, logprobs: int | None) -> bool:
     """Whether a request's round can be accepted from the verify rows' argmax ids alone (:func:`accept_greedy_ids`):
     greedy, no penalties or min_p (its argmax is the raw logits'), no logprobs asked."""
-    return sampler.params.greedy and sampler.device_ok and logprobs is None
+    return sampler.params.greedy and rows_on_device([(sampler, logprobs)])
 
 
 def accept_greedy_ids(sampler: HostSampler, ids, drafts: list[int]) -> list[Sampled]:
