@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ninferc.sampling import rows_on_device
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -60,8 +62,7 @@ class FakeBackend:
         self.calls = []
         self.nan_for = set(nan_for)
         if ahead:
-            self.samples_on_device = lambda rows: all(s.params.greedy and s.device_ok and lp is None
-                                                      for s, lp in rows)
+            self.samples_on_device = lambda rows: all(s.params.greedy for s, _ in rows) and rows_on_device(rows)
             self.sample_async = self._sample_async
             self.decode_next = self._decode_next
 
@@ -114,3 +115,30 @@ class FakeBackend:
 
     def close(self):
         pass
+
+
+def collecting_request(rid: str, prompt, n: int, events: dict, **kw):
+    """A :class:`~ninferc.runtime.scheduler.GenerationRequest` of ``n`` tokens whose events are appended to
+    ``events[rid]`` (the scheduler tests' sink); ``kw`` as the request's fields."""
+    from ninferc.runtime.scheduler import GenerationRequest
+
+    return GenerationRequest(rid, list(prompt), n, sink=lambda ev: events.setdefault(rid, []).append(ev), **kw)
+
+
+def run_until_idle(scheduler, limit: int = 10_000) -> None:
+    """Step ``scheduler`` until it is idle.
+
+    Raises:
+        AssertionError: still busy after ``limit`` iterations."""
+    for _ in range(limit):
+        scheduler.step()
+        if scheduler.idle:
+            return
+    raise AssertionError(f"scheduler did not go idle in {limit} iterations")
+
+
+def event_ids(events) -> list[int]:
+    """The token ids of a request's :class:`~ninferc.runtime.scheduler.TokenEvent` s, in order."""
+    from ninferc.runtime.scheduler import TokenEvent
+
+    return [t for e in events if isinstance(e, TokenEvent) for t in e.ids]

@@ -10,26 +10,13 @@ import pytest
 
 from ninferc.checkpoint import Checkpoint
 from ninferc.reference_backend import ReferenceBatchBackend
-from ninferc.runtime.scheduler import ErrorEvent, FinishEvent, GenerationRequest, Scheduler, TokenEvent
+from ninferc.runtime.scheduler import ErrorEvent, FinishEvent, Scheduler
 from ninferc.sampling import SamplingParams
 from ninferc.testing import FAKE_VOCAB as V
 from ninferc.testing import FakeBackend
-
-
-def _req(rid, prompt, n, events, **kw):
-    return GenerationRequest(rid, list(prompt), n, sink=lambda ev: events.setdefault(rid, []).append(ev), **kw)
-
-
-def _run(s: Scheduler, limit=10_000):
-    for _ in range(limit):
-        s.step()
-        if s.idle:
-            return
-    raise AssertionError("scheduler did not go idle")
-
-
-def _ids(evs):
-    return [t for e in evs if isinstance(e, TokenEvent) for t in e.ids]
+from ninferc.testing import collecting_request as _req
+from ninferc.testing import event_ids as _ids
+from ninferc.testing import run_until_idle as _run
 
 
 def test_the_next_step_is_queued_before_the_last_is_read():

@@ -8,27 +8,14 @@ import pytest
 from ninferc.checkpoint import Checkpoint
 from ninferc.generate import generate
 from ninferc.reference_backend import ReferenceBackend, ReferenceBatchBackend
-from ninferc.runtime.scheduler import (ErrorEvent, FinishEvent, GenerationRequest, Overloaded, QueueTimeout,
-                                       Scheduler, TokenEvent, TooLarge)
+from ninferc.runtime.scheduler import (ErrorEvent, FinishEvent, Overloaded, QueueTimeout,
+                                       Scheduler, TooLarge)
 from ninferc.sampling import SamplingParams
 from ninferc.testing import FAKE_VOCAB as V
 from ninferc.testing import FakeBackend
-
-
-def _req(rid, prompt, n, events, **kw):
-    return GenerationRequest(rid, list(prompt), n, sink=lambda ev: events.setdefault(rid, []).append(ev), **kw)
-
-
-def _run(s: Scheduler, limit=10_000):
-    for _ in range(limit):
-        s.step()
-        if s.idle:
-            return
-    raise AssertionError("scheduler did not go idle")
-
-
-def _ids(evs):
-    return [t for e in evs if isinstance(e, TokenEvent) for t in e.ids]
+from ninferc.testing import collecting_request as _req
+from ninferc.testing import event_ids as _ids
+from ninferc.testing import run_until_idle as _run
 
 
 def test_long_prompt_delays_others_by_at_most_one_chunk():
