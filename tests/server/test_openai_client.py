@@ -25,7 +25,11 @@ def _stream_text(stream):
     return text, chunks
 
 
-def test_completions_greedy_equals_ninferc_run(client, tiny_dir, goldens):
+def test_completions_greedy_equals_ninferc_run(client, tiny_server, tiny_dir, goldens):
+    import httpx
+
+    # the server is shared by the session's tests: empty its prefix cache so that nothing an earlier test sent is hit
+    assert httpx.post(tiny_server.url + "/reset_prefix_cache").json() == {"status": "ok"}
     for c in goldens["cases"][:3]:
         prompt = c["prompt"]
         r = client.completions.create(model="tiny", prompt=prompt, max_tokens=48, temperature=0)
