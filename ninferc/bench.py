@@ -142,7 +142,9 @@ def run_bench(engine, *, prompt_tokens=(512, 8192), decode_tokens: int = 64, chu
     ``batch_decode``: aggregate tok/s = batch / median step time, each step a replay of the captured B-sequence
     graph with the greedy sampler, timed up to reading back its B ids.
     ``tokens_per_seq``: at each prompt length, :func:`multi_token_steps` for these T (one sequence x T tokens with
-    logits for every token: the shape of a speculative verify step) against the one-token step, in this process.
+    logits for every token: the shape of a speculative verify step; the ``verify`` program too where the engine has
+    ``spec_tokens`` >= T - 1) against the one-token step, in this process; with ``profile``, per-family kernel
+    times of each.
     Returns the result dict (no provenance).
 
     Raises:
@@ -201,11 +203,14 @@ def run_bench(engine, *, prompt_tokens=(512, 8192), decode_tokens: int = 64, chu
         log(f"prompt {L}: prefill {L / (t1 - t0):,.0f} tok/s (TTFT {ttft * 1e3:.0f} ms); decode {1 / med:.2f} tok/s "
             f"(median {med * 1e3:.2f} ms between streamed ids; step by step {1 / smed:.2f} tok/s)")
         if tokens_per_seq:
-            rows = multi_token_steps(engine, s, tokens_per_seq, rng=rng)
+            rows = multi_token_steps(engine, s, tokens_per_seq, rng=rng, profile=profile, log=log)
             res.setdefault("tokens_per_seq", []).extend({"prompt_tokens": L, "context": s.seq.length, **r}
                                                         for r in rows)
-            log(f"prompt {L} (context {s.seq.length}): one sequence x T tokens per step (logits for every token), median step time: "
-                + ", ".join(f"T={r['tokens']} {r['median_step_ms']:.2f} ms ({r['ratio_to_one']:.2f}x)" for r in rows))
+            log(f"prompt {L} (context {s.seq.length}): one sequence x T tokens per step (logits for every token), "
+                "median step time: " + ", ".join(
+                    f"T={r['tokens']} {r['median_step_ms']:.2f} ms ({r['ratio_to_one']:.2f}x"
+                    + (f"; verify program {r['verify_median_step_ms']:.2f} ms, {r['verify_ratio_to_one']:.2f}x"
+                       if "verify_median_step_ms" in r else "") + ")" for r in rows))
         s.close()
         cp.cuda.runtime.deviceSynchronize()
         if batch > 1:
@@ -230,17 +235,26 @@ def run_bench(engine, *, prompt_tokens=(512, 8192), decode_tokens: int = 64, chu
     return res
 
 
-def multi_token_steps(engine, session, tokens_per_seq, *, reps: int = 30, rng=None) -> list[dict]:
+def multi_token_steps(engine, session, tokens_per_seq, *, reps: int = 30, rng=None, profile: bool = False,
+                      log: Callable[[str], None] | None = None) -> list[dict]:
     """Step time of one sequence x T tokens (positions L .. L + T - 1 after the session's L tokens; logits for all
     T rows, as a speculative verify step needs) for each T in ``tokens_per_seq``, and of the one-token decode step,
-    each a CUDA graph (:meth:`~ninferc.runtime.engine.Engine.step_graph`: T = 1 the decode program, T > 1 the
-    prefill program) replayed ``reps`` times, each replay timed by CUDA events on the engine stream.
+    each a CUDA graph (:meth:`~ninferc.runtime.engine.Engine.step_graph`) replayed ``reps`` times, each replay timed
+    by CUDA events on the engine stream. T = 1 replays the decode program; T > 1 the prefill program (the GDN layers
+    as a chunk) and, on an engine built with ``spec_tokens`` >= T - 1, also the ``verify`` program (the GDN layers
+    token by token, the state after each token into its own slot: what speculative decoding runs).
+
+    With ``profile``, each program's kernels are also timed one by one (:meth:`Engine.profile`, eager, CUDA events
+    between launches) and summed per kernel family (``profile_table``; ``log`` prints the tables): where the T-token
+    step's time goes against the one-token step's.
 
     The session's KV at positions L.. and its GDN state are overwritten (the timing does not depend on them); its
     length is unchanged, so close it afterwards.
 
     Returns:
-        [{"tokens": T, "median_step_ms", "ratio_to_one": median / the one-token step's median}] (T = 1 first).
+        [{"tokens": T, "median_step_ms", "ratio_to_one": median / the one-token step's median}] (T = 1 first); with
+        the verify program, also ``verify_median_step_ms`` and ``verify_ratio_to_one``; with ``profile``,
+        ``profile`` {family: ms} (the prefill program's) and ``verify_profile``.
 
     Raises:
         NinfercError: a T past the engine's prefill chunk or logit rows, or a context past ``max_context``.
@@ -251,13 +265,16 @@ def multi_token_steps(engine, session, tokens_per_seq, *, reps: int = 30, rng=No
     L = seq.length  # noqa: N806
     ts = [1] + [int(t) for t in tokens_per_seq if int(t) != 1]
     seq.ensure_capacity(L + max(ts), e.pages, e.max_pages)
-    out = []
-    for T in ts:  # noqa: N806
+    k_spec = int(getattr(e, "spec_tokens", 0) or 0)
+
+    def timed(mode: str, T: int) -> tuple[float, dict | None]:  # noqa: N803
+        verify = mode == "verify"
         with e.stream:
             e.write_meta(tok_pos=np.arange(L, L + T, dtype=np.int32), tok_seq=np.zeros(T, np.int32),
                          seq_start=[0, T], seq_ctx=[L + T], seq_slot=[seq.slot], row_index=np.arange(T, dtype=np.int32),
-                         page_rows=[seq.pages], tokens=[int(x) for x in rng.integers(0, e.vocab, T)])
-            g = e.step_graph("decode", 1, 1, 1) if T == 1 else e.step_graph("prefill", T, 1, T)
+                         page_rows=[seq.pages], tokens=[int(x) for x in rng.integers(0, e.vocab, T)],
+                         **({"seq_slot_out": [0]} if verify else {}))  # states after tokens 0..T-1: slots 0..T-1
+            g = e.step_graph(mode, T, 1, T)
             g.launch(stream=e.stream)  # warm
             evs = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(reps)]
             for a, b in evs:
@@ -266,7 +283,25 @@ def multi_token_steps(engine, session, tokens_per_seq, *, reps: int = 30, rng=No
                 b.record(e.stream)
         e.stream.synchronize()
         ms = float(np.median([cp.cuda.get_elapsed_time(a, b) for a, b in evs]))
-        out.append({"tokens": T, "median_step_ms": ms, "ratio_to_one": ms / out[0]["median_step_ms"] if out else 1.0})
+        agg = None
+        if profile:
+            txt, agg = profile_table(e.profile(mode, T, 1, T), f"{mode} step of one sequence x {T} tokens at context {L}")
+            if log is not None:
+                log(txt)
+        return ms, agg
+
+    out = []
+    for T in ts:  # noqa: N806
+        ms, agg = timed("decode" if T == 1 else "prefill", T)
+        r = {"tokens": T, "median_step_ms": ms, "ratio_to_one": ms / out[0]["median_step_ms"] if out else 1.0}
+        if agg is not None:
+            r["profile"] = agg
+        if 1 < T <= k_spec + 1:
+            vms, vagg = timed("verify", T)
+            r.update(verify_median_step_ms=vms, verify_ratio_to_one=vms / out[0]["median_step_ms"])
+            if vagg is not None:
+                r["verify_profile"] = vagg
+        out.append(r)
     return out
 
 

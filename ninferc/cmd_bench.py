@@ -30,7 +30,8 @@ from ninferc.errors import NinfercError
               help="also decode this many sequences together at each prompt length (aggregate tok/s)")
 @click.option("--tokens-per-seq", default=None,
               help="also time steps of one sequence x T tokens with logits for every token (a speculative verify "
-                   "step), comma-separated T in 2..64, against the one-token step")
+                   "step), comma-separated T in 2..64, against the one-token step: the prefill program, and with "
+                   "--spec mtp --draft-tokens K >= T - 1 also the verify program")
 @click.option("--spec", type=click.Choice(["mtp"]), default=None,
               help="also time speculative decoding with the MTP head (a synthetic preset gets one): the draft and "
                    "verify steps against the plain step, and tok/s at a forced acceptance (--accept-rate)")
@@ -40,7 +41,8 @@ from ninferc.errors import NinfercError
                    "meaningless); 0.76 at K = 3 is 3.28 tokens per round")
 @click.option("--spec-rounds", default=48, type=click.IntRange(min=1), show_default=True,
               help="with --spec: speculative rounds timed (after the plain steps that record their drafts)")
-@click.option("--profile", is_flag=True, help="also time every kernel of one decode step and one prefill chunk")
+@click.option("--profile", is_flag=True, help="also time every kernel of one decode step and one prefill chunk (and "
+              "of each --tokens-per-seq step), summed per kernel family")
 @click.option("--peer", type=click.Choice(["hf"]), default=None,
               help="also run HF transformers on the same weights (zero-copy views of the engine's) in this "
                    "process, after our run, and report ours / peer")

@@ -681,7 +681,7 @@ class Engine:
         return self.step_graph("decode", B, B, B)
 
     def step_graph(self, mode: str, T: int, B: int, R: int):  # noqa: N803
-        """The captured model step ``mode`` (``"decode"`` or ``"prefill"``) of T tokens, B sequences and R logit
+        """The captured model step ``mode`` (``"decode"``, ``"prefill"`` or ``"verify"``) of T tokens, B sequences and R logit
         rows, without a sampler (captured on first use, cached per shape); it reads the metadata block, so write
         it (:meth:`write_meta`) before each launch.
 

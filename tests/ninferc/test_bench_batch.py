@@ -85,6 +85,28 @@ def test_multi_token_steps_times_one_sequence_x_t_tokens_against_one(monkeypatch
     assert list(m4["tok_pos"]) == [100, 101, 102, 103] and list(m4["row_index"]) == [0, 1, 2, 3]
     assert m4["seq_ctx"] == [104] and m4["seq_slot"] == [3] and len(m4["tokens"]) == 4
     assert seq.length == 100  # the session's length is left alone
+    assert "verify_median_step_ms" not in rows[1]  # an engine without spec_tokens has no verify program
+
+    # an engine built with spec_tokens K = 2: T <= 3 also replays the verify program (its own graph and slots), and
+    # the profile sums each program's kernels per family
+    metas.clear()
+    graphs.clear()
+    eng.spec_tokens = 2
+    profiled = []
+    eng.profile = lambda mode, T, B, R: profiled.append((mode, T, B, R)) or [  # noqa: ARG005
+        (f"layer.{i}.mix", "gdn_recurrent" if mode == "verify" else "gdn_chunk", 1.0) for i in range(2)]
+    logged = []
+    rows = multi_token_steps(eng, SimpleNamespace(seq=seq), (4, 2), reps=5, rng=np.random.default_rng(1),
+                             profile=True, log=logged.append)
+    assert graphs == [("decode", 1, 1, 1), ("prefill", 4, 1, 4), ("prefill", 2, 1, 2), ("verify", 2, 1, 2)]
+    assert profiled == [("decode", 1, 1, 1), ("prefill", 4, 1, 4), ("prefill", 2, 1, 2), ("verify", 2, 1, 2)]
+    assert "verify_median_step_ms" not in rows[1]  # T = 4 > K + 1
+    assert rows[2]["verify_median_step_ms"] == 12.0 and rows[2]["verify_ratio_to_one"] == pytest.approx(12 / 11)
+    assert rows[2]["verify_profile"] == {"gdn_recurrent": 2.0} and rows[2]["profile"] == {"gdn_chunk": 2.0}
+    verify_meta = metas[-1]
+    assert verify_meta["seq_slot_out"] == [0] and verify_meta["seq_slot"] == [3]
+    assert all("seq_slot_out" not in m for m in metas[:-1] if isinstance(m, dict))
+    assert len(logged) == 4 and "verify step of one sequence x 2 tokens" in logged[-1]
 
 
 def test_bench_refuses_bad_tokens_per_seq():
