@@ -239,6 +239,8 @@ def serve_cmd(path, preset, synthetic_weights, weights_fmt, kv_dtype, host, port
 
         async def startup(self, sockets=None):
             await super().startup(sockets)
+            if engine.state == "failed":  # the load failed before the socket opened: the server is stopping
+                return
             for s in self.servers:
                 for sock in s.sockets:
                     h, p = sock.getsockname()[:2]
