@@ -34,6 +34,23 @@ def goldens_long(tiny_dir):
     return json.loads((tiny_dir / "goldens-long.json").read_text())
 
 
+@pytest.fixture
+def emulated_device(monkeypatch):
+    """The CUDA engine on the CPU for this test: ``tests/emulated_device.py`` installed (a stand-in CuPy whose kernel
+    launches run on the host emulator; undone after the test). Yields the module (its ``ARCH`` and ``SMS`` are the
+    device's). Skipped without g++ (the emulator compiles kernels with it)."""
+    import importlib.util
+    import shutil
+
+    if shutil.which("g++") is None:
+        pytest.skip("the CPU emulator needs g++")
+    spec = importlib.util.spec_from_file_location("emulated_device", REPO / "tests" / "emulated_device.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.install(monkeypatch)
+    return mod
+
+
 def _gpu_probe() -> str | None:
     """None when CuPy sees a GPU, else why not (the exception's type and message)."""
     try:

@@ -2,7 +2,8 @@
 
 The rendered source (template + inlined headers) is compiled by the host C++ compiler against a small shim:
 
-* every CUDA thread of a CTA is a fiber (``ucontext``) on one OS thread; CTAs run one after another;
+* every CUDA thread of a CTA is a fiber on one OS thread (entered through a ``ucontext``, switched by ``_setjmp`` /
+  ``_longjmp``, which make no system call; stacks pooled between launches); CTAs run one after another;
 * ``__syncthreads`` / ``__syncwarp`` / ``__shfl_xor_sync`` are barriers of a deterministic scheduler that runs
   each ready fiber up to its next barrier, in thread order (or reverse order: run both to expose a read that
   is not separated from another thread's write by a barrier, in either direction). Both keep the warps in step
@@ -57,6 +58,7 @@ _SHIM = r"""
 #include <stdlib.h>
 #include <stddef.h>
 #include <ucontext.h>
+#include <setjmp.h>
 
 struct dim3 { unsigned int x, y, z; };
 struct alignas(8) float2 { float x, y; };
@@ -73,7 +75,7 @@ enum { READY = 0, WAIT_CTA = 1, WAIT_WARP = 2, DONE = 3, WAIT_GRID = 4, WAIT_SPI
 // A cp.async copy this thread issued and no cp_async_wait has completed yet: the source bytes (read at issue), the
 // destination, and the commit group it belongs to (the thread's count of commits when it was issued).
 struct CpPending { void* dst; unsigned char bytes[16]; int size; int group; };
-struct Fiber { ucontext_t ctx; dim3 tid; int state; int warp, lane; char* stack; dim3 bid; char* dyn;
+struct Fiber { ucontext_t ctx; jmp_buf jb; int started; dim3 tid; int state; int warp, lane; char* stack; dim3 bid; char* dyn;
                unsigned int* bar; unsigned int bar_n; int from_spin;
                Fiber* cta; unsigned long long xfer;  // the CTA's first fiber; this lane's shuffle value
                CpPending* cp; int cp_n, cp_cap, cp_groups; };  // this thread's cp.async copies in flight
@@ -83,7 +85,10 @@ static ucontext_t sched_ctx;
 static dim3 block_dim, grid_dim;
 static unsigned int dyn_smem_bytes = 0;
 static int trapped = 0;
-static inline void wait(int st) { cur->state = st; swapcontext(&cur->ctx, &sched_ctx); }
+// a fiber's switch to the scheduler and back: _setjmp / _longjmp, which (unlike swapcontext) make no system call
+// for the signal mask; a fiber is entered the first time through its ucontext (run_cta)
+static jmp_buf sched_jb;
+static inline void wait(int st) { cur->state = st; if (!_setjmp(cur->jb)) _longjmp(sched_jb, 1); }
 }  // namespace shim
 
 #define threadIdx (shim::cur->tid)
@@ -172,7 +177,7 @@ static inline int __float2int_rn(float f) { return (int)lrintf(f); }  // round t
 static inline void __trap() {
   shim::trapped = 1;
   shim::cur->state = shim::DONE;
-  swapcontext(&shim::cur->ctx, &shim::sched_ctx);
+  _longjmp(shim::sched_jb, 1);
 }
 
 namespace ninfer {
@@ -339,7 +344,7 @@ static void* const* g_args = nullptr;
 static void fiber_main() {
   shim_call(g_args);
   shim::cur->state = shim::DONE;
-  swapcontext(&shim::cur->ctx, &shim::sched_ctx);
+  _longjmp(shim::sched_jb, 1);  // never returns: its ucontext's uc_link frame is gone
 }
 
 // Run the fibers f[0..threads) of one CTA until every live one waits at a grid barrier or is done.
@@ -363,7 +368,14 @@ static int run_cta(shim::Fiber* f, int threads, int order) {
       shim::cur = &f[i];
       const int was_spin = f[i].from_spin;
       f[i].from_spin = 0;
-      swapcontext(&shim::sched_ctx, &f[i].ctx);
+      if (!_setjmp(shim::sched_jb)) {
+        if (!f[i].started) {
+          f[i].started = 1;
+          swapcontext(&shim::sched_ctx, &f[i].ctx);  // the first entry; the fiber comes back by _longjmp
+        } else {
+          _longjmp(f[i].jb, 1);
+        }
+      }
       if (shim::trapped) return 1;
       if (!(was_spin && f[i].state == shim::WAIT_SPIN)) shim::progress = 1;  // not just a counter re-check
     }
@@ -401,7 +413,11 @@ static int run_cta(shim::Fiber* f, int threads, int order) {
 }
 
 static void init_fiber(shim::Fiber& f, int i, dim3 bid, char* stack, size_t stack_bytes, char* dyn) {
-  getcontext(&f.ctx);
+  static ucontext_t tmpl;  // getcontext once (a system call), copied for every fiber
+  static int have_tmpl = 0;
+  if (!have_tmpl) { getcontext(&tmpl); have_tmpl = 1; }
+  f.ctx = tmpl;
+  f.started = 0;
   f.ctx.uc_stack.ss_sp = stack;
   f.ctx.uc_stack.ss_size = stack_bytes;
   f.ctx.uc_link = &shim::sched_ctx;
@@ -430,7 +446,17 @@ extern "C" int shim_launch(int gx, int gy, int gz, int threads, unsigned int dyn
   const size_t kStack = coop ? 64 * 1024 : 256 * 1024;
   const size_t dyn_alloc = dyn_bytes ? ((dyn_bytes + 63) / 64) * 64 : 64;
   shim::Fiber* f = (shim::Fiber*)calloc((size_t)live_ctas * threads, sizeof(shim::Fiber));
-  for (int i = 0; i < live_ctas * threads; ++i) f[i].stack = (char*)aligned_alloc(64, kStack);
+  // fiber stacks come from a pool kept between launches (allocating them per launch -- an mmap and its page
+  // faults per thread -- cost more than running a small kernel)
+  static char* pool = nullptr;
+  static size_t pool_bytes = 0;
+  const size_t need = (size_t)live_ctas * threads * kStack;
+  if (need > pool_bytes) {
+    free(pool);
+    pool = (char*)aligned_alloc(64, need);
+    pool_bytes = need;
+  }
+  for (int i = 0; i < live_ctas * threads; ++i) f[i].stack = pool + (size_t)i * kStack;
   char* dyn = (char*)aligned_alloc(64, dyn_alloc * live_ctas);
   shim::dyn_smem_bytes = dyn_bytes;
   shim::grid_dim = dim3{(unsigned)gx, (unsigned)gy, (unsigned)gz};
@@ -503,7 +529,7 @@ extern "C" int shim_launch(int gx, int gy, int gz, int threads, unsigned int dyn
         if (f[i].state == shim::WAIT_GRID) f[i].state = shim::READY;
     }
   }
-  for (int i = 0; i < live_ctas * threads; ++i) { free(f[i].stack); free(f[i].cp); }
+  for (int i = 0; i < live_ctas * threads; ++i) free(f[i].cp);
   free(f);
   free(dyn);
   return rc;
@@ -567,7 +593,7 @@ class HostKernel:
             src = lib.with_suffix(".cpp")
             src.write_text(full)
             tmp = lib.with_suffix(f".{os.getpid()}.tmp")
-            cmd = ["g++", "-std=c++17", "-O2", "-shared", "-fPIC", "-w", "-o", str(tmp), str(src)]
+            cmd = ["g++", "-std=c++17", "-O2", "-U_FORTIFY_SOURCE", "-shared", "-fPIC", "-w", "-o", str(tmp), str(src)]
             r = subprocess.run(cmd, capture_output=True, text=True)
             if r.returncode:
                 raise HostKernelError(f"host compile of {entry} failed ({src}):\n{r.stderr[-4000:]}")
@@ -579,7 +605,8 @@ class HostKernel:
     def launch(self, grid, block, args, *, smem: int = 0, reverse: bool = False, cooperative: bool = False,
                skew: bool = False) -> None:
         """Run the grid. ``args`` in kernel order: numpy arrays (passed by address; must stay alive and
-        contiguous), numpy/int/float scalars, or ``np.uint64(0)`` for a null pointer. ``cooperative``: every
+        contiguous), numpy/int/float scalars, ``np.uint64(0)`` for a null pointer, or ``np.uint64(address)`` for a
+        pointer into memory the caller keeps alive. ``cooperative``: every
         CTA's fibers live at once and grid barriers are honoured (module docstring). ``reverse`` / ``skew``: the
         scheduler's order (module docstring; at most one of them; ``skew`` not with ``cooperative``).
 
@@ -606,8 +633,8 @@ class HostKernel:
                     if not a.flags.c_contiguous:
                         raise HostKernelError(f"{self.entry}: argument {name} must be C-contiguous")
                     holders.append(ctypes.c_void_p(a.ctypes.data))
-                elif int(a) == 0:
-                    holders.append(ctypes.c_void_p(0))
+                elif int(a) == 0 or isinstance(a, np.uint64):  # null, or an address (tests/emulated_device.py)
+                    holders.append(ctypes.c_void_p(int(a)))
                 else:
                     raise HostKernelError(f"{self.entry}: pointer argument {name} got {type(a).__name__}")
             elif typ in ("int", "const int"):

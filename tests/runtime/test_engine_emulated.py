@@ -1,0 +1,110 @@
+"""The CUDA engine on the emulated device (``tests/emulated_device.py``: CuPy stood in by host memory, every kernel
+run by the CPU emulator), on the fixture artifact compiled for sm_86 with 8 SMs: the decode loop with CUDA-graph
+replay, the serving backend with several requests and decode ahead, and speculative decoding with the MTP head
+(draft chain, verify step of K + 1 tokens per sequence into per-token GDN state slots, acceptance, roll back)
+against the goldens -- the engine's own logic, checked without a GPU. Prefill chunks are 8 tokens (the GEMV route:
+the tensor-core GEMM of longer chunks uses inline PTX the emulator does not run).
+
+Exactness: the emulator's arithmetic is the kernels' own in fp32 (host math correctly rounded), so outputs are
+compared with the goldens up to each case's first near-tie (``GREEDY_MARGIN``), as the GPU tests do; the
+speculative rounds' accepted counts are compared with the golden runs' over the rounds before that point.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ninferc.ir.tolerances import GREEDY_MARGIN
+from ninferc.testing import collecting_request, event_ids, run_until_idle
+
+pytestmark = pytest.mark.slow  # ~1-2 s per emulated decode step on 2 cores; the kernels' host compiles first
+
+CHUNK = 8  # prefill chunk: at most GEMV_MAX_TOKENS, so no GEMM launch
+
+
+def golden_len(case) -> int:
+    return next((i for i, m in enumerate(case["top1_margin"]) if m < GREEDY_MARGIN), len(case["top1_margin"]))
+
+
+@pytest.fixture(scope="module")
+def emu_art(tmp_path_factory, tiny_dir):
+    """The fixture compiled for the emulated device (sm_86, 8 SMs)."""
+    from ninferc.pipeline import compile_model
+
+    p = tmp_path_factory.mktemp("emulated") / "tiny-sm86.ninfer"
+    compile_model(tiny_dir, "sm_86", p, sms=8)
+    return p
+
+
+@pytest.fixture(scope="module")
+def gmtp(tiny_dir):
+    return json.loads((tiny_dir / "goldens-mtp.json").read_text())
+
+
+def test_decode_stream_equals_the_goldens(emulated_device, emu_art, goldens):
+    """``Session.prefill`` in 8-token chunks, then ``decode_stream`` (the decode graph captured once and replayed,
+    one step queued ahead of the id read back): the golden's greedy ids."""
+    from ninferc.artifact import Artifact
+    from ninferc.runtime.engine import Engine
+    from ninferc.sampling import SamplingParams
+
+    assert emulated_device.ARCH == "sm_86"
+    c = goldens["cases"][1]
+    n = min(10, golden_len(c))
+    e = Engine(Artifact.open(emu_art), max_context=128, prefill_chunk=CHUNK)
+    s = e.session()
+    s.prefill(c["prompt_ids"], CHUNK)
+    first = s.sample(SamplingParams())
+    ids = [first] + list(s.decode_stream(SamplingParams(), n - 1))
+    assert ids == c["greedy_ids"][:n]
+    assert e._graphs, "the decode steps were not replayed from a captured graph"
+    s.close()
+
+
+def _serve(art, prompts, n, k):
+    """The prompts through the serving backend and the scheduler (greedy; ``k`` drafts per round, or None)."""
+    from ninferc.runtime.cuda_backend import CudaBatchBackend
+    from ninferc.runtime.scheduler import Scheduler
+    from ninferc.runtime.spec import SpecConfig
+
+    be = CudaBatchBackend(art, max_context=128, num_slots=len(prompts), num_pages=4 * len(prompts),
+                          prefill_chunk=CHUNK, spec_tokens=k or 0)
+    s = Scheduler(be, max_concurrency=len(prompts), prefill_chunk=CHUNK, spec=SpecConfig("mtp", k) if k else None)
+    evs: dict = {}
+    for i, p in enumerate(prompts):
+        s.submit(collecting_request(str(i), p, n[i], evs))
+    run_until_idle(s)
+    be.close()
+    return [(event_ids(evs[str(i)]), evs[str(i)][-1]) for i in range(len(prompts))]
+
+
+def test_serving_backend_batches_three_requests(emulated_device, emu_art, goldens):
+    """Three requests at once through ``CudaBatchBackend`` (batched decode graphs of B = 3, 2, 1 as they finish;
+    the GPU sampler's ids read back one step behind): each equals its golden."""
+    cases = goldens["cases"][:3]
+    n = [min(m, golden_len(c)) for c, m in zip(cases, (9, 5, 7))]
+    out = _serve(emu_art, [c["prompt_ids"] for c in cases], n, None)
+    for c, m, (ids, fin) in zip(cases, n, out):
+        assert ids == c["greedy_ids"][:m] and fin.reason == "length"
+
+
+@pytest.mark.parametrize("k, which", [(3, (0,)), (2, (1, 2))])
+def test_mtp_speculation_reproduces_the_golden_runs(emulated_device, emu_art, goldens, gmtp, monkeypatch, k, which):
+    """``--spec mtp`` on the CUDA backend (the path ``NINFERC_CUDA_MTP=1`` opens): the draft chain, the verify step
+    of K + 1 tokens per sequence (two sequences in one verify step at K = 2), acceptance and roll back give the
+    golden greedy ids, and every round before the golden's first near-tie accepts as many drafts as the golden
+    run's round."""
+    monkeypatch.setenv("NINFERC_CUDA_MTP", "1")
+    cases = [gmtp["cases"][i] for i in which]
+    n = [min(12, golden_len(goldens["cases"][i])) for i in which]
+    out = _serve(emu_art, [c["prompt_ids"] for c in cases], n, k)
+    for c, m, (ids, fin) in zip(cases, n, out):
+        assert ids == c["greedy_ids"][:m]
+        run = c["spec"][f"k{k}"]
+        st = fin.stats.spec
+        assert st.rounds >= 2 and st.accepted == sum(st.per_round) and len(st.per_round) == st.rounds
+        # the rounds whose verified tokens all lie before the near-tie (the last round is cut by max_tokens)
+        full = [r for r in range(st.rounds - 1) if run["round_positions"][r] + k + 1 <= len(c["prompt_ids"]) + m]
+        assert full and st.per_round[:len(full)] == run["accepted_per_round"][:len(full)]
