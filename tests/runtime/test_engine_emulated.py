@@ -63,18 +63,24 @@ def test_decode_stream_equals_the_goldens(emulated_device, emu_art, goldens):
     s.close()
 
 
-def _serve(art, prompts, n, k):
-    """The prompts through the serving backend and the scheduler (greedy; ``k`` drafts per round, or None)."""
+def _serve(art, prompts, n, k, *, cache_bytes: int = 0, one_by_one: bool = False):
+    """The prompts through the serving backend and the scheduler (greedy; ``k`` drafts per round, or None), at once
+    or ``one_by_one``; with ``cache_bytes``, the prefix cache (checkpoints at the ends of prompts and generations,
+    freed pages poisoned)."""
     from ninferc.runtime.cuda_backend import CudaBatchBackend
     from ninferc.runtime.scheduler import Scheduler
     from ninferc.runtime.spec import SpecConfig
 
     be = CudaBatchBackend(art, max_context=128, num_slots=len(prompts), num_pages=4 * len(prompts),
-                          prefill_chunk=CHUNK, spec_tokens=k or 0)
-    s = Scheduler(be, max_concurrency=len(prompts), prefill_chunk=CHUNK, spec=SpecConfig("mtp", k) if k else None)
+                          prefill_chunk=CHUNK, spec_tokens=k or 0, cache_bytes=cache_bytes)
+    s = Scheduler(be, max_concurrency=len(prompts), prefill_chunk=CHUNK, spec=SpecConfig("mtp", k) if k else None,
+                  prefix_cache_bytes=cache_bytes, checkpoint_interval=0,
+                  poison_freed=bool(cache_bytes))
     evs: dict = {}
     for i, p in enumerate(prompts):
         s.submit(collecting_request(str(i), p, n[i], evs))
+        if one_by_one:
+            run_until_idle(s)
     run_until_idle(s)
     be.close()
     return [(event_ids(evs[str(i)]), evs[str(i)][-1]) for i in range(len(prompts))]
@@ -108,3 +114,19 @@ def test_mtp_speculation_reproduces_the_golden_runs(emulated_device, emu_art, go
         # the rounds whose verified tokens all lie before the near-tie (the last round is cut by max_tokens)
         full = [r for r in range(st.rounds - 1) if run["round_positions"][r] + k + 1 <= len(c["prompt_ids"]) + m]
         assert full and st.per_round[:len(full)] == run["accepted_per_round"][:len(full)]
+
+
+@pytest.mark.parametrize("k", [None, 2])
+def test_prefix_reuse_on_the_cuda_backend(emulated_device, emu_art, goldens, monkeypatch, k):
+    """A conversation's second turn (the first turn's prompt and answer, and more) restores the checkpoint the first
+    turn left -- KV pages shared, GDN state (and with MTP the head's pending hidden row) copied back on the device --
+    and continues with the golden's ids; the third request, the first prompt again, restores the checkpoint one
+    token before its end (a prompt's last token is always computed, for its logits)."""
+    monkeypatch.setenv("NINFERC_CUDA_MTP", "1")
+    c = goldens["cases"][2]  # 16 prompt tokens, 48 golden ids before a near-tie
+    P, g = c["prompt_ids"], c["greedy_ids"]  # noqa: N806
+    prompts = [P, P + g[:20], P]
+    out = _serve(emu_art, prompts, [6, 5, 3], k, cache_bytes=64 << 20, one_by_one=True)
+    assert [ids for ids, _ in out] == [g[:6], g[20:25], g[:3]]
+    cached = [fin.stats.cached_tokens for _, fin in out]
+    assert cached[0] == 0 and cached[1] >= len(P) and cached[2] == len(P) - 1, cached
