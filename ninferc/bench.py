@@ -245,8 +245,8 @@ def multi_token_steps(engine, session, tokens_per_seq, *, reps: int = 30, rng=No
     token by token, the state after each token into its own slot: what speculative decoding runs).
 
     With ``profile``, each program's kernels are also timed one by one (:meth:`Engine.profile`, eager, CUDA events
-    between launches) and summed per kernel family (``profile_table``; ``log`` prints the tables): where the T-token
-    step's time goes against the one-token step's.
+    between launches, the median of min(5, ``reps``) runs) and summed per kernel family (``profile_table``; ``log``
+    prints the tables): where the T-token step's time goes against the one-token step's.
 
     The session's KV at positions L.. and its GDN state are overwritten (the timing does not depend on them); its
     length is unchanged, so close it afterwards.
@@ -285,7 +285,8 @@ def multi_token_steps(engine, session, tokens_per_seq, *, reps: int = 30, rng=No
         ms = float(np.median([cp.cuda.get_elapsed_time(a, b) for a, b in evs]))
         agg = None
         if profile:
-            txt, agg = profile_table(e.profile(mode, T, 1, T), f"{mode} step of one sequence x {T} tokens at context {L}")
+            txt, agg = profile_table(e.profile(mode, T, 1, T, reps=min(5, reps)),
+                                     f"{mode} step of one sequence x {T} tokens at context {L}")
             if log is not None:
                 log(txt)
         return ms, agg

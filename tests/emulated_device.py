@@ -332,7 +332,8 @@ class EmulatedKernel:
         if min(grid) < 1 or min(block) < 1:
             raise PlanError(f"kernel {self.name}: empty launch grid={grid} block={block}")
         if pdl and not self.pdl_capable:
-            raise PlanError(f"kernel {self.name}: programmatic dependent launch asked for a kernel that is not PDL-aware")
+            raise PlanError(f"kernel {self.name}: programmatic dependent launch asked for a kernel that is not "
+                            "PDL-aware")
         call = ((grid, block, tuple(args)), {"smem": int(smem), "cooperative": bool(cooperative)})
         if _CAPTURE:
             _CAPTURE[-1].append((self, *call))

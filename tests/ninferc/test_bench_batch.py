@@ -93,7 +93,7 @@ def test_multi_token_steps_times_one_sequence_x_t_tokens_against_one(monkeypatch
     graphs.clear()
     eng.spec_tokens = 2
     profiled = []
-    eng.profile = lambda mode, T, B, R: profiled.append((mode, T, B, R)) or [  # noqa: ARG005
+    eng.profile = lambda mode, T, B, R, reps: profiled.append((mode, T, B, R)) or [  # noqa: ARG005
         (f"layer.{i}.mix", "gdn_recurrent" if mode == "verify" else "gdn_chunk", 1.0) for i in range(2)]
     logged = []
     rows = multi_token_steps(eng, SimpleNamespace(seq=seq), (4, 2), reps=5, rng=np.random.default_rng(1),

@@ -130,3 +130,57 @@ def test_prefix_reuse_on_the_cuda_backend(emulated_device, emu_art, goldens, mon
     assert [ids for ids, _ in out] == [g[:6], g[20:25], g[:3]]
     cached = [fin.stats.cached_tokens for _, fin in out]
     assert cached[0] == 0 and cached[1] >= len(P) and cached[2] == len(P) - 1, cached
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_non_finite_logits_give_no_token(emulated_device, emu_art, goldens, greedy):
+    """The final norm's weight made NaN after the 3rd token: ``generate`` (the sampler inside the replayed decode
+    graph) ends with NonFiniteLogits -- the GPU sampler's -1 for a row whose maximum is not finite -- instead of
+    an id, greedy and sampled."""
+    import numpy as np
+
+    from ninferc.artifact import Artifact
+    from ninferc.generate import generate
+    from ninferc.runtime.engine import Engine
+    from ninferc.sampling import NonFiniteLogits, SamplingParams
+
+    e = Engine(Artifact.open(emu_art), max_context=128, prefill_chunk=CHUNK)
+    params = SamplingParams() if greedy else SamplingParams(temperature=0.8, seed=3)
+    name = next(op.params["weight"] for op in e.graph.ops() if op.kind == "AddRMSNorm" and op.outputs[-1] in
+                {o.inputs[0] for o in e.graph.ops() if o.kind == "LMHead"})
+    seen = []
+
+    def on_token(tok):
+        seen.append(tok)
+        if len(seen) == 3:
+            e.params[name][:] = np.float32(np.nan)
+
+    with pytest.raises(NonFiniteLogits, match="non-finite logits"):
+        generate(e.session(), goldens["cases"][0]["prompt_ids"], max_new=12, params=params, prefill_chunk=CHUNK,
+                 on_token=on_token)
+    assert 3 <= len(seen) <= 5 and all(t >= 0 for t in seen)
+
+
+def test_bench_multi_token_and_spec_rounds(emulated_device, emu_art, monkeypatch):
+    """``ninferc bench``'s multi-token steps (the prefill and the verify programs captured as graphs, with the
+    per-family profile) and speculative rounds at a forced acceptance run on the CUDA engine: every figure is
+    there and the forced acceptance is reached (acceptance 1.0 here: no draft is corrupted)."""
+    from ninferc.artifact import Artifact
+    from ninferc.bench import multi_token_steps, spec_rounds
+    from ninferc.runtime.cuda_backend import CudaBatchBackend
+    from ninferc.runtime.engine import Engine
+
+    monkeypatch.setenv("NINFERC_CUDA_MTP", "1")
+    e = Engine(Artifact.open(emu_art), max_context=128, prefill_chunk=CHUNK, spec_tokens=3, max_logit_rows=4)
+    s = e.session()
+    s.prefill(list(range(5, 25)), CHUNK)
+    rows = multi_token_steps(e, s, (4,), reps=1, profile=True)
+    assert [r["tokens"] for r in rows] == [1, 4]
+    assert rows[1]["verify_median_step_ms"] > 0 and rows[1]["median_step_ms"] > 0
+    assert "gdn_recurrent" in rows[1]["verify_profile"] and "gdn_chunk" in rows[1]["profile"]
+    s.close()
+    be = CudaBatchBackend(emu_art, max_context=128, num_slots=1, num_pages=4, prefill_chunk=CHUNK, spec_tokens=3)
+    r = spec_rounds(be, prompt_tokens=8, rounds=2, accept_rate=1.0, chunk=CHUNK, log=lambda m: None)
+    be.close()
+    assert r["accept_rate"] == 1.0 and r["tokens_per_round"] == 4.0
+    assert all(r[k] > 0 for k in ("plain_step_ms", "draft_step_ms", "verify_step_ms", "round_ms", "tok_s"))
