@@ -1,0 +1,184 @@
+# Device runs, one entry point. Inside a device command (run's bash, repository root, $OUT its output folder):
+#   source bench/gpu.sh          install the carried wheels (.whl/) and the project without network, print the GPU and
+#                                versions, define the helpers below (NINFERC_REQUIRE_GPU=1: a missing or broken GPU
+#                                fails the GPU tests instead of skipping them)
+#   bash bench/gpu.sh suite [PATHS...]   the GPU tier (pytest -m gpu; default tests/), log and junit under $OUT
+#   bash bench/gpu.sh cli_demo           the README's compile + run transcript ($OUT/cli_demo.txt)
+#   bash bench/gpu.sh serve_demo         the README's serve transcript ($OUT/serve_demo.txt)
+#   bash bench/gpu.sh serve_27b W...     the 27B shape served per weight format (below)
+#   bash bench/gpu.sh mtp_27b W...       speculative decoding's machinery and the multi-token steps at the 27B shape
+# Helpers: el (elapsed), gpu_tests NAME SECONDS PYTEST-ARGS (a time-boxed GPU test run), bench_27b, ab_run, trace_run,
+# serve_27b, mtp_27b, serve_demo, cli_demo. bench/README.md lists the runs waiting for a device.
+set -o pipefail
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  || { echo "wheel install failed"; exit 3; }
+export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+python3 -m pip install -q --no-deps --no-build-isolation -e . >/tmp/pip-e.log 2>&1 \
+  || { cat /tmp/pip-e.log; echo "project install failed"; exit 3; }
+export PYTHONUNBUFFERED=1
+export NINFERC_REQUIRE_GPU=1   # a missing or broken GPU fails the GPU tests instead of skipping them (tests/conftest.py)
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.max.mem,power.limit,temperature.gpu --format=csv
+python3 -c "import cupy, cuda.bindings, numpy; print('cupy', cupy.__version__, 'cuda-bindings', cuda.bindings.__version__, 'numpy', numpy.__version__); from ninferc.targets.nvrtc import nvrtc_version; print('nvrtc', nvrtc_version())"
+
+# Helpers for the device scripts: elapsed time, a time-boxed GPU test run with its own log and junit
+# file under $OUT (the whole call must stay under the device's 10-minute limit: 570 s budget here), and the dp layer
+# timeline's summary (trace_run).
+T0=$(date +%s)
+el() { echo "[$(( $(date +%s) - T0 )) s]"; }
+gpu_tests() {  # gpu_tests NAME SECONDS pytest-args...
+  local name=$1 secs=$2; shift 2
+  local left=$(( 570 - ($(date +%s) - T0) ))
+  (( left < 30 )) && { echo "$name: skipped (no time left)"; return; }
+  (( secs > left )) && secs=$left
+  # a per-test limit only where pytest-timeout is installed (the device image has it; the project does not ask for
+  # it): the outer `timeout` bounds the whole run either way
+  local per_test=""
+  python3 -c "import pytest_timeout" 2>/dev/null && per_test="--timeout 300"
+  timeout $secs python3 -m pytest "$@" -m gpu -q --tb=short -rf $per_test -p no:cacheprovider \
+    --junitxml=$OUT/$name.xml > $OUT/$name.log 2>&1
+  echo "$name (rc $?, $(( $(date +%s) - T0 )) s): $(tail -1 $OUT/$name.log)"
+  grep -E "^(FAILED|ERROR)" $OUT/$name.log | head -20
+}
+trace_run() {  # trace_run NAME [dp_trace_probe args...]: the layer timeline's summary lines, its JSON under $OUT
+  local name=$1; shift
+  timeout 60 python3 bench/dp_trace_probe.py "$@" --json $OUT/dp_trace_$name.json > /tmp/trace_$name.log 2>&1
+  echo "== $name rc $? $(el)"; head -1 /tmp/trace_$name.log; grep -A4 "^mean" /tmp/trace_$name.log | tail -4
+  grep -E "grid [0-9]+," /tmp/trace_$name.log | sed 's/gemv_coop__//' | cut -c1-150
+  grep -E "Error|error" /tmp/trace_$name.log | tail -2
+}
+bench_27b() {  # bench_27b W [W ...]: the README rows' 27B bench (512 and 8,192 context) per weight format, JSON under $OUT
+  local w
+  for w in "$@"; do
+    timeout 110 ninferc bench --preset qwen3.8-27b --synthetic-weights --weights $w --decode-tokens 32 \
+      --prompt-tokens 512,8192 --json $OUT/bench_$w.json > /tmp/bench_$w.log 2>&1
+    echo "bench $w rc $? $(el)"; grep -A3 "^context" /tmp/bench_$w.log | head -3; grep -i "error" /tmp/bench_$w.log | tail -2
+  done
+}
+ab_run() {  # ab_run NAME WEIGHTS SECONDS VARIANT...: bench/family_ab.py over 4 rounds, JSON $OUT/ab_NAME.json
+  local name=$1 w=$2 secs=$3; shift 3
+  # the GPU's SM / memory clocks, power and temperature every 200 ms during the A/B (medians printed after it)
+  nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 200 \
+    > /tmp/smi_$name.csv 2>/dev/null &
+  local smi=$!
+  timeout $secs python3 bench/family_ab.py --weights $w --rounds 4 --json $OUT/ab_$name.json "$@" > /tmp/ab_$name.log 2>&1
+  echo "ab $name rc $? $(el)"; kill $smi 2>/dev/null; grep -E "speed-up|Error|error" /tmp/ab_$name.log | tail -5
+  python3 -c "import sys, statistics as st; r=[[float(x) for x in l.split(',')] for l in open(sys.argv[1]) if l.strip() and 'N/A' not in l]; print('  smi medians (sm MHz, mem MHz, W, C) over', len(r), 'samples:', [round(st.median(c), 1) for c in zip(*r)] if r else 'none')" /tmp/smi_$name.csv 2>/dev/null
+}
+
+# Device run: `ninferc serve` of the 27B shape with synthetic weights, per weight format W given (bf16, w8, w4):
+#   1. serve_bench.py at C = 1, 2, 4, 8 (prompt 512 token ids, 64 generated, 8 requests per level, streaming), from
+#      the clients and the server's --request-log;
+#   2. `ninferc bench` in the same run at 512 (the C = 1 comparison);
+#   3. with PREFIX=1: prefix reuse at 7,680 of 8,192 tokens (a one-slot server checkpointing every 512 tokens).
+# Files under $OUT: serve_27b_W.json, bench_27b_W.json, prefix_27b_W.json, and the servers' logs (serve_W.log).
+# Usage (sourced after bench/gpu_setup.sh):  serve_27b bf16 w4
+wait_healthy() {  # wait_healthy PORT SECONDS
+  python3 - "$1" "$2" <<'PY'
+import sys, time, httpx
+port, secs = int(sys.argv[1]), float(sys.argv[2])
+end = time.time() + secs
+while time.time() < end:
+    try:
+        if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+            sys.exit(0)
+    except httpx.HTTPError:
+        pass
+    time.sleep(0.5)
+sys.exit(1)
+PY
+}
+serve_27b() {
+  local w
+  for w in "$@"; do
+    ninferc serve --preset qwen3.8-27b --synthetic-weights --weights $w --max-concurrency 8 --max-context 4096 \
+      --port 8100 --request-log /tmp/req_$w.jsonl > $OUT/serve_$w.log 2>&1 &
+    local pid=$!
+    if wait_healthy 8100 240; then
+      echo "serve $w healthy $(el)"
+      timeout 200 python3 bench/serve_bench.py --url http://127.0.0.1:8100 --concurrency 1,2,4,8 --requests 8 \
+        --prompt-tokens 512 --max-tokens 64 --server-log /tmp/req_$w.jsonl --json $OUT/serve_27b_$w.json 2>&1 | grep -v "^wrote"
+    else
+      echo "serve $w never healthy $(el)"; tail -5 $OUT/serve_$w.log
+    fi
+    kill $pid; wait $pid; echo "serve $w stopped $(el)"
+    timeout 120 ninferc bench --preset qwen3.8-27b --synthetic-weights --weights $w --prompt-tokens 512 \
+      --decode-tokens 64 --tokens-per-seq 2,3,4,6,8 --json $OUT/bench_27b_$w.json > /tmp/bench_$w.log 2>&1
+    echo "bench $w rc $? $(el)"; grep -A1 "^context" /tmp/bench_$w.log | tail -1; grep "one sequence x" /tmp/bench_$w.log
+    if [ "${PREFIX:-0}" = 1 ]; then
+      ninferc serve --preset qwen3.8-27b --synthetic-weights --weights $w --max-concurrency 1 --max-context 8256 --prefill-chunk 8192 \
+        --port 8101 >> $OUT/serve_$w.log 2>&1 &
+      pid=$!
+      if wait_healthy 8101 240; then
+        timeout 150 python3 bench/serve_bench.py --url http://127.0.0.1:8101 --prefix-ttft 7680/8192 --repeats 3 \
+          --json $OUT/prefix_27b_$w.json 2>&1 | grep -v "^wrote"
+      fi
+      kill $pid; wait $pid; echo "prefix $w done $(el)"
+    fi
+  done
+}
+serve_demo() {  # the README's serve transcript on the device: the fixture compiled for it, served, two requests
+  ninferc compile tests/fixtures/qwen35-tiny-code --target sm_90 --sku h200 -o /tmp/tiny.ninfer > /dev/null 2>&1
+  {
+    echo '$ ninferc serve tiny.ninfer --request-log requests.jsonl &'
+    ninferc serve /tmp/tiny.ninfer --port 8102 --request-log /tmp/requests.jsonl 2>&1 &
+    local pid=$!
+    wait_healthy 8102 120
+    python3 - <<'PY'
+import openai
+c = openai.OpenAI(base_url="http://127.0.0.1:8102/v1", api_key="none")
+print("$ python3 client.py   # openai client: one chat completion, one streamed completion")
+r = c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Write a Python function that adds two numbers."}],
+                              max_tokens=48, temperature=0, extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+print(repr(r.choices[0].message.content), r.usage.completion_tokens, "tokens")
+text = "".join(ch.choices[0].text for ch in c.completions.create(model="tiny", prompt="def fibonacci(n):\n",
+                                                                  max_tokens=48, temperature=0, stream=True) if ch.choices)
+print(repr(text))
+PY
+    kill $pid; wait $pid
+    echo '$ tail -1 requests.jsonl'; tail -1 /tmp/requests.jsonl
+  } > $OUT/serve_demo.txt 2>&1
+  echo "serve demo $(el)"; cat $OUT/serve_demo.txt | head -40
+}
+mtp_27b() {  # mtp_27b W [W ...]: issue 35 / 38's 27B figures per weight format, JSON $OUT/mtp_27b_W.json
+  # speculative rounds at the forced acceptance of the field reports (76 %, K = 3: 3.28 tokens per round) beside plain
+  # decode, the draft and verify steps' cost; 4 sequences x 1 token (--batch 4) and 1 sequence x T tokens through the
+  # prefill and (T <= K + 1) verify programs, each with its kernels timed per family (--profile)
+  local w
+  for w in "$@"; do
+    NINFERC_CUDA_MTP=1 timeout 200 ninferc bench --preset qwen3.8-27b --synthetic-weights --weights $w \
+      --prompt-tokens 512 --decode-tokens 16 --batch 4 --tokens-per-seq 2,4,6,8 --spec mtp --draft-tokens 3 \
+      --accept-rate 0.76 --spec-rounds 24 --profile --json $OUT/mtp_27b_$w.json > $OUT/mtp_27b_$w.log 2>&1
+    echo "mtp $w rc $? $(el)"; grep -E "one sequence x|speculative|batched decode|rror" $OUT/mtp_27b_$w.log | cut -c1-300
+  done
+}
+cli_demo() {  # the README's CLI demo on the fixture (bf16, w8 + int8 KV and w4 artifacts): $OUT/cli_demo.txt
+  {
+    echo '$ ninferc compile tests/fixtures/qwen35-tiny-code --target sm_90 --sku h200 -o /tmp/tiny.ninfer'
+    ninferc compile tests/fixtures/qwen35-tiny-code --target sm_90 --sku h200 -o /tmp/tiny.ninfer 2>&1 | tr '\r' '\n' | grep -v "tensor/s\]$" | grep -v '^$'
+    echo "\$ ninferc run /tmp/tiny.ninfer --prompt \$'def fibonacci(n):\\n' --max-new 48"
+    ninferc run /tmp/tiny.ninfer --prompt $'def fibonacci(n):\n' --max-new 48 2>&1
+    echo '$ ninferc compile tests/fixtures/qwen35-tiny-code --target sm_90 --sku h200 --weights w8 --kv-dtype int8 -o /tmp/tiny_w8.ninfer'
+    ninferc compile tests/fixtures/qwen35-tiny-code --target sm_90 --sku h200 --weights w8 --kv-dtype int8 -o /tmp/tiny_w8.ninfer 2>&1 | tr '\r' '\n' | grep -v "tensor/s\]$" | grep -v '^$'
+    echo "\$ ninferc run /tmp/tiny_w8.ninfer --prompt \$'def fibonacci(n):\\n' --max-new 48"
+    ninferc run /tmp/tiny_w8.ninfer --prompt $'def fibonacci(n):\n' --max-new 48 2>&1
+    echo '$ ninferc compile tests/fixtures/qwen35-tiny-code --target sm_90 --sku h200 --weights w4 -o /tmp/tiny_w4.ninfer'
+    ninferc compile tests/fixtures/qwen35-tiny-code --target sm_90 --sku h200 --weights w4 -o /tmp/tiny_w4.ninfer 2>&1 | tr '\r' '\n' | grep -v "tensor/s\]$" | grep -v '^$'
+    echo "\$ ninferc run /tmp/tiny_w4.ninfer --prompt \$'def fibonacci(n):\\n' --max-new 48"
+    ninferc run /tmp/tiny_w4.ninfer --prompt $'def fibonacci(n):\n' --max-new 48 2>&1
+  } > $OUT/cli_demo.txt 2>&1
+  cat $OUT/cli_demo.txt
+}
+suite() {  # suite [PATHS...]: the GPU tier, $OUT/suite.log and suite.xml
+  local per_test=""
+  python3 -c "import pytest_timeout" 2>/dev/null && per_test="--timeout 300"
+  python3 -m pytest "${@:-tests}" -m gpu -q --tb=short -rf $per_test -p no:cacheprovider \
+    --junitxml=$OUT/suite.xml 2>&1 | tee $OUT/suite.log | tail -40
+}
+
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then  # executed: run the named helper
+  cmd=${1:?usage: bash bench/gpu.sh suite|cli_demo|serve_demo|serve_27b|mtp_27b [ARGS...]}; shift
+  case $cmd in
+    suite|cli_demo|serve_demo|serve_27b|mtp_27b|bench_27b) $cmd "$@" ;;
+    *) echo "bench/gpu.sh: unknown command $cmd (suite, cli_demo, serve_demo, serve_27b, mtp_27b, bench_27b)"; exit 2 ;;
+  esac
+fi
