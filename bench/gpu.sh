@@ -71,7 +71,7 @@ ab_run() {  # ab_run NAME WEIGHTS SECONDS VARIANT...: bench/family_ab.py over 4 
 #   2. `ninferc bench` in the same run at 512 (the C = 1 comparison);
 #   3. with PREFIX=1: prefix reuse at 7,680 of 8,192 tokens (a one-slot server checkpointing every 512 tokens).
 # Files under $OUT: serve_27b_W.json, bench_27b_W.json, prefix_27b_W.json, and the servers' logs (serve_W.log).
-# Usage (sourced after bench/gpu_setup.sh):  serve_27b bf16 w4
+# Usage (after `source bench/gpu.sh`):  serve_27b bf16 w4
 wait_healthy() {  # wait_healthy PORT SECONDS
   python3 - "$1" "$2" <<'PY'
 import sys, time, httpx
