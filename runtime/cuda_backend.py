@@ -22,7 +22,11 @@ The policy (scheduler) owns the page tables and GDN slots; this class turns each
   device draw, copies the B ids to pinned host memory and returns a
   :class:`PendingSample` whose ``result()`` waits for that copy's event only (not for steps queued after it);
   ``decode_next(seqs, pending)`` queues the next decode step fed with those ids on the device, so the step is
-  queued before the host has read them.
+  queued before the host has read them;
+* speculative decoding (``spec_tokens`` K): ``draft`` chains the MTP head's step + greedy sampler K times,
+  ``verify`` runs the model over each sequence's K + 1 tokens (+ the rows' argmax for a greedy round), ``accept``
+  keeps a prefix (the state slot of the accepted count, the KV length rolled back); the head's steps and the
+  verify step are replayed from CUDA graphs captured per shape (T tokens, B sequences) like the decode step.
 
 Exactness: a sequence's logits do not depend on the other rows' values, but they do on how the step is cut: a
 decode step of B sequences runs the GEMVs' B-token tiles (tensor-core or integer dot-product) where one sequence
@@ -370,8 +374,12 @@ class CudaBatchBackend:
                              row_index=ar, page_rows=[seqs[i].pages for i in rows],
                              tokens=[int(last_tokens[i]) for i in rows] if step == 0 else None,
                              hidden_rows=[seqs[i].slot for i in rows] if step == 0 else mb + ar)
-                e.run("decode", B, B, B, mtp=True)
-                e.run("sample_argmax", B, B, B, mtp=True)  # writes the draft ids where the next step reads them
+                # the head's step and its greedy sampler, which writes the draft ids where the next step reads them
+                if self.cuda_graph:
+                    e.step_graph("decode", B, B, B, then="sample_argmax", mtp=True).launch(stream=e.stream)
+                else:
+                    e.run("decode", B, B, B, mtp=True)
+                    e.run("sample_argmax", B, B, B, mtp=True)
                 drafts[step, :B] = e.tokens[:B]
             host = e.host(drafts)
         for c, i in enumerate(order):
@@ -414,9 +422,13 @@ class CudaBatchBackend:
                          seq_slot=[self._state_slot(x) for x in seqs],
                          seq_slot_out=[x.slot * self._group for x in seqs], row_index=np.arange(T, dtype=np.int32),
                          page_rows=[x.pages for x in seqs], tokens=toks)
-            e.run("verify", T, B, T)
+            if self.cuda_graph:  # one graph per (T, B): at most max_batch x (K + 1) shapes
+                e.step_graph("verify", T, B, T, then="sample_rows" if argmax else None).launch(stream=e.stream)
+            else:
+                e.run("verify", T, B, T)
+                if argmax:
+                    e.run("sample_rows", T, B, T)
             if argmax:
-                e.run("sample_rows", T, B, T)
                 host = e.host(e.tokens[:T])
             else:
                 host = e.host(e.logits[:T])

@@ -680,14 +680,17 @@ class Engine:
         serving backend samples afterwards with a parameter row per sequence."""
         return self.step_graph("decode", B, B, B)
 
-    def step_graph(self, mode: str, T: int, B: int, R: int):  # noqa: N803
-        """The captured model step ``mode`` (``"decode"``, ``"prefill"`` or ``"verify"``) of T tokens, B sequences and R logit
-        rows, without a sampler (captured on first use, cached per shape); it reads the metadata block, so write
-        it (:meth:`write_meta`) before each launch.
+    def step_graph(self, mode: str, T: int, B: int, R: int, *, then: str | None = None,  # noqa: N803
+                   mtp: bool = False):
+        """The captured model step ``mode`` (``"decode"``, ``"prefill"`` or ``"verify"``) of T tokens, B sequences and
+        R logit rows (``mtp``: of the MTP head's program), followed by step ``then`` of the same counts when given
+        (e.g. ``"sample_rows"``, ``"sample_argmax"``); captured on first use, cached per shape. It reads the metadata
+        block, so write it (:meth:`write_meta`) before each launch.
 
         Raises:
             NinfercError: a shape past the engine's capacity (:meth:`step_plan`)."""
-        return self._captured(("model", mode, T, B, R), lambda: [self.step_plan(mode, T, B, R)])
+        return self._captured(("model", mode, T, B, R, then, mtp), lambda: [
+            self.step_plan(mode, T, B, R, mtp=mtp)] + ([self.step_plan(then, T, B, R, mtp=mtp)] if then else []))
 
     def decode_graph(self, B: int, greedy: bool):  # noqa: N803
         """The captured decode step (+ sampler) for B sequences (captured on first use)."""

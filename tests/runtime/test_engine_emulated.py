@@ -82,6 +82,7 @@ def _serve(art, prompts, n, k, *, cache_bytes: int = 0, one_by_one: bool = False
         if one_by_one:
             run_until_idle(s)
     run_until_idle(s)
+    _serve.graphs = [key for key in be.engine._graphs if isinstance(key, tuple) and key[0] == "model"]
     be.close()
     return [(event_ids(evs[str(i)]), evs[str(i)][-1]) for i in range(len(prompts))]
 
@@ -114,6 +115,9 @@ def test_mtp_speculation_reproduces_the_golden_runs(emulated_device, emu_art, go
         # the rounds whose verified tokens all lie before the near-tie (the last round is cut by max_tokens)
         full = [r for r in range(st.rounds - 1) if run["round_positions"][r] + k + 1 <= len(c["prompt_ids"]) + m]
         assert full and st.per_round[:len(full)] == run["accepted_per_round"][:len(full)]
+    # the verify steps and the head's draft steps were replayed from captured graphs
+    assert any(key[1] == "verify" and key[-1] is False for key in _serve.graphs)
+    assert any(key[1] == "decode" and key[-1] is True for key in _serve.graphs)
 
 
 @pytest.mark.parametrize("k", [None, 2])
