@@ -39,6 +39,9 @@ from ninferc.errors import NinfercError
 @click.option("--accept-rate", default=0.76, type=float, show_default=True,
               help="with --spec: the forced share of drafts accepted (synthetic weights make real acceptance "
                    "meaningless); 0.76 at K = 3 is 3.28 tokens per round")
+@click.option("--draft-lm-head", type=click.Choice(["bf16", "w8", "w4"]), default="bf16", show_default=True,
+              help="with --spec: the drafts' LM head format (the model's head quantised at load; verify keeps the full "
+                   "head)")
 @click.option("--spec-rounds", default=48, type=click.IntRange(min=1), show_default=True,
               help="with --spec: speculative rounds timed (after the plain steps that record their drafts)")
 @click.option("--profile", is_flag=True, help="also time every kernel of one decode step and one prefill chunk (and "
@@ -48,8 +51,8 @@ from ninferc.errors import NinfercError
                    "process, after our run, and report ours / peer")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None, help="write results here")
 def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, recipe, kv_dtype, prompt_tokens,
-              decode_tokens, prefill_chunk, batch, tokens_per_seq, spec, draft_tokens, accept_rate, spec_rounds,
-              profile, peer, json_path):
+              decode_tokens, prefill_chunk, batch, tokens_per_seq, spec, draft_tokens, accept_rate, draft_lm_head,
+              spec_rounds, profile, peer, json_path):
     """Measure copy bandwidth, prefill tok/s + TTFT and decode tok/s (1 / the median time between streamed ids,
     one graph-replayed step queued ahead; the step-by-step loop's figure beside it) and report
     the fraction of the memory roofline measured in the same process."""
@@ -79,7 +82,7 @@ def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, rec
     max_ctx = max(lens) + 2 * decode_tokens + max(tps, default=0) + 8  # + the multi-token steps after the decodes
     if spec is None:
         for name, value, default in (("--draft-tokens", draft_tokens, 3), ("--accept-rate", accept_rate, 0.76),
-                                     ("--spec-rounds", spec_rounds, 48)):
+                                     ("--spec-rounds", spec_rounds, 48), ("--draft-lm-head", draft_lm_head, "bf16")):
             if value != default:
                 raise NinfercError(f"{name} applies with --spec mtp")
     else:
@@ -145,7 +148,8 @@ def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, rec
         raise NinfercError(f"--spec mtp: the artifact {artifact} carries no MTP head (its checkpoint declares none, "
                            "or it was compiled before 2026-12-05)")
     eng = Engine(art, max_context=max_ctx, prefill_chunk=min(prefill_chunk, max(lens)), max_batch=batch, log=log,
-                 max_logit_rows=max(tps, default=batch), spec_tokens=draft_tokens if spec else 0)
+                 max_logit_rows=max(tps, default=batch), spec_tokens=draft_tokens if spec else 0,
+                 draft_lm_head=draft_lm_head)
     res = run_bench(eng, prompt_tokens=lens, decode_tokens=decode_tokens, chunk=prefill_chunk, log=log,
                     profile=profile, batch=batch, tokens_per_seq=tps)
     if spec is not None:
@@ -158,6 +162,7 @@ def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, rec
         be._setup(eng, num_slots=batch, max_context=max_ctx, cuda_graph=True, spec_tokens=draft_tokens)
         res["spec"] = run_spec_rounds(be, prompt_tokens=max(lens), rounds=spec_rounds, accept_rate=accept_rate,
                                       chunk=eng.prefill_chunk, log=log)
+        res["spec"]["draft_lm_head"] = draft_lm_head
     out = finish(res, engine=eng, copy_gbps=copy, peak_tflops=peak, weights=weights,
                  command="ninferc " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
     if peer == "hf":

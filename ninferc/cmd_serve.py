@@ -447,12 +447,11 @@ def _opened_cuda(artifact, *, tokenizer, config, max_context, page_size, generat
     def make_cuda(*, num_pages, num_slots, prefill_chunk, cuda_graph, log, cache_bytes=0, spec_tokens=0):
         return CudaBatchBackend(artifact(num_slots), max_context=max_context, num_slots=num_slots,
                                 num_pages=num_pages, prefill_chunk=prefill_chunk, cuda_graph=cuda_graph, log=log,
-                                cache_bytes=cache_bytes, spec_tokens=spec_tokens)
+                                cache_bytes=cache_bytes, spec_tokens=spec_tokens,
+                                draft_lm_head=draft_lm_head if spec_tokens else "bf16")
 
     why = ("the artifact carries no MTP head (its checkpoint declares none, or it was compiled before 2026-12-05); "
-           "compile it again" if not mtp else
-           "--draft-lm-head w8 / w4 runs on the reference backend only (the CUDA drafts use the model's LM head)"
-           if draft_lm_head != "bf16" else cuda_mtp_refusal())
+           "compile it again" if not mtp else cuda_mtp_refusal())
     return OpenedModel(backend="cuda", tokenizer=tokenizer, config=config, max_context=max_context,
                        page_size=page_size, generation_config=generation_config, make=make_cuda,
                        has_mtp=not why, mtp_why=why)

@@ -109,7 +109,8 @@ class CudaBatchBackend:
     name = "cuda"
 
     def __init__(self, art, *, max_context: int, num_slots: int, num_pages: int, prefill_chunk: int,
-                 cuda_graph: bool = True, log=None, cache_bytes: int = 0, spec_tokens: int = 0):
+                 cuda_graph: bool = True, log=None, cache_bytes: int = 0, spec_tokens: int = 0,
+                 draft_lm_head: str = "bf16"):
         from ninferc.runtime.engine import Engine
 
         if spec_tokens:
@@ -119,7 +120,7 @@ class CudaBatchBackend:
         engine = Engine.from_artifact(art, max_context=max_context, max_batch=num_slots, num_pages=num_pages,
                                       prefill_chunk=prefill_chunk, cuda_graph=cuda_graph, log=log,
                                       reserve={"prefix_cache_budget": cache_bytes} if cache_bytes else None,
-                                      spec_tokens=spec_tokens)
+                                      spec_tokens=spec_tokens, draft_lm_head=draft_lm_head)
         self._setup(engine, num_slots=num_slots, max_context=max_context, cuda_graph=cuda_graph,
                     spec_tokens=spec_tokens)
 

@@ -84,19 +84,26 @@ class Engine:
             per sequence (slot ``g * (K + 1) + j`` of sequence group ``g``), and the bf16 buffer of hidden rows the
             head reads (:data:`~ninferc.targets.lower.MTP_HIDDEN_SRC`: ``max_batch`` pending rows, ``max_batch`` chain
             rows, then the rows of the last prefill or verify step).
+        draft_lm_head: the drafts' LM head format with ``spec_tokens``: ``"bf16"`` (the model's head, as stored) or
+            ``"w8"`` / ``"w4"``: the model's head quantised at load (:func:`ninferc.ir.quant.quantize`, the
+            reference backend's rule) into a head of its own that only the MTP program reads (tensor
+            ``mtp.draft_lm_head``, a term of the memory plan; its GEMV kernels compiled at load). The verify step keeps
+            the full head, so output is unchanged; only acceptance can move.
 
     Raises:
         TargetError: no CuPy / device, or the device cannot run the artifact's arch.
         PlanError: a launch that does not fit the device (names kernel, limit, value).
         RuntimeMemoryError: the memory plan exceeds free device memory (every term listed).
         CompileError: NVRTC failed on the device.
-        NinfercError: ``spec_tokens`` on an artifact without an MTP head, or outside 0..5.
+        NinfercError: ``spec_tokens`` on an artifact without an MTP head, or outside 0..5; ``draft_lm_head`` not
+            bf16 / w8 / w4, given without ``spec_tokens``, or with ``plan="replay"`` (its kernels are not the
+            artifact's).
     """
 
     def __init__(self, art, *, max_context: int = 4096, max_batch: int = 1, prefill_chunk: int = 1024,
                  max_logit_rows: int | None = None, cuda_graph: bool = True, plan: str = "device",
                  log: Callable[[str], None] | None = None, num_pages: int | None = None,
-                 reserve: dict | None = None, spec_tokens: int = 0):
+                 reserve: dict | None = None, spec_tokens: int = 0, draft_lm_head: str = "bf16"):
         cp = cupy()
         self.cp, self.art, self.log = cp, art, (log or (lambda s: None))
         t0 = time.perf_counter()
@@ -138,6 +145,16 @@ class Engine:
         if spec_tokens and self.mtp_graph is None:
             raise NinfercError("speculative decoding needs the MTP head, and this artifact has none (its checkpoint "
                                "declares no mtp_num_hidden_layers)")
+        self.draft_lm_head, self._draft_head = draft_lm_head, None
+        if draft_lm_head not in ("bf16", "w8", "w4"):
+            raise NinfercError(f"--draft-lm-head must be bf16, w8 or w4, found {draft_lm_head!r}")
+        if draft_lm_head != "bf16":
+            if not spec_tokens:
+                raise NinfercError("--draft-lm-head applies to speculative decoding (spec_tokens > 0)")
+            if plan == "replay":
+                raise NinfercError("--draft-lm-head w8 / w4 compiles the draft head's kernels for the device; a "
+                                   "replayed plan has only the artifact's")
+            self._draft_head = self._use_draft_head(draft_lm_head)
         #: GDN state slots: K + 1 per sequence when speculating (the verify step's state after every token)
         self.state_slots = max_batch * (spec_tokens + 1)
         verify_rows = max_batch * (spec_tokens + 1) if spec_tokens else 0
@@ -162,6 +179,8 @@ class Engine:
             self.geo_ctx = PlanContext(self.target, hdr["plan"]["sms"], plan_res, bandwidth_gbs=bw)
         else:
             self.geo_ctx = self.dev_ctx
+        if self._draft_head is not None:
+            self._compile_missing(self.mtp_program)
         self.resource_notes = [
             f"{u}: plan {plan_res[u].registers} regs / {plan_res[u].static_smem_bytes} B smem, device "
             f"{dev_res[u].registers} regs / {dev_res[u].static_smem_bytes} B"
@@ -230,6 +249,21 @@ class Engine:
             CompileError: NVRTC failed. PlanError: a "replay" engine (the artifact's plan has no resources for
                 kernels it did not compile).
         """
+
+        self._compile_missing(program)
+        self.program = program
+        for name, nbytes in workspace_sizes(program, self.geo_ctx, t_cap=self.t_cap, max_batch=self.max_batch).items():
+            if name not in self.ws or nbytes > self.ws[name].nbytes:
+                self.ws[name] = self.cp.empty(nbytes, self.cp.uint8)
+        self._steps.clear()
+        self._graphs.clear()
+
+    def _compile_missing(self, program) -> None:
+        """Render and compile, with the artifact's NVRTC options, the kernels of ``program``'s step variants that the
+        artifact does not hold; their resources are read from the driver into the device plan's context.
+
+        Raises:
+            CompileError: NVRTC failed. PlanError: a "replay" engine."""
         from ninferc.targets.lower import step_variants
 
         options = tuple(self.art.header["compile"]["options"])
@@ -242,12 +276,42 @@ class Engine:
                 k = DeviceKernel(spec.render(), spec.entry, spec.uri, options, arch=self.dev_arch)
                 self.kernels[spec.uri] = k
                 self.dev_ctx.resources[spec.uri] = self._driver_resources(k)
-        self.program = program
-        for name, nbytes in workspace_sizes(program, self.geo_ctx, t_cap=self.t_cap, max_batch=self.max_batch).items():
-            if name not in self.ws or nbytes > self.ws[name].nbytes:
-                self.ws[name] = self.cp.empty(nbytes, self.cp.uint8)
-        self._steps.clear()
-        self._graphs.clear()
+
+    #: the MTP program's own LM head with ``draft_lm_head`` w8 / w4
+    DRAFT_HEAD = "mtp.draft_lm_head"
+
+    def _use_draft_head(self, fmt: str) -> dict | None:
+        """Point the MTP graph's LM head at a head of its own in format ``fmt`` (param :attr:`DRAFT_HEAD`, class
+        ``lm_head``). Returns its host storage {name: array} (codes, scales) quantised from the model's head, or
+        None where the device generates weights (synthetic) or the model's head is already in ``fmt``."""
+        from ninferc.ir.graph import ParamSpec
+
+        g = self.mtp_graph
+        op = next(o for o in g.ops() if o.kind == "LMHead")
+        head = g.params[op.params["weight"]]
+        if head.dtype == fmt:
+            return None
+        g.params[self.DRAFT_HEAD] = ParamSpec(self.DRAFT_HEAD, head.shape, fmt, "lm_head")
+        op.params["weight"] = self.DRAFT_HEAD
+        if getattr(self.art, "device_tensor", None) is not None:
+            return {}
+        from ninferc.ir.quant import dequantize_codes, quantize
+
+        t0 = time.perf_counter()
+        if head.dtype == "bf16":
+            import ml_dtypes
+
+            values = np.asarray(self.art.tensor(head.name)).view(np.uint16).view(ml_dtypes.bfloat16)
+        else:  # the stored head dequantised (what its kernels multiply by)
+            from ninferc.ir.graph import SCALES_SUFFIX
+
+            values = dequantize_codes(head.dtype, self.art.tensor(head.name),
+                                      self.art.tensor(head.name + SCALES_SUFFIX))
+        qt = quantize(values, fmt, name=head.name)
+        out = dict(zip([n for n, _, _ in g.params[self.DRAFT_HEAD].storage()], (qt.codes, qt.scales)))
+        self.log(f"draft LM head: {head.name} ({head.dtype}) quantised to {fmt} in "
+                 f"{time.perf_counter() - t0:.1f} s ({sum(a.nbytes for a in out.values()) / 2**20:.1f} MiB)")
+        return out
 
     @staticmethod
     def _driver_resources(k: DeviceKernel) -> KernelResources:
@@ -332,6 +396,8 @@ class Engine:
         g = self.graph
         mp = MemoryPlan()
         mp.add("weights", sum(t["nbytes"] for t in self.art.header["tensors"]))
+        if self.mtp_graph is not None and self.DRAFT_HEAD in self.mtp_graph.params:
+            mp.add("draft_lm_head", self.mtp_graph.params[self.DRAFT_HEAD].nbytes)
         kv_layers = [s for s in g.states.values() if s.kind == "kv"]
         if self.mtp_graph is not None:  # the head's attention layer keeps its KV in the same pages
             kv_layers += [s for s in self.mtp_graph.states.values() if s.kind == "kv"]
@@ -400,7 +466,8 @@ class Engine:
                 if make is not None:
                     self.params[name] = make(name, shape, dtype, spec, cp)
                     continue
-                host = np.ascontiguousarray(self.art.tensor(name))
+                host = np.ascontiguousarray(self._draft_head[name] if name in (self._draft_head or {})
+                                            else self.art.tensor(name))
                 if host.dtype.itemsize == 2 and host.dtype != np.float16:
                     host = host.view(np.uint16)
                 self.params[name] = cp.asarray(host)

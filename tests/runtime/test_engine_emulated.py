@@ -63,7 +63,7 @@ def test_decode_stream_equals_the_goldens(emulated_device, emu_art, goldens):
     s.close()
 
 
-def _serve(art, prompts, n, k, *, cache_bytes: int = 0, one_by_one: bool = False):
+def _serve(art, prompts, n, k, *, cache_bytes: int = 0, one_by_one: bool = False, draft_lm_head: str = "bf16"):
     """The prompts through the serving backend and the scheduler (greedy; ``k`` drafts per round, or None), at once
     or ``one_by_one``; with ``cache_bytes``, the prefix cache (checkpoints at the ends of prompts and generations,
     freed pages poisoned)."""
@@ -72,7 +72,8 @@ def _serve(art, prompts, n, k, *, cache_bytes: int = 0, one_by_one: bool = False
     from ninferc.runtime.spec import SpecConfig
 
     be = CudaBatchBackend(art, max_context=128, num_slots=len(prompts), num_pages=4 * len(prompts),
-                          prefill_chunk=CHUNK, spec_tokens=k or 0, cache_bytes=cache_bytes)
+                          prefill_chunk=CHUNK, spec_tokens=k or 0, cache_bytes=cache_bytes,
+                          draft_lm_head=draft_lm_head)
     s = Scheduler(be, max_concurrency=len(prompts), prefill_chunk=CHUNK, spec=SpecConfig("mtp", k) if k else None,
                   prefix_cache_bytes=cache_bytes, checkpoint_interval=0,
                   poison_freed=bool(cache_bytes))
@@ -188,3 +189,41 @@ def test_bench_multi_token_and_spec_rounds(emulated_device, emu_art, monkeypatch
     be.close()
     assert r["accept_rate"] == 1.0 and r["tokens_per_round"] == 4.0
     assert all(r[k] > 0 for k in ("plain_step_ms", "draft_step_ms", "verify_step_ms", "round_ms", "tok_s"))
+
+
+def test_draft_lm_head_w4_on_the_cuda_backend(emulated_device, emu_art, goldens, monkeypatch):
+    """``--draft-lm-head w4`` on the CUDA backend: the model's bf16 head quantised at load into the MTP program's own
+    head (its w4 GEMV compiled at load, a term of the memory plan); the output stays the golden's (the verify step
+    keeps the full head), and the drafts are the reference backend's with the same narrower head."""
+    from ninferc.artifact import Artifact
+    from ninferc.reference_backend import ReferenceBatchBackend
+    from ninferc.runtime.cuda_backend import CudaBatchBackend
+    from ninferc.runtime.engine import Engine
+    from ninferc.runtime.paged_kv import Sequence
+
+    monkeypatch.setenv("NINFERC_CUDA_MTP", "1")
+    c = goldens["cases"][3]
+    n = min(12, golden_len(c))
+    (ids, fin), = _serve(emu_art, [c["prompt_ids"]], [n], 2, draft_lm_head="w4")
+    assert ids == c["greedy_ids"][:n] and fin.stats.spec.rounds >= 2
+
+    art = Artifact.open(emu_art)
+    be = CudaBatchBackend(art, max_context=128, num_slots=1, num_pages=4, prefill_chunk=CHUNK, spec_tokens=2,
+                          draft_lm_head="w4")
+    e = be.engine
+    head = e.mtp_graph.params[Engine.DRAFT_HEAD]
+    assert head.dtype == "w4" and e.memory.terms["draft_lm_head"] == head.nbytes > 0
+    ref = ReferenceBatchBackend(art.config, art.weights(), graph=art.graph(), mtp_graph=art.mtp_graph(), num_pages=4,
+                                page_size=art.header["compile"]["page_size"], num_slots=1, max_context=128,
+                                draft_lm_head="w4")
+    S = c["prompt_ids"] + c["greedy_ids"]  # noqa: N806
+    for b in (be, ref):
+        seq = Sequence(slot=0, pages=[0, 1])
+        seq.mtp = True
+        for c0 in range(0, len(c["prompt_ids"]), CHUNK):
+            b.prefill(seq, S[c0:min(len(c["prompt_ids"]), c0 + CHUNK)])
+        b.drafted = b.draft([seq], [S[len(c["prompt_ids"])]], [2])[0]
+    assert be.drafted == ref.drafted
+    lm = [k for step, _, k, _ in e.step_plan("decode", 1, 1, 1, mtp=True).launches if "lm_head" in step.name]
+    assert lm and all("w4" in k.name and k.launches for k in lm), [(k.name, k.launches) for k in lm]
+    be.close()
