@@ -249,7 +249,6 @@ class Engine:
             CompileError: NVRTC failed. PlanError: a "replay" engine (the artifact's plan has no resources for
                 kernels it did not compile).
         """
-
         self._compile_missing(program)
         self.program = program
         for name, nbytes in workspace_sizes(program, self.geo_ctx, t_cap=self.t_cap, max_batch=self.max_batch).items():
