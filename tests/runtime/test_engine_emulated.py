@@ -227,3 +227,23 @@ def test_draft_lm_head_w4_on_the_cuda_backend(emulated_device, emu_art, goldens,
     lm = [k for step, _, k, _ in e.step_plan("decode", 1, 1, 1, mtp=True).launches if "lm_head" in step.name]
     assert lm and all("w4" in k.name and k.launches for k in lm), [(k.name, k.launches) for k in lm]
     be.close()
+
+
+def test_cli_run_spec_on_the_cuda_backend(emulated_device, emu_art, goldens, monkeypatch):
+    """``ninferc run ART --spec mtp --draft-tokens 2 --draft-lm-head w8`` end to end on the CUDA backend (the
+    command's artifact opening, the serving scheduler, stats on stderr): the golden text."""
+    from click.testing import CliRunner
+
+    from ninferc.artifact import Artifact
+    from ninferc.cli import main
+
+    monkeypatch.setenv("NINFERC_CUDA_MTP", "1")
+    c = goldens["cases"][0]
+    n = min(8, golden_len(c))
+    r = CliRunner().invoke(main, ["run", str(emu_art), "--prompt", c["prompt"], "--max-new", str(n), "--spec", "mtp",
+                                  "--draft-tokens", "2", "--draft-lm-head", "w8", "--prefill-chunk", str(CHUNK),
+                                  "--max-context", "128"])
+    assert r.exit_code == 0, r.output
+    want = Artifact.open(emu_art).tokenizer().decode(c["greedy_ids"][:n])
+    assert r.stdout.rstrip("\n") == want, (repr(r.stdout), repr(want))
+    assert "tokens per round" in r.stderr, r.stderr
