@@ -72,8 +72,22 @@ def _attn_decode_extras(fam, arch):
     return specs
 
 
+def _attn_prefill_extras(fam, arch):
+    """The prefill kernels the attention tests build beyond the sample problems': both routes on the emulator's
+    one-KV-head 27B shape (tests/kernels/test_attention_emulated.py, both KV dtypes) and on the hd-512 shape of the
+    route fallback test (tests/kernels/test_attention.py, bf16)."""
+    import dataclasses
+
+    from ninferc.targets.kernels import attention as A
+
+    hd256 = A.AttentionProblem(6, 1, 256, 64, 1e7, 1e-6, page_size=64, max_pages=4)
+    hd512 = A.AttentionProblem(8, 1, 512, 64, 1e7, 1e-6, 64, 64)
+    return [s for p in (hd256, dataclasses.replace(hd256, kv_dtype="int8"), hd512) for s in fam.variants(p)]
+
+
 #: family name -> fn(family, arch) giving KernelSpecs beyond the family's sample variants
-EXTRAS = {"gdn_recurrent": _gdn_recurrent_extras, "attn_decode": _attn_decode_extras}
+EXTRAS = {"gdn_recurrent": _gdn_recurrent_extras, "attn_decode": _attn_decode_extras,
+          "attn_prefill": _attn_prefill_extras}
 
 
 def collect(family: str, arch: str) -> list:
