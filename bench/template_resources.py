@@ -48,8 +48,9 @@ def _attn_decode_extras(fam, arch):
     """The decode kernels the attention tests build (tests/kernels/test_attention*.py): on the sample problems and
     the emulator's one-KV-head 27B shape (both KV dtypes), page-aligned and balanced splits (granules 1 and 16), the
     global-memory kernel and the staged one with tiles of a page, 32 and 16 keys, each plain, on tensor cores
-    (``stage_mma``) and with the folded prep, the staged kernel without its launch bound, and the trace probe (global
-    and staged). Combinations a family refuses (PlanError) are skipped."""
+    (``stage_mma``) and with the folded prep, the staged kernel without its launch bound, and the trace probe's kernels
+    (bench/attn_trace_probe.py traced_attn_spec; global and staged). Combinations a family refuses (PlanError) are
+    skipped."""
     import dataclasses
 
     from ninferc.targets.kernels import attention as A
@@ -60,15 +61,19 @@ def _attn_decode_extras(fam, arch):
     options = [dict(balance_keys=b, balance_keys_int8=b, stage_kv=False, fuse_prep=False) for b in (0, 1, 16)]
     options += [dict(balance_keys=b, balance_keys_int8=b, stage_kv=True, stage_keys=k, stage_mma=m, fuse_prep=f)
                 for b in (0, 1, 16) for k in (0, 32, 16) for m, f in ((False, False), (True, False), (False, True))]
-    options += [dict(stage_kv=True, stage_min_ctas=0, fuse_prep=False), dict(trace=True, stage_kv=False),
-                dict(trace=True, stage_kv=True, fuse_prep=False)]
+    options += [dict(stage_kv=True, stage_min_ctas=0, fuse_prep=False)]
+    traced = [dict(stage_kv=False), dict(stage_kv=True, fuse_prep=False)]
+    sys.path.insert(0, str(ROOT / "bench"))
+    from attn_trace_probe import traced_attn_spec
+
     specs = []
     for p in problems:
-        for o in options:
+        for o, trace in [(o, False) for o in options] + [(o, True) for o in traced]:
             try:
-                specs.append(A.AttnDecodeFamily(**o).spec(p, o["stage_kv"]))
+                spec = A.AttnDecodeFamily(**o).spec(p, o["stage_kv"])
             except PlanError:
-                pass
+                continue
+            specs.append(traced_attn_spec(spec) if trace else spec)
     return specs
 
 

@@ -404,8 +404,6 @@ class AttnDecodeFamily(_OneKernelFamily):
         balance_keys_int8: the same for int8 KV pages; default 16: on the H200 the 27B w8 decode step with int8 KV
             is 1.124x faster at 2,048 of 32,768 tokens than with page-aligned splits (bench/NOTES.md run 116), once
             the int8 P.V loop's unroll 8 had removed the balanced kernel's 8-byte spill on sm_120a.
-        trace: a probe's option (template ``trace``; bench/attn_trace_probe.py): every CTA records globaltimer
-            stamps of its phases. Never planned by default.
         stage_kv: K/V tiles through shared memory (template ``stage``): each page's K and V rows of the CTA's
             range are copied by cp.async into dynamic shared memory (:meth:`dynamic_smem_bytes`, one page of K
             and one of V), the first tile's rows of earlier positions before the PDL wait and the next tile's K
@@ -455,7 +453,7 @@ class AttnDecodeFamily(_OneKernelFamily):
     template = "attn_decode.cu.j2"
 
     def __init__(self, threads: int = 128, max_pages_per_split: int = 64, balance_keys: int = 16,
-                 balance_keys_int8: int = 16, trace: bool = False, stage_kv: bool | str = "auto", stage_keys: int = 0,
+                 balance_keys_int8: int = 16, stage_kv: bool | str = "auto", stage_keys: int = 0,
                  stage_min_ctas: int = 4, stage_min_resident: int = 3, stage_mma: bool = False,
                  fuse_prep: bool | str = "auto"):
         _check_threads(self.name, threads)
@@ -468,7 +466,6 @@ class AttnDecodeFamily(_OneKernelFamily):
         self.max_pages_per_split = int(max_pages_per_split)
         self.balance_keys = int(balance_keys)
         self.balance_keys_int8 = int(balance_keys_int8)
-        self.trace = bool(trace)
         if stage_kv not in (True, False, "auto"):
             raise PlanError(f"{self.name}: stage_kv = {stage_kv!r} must be True, False or 'auto'")
         self.stage_kv = stage_kv
@@ -583,7 +580,7 @@ class AttnDecodeFamily(_OneKernelFamily):
             raise PlanError(f"{self.name}: threads = {self.threads} and {what} = {units} must divide one another")
         params = {**_shape_params(problem), "page": problem.page_size, "threads": self.threads,
                   **_kv_params(problem), **({"balance": self.granule(problem)} if self.granule(problem) else {}),
-                  **({"trace": True} if self.trace else {}), **({"stage": True} if staged else {}),
+                  **({"stage": True} if staged else {}),
                   **({"tile": self.tile_keys(problem)} if staged and self.tile_keys(problem) != problem.page_size
                      else {}),
                   **({"min_ctas": self.stage_min_ctas} if staged and self.stage_min_ctas and
