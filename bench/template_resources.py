@@ -58,19 +58,23 @@ def _attn_decode_extras(fam, arch):
 
     hd256 = A.AttentionProblem(6, 1, 256, 64, 1e7, 1e-6, page_size=64, max_pages=4)
     problems = list(fam.sample_problems()) + [hd256, dataclasses.replace(hd256, kv_dtype="int8")]
-    options = [dict(balance_keys=b, balance_keys_int8=b, stage_kv=False, fuse_prep=False) for b in (0, 1, 16)]
-    options += [dict(balance_keys=b, balance_keys_int8=b, stage_kv=True, stage_keys=k, stage_mma=m, fuse_prep=f)
+    St = A.DecodeStaging
+    # (family keyword arguments, traced?)
+    options = [(dict(balance_keys=b, balance_keys_int8=b, staging=St(stage_kv=False), fuse_prep=False), False)
+               for b in (0, 1, 16)]
+    options += [(dict(balance_keys=b, balance_keys_int8=b, staging=St(stage_kv=True, stage_keys=k, stage_mma=m),
+                      fuse_prep=f), False)
                 for b in (0, 1, 16) for k in (0, 32, 16) for m, f in ((False, False), (True, False), (False, True))]
-    options += [dict(stage_kv=True, stage_min_ctas=0, fuse_prep=False)]
-    traced = [dict(stage_kv=False), dict(stage_kv=True, fuse_prep=False)]
+    options += [(dict(staging=St(stage_kv=True, stage_min_ctas=0), fuse_prep=False), False),
+                (dict(staging=St(stage_kv=False)), True), (dict(staging=St(stage_kv=True), fuse_prep=False), True)]
     sys.path.insert(0, str(ROOT / "bench"))
     from attn_trace_probe import traced_attn_spec
 
     specs = []
     for p in problems:
-        for o, trace in [(o, False) for o in options] + [(o, True) for o in traced]:
+        for o, trace in options:
             try:
-                spec = A.AttnDecodeFamily(**o).spec(p, o["stage_kv"])
+                spec = A.AttnDecodeFamily(**o).spec(p, o["staging"].stage_kv)
             except PlanError:
                 continue
             specs.append(traced_attn_spec(spec) if trace else spec)

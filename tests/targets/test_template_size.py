@@ -34,7 +34,6 @@ BODY_LINES_ALLOWED = {
     "gemv_coop.cu.j2": 901,
 }
 CTOR_PARAMS_ALLOWED = {
-    "attn_decode": 11,
     "gemv_coop": 20,
 }
 
