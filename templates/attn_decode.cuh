@@ -57,15 +57,6 @@ __device__ __forceinline__ void load_bf16(const Elem* p, float (&f)[kN]) { ninfe
 // (col / 8) ^ (r & 7), so the 8 rows a fragment load touches fall in 8 different bank groups.
 __device__ __forceinline__ int swz(int row, int col) { return row * kHd + (((col >> 3) ^ (row & 7)) << 3) + (col & 7); }
 
-// Two fp32 values split into bf16 hi + lo, packed as the (hi, lo) words of an mma A/B register pair.
-__device__ __forceinline__ void split_pack(float a, float b, unsigned int& hi, unsigned int& lo) {
-  unsigned short h0, l0, h1, l1;
-  ninfer_attn::split_bf16(a, h0, l0);
-  ninfer_attn::split_bf16(b, h1, l1);
-  hi = (unsigned int)h0 | ((unsigned int)h1 << 16);
-  lo = (unsigned int)l0 | ((unsigned int)l1 << 16);
-}
-
 // The folded attn_prep (template parameter prep): warp w takes rows w, w + warps, ... of: the group's kG q heads
 // (into s_q), then -- in the CTA whose range ends at the context (it holds position ctx - 1) -- the new K row and
 // V row, written as bf16 to the page and, when they fall in the first tile (tile_row >= 0), into the staged tile;
@@ -347,8 +338,8 @@ __device__ __forceinline__ void mma_pv(float (&o)[kDT][4], const Elem* s_v, cons
       pf[e] = fr < kG && r >= off && r < off + n_valid ? s_p[fr][r - off] : 0.0f;
     }
     unsigned int ph[4], pl[4];
-    split_pack(pf[0], pf[1], ph[0], pl[0]);
-    split_pack(pf[2], pf[3], ph[2], pl[2]);
+    ninfer_attn::split_pack(pf[0], pf[1], ph[0], pl[0]);
+    ninfer_attn::split_pack(pf[2], pf[3], ph[2], pl[2]);
     ph[1] = ph[3] = pl[1] = pl[3] = 0u;
 #pragma unroll
     for (int jd = 0; jd < kDT; ++jd) {
