@@ -25,7 +25,6 @@ MAX_CTOR_PARAMS = 8
 
 # Today's offenders, each with its value measured when it was listed as the ceiling (issue 39 item 2 splits them).
 TEMPLATE_LINES_ALLOWED = {
-    "attn_decode.cu.j2": 572,
     "gemv_coop.cu.j2": 1369,
 }
 BODY_LINES_ALLOWED = {
