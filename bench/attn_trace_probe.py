@@ -1,7 +1,8 @@
 """Device probe (diagnostic, runs 112-120; ``--family gdn_recurrent`` since runs 136-140): the per-CTA timeline of attn_decode
-(or gdn_recurrent) inside the graph-replayed 27B decode step. The engine is built with the family's ``trace`` option
-(template ``trace``; gdn_recurrent: see below): thread 0 of every CTA records globaltimer at entry, after the PDL wait, after its first tile's
-scores and softmax, after its last P.V and at exit. Per launch (one per attention layer and step) it reports,
+(or gdn_recurrent) inside the graph-replayed 27B decode step. The engine is built with the family's kernels rendered
+with their template's trace hooks defined (attn_decode: :func:`trace_attn_decode`, the ATTN_TRACE hook defined by
+:data:`ATTN_TRACE_HOOKS`; gdn_recurrent: see below): thread 0 of every CTA records globaltimer at entry, after the PDL
+wait, after its first tile's scores and softmax, after its last P.V and at exit. Per launch (one per attention layer and step) it reports,
 relative to the first CTA's PDL-wait release (~ the end of the previous kernel plus the memory flush): the spread of
 entries and wait releases, and for the CTAs with keys the median / last time each phase ended -- where the ~9 us the
 kernel adds to the step at 512 tokens goes. With ``--family gdn_recurrent`` (:func:`trace_gdn_recurrent`: the decode
@@ -56,31 +57,60 @@ __device__ unsigned int gdn_trace_n;
 """
 
 
-def traced_gdn_spec(spec):
-    """The gdn_recurrent decode kernel ``spec`` with the probe's stamps: parameter ``trace`` added (its URI and entry
-    say so; the template ignores it) and a source with ``templates/ninfer_trace.cuh`` and :data:`GDN_TRACE_HOOKS`
-    inserted before the template's empty hooks."""
+#: the attn_decode template's probe hook: thread 0 of each CTA appends one record {blockIdx.x, blockIdx.y, %smid,
+#: 6 globaltimer stamps} to the module's __device__ array attn_trace (FAMILY_TRACES["attn_decode"])
+ATTN_TRACE_HOOKS = """// the probe's records (global scope: the probe finds them by name with cuModuleGetGlobal)
+constexpr int kTraceWords = 9;
+constexpr unsigned int kTraceMax = 65536;
+__device__ unsigned long long attn_trace[kTraceMax * kTraceWords];
+__device__ unsigned int attn_trace_n;
+#define ATTN_TRACE(...) __VA_ARGS__
+"""
+
+
+def _traced_spec(spec, anchor: str, hooks: str):
+    """``spec`` with parameter ``trace`` added (its URI and entry say so; the template ignores it) and a source with
+    ``templates/ninfer_trace.cuh`` and ``hooks`` inserted before ``anchor``, the template's empty hooks (exactly one).
+
+    Raises:
+        AssertionError (at render): the rendered template does not hold ``anchor`` exactly once."""
     from ninferc.targets.plan import KernelSpec
     from ninferc.targets.render import read_template_file
 
     class TracedSpec(KernelSpec):
         def render(self) -> str:
             src = super().render()
-            anchor = "#ifndef GDN_TRACE_BEGIN"
             assert src.count(anchor) == 1, f"{self.uri}: the template has no single {anchor!r}"
             header = "".join(ln for ln in read_template_file("ninfer_trace.cuh").splitlines(keepends=True)
                              if not ln.startswith("#pragma once"))
-            return src.replace(anchor, header + GDN_TRACE_HOOKS + anchor)
+            return src.replace(anchor, header + hooks + anchor)
 
-    assert spec.family == "gdn_recurrent" and spec.param("mode") == "decode", spec.uri
     return TracedSpec.make(spec.family, spec.template, {**dict(spec.params), "trace": True}, spec.threads,
                            spec.cooperative)
+
+
+def traced_gdn_spec(spec):
+    """The gdn_recurrent decode kernel ``spec`` with the probe's stamps (:data:`GDN_TRACE_HOOKS`)."""
+    assert spec.family == "gdn_recurrent" and spec.param("mode") == "decode", spec.uri
+    return _traced_spec(spec, "#ifndef GDN_TRACE_BEGIN", GDN_TRACE_HOOKS)
+
+
+def traced_attn_spec(spec):
+    """The attn_decode kernel ``spec`` (any variant) with the probe's stamps (:data:`ATTN_TRACE_HOOKS`)."""
+    assert spec.family == "attn_decode", spec.uri
+    return _traced_spec(spec, "#ifndef ATTN_TRACE", ATTN_TRACE_HOOKS)
 
 
 def trace_gdn_recurrent(fam) -> None:
     """Make the ``gdn_recurrent`` family instance ``fam`` plan traced decode kernels (:func:`traced_gdn_spec`)."""
     plain = type(fam).spec.__get__(fam)
     fam.spec = lambda problem, threads=None: traced_gdn_spec(plain(problem, threads))
+
+
+def trace_attn_decode(fam) -> None:
+    """Make the ``attn_decode`` family instance ``fam`` plan traced kernels (:func:`traced_attn_spec`)."""
+    plain = type(fam).spec.__get__(fam)
+    fam.spec = lambda problem, staged=None: traced_attn_spec(plain(problem, staged))
 
 
 def main(argv=None) -> int:
@@ -116,7 +146,7 @@ def main(argv=None) -> int:
     elif a.family == "gdn_recurrent":
         trace_gdn_recurrent(FAMILIES[a.family])
     else:
-        FAMILIES[a.family].trace = True
+        trace_attn_decode(FAMILIES[a.family])
     for (fam, attr), v in parse_variant("set:" + ";".join(a.set))[1].items():
         setattr(FAMILIES[fam], attr, v)
     art = synthetic_artifact("qwen3.8-27b", a.weights, "bf16", target=None, max_context=a.max_context)

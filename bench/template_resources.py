@@ -48,8 +48,9 @@ def _attn_decode_extras(fam, arch):
     """The decode kernels the attention tests build (tests/kernels/test_attention*.py): on the sample problems and
     the emulator's one-KV-head 27B shape (both KV dtypes), page-aligned and balanced splits (granules 1 and 16), the
     global-memory kernel and the staged one with tiles of a page, 32 and 16 keys, each plain, on tensor cores
-    (``stage_mma``) and with the folded prep, the staged kernel without its launch bound, and the trace probe (global
-    and staged). Combinations a family refuses (PlanError) are skipped."""
+    (``stage_mma``) and with the folded prep, the staged kernel without its launch bound, and the trace probe's kernels
+    (bench/attn_trace_probe.py traced_attn_spec; global and staged). Combinations a family refuses (PlanError) are
+    skipped."""
     import dataclasses
 
     from ninferc.targets.kernels import attention as A
@@ -57,23 +58,45 @@ def _attn_decode_extras(fam, arch):
 
     hd256 = A.AttentionProblem(6, 1, 256, 64, 1e7, 1e-6, page_size=64, max_pages=4)
     problems = list(fam.sample_problems()) + [hd256, dataclasses.replace(hd256, kv_dtype="int8")]
-    options = [dict(balance_keys=b, balance_keys_int8=b, stage_kv=False, fuse_prep=False) for b in (0, 1, 16)]
-    options += [dict(balance_keys=b, balance_keys_int8=b, stage_kv=True, stage_keys=k, stage_mma=m, fuse_prep=f)
+    St = A.DecodeStaging
+    # (family keyword arguments, traced?)
+    options = [(dict(balance_keys=b, balance_keys_int8=b, staging=St(stage_kv=False), fuse_prep=False), False)
+               for b in (0, 1, 16)]
+    options += [(dict(balance_keys=b, balance_keys_int8=b, staging=St(stage_kv=True, stage_keys=k, stage_mma=m),
+                      fuse_prep=f), False)
                 for b in (0, 1, 16) for k in (0, 32, 16) for m, f in ((False, False), (True, False), (False, True))]
-    options += [dict(stage_kv=True, stage_min_ctas=0, fuse_prep=False), dict(trace=True, stage_kv=False),
-                dict(trace=True, stage_kv=True, fuse_prep=False)]
+    options += [(dict(staging=St(stage_kv=True, stage_min_ctas=0), fuse_prep=False), False),
+                (dict(staging=St(stage_kv=False)), True), (dict(staging=St(stage_kv=True), fuse_prep=False), True)]
+    sys.path.insert(0, str(ROOT / "bench"))
+    from attn_trace_probe import traced_attn_spec
+
     specs = []
     for p in problems:
-        for o in options:
+        for o, trace in options:
             try:
-                specs.append(A.AttnDecodeFamily(**o).spec(p, o["stage_kv"]))
+                spec = A.AttnDecodeFamily(**o).spec(p, o["staging"].stage_kv)
             except PlanError:
-                pass
+                continue
+            specs.append(traced_attn_spec(spec) if trace else spec)
     return specs
 
 
+def _attn_prefill_extras(fam, arch):
+    """The prefill kernels the attention tests build beyond the sample problems': both routes on the emulator's
+    one-KV-head 27B shape (tests/kernels/test_attention_emulated.py, both KV dtypes) and on the hd-512 shape of the
+    route fallback test (tests/kernels/test_attention.py, bf16)."""
+    import dataclasses
+
+    from ninferc.targets.kernels import attention as A
+
+    hd256 = A.AttentionProblem(6, 1, 256, 64, 1e7, 1e-6, page_size=64, max_pages=4)
+    hd512 = A.AttentionProblem(8, 1, 512, 64, 1e7, 1e-6, 64, 64)
+    return [s for p in (hd256, dataclasses.replace(hd256, kv_dtype="int8"), hd512) for s in fam.variants(p)]
+
+
 #: family name -> fn(family, arch) giving KernelSpecs beyond the family's sample variants
-EXTRAS = {"gdn_recurrent": _gdn_recurrent_extras, "attn_decode": _attn_decode_extras}
+EXTRAS = {"gdn_recurrent": _gdn_recurrent_extras, "attn_decode": _attn_decode_extras,
+          "attn_prefill": _attn_prefill_extras}
 
 
 def collect(family: str, arch: str) -> list:

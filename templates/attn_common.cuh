@@ -149,4 +149,14 @@ __device__ __forceinline__ void split_bf16(float x, unsigned short& hi, unsigned
   lo = ninfer::f32_to_bf16(x - __uint_as_float((unsigned int)hi << 16));
 }
 
+// Two fp32 values split into bf16 hi + lo (split_bf16), packed as the (hi, lo) words of an mma A/B register pair (a in
+// the low halves): attn_decode's and attn_prefill's P.V on tensor cores.
+__device__ __forceinline__ void split_pack(float a, float b, unsigned int& hi, unsigned int& lo) {
+  unsigned short h0, l0, h1, l1;
+  split_bf16(a, h0, l0);
+  split_bf16(b, h1, l1);
+  hi = (unsigned int)h0 | ((unsigned int)h1 << 16);
+  lo = (unsigned int)l0 | ((unsigned int)l1 << 16);
+}
+
 }  // namespace ninfer_attn

@@ -1,12 +1,81 @@
-// attn_decode.cuh -- device helpers of attn_decode.cu.j2's kernel (documented there and in
-// ninferc.targets.kernels.attention). Included by that template after its constants (kThreads, kHd, kG, kTile, ...,
-// all defined for every variant), which the helpers below use; a helper used by one variant only is a template, so
-// the others never instantiate it (they call it in an `if constexpr` branch they discard). A helper is optimised
-// before it is inlined, so moving code here can change what ptxas allocates: the int8 loops, the mma scores, the bf16
-// q load and the (m, l) write stay in the kernel for that reason (bench/template_resources.py showed the difference).
+// attn_decode.cuh -- the derived constants and device helpers of attn_decode.cu.j2's kernel (documented there and in
+// ninferc.targets.kernels.attention). Included by that template after its parameter constants (kInt8, kThreads, kHd,
+// kTile, ...); the constants derived from them (below, all defined for every variant) serve the helpers and the
+// kernel. A helper used by one variant only is a template, so the others never instantiate it (they call it in an
+// `if constexpr` branch they discard). A helper is optimised before it is inlined, so moving code here can change
+// what ptxas allocates: the int8 loops, the mma scores, the bf16 q load and the (m, l) write stay in the kernel for
+// that reason (bench/template_resources.py showed the difference).
 //
 // Same house rules as ninfer_common.cuh (included first) and attn_common.cuh.
 #pragma once
+
+// The kernel's derived constants: sizes and layouts from the template's parameters (attn_decode.cu.j2: kInt8, kStage,
+// kMma, kPrep, kThreads, kHd, kHq, kHkv, kPage, kBalance, kRot, kTile, KvElem), defined for every variant.
+namespace {
+constexpr int kWarps = kThreads / ninfer::kWarpSize;
+constexpr int kG = kHq / kHkv;  // q heads per KV head
+static_assert(kThreads % ninfer::kWarpSize == 0, "threads must be a multiple of the warp size");
+static_assert(kHq % kHkv == 0, "hq must be a multiple of hkv");
+
+// The folded attn_prep (kPrep): proj's layout and the RoPE split, as attn_prep.cu.j2.
+constexpr int kHalf = kPrep ? kRot / 2 : 1;
+constexpr int kKOffset = kHq * 2 * kHd;          // first k column of proj
+constexpr int kVOffset = kKOffset + kHkv * kHd;  // first v column of proj
+constexpr int kProjDim = kVOffset + kHkv * kHd;  // row stride of proj
+constexpr int kPerLaneP = kHd / ninfer::kWarpSize;
+static_assert(!kPrep || kHd % ninfer::kWarpSize == 0, "prep: head_dim must be a multiple of 32");
+static_assert(!kPrep || (kRot % 2 == 0 && kRot > 0 && kRot <= kHd),
+              "prep: rotary_dim must be even and in (0, head_dim]");
+
+// Scores. int8: kLanesPerKey lanes per key (kKeysPerWarp keys per warp and pass); lane l of a key reads kVecPerLane
+// 16-byte vectors of 16 int8 codes at elements (v * kLanesPerKey + l) * 16 (each inside one group of 64) and
+// dequantises them with the group's scale, k = fl32(code * scale), as the reference does. bf16: one warp per key;
+// lane l reads kVecPerLane vectors of kVec bf16 at elements (v * 32 + l) * kVec (4/8/16-byte vectors for hd = 64/128/
+// 256, 16-byte vectors for multiples of 256).
+constexpr int kScaleGroup = 64;             // int8: head_dim elements per K/V scale (ninfer_attn::kKvGroup)
+constexpr int kGroups = kHd / kScaleGroup;  // int8: scales per K/V row
+constexpr int kVec = kInt8 ? 16 : kHd >= 256 ? 8 : kHd / ninfer::kWarpSize;
+constexpr int kLanesPerKey = kInt8 ? (kHd / kVec < ninfer::kWarpSize ? kHd / kVec : ninfer::kWarpSize)
+                                   : ninfer::kWarpSize;
+constexpr int kKeysPerWarp = ninfer::kWarpSize / kLanesPerKey;
+constexpr int kVecPerLane = kHd / (kVec * kLanesPerKey);
+static_assert(!kInt8 || kHd % 64 == 0, "int8 KV: head_dim must be a multiple of 64");
+static_assert(kInt8 || kHd == 64 || kHd == 128 || kHd % 256 == 0, "head_dim must be 64, 128 or a multiple of 256");
+static_assert(kHd % (kVec * kLanesPerKey) == 0, "head_dim must split into vectors per lane");
+
+// P.V (FMA loops): a thread owns column units (int8: quads of 4 codes per 4-byte load, one scale; bf16: pairs of 2
+// per 4-byte load) and a residue class of keys.
+constexpr int kUnitCols = kInt8 ? 4 : 2;
+constexpr int kUnits = kHd / kUnitCols;
+constexpr int kKeyLanes = kThreads >= kUnits ? kThreads / kUnits : 1;
+constexpr int kUnitsPerThread = kThreads >= kUnits ? 1 : kUnits / kThreads;
+constexpr int kHeadsPerWarp = (kG + kWarps - 1) / kWarps;  // softmax: warp w owns heads w, w + warps, ...
+static_assert(kThreads >= kUnits ? kThreads % kUnits == 0 : kUnits % kThreads == 0,
+              "threads and head_dim / (2 bf16, 4 int8) must divide one another");
+
+// Staged tiles (kStage): the bytes of one row (codes of KvElem; int8: and scales).
+constexpr int kRowBytes = kHd * (int)sizeof(KvElem);
+constexpr int kScaleRowBytes = kGroups * 4;
+static_assert(kPage % kTile == 0, "the staged tile must divide the page");
+static_assert(!kStage || kRowBytes % 16 == 0, "staged K/V rows must be whole 16-byte chunks");
+static_assert(!(kStage && kInt8) || kTile * kScaleRowBytes % 16 == 0,
+              "a tile's int8 scales must be whole 16-byte chunks");
+
+// Tensor cores (kMma): the G <= 8 q heads are rows of the 16-row A operand; warp w scores tile rows
+// w * kKeysPerWarpMma ... (kNTk 8-key n-tiles) and accumulates output columns w * kColsPerWarp ... (kDT n-tiles).
+constexpr int kMmaRows = 8;  // q rows held per KV group (mma rows 8..15 are zero)
+constexpr int kChunks = kHd / 8;  // 16-byte chunks of a bf16 row
+constexpr int kKeysPerWarpMma = kTile / kWarps;
+constexpr int kNTk = kMma ? kKeysPerWarpMma / 8 : 1;
+constexpr int kColsPerWarp = kHd / kWarps;
+constexpr int kDT = kMma ? kColsPerWarp / 8 : 1;
+constexpr int kPartKeys = kMma ? (kWarps - 1) * kKeysPerWarpMma : 1;  // s_part row: k-split score parts 1 .. ks - 1
+static_assert(!kMma || kG <= kMmaRows, "mma decode: at most 8 q heads per KV head");
+static_assert(!kMma || kChunks % 8 == 0, "mma decode: head_dim must be a multiple of 64 (swizzle of 8 chunks)");
+static_assert(!kMma || (kTile % 16 == 0 && kKeysPerWarpMma % 8 == 0),
+              "mma decode: tile / warps must be a multiple of 8 keys");
+static_assert(!kMma || kColsPerWarp % 8 == 0, "mma decode: head_dim / warps must be a multiple of 8");
+}  // namespace
 
 // The int8 KV header's helpers that the kernel's int8 branches call, declared so that the bf16 variants (which do not
 // include that header) compile those branches, which they discard: never called there, so never defined there.
@@ -56,15 +125,6 @@ __device__ __forceinline__ void load_bf16(const Elem* p, float (&f)[kN]) { ninfe
 // Element index of (row, col) in a swizzled [rows][kHd] bf16 buffer (mma): 16-byte chunk col / 8 of row r at chunk
 // (col / 8) ^ (r & 7), so the 8 rows a fragment load touches fall in 8 different bank groups.
 __device__ __forceinline__ int swz(int row, int col) { return row * kHd + (((col >> 3) ^ (row & 7)) << 3) + (col & 7); }
-
-// Two fp32 values split into bf16 hi + lo, packed as the (hi, lo) words of an mma A/B register pair.
-__device__ __forceinline__ void split_pack(float a, float b, unsigned int& hi, unsigned int& lo) {
-  unsigned short h0, l0, h1, l1;
-  ninfer_attn::split_bf16(a, h0, l0);
-  ninfer_attn::split_bf16(b, h1, l1);
-  hi = (unsigned int)h0 | ((unsigned int)h1 << 16);
-  lo = (unsigned int)l0 | ((unsigned int)l1 << 16);
-}
 
 // The folded attn_prep (template parameter prep): warp w takes rows w, w + warps, ... of: the group's kG q heads
 // (into s_q), then -- in the CTA whose range ends at the context (it holds position ctx - 1) -- the new K row and
@@ -347,8 +407,8 @@ __device__ __forceinline__ void mma_pv(float (&o)[kDT][4], const Elem* s_v, cons
       pf[e] = fr < kG && r >= off && r < off + n_valid ? s_p[fr][r - off] : 0.0f;
     }
     unsigned int ph[4], pl[4];
-    split_pack(pf[0], pf[1], ph[0], pl[0]);
-    split_pack(pf[2], pf[3], ph[2], pl[2]);
+    ninfer_attn::split_pack(pf[0], pf[1], ph[0], pl[0]);
+    ninfer_attn::split_pack(pf[2], pf[3], ph[2], pl[2]);
     ph[1] = ph[3] = pl[1] = pl[3] = 0u;
 #pragma unroll
     for (int jd = 0; jd < kDT; ++jd) {

@@ -106,6 +106,7 @@ Numpy references (fp32, on the paged layout) are at the bottom: :func:`paged_sca
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping, NamedTuple, Sequence
 
@@ -389,6 +390,78 @@ class AttnPrepFamily(_OneKernelFamily):
 # ------------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class DecodeStaging:
+    """The staged ``attn_decode`` kernel's options (:class:`AttnDecodeFamily` ``staging``): whether K/V tiles go
+    through shared memory, how many keys a tile holds, the tensor-core loops, the launch bound and the ``"auto"``
+    rule's threshold. Frozen: a family's options change by replacing the whole object (``dataclasses.replace``; the
+    family's ``stage_*`` attributes do that when set).
+
+    Args:
+        stage_kv: K/V tiles through shared memory (template ``stage``): each page's K and V rows of the CTA's
+            range are copied by cp.async into dynamic shared memory (:meth:`AttnDecodeFamily.dynamic_smem_bytes`, one page of K
+            and one of V), the first tile's rows of earlier positions before the PDL wait and the next tile's K
+            / V while this tile's softmax / scores run, so a CTA keeps a whole tile in flight instead of the few
+            keys its warps' loads reach. True / False force it; ``"auto"`` (default) stages bf16 KV pages wherever
+            the staged kernel, with its dynamic shared memory, keeps at least ``stage_min_resident`` resident CTAs
+            per SM on the target (:meth:`AttnDecodeFamily.choose`), and reads int8 pages from global memory (their staged kernel
+            is not planned: it spills 16-24 bytes on NVRTC 13.5). On the H200 (3 CTAs/SM staged) the 27B w8 step
+            is 1.008x faster at 512 of 8,248 tokens and 1.010-1.011x at 8,192 (bench/NOTES.md runs 121-122); the
+            100-KB-per-SM targets (sm_86 / sm_89 / sm_120a: 1 CTA/SM staged) keep the global-memory kernel -- not
+            measured there.
+        stage_mma: the staged bf16-KV kernel's scores and P.V on tensor cores (template ``mma``: mma.sync m16n8k16 with
+            q and P split into bf16 hi + lo; needs G <= 8 and head_dim a multiple of 64; a tile of few keys splits
+            the scores' k-steps over the warps). Default False: on the H200 the 27B w8 step with it is 0.993x at 512
+            of 8,248 tokens, 1.000x at 8,192 of 8,448 and 1.005x at 32,768 of 33,024 (bench/NOTES.md runs 132, 134): a
+            plan cannot choose it by the live context, and it costs at short ones. Its kernel ends ~4 us sooner
+            per layer at 8,192 (run 131) without a faster step; not measured why (a guess: the step there is bound
+            by the DRAM traffic the attention shares with the next GEMV's pre-wait weight stream).
+        stage_min_resident: the ``"auto"`` rule's resident-CTA threshold (default 3, the H200's staged occupancy
+            that was measured).
+        stage_keys: keys per staged tile (template ``tile``; 0 = one page). A smaller tile needs less shared memory
+            per CTA, so more CTAs are resident and the split rule keeps more splits.
+        stage_min_ctas: for the staged bf16-KV kernel, the launch bound's minimum CTAs per SM (template
+            ``min_ctas``; 0 = none): a register budget for ptxas, 65,536 / (min_ctas x threads) registers. Default 4
+            (128 registers at 128 threads): without it this machine's NVRTC 13.5 gives the 27B staged kernel 96
+            registers and an 8-byte spill on sm_86 / sm_89 / sm_120a (126-127 registers, no spill, with it).
+            The occupancy the plan uses is still the one computed from the compiled kernel.
+
+
+    Raises:
+        PlanError: ``stage_kv`` not True, False or "auto", ``stage_min_resident`` < 1, ``stage_keys`` or
+            ``stage_min_ctas`` < 0 (each names the value).
+    """
+
+    stage_kv: bool | str = "auto"
+    stage_keys: int = 0
+    stage_min_ctas: int = 4
+    stage_min_resident: int = 3
+    stage_mma: bool = False
+
+    def __post_init__(self):
+        name = "attn_decode"  # (AttnDecodeFamily.name; this class is defined first)
+        if self.stage_kv not in (True, False, "auto"):
+            raise PlanError(f"{name}: stage_kv = {self.stage_kv!r} must be True, False or 'auto'")
+        if self.stage_min_resident < 1:
+            raise PlanError(f"{name}: stage_min_resident = {self.stage_min_resident} must be >= 1")
+        if self.stage_keys < 0:
+            raise PlanError(f"{name}: stage_keys = {self.stage_keys} must be >= 0 (0 = one page per tile)")
+        if self.stage_min_ctas < 0:
+            raise PlanError(f"{name}: stage_min_ctas = {self.stage_min_ctas} must be >= 0 (0 = no launch bound)")
+        for f in ("stage_keys", "stage_min_ctas", "stage_min_resident"):
+            object.__setattr__(self, f, int(getattr(self, f)))
+        object.__setattr__(self, "stage_mma", bool(self.stage_mma))
+
+
+def _staging_field(field: str) -> property:
+    """A family attribute that reads ``staging.<field>`` and, when set, replaces ``staging`` by a copy with the new
+    value (validated by :class:`DecodeStaging`): what ``bench/family_ab.py``'s ``--set attn_decode.stage_mma=True``
+    and the GPU tests' per-run overrides do."""
+    return property(lambda self: getattr(self.staging, field),
+                    lambda self, v: setattr(self, "staging", dataclasses.replace(self.staging, **{field: v})),
+                    doc=f"``staging.{field}`` (:class:`DecodeStaging`); settable.")
+
+
 class AttnDecodeFamily(_OneKernelFamily):
     """``attn_decode``: split-KV flash-decoding, one query token per sequence (T = B).
 
@@ -404,26 +477,10 @@ class AttnDecodeFamily(_OneKernelFamily):
         balance_keys_int8: the same for int8 KV pages; default 16: on the H200 the 27B w8 decode step with int8 KV
             is 1.124x faster at 2,048 of 32,768 tokens than with page-aligned splits (bench/NOTES.md run 116), once
             the int8 P.V loop's unroll 8 had removed the balanced kernel's 8-byte spill on sm_120a.
-        trace: a probe's option (template ``trace``; bench/attn_trace_probe.py): every CTA records globaltimer
-            stamps of its phases. Never planned by default.
-        stage_kv: K/V tiles through shared memory (template ``stage``): each page's K and V rows of the CTA's
-            range are copied by cp.async into dynamic shared memory (:meth:`dynamic_smem_bytes`, one page of K
-            and one of V), the first tile's rows of earlier positions before the PDL wait and the next tile's K
-            / V while this tile's softmax / scores run, so a CTA keeps a whole tile in flight instead of the few
-            keys its warps' loads reach. True / False force it; ``"auto"`` (default) stages bf16 KV pages wherever
-            the staged kernel, with its dynamic shared memory, keeps at least ``stage_min_resident`` resident CTAs
-            per SM on the target (:meth:`choose`), and reads int8 pages from global memory (their staged kernel
-            is not planned: it spills 16-24 bytes on NVRTC 13.5). On the H200 (3 CTAs/SM staged) the 27B w8 step
-            is 1.008x faster at 512 of 8,248 tokens and 1.010-1.011x at 8,192 (bench/NOTES.md runs 121-122); the
-            100-KB-per-SM targets (sm_86 / sm_89 / sm_120a: 1 CTA/SM staged) keep the global-memory kernel -- not
-            measured there.
-        stage_mma: the staged bf16-KV kernel's scores and P.V on tensor cores (template ``mma``: mma.sync m16n8k16 with
-            q and P split into bf16 hi + lo; needs G <= 8 and head_dim a multiple of 64; a tile of few keys splits
-            the scores' k-steps over the warps). Default False: on the H200 the 27B w8 step with it is 0.993x at 512
-            of 8,248 tokens, 1.000x at 8,192 of 8,448 and 1.005x at 32,768 of 33,024 (bench/NOTES.md runs 132, 134): a
-            plan cannot choose it by the live context, and it costs at short ones. Its kernel ends ~4 us sooner
-            per layer at 8,192 (run 131) without a faster step; not measured why (a guess: the step there is bound
-            by the DRAM traffic the attention shares with the next GEMV's pre-wait weight stream).
+        staging: the staged kernel's options (:class:`DecodeStaging`: whether K/V tiles go through shared memory,
+            their keys, the tensor-core loops, the launch bound, the "auto" rule's threshold). Each field is also
+            an attribute of the family under its old name (``stage_kv``, ``stage_keys``, ``stage_mma``,
+            ``stage_min_ctas``, ``stage_min_resident``); setting one replaces :attr:`staging` by a copy with it.
         fuse_prep: fold ``attn_prep`` into the decode kernel (template ``prep``; bf16 KV, staged, not ``stage_mma``):
             every CTA computes its KV group's queries from ``proj`` (q_norm + RoPE, attn_prep's arithmetic) and the
             CTA whose key range ends at the context also the new K / V row, written to the page and into its
@@ -434,29 +491,23 @@ class AttnDecodeFamily(_OneKernelFamily):
             1.0056x (w8) and 1.0088x (w4) at 512 of 8,248 tokens, 1.0017x (w8) at 8,192, the logits bit-equal to
             the attn_prep launch's (bench/NOTES.md run 135). Both kernels take RoPE's cos / sin from
             ``attn_common.cuh rope_cos_sin`` (no sinf / cosf slow path, so no local memory).
-        stage_min_resident: the ``"auto"`` rule's resident-CTA threshold (default 3, the H200's staged occupancy
-            that was measured).
-        stage_keys: keys per staged tile (template ``tile``; 0 = one page). A smaller tile needs less shared memory
-            per CTA, so more CTAs are resident and the split rule keeps more splits.
-        stage_min_ctas: for the staged bf16-KV kernel, the launch bound's minimum CTAs per SM (template
-            ``min_ctas``; 0 = none): a register budget for ptxas, 65,536 / (min_ctas x threads) registers. Default 4
-            (128 registers at 128 threads): without it this machine's NVRTC 13.5 gives the 27B staged kernel 96
-            registers and an 8-byte spill on sm_86 / sm_89 / sm_120a (126-127 registers, no spill, with it).
-            The occupancy the plan uses is still the one computed from the compiled kernel.
 
     Raises:
-        PlanError: ``threads`` not a positive multiple of 32, ``max_pages_per_split`` < 1, a granule < 0,
-            ``stage_kv`` / ``fuse_prep`` not True, False or "auto", ``stage_min_resident`` < 1, ``stage_keys`` or
-            ``stage_min_ctas`` < 0 (each names the value); :meth:`spec` names what a forced ``fuse_prep`` or
-            ``stage_mma`` cannot take.
+        PlanError: ``threads`` not a positive multiple of 32, ``max_pages_per_split`` < 1, a granule < 0, ``fuse_prep``
+            not True, False or "auto" (each names the value; :class:`DecodeStaging` checks its own);
+            :meth:`spec` names what a forced ``fuse_prep`` or ``stage_mma`` cannot take.
     """
 
     name = "attn_decode"
     template = "attn_decode.cu.j2"
+    stage_kv = _staging_field("stage_kv")
+    stage_keys = _staging_field("stage_keys")
+    stage_min_ctas = _staging_field("stage_min_ctas")
+    stage_min_resident = _staging_field("stage_min_resident")
+    stage_mma = _staging_field("stage_mma")
 
     def __init__(self, threads: int = 128, max_pages_per_split: int = 64, balance_keys: int = 16,
-                 balance_keys_int8: int = 16, trace: bool = False, stage_kv: bool | str = "auto", stage_keys: int = 0,
-                 stage_min_ctas: int = 4, stage_min_resident: int = 3, stage_mma: bool = False,
+                 balance_keys_int8: int = 16, staging: DecodeStaging = DecodeStaging(),
                  fuse_prep: bool | str = "auto"):
         _check_threads(self.name, threads)
         if max_pages_per_split < 1:
@@ -468,23 +519,12 @@ class AttnDecodeFamily(_OneKernelFamily):
         self.max_pages_per_split = int(max_pages_per_split)
         self.balance_keys = int(balance_keys)
         self.balance_keys_int8 = int(balance_keys_int8)
-        self.trace = bool(trace)
-        if stage_kv not in (True, False, "auto"):
-            raise PlanError(f"{self.name}: stage_kv = {stage_kv!r} must be True, False or 'auto'")
-        self.stage_kv = stage_kv
-        if stage_min_resident < 1:
-            raise PlanError(f"{self.name}: stage_min_resident = {stage_min_resident} must be >= 1")
-        self.stage_min_resident = int(stage_min_resident)
-        self.stage_mma = bool(stage_mma)
+        if not isinstance(staging, DecodeStaging):
+            raise PlanError(f"{self.name}: staging = {staging!r} must be a DecodeStaging")
+        self.staging = staging
         if fuse_prep not in (True, False, "auto"):
             raise PlanError(f"{self.name}: fuse_prep = {fuse_prep!r} must be True, False or 'auto'")
         self.fuse_prep = fuse_prep
-        if stage_keys < 0:
-            raise PlanError(f"{self.name}: stage_keys = {stage_keys} must be >= 0 (0 = one page per tile)")
-        self.stage_keys = int(stage_keys)
-        if stage_min_ctas < 0:
-            raise PlanError(f"{self.name}: stage_min_ctas = {stage_min_ctas} must be >= 0 (0 = no launch bound)")
-        self.stage_min_ctas = int(stage_min_ctas)
 
     def tile_keys(self, problem: AttentionProblem) -> int:
         """Keys per staged tile for ``problem`` (``stage_keys``, or the page size when 0).
@@ -583,7 +623,7 @@ class AttnDecodeFamily(_OneKernelFamily):
             raise PlanError(f"{self.name}: threads = {self.threads} and {what} = {units} must divide one another")
         params = {**_shape_params(problem), "page": problem.page_size, "threads": self.threads,
                   **_kv_params(problem), **({"balance": self.granule(problem)} if self.granule(problem) else {}),
-                  **({"trace": True} if self.trace else {}), **({"stage": True} if staged else {}),
+                  **({"stage": True} if staged else {}),
                   **({"tile": self.tile_keys(problem)} if staged and self.tile_keys(problem) != problem.page_size
                      else {}),
                   **({"min_ctas": self.stage_min_ctas} if staged and self.stage_min_ctas and

@@ -193,14 +193,17 @@ def test_staged_decode_compiles_fits_and_changes_only_its_smem(arch):
     the bf16 kernels without spills; the split rule counts that memory (fewer resident CTAs, never more splits),
     and the ABI is the unstaged kernel's; tiles of a page and of 32 keys (``stage_keys``)."""
     for tile in (0, 32):
-        _check_staged(arch, A.AttnDecodeFamily(stage_kv=True, stage_keys=tile, fuse_prep=False))
-    _check_staged(arch, A.AttnDecodeFamily(stage_kv=True, stage_mma=True, fuse_prep=False))  # tensor-core loops (bf16 KV)
+        _check_staged(arch, A.AttnDecodeFamily(staging=A.DecodeStaging(stage_kv=True, stage_keys=tile),
+                                               fuse_prep=False))
+    _check_staged(arch, A.AttnDecodeFamily(staging=A.DecodeStaging(stage_kv=True, stage_mma=True),  # tensor-core loops
+                                           fuse_prep=False))  # (bf16 KV)
     with pytest.raises(PlanError, match="stage_mma cannot take a tile of 16 keys over 4 warps"):
-        A.AttnDecodeFamily(stage_kv=True, stage_keys=16, stage_mma=True).spec(TINY)
+        A.AttnDecodeFamily(staging=A.DecodeStaging(stage_kv=True, stage_keys=16, stage_mma=True)).spec(TINY)
     with pytest.raises(PlanError, match="stage_mma cannot take 12 q heads per KV head"):
-        A.AttnDecodeFamily(stage_kv=True, stage_mma=True).spec(A.AttentionProblem(24, 2, 64, 16, 1e7, 1e-6, 64, 8))
+        A.AttnDecodeFamily(staging=A.DecodeStaging(stage_kv=True, stage_mma=True)).spec(
+            A.AttentionProblem(24, 2, 64, 16, 1e7, 1e-6, 64, 8))
     with pytest.raises(PlanError, match="stage_keys = 48 must divide the page size 64"):
-        A.AttnDecodeFamily(stage_kv=True, stage_keys=48).spec(TINY)
+        A.AttnDecodeFamily(staging=A.DecodeStaging(stage_kv=True, stage_keys=48)).spec(TINY)
 
 
 @pytest.mark.parametrize("arch", ALL_ARCHS)
@@ -230,10 +233,10 @@ def test_auto_stages_bf16_pages_where_three_ctas_stay_resident(arch):
             assert DECODE.splits(p, 1, ctx)[0] <= max(fill // p.heads_kv, 1) or \
                 DECODE.splits(p, 1, ctx)[0] <= -(-p.max_pages // DECODE.max_pages_per_split)
             for forced in (True, False):
-                f = A.AttnDecodeFamily(stage_kv=forced)
+                f = A.AttnDecodeFamily(staging=A.DecodeStaging(stage_kv=forced))
                 assert ("stage" in dict(f.choose(p, ctx)[0].params)) == forced
     with pytest.raises(PlanError, match="stage_kv = 'yes' must be True, False or 'auto'"):
-        A.AttnDecodeFamily(stage_kv="yes")
+        A.DecodeStaging(stage_kv="yes")
 
 
 @pytest.mark.parametrize("arch", ALL_ARCHS)
@@ -646,11 +649,11 @@ def test_decode_with_prep_folded_compiles_and_fits(arch):
                         barriers=r.barriers)
         assert occ.ctas_per_sm >= 1 and r.local_bytes == 0, (spec.uri, r, occ)
         if p is BIG and arch == "sm_90":
-            staged = A.AttnDecodeFamily(stage_kv=True, fuse_prep=False).spec(p, True)
+            staged = A.AttnDecodeFamily(staging=A.DecodeStaging(stage_kv=True), fuse_prep=False).spec(p, True)
             r0 = compile_variants([staged], arch)[staged.uri][1]
             assert occ.ctas_per_sm == occupancy(a, staged.threads, r0.registers, r0.static_smem_bytes,
                                                 fam.dynamic_smem_bytes(p, True), barriers=r0.barriers).ctas_per_sm == 3
     with pytest.raises(PlanError, match="fuse_prep cannot take stage_mma"):
-        A.AttnDecodeFamily(fuse_prep=True, stage_mma=True).spec(BIG, True)
+        A.AttnDecodeFamily(fuse_prep=True, staging=A.DecodeStaging(stage_mma=True)).spec(BIG, True)
     with pytest.raises(PlanError, match="fuse_prep = 'yes' must be True, False or 'auto'"):
         A.AttnDecodeFamily(fuse_prep="yes")

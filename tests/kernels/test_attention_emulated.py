@@ -159,7 +159,7 @@ def test_emulated_decode(name, ctxs, split_mode, stage):
     ctx = plan_ctx()
     splits, pps, granule = split_geometry(p, B, ctx, split_mode, DECODE)
     fam = A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, granule, granule, fuse_prep=False,
-                             **STAGES[stage])
+                             staging=A.DecodeStaging(**STAGES[stage]))
     ln_d = dataclasses.replace(DECODE.launch(p, B, ctx), kernel=fam.spec(p), grid=(splits, p.heads_kv, B),
                                split_k=splits, workspace_bytes=DECODE.workspace_bytes(p, B, splits),
                                dynamic_smem_bytes=fam.dynamic_smem_bytes(p))
@@ -257,7 +257,8 @@ def test_emulated_decode_with_prep_folded(name, ctxs, split_mode):
             ln = PREP.launch(p, B, ctx)
             run(ln, PREP.kernel_args(p, ln, dev), reverse)
             dev["q"] = dev["q_out"]
-        fam = A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, granule, granule, stage_kv=True,
+        fam = A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, granule, granule,
+                                 staging=A.DecodeStaging(stage_kv=True),
                                  fuse_prep=fused)
         ln_d = dataclasses.replace(DECODE.launch(p, B, ctx), kernel=fam.spec(p, True), grid=(splits, p.heads_kv, B),
                                    split_k=splits, workspace_bytes=DECODE.workspace_bytes(p, B, splits),
@@ -311,7 +312,8 @@ def test_emulated_staged_decode_mutants(keys):
 
     p, ctxs = SHAPES["hd256-bf16"], (130,)
     cache, st, dev, _ = prep_step(p, [c - 1 for c in ctxs], [1], (4, keys), False)
-    fam = A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, 16, 16, stage_kv=True, stage_keys=keys % 64,
+    fam = A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, 16, 16,
+                             staging=A.DecodeStaging(stage_kv=True, stage_keys=keys % 64),
                              fuse_prep=False)
     splits, pps = 1, p.max_pages
     spec = fam.spec(p)

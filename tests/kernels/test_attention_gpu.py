@@ -65,7 +65,8 @@ def device_ctx():
     arch = device_arch()
     res = {}
     staged = [A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, DECODE.balance_keys,
-                                 DECODE.balance_keys_int8, stage_kv=True, stage_keys=t, fuse_prep=False)
+                                 DECODE.balance_keys_int8, A.DecodeStaging(stage_kv=True, stage_keys=t),
+                                 fuse_prep=False)
               for t in (0, 32)]
     for fam in (*A.FAMILIES, *staged):  # + the staged decode kernels (stage_kv), planned or not
         for p in ALL_PROBLEMS.values():
@@ -213,7 +214,8 @@ def check_prep_int8(p, cache, st, dev, kp_ref, vp_ref):
 def test_driver_occupancy_matches_the_calculator():
     ctx = device_ctx()
     staged = [A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, DECODE.balance_keys,
-                                 DECODE.balance_keys_int8, stage_kv=True, stage_keys=t, fuse_prep=False)
+                                 DECODE.balance_keys_int8, A.DecodeStaging(stage_kv=True, stage_keys=t),
+                                 fuse_prep=False)
               for t in (0, 32)]
     for fam in (*A.FAMILIES, *staged):
         for p in PROBLEMS.values():
@@ -285,8 +287,9 @@ def decode_case(name, ctxs, split_mode, stage=0):
     ctx = device_ctx()
     ln_d = DECODE.launch(p, B, ctx)
     splits, pps, granule = split_geometry(p, B, ctx, split_mode, DECODE)
-    fam = A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, granule, granule, stage_kv=stage != 0,
-                             stage_keys=abs(stage) % 64, stage_mma=stage < 0, fuse_prep=False)
+    fam = A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, granule, granule,
+                             A.DecodeStaging(stage_kv=stage != 0, stage_keys=abs(stage) % 64, stage_mma=stage < 0),
+                             fuse_prep=False)
     ln_d = dataclasses.replace(ln_d, kernel=fam.spec(p), grid=(splits, p.heads_kv, B), split_k=splits,
                                workspace_bytes=DECODE.workspace_bytes(p, B, splits),
                                dynamic_smem_bytes=fam.dynamic_smem_bytes(p))

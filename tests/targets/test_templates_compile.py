@@ -40,8 +40,8 @@ def test_family_variants_compile_and_resources_read(family, arch):
 
 @pytest.mark.parametrize("arch", ALL_ARCHS)
 def test_trace_probe_kernels_compile_and_match_the_probe(arch):
-    """The device probes' kernels (template ``trace`` of attn_decode, staged and not, the gdn_recurrent decode kernel with
-    the probe's trace hooks (bench/attn_trace_probe.py traced_gdn_spec), and the 27B w8 gate|up GEMVs of
+    """The device probes' kernels (attn_decode, staged and not, and the gdn_recurrent decode kernel, each with the probe's
+    trace hooks: bench/attn_trace_probe.py traced_attn_spec / traced_gdn_spec; and the 27B w8 gate|up GEMVs of
     ``GemvCoopFamily.trace_epilogues``; never planned) compile for every target without local memory, keep
     the planned kernel's CTAs per SM, and declare the record array and counter bench/attn_trace_probe.py reads, with
     the size and record width it assumes."""
@@ -55,12 +55,12 @@ def test_trace_probe_kernels_compile_and_match_the_probe(arch):
     from ninferc.targets.plan import compile_variants
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-    from attn_trace_probe import FAMILY_TRACES, traced_gdn_spec
+    from attn_trace_probe import FAMILY_TRACES, traced_attn_spec, traced_gdn_spec
 
     a = get_arch(arch)
     big_attn = A.AttentionProblem(24, 4, 256, 64, 1e7, 1e-6, page_size=64, max_pages=72)
     big_gdn = gdn.GdnProblem(hk=16, hv=48, dk=128, dv=128, width=4)
-    pairs = [(A.AttnDecodeFamily(trace=True).spec(big_attn, st), A.AttnDecodeFamily().spec(big_attn, st),
+    pairs = [(traced_attn_spec(A.AttnDecodeFamily().spec(big_attn, st)), A.AttnDecodeFamily().spec(big_attn, st),
               A.AttnDecodeFamily().dynamic_smem_bytes(big_attn, st)) for st in (False, True)]
     pairs.append((traced_gdn_spec(gdn.GdnRecurrentFamily().spec(big_gdn)), gdn.GdnRecurrentFamily().spec(big_gdn), 0))
     gate_up = GemvProblem(5120, 17408, "swiglu", "w8", in_norm="parts")
