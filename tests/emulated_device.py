@@ -254,30 +254,6 @@ def make_cupy() -> types.ModuleType:
 # kernels
 # ---------------------------------------------------------------------------------------------------------------
 
-# host versions of CUDA intrinsics some kernels use beyond the emulator's shim (as tests/kernels/
-# test_attention_emulated.py adds them)
-_EXTRA = r"""
-// ---- host helpers added by tests/emulated_device.py ----
-static inline float __fdiv_rn(float a, float b) { return a / b; }
-static inline float __fmul_rn(float a, float b) { return a * b; }
-static inline float __fadd_rn(float a, float b) { return a + b; }
-static inline void sincospif(float x, float* s, float* c) {
-  *s = (float)sin(3.14159265358979323846 * (double)x);
-  *c = (float)cos(3.14159265358979323846 * (double)x);
-}
-"""
-_END_COMMON = "// ---- end ninfer_common.cuh ----\n"
-_ALIGNED_SMEM = "extern __shared__ __align__(16) unsigned char smem[];"
-
-
-def host_source(source: str) -> str:
-    """A rendered kernel made compilable by the host emulator (the helpers above; the aligned dynamic shared
-    memory declaration the shim's pattern does not match)."""
-    if _END_COMMON in source and "__fadd_rn(float" not in source:
-        source = source.replace(_END_COMMON, _END_COMMON + _EXTRA, 1)
-    return source.replace(_ALIGNED_SMEM, "unsigned char* smem = reinterpret_cast<unsigned char*>(shim::cur->dyn);")
-
-
 class EmulatedKernel:
     """``ninferc.runtime.kernels.DeviceKernel`` on the emulated device: compiled by NVRTC for its resources (the
     plan's checks read them as on a GPU) and by the host compiler for the emulator when first launched."""
@@ -343,11 +319,11 @@ class EmulatedKernel:
     def _run(self, grid, block, args, *, smem: int, cooperative: bool) -> None:
         sys.path.insert(0, str(Path(__file__).resolve().parent / "kernels"))
         try:
-            from cuda_host import HostKernel
+            from cuda_host import HostKernel, with_host_helpers
         finally:
             sys.path.pop(0)
         if self._host is None:
-            self._host = HostKernel(host_source(self.source), self.entry)
+            self._host = HostKernel(with_host_helpers(self.source), self.entry)
         conv = []
         for (typ, _), a in zip(self._host.params, args):
             if "*" in typ and not isinstance(a, np.ndarray):

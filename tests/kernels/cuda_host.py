@@ -542,6 +542,32 @@ _DYN_RE = re.compile(r"extern __shared__ (\w+) (\w+)\[\];")
 _DYNSIZE_RE = re.compile(r'asm\("mov\.u32 %0, %%dynamic_smem_size;" : "=r"\((\w+)\)\);')
 
 
+# Host versions of CUDA intrinsics the attention kernels use beyond the shim, and their aligned dynamic shared
+# memory declaration (which _DYN_RE does not match): added by with_host_helpers.
+_HELPERS = r"""
+// ---- host helpers added by cuda_host.with_host_helpers ----
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fadd_rn(float a, float b) { return a + b; }
+// sincospif (attn_common.cuh rope_cos_sin): sin / cos of pi x, x in [-1, 1] there, through the double library
+static inline void sincospif(float x, float* s, float* c) {
+  *s = (float)sin(3.14159265358979323846 * (double)x);
+  *c = (float)cos(3.14159265358979323846 * (double)x);
+}
+"""  # __float2int_rn is in the shim
+_END_COMMON = "// ---- end ninfer_common.cuh ----\n"
+_ALIGNED_SMEM = "extern __shared__ __align__(16) unsigned char smem[];"
+
+
+def with_host_helpers(source: str) -> str:
+    """A rendered kernel with the host helpers above added after its inlined ``ninfer_common.cuh`` (once) and its
+    aligned ``smem`` declaration pointed at the emulator's dynamic shared memory: what the attention kernels need
+    to compile for the host; other kernels are unchanged by it."""
+    if _END_COMMON in source and "cuda_host.with_host_helpers" not in source:
+        source = source.replace(_END_COMMON, _END_COMMON + _HELPERS, 1)
+    return source.replace(_ALIGNED_SMEM, "unsigned char* smem = reinterpret_cast<unsigned char*>(shim::cur->dyn);")
+
+
 class HostKernelError(RuntimeError):
     """The emulated launch trapped, deadlocked, or the source could not be compiled for the host."""
 

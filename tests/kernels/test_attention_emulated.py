@@ -41,29 +41,16 @@ HD256 = A.AttentionProblem(6, 1, 256, 64, 1e7, 1e-6, page_size=64, max_pages=4)
 SHAPES = {f"{n}-{dt}": dataclasses.replace(p, kv_dtype=dt) for n, p in (("tiny", SMALL), ("hd256", HD256))
           for dt in ("int8", "bf16")}
 
-# Host versions of what the attention kernels use beyond the emulator's shim (cuda_host.py).
-_EXTRA = r"""
-// ---- host helpers for the attention kernels (tests/kernels/test_attention_emulated.py) ----
-static inline float __fdiv_rn(float a, float b) { return a / b; }
-static inline float __fmul_rn(float a, float b) { return a * b; }
-static inline float __fadd_rn(float a, float b) { return a + b; }
-// sincospif (attn_common.cuh rope_cos_sin): sin / cos of pi x, x in [-1, 1] there, through the double library
-static inline void sincospif(float x, float* s, float* c) {
-  *s = (float)sin(3.14159265358979323846 * (double)x);
-  *c = (float)cos(3.14159265358979323846 * (double)x);
-}
-"""  # __float2int_rn is in the emulator's shim (cuda_host.py)
-
 _END_COMMON = "// ---- end ninfer_common.cuh ----\n"
-_DYN_SMEM = "extern __shared__ __align__(16) unsigned char smem[];"
 
 
 def host_source(spec) -> str:
     """The rendered kernel with the host helpers added (for cuda_host.HostKernel)."""
+    from cuda_host import with_host_helpers
+
     src = spec.render()
     assert src.count(_END_COMMON) == 1
-    src = src.replace(_END_COMMON, _END_COMMON + _EXTRA)
-    src = src.replace(_DYN_SMEM, "unsigned char* smem = reinterpret_cast<unsigned char*>(shim::cur->dyn);")
+    src = with_host_helpers(src)
     rest = src.split(_END_COMMON)[1]
     assert "asm(" not in rest and "asm volatile(" not in rest, "inline PTX the emulator cannot run"
     return src
