@@ -398,13 +398,16 @@ class ReferenceBatchBackend:
             out.append(np.stack(rows))
         return out
 
-    def verify_argmax(self, seqs: list, token_lists: list[list[int]]) -> list[np.ndarray]:
-        """:meth:`verify`, returning each row's argmax id instead of its logits (int [k + 1] per sequence; -1 for a
-        row whose maximum is not finite, as the GPU sampler answers)."""
+    def verify_ids(self, seqs: list, token_lists: list[list[int]], samplers: list) -> list[np.ndarray]:
+        """:meth:`verify`, returning a token drawn from every row instead of its logits (int [k + 1] per sequence; -1
+        for a row whose maximum is not finite, as the GPU sampler answers): a greedy sampler's rows give their argmax,
+        a sampling one's a draw from its generator (:meth:`~ninferc.sampling.HostSampler.__call__`, not recorded)."""
         out = []
-        for lg in self.verify(seqs, token_lists):
+        for lg, s in zip(self.verify(seqs, token_lists), samplers):
             m = lg.max(axis=1)
-            out.append(np.where(np.isfinite(m), np.argmax(lg, axis=1), -1))
+            ids = np.argmax(lg, axis=1) if s.params.greedy else np.array(
+                [s(row) if np.isfinite(row).all() else -1 for row in lg])
+            out.append(np.where(np.isfinite(m), ids, -1))
         return out
 
     def accept(self, seqs: list, accepted: list[int]) -> None:

@@ -24,7 +24,7 @@ The policy (scheduler) owns the page tables and GDN slots; this class turns each
   ``decode_next(seqs, pending)`` queues the next decode step fed with those ids on the device, so the step is
   queued before the host has read them;
 * speculative decoding (``spec_tokens`` K): ``draft`` chains the MTP head's step + greedy sampler K times,
-  ``verify`` runs the model over each sequence's K + 1 tokens (+ the rows' argmax for a greedy round), ``accept``
+  ``verify`` runs the model over each sequence's K + 1 tokens (``verify_ids``: + a draw from every row), ``accept``
   keeps a prefix (the state slot of the accepted count, the KV length rolled back); the head's steps and the
   verify step are replayed from CUDA graphs captured per shape (T tokens, B sequences) like the decode step.
 
@@ -394,15 +394,35 @@ class CudaBatchBackend:
         """The model over ``[last token, draft 1 .. draft k]`` of each sequence in one ``verify`` step: logits
         ``[k + 1, V]`` each (fp32, on the host), the GDN state after token j of sequence group g in slot
         ``g * (K + 1) + j``, every token's hidden row kept for the head. :meth:`accept` then keeps a prefix."""
-        return self._verify_step(seqs, token_lists, argmax=False)
+        return self._verify_step(seqs, token_lists, draw=None)
 
-    def verify_argmax(self, seqs: list, token_lists: list[list[int]]) -> list[np.ndarray]:
-        """:meth:`verify` with the rows' argmax taken on the device: int32 ``[k + 1]`` ids per sequence (-1 for a
-        row whose maximum is not finite), one read of the step's T ids instead of its ``[T, V]`` logits -- the
-        greedy round's acceptance (:func:`~ninferc.runtime.spec.accept_greedy_ids`)."""
-        return self._verify_step(seqs, token_lists, argmax=True)
+    def verify_ids(self, seqs: list, token_lists: list[list[int]], samplers: list) -> list[np.ndarray]:
+        """:meth:`verify` with every row's token drawn on the device: int32 ``[k + 1]`` ids per sequence (-1 for a row
+        whose maximum is not finite), one read of the step's T ids instead of its ``[T, V]`` logits -- the round's
+        acceptance (:func:`~ninferc.runtime.spec.accept_ids`). Row j of sequence i is drawn with ``samplers[i]``'s
+        parameters at Philox counter ``draws + j`` (a greedy sampler's rows: the argmax; all greedy: the argmax
+        kernel).
 
-    def _verify_step(self, seqs: list, token_lists: list[list[int]], *, argmax: bool) -> list[np.ndarray]:
+        Raises:
+            NinfercError: a sampler the GPU sampler cannot draw for (penalties, min_p)."""
+        if any(not s.device_ok for s in samplers):
+            raise NinfercError("verify_ids: a request needs the host sampler (penalties or min_p)")
+        if all(s.params.greedy for s in samplers):
+            return self._verify_step(seqs, token_lists, draw="argmax")
+        e, cp = self.engine, self.engine.cp
+        rows = [(s, j) for s, t in zip(samplers, token_lists) for j in range(len(t))]
+        T = len(rows)  # noqa: N806
+        with e.stream:
+            sp = e.sampling
+            sp["temperature"][:T] = cp.asarray([0.0 if s.params.greedy else s.params.temperature for s, _ in rows],
+                                               cp.float32)
+            sp["top_k"][:T] = cp.asarray([s.params.top_k for s, _ in rows], cp.int32)
+            sp["top_p"][:T] = cp.asarray([s.params.top_p for s, _ in rows], cp.float32)
+            sp["seed"][:T] = cp.asarray(np.array([s.params.seed for s, _ in rows], np.uint64))
+            sp["rng_step"][:T] = cp.asarray([s.draws + self._unread.get(id(s), 0) + j for s, j in rows], cp.int32)
+        return self._verify_step(seqs, token_lists, draw="sample")
+
+    def _verify_step(self, seqs: list, token_lists: list[list[int]], *, draw: str | None) -> list[np.ndarray]:
         e = self.engine
         B = len(seqs)  # noqa: N806
         pos, seq_of, starts, toks = [], [], [0], []
@@ -423,13 +443,14 @@ class CudaBatchBackend:
                          seq_slot=[self._state_slot(x) for x in seqs],
                          seq_slot_out=[x.slot * self._group for x in seqs], row_index=np.arange(T, dtype=np.int32),
                          page_rows=[x.pages for x in seqs], tokens=toks)
-            if self.cuda_graph:  # one graph per (T, B): at most max_batch x (K + 1) shapes
-                e.step_graph("verify", T, B, T, then="sample_rows" if argmax else None).launch(stream=e.stream)
+            then = {"argmax": "sample_rows", "sample": "sample_rows_sample", None: None}[draw]
+            if self.cuda_graph:  # one graph per (T, B, draw): at most max_batch x (K + 1) shapes each
+                e.step_graph("verify", T, B, T, then=then).launch(stream=e.stream)
             else:
                 e.run("verify", T, B, T)
-                if argmax:
-                    e.run("sample_rows", T, B, T)
-            if argmax:
+                if then:
+                    e.run(then, T, B, T)
+            if draw:
                 host = e.host(e.tokens[:T])
             else:
                 host = e.host(e.logits[:T])

@@ -345,6 +345,8 @@ class Engine:
             steps = self.program.for_mode(mode)
         elif mode == "sample_rows":
             steps = [self.program.row_argmax()]
+        elif mode == "sample_rows_sample":
+            steps = [self.program.row_sampler()]
         else:
             steps = [self.program.sampler(mode == "sample_argmax")]
         launches, memo = {}, {}
@@ -509,12 +511,12 @@ class Engine:
         self.device_meta: tuple | None = None
         self.tokens = cp.zeros(self.t_cap, cp.int32)
         self.barrier = cp.zeros(64, cp.uint32)
-        Bc = self.max_batch  # noqa: N806
+        Bc = self.max_logit_rows  # noqa: N806 -- a row per logits row (a verify step draws from every row)
         self.sampling = {"temperature": cp.zeros(Bc, cp.float32), "top_k": cp.zeros(Bc, cp.int32),
                          "top_p": cp.ones(Bc, cp.float32), "seed": cp.zeros(Bc, cp.uint64),
                          "rng_step": cp.zeros(Bc, cp.int32),
                          # a split argmax's meeting words per logits row (zero; every launch leaves them zero)
-                         "argmax_ws": cp.zeros(2 * self.max_logit_rows, cp.uint64)}  # (max_logit_rows >= Bc)
+                         "argmax_ws": cp.zeros(2 * self.max_logit_rows, cp.uint64)}
         self.consts = {}
         mem = g.meta["memory"]
         self.tensor_ptr = {}

@@ -616,22 +616,22 @@ class Scheduler:
 
     def _spec_round(self, rows: list[_Active]) -> None:
         """One speculative round for every row (:mod:`ninferc.runtime.spec`): draft, one verify step, accept."""
-        from ninferc.runtime.spec import accept_drafts, accept_greedy_ids, greedy_on_ids
+        from ninferc.runtime.spec import accept_drafts, accept_ids, ids_suffice
 
         be, k = self.backend, self.spec.draft_tokens
         seqs = [a.seq for a in rows]
         ks = [max(0, min(k, a.reserve - 1 - a.seq.length)) for a in rows]  # never past the reserved pages
         drafts = be.draft(seqs, [a.last for a in rows], ks)
-        # every row greedy: acceptance from the verify rows' argmax ids (computed by the backend, one read of the
-        # ids per round); otherwise from the rows' logits on the host (sampling, penalties, logprobs)
-        on_ids = hasattr(be, "verify_argmax") and all(greedy_on_ids(a.sampler, a.req.logprobs) for a in rows)
+        # every row greedy or plainly sampled: acceptance from a token the backend draws from each verify row (one
+        # read of the ids per round); otherwise from the rows' logits on the host (penalties, min_p, logprobs)
+        on_ids = hasattr(be, "verify_ids") and all(ids_suffice(a.sampler, a.req.logprobs) for a in rows)
         token_lists = [[a.last] + d for a, d in zip(rows, drafts)]
-        verified = be.verify_argmax(seqs, token_lists) if on_ids else be.verify(seqs, token_lists)
+        verified = (be.verify_ids(seqs, token_lists, [a.sampler for a in rows]) if on_ids
+                    else be.verify(seqs, token_lists))
         outs, ms = [], []
         for a, lg, d in zip(rows, verified, drafts):
             try:
-                toks = accept_greedy_ids(a.sampler, lg, d) if on_ids else accept_drafts(a.sampler, lg, d,
-                                                                                         a.req.logprobs)
+                toks = accept_ids(a.sampler, lg, d) if on_ids else accept_drafts(a.sampler, lg, d, a.req.logprobs)
             except NonFiniteLogits as exc:
                 toks = exc
             outs.append(toks)

@@ -12,7 +12,10 @@ A round for one sequence whose last sampled token ``x`` is not yet appended (at 
    standard speculative-sampling rule ``min(1, p/q)``) -- until the first rejection, where the token is drawn from
    ``p_j`` with the draft removed and renormalised; when all k are kept, a bonus token is drawn from ``z_k``. The
    ``p_j`` are exactly the plain sampler's distributions (penalties counted over the tokens accepted so far), so
-   the output distribution equals non-speculative sampling, and greedy output equals plain greedy output;
+   the output distribution equals non-speculative sampling, and greedy output equals plain greedy output. A
+   request without penalties, min_p or logprobs is accepted from one token drawn per row instead
+   (:func:`accept_ids`, the same rule in distribution: the rows' argmax or independent draws, drawn where the
+   logits are -- on the GPU, no logits leave the device);
 4. the backend keeps the first m + 1 tokens (``x`` and the m accepted drafts): length L + m + 1, GDN state of slot
    m, MTP rows for them on the next draft (the chained rows are dropped).
 
@@ -156,20 +159,26 @@ def accept_drafts(sampler: HostSampler, logits: np.ndarray, drafts: list[int], l
     return out
 
 
-def greedy_on_ids(sampler: HostSampler, logprobs: int | None) -> bool:
-    """Whether a request's round can be accepted from the verify rows' argmax ids alone (:func:`accept_greedy_ids`):
-    greedy, no penalties or min_p (its argmax is the raw logits'), no logprobs asked."""
-    return sampler.params.greedy and rows_on_device([(sampler, logprobs)])
+def ids_suffice(sampler: HostSampler, logprobs: int | None) -> bool:
+    """Whether a request's round can be accepted from one token drawn per verify row (:func:`accept_ids`): the
+    rows the device sampler draws -- greedy or temperature / top-k / top-p, no penalties, no min_p, no logprobs."""
+    return rows_on_device([(sampler, logprobs)])
 
 
-def accept_greedy_ids(sampler: HostSampler, ids, drafts: list[int]) -> list[Sampled]:
-    """:func:`accept_drafts` for a greedy request (:func:`greedy_on_ids`) from the verify rows' argmax ids
-    ``ids`` [k + 1] (computed where the logits are -- on the GPU, one read of k + 1 ids per round): the drafts
-    equal to their row's argmax, then the first row's argmax that differs (or the bonus row's). A row id < 0 (the
-    GPU sampler's answer to a non-finite row maximum) raises.
+def accept_ids(sampler: HostSampler, ids, drafts: list[int]) -> list[Sampled]:
+    """The tokens one round emits from ``ids`` [k + 1], a token drawn from each verify row (the row's argmax for a
+    greedy request; an independent draw from the row's filtered distribution for a sampling one -- on the GPU one
+    read of k + 1 ids per round): the drafts equal to their row's token, then the first row's token that differs
+    (or the bonus row's).
+
+    Lossless (:func:`ids_suffice` requests): the token emitted at row j is a draw from the model's distribution
+    given the tokens before it, whether or not it equals the draft, so the output is distributed as plain decoding's.
+    With deterministic (greedy) drafts this is the standard rule of :func:`accept_drafts` in another form: the draft
+    is kept with probability p(d), and a rejection's token is distributed as p without d, renormalised. Rows after
+    the first difference are not read, so their draws (and counters) carry nothing into the output.
 
     Raises:
-        NonFiniteLogits: a row the round reads had non-finite logits."""
+        NonFiniteLogits: a row the round reads had non-finite logits (id < 0)."""
     out: list[Sampled] = []
     for j in range(len(drafts) + 1):
         tok = int(ids[j])

@@ -323,6 +323,11 @@ class Program:
         """The argmax of every logits row (mode ``sample_rows``: no id history, no metadata advanced)."""
         return next(s for s in self.steps if s.mode == "sample_rows")
 
+    def row_sampler(self) -> Step:
+        """A draw from every logits row with that row's own parameters and Philox counter (mode
+        ``sample_rows_sample``: no id history, no metadata advanced; temperature 0 rows take the argmax)."""
+        return next(s for s in self.steps if s.mode == "sample_rows_sample")
+
 
 #: IR KV-state dtype -> the attention kernels' ``kv_dtype`` (the inverse of ChooseFormats' KV_DTYPES)
 KV_DTYPE_NAMES = {ir: name for name, ir in KV_DTYPES.items()}
@@ -567,6 +572,11 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096, fuse_no
             add(Step("sample.rows", op.name, "sample_rows", "sample", SampleProblem(V, "argmax"), "R",
                      {**bind, "history": NULL, "hist_pos": NULL, "advance": I32(0), "step": NULL,
                       "tok_pos": NULL, "seq_ctx": NULL}))
+            # a draw from every row of a step with the row's own parameters and counter (a sampled verify step's
+            # acceptance on the device: row j of a sequence drawn at counter draws + j)
+            add(Step("sample.rows_sample", op.name, "sample_rows_sample", "sample", SampleProblem(V, "sample"), "R",
+                     {**bind, "history": NULL, "hist_pos": NULL, "advance": I32(0), "tok_pos": NULL,
+                      "seq_ctx": NULL}))
     return prog
 
 

@@ -63,7 +63,8 @@ def test_decode_stream_equals_the_goldens(emulated_device, emu_art, goldens):
     s.close()
 
 
-def _serve(art, prompts, n, k, *, cache_bytes: int = 0, one_by_one: bool = False, draft_lm_head: str = "bf16"):
+def _serve(art, prompts, n, k, *, cache_bytes: int = 0, one_by_one: bool = False, draft_lm_head: str = "bf16",
+           params=None, no_logits: bool = False):
     """The prompts through the serving backend and the scheduler (greedy; ``k`` drafts per round, or None), at once
     or ``one_by_one``; with ``cache_bytes``, the prefix cache (checkpoints at the ends of prompts and generations,
     freed pages poisoned)."""
@@ -77,9 +78,11 @@ def _serve(art, prompts, n, k, *, cache_bytes: int = 0, one_by_one: bool = False
     s = Scheduler(be, max_concurrency=len(prompts), prefill_chunk=CHUNK, spec=SpecConfig("mtp", k) if k else None,
                   prefix_cache_bytes=cache_bytes, checkpoint_interval=0,
                   poison_freed=bool(cache_bytes))
+    if no_logits:  # every round must be accepted from ids drawn on the device
+        be.verify = None
     evs: dict = {}
     for i, p in enumerate(prompts):
-        s.submit(collecting_request(str(i), p, n[i], evs))
+        s.submit(collecting_request(str(i), p, n[i], evs, **({"params": params[i]} if params else {})))
         if one_by_one:
             run_until_idle(s)
     run_until_idle(s)
@@ -247,3 +250,21 @@ def test_cli_run_spec_on_the_cuda_backend(emulated_device, emu_art, goldens, mon
     want = Artifact.open(emu_art).tokenizer().decode(c["greedy_ids"][:n])
     assert r.stdout.rstrip("\n") == want, (repr(r.stdout), repr(want))
     assert "tokens per round" in r.stderr, r.stderr
+
+
+def test_sampled_speculation_draws_on_the_device(emulated_device, emu_art, goldens, monkeypatch):
+    """A greedy and a sampled (temperature, top-k, top-p, seed) request speculating in the same rounds: every verify
+    row's token is drawn on the device (``verify_ids``: the sampler over all rows, each with its request's
+    parameters and counter; no logits read back -- ``verify`` is removed here), the greedy request keeps its golden
+    ids, and the sampled one repeats itself exactly with the same seed."""
+    from ninferc.sampling import SamplingParams
+
+    monkeypatch.setenv("NINFERC_CUDA_MTP", "1")
+    cases = goldens["cases"][:2]
+    n = [min(8, golden_len(cases[0])), 8]
+    params = [SamplingParams(), SamplingParams(temperature=0.8, top_k=40, top_p=0.9, seed=7)]
+    runs = [_serve(emu_art, [c["prompt_ids"] for c in cases], n, 2, params=params, no_logits=True)
+            for _ in range(2)]
+    (g_ids, g_fin), (s_ids, s_fin) = runs[0]
+    assert g_ids == cases[0]["greedy_ids"][:n[0]] and g_fin.stats.spec.rounds >= 2
+    assert len(s_ids) == 8 and s_fin.stats.spec.rounds >= 2 and runs[1][1][0] == s_ids

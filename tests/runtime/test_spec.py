@@ -167,9 +167,14 @@ def test_a_round_at_the_context_limit_drafts_less(ck, goldens):
     assert fin.stats.spec.drafted < 4 * fin.stats.spec.rounds
 
 
-def test_speculative_sampling_matches_plain_sampling_distribution():
+@pytest.mark.parametrize("rule", ["logits", "ids"])
+def test_speculative_sampling_matches_plain_sampling_distribution(rule):
     """A 4-token Markov model; 3 tokens after the prompt, drafted by a poor deterministic proposer. The empirical
-    distribution of the 64 continuations under speculative sampling equals the model's within a chi-square bound."""
+    distribution of the 64 continuations under speculative sampling equals the model's within a chi-square bound --
+    accepted from the rows' logits (:func:`accept_drafts`) or from one independent draw per row (:func:`accept_ids`,
+    what the GPU does for a request without penalties, min_p or logprobs)."""
+    from ninferc.runtime.spec import accept_ids
+
     rng = np.random.default_rng(0)
     V = 4  # noqa: N806
     logit_table = rng.normal(scale=1.5, size=(V, V)).astype(np.float32)
@@ -189,7 +194,10 @@ def test_speculative_sampling_matches_plain_sampling_distribution():
         while len(out) < 3:
             drafts = [(last + 1 + j) % V for j in range(2)]  # a proposer unrelated to the model
             ctx = [last] + drafts
-            toks = accept_drafts(s, logit_table[ctx], drafts)
+            if rule == "logits":
+                toks = accept_drafts(s, logit_table[ctx], drafts)
+            else:  # one draw per row, from the row's filtered distribution (the device sampler's job)
+                toks = accept_ids(s, [s(logit_table[t]) for t in ctx], drafts)
             out += [t.token for t in toks]
             last = out[-1]
         counts[tuple(out[:3])] += 1
@@ -283,11 +291,11 @@ def test_artifacts_carry_the_mtp_head(mtp_artifacts, gmtp):
         assert _generate(be4, c["prompt_ids"], 32, k=2)[0] == _generate(be4, c["prompt_ids"], 32)[0]
 
 
-def test_greedy_rounds_accept_from_argmax_ids_like_from_logits(ck, gmtp):
-    """A greedy round is accepted from the verify rows' argmax ids (``verify_argmax``: on the GPU one read of K + 1
-    ids instead of K + 1 logits rows) exactly as from the logits: the same tokens and the same rounds; a round with a
-    sampled or penalised request takes the logits."""
-    from ninferc.runtime.spec import accept_greedy_ids, greedy_on_ids
+def test_rounds_accept_from_drawn_ids_like_from_logits(ck, gmtp):
+    """A greedy round is accepted from the verify rows' argmax ids (``verify_ids``: on the GPU one read of K + 1 ids
+    instead of K + 1 logits rows) exactly as from the logits: the same tokens and the same rounds. Plainly sampled
+    requests take the ids too; a penalised, min_p or logprobs request takes the logits."""
+    from ninferc.runtime.spec import accept_ids, ids_suffice
     from ninferc.sampling import HostSampler, NonFiniteLogits
 
     class LogitsOnly:
@@ -295,25 +303,27 @@ def test_greedy_rounds_accept_from_argmax_ids_like_from_logits(ck, gmtp):
             self._be = be
 
         def __getattr__(self, name):
-            if name == "verify_argmax":
+            if name == "verify_ids":
                 raise AttributeError(name)
             return getattr(self._be, name)
 
     calls = []
     be = _backend(ck)
-    orig = be.verify_argmax
-    be.verify_argmax = lambda *a: calls.append(1) or orig(*a)
+    orig = be.verify_ids
+    be.verify_ids = lambda *a: calls.append(1) or orig(*a)
     for c in gmtp["cases"][:3]:
         ids, fin = _generate(be, c["prompt_ids"], 40, k=3)
         ref_ids, ref_fin = _generate(LogitsOnly(_backend(ck)), c["prompt_ids"], 40, k=3)
         assert ids == ref_ids == c["greedy_ids"][:40]
         assert fin.stats.spec.per_round == ref_fin.stats.spec.per_round
     assert calls
-    assert not greedy_on_ids(HostSampler(SamplingParams(temperature=0.7)), None)
-    assert not greedy_on_ids(HostSampler(SamplingParams(frequency_penalty=0.5)), None)
-    assert not greedy_on_ids(HostSampler(SamplingParams()), 2)
+    assert ids_suffice(HostSampler(SamplingParams(temperature=0.7, top_p=0.9, top_k=20)), None)
+    assert not ids_suffice(HostSampler(SamplingParams(temperature=0.7, min_p=0.1)), None)
+    assert not ids_suffice(HostSampler(SamplingParams(frequency_penalty=0.5)), None)
+    assert not ids_suffice(HostSampler(SamplingParams()), 2)
     s = HostSampler(SamplingParams())
-    assert [t.token for t in accept_greedy_ids(s, [5, 6, 9, 4], [5, 6, 7])] == [5, 6, 9]
-    assert [t.token for t in accept_greedy_ids(s, [5, 6, 7, 4], [5, 6, 7])] == [5, 6, 7, 4]
+    assert [t.token for t in accept_ids(s, [5, 6, 9, 4], [5, 6, 7])] == [5, 6, 9]
+    assert [t.token for t in accept_ids(s, [5, 6, 7, 4], [5, 6, 7])] == [5, 6, 7, 4]
+    assert s.draws == 7  # every emitted token counted (the device counter of the next round starts there)
     with pytest.raises(NonFiniteLogits):
-        accept_greedy_ids(s, [5, -1, 7, 4], [5, 6, 7])
+        accept_ids(s, [5, -1, 7, 4], [5, 6, 7])
