@@ -33,7 +33,7 @@ from ninferc.errors import NinfercError, RuntimeMemoryError, path_problem
 DEFAULT_CONTEXT = 4096
 #: KV page size of the reference backend on a checkpoint directory (tokens; an artifact has its own)
 DEFAULT_PAGE_SIZE = 64
-#: the prefix cache's default budget for GDN state checkpoints (GiB): at the 27B shape one checkpoint is ~147 MiB
+#: the prefix cache's default budget for GDN state checkpoints (GiB): at the 27B shape one checkpoint is ~153 MiB
 #: (49 layers' fp32 recurrent matrices and conv windows), so 4 GiB hold 27
 DEFAULT_PREFIX_CACHE_GIB = 4.0
 
@@ -146,6 +146,13 @@ def serve_cmd(path, preset, synthetic_weights, weights_fmt, kv_dtype, host, port
         raise NinfercError(why)
     if api_key is not None and not api_key.strip():
         raise NinfercError("--api-key is empty")
+    check_bind(host, port)  # before anything is loaded: a port in use is a one-line error, not a late exit
+    log_file = None
+    if request_log is not None:
+        try:
+            log_file = open(request_log, "a", encoding="utf-8")  # noqa: SIM115 -- closed when the server stops
+        except OSError as exc:
+            raise NinfercError(f"--request-log {request_log}: cannot open it for appending ({exc.strerror})") from None
     ctx_obj = click.get_current_context()
     spec_cfg = spec_config(spec, draft_tokens, draft_lm_head, ctx_obj)
     if preset is not None:
@@ -155,6 +162,11 @@ def serve_cmd(path, preset, synthetic_weights, weights_fmt, kv_dtype, host, port
         opened = open_model(path, backend, max_context, draft_lm_head=draft_lm_head)
     if opened.backend == "reference" and no_cuda_graph:
         raise NinfercError("--no-cuda-graph applies to the cuda backend")
+    if opened.backend == "cuda":  # no GPU: one error line before the server starts (the engine loads after it)
+        from ninferc.runtime.kernels import cupy
+
+        cupy("ninferc serve --preset --synthetic-weights (its weights are generated on the GPU)" if preset else
+             "the CUDA backend", hint="" if preset else "on a machine without a GPU use --backend reference")
     if spec_cfg is not None:
         opened.check_spec()
     ctx = opened.max_context
@@ -185,7 +197,6 @@ def serve_cmd(path, preset, synthetic_weights, weights_fmt, kv_dtype, host, port
          f"chat template {'yes' if chat else 'none (chat requests get 400)'}"
          + (f", spec mtp with {spec_cfg.draft_tokens} drafts per round (draft LM head {draft_lm_head})"
             if spec_cfg else ""))
-    log_file = open(request_log, "a", encoding="utf-8") if request_log else None
 
     def make_backend():
         be = opened.make(num_pages=num_pages, num_slots=max_concurrency, prefill_chunk=prefill_chunk,
@@ -267,6 +278,28 @@ def serve_cmd(path, preset, synthetic_weights, weights_fmt, kv_dtype, host, port
         _log(f"ninferc serve: stopped (engine {engine.state})")
     if engine.state == "failed" and engine.error:
         raise NinfercError(f"the engine failed{' to load' if engine.scheduler is None else ''}: {engine.error}")
+
+
+def check_bind(host: str, port: int) -> None:
+    """Bind ``host``:``port`` once and let go (as uvicorn will, with SO_REUSEADDR), so an address in use or not
+    available is reported before the model loads.
+
+    Raises:
+        NinfercError: the address cannot be resolved or bound (the OS's reason named)."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise NinfercError(f"--host {host}: cannot resolve it ({exc.strerror})") from None
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(addr)
+        except OSError as exc:
+            raise NinfercError(f"--host {host} --port {port}: cannot bind ({exc.strerror}); another server there? "
+                               "(--port 0 picks a free port)") from None
 
 
 def spec_config(spec: str | None, draft_tokens: int, draft_lm_head: str, ctx):

@@ -180,9 +180,9 @@ def test_health_503_while_loading_200_when_ready_503_after_failure(tiny_dir):
         eng.shutdown(0)
 
 
-def test_serve_exits_when_its_backend_cannot_be_built():
-    """A backend that cannot be built ends the server with one error line and status 2 -- here the CUDA backend of
-    a preset on a machine without a GPU (a machine with one would load the 27B shape: skipped there)."""
+def test_serve_without_a_gpu_for_its_cuda_backend_stops_before_listening(tiny_dir, tmp_path):
+    """The CUDA backend (a preset, an artifact) on a machine without a GPU: one error line and status 2 before the
+    server listens (no "listening on" line, no engine thread started) -- skipped where a GPU is present."""
     import subprocess
     import sys
 
@@ -190,12 +190,37 @@ def test_serve_exits_when_its_backend_cannot_be_built():
         import cupy
 
         if cupy.cuda.runtime.getDeviceCount() > 0:
-            pytest.skip("a GPU is here: the preset would load")
+            pytest.skip("a GPU is here: the backend would load")
     except Exception:  # noqa: BLE001 -- no CuPy or no device: the case under test
         pass
-    r = subprocess.run([sys.executable, "-m", "ninferc", "serve", "--preset", "qwen3.8-27b", "--synthetic-weights",
-                        "--port", "0"], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2, r.stderr
-    last = r.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: the engine failed to load: TargetError: ninferc serve --preset") and "GPU" in last
-    assert "--backend reference" not in last  # no hint the preset cannot follow
+    from ninferc.pipeline import compile_model
+
+    art = tmp_path / "tiny.ninfer"
+    compile_model(tiny_dir, "sm_90", art, sku="h200")
+    for args, hint in ((["--preset", "qwen3.8-27b", "--synthetic-weights"], False), ([str(art)], True)):
+        r = subprocess.run([sys.executable, "-m", "ninferc", "serve", *args, "--port", "0"], capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 2, r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and "needs CuPy and an NVIDIA GPU" in lines[0]
+        assert ("--backend reference" in lines[0]) == hint  # the preset cannot follow that hint
+
+
+def test_serve_refuses_a_request_log_it_cannot_open_and_a_port_in_use(tiny_dir, tmp_path):
+    """``--request-log`` in a missing folder or naming a folder, and a port another socket listens on: one error line
+    naming the value, status 2, before the model is loaded."""
+    import socket
+
+    from click.testing import CliRunner
+
+    from ninferc.cli import main
+
+    for bad, why in ((tmp_path / "missing" / "x.jsonl", "No such file or directory"), (tmp_path, "Is a directory")):
+        r = CliRunner().invoke(main, ["serve", str(tiny_dir), "--request-log", str(bad)])
+        assert r.exit_code == 2 and f"--request-log {bad}: cannot open it for appending ({why})" in r.output, r.output
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        r = CliRunner().invoke(main, ["serve", str(tiny_dir), "--port", str(port)])
+    assert r.exit_code == 2 and f"--port {port}: cannot bind (Address already in use)" in r.output, r.output
