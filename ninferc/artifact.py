@@ -408,6 +408,9 @@ def describe_artifact(path: str | Path) -> list[str]:
     by_dtype: dict[str, int] = {}
     for t in h["tensors"]:
         by_dtype[t["dtype"]] = by_dtype.get(t["dtype"], 0) + t["nbytes"]
+    mtp = art.mtp_graph()
+    model_params = set(art.graph().params)
+    mtp_bytes = sum(p.nbytes for n, p in mtp.params.items() if n not in model_params) if mtp is not None else 0
     lines = [
         f"artifact: {path} (container v{CONTAINER_VERSION}, format v{h['format_version']}, "
         f"built by ninferc {h['ninferc_version']})",
@@ -415,7 +418,8 @@ def describe_artifact(path: str | Path) -> list[str]:
         f"target: {tgt.get('arch')} sku {tgt.get('sku') or '-'} ({tgt.get('sms')} SMs)",
         f"tensors: {len(h['tensors'])}, " + ", ".join(f"{k} {v:,} bytes" for k, v in sorted(by_dtype.items())),
         f"weights: {h.get('compile', {}).get('weights', 'bf16')}, KV cache {h.get('compile', {}).get('kv_dtype', 'bf16')}; "
-        "bytes by format: " + ", ".join(f"{k} {v:,}" for k, v in art.graph().bytes_by_format().items()),
+        "bytes by format: " + ", ".join(f"{k} {v:,}" for k, v in art.graph().bytes_by_format().items())
+        + (f" (the model; its MTP head {mtp_bytes:,} more)" if mtp_bytes else ""),
         f"compiled for: max context {_count(comp.get('max_context'))} tokens (run --max-context's default), "
         f"KV page {_count(comp.get('page_size'))} tokens",
         f"kernels: {len(h.get('kernels', []))}; launches planned: {len(h.get('plan', {}).get('kernels', []))}",
