@@ -329,7 +329,8 @@ def spec_rounds(backend, *, prompt_tokens: int, rounds: int, accept_rate: float,
     (:func:`accepted_schedule`); the verify step then accepts exactly that many where the verify's greedy token
     equals the recording's (a near-tie between the two paths can part them: the measured acceptance is reported).
 
-    Times (seconds on the host, each round synchronous: the verify's logits are read back): the plain step
+    Times (seconds on the host, each round synchronous: the verify rows' argmax ids are read back, as the server's
+    greedy rounds do): the plain step
     (``decode`` + the greedy sampler, the sequence's id read back), the draft chain of K steps, the verify step of
     K + 1 tokens, and whole rounds; ``tok_s`` = tokens emitted / the rounds' time, ``plain_tok_s`` = 1 / the plain
     step's median.
@@ -340,7 +341,7 @@ def spec_rounds(backend, *, prompt_tokens: int, rounds: int, accept_rate: float,
     Raises:
         NinfercError: a backend without speculation, or a context past its max."""
     from ninferc.runtime.paged_kv import Sequence
-    from ninferc.runtime.spec import accept_drafts
+    from ninferc.runtime.spec import accept_ids
     from ninferc.sampling import HostSampler
 
     k = backend.spec_tokens
@@ -384,9 +385,9 @@ def spec_rounds(backend, *, prompt_tokens: int, rounds: int, accept_rate: float,
         drafts = rec[pos + 1:pos + 1 + k]
         if m_want < k:
             drafts[m_want] = (drafts[m_want] + 1) % V
-        lg = backend.verify([seq], [[rec[pos]] + drafts])[0]
+        got = backend.verify_ids([seq], [[rec[pos]] + drafts], [sampler])[0]  # the rows' argmax, as a server does
         t2 = time.perf_counter()
-        toks = accept_drafts(sampler, lg, drafts)
+        toks = accept_ids(sampler, got, drafts)
         backend.accept([seq], [len(toks) - 1])
         e.stream.synchronize()
         t3 = time.perf_counter()
