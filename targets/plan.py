@@ -54,7 +54,7 @@ class KernelSpec:
 
     Attributes:
         family: kernel family name (``"gemv_coop"``).
-        template: template file in ``ninferc.templates`` (``"gemv_coop.cu.j2"``).
+        template: template file in ``ninferc.templates`` (``"gemv_fma.cu.j2"``).
         entry: ``extern "C"`` symbol of the kernel (derived from the URI by :meth:`make`).
         params: sorted tuple of (name, value) -- the kernel's identity; passed to the template.
         threads: threads per CTA the kernel is built for (its ``__launch_bounds__``).

@@ -1,4 +1,6 @@
-"""Decode-size GEMV: plain or cooperative split-K (template ``gemv_coop.cu.j2``).
+"""Decode-size GEMV: plain or cooperative split-K, one template per compute engine (``gemv_fma.cu.j2``: fp32 FMAs,
+``gemv_dp.cu.j2``: integer dot products, ``gemv_mma.cu.j2``: tensor cores; their shared jinja ``gemv.inc.j2`` and
+device code ``gemv_common.cuh``).
 
 Contract
 --------
@@ -509,7 +511,10 @@ class GemvCoopFamily:
     """
 
     name = "gemv_coop"
-    template = "gemv_coop.cu.j2"
+    #: the template of each compute engine (a variant's ``mma`` / ``dp`` parameter names it; else fp32 FMAs)
+    engine_templates = {"fma": "gemv_fma.cu.j2", "dp": "gemv_dp.cu.j2", "mma": "gemv_mma.cu.j2"}
+    template = engine_templates["fma"]
+    templates = tuple(engine_templates.values())
 
     def __init__(self, plain_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 2), (256, 4)),
                  coop_threads: tuple[int, ...] = (256, 512), token_tiles: tuple[int, ...] = (1, 4),
@@ -734,7 +739,8 @@ class GemvCoopFamily:
             params["k_warps"] = int(k_warps)
         if self.prefetch_steps != 1:
             params["prefetch_steps"] = self.prefetch_steps
-        return KernelSpec.make(self.name, self.template, params, threads, cooperative=(mode == "coop"))
+        engine = "mma" if params.get("mma") else "dp" if params.get("dp") else "fma"
+        return KernelSpec.make(self.name, self.engine_templates[engine], params, threads, cooperative=(mode == "coop"))
 
     def arg_names(self, problem: GemvProblem) -> tuple[str, ...]:
         """Kernel parameters in order (templates/README.md ABI): pointers w (bf16 [N_w, K]; w8: int8

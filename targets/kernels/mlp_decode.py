@@ -70,7 +70,7 @@ from ninferc.targets.plan import KernelSpec, Launch, PlanContext
 WARP = 32
 #: K elements per 16-byte weight vector of each format (ninferc.ir.quant's layouts)
 VEC_OF = {"w8": 16, "w4": 32}
-#: K elements per power-of-two scale of the staged x / y (gemv_coop.cu.j2's dp blocks)
+#: K elements per power-of-two scale of the staged x / y (gemv_dp.cu.j2's blocks)
 DP_BLOCK = 64
 
 

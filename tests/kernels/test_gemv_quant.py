@@ -59,14 +59,16 @@ def test_problem_validation_names_value_and_limit():
 
 
 def test_bf16_kernels_have_no_format_parameter():
-    """bf16 kernels carry no ``wfmt`` (their URIs and sources are those of the format-free template)."""
+    """bf16 kernels carry no ``wfmt`` (their URIs are those of the format-free kernels) and take no scales: the fp32-FMA
+    template with its bf16 branch (``kBf16``; the code conversions are discarded ``if constexpr`` branches)."""
     for prob in GEMV.sample_problems():
         if prob.quantized:
             continue
         for spec in GEMV.variants(prob):
             assert "wfmt" not in dict(spec.params) and "wfmt" not in spec.uri
+            assert spec.template == "gemv_fma.cu.j2", spec.uri
             src = spec.render()
-            assert "wfmt" not in src and "byte_magic" not in src and "scales" not in src
+            assert "constexpr bool kBf16 = true;" in src and "scales" not in _signature(spec)
 
 
 def test_uris_differ_per_format():
@@ -123,17 +125,20 @@ def test_rendered_quant_source_matches_the_format_constants():
     w8_mma = GemvCoopFamily(w8_mma_tiles=(1,)).spec(GemvProblem(256, 704, "store", "w8"), 128, "plain", 1).render()
     assert f"constexpr int kW4Group = {GROUP_SIZE};" in w4
     assert "constexpr bool kW4 = true;" in w4 and "constexpr bool kW4 = false;" in w8
-    assert "constexpr bool kMma = false;" in w4 and "constexpr bool kMma = true;" in w4_mma
-    assert "constexpr bool kMma = false;" in w8 and "constexpr bool kMma = true;" in w8_mma
+    # one template per compute engine: fp32 FMAs, tensor cores (mma), integer dot products (dp)
+    assert all("rendered by ninferc from gemv_fma.cu.j2" in src for src in (w4, w8))
+    assert all("rendered by ninferc from gemv_mma.cu.j2" in src for src in (w4_mma, w8_mma))
+    assert all("rendered by ninferc from gemv_dp.cu.j2" in src for src in (w4_dp, w8_dp))
     for src in (w4, w8):
-        assert "ld_stream_v4(wrow[j]" in src  # weights still stream as 16-byte loads
+        assert "ld_stream_v4(wrow[j]" in src and "codes_to_f32(wv[j]" in src  # 16-byte loads, fp32 codes
     assert "cp_async16(" in w4_mma and "mma_bf16_16816(" in w4_mma  # whole 16-byte pieces into the ring
-    assert "mma_f16_16816(" in w8_mma and "ld_stream_v4(ra " in w8_mma and "mma_w4_ktile" not in w8_mma
+    assert "mma_f16_16816(" in w8_mma and "ld_stream_v4(ra " in w8_mma and "mma_w4_ktile<" not in w8_mma.split(
+        'extern "C"')[1]
     for src in (w4_dp, w8_dp):
-        assert "constexpr bool kDp = true;" in src and "ld_stream_v4(wrow[j]" in src and "dp2a_lo(" in src
+        assert "ld_stream_v4(wrow[j]" in src and "dp2a_lo(" in src
     assert "dp_w4x8(wv[j].x" in w4_dp and "dp_w8x16(wv[j]" in w8_dp
     for src in (w4, w8, w4_mma, w8_mma):
-        assert "constexpr bool kDp = true;" not in src and "dp_w8x16" not in src
+        assert "dp_w8x16" not in src
 
 
 # ------------------------------------------------------------------------------------------------

@@ -27,11 +27,10 @@ MAX_CTOR_PARAMS = 8
 TEMPLATE_LINES_ALLOWED = {
     "attn_decode.cu.j2": 572,
     "attn_prefill.cu.j2": 656,
-    "gemv_coop.cu.j2": 1369,
+    "gemv_dp.cu.j2": 524,
 }
 BODY_LINES_ALLOWED = {
     "attn_prefill.cu.j2": 528,
-    "gemv_coop.cu.j2": 901,
 }
 CTOR_PARAMS_ALLOWED = {
     "attn_decode": 11,
