@@ -28,7 +28,7 @@ from gemv_ksplit_sweep import Bufs, capture_graph, time_graph, write_rows  # noq
 from ninferc.runtime.kernels import DeviceKernel, cupy, device_arch, device_bandwidth_gbs, device_sm_count  # noqa: E402
 from ninferc.targets.arch import get_arch  # noqa: E402
 from ninferc.targets.cubin import read_resources  # noqa: E402
-from ninferc.targets.kernels.gemv_coop import GemvCoopFamily  # noqa: E402
+from ninferc.targets.kernels.gemv import GemvCoopFamily, GemvTuning  # noqa: E402
 from ninferc.targets.plan import KernelSpec, PlanContext  # noqa: E402
 
 WORDS, MAX_RECORDS = 12, 131072  # the template's kTraceWords, kTraceMax
@@ -69,7 +69,7 @@ def main(argv=None) -> int:
     arch, sms, bw = get_arch(device_arch()), device_sm_count(), device_bandwidth_gbs()
     stream = cp.cuda.Stream(non_blocking=True)
     fam_opts = eval(a.family) if a.family else {}  # noqa: S307 (a probe's CLI)
-    fam = GemvCoopFamily(**({"w4_dp_tiles": (1,)} if a.wfmt == "w4" else {}), **fam_opts)
+    fam = GemvCoopFamily(GemvTuning(**({"w4_dp_tiles": (1,)} if a.wfmt == "w4" else {}), **fam_opts))
     LAYER = layer(a.wfmt)[:4]  # noqa: N806
     loaded, res = {}, {}
 

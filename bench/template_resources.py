@@ -81,7 +81,7 @@ def _gemv_coop_extras(fam, arch):
     rings (2, 3 stages; late preload), the late preload, depth 2, the min_ctas caps, an L2 prefetch of 0 / 2
     steps (store GEMVs), the "fma" staging round and the trace probe's kernels. Combinations a family refuses (PlanError) are
     skipped."""
-    from ninferc.targets.kernels.gemv_coop import EPILOGUES, GemvCoopFamily
+    from ninferc.targets.kernels.gemv import EPILOGUES, GemvCoopFamily, GemvTuning
     from ninferc.targets.plan import KernelSpec, PlanError
 
     small = ((128, 1), (128, 2), (128, 4))
@@ -100,7 +100,7 @@ def _gemv_coop_extras(fam, arch):
                dict(trace_epilogues=EPILOGUES), dict(dp_all, trace_epilogues=EPILOGUES, dp_carry=(False,))]
     specs = []
     for c in configs:
-        f = GemvCoopFamily(**c)
+        f = GemvCoopFamily(GemvTuning(**c))
         for p in fam.sample_problems():
             if "prefetch_steps" in c and (p.epilogue != "store" or p.norm_in):
                 continue  # (the prefetch loop does not depend on the epilogue)

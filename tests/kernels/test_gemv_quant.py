@@ -17,7 +17,7 @@ from ninferc.errors import PlanError
 from ninferc.ir.quant import GROUP_SIZE, quantize
 from ninferc.targets.arch import ARCHS
 from ninferc.targets.kernels import FAMILIES
-from ninferc.targets.kernels.gemv_coop import (WFORMATS, GemvCoopFamily, GemvProblem, dequantize_weight, kernel_args,
+from ninferc.targets.kernels.gemv import (WFORMATS, GemvCoopFamily, GemvTuning, GemvProblem, dequantize_weight, kernel_args,
                                                mma_stages, reference)
 from ninferc.targets.plan import PlanContext, check_launch, compile_variants
 from ninferc.targets.skus import skus_for_arch
@@ -116,13 +116,13 @@ def test_uris_differ_per_format():
 
 
 def test_rendered_quant_source_matches_the_format_constants():
-    fma = GemvCoopFamily(w8_dp_tiles=(), w4_dp_tiles=())
+    fma = GemvCoopFamily(GemvTuning(w8_dp_tiles=(), w4_dp_tiles=()))
     w4 = fma.spec(GemvProblem(256, 704, "store", "w4"), 256, "coop", 1).render()
     w8 = fma.spec(GemvProblem(256, 704, "store", "w8"), 256, "coop", 1).render()  # FMAs (the 1-token tile)
     w4_dp = GEMV.spec(GemvProblem(256, 704, "store", "w4"), 128, "plain", 1).render()  # dp2a (the 1-token tile)
-    w8_dp = GemvCoopFamily(w8_dp_tiles=(1,)).spec(GemvProblem(256, 704, "store", "w8"), 128, "plain", 1).render()
+    w8_dp = GemvCoopFamily(GemvTuning(w8_dp_tiles=(1,))).spec(GemvProblem(256, 704, "store", "w8"), 128, "plain", 1).render()
     w4_mma = GEMV.spec(GemvProblem(256, 704, "store", "w4"), 128, "coop", 4).render()  # tensor cores (4-token tile)
-    w8_mma = GemvCoopFamily(w8_mma_tiles=(1,)).spec(GemvProblem(256, 704, "store", "w8"), 128, "plain", 1).render()
+    w8_mma = GemvCoopFamily(GemvTuning(w8_mma_tiles=(1,))).spec(GemvProblem(256, 704, "store", "w8"), 128, "plain", 1).render()
     assert f"constexpr int kW4Group = {GROUP_SIZE};" in w4
     assert "constexpr bool kW4 = true;" in w4 and "constexpr bool kW4 = false;" in w8
     # one template per compute engine: fp32 FMAs, tensor cores (mma), integer dot products (dp)
@@ -281,7 +281,7 @@ def test_quant_routes_respect_caps_and_format_split_limits(arch):
 def test_fewer_splits_for_narrower_formats_on_a_long_k():
     """A narrow N with a long K is split as far as the format allows: the split count is capped at
     K/(32 x vector length), so w4 gets at most a quarter of bf16's splits."""
-    fma = GemvCoopFamily(w8_dp_tiles=(), w4_dp_tiles=())  # the FMA kernels of every format (dp: plain only)
+    fma = GemvCoopFamily(GemvTuning(w8_dp_tiles=(), w4_dp_tiles=()))  # the FMA kernels of every format (dp: plain only)
     specs = [fma.spec(GemvProblem(17408, 256, "residual_add", f), 256, "coop", 1) for f in WFORMATS]
     ctx = PlanContext("sm_90", 132, {u: r for u, (_, r) in compile_variants(specs, "sm_90").items()})
     got = {f: fma.launch_variant(GemvProblem(17408, 256, "residual_add", f), 1, ctx, 256, "coop",
@@ -331,7 +331,7 @@ def test_trace_epilogues_probe_traces_only_the_named_dp_gemvs():
     the traced 27B w8 gate|up compiles for sm_90 without spills."""
     gu = GemvProblem(5120, 17408, "swiglu", "w8", in_norm="parts")
     store = GemvProblem(5120, 14336, "store", "w8", in_norm="parts")
-    fam = GemvCoopFamily(trace_epilogues=("swiglu",))
+    fam = GemvCoopFamily(GemvTuning(trace_epilogues=("swiglu",)))
 
     def has(s, name):
         return bool(dict(s.params).get(name))
@@ -342,6 +342,6 @@ def test_trace_epilogues_probe_traces_only_the_named_dp_gemvs():
     assert not any(has(s, "trace") for p in (gu, store) for s in GemvCoopFamily().variants(p))
     traced = [s for s in fam.variants(gu) if has(s, "trace")]
     with pytest.raises(PlanError, match=r"trace_epilogues \['gate_up'\] must be epilogues"):
-        GemvCoopFamily(trace_epilogues=("gate_up",))
+        GemvCoopFamily(GemvTuning(trace_epilogues=("gate_up",)))
     for uri, (_, r) in compile_variants(traced, "sm_90").items():
         assert r.local_bytes == 0, f"{uri} spills {r.local_bytes} B"

@@ -34,7 +34,6 @@ BODY_LINES_ALLOWED = {
 }
 CTOR_PARAMS_ALLOWED = {
     "attn_decode": 11,
-    "gemv_coop": 20,
 }
 
 
