@@ -96,8 +96,7 @@ def _gemv_coop_extras(fam, arch):
                dict(dp_all, dp_carry=(False,), dp_ring=2, dp_shapes=((256, 1),)),
                dict(dp_all, dp_carry=(False,), dp_ring=3, dp_preload="late", dp_shapes=((256, 1),)),
                dict(dp_all, dp_carry=(False,), dp_deep_threads=(256, 640)), dict(dp_all, dp_min_ctas=caps),
-               dict(prefetch_steps=0), dict(prefetch_steps=2, w4_dp_tiles=(1, 4), w8_dp_tiles=(1, 4)),
-               dict(trace_epilogues=EPILOGUES), dict(dp_all, trace_epilogues=EPILOGUES, dp_carry=(False,))]
+               dict(prefetch_steps=0), dict(prefetch_steps=2, w4_dp_tiles=(1, 4), w8_dp_tiles=(1, 4))]
     specs = []
     for c in configs:
         f = GemvCoopFamily(GemvTuning(**c))
@@ -108,6 +107,14 @@ def _gemv_coop_extras(fam, arch):
                 specs += f.variants(p)
             except PlanError:
                 pass
+    # the trace probe's kernels (bench/dp_trace_probe.py): every dp kernel of the registered family and of one without
+    # the carry, with the probe's hooks
+    sys.path.insert(0, str(ROOT / "bench"))
+    from dp_trace_probe import traced_gemv_spec
+
+    traced = [fam, GemvCoopFamily(GemvTuning(**dp_all, dp_carry=(False,)))]
+    specs += [traced_gemv_spec(s) for f in traced for p in fam.sample_problems() for s in f.variants(p)
+              if dict(s.params).get("dp")]
     # the staging's "fma" rounding (a probe's option, bench/NOTES.md): the registered family's dp kernels
     specs += [KernelSpec.make(s.family, s.template, {**dict(s.params), "stage_round": "fma"}, s.threads, s.cooperative)
               for p in fam.sample_problems() for s in fam.variants(p) if dict(s.params).get("dp")]

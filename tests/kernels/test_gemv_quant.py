@@ -325,23 +325,33 @@ def test_magic_number_dequant_is_exact_for_every_code():
     np.testing.assert_array_equal(got, unpack_int4(packed).astype(np.float32))
 
 
-def test_trace_epilogues_probe_traces_only_the_named_dp_gemvs():
-    """``GemvCoopFamily.trace_epilogues`` (a probe for bench/attn_trace_probe.py --family gemv_coop): the dp variants of
-    the named epilogues get the template's ``trace`` records, the others and every variant of a default family none;
-    the traced 27B w8 gate|up compiles for sm_90 without spills."""
+def test_trace_probe_is_a_bench_tool_not_a_family_option():
+    """The per-CTA trace of the dp GEMVs is bench/dp_trace_probe.py's (``trace_gemv``, used by bench/attn_trace_probe.py
+    --family gemv_coop): the family has no trace option and plans no traced kernel, its dp kernels carry the template's
+    empty hooks; the probe's gate|up kernels define them (the record array, its URI says ``trace1``), only for the named
+    epilogues, and compile for sm_90 without spills."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from dp_trace_probe import trace_gemv
+
     gu = GemvProblem(5120, 17408, "swiglu", "w8", in_norm="parts")
     store = GemvProblem(5120, 14336, "store", "w8", in_norm="parts")
-    fam = GemvCoopFamily(GemvTuning(trace_epilogues=("swiglu",)))
+    assert "trace_epilogues" not in GemvTuning.__dataclass_fields__
 
     def has(s, name):
         return bool(dict(s.params).get(name))
 
-    assert any(has(s, "dp") for s in fam.variants(gu))
-    assert all(has(s, "trace") for s in fam.variants(gu) if has(s, "dp"))
+    plain = GemvCoopFamily().variants(gu)
+    assert any(has(s, "dp") for s in plain) and not any(has(s, "trace") for s in plain)
+    src = next(s for s in plain if has(s, "dp")).render()
+    assert "#ifndef GEMV_TRACE_BEGIN" in src and "gemv_trace[" not in src
+    fam = GemvCoopFamily()
+    trace_gemv(fam, ("swiglu",))
+    assert all(has(s, "trace") == has(s, "dp") for s in fam.variants(gu))
     assert not any(has(s, "trace") for s in fam.variants(store))
-    assert not any(has(s, "trace") for p in (gu, store) for s in GemvCoopFamily().variants(p))
     traced = [s for s in fam.variants(gu) if has(s, "trace")]
-    with pytest.raises(PlanError, match=r"trace_epilogues \['gate_up'\] must be epilogues"):
-        GemvCoopFamily(GemvTuning(trace_epilogues=("gate_up",)))
+    assert all("__device__ unsigned long long gemv_trace[" in s.render() for s in traced)
     for uri, (_, r) in compile_variants(traced, "sm_90").items():
         assert r.local_bytes == 0, f"{uri} spills {r.local_bytes} B"

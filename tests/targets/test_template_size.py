@@ -27,7 +27,6 @@ MAX_CTOR_PARAMS = 8
 TEMPLATE_LINES_ALLOWED = {
     "attn_decode.cu.j2": 572,
     "attn_prefill.cu.j2": 656,
-    "gemv_dp.cu.j2": 524,
 }
 BODY_LINES_ALLOWED = {
     "attn_prefill.cu.j2": 528,

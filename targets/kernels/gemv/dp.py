@@ -85,7 +85,7 @@ def params(t: GemvTuning, problem: GemvProblem, threads: int, mode: str, carry: 
     """The engine's template parameters: ``dp``; with ``t.dp_persistent`` ``persist`` and ``carry`` (``carry``;
     None: the first of ``t.dp_carry``) or else a weight ``ring`` (``ring``; None: ``t.dp_ring``; 0: none); ``preload``
     when ``t.dp_preload`` is not "regs" and there is no carry, else ``depth`` 2 for the ``t.dp_deep_threads`` CTAs
-    without carry or ring; ``min_ctas`` from ``t.dp_min_ctas``; ``trace`` for ``t.trace_epilogues``.
+    without carry or ring; ``min_ctas`` from ``t.dp_min_ctas``.
 
     Raises:
         PlanError: a coop ``mode`` (every CTA stages its tokens' whole x: plain only).
@@ -106,8 +106,6 @@ def params(t: GemvTuning, problem: GemvProblem, threads: int, mode: str, carry: 
     cap = next((c for f, e, th, c in t.dp_min_ctas if f == problem.wfmt and e == problem.epilogue and th == threads), 0)
     if cap > 1:
         out["min_ctas"] = cap
-    if problem.epilogue in t.trace_epilogues:
-        out["trace"] = True
     return out
 
 

@@ -121,13 +121,6 @@ class GemvTuning:
             registers, no spills on NVRTC 13.0 / 13.5; 72 uncapped on 13.0, 3 CTAs/SM): on the H200 the w8 GDN in
             kernel's last CTA exit 23.9 -> 22.0 us; capping gate|up (swiglu) too cost it 1.0 us (bench/NOTES.md
             run 105: both capped, 27B w8 step 1.0075x).
-        trace_epilogues: a probe's option (never planned by default): the dp variants of these epilogues (e.g.
-            ``("swiglu",)``: every gate|up GEMV) are compiled with the template's ``trace`` records, so
-            ``bench/attn_trace_probe.py --family gemv_coop`` can read their per-CTA timeline inside the graph-replayed
-            step. The stamps cost registers: the plan's occupancy and grid follow the traced kernel's, and they can
-            differ from the untraced plan's (NVRTC 13.5: the 27B w8 gate|up with the carry keeps 3 CTAs/SM on sm_90, the
-            one without it drops to 2, and on sm_86 / sm_89 the carry one drops from 4 to 3); the probe prints the traced launch's CTAs/SM and grid to compare with ``ninferc
-            plan``.
         mma_shapes: the plain (threads, k_warps) shapes of the mma variants, in place of ``plain_shapes``: a
             16-row warp tile leaves few row groups on a short N (5,120 outputs = 320 tiles), so more warps
             share each tile's K to keep enough bytes in flight. At most 256 threads: a 512-thread CTA's 128
@@ -138,7 +131,7 @@ class GemvTuning:
             32 or whose k_warps does not divide its warps, an empty shape list, odd or < 2 rows per warp, an empty
             or non-positive token tile, a negative prefetch_steps, an mma tile over ``MMA_MAX_TOKENS``, an empty
             dp_carry, a dp_ring of 1 or < 0, an unknown dp_preload, dp_deep_threads that are not CTA sizes, a bad
-            dp_min_ctas entry, an unknown epilogue in trace_epilogues.
+            dp_min_ctas entry.
     """
 
     plain_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 2), (256, 4))
@@ -159,7 +152,6 @@ class GemvTuning:
     dp_preload: str = "regs"
     dp_deep_threads: tuple[int, ...] = (640,)
     dp_min_ctas: tuple[tuple[str, str, int, int], ...] = (("w8", "store", 256, 4),)
-    trace_epilogues: tuple[str, ...] = ()
     mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))
 
     def __post_init__(self):
@@ -200,9 +192,6 @@ class GemvTuning:
         if bad:
             raise PlanError(f"gemv_coop: dp_min_ctas entries {bad} must be (wfmt 'w8' | 'w4', epilogue one of "
                             f"{', '.join(EPILOGUES)}, threads a multiple of {WARP}, min resident CTAs per SM >= 1)")
-        bad = [e for e in self.trace_epilogues if e not in EPILOGUES]
-        if bad:
-            raise PlanError(f"gemv_coop: trace_epilogues {bad} must be epilogues ({', '.join(EPILOGUES)})")
         norm = {  # the canonical types (ints, tuples; token tiles sorted and unique, dp_carry unique in order)
             "plain_shapes": tuple((int(t), int(k)) for t, k in plain_shapes),
             "mma_shapes": tuple((int(t), int(k)) for t, k in mma_shapes),
@@ -220,7 +209,6 @@ class GemvTuning:
             "dp_ring": int(self.dp_ring), "dp_preload": str(self.dp_preload),
             "dp_deep_threads": tuple(int(t) for t in self.dp_deep_threads),
             "dp_min_ctas": tuple((str(f), str(e), int(t), int(c)) for f, e, t, c in self.dp_min_ctas),
-            "trace_epilogues": tuple(str(e) for e in self.trace_epilogues),
         }
         for name, value in norm.items():
             object.__setattr__(self, name, value)
