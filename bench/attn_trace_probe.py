@@ -9,8 +9,8 @@ kernel adds to the step at 512 tokens goes. With ``--family gdn_recurrent`` (:fu
 kernel rendered with the template's GDN_TRACE_BEGIN / GDN_STAMP / GDN_TRACE_END hooks defined by :data:`GDN_TRACE_HOOKS`)
 the phases are entry, wait, conv (q / k / v in shared memory), the q / k norms, kv = S^T k, o = S^T q, the y store and
 the state store (with onepass the middle ones are: partials summed, reduction read, state updated and stored, y
-stored), every CTA counted. With ``--family gemv_coop`` (runs 162-169; ``GemvCoopFamily.trace_epilogues``, default
-``swiglu``: every gate|up GEMV) the phases are the dp GEMV's: entry, wait, x staged, first item, exit, every CTA
+stored), every CTA counted. With ``--family gemv_coop`` (runs 162-169; ``--trace-epilogues``, default ``swiglu``: every
+gate|up GEMV, the dp kernels rendered with the template's hooks by bench/dp_trace_probe.py ``trace_gemv``) the phases are the dp GEMV's: entry, wait, x staged, first item, exit, every CTA
 counted, and the launches are summarised apart by whether their layer is an attention layer -- to see where the MLP
 after an attention layer spends the time a faster attention decode gives it (bench/NOTES.md runs 163-164).
 
@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from dp_trace_probe import device_var  # noqa: E402
+from dp_trace_probe import device_var, trace_gemv  # noqa: E402
 
 #: per family: the module's record array and counter, records (the template's kTraceMax), the phases stamped, the
 #: phases counted only over CTAs that did work (attn_decode: CTAs with keys, whose scores stamp moved), the 64-bit
@@ -142,7 +142,7 @@ def main(argv=None) -> int:
 
     array, counter, max_records, phases, work_phases, words, t_col, sm_col = FAMILY_TRACES[a.family]
     if a.family == "gemv_coop":
-        FAMILIES[a.family].trace_epilogues = tuple(a.trace_epilogues.split(","))
+        trace_gemv(FAMILIES[a.family], tuple(a.trace_epilogues.split(",")))
     elif a.family == "gdn_recurrent":
         trace_gdn_recurrent(FAMILIES[a.family])
     else:

@@ -20,7 +20,7 @@ from gemv_ksplit_sweep import Bufs, time_graph, write_rows  # noqa: E402
 from ninferc.runtime.kernels import DeviceKernel, cupy, device_arch, device_bandwidth_gbs, device_sm_count  # noqa: E402
 from ninferc.targets.arch import get_arch  # noqa: E402
 from ninferc.targets.cubin import read_resources  # noqa: E402
-from ninferc.targets.kernels.gemv_coop import GemvCoopFamily, GemvProblem  # noqa: E402
+from ninferc.targets.kernels.gemv import GemvCoopFamily, GemvProblem  # noqa: E402
 from ninferc.targets.plan import PlanContext  # noqa: E402
 
 SHAPES = {"GDN out": GemvProblem(6144, 5120, "add_norm_parts", "w4"),

@@ -1,8 +1,8 @@
 """Device probe (diagnostic, runs 87-92): a timeline of the planned persistent w4 dp decode GEMVs of a GDN layer
 (``--wfmt w8``: the planned w8 ones, fp32 FMA kernels of one CTA per row block)
 (27B shapes, T = 1: GDN in -> GDN out -> gate|up -> down, 16 layers over distinct weight copies, one CUDA graph
-of PDL launches, as bench/dp_layer_probe.py). Each kernel is the planned one compiled with the template's
-``trace`` parameter: thread 0 of every CTA records globaltimer and clock64 at its entry, after the PDL wait,
+of PDL launches, as bench/dp_layer_probe.py). Each kernel is the planned one compiled with the probe's hooks
+(:func:`traced_gemv_spec`, :data:`GEMV_TRACE_HOOKS`): thread 0 of every CTA records globaltimer and clock64 at its entry, after the PDL wait,
 after the first staging of x, after its first work item and at its exit. Per launch it reports (microseconds from
 the previous launch's last CTA exit): the first / median / last CTA entry, PDL-wait release, staging done, first
 item done and exit, and the medians of the per-CTA phases from clock64. The traced graph is timed beside the
@@ -28,7 +28,7 @@ from gemv_ksplit_sweep import Bufs, capture_graph, time_graph, write_rows  # noq
 from ninferc.runtime.kernels import DeviceKernel, cupy, device_arch, device_bandwidth_gbs, device_sm_count  # noqa: E402
 from ninferc.targets.arch import get_arch  # noqa: E402
 from ninferc.targets.cubin import read_resources  # noqa: E402
-from ninferc.targets.kernels.gemv_coop import GemvCoopFamily  # noqa: E402
+from ninferc.targets.kernels.gemv import GemvCoopFamily, GemvTuning  # noqa: E402
 from ninferc.targets.plan import KernelSpec, PlanContext  # noqa: E402
 
 WORDS, MAX_RECORDS = 12, 131072  # the template's kTraceWords, kTraceMax
@@ -36,9 +36,88 @@ PHASES = ["entry", "wait", "staged", "item1", "exit"]
 
 
 def with_params(spec: KernelSpec, **extra) -> KernelSpec:
-    """``spec`` with more template parameters (``trace=True`` for the probe's records)."""
+    """``spec`` with more template parameters (e.g. ``min_ctas``)."""
     return KernelSpec.make(spec.family, spec.template, {**dict(spec.params), **extra}, spec.threads,
                            spec.cooperative)
+
+
+#: the dp GEMV template's probe hooks (templates/gemv_dp.cu.j2 GEMV_TRACE_BEGIN / GEMV_STAMP / GEMV_TRACE_END): thread 0
+#: of each CTA appends one record of WORDS 64-bit words to the module's __device__ array gemv_trace -- globaltimer (ns)
+#: at the kernel's entry, after the PDL wait, after the first staging of x, after its first item and at its exit, the
+#: same five clock64 stamps, %smid (blockIdx.x in its upper 32 bits) and the CTA's item count
+GEMV_TRACE_HOOKS = """// The probe's records: kTraceWords 64-bit words each, appended in the order the CTAs
+// exit (one launch's records are contiguous: the next launch of the module exits only after this one completes).
+constexpr int kTraceWords = 12, kTraceMax = 131072;  // (w8 gate|up: 4,352 CTAs x 16 launches)
+__device__ unsigned long long gemv_trace[kTraceMax * kTraceWords];
+__device__ unsigned int gemv_trace_n;
+__device__ __forceinline__ unsigned long long trace_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+// thread 0's stamps in shared memory, so the probe holds no registers across the loop
+#define GEMV_TRACE_BEGIN()                          \\
+  __shared__ unsigned long long tr_s[kTraceWords]; \\
+  if (threadIdx.x == 0) {                           \\
+    tr_s[0] = trace_ns();                           \\
+    tr_s[5] = clock64();                            \\
+    tr_s[1] = tr_s[2] = tr_s[3] = 0ull;             \\
+  }
+#define GEMV_STAMP(i)                           \\
+  if (threadIdx.x == 0 && tr_s[i] == 0ull) {    \\
+    tr_s[i] = trace_ns();                       \\
+    tr_s[i + 5] = clock64();                    \\
+  }
+// the exit record: after a barrier, thread 0 stamps the exit and appends its record; `items` is its work-item count
+#define GEMV_TRACE_END(items)                                                                            \\
+  __syncthreads();                                                                                       \\
+  if (threadIdx.x == 0) {                                                                                \\
+    tr_s[4] = trace_ns();                                                                                \\
+    tr_s[9] = clock64();                                                                                 \\
+    const unsigned int slot = atomicAdd(&gemv_trace_n, 1u);                                              \\
+    if (slot < kTraceMax) {                                                                              \\
+      unsigned long long* r = gemv_trace + (size_t)slot * kTraceWords;                                   \\
+      _Pragma("unroll") for (int i = 0; i < 10; ++i) r[i] = tr_s[i];                                     \\
+      unsigned int smid;                                                                                 \\
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));                                                  \\
+      r[10] = (unsigned long long)smid | ((unsigned long long)blockIdx.x << 32); /* blockIdx.x above */ \\
+      r[11] = (unsigned long long)(items);                                                               \\
+    }                                                                                                    \\
+  }
+"""
+
+
+def traced_gemv_spec(spec: KernelSpec, **extra) -> KernelSpec:
+    """The dp GEMV kernel ``spec`` (more template parameters ``extra``, e.g. ``min_ctas``) with the probe's stamps:
+    parameter ``trace`` added (its URI and entry say so; the template ignores it) and a source with
+    :data:`GEMV_TRACE_HOOKS` inserted before the template's empty hooks.
+
+    Raises:
+        AssertionError: ``spec`` is not an integer-dot-product GEMV kernel (the only template with the hooks).
+    """
+    class TracedSpec(KernelSpec):
+        def render(self) -> str:
+            src = super().render()
+            anchor = "#ifndef GEMV_TRACE_BEGIN"
+            assert src.count(anchor) == 1, f"{self.uri}: the template has no single {anchor!r}"
+            return src.replace(anchor, GEMV_TRACE_HOOKS + anchor)
+
+    assert spec.family == "gemv_coop" and dict(spec.params).get("dp"), f"{spec.uri}: not a dp GEMV kernel"
+    return TracedSpec.make(spec.family, spec.template, {**dict(spec.params), **extra, "trace": True}, spec.threads,
+                           spec.cooperative)
+
+
+def trace_gemv(fam, epilogues) -> None:
+    """Make the GEMV family instance ``fam`` plan traced kernels (:func:`traced_gemv_spec`) for its dp variants of these
+    epilogues (e.g. ``("swiglu",)``: every gate|up GEMV). The stamps cost registers: the plan's occupancy and grid follow
+    the traced kernel's and can differ from the untraced plan's."""
+    plain = type(fam).spec.__get__(fam)
+
+    def spec(problem, threads, mode, max_tokens=None, k_warps=1, carry=None, ring=None):
+        s = plain(problem, threads, mode, max_tokens, k_warps, carry, ring)
+        return traced_gemv_spec(s) if problem.epilogue in epilogues and dict(s.params).get("dp") else s
+
+    fam.spec = spec
 
 
 def device_var(cp, module, name: str, shape, dtype):
@@ -69,7 +148,7 @@ def main(argv=None) -> int:
     arch, sms, bw = get_arch(device_arch()), device_sm_count(), device_bandwidth_gbs()
     stream = cp.cuda.Stream(non_blocking=True)
     fam_opts = eval(a.family) if a.family else {}  # noqa: S307 (a probe's CLI)
-    fam = GemvCoopFamily(**({"w4_dp_tiles": (1,)} if a.wfmt == "w4" else {}), **fam_opts)
+    fam = GemvCoopFamily(GemvTuning(**({"w4_dp_tiles": (1,)} if a.wfmt == "w4" else {}), **fam_opts))
     LAYER = layer(a.wfmt)[:4]  # noqa: N806
     loaded, res = {}, {}
 
@@ -112,7 +191,7 @@ def main(argv=None) -> int:
     for ln in lns:
         if ln.kernel.uri not in tk:
             # the untraced kernel's resident CTAs/SM as a register cap (the stamps alone cost 4-8 registers)
-            tk[ln.kernel.uri] = DeviceKernel.from_spec(with_params(ln.kernel, trace=True, min_ctas=ln.ctas_per_sm))
+            tk[ln.kernel.uri] = DeviceKernel.from_spec(traced_gemv_spec(ln.kernel, min_ctas=ln.ctas_per_sm))
     bufs = [Bufs(cp, p, p.weight_bytes * a.layers) for p in LAYER]
 
     # the norm input's parts as in the decode step: those of the add_norm_parts GEMV before (down -> GDN in,

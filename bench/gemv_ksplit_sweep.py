@@ -1,7 +1,7 @@
 """Device sweep of the decode GEMV's CTA shape (27B shapes, T = 1): threads x k_warps (warps sharing one row
 group, each streaming part of K) x rows_per_warp, for the GEMVs of a decode step as the planner lowers them
 (``add_norm_parts`` for the projections that feed a norm, ``in_norm="parts"`` for those that read one), with the
-cost model's estimate (``ninferc.targets.kernels.gemv_coop.estimate_us``) of every variant next to its time and
+cost model's estimate (``ninferc.targets.kernels.gemv.estimate_us``) of every variant next to its time and
 the planner's own pick -- the data the model's constants are fitted on. Every launch is timed inside a CUDA
 graph of back-to-back PDL launches over distinct weight copies (more bytes than L2 holds), as the decode step
 runs them.
@@ -25,7 +25,7 @@ from ninferc.bench import git_commit
 from ninferc.runtime.kernels import DeviceKernel, cupy, device_arch, device_bandwidth_gbs, device_sm_count
 from ninferc.targets.arch import get_arch
 from ninferc.targets.cubin import read_resources
-from ninferc.targets.kernels.gemv_coop import GemvCoopFamily, GemvProblem, estimate_us, kernel_args, mma_stages
+from ninferc.targets.kernels.gemv import GemvCoopFamily, GemvTuning, GemvProblem, estimate_us, kernel_args, mma_stages
 from ninferc.targets.plan import PlanContext
 
 #: (name, K, N, epilogue, in_norm) of the 27B decode GEMVs as lowered
@@ -154,21 +154,21 @@ def main(argv=None) -> int:
     rows = []
     for fmt in a.formats.split(","):
         # (rows per warp, kind: fma | mma | dp) -> the family whose plain variants are swept
-        fams = {(rw, "fma"): GemvCoopFamily(plain_shapes=tuple(CONFIGS), rows_per_warp=rw, quant_rows_per_warp=rw,
+        fams = {(rw, "fma"): GemvCoopFamily(GemvTuning(plain_shapes=tuple(CONFIGS), rows_per_warp=rw, quant_rows_per_warp=rw,
                                             norm_rows_per_warp=rw, w4_mma_tiles=(), w8_mma_tiles=(), w8_dp_tiles=(),
-                                            w4_dp_tiles=())
+                                            w4_dp_tiles=()))
                 for rw in (2, 4)}
         if fmt == "w4":
-            fams[(16, "mma")] = GemvCoopFamily(mma_shapes=tuple(MMA_CONFIGS), w4_mma_tiles=(1, 4), w4_dp_tiles=())
+            fams[(16, "mma")] = GemvCoopFamily(GemvTuning(mma_shapes=tuple(MMA_CONFIGS), w4_mma_tiles=(1, 4), w4_dp_tiles=()))
         if fmt == "w8":  # the fp16-mma w8 kernels (where the tile's x fits shared memory)
-            fams[(16, "mma")] = GemvCoopFamily(mma_shapes=tuple(CONFIGS), w8_mma_tiles=(1, 4), w8_dp_tiles=())
+            fams[(16, "mma")] = GemvCoopFamily(GemvTuning(mma_shapes=tuple(CONFIGS), w8_mma_tiles=(1, 4), w8_dp_tiles=()))
         if fmt in ("w8", "w4"):  # integer dot products on int16 x (the tiles given, no mma tiles); dpp: persistent
             for rw in (2, 4):
                 for kind in ("dp", "dpp"):
-                    fams[(rw, kind)] = GemvCoopFamily(plain_shapes=tuple(CONFIGS), quant_rows_per_warp=rw,
+                    fams[(rw, kind)] = GemvCoopFamily(GemvTuning(plain_shapes=tuple(CONFIGS), quant_rows_per_warp=rw,
                                                       norm_rows_per_warp=rw, w4_mma_tiles=(), w8_mma_tiles=(),
                                                       w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4),
-                                                      dp_persistent=kind == "dpp")
+                                                      dp_persistent=kind == "dpp"))
         probs = {name: GemvProblem(K, N, ep, fmt, in_norm=inn) for name, K, N, ep, inn in SHAPES}
         todo = [s for p in probs.values() for fam in (planner, *fams.values()) for s in fam.variants(p)
                 if s.param("max_tokens") == planner.tile_for(a.tokens)]

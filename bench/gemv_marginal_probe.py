@@ -25,7 +25,7 @@ sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from gemv_ksplit_sweep import Bufs, device_setup, load_specs, time_graph, write_rows  # noqa: E402
 
 from ninferc.bench import copy_bandwidth_gbps  # noqa: E402
-from ninferc.targets.kernels.gemv_coop import GemvCoopFamily, GemvProblem  # noqa: E402
+from ninferc.targets.kernels.gemv import GemvCoopFamily, GemvProblem  # noqa: E402
 
 #: (name, K, N, epilogue, in_norm, launches per 27B decode step) as the 27B decode step lowers them
 #: (qwen3.8-27b: 65 layers, 49 GDN + 16 attention; GDN in = q|k|v|z|b|a = 2 x 2,048 + 2 x 6,144 + 2 x 48 rows,

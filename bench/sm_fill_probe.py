@@ -19,7 +19,7 @@ sys.path.insert(0, __file__.rsplit("/", 1)[0])
 
 from gemv_ksplit_sweep import Bufs, device_setup, load_specs, time_graph, write_rows  # noqa: E402
 
-from ninferc.targets.kernels.gemv_coop import GemvCoopFamily, GemvProblem  # noqa: E402
+from ninferc.targets.kernels.gemv import GemvCoopFamily, GemvProblem  # noqa: E402
 
 #: (name, K, (N as planned, N filling every SM), epilogue, in_norm) as the 27B decode step lowers them
 CASES = [("down", 17408, (5120, 5280), "add_norm_parts", "none"),

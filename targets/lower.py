@@ -47,7 +47,7 @@ from ninferc.targets.kernels.gdn import arg_names as gdn_arg_names
 from ninferc.targets.kernels.gdn import kernel_mode as gdn_kernel_mode
 from ninferc.targets.kernels.gemm import GemmProblem, group_m_for
 from ninferc.targets.kernels.gemm import arg_names as gemm_arg_names
-from ninferc.targets.kernels.gemv_coop import GemvProblem
+from ninferc.targets.kernels.gemv import GemvProblem
 from ninferc.targets.kernels.mlp_decode import MlpProblem
 from ninferc.targets.kernels.sample import SampleProblem
 from ninferc.targets.kernels.sample import arg_names as sample_arg_names

@@ -54,7 +54,7 @@ class KernelSpec:
 
     Attributes:
         family: kernel family name (``"gemv_coop"``).
-        template: template file in ``ninferc.templates`` (``"gemv_coop.cu.j2"``).
+        template: template file in ``ninferc.templates`` (``"gemv_fma.cu.j2"``).
         entry: ``extern "C"`` symbol of the kernel (derived from the URI by :meth:`make`).
         params: sorted tuple of (name, value) -- the kernel's identity; passed to the template.
         threads: threads per CTA the kernel is built for (its ``__launch_bounds__``).
@@ -158,7 +158,7 @@ class PlanContext:
             the device's memory clock x bus width); None when the plan has only an SM count, in which case
             :attr:`bandwidth_per_sm_gbs` is the arch's typical figure
             (:func:`ninferc.targets.skus.typical_bandwidth_per_sm`). Used by cost models that choose between
-            variants (the GEMV's, :mod:`ninferc.targets.kernels.gemv_coop`), never by a limit check.
+            variants (the GEMV's, :mod:`ninferc.targets.kernels.gemv`), never by a limit check.
 
     Raises:
         PlanError: a non-positive SM count or bandwidth.

@@ -109,7 +109,7 @@ def render_template(template: str, params: Mapping[str, Any]) -> str:
     """Render ``template`` with ``params`` and inline our headers.
 
     Args:
-        template: file name in ``ninferc.templates`` (e.g. ``"gemv_coop.cu.j2"``).
+        template: file name in ``ninferc.templates`` (e.g. ``"gemv_fma.cu.j2"``).
         params: template parameters (the kernel's identity); every parameter the template uses must
             be given (StrictUndefined).
 

@@ -1,4 +1,4 @@
-// gemv_dp.cuh -- the integer dot products of the quantised decode GEMVs (gemv_coop.cu.j2's dp path and
+// gemv_dp.cuh -- the integer dot products of the quantised decode GEMVs (gemv_dp.cu.j2 and
 // mlp_decode.cu.j2): a 16-byte weight vector of int8 / int4 codes against its x staged as int16 (PTX dp2a,
 // ninfer_common.cuh section 9). Exact in int32.
 #pragma once

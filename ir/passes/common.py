@@ -61,7 +61,7 @@ def norms_between_linears(g: Graph) -> dict[str, tuple[str, str]]:
     the norm's width; neither Linear is itself the producer or consumer of another such norm.
 
     These are the norms a decode-size lowering may fold into the two GEMVs
-    (:mod:`ninferc.targets.kernels.gemv_coop`: ``add_norm_parts`` + ``in_norm parts``), where the producer
+    (:mod:`ninferc.targets.kernels.gemv`: ``add_norm_parts`` + ``in_norm parts``), where the producer
     writes ``y`` -- so :func:`ninferc.ir.passes.plan_memory.plan_memory` places ``y`` as born at the producer.
     """
     readers: dict[str, list[Op]] = {}

@@ -1,6 +1,7 @@
-"""Kernel families (one module per template) and the registry the plan, CLI and CI iterate over.
+"""Kernel families (one module per template, or a package: ``gemv/``, one template per compute engine) and the registry
+the plan, CLI and CI iterate over.
 
-Each ``targets/kernels/<family>.py`` implements :class:`ninferc.targets.plan.KernelFamily` (``name``,
+Each ``targets/kernels/<family>.py`` (or package) implements :class:`ninferc.targets.plan.KernelFamily` (``name``,
 ``template``, ``variants``, ``launch``, ``sample_problems``, plus ``arg_names`` and a numpy ``reference``
 per templates/README.md) and exports its instance as a module-level ``FAMILY`` (or several as a
 ``FAMILIES`` list). :data:`FAMILIES` is built by importing every module of this package, so a new family
@@ -22,7 +23,7 @@ import pkgutil
 from typing import Any, Mapping
 
 from ninferc.errors import ConfigError
-from ninferc.targets.kernels.gemv_coop import GemvProblem
+from ninferc.targets.kernels.gemv import GemvProblem
 from ninferc.targets.plan import KernelFamily
 
 

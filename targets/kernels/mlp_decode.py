@@ -5,14 +5,14 @@ Contract
 For one token (T = 1) with quantised MLP weights (w8 or w4, the formats of :mod:`ninferc.ir.quant`):
 
 * ``y = bf16(silu(r * (W_gate x)) * (r * (W_up x)))`` -- the ``swiglu`` GEMV with ``in_norm parts``
-  (:mod:`ninferc.targets.kernels.gemv_coop`): ``x`` is the bf16 ``xs`` of the ``add_norm_parts`` GEMV before it,
+  (:mod:`ninferc.targets.kernels.gemv`): ``x`` is the bf16 ``xs`` of the ``add_norm_parts`` GEMV before it,
   ``r = 1 / sqrt(sum(ss_in) / hidden + eps)`` the norm's factor;
 * ``h += W_down y``, ``xs_out = bf16(h * (1 + norm_w))`` (``norm_w`` if not unit_offset), ``ss_out[b]`` = the sum of
   ``h^2`` over row block ``b`` -- the ``add_norm_parts`` GEMV.
 
 So it replaces the decode step's gate|up and down GEMV launches, with the same dtypes and the same numerics up to
 fp32 reassociation of down's sums (gemv_coop's dp kernels round x and y to int16 under a power of two per 64
-elements in the same way: :func:`ninferc.targets.kernels.gemv_coop.dp_x`).
+elements in the same way: :func:`ninferc.targets.kernels.gemv.dp_x`).
 
 Why
 ---
@@ -63,14 +63,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from ninferc.errors import PlanError
-from ninferc.targets.kernels.gemv_coop import GemvProblem
-from ninferc.targets.kernels.gemv_coop import reference as gemv_reference
+from ninferc.targets.kernels.gemv import GemvProblem
+from ninferc.targets.kernels.gemv import reference as gemv_reference
 from ninferc.targets.plan import KernelSpec, Launch, PlanContext
 
 WARP = 32
 #: K elements per 16-byte weight vector of each format (ninferc.ir.quant's layouts)
 VEC_OF = {"w8": 16, "w4": 32}
-#: K elements per power-of-two scale of the staged x / y (gemv_coop.cu.j2's dp blocks)
+#: K elements per power-of-two scale of the staged x / y (gemv_dp.cu.j2's blocks)
 DP_BLOCK = 64
 
 

@@ -24,20 +24,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ninferc.ir.quant import quantize  # noqa: E402
 from ninferc.ir.reference import ref_rmsnorm  # noqa: E402
-from ninferc.targets.kernels.gemv_coop import GemvCoopFamily, GemvProblem, kernel_args, norm_input, reference  # noqa: E402
+from ninferc.targets.kernels.gemv import GemvCoopFamily, GemvTuning, GemvProblem, kernel_args, norm_input, reference  # noqa: E402
 from ninferc.targets.plan import KernelSpec, PlanContext, compile_variants  # noqa: E402
 
 pytestmark = [pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU emulator needs g++"), pytest.mark.slow]  # slow: seconds each on 2 cores
 
 ARCH, SMS = "sm_90", 132  # the plan the launches come from; the emulator runs any grid
-FAM = GemvCoopFamily(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,), w4_mma_tiles=(),
-                     w8_mma_tiles=(), w8_dp_tiles=(), w4_dp_tiles=())
+FAM = GemvCoopFamily(GemvTuning(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,), w4_mma_tiles=(),
+                     w8_mma_tiles=(), w8_dp_tiles=(), w4_dp_tiles=()))
 #: the same family with w4 on tensor cores at every token tile and w8 at both tiles (FAM: on fp32 FMAs)
-FAM_MMA = GemvCoopFamily(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,),
-                         mma_shapes=((128, 1), (128, 2), (128, 4)), w4_mma_tiles=(1, 4), w8_mma_tiles=(1, 4))
+FAM_MMA = GemvCoopFamily(GemvTuning(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,),
+                         mma_shapes=((128, 1), (128, 2), (128, 4)), w4_mma_tiles=(1, 4), w8_mma_tiles=(1, 4)))
 #: the same family with w8 / w4 on integer dot products (dp2a on int16 x) at both token tiles
-FAM_DP = GemvCoopFamily(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,), w4_mma_tiles=(),
-                        w8_mma_tiles=(), w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4), dp_shapes=((128, 1), (128, 2), (128, 4)))
+FAM_DP = GemvCoopFamily(GemvTuning(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,), w4_mma_tiles=(),
+                        w8_mma_tiles=(), w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4), dp_shapes=((128, 1), (128, 2), (128, 4))))
 FAMS = {"fma": FAM, "mma": FAM_MMA, "dp": FAM_DP}
 BF16_NAN = 0x7FC0
 #: fp32 accumulation in a different order than numpy's matmul (relative L2); bf16 outputs: a few one-ulp flips
@@ -344,8 +344,8 @@ def test_skewed_warps_catch_a_missing_barrier_before_restaging_x(carry):
     must not restage x while its other warps still read the old chunk's. Without that barrier the kernel still
     passes in thread (and reverse) order -- every warp has the same barriers, so they stay in step -- but under
     ``skew`` warp 0 runs ahead into the restaging and the others read the new token's x."""
-    fam = GemvCoopFamily(plain_shapes=((128, 1),), coop_threads=(256,), w4_mma_tiles=(), w8_mma_tiles=(),
-                         w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4), dp_shapes=((128, 1),), dp_carry=(carry,))
+    fam = GemvCoopFamily(GemvTuning(plain_shapes=((128, 1),), coop_threads=(256,), w4_mma_tiles=(), w8_mma_tiles=(),
+                         w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4), dp_shapes=((128, 1),), dp_carry=(carry,)))
     prob = GemvProblem(1024, 100, "swiglu", "w8", in_norm="parts")
     spec = fam.spec(prob, 128, "plain", 1, 1)
     c = PlanContext(ARCH, 1, {u: r for u, (_, r) in compile_variants([spec], ARCH).items()})

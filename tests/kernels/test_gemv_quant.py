@@ -17,7 +17,7 @@ from ninferc.errors import PlanError
 from ninferc.ir.quant import GROUP_SIZE, quantize
 from ninferc.targets.arch import ARCHS
 from ninferc.targets.kernels import FAMILIES
-from ninferc.targets.kernels.gemv_coop import (WFORMATS, GemvCoopFamily, GemvProblem, dequantize_weight, kernel_args,
+from ninferc.targets.kernels.gemv import (WFORMATS, GemvCoopFamily, GemvTuning, GemvProblem, dequantize_weight, kernel_args,
                                                mma_stages, reference)
 from ninferc.targets.plan import PlanContext, check_launch, compile_variants
 from ninferc.targets.skus import skus_for_arch
@@ -59,14 +59,16 @@ def test_problem_validation_names_value_and_limit():
 
 
 def test_bf16_kernels_have_no_format_parameter():
-    """bf16 kernels carry no ``wfmt`` (their URIs and sources are those of the format-free template)."""
+    """bf16 kernels carry no ``wfmt`` (their URIs are those of the format-free kernels) and take no scales: the fp32-FMA
+    template with its bf16 branch (``kBf16``; the code conversions are discarded ``if constexpr`` branches)."""
     for prob in GEMV.sample_problems():
         if prob.quantized:
             continue
         for spec in GEMV.variants(prob):
             assert "wfmt" not in dict(spec.params) and "wfmt" not in spec.uri
+            assert spec.template == "gemv_fma.cu.j2", spec.uri
             src = spec.render()
-            assert "wfmt" not in src and "byte_magic" not in src and "scales" not in src
+            assert "constexpr bool kBf16 = true;" in src and "scales" not in _signature(spec)
 
 
 def test_uris_differ_per_format():
@@ -114,26 +116,29 @@ def test_uris_differ_per_format():
 
 
 def test_rendered_quant_source_matches_the_format_constants():
-    fma = GemvCoopFamily(w8_dp_tiles=(), w4_dp_tiles=())
+    fma = GemvCoopFamily(GemvTuning(w8_dp_tiles=(), w4_dp_tiles=()))
     w4 = fma.spec(GemvProblem(256, 704, "store", "w4"), 256, "coop", 1).render()
     w8 = fma.spec(GemvProblem(256, 704, "store", "w8"), 256, "coop", 1).render()  # FMAs (the 1-token tile)
     w4_dp = GEMV.spec(GemvProblem(256, 704, "store", "w4"), 128, "plain", 1).render()  # dp2a (the 1-token tile)
-    w8_dp = GemvCoopFamily(w8_dp_tiles=(1,)).spec(GemvProblem(256, 704, "store", "w8"), 128, "plain", 1).render()
+    w8_dp = GemvCoopFamily(GemvTuning(w8_dp_tiles=(1,))).spec(GemvProblem(256, 704, "store", "w8"), 128, "plain", 1).render()
     w4_mma = GEMV.spec(GemvProblem(256, 704, "store", "w4"), 128, "coop", 4).render()  # tensor cores (4-token tile)
-    w8_mma = GemvCoopFamily(w8_mma_tiles=(1,)).spec(GemvProblem(256, 704, "store", "w8"), 128, "plain", 1).render()
+    w8_mma = GemvCoopFamily(GemvTuning(w8_mma_tiles=(1,))).spec(GemvProblem(256, 704, "store", "w8"), 128, "plain", 1).render()
     assert f"constexpr int kW4Group = {GROUP_SIZE};" in w4
     assert "constexpr bool kW4 = true;" in w4 and "constexpr bool kW4 = false;" in w8
-    assert "constexpr bool kMma = false;" in w4 and "constexpr bool kMma = true;" in w4_mma
-    assert "constexpr bool kMma = false;" in w8 and "constexpr bool kMma = true;" in w8_mma
+    # one template per compute engine: fp32 FMAs, tensor cores (mma), integer dot products (dp)
+    assert all("rendered by ninferc from gemv_fma.cu.j2" in src for src in (w4, w8))
+    assert all("rendered by ninferc from gemv_mma.cu.j2" in src for src in (w4_mma, w8_mma))
+    assert all("rendered by ninferc from gemv_dp.cu.j2" in src for src in (w4_dp, w8_dp))
     for src in (w4, w8):
-        assert "ld_stream_v4(wrow[j]" in src  # weights still stream as 16-byte loads
+        assert "ld_stream_v4(wrow[j]" in src and "codes_to_f32(wv[j]" in src  # 16-byte loads, fp32 codes
     assert "cp_async16(" in w4_mma and "mma_bf16_16816(" in w4_mma  # whole 16-byte pieces into the ring
-    assert "mma_f16_16816(" in w8_mma and "ld_stream_v4(ra " in w8_mma and "mma_w4_ktile" not in w8_mma
+    assert "mma_f16_16816(" in w8_mma and "ld_stream_v4(ra " in w8_mma and "mma_w4_ktile<" not in w8_mma.split(
+        'extern "C"')[1]
     for src in (w4_dp, w8_dp):
-        assert "constexpr bool kDp = true;" in src and "ld_stream_v4(wrow[j]" in src and "dp2a_lo(" in src
+        assert "ld_stream_v4(wrow[j]" in src and "dp2a_lo(" in src
     assert "dp_w4x8(wv[j].x" in w4_dp and "dp_w8x16(wv[j]" in w8_dp
     for src in (w4, w8, w4_mma, w8_mma):
-        assert "constexpr bool kDp = true;" not in src and "dp_w8x16" not in src
+        assert "dp_w8x16" not in src
 
 
 # ------------------------------------------------------------------------------------------------
@@ -276,7 +281,7 @@ def test_quant_routes_respect_caps_and_format_split_limits(arch):
 def test_fewer_splits_for_narrower_formats_on_a_long_k():
     """A narrow N with a long K is split as far as the format allows: the split count is capped at
     K/(32 x vector length), so w4 gets at most a quarter of bf16's splits."""
-    fma = GemvCoopFamily(w8_dp_tiles=(), w4_dp_tiles=())  # the FMA kernels of every format (dp: plain only)
+    fma = GemvCoopFamily(GemvTuning(w8_dp_tiles=(), w4_dp_tiles=()))  # the FMA kernels of every format (dp: plain only)
     specs = [fma.spec(GemvProblem(17408, 256, "residual_add", f), 256, "coop", 1) for f in WFORMATS]
     ctx = PlanContext("sm_90", 132, {u: r for u, (_, r) in compile_variants(specs, "sm_90").items()})
     got = {f: fma.launch_variant(GemvProblem(17408, 256, "residual_add", f), 1, ctx, 256, "coop",
@@ -320,23 +325,33 @@ def test_magic_number_dequant_is_exact_for_every_code():
     np.testing.assert_array_equal(got, unpack_int4(packed).astype(np.float32))
 
 
-def test_trace_epilogues_probe_traces_only_the_named_dp_gemvs():
-    """``GemvCoopFamily.trace_epilogues`` (a probe for bench/attn_trace_probe.py --family gemv_coop): the dp variants of
-    the named epilogues get the template's ``trace`` records, the others and every variant of a default family none;
-    the traced 27B w8 gate|up compiles for sm_90 without spills."""
+def test_trace_probe_is_a_bench_tool_not_a_family_option():
+    """The per-CTA trace of the dp GEMVs is bench/dp_trace_probe.py's (``trace_gemv``, used by bench/attn_trace_probe.py
+    --family gemv_coop): the family has no trace option and plans no traced kernel, its dp kernels carry the template's
+    empty hooks; the probe's gate|up kernels define them (the record array, its URI says ``trace1``), only for the named
+    epilogues, and compile for sm_90 without spills."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from dp_trace_probe import trace_gemv
+
     gu = GemvProblem(5120, 17408, "swiglu", "w8", in_norm="parts")
     store = GemvProblem(5120, 14336, "store", "w8", in_norm="parts")
-    fam = GemvCoopFamily(trace_epilogues=("swiglu",))
+    assert "trace_epilogues" not in GemvTuning.__dataclass_fields__
 
     def has(s, name):
         return bool(dict(s.params).get(name))
 
-    assert any(has(s, "dp") for s in fam.variants(gu))
-    assert all(has(s, "trace") for s in fam.variants(gu) if has(s, "dp"))
+    plain = GemvCoopFamily().variants(gu)
+    assert any(has(s, "dp") for s in plain) and not any(has(s, "trace") for s in plain)
+    src = next(s for s in plain if has(s, "dp")).render()
+    assert "#ifndef GEMV_TRACE_BEGIN" in src and "gemv_trace[" not in src
+    fam = GemvCoopFamily()
+    trace_gemv(fam, ("swiglu",))
+    assert all(has(s, "trace") == has(s, "dp") for s in fam.variants(gu))
     assert not any(has(s, "trace") for s in fam.variants(store))
-    assert not any(has(s, "trace") for p in (gu, store) for s in GemvCoopFamily().variants(p))
     traced = [s for s in fam.variants(gu) if has(s, "trace")]
-    with pytest.raises(PlanError, match=r"trace_epilogues \['gate_up'\] must be epilogues"):
-        GemvCoopFamily(trace_epilogues=("gate_up",))
+    assert all("__device__ unsigned long long gemv_trace[" in s.render() for s in traced)
     for uri, (_, r) in compile_variants(traced, "sm_90").items():
         assert r.local_bytes == 0, f"{uri} spills {r.local_bytes} B"

@@ -1,7 +1,7 @@
 """The forced ``gemv_coop`` cases of the GPU tests (``test_gemv_coop_gpu.py``), shared with the CPU check that every
 one of them plans on the H200 (``test_gemv_routes.py``)."""
 
-from ninferc.targets.kernels.gemv_coop import GemvProblem
+from ninferc.targets.kernels.gemv import GemvProblem
 
 QKV = GemvProblem(5120, 12288 + 2048, "store")
 DOWN = GemvProblem(17408, 5120, "residual_add")

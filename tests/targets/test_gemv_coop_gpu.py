@@ -43,7 +43,7 @@ from ninferc.targets.arch import arch_for_compute_capability  # noqa: E402
 from ninferc.targets.cubin import read_resources  # noqa: E402
 from ninferc.targets.kernels import FAMILIES, representative_instances  # noqa: E402
 from ninferc.ir.reference import ref_rmsnorm  # noqa: E402
-from ninferc.targets.kernels.gemv_coop import EPILOGUES, GemvCoopFamily, GemvProblem, kernel_args, norm_input, reference  # noqa: E402
+from ninferc.targets.kernels.gemv import EPILOGUES, GemvCoopFamily, GemvTuning, GemvProblem, kernel_args, norm_input, reference  # noqa: E402
 from ninferc.targets.nvrtc import compile_cubin  # noqa: E402
 from ninferc.targets.occupancy import occupancy  # noqa: E402
 from ninferc.targets.plan import PlanContext, check_launch, compile_variants, family_variants  # noqa: E402
@@ -406,14 +406,14 @@ def _pid(p):
 
 
 #: w4 on tensor cores at every token tile (the registered family: the 4-token tile only)
-W4_MMA = GemvCoopFamily(w4_mma_tiles=(1, 4))
+W4_MMA = GemvCoopFamily(GemvTuning(w4_mma_tiles=(1, 4)))
 #: w8 on tensor cores (fp16 mma) at the 1- and 4-token tiles (the registered family: the 4-token tile only)
-W8_MMA = GemvCoopFamily(w8_mma_tiles=(1, 4))
+W8_MMA = GemvCoopFamily(GemvTuning(w8_mma_tiles=(1, 4)))
 #: w8 / w4 on fp32 FMAs at the 1-token tile (the registered family runs that tile on integer dot products)
-FMA = GemvCoopFamily(w8_dp_tiles=(), w4_dp_tiles=())
+FMA = GemvCoopFamily(GemvTuning(w8_dp_tiles=(), w4_dp_tiles=()))
 #: w8 / w4 on integer dot products at both token tiles (the registered family: the 1-token tile only)
-DP = GemvCoopFamily(w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4), w8_mma_tiles=(), w4_mma_tiles=(),
-                    dp_shapes=((128, 4), (256, 2), (128, 1), (256, 1)))
+DP = GemvCoopFamily(GemvTuning(w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4), w8_mma_tiles=(), w4_mma_tiles=(),
+                    dp_shapes=((128, 4), (256, 2), (128, 1), (256, 1))))
 
 
 @pytest.mark.parametrize("t", Q_TOKENS)
@@ -517,8 +517,8 @@ def test_persistent_dp_many_items_per_cta(device, loader, option, shape, threads
     cp.async protocol, which the CPU emulator's instant copies cannot check)."""
     opts = dict(DP_OPTIONS[option])
     ring = opts.pop("ring")
-    gemv = GemvCoopFamily(w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4), w8_mma_tiles=(), w4_mma_tiles=(),
-                          dp_shapes=((threads, 1),), **opts)
+    gemv = GemvCoopFamily(GemvTuning(w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4), w8_mma_tiles=(), w4_mma_tiles=(),
+                          dp_shapes=((threads, 1),), **opts))
     tile = gemv.tile_for(t)
     assert gemv.persistent(shape, tile), f"{shape} at tile {tile}: no persistent dp variant"
     specs = [s for s in gemv.variants(shape) if s.threads == threads and s.param("max_tokens") == tile

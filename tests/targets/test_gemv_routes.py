@@ -15,9 +15,9 @@ from targets_testlib import family_resources
 from ninferc.errors import PlanError
 from ninferc.targets.plan import KernelSpec
 from ninferc.ir.reference import ref_rmsnorm
-from ninferc.targets.kernels.gemv_coop import (DP_ITEM_US, DP_STAGE_NS, LATENCY_US, OVERHEAD_STEPS, REDUCE_STEPS, TAIL_STEP_US,
-                                               GemvCoopFamily, GemvProblem,
-                                               estimate_us, kernel_args, norm_input, reference)
+from ninferc.targets.kernels.gemv import (DP_ITEM_US, DP_STAGE_NS, LATENCY_US, OVERHEAD_STEPS, REDUCE_STEPS, TAIL_STEP_US,
+                                          GemvCoopFamily, GemvProblem, GemvTuning,
+                                          estimate_us, kernel_args, norm_input, reference)
 from ninferc.targets.plan import PlanContext, check_launch
 from ninferc.targets.arch import ARCHS
 from ninferc.targets.skus import get_sku, skus_for_arch
@@ -181,10 +181,10 @@ def test_launch_variant_forced_and_errors(gemv):
 
 def test_dp_option_errors_name_the_value():
     with pytest.raises(PlanError, match="dp_ring = 1 must be 0"):
-        GemvCoopFamily(dp_ring=1)
+        GemvCoopFamily(GemvTuning(dp_ring=1))
     with pytest.raises(PlanError, match="dp_preload = 'early'"):
-        GemvCoopFamily(dp_preload="early")
-    fam = GemvCoopFamily(w4_dp_tiles=(1,))
+        GemvCoopFamily(GemvTuning(dp_preload="early"))
+    fam = GemvCoopFamily(GemvTuning(w4_dp_tiles=(1,)))
     prob = GemvProblem(5120, 5120, "store", "w4")
     with pytest.raises(PlanError, match="ring = 1 must be 0"):
         fam.spec(prob, 256, "plain", 1, 1, False, 1)
@@ -203,18 +203,18 @@ def test_dp_min_ctas_caps_only_its_format_epilogue_and_cta_size():
     swiglu = GemvProblem(5120, 17408, "swiglu", "w8", in_norm="parts")
     assert "min_ctas" not in dict(fam.spec(swiglu, 256, "plain", 1, 1, False).params)
     w4 = GemvProblem(5120, 16480, "store", "w4", in_norm="parts")
-    assert "min_ctas" not in dict(GemvCoopFamily(w4_dp_tiles=(1,)).spec(w4, 256, "plain", 1, 1, False).params)
-    assert "min_ctas" not in dict(GemvCoopFamily(dp_min_ctas=()).spec(w8, 256, "plain", 1, 1, False).params)
+    assert "min_ctas" not in dict(GemvCoopFamily(GemvTuning(w4_dp_tiles=(1,))).spec(w4, 256, "plain", 1, 1, False).params)
+    assert "min_ctas" not in dict(GemvCoopFamily(GemvTuning(dp_min_ctas=())).spec(w8, 256, "plain", 1, 1, False).params)
     with pytest.raises(PlanError, match="dp_min_ctas entries"):
-        GemvCoopFamily(dp_min_ctas=(("bf16", "store", 256, 4),))
+        GemvCoopFamily(GemvTuning(dp_min_ctas=(("bf16", "store", 256, 4),)))
     with pytest.raises(PlanError, match="dp_min_ctas entries"):
-        GemvCoopFamily(dp_min_ctas=(("w8", 256, 4),))
+        GemvCoopFamily(GemvTuning(dp_min_ctas=(("w8", 256, 4),)))
 
 
 def test_dp_depth_other_than_1_or_2_fails_to_compile_naming_it():
     from ninferc.errors import CompileError
     from ninferc.targets.nvrtc import compile_cubin
-    spec = GemvCoopFamily(w4_dp_tiles=(1,)).spec(GemvProblem(1024, 640, "store", "w4"), 640, "plain", 1, 1, False)
+    spec = GemvCoopFamily(GemvTuning(w4_dp_tiles=(1,))).spec(GemvProblem(1024, 640, "store", "w4"), 640, "plain", 1, 1, False)
     bad = KernelSpec.make(spec.family, spec.template, {**dict(spec.params), "depth": 3}, spec.threads, False)
     with pytest.raises(CompileError, match="depth must be 1 or 2"):
         compile_cubin(bad.render(), "sm_90", name=bad.uri)
@@ -223,18 +223,18 @@ def test_dp_depth_other_than_1_or_2_fails_to_compile_naming_it():
 def test_dp_deep_threads_give_depth_2_only_to_their_plain_loop_variants():
     """``dp_deep_threads`` (default 640): template ``depth`` 2 on the dp variants of those thread counts without
     carry, ring or late preload; every other variant renders as before (no ``depth`` parameter)."""
-    fam = GemvCoopFamily(w4_dp_tiles=(1,), dp_deep_threads=(640,))
+    fam = GemvCoopFamily(GemvTuning(w4_dp_tiles=(1,), dp_deep_threads=(640,)))
     prob = GemvProblem(17408, 5120, "add_norm_parts", "w4")
     assert dict(fam.spec(prob, 640, "plain", 1, 1, False).params)["depth"] == 2
     assert "depth" not in dict(fam.spec(prob, 256, "plain", 1, 1, False).params)
     assert "depth" not in dict(fam.spec(prob, 640, "plain", 1, 1, True).params)  # carry
     assert "depth" not in dict(fam.spec(prob, 640, "plain", 1, 1, False, 3).params)  # ring
-    late = GemvCoopFamily(w4_dp_tiles=(1,), dp_deep_threads=(640,), dp_preload="late")
+    late = GemvCoopFamily(GemvTuning(w4_dp_tiles=(1,), dp_deep_threads=(640,), dp_preload="late"))
     assert "depth" not in dict(late.spec(prob, 640, "plain", 1, 1, False).params)
-    assert dict(GemvCoopFamily(w4_dp_tiles=(1,)).spec(prob, 640, "plain", 1, 1, False).params)["depth"] == 2
+    assert dict(GemvCoopFamily(GemvTuning(w4_dp_tiles=(1,))).spec(prob, 640, "plain", 1, 1, False).params)["depth"] == 2
     with pytest.raises(PlanError, match=r"dp_deep_threads = \(100,\) must be CTA sizes"):
-        GemvCoopFamily(dp_deep_threads=(100,))
-    plain = GemvCoopFamily(w4_dp_tiles=(1,), dp_deep_threads=())
+        GemvCoopFamily(GemvTuning(dp_deep_threads=(100,)))
+    plain = GemvCoopFamily(GemvTuning(w4_dp_tiles=(1,), dp_deep_threads=()))
     assert "depth" not in dict(plain.spec(prob, 640, "plain", 1, 1, False).params)
 
 

@@ -22,12 +22,12 @@ def cache(tmp_path, monkeypatch):
 
 
 def test_render_inlines_headers_and_is_strict():
-    src = render_template("gemv_coop.cu.j2", PARAMS)
+    src = render_template("gemv_fma.cu.j2", PARAMS)
     assert not re.search(r"^\s*#\s*include", src, re.M)
     assert "namespace ninfer" in src and "begin ninfer_common.cuh" in src
     assert read_template_file("ninfer_common.cuh").split("#pragma once", 1)[1].strip()[:40] in src
     with pytest.raises(CompileError, match="undefined"):
-        render_template("gemv_coop.cu.j2", {k: v for k, v in PARAMS.items() if k != "threads"})
+        render_template("gemv_fma.cu.j2", {k: v for k, v in PARAMS.items() if k != "threads"})
     with pytest.raises(CompileError, match="no kernel template"):
         render_template("nope.cu.j2", PARAMS)
     assert "ninfer_common.cuh" in header_names()
@@ -46,11 +46,11 @@ def test_render_rejects_system_includes(tmp_path, monkeypatch):
 
 def test_source_hash_covers_headers(monkeypatch):
     from ninferc.targets import render
-    before = source_hash(render_template("gemv_coop.cu.j2", PARAMS))
+    before = source_hash(render_template("gemv_fma.cu.j2", PARAMS))
     real = render.read_template_file
     monkeypatch.setattr(render, "read_template_file",
                         lambda n: real(n) + "\n// changed\n" if n.endswith(".cuh") else real(n))
-    assert source_hash(render_template("gemv_coop.cu.j2", PARAMS)) != before
+    assert source_hash(render_template("gemv_fma.cu.j2", PARAMS)) != before
 
 
 def test_compile_records_options_version_ptx(cache):

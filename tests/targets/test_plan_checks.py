@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from ninferc.errors import PlanError
-from ninferc.targets.kernels.gemv_coop import GemvProblem
+from ninferc.targets.kernels.gemv import GemvProblem
 from ninferc.targets.cubin import KernelResources
 from ninferc.ir.config import ModelConfig
 from ninferc.ir.passes import run_pipeline

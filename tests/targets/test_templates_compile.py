@@ -41,8 +41,9 @@ def test_family_variants_compile_and_resources_read(family, arch):
 @pytest.mark.parametrize("arch", ALL_ARCHS)
 def test_trace_probe_kernels_compile_and_match_the_probe(arch):
     """The device probes' kernels (attn_decode, staged and not, and the gdn_recurrent decode kernel, each with the probe's
-    trace hooks: bench/attn_trace_probe.py traced_attn_spec / traced_gdn_spec; and the 27B w8 gate|up GEMVs of
-    ``GemvCoopFamily.trace_epilogues``; never planned) compile for every target without local memory, keep
+    trace hooks: bench/attn_trace_probe.py traced_attn_spec / traced_gdn_spec; and the 27B w8 gate|up dp GEMV with the
+    probe's hooks: bench/dp_trace_probe.py traced_gemv_spec; never planned) compile for every target without local
+    memory, keep
     the planned kernel's CTAs per SM, and declare the record array and counter bench/attn_trace_probe.py reads, with
     the size and record width it assumes."""
     import re
@@ -51,11 +52,12 @@ def test_trace_probe_kernels_compile_and_match_the_probe(arch):
 
     from ninferc.targets.kernels import attention as A
     from ninferc.targets.kernels import gdn
-    from ninferc.targets.kernels.gemv_coop import GemvCoopFamily, GemvProblem
+    from ninferc.targets.kernels.gemv import GemvCoopFamily, GemvProblem
     from ninferc.targets.plan import compile_variants
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
     from attn_trace_probe import FAMILY_TRACES, traced_attn_spec, traced_gdn_spec
+    from dp_trace_probe import traced_gemv_spec
 
     a = get_arch(arch)
     big_attn = A.AttentionProblem(24, 4, 256, 64, 1e7, 1e-6, page_size=64, max_pages=72)
@@ -66,10 +68,9 @@ def test_trace_probe_kernels_compile_and_match_the_probe(arch):
     gate_up = GemvProblem(5120, 17408, "swiglu", "w8", in_norm="parts")
     # the 256-thread carry variant, the one the sm_90 plan takes for this GEMV, on sm_90 (the H200 the probe runs on):
     # there its stamps keep 3 CTAs/SM; elsewhere, and without the carry, a traced kernel can lose one (NVRTC 13.5: sm_86
-    # / 89 carry 4 -> 3, sm_90 no carry 3 -> 2), which GemvCoopFamily.trace_epilogues and the probe's output state
-    gemv_pairs = [(t, p, 0) for t, p in zip(GemvCoopFamily(trace_epilogues=("swiglu",)).variants(gate_up),
-                                             GemvCoopFamily().variants(gate_up))
-                  if dict(t.params).get("trace") and dict(t.params).get("carry") and t.threads == 256]
+    # / 89 carry 4 -> 3, sm_90 no carry 3 -> 2), which the probe's output states
+    gemv_pairs = [(traced_gemv_spec(p), p, 0) for p in GemvCoopFamily().variants(gate_up)
+                  if dict(p.params).get("dp") and dict(p.params).get("carry") and p.threads == 256]
     assert len(gemv_pairs) == 1
     if arch == "sm_90":
         pairs += gemv_pairs

@@ -1,0 +1,355 @@
+"""The GEMV kernel family (:class:`GemvCoopFamily`): variants, route selection and launch geometry over its three
+compute engines -- :mod:`~ninferc.targets.kernels.gemv.fma` (fp32 FMAs), :mod:`~ninferc.targets.kernels.gemv.dp`
+(integer dot products), :mod:`~ninferc.targets.kernels.gemv.mma` (tensor cores) -- with the options of
+:class:`~ninferc.targets.kernels.gemv.tuning.GemvTuning` and the cost model of
+:func:`~ninferc.targets.kernels.gemv.cost.estimate_us` (the package docstring, :mod:`ninferc.targets.kernels.gemv`,
+describes the contract, the routes and the model)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ninferc.errors import PlanError
+from ninferc.targets.kernels._weights import WFORMATS
+from ninferc.targets.kernels.gemv import dp, fma, mma
+from ninferc.targets.kernels.gemv.cost import estimate_us
+from ninferc.targets.kernels.gemv.mma import MMA_ROWS
+from ninferc.targets.kernels.gemv.problem import EPILOGUES, MODES, WARP, GemvProblem
+from ninferc.targets.kernels.gemv.tuning import TUNING_FIELDS, GemvTuning
+from ninferc.targets.plan import KernelSpec, Launch, PlanContext
+
+
+class GemvCoopFamily:
+    """The ``gemv_coop`` kernel family (the package docstring describes the kernels, routes and cost model).
+
+    Args:
+        tuning: the options (:class:`~ninferc.targets.kernels.gemv.tuning.GemvTuning`; default: the planned ones).
+            They read as attributes of the family (``family.dp_carry``), and assigning one
+            (``family.prefetch_steps = 2``, as the bench tools' ``family.attr=value`` settings do) replaces the
+            tuning with a validated copy.
+
+    Raises:
+        PlanError: an assigned option that :class:`GemvTuning` refuses (names it).
+    """
+
+    name = "gemv_coop"
+    #: the template of each compute engine (a variant's ``mma`` / ``dp`` parameter names it; else fp32 FMAs)
+    engine_templates = {"fma": "gemv_fma.cu.j2", "dp": "gemv_dp.cu.j2", "mma": "gemv_mma.cu.j2"}
+    template = engine_templates["fma"]
+    templates = tuple(engine_templates.values())
+
+    def __init__(self, tuning: GemvTuning = GemvTuning()):
+        object.__setattr__(self, "tuning", tuning)
+
+    def __getattr__(self, name: str):
+        if name in TUNING_FIELDS or name == "max_tokens":
+            return getattr(self.tuning, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in TUNING_FIELDS:
+            object.__setattr__(self, "tuning", dataclasses.replace(self.tuning, **{name: value}))
+        else:
+            object.__setattr__(self, name, value)
+
+    @property
+    def threads(self) -> tuple[int, ...]:
+        """Every thread count the family compiles (plain, mma, dp and cooperative)."""
+        t = self.tuning
+        return tuple(sorted({th for th, _ in (*t.plain_shapes, *t.mma_shapes, *t.dp_shapes)} | set(t.coop_threads)))
+
+    def engine(self, problem: GemvProblem, tile: int) -> str:
+        """The compute engine of ``problem`` at token tile ``tile``: ``"mma"`` (:func:`.mma.applies`), ``"dp"``
+        (:func:`.dp.applies`) or ``"fma"`` (every other problem)."""
+        if mma.applies(self.tuning, problem, tile):
+            return "mma"
+        return "dp" if dp.applies(self.tuning, problem, tile) else "fma"
+
+    def coop_threads_for(self, problem: GemvProblem, tile: int) -> tuple[int, ...]:
+        """The cooperative thread counts of ``problem`` at token tile ``tile`` (the engine's ``coop_threads``; the dp
+        engine has none: plain only)."""
+        e = self.engine(problem, tile)
+        return () if e == "dp" else {"mma": mma, "fma": fma}[e].coop_threads(self.tuning, problem, tile)
+
+    def shapes_for(self, problem: GemvProblem, tile: int) -> tuple[tuple[int, int], ...]:
+        """The plain (threads, k_warps) candidates of ``problem`` at token tile ``tile``: the tensor-core engine's
+        (:func:`.mma.shapes`), ``dp_shapes`` for the integer-dot-product one, else ``plain_shapes``."""
+        e = self.engine(problem, tile)
+        if e == "dp":
+            return self.tuning.dp_shapes
+        return {"mma": mma, "fma": fma}[e].shapes(self.tuning, problem, tile)
+
+    def carries_for(self, problem: GemvProblem, tile: int) -> tuple[bool | None, ...]:
+        """The item-boundary carry settings of the plain variants of ``problem`` at token tile ``tile``:
+        ``dp_carry`` for the persistent dp variants (the cost model picks), else ``(None,)`` (no such parameter)."""
+        return self.tuning.dp_carry if self.persistent(problem, tile) else (None,)
+
+    def mma_for(self, problem: GemvProblem, tile: int) -> bool:
+        """True when ``problem`` at token tile ``tile`` runs on the tensor-core variants (:func:`.mma.applies`)."""
+        return mma.applies(self.tuning, problem, tile)
+
+    def dp_for(self, problem: GemvProblem, tile: int) -> bool:
+        """True when ``problem`` at token tile ``tile`` runs on the integer-dot-product variants
+        (:func:`.dp.applies`)."""
+        return dp.applies(self.tuning, problem, tile)
+
+    def rows_for(self, problem: GemvProblem, tile: int) -> int:
+        """W rows per warp for ``problem`` at token tile ``tile``: ``MMA_ROWS`` (16) for the tensor-core variants, else
+        :func:`.fma.rows` (``norm_rows_per_warp`` for add_norm_parts, ``quant_rows_per_warp`` or ``rows_per_warp``)."""
+        return MMA_ROWS if self.mma_for(problem, tile) else fma.rows(self.tuning, problem)
+
+    def dynamic_smem_bytes(self, problem: GemvProblem, tile: int, spec: KernelSpec | None = None) -> int:
+        """Dynamic shared memory of a launch of ``problem`` at token tile ``tile``, bytes: the dp engine's
+        (:func:`.dp.dynamic_smem_bytes`, with the weight ring of ``spec``'s template parameter ``ring``), the
+        tensor-core engine's (:func:`.mma.dynamic_smem_bytes`: w8, its fp16 x), else 0."""
+        e = self.engine(problem, tile)
+        if e == "dp":
+            ring = int(dict(spec.params).get("ring", 0)) if spec is not None else 0
+            threads = spec.threads if spec is not None else 0
+            return dp.dynamic_smem_bytes(problem, tile, threads, self.rows_for(problem, tile), ring)
+        return mma.dynamic_smem_bytes(problem, tile) if e == "mma" else 0
+
+    def tile_for(self, tokens: int) -> int:
+        """The token tile (``max_tokens`` variant) a launch of T = ``tokens`` uses: the smallest tile >= T,
+        else the largest."""
+        return next((t for t in self.tuning.token_tiles if t >= tokens), self.tuning.max_tokens)
+
+    # ---- identity ------------------------------------------------------------------------------
+
+    def spec(self, problem: GemvProblem, threads: int, mode: str, max_tokens: int | None = None,
+             k_warps: int = 1, carry: bool | None = None, ring: int | None = None) -> KernelSpec:
+        """The kernel for (epilogue, input mode, weight format, threads, k_warps, mode, tile); K and N are
+        runtime arguments, not identity. ``wfmt``, ``k_warps`` and ``in_norm`` are parameters only when not
+        their defaults (bf16, 1, none), so those kernels keep a short URI. ``ring``: the weight-ring stages of a
+        persistent dp variant without the carry (template ``ring``; None: ``dp_ring``; 0: none).
+
+        Raises:
+            PlanError: unknown mode, k_warps not dividing the CTA's warps, add_norm_parts in coop mode, or a ring
+                of 1 stage or fewer than 0.
+        """
+        if mode not in MODES:
+            raise PlanError(f"gemv_coop: unknown mode {mode!r}; supported: {', '.join(MODES)}")
+        if k_warps < 1 or (threads // WARP) % k_warps:
+            raise PlanError(f"gemv_coop: k_warps = {k_warps} must divide the {threads // WARP} warps of a "
+                            f"{threads}-thread CTA")
+        if problem.norm_out and mode != "plain":
+            raise PlanError("gemv_coop: add_norm_parts runs in plain mode only (one CTA owns each output), "
+                            f"not {mode!r}")
+        if ring is not None and (ring < 0 or ring == 1):
+            raise PlanError(f"gemv_coop: ring = {ring} must be 0 (no ring) or at least 2 stages")
+        tile = self.tuning.max_tokens if max_tokens is None else int(max_tokens)
+        params = {
+            "threads": threads,
+            "max_tokens": tile,
+            "rows_per_warp": self.rows_for(problem, tile),
+            "epilogue": problem.epilogue,
+            "mode": mode,
+        }
+        if problem.quantized:
+            params["wfmt"] = problem.wfmt
+        engine = self.engine(problem, tile)
+        if engine == "mma":
+            params.update(mma.params(problem, threads, mode, tile))
+        elif engine == "dp":
+            params.update(dp.params(self.tuning, problem, threads, mode, carry, ring))
+        if problem.norm_out:
+            params["unit_offset"] = bool(problem.unit_offset)
+        if problem.norm_in:
+            params["in_norm"] = problem.in_norm
+        if k_warps != 1:
+            params["k_warps"] = int(k_warps)
+        if self.tuning.prefetch_steps != 1:
+            params["prefetch_steps"] = self.tuning.prefetch_steps
+        return KernelSpec.make(self.name, self.engine_templates[engine], params, threads, cooperative=(mode == "coop"))
+
+    def arg_names(self, problem: GemvProblem) -> tuple[str, ...]:
+        """Kernel parameters in order (templates/README.md ABI): pointers w (bf16 [N_w, K]; w8: int8
+        [N_w, K]; w4: uint8 [N_w, K/2]), for w8 / w4 only scales (fp32 [N_w] / [N_w, K/64]), x (bf16
+        [T, K]), y (fp32 [T, N], bf16 for swiglu; named ``h`` -- the residual stream, updated in place -- for
+        residual_add and add_norm_parts), ws (fp32 scratch, ``Launch.workspace_bytes`` of a coop launch),
+        barrier (uint32 counter, zero-initialised once); int32 k, n_out (= N), t_total (= T), splits
+        (= ``Launch.split_k``). add_norm_parts appends ``norm_w`` (fp32 [N]), ``xs`` (bf16 [T, N]), ``ss_out``
+        (fp32 [T, row_blocks]); in_norm parts appends ``ss_in`` (fp32 [T, ss_parts]), int32 ``ss_parts`` and
+        float ``in_eps``."""
+        head = ("w", "scales") if problem.quantized else ("w",)
+        y = "h" if problem.epilogue in ("residual_add", "add_norm_parts") else "y"
+        tail = (("norm_w", "xs", "ss_out") if problem.norm_out else ()) + (
+            ("ss_in", "ss_parts", "in_eps") if problem.norm_in else ())
+        return (*head, "x", y, "ws", "barrier", "k", "n_out", "t_total", "splits", *tail)
+
+    def variants(self, problem: GemvProblem) -> list[KernelSpec]:
+        """Every kernel a launch for ``problem`` may use: each token tile x (each plain shape, and each
+        cooperative thread count unless add_norm_parts)."""
+        out = []
+        for mt in self.tuning.token_tiles:
+            out += [self.spec(problem, th, "plain", mt, kw, c) for th, kw in self.shapes_for(problem, mt)
+                    for c in self.carries_for(problem, mt)]
+            if not problem.norm_out:
+                out += [self.spec(problem, th, "coop", mt) for th in self.coop_threads_for(problem, mt)]
+        return out
+
+    def sample_problems(self) -> list[GemvProblem]:
+        """One small problem per epilogue, input mode and weight format (covers every template parameter value),
+        and the w8 ones again with a K the w8 mma variants do not take (not a multiple of 64)."""
+        out = [GemvProblem(256, 704, e, f) for f in WFORMATS for e in EPILOGUES]
+        out += [GemvProblem(256, 704, e, f, in_norm="parts") for f in WFORMATS for e in ("store", "swiglu")]
+        out += [GemvProblem(256, 704, "add_norm_parts", "bf16", unit_offset=False)]
+        # whether a w8 launch runs on tensor cores depends on K (a multiple of 64): a K = 272 copy of each w8
+        # problem gives the FMA variants of the mma tiles too, so these cover every K
+        return out + [GemvProblem(272, p.n, p.epilogue, p.wfmt, unit_offset=p.unit_offset, in_norm=p.in_norm)
+                      for p in out if p.wfmt == "w8"]
+
+    # ---- geometry ------------------------------------------------------------------------------
+
+    def outputs_per_cta(self, problem: GemvProblem, threads: int, k_warps: int = 1, tile: int = 1) -> int:
+        """Outputs (columns of Y) one CTA of token tile ``tile`` produces: (warps / k_warps) row groups x outputs
+        per warp."""
+        rw = self.rows_for(problem, tile)
+        per_warp = rw // 2 if problem.epilogue == "swiglu" else rw
+        return threads // WARP // k_warps * per_warp
+
+    def row_blocks(self, problem: GemvProblem, threads: int, k_warps: int = 1, tile: int = 1) -> int:
+        """CTAs along N: ceil(n / outputs_per_cta) (at token tile ``tile``)."""
+        return -(-problem.n // self.outputs_per_cta(problem, threads, k_warps, tile))
+
+    def token_chunks(self, tokens: int, tile: int | None = None) -> int:
+        """CTAs along T: ceil(T / tile) (default tile: the largest)."""
+        return -(-tokens // (self.tuning.max_tokens if tile is None else tile))
+
+    def max_splits(self, problem: GemvProblem) -> int:
+        """Most K splits that still give every lane at least one 16-byte step per split:
+        ``max(1, K / k_per_vec / 32)`` with k_per_vec = 8 (bf16), 16 (w8), 32 (w4)."""
+        return max(1, problem.k // problem.k_per_vec // WARP)
+
+    def workspace_bytes(self, problem: GemvProblem, tokens: int, splits: int) -> int:
+        """Bytes a coop launch needs: fp32 partial sums [splits, T, w_rows]."""
+        return 4 * splits * tokens * problem.w_rows
+
+    def parts_bytes(self, problem: GemvProblem, tokens: int, row_blocks: int) -> int:
+        """``Launch.workspace_bytes`` of a plain launch: the add_norm_parts ``ss_out``, fp32 [T, row_blocks]; 0 for
+        every other epilogue."""
+        return 4 * tokens * row_blocks if problem.norm_out else 0
+
+    def persistent(self, problem: GemvProblem, tile: int) -> bool:
+        """True when launches of ``problem`` at token tile ``tile`` use the persistent dp variants."""
+        return self.tuning.dp_persistent and self.dp_for(problem, tile)
+
+    @staticmethod
+    def persistent_grid(items: int, cap: int) -> int:
+        """CTAs of a persistent launch of ``items`` work items when ``cap`` CTAs fit the device at once:
+        :func:`.dp.persistent_grid`.
+
+        Raises:
+            PlanError: items or cap below 1.
+        """
+        return dp.persistent_grid(items, cap)
+
+    def norm_parts(self, launch: Launch) -> int:
+        """The ``ss_parts`` (row blocks) of an add_norm_parts launch: the consumer GEMV's ``ss_parts`` argument.
+
+        Raises:
+            PlanError: ``launch`` is not an add_norm_parts gemv_coop launch.
+        """
+        k = launch.kernel
+        if k.family != self.name or k.param("epilogue") != "add_norm_parts":
+            raise PlanError(f"{k.uri}: not an add_norm_parts GEMV launch (no norm parts)")
+        return launch.workspace_bytes // (4 * launch.tokens)  # ss_out is fp32 [T, row_blocks] (parts_bytes)
+
+    # ---- route selection -----------------------------------------------------------------------
+
+    def _estimate(self, problem: GemvProblem, tokens: int, ctx: PlanContext, spec: KernelSpec, k_warps: int,
+                  splits: int = 1, items_per_cta: int = 1) -> float:
+        occ = ctx.occupancy(spec, self.dynamic_smem_bytes(problem, spec.param("max_tokens"), spec))
+        return estimate_us(problem, tokens, threads=spec.threads, k_warps=k_warps,
+                           rows_per_warp=self.rows_for(problem, spec.param("max_tokens")), tile=spec.param("max_tokens"),
+                           ctas_per_sm=occ.ctas_per_sm, sms=ctx.sms, bandwidth_per_sm_gbs=ctx.bandwidth_per_sm_gbs,
+                           splits=splits, mma=self.mma_for(problem, spec.param("max_tokens")),
+                           dp=self.dp_for(problem, spec.param("max_tokens")), items_per_cta=items_per_cta,
+                           carry=bool(dict(spec.params).get("carry", False)))
+
+    def launch(self, problem: GemvProblem, tokens: int, ctx: PlanContext) -> Launch:
+        """The launch for T = ``tokens`` on ``ctx``: the candidate (every plain shape; every cooperative thread
+        count with the most splits its cap allows, when that is >= 2; a persistent dp shape with each
+        ``dp_carry`` setting) with the least :func:`estimate_us`; ties
+        to the plain route, fewer k_warps, fewer threads.
+
+        Raises:
+            PlanError: T < 1, or no variant can be resident at all on this target.
+        """
+        if tokens < 1:
+            raise PlanError(f"gemv_coop: T = {tokens} must be at least 1")
+        tile = self.tile_for(tokens)
+        chunks = self.token_chunks(tokens, tile)
+        cands = []
+        for th, kw in self.shapes_for(problem, tile):
+            for carry in self.carries_for(problem, tile):
+                spec = self.spec(problem, th, "plain", tile, kw, carry)
+                dyn = self.dynamic_smem_bytes(problem, tile, spec)
+                occ = ctx.occupancy(spec, dyn).ctas_per_sm
+                if occ > 0:
+                    grid = self._plain_grid(problem, th, kw, tile, chunks, occ * ctx.sms)
+                    items = self.row_blocks(problem, th, kw, tile) * chunks
+                    cands.append((self._estimate(problem, tokens, ctx, spec, kw, items_per_cta=-(-items // grid)),
+                                  0, kw, th, spec, grid, 1))
+        if not problem.norm_out:
+            for th in self.coop_threads_for(problem, tile):
+                spec = self.spec(problem, th, "coop", tile)
+                cap = ctx.cap(spec)
+                base = self.row_blocks(problem, th, 1, tile) * chunks
+                splits = min(cap // base, self.max_splits(problem))
+                if splits >= 2:
+                    cands.append((self._estimate(problem, tokens, ctx, spec, 1, splits), 1, 1, th, spec,
+                                  base * splits, splits))
+        if not cands:
+            raise PlanError(
+                f"gemv_coop (K={problem.k}, N={problem.n}, {problem.epilogue}, {problem.wfmt}) on {ctx.arch.name}: "
+                f"no variant ({', '.join(f'{t} threads' for t in self.threads)}) has a resident CTA per SM")
+        _, coop, kw, _, spec, grid, splits = min(cands, key=lambda c: c[:4])
+        if coop:
+            return ctx.make_launch(spec, grid, route="coop_splitk", tokens=tokens, split_k=splits,
+                                   workspace_bytes=self.workspace_bytes(problem, tokens, splits))
+        return ctx.make_launch(spec, grid, route="plain", tokens=tokens,
+                               dynamic_smem=self.dynamic_smem_bytes(problem, tile, spec),
+                               workspace_bytes=self.parts_bytes(problem, tokens,
+                                                                self.row_blocks(problem, spec.threads, kw, tile)))
+
+    def _plain_grid(self, problem: GemvProblem, threads: int, k_warps: int, tile: int, chunks: int, cap: int) -> int:
+        """CTAs of a plain launch: one per work item (row block x token chunk), or for the persistent dp variants
+        :meth:`persistent_grid` of them under ``cap`` (resident CTAs/SM x SMs)."""
+        items = self.row_blocks(problem, threads, k_warps, tile) * chunks
+        return self.persistent_grid(items, cap) if self.persistent(problem, tile) else items
+
+    def launch_variant(self, problem: GemvProblem, tokens: int, ctx: PlanContext, threads: int, mode: str,
+                       splits: int | None = None, max_tokens: int | None = None, k_warps: int = 1,
+                       carry: bool | None = None, ring: int | None = None) -> Launch:
+        """A launch of one forced variant, bypassing route selection (tests and benchmarks).
+
+        ``coop``: ``splits`` defaults to the most that fit the cooperative cap (may be 1); ``plain``:
+        always one split. ``max_tokens``: the token tile (default the largest). ``k_warps``: warps per row group.
+        ``carry``: a persistent dp variant's item-boundary carry (default: the first of ``dp_carry``).
+        ``ring``: its weight-ring stages (None: ``dp_ring``; 0: none).
+
+        Raises:
+            PlanError: the cooperative grid cannot fit even with one split, or ``splits`` exceeds the cap; the
+                spec's own errors (:meth:`spec`).
+        """
+        tile = self.tuning.max_tokens if max_tokens is None else max_tokens
+        chunks = self.token_chunks(tokens, tile)
+        base = self.row_blocks(problem, threads, k_warps, tile) * chunks
+        spec = self.spec(problem, threads, mode, max_tokens, k_warps, carry, ring)
+        if mode == "plain":
+            dyn = self.dynamic_smem_bytes(problem, tile, spec)
+            grid = self._plain_grid(problem, threads, k_warps, tile, chunks,
+                                    max(1, ctx.occupancy(spec, dyn).ctas_per_sm) * ctx.sms)
+            return ctx.make_launch(spec, grid, route="plain", tokens=tokens, dynamic_smem=dyn,
+                                   workspace_bytes=self.parts_bytes(problem, tokens, base // chunks))
+        cap = ctx.cap(spec)
+        if splits is None:
+            splits = min(cap // base, self.max_splits(problem))
+        if splits < 1 or base * splits > cap:
+            raise PlanError(
+                f"{spec.uri} on {ctx.arch.name}: cooperative grid of {base} x {splits} splits = "
+                f"{base * max(splits, 1)} CTAs exceeds the cooperative cap of {cap} CTAs"
+            )
+        return ctx.make_launch(spec, base * splits, route="coop_splitk", tokens=tokens, split_k=splits,
+                               workspace_bytes=self.workspace_bytes(problem, tokens, splits))

@@ -1,0 +1,107 @@
+"""The GEMV's tensor-core engine (template ``gemv_mma.cu.j2``): w4 on ``mma.sync.m16n8k16`` with bf16 codes through
+each warp's cp.async ring, w8 with fp16 codes streamed from global memory and the tokens' x as fp16 in dynamic shared
+memory (the package docstring, :mod:`ninferc.targets.kernels.gemv`, describes both). Which problems it takes, its CTA
+shapes, template parameters and shared memory; every function is pure arithmetic on the tuning
+(:class:`~ninferc.targets.kernels.gemv.tuning.GemvTuning`) and the problem.
+
+Hardware facts: the m16n8k16 tile (PTX ISA, "Matrix Fragments for mma.m16n8k16"); 48 KiB of static shared memory per
+kernel (CUDA C Programming Guide, "Shared Memory").
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ninferc.errors import PlanError
+from ninferc.ir.quant import GROUP_SIZE
+from ninferc.targets.kernels.gemv.problem import WARP, GemvProblem
+
+if TYPE_CHECKING:
+    from ninferc.targets.kernels.gemv.tuning import GemvTuning
+
+#: rows of W a warp of the tensor-core (mma) w4 variants owns: one m16n8k16 A tile
+MMA_ROWS = 16
+#: stages of an mma warp's cp.async ring (template ``mma_stages``): ``MMA_STAGES - 1`` chunks in flight
+MMA_STAGES = 3
+#: scale groups per ring stage (``kChunk`` in the template): 4 x 32 bytes = one 128-byte line of each of the 16
+#: rows (8 groups per stage were slower on the H200: bench/NOTES.md run 40)
+MMA_CHUNK = 4
+#: most tokens an mma variant's CTA takes: the n = 8 columns of the m16n8k16 tile
+MMA_MAX_TOKENS = 8
+#: static shared memory a kernel may declare (CUDA C Programming Guide, "Shared Memory": 48 KB without the
+#: dynamic opt-in); the mma ring of a large CTA gets fewer stages to fit
+STATIC_SMEM_LIMIT = 48 * 1024
+#: bytes of fp16 x (token tile x K segment) the w8 mma variants keep in dynamic shared memory at most (under the
+#: 48 KiB a launch gets without the opt-in, with the static buffers); a longer K is converted in segments
+W8_MMA_X_BYTES = 40 * 1024
+#: 64-element blocks per warp step of the w8 mma variants (template ``kMmaUnroll``)
+W8_MMA_UNROLL = 4
+
+
+def mma_stage_bytes(tile: int) -> int:
+    """Bytes of one mma ring stage for token tile ``tile`` (``kStageBytes``): ``MMA_CHUNK`` groups of the 16 rows'
+    codes (32 B per row and group) and fp32 scales, plus the chunk's bf16 x of ``tile`` tokens (128 B per token
+    and group)."""
+    return MMA_ROWS * MMA_CHUNK * (GROUP_SIZE // 2 + 4) + tile * MMA_CHUNK * GROUP_SIZE * 2
+
+
+def mma_stages(threads: int, tile: int) -> int:
+    """Stages of each warp's cp.async ring in an mma variant of ``threads`` threads and token tile ``tile``:
+    ``MMA_STAGES``, fewer when the CTA's rings would exceed ``STATIC_SMEM_LIMIT`` (1 token: 256 threads get 2;
+    4 tokens: 128 threads get 2). Below 2 the variant does not exist: :func:`shapes` and :func:`coop_threads` leave it
+    out, :func:`params` refuses it."""
+    return min(MMA_STAGES, STATIC_SMEM_LIMIT // (threads // WARP * mma_stage_bytes(tile)))
+
+
+def applies(t: GemvTuning, problem: GemvProblem, tile: int) -> bool:
+    """True when ``problem`` at token tile ``tile`` runs on the tensor-core variants: a w4 problem and a tile of
+    ``t.w4_mma_tiles``, or a w8 problem, a tile of ``t.w8_mma_tiles`` and K a multiple of 64 (the tile's fp16 x is
+    converted in K segments of at most ``W8_MMA_X_BYTES``: :func:`dynamic_smem_bytes`)."""
+    if problem.wfmt == "w8":
+        return tile in t.w8_mma_tiles and problem.k % 64 == 0
+    return problem.wfmt == "w4" and tile in t.w4_mma_tiles
+
+
+def shapes(t: GemvTuning, problem: GemvProblem, tile: int) -> tuple[tuple[int, int], ...]:
+    """The plain (threads, k_warps) candidates: ``t.mma_shapes`` (w4: those whose ring gets at least 2 stages)."""
+    if problem.wfmt == "w8":
+        return t.mma_shapes
+    return tuple(s for s in t.mma_shapes if mma_stages(s[0], tile) >= 2)
+
+
+def coop_threads(t: GemvTuning, problem: GemvProblem, tile: int) -> tuple[int, ...]:
+    """The cooperative thread counts: none for w8 (plain only: every CTA converts its tokens' whole x); for w4
+    ``t.coop_threads`` and the smallest ``t.mma_shapes`` CTA, each only if its ring gets at least 2 stages (at the
+    4-token tile only 128-thread CTAs fit)."""
+    if problem.wfmt == "w8":
+        return ()
+    cands = sorted({*t.coop_threads, min(th for th, _ in t.mma_shapes)})
+    return tuple(th for th in cands if mma_stages(th, tile) >= 2)
+
+
+def params(problem: GemvProblem, threads: int, mode: str, tile: int) -> dict:
+    """The engine's template parameters: ``mma`` (and w4 ``mma_stages``).
+
+    Raises:
+        PlanError: a w8 variant in coop mode, or a w4 variant whose rings do not fit static shared memory.
+    """
+    if problem.wfmt == "w8":
+        if mode != "plain":
+            raise PlanError(f"gemv_coop: the w8 mma variants run in plain mode only, not {mode!r}")
+        return {"mma": True}
+    if mma_stages(threads, tile) < 2:
+        raise PlanError(f"gemv_coop: no w4 mma variant of {threads} threads at a {tile}-token tile: its "
+                        f"cp.async rings ({threads // WARP} warps x 2 stages x {mma_stage_bytes(tile)} B) "
+                        f"exceed the {STATIC_SMEM_LIMIT} B of static shared memory")
+    return {"mma": True, "mma_stages": mma_stages(threads, tile)}
+
+
+def dynamic_smem_bytes(problem: GemvProblem, tile: int) -> int:
+    """Dynamic shared memory of a launch, bytes: w8, the fp16 x of the tile's tokens over one K segment -- the whole K
+    when ``tile * K * 2 <= W8_MMA_X_BYTES``, else the fewest equal segments (multiples of 64 elements) that fit; w4
+    none (its rings are static)."""
+    if problem.wfmt != "w8":
+        return 0
+    blocks = problem.k // 64
+    segs = -(-tile * problem.k * 2 // W8_MMA_X_BYTES)
+    return tile * -(-blocks // segs) * 64 * 2

@@ -1,0 +1,223 @@
+"""The GEMV family's tuning options (:class:`GemvTuning`): which variants it compiles and which engine takes a
+problem at each token tile. Frozen and validated; :class:`~ninferc.targets.kernels.gemv.family.GemvCoopFamily` takes one
+(its constructor's only argument).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from ninferc.errors import PlanError
+from ninferc.targets.kernels.gemv.mma import MMA_MAX_TOKENS
+from ninferc.targets.kernels.gemv.problem import EPILOGUES, WARP
+
+
+@dataclass(frozen=True)
+class GemvTuning:
+    """Tuning options of the GEMV family (every field has the planned default; the measurements behind each default
+    are cited where it is described).
+
+    Attributes:
+        plain_shapes: (threads, k_warps) of the plain variants (threads a multiple of 32; k_warps divides the
+            CTA's warps). Default: 128 threads with 1, 2 or 4 warps per row group, 256 threads with 2 or 4 --
+            on the H200 sweep these five hold the fastest variant of every 27B decode shape within 0.5 %
+            (512-thread CTAs and 8-16 warps per row group never won).
+        coop_threads: thread counts of the cooperative split-K variants (k_warps 1).
+        token_tiles: the ``max_tokens`` variants (tokens per CTA, a template parameter; larger T adds token chunks
+            to the grid). A launch for T tokens uses the smallest tile >= T, else the largest (:meth:`GemvCoopFamily.tile_for`):
+            one-sequence decode (T = 1) gets the one-token kernel, whose single-token accumulators need fewer
+            registers (w8 / w4: H200, runs 12-19: 27B w8 decode 84.5 -> 106 tok/s).
+        rows_per_warp: W rows a warp accumulates at once (even), bf16 weights.
+        quant_rows_per_warp: the same for w8 / w4 weights. Default 2, from the H200 sweep
+            (runs 12-19's sweep, bench/results/gemv_sweep_h200_4086f82.json; 27B decode shapes, T = 1):
+            with 2 rows a w4 warp needs 48 registers instead of 85-94 and the kernel time drops by 5-26 %.
+        norm_rows_per_warp: the same for the add_norm_parts epilogue, every format. Default 2: on the H200 the
+            bf16 27B down_proj / out_proj with it take 41 / 16 us against 62 / 24 us with 4 rows per warp at the
+            same CTA shape (``bench/gemv_ksplit_sweep.py``, runs 27-34; 4 rows per warp are fine for the same
+            GEMV with a plain residual add -- the difference was measured, not explained).
+        prefetch_steps: K steps (16 bytes per lane per W row) each warp asks L2 to prefetch before its PDL
+            wait (``prefetch.global.L2``; weights are constant); 0 = none. A template parameter only when
+            not 1, so the default kernels keep their URI. Default 1 from same-process A/Bs on the H200
+            (``bench/prefetch_ab.py``: bf16 0 -> 1 step 15.06 -> 14.83 ms/token; 4 and 8 steps slower).
+        w4_mma_tiles: the token tiles whose w4 variants run on tensor cores (template ``mma``: 16 rows per warp,
+            the dot products on mma.sync; every w4 variant of such a tile is an mma variant -- the cost model has
+            no ALU term, so the two kinds are not compared by it). Default (4,), from the H200 sweep
+            (``bench/gemv_ksplit_sweep.py``, runs 35-43 run 42, every 27B decode shape, best variant of each kind,
+            ``bench/results/gemv_ksplit_sweep_w4_t4_h200_5149fc8.json``): at T = 4 the mma variants take 28.2 /
+            15.1 / 48.8 / 35.6 / 24.8 / 265 us (GDN in, GDN out, gate|up, down, q|k|v, LM head) against 51.3 /
+            26.5 / 110.6 / 62.3 / 51.0 / 533 us on fp32 FMAs (1.7-2.3x); at T = 1 they are at parity or slower
+            (gate|up 42.7 vs 40.5 us, down 25.4 vs 22.2; the 27B w4 decode 125.3 vs 131 tok/s), so the 1-token
+            tile keeps the FMA path.
+        w8_mma_tiles: the token tiles whose w8 variants run on tensor cores (fp16 mma, module docstring), where K is
+            a multiple of 64 and the tile's fp16 x fits ``W8_MMA_X_BYTES``. Default (4,), from the H200 sweeps: at T = 4
+            they win 1.5-1.6x where they fit (runs 45-55 run 47,
+            ``bench/results/gemv_ksplit_sweep_w8_t4_h200_13d5dd2.json``, best of each kind, mma vs FMA: GDN in 33.0 vs
+            52.6 us, gate|up 65.1 vs 99.9, q|k|v 30.8 vs 45.3, an LM head at w8 351 vs 537; GDN out and down, K = 6,144
+            / 17,408, then still needed more than 40 KiB of x at 4 tokens and stayed on FMAs; since run 53 a long K is
+            converted in segments); at T = 1 they are correct and slower (runs 45-55 run 46, ``bench/results/gemv_ksplit_sweep_w8_t1_h200_c8764ba.json``, best
+            variant of each kind, mma vs FMA: gate|up 54.2 vs 45.4 us, down 31.9 vs 23.0, GDN in 27.1 vs 24.2, GDN
+            out 13.2 vs 9.6, q|k|v 24.1 vs 20.3; 27B w8 decode 99.6 vs ~118 tok/s), like the w4 mma variants at
+            T = 1: both tensor-core kernels stream at most ~3.3 TB/s there.
+        w8_dp_tiles / w4_dp_tiles: the token tiles whose w8 / w4 variants use integer dot products (template ``dp``,
+            module docstring) where K is a multiple of 64, the staged x fits ``DP_X_BYTES`` and the tile is not an mma
+            tile. Defaults: (1,) for both, the one-sequence decode GEMVs. From the H200 (bench/NOTES.md runs
+            66-69, ``bench/results/dp_probe_h200_fcda2c0.json``, best variant of each kind at T = 1): w4 dp vs
+            fp32 FMAs gate|up 30.8 vs 40.3 us, down 19.4 vs 22.1, GDN in 14.9 vs 20.5, GDN out 7.8 vs 9.3, q|k|v
+            14.6 vs 18.8. w8 was mixed in isolation (GDN in 21.8 vs 24.2, gate|up 44.9 vs 45.3, down 24.8 vs 23.1)
+            and stayed on FMAs until runs 93-99, when the persistent dp kernels (one balanced wave, since run 68)
+            beat the FMA ones in the decode step itself -- even at the FMA kernels' best one-token shape (4 rows per
+            warp, 2 warps per row group for the norm-input GEMVs, 1.040x over the cost model's pick, run 95; that
+            special case was removed once dp replaced them): 27B w8 8.016 vs 8.122 ms per token in one process
+            (1.013x, run 97, ``bench/results/family_ab_w8_dp_h200_f20a747.json``); per family in the graph
+            profile (run 98) gate|up 2.98 vs 3.02 ms, GDN in 1.14 vs 1.22, GDN out 0.48 vs 0.51, attention o 0.155
+            vs 0.166, down equal, q|k|v 0.36 vs 0.32 (the one loser).
+        dp_shapes: the plain (threads, k_warps) shapes of the dp variants; the cost model (with its x-staging
+            term, ``DP_STAGE_NS``) picks one per problem. Default 256 and 640 threads, one warp per row group. On
+            the H200 probe (runs 59-65) the persistent dp variant at 2 rows per warp and 256 threads is within 3 % of
+            the fastest of 16 variants (2 / 4 rows per warp x 4 shapes x persistent or not) on all four w4 decode
+            shapes; a 640-thread CTA (one per SM: the staging of x once per SM, not per each of its 2-3 CTAs) takes
+            w4 down (K = 17,408) from 20.0 to 17.3 us, ties GDN out (8.0), and loses on the K = 5,120 shapes
+            (GDN in 20.0 vs 15.2, gate|up 35.9 vs 31.0, q|k|v 16.3 vs 14.3; 320 / 512 threads won nowhere by more
+            than 3 %: bench/NOTES.md run 84, ``bench/results/dp_layer_probe_w4_h200_3cbe079.json``). With the
+            staging term the model picks 640 threads for down and GDN out and 256 for the others.
+        dp_persistent: the dp variants are persistent (template ``persist``): a grid of one balanced wave
+            (:func:`.dp.persistent_grid`) whose CTAs each take a contiguous range of row blocks and stage x once,
+            instead of one CTA (and one staging of x) per row block.
+            The grid fills every resident CTA slot: leaving 1/4 or 1/2 of them for the next kernel's CTAs (to load
+            their first weights under PDL while this grid drains) took 94.7 / 118.4 instead of 74.9 us per GDN
+            layer's four w4 GEMVs on the H200 (``bench/results/dp_layer_probe_h200_7b16357.json``).
+        dp_carry: the item-boundary carry settings the persistent dp variants are compiled with (template
+            ``carry``: each warp's last weight step of a work item also loads its first step of the CTA's next
+            item, and the CTA meets at a barrier between items only where a shared buffer is reused; without it
+            every item starts with its own loads and ends at a barrier). The cost model picks per problem: the
+            carry saves ``DP_ITEM_US`` per item boundary, and where its registers cost a resident CTA per SM the
+            bytes in flight decide. Default both: on the H200 the first carry build's registers cost the 256-thread
+            kernels their 4th CTA per SM (GDN in 15.0 -> 16.9 us, gate|up 30.6 -> 31.3; bench/NOTES.md run 83), at 640
+            threads it saved 0.3-0.5 us per boundary (run 84).
+        dp_ring: stages of each warp's weight ring in the persistent dp variants without the carry (template
+            ``ring``: cp.async into lane-private shared-memory slots, ``dp_ring - 1`` steps in flight across item
+            boundaries, the first ones issued before the PDL wait; :func:`.dp.dp_ring_bytes` of dynamic shared memory per
+            CTA). Default 0: weights through registers, one step ahead. Measured no faster on the H200 (bench/NOTES.md
+            runs 88-90): 256-thread ring kernels lose their 4th CTA per SM to registers, or with a 64-register cap
+            finish far apart; on the 640-thread w4 down / GDN out (one CTA per SM) no ring / 5 / 6 / 7 stages took
+            71.9 / 72.5 / 72.9 / 75.0 us per GDN layer's four GEMVs -- a CTA with that much shared memory starts only
+            once its SM is empty (GDN out's PDL wait 0.9 -> 2.3-3.8 us after GDN in's last exit).
+        dp_preload: where the dp variants without the carry put their first weight steps before the PDL wait
+            (template ``preload``): ``"regs"`` loads them (registers, or the ring's first stages), ``"late"`` only
+            asks L2 for them and loads them after the staging of x.
+        dp_deep_threads: the dp thread counts whose variants without carry, ring or late preload keep two weight
+            steps in flight per warp instead of one (template ``depth`` 2). Meant for the 640-thread kernels, one
+            CTA per SM (20 warps of 2 rows: ~25 KB in flight per SM vs ~40 KB for four 256-thread CTAs), which
+            have registers to spare (at most 96 per thread for one 640-thread CTA per SM). Default (640,): on the
+            H200 (bench/NOTES.md run 102) the w4 down / GDN out kernels' last CTA exit 17.8 -> 17.1 / 8.8 -> 8.3 us
+            (72 registers on NVRTC 13.0, still one CTA per SM), 27B decode step 1.0105x (w4) and 1.0037x (w8) in
+            one process (``bench/results/family_ab_{w4,w8}_deep_h200_2458298.json``); on the 256-thread kernels
+            the registers cost the 4th CTA per SM (72.5 vs 70.9 us per GDN layer). The cost model does not count
+            the second step (its in-flight term is one step per warp).
+        dp_min_ctas: (wfmt, epilogue, threads, n) entries: the dp variants of that weight format, epilogue and CTA
+            size compile with ``__launch_bounds__(threads, n)`` (template ``min_ctas``), a register cap of 65,536 /
+            (threads x n) on the 64K-register SMs -- the occupancy and grid then follow the capped kernel's real
+            register count. Default: the w8 ``store`` GEMVs (GDN in, q|k|v) at 4 CTAs of 256 threads per SM (64
+            registers, no spills on NVRTC 13.0 / 13.5; 72 uncapped on 13.0, 3 CTAs/SM): on the H200 the w8 GDN in
+            kernel's last CTA exit 23.9 -> 22.0 us; capping gate|up (swiglu) too cost it 1.0 us (bench/NOTES.md
+            run 105: both capped, 27B w8 step 1.0075x).
+        mma_shapes: the plain (threads, k_warps) shapes of the mma variants, in place of ``plain_shapes``: a
+            16-row warp tile leaves few row groups on a short N (5,120 outputs = 320 tiles), so more warps
+            share each tile's K to keep enough bytes in flight. At most 256 threads: a 512-thread CTA's 128
+            registers per thread make the 4-token variants spill (sm_86 / sm_89) and the 1-token one on sm_120a.
+
+    Raises:
+        PlanError: bad options (names them): a (threads, k_warps) shape whose threads are not a positive multiple of
+            32 or whose k_warps does not divide its warps, an empty shape list, odd or < 2 rows per warp, an empty
+            or non-positive token tile, a negative prefetch_steps, an mma tile over ``MMA_MAX_TOKENS``, an empty
+            dp_carry, a dp_ring of 1 or < 0, an unknown dp_preload, dp_deep_threads that are not CTA sizes, a bad
+            dp_min_ctas entry.
+    """
+
+    plain_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 2), (256, 4))
+    coop_threads: tuple[int, ...] = (256, 512)
+    token_tiles: tuple[int, ...] = (1, 4)
+    rows_per_warp: int = 4
+    quant_rows_per_warp: int = 2
+    norm_rows_per_warp: int = 2
+    prefetch_steps: int = 1
+    w4_mma_tiles: tuple[int, ...] = (4,)
+    w8_mma_tiles: tuple[int, ...] = (4,)
+    w8_dp_tiles: tuple[int, ...] = (1,)
+    w4_dp_tiles: tuple[int, ...] = (1,)
+    dp_persistent: bool = True
+    dp_shapes: tuple[tuple[int, int], ...] = ((256, 1), (640, 1))
+    dp_carry: tuple[bool, ...] = (False, True)
+    dp_ring: int = 0
+    dp_preload: str = "regs"
+    dp_deep_threads: tuple[int, ...] = (640,)
+    dp_min_ctas: tuple[tuple[str, str, int, int], ...] = (("w8", "store", 256, 4),)
+    mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))
+
+    def __post_init__(self):
+        plain_shapes, mma_shapes, dp_shapes = self.plain_shapes, self.mma_shapes, self.dp_shapes
+        coop_threads, token_tiles = self.coop_threads, self.token_tiles
+        rows_per_warp, quant_rows_per_warp, norm_rows_per_warp = (self.rows_per_warp, self.quant_rows_per_warp,
+                                                                   self.norm_rows_per_warp)
+        bad_shape = [s for s in (*plain_shapes, *mma_shapes, *dp_shapes)
+                     if s[0] % WARP or s[0] <= 0 or s[1] < 1 or (s[0] // WARP) % s[1]]
+        if (bad_shape or not plain_shapes or not mma_shapes or not dp_shapes or any(t % WARP or t <= 0 for t in coop_threads) or rows_per_warp % 2
+                or quant_rows_per_warp % 2 or norm_rows_per_warp % 2
+                or min(rows_per_warp, quant_rows_per_warp, norm_rows_per_warp) < 2 or not token_tiles
+                or min(token_tiles) < 1):
+            raise PlanError(
+                f"gemv_coop: bad family parameters plain_shapes={plain_shapes}, mma_shapes={mma_shapes}, "
+                f"dp_shapes={dp_shapes} "
+                f"((threads, k_warps): threads a "
+                f"multiple of {WARP}, k_warps dividing its warps), coop_threads={coop_threads}, rows_per_warp="
+                f"{rows_per_warp}, quant_rows_per_warp={quant_rows_per_warp}, norm_rows_per_warp={norm_rows_per_warp} "
+                f"(even, >= 2), "
+                f"token_tiles={token_tiles} (each >= 1)")
+        if self.prefetch_steps < 0:
+            raise PlanError(f"gemv_coop: prefetch_steps = {self.prefetch_steps} must be >= 0")
+        if any(t > MMA_MAX_TOKENS for t in (*self.w4_mma_tiles, *self.w8_mma_tiles)):
+            raise PlanError(f"gemv_coop: w4_mma_tiles={self.w4_mma_tiles}, w8_mma_tiles={self.w8_mma_tiles}: the mma "
+                            f"variants take at most {MMA_MAX_TOKENS} tokens per CTA (the m16n8k16 tile's n)")
+        if not self.dp_carry:
+            raise PlanError(f"gemv_coop: dp_carry = {self.dp_carry!r} needs at least one setting (False and / or True)")
+        if self.dp_ring < 0 or self.dp_ring == 1:
+            raise PlanError(f"gemv_coop: dp_ring = {self.dp_ring} must be 0 (no ring) or at least 2 stages")
+        if self.dp_preload not in ("regs", "late"):
+            raise PlanError(f"gemv_coop: dp_preload = {self.dp_preload!r}; supported: 'regs', 'late'")
+        if any(int(t) <= 0 or int(t) % WARP or int(t) > 1024 for t in self.dp_deep_threads):
+            raise PlanError(f"gemv_coop: dp_deep_threads = {tuple(self.dp_deep_threads)} must be CTA sizes: multiples "
+                            f"of {WARP} up to 1024")
+        bad = [e for e in self.dp_min_ctas if len(e) != 4 or e[0] not in ("w8", "w4") or e[1] not in EPILOGUES
+               or int(e[2]) % WARP or int(e[3]) < 1]
+        if bad:
+            raise PlanError(f"gemv_coop: dp_min_ctas entries {bad} must be (wfmt 'w8' | 'w4', epilogue one of "
+                            f"{', '.join(EPILOGUES)}, threads a multiple of {WARP}, min resident CTAs per SM >= 1)")
+        norm = {  # the canonical types (ints, tuples; token tiles sorted and unique, dp_carry unique in order)
+            "plain_shapes": tuple((int(t), int(k)) for t, k in plain_shapes),
+            "mma_shapes": tuple((int(t), int(k)) for t, k in mma_shapes),
+            "dp_shapes": tuple((int(t), int(k)) for t, k in dp_shapes),
+            "coop_threads": tuple(int(t) for t in coop_threads),
+            "token_tiles": tuple(sorted(set(int(t) for t in token_tiles))),
+            "rows_per_warp": int(rows_per_warp), "quant_rows_per_warp": int(quant_rows_per_warp),
+            "norm_rows_per_warp": int(norm_rows_per_warp), "prefetch_steps": int(self.prefetch_steps),
+            "w4_mma_tiles": tuple(int(t) for t in self.w4_mma_tiles),
+            "w8_mma_tiles": tuple(int(t) for t in self.w8_mma_tiles),
+            "w8_dp_tiles": tuple(int(t) for t in self.w8_dp_tiles),
+            "w4_dp_tiles": tuple(int(t) for t in self.w4_dp_tiles),
+            "dp_persistent": bool(self.dp_persistent),
+            "dp_carry": tuple(dict.fromkeys(bool(c) for c in self.dp_carry)),
+            "dp_ring": int(self.dp_ring), "dp_preload": str(self.dp_preload),
+            "dp_deep_threads": tuple(int(t) for t in self.dp_deep_threads),
+            "dp_min_ctas": tuple((str(f), str(e), int(t), int(c)) for f, e, t, c in self.dp_min_ctas),
+        }
+        for name, value in norm.items():
+            object.__setattr__(self, name, value)
+
+    @property
+    def max_tokens(self) -> int:
+        """The largest token tile (the ``max_tokens`` of a launch that names none)."""
+        return self.token_tiles[-1]
+
+
+#: the option names (what ``family.<name> = value`` replaces: :meth:`GemvCoopFamily.__setattr__`)
+TUNING_FIELDS = tuple(f.name for f in fields(GemvTuning))
