@@ -18,7 +18,7 @@ NORM_CASES = [GemvProblem(17408, 5120, "add_norm_parts", f) for f in ("bf16", "w
     GemvProblem(256, 704, "swiglu", "w8", in_norm="parts")]
 
 # a cooperative grid holds one CTA per row block and split, all resident at once: the forced coop cases use shapes
-# whose grids fit the H200's cap (132 SMs x CTAs/SM); tests/targets/test_gemv_coop.py plans every case for it on the
+# whose grids fit the H200's cap (132 SMs x CTAs/SM); tests/targets/test_gemv_routes.py plans every case for it on the
 # CPU, so a case that stops fitting fails there, not as a skip here
 DOWN_NARROW = GemvProblem(17408, 2048, "residual_add")  # 32 row blocks at 512 threads: room for a 2-way K split
 TINY_NORM_SWIGLU = GemvProblem(256, 704, "swiglu", "bf16", in_norm="parts")
