@@ -9,12 +9,12 @@ kernel adds to the step at 512 tokens goes. With ``--family gdn_recurrent`` (:fu
 kernel rendered with the template's GDN_TRACE_BEGIN / GDN_STAMP / GDN_TRACE_END hooks defined by :data:`GDN_TRACE_HOOKS`)
 the phases are entry, wait, conv (q / k / v in shared memory), the q / k norms, kv = S^T k, o = S^T q, the y store and
 the state store (with onepass the middle ones are: partials summed, reduction read, state updated and stored, y
-stored), every CTA counted. With ``--family gemv_coop`` (runs 162-169; ``--trace-epilogues``, default ``swiglu``: every
+stored), every CTA counted. With ``--family gemv`` (runs 162-169; ``--trace-epilogues``, default ``swiglu``: every
 gate|up GEMV, the dp kernels rendered with the template's hooks by bench/dp_trace_probe.py ``trace_gemv``) the phases are the dp GEMV's: entry, wait, x staged, first item, exit, every CTA
 counted, and the launches are summarised apart by whether their layer is an attention layer -- to see where the MLP
 after an attention layer spends the time a faster attention decode gives it (bench/NOTES.md runs 163-164).
 
-Usage (GPU machine, torch not needed): python bench/attn_trace_probe.py [--family attn_decode|gdn_recurrent|gemv_coop]
+Usage (GPU machine, torch not needed): python bench/attn_trace_probe.py [--family attn_decode|gdn_recurrent|gemv]
 [--weights w8] [--context 512] [--max-context 8248] [--steps 3] [--set family.attr=value ...] [--json FILE];
 ``--set attn_decode.stage_mma=True`` sets a kernel family's attribute (a Python literal) before the engine is built,
 as bench/graph_profile.py does.
@@ -41,7 +41,7 @@ FAMILY_TRACES = {
                     ("scores", "softmax", "pv"), 9, 3, 2),
     "gdn_recurrent": ("gdn_trace", "gdn_trace_n", 16384, ["entry", "wait", "conv", "norms", "kv", "o", "y", "state"], (),
                    11, 3, 2),
-    "gemv_coop": ("gemv_trace", "gemv_trace_n", 131072, ["entry", "wait", "staged", "item1", "exit"], (), 12, 0, 10),
+    "gemv": ("gemv_trace", "gemv_trace_n", 131072, ["entry", "wait", "staged", "item1", "exit"], (), 12, 0, 10),
 }
 
 
@@ -124,10 +124,10 @@ def main(argv=None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="FAMILY.ATTR=VALUE",
                     help="a kernel family attribute for this run, e.g. attn_decode.stage_mma=True")
     ap.add_argument("--trace-epilogues", default="swiglu",
-                    help="gemv_coop: the epilogues whose dp GEMVs are traced (comma-separated; default the gate|up)")
+                    help="gemv: the epilogues whose dp GEMVs are traced (comma-separated; default the gate|up)")
     ap.add_argument("--dump-ctas", action="store_true",
                     help="also write every CTA's %%smid and phase stamps (us from the launch's first wait release; "
-                         "gemv_coop: then its blockIdx.x and work items) per launch into the JSON (key 'ctas_rows')")
+                         "gemv: then its blockIdx.x and work items) per launch into the JSON (key 'ctas_rows')")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
 
@@ -141,7 +141,7 @@ def main(argv=None) -> int:
     from family_ab import parse_variant
 
     array, counter, max_records, phases, work_phases, words, t_col, sm_col = FAMILY_TRACES[a.family]
-    if a.family == "gemv_coop":
+    if a.family == "gemv":
         trace_gemv(FAMILIES[a.family], tuple(a.trace_epilogues.split(",")))
     elif a.family == "gdn_recurrent":
         trace_gdn_recurrent(FAMILIES[a.family])
@@ -195,8 +195,8 @@ def main(argv=None) -> int:
         for j, ph in enumerate(phases):
             sel = rel[work, j] if ph in work_phases and work.any() else rel[:, j]
             row[ph] = [float(sel.min()), float(np.median(sel)), float(sel.max())]
-        if a.dump_ctas:  # [smid, stamp per phase...] per CTA, in entry order (gemv_coop: then blockIdx.x, items)
-            extra = (lambda i: [int(L[i, sm_col]) >> 32, int(L[i, 11])]) if a.family == "gemv_coop" else (lambda i: [])
+        if a.dump_ctas:  # [smid, stamp per phase...] per CTA, in entry order (gemv: then blockIdx.x, items)
+            extra = (lambda i: [int(L[i, sm_col]) >> 32, int(L[i, 11])]) if a.family == "gemv" else (lambda i: [])
             row["ctas_rows"] = [[int(L[i, sm_col]) & 0xFFFFFFFF] + [round(float(x), 3) for x in rel[i]] + extra(i)
                                 for i in range(len(L))]
         rows.append(row)

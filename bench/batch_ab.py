@@ -5,7 +5,7 @@ engine per variant built and timed in turn (not alternated: a first look at diff
 graph-replayed B-sequence steps) and the one-sequence decode of the same engine.
 
 A variant is ``NAME`` or ``NAME:family.attr=value;...`` as in ``bench/family_ab.py``, e.g.
-``now dp4:gemv_coop.w8_mma_tiles=();gemv_coop.w8_dp_tiles=(1,4)``.
+``now dp4:gemv.w8_mma_tiles=();gemv.w8_dp_tiles=(1,4)``.
 
 Usage (GPU machine): python bench/batch_ab.py --weights w8 --batch 4 [--context 512] [--steps 32] [--repeat-first]
 [--json FILE] VARIANT [VARIANT ...]

@@ -23,7 +23,7 @@ from gemv_ksplit_sweep import Bufs, time_graph, write_rows  # noqa: E402
 from ninferc.runtime.kernels import DeviceKernel, cupy, device_arch, device_bandwidth_gbs, device_sm_count  # noqa: E402
 from ninferc.targets.arch import get_arch  # noqa: E402
 from ninferc.targets.cubin import read_resources  # noqa: E402
-from ninferc.targets.kernels.gemv import GemvCoopFamily, GemvTuning, GemvProblem  # noqa: E402
+from ninferc.targets.kernels.gemv import GemvFamily, GemvTuning, GemvProblem  # noqa: E402
 from ninferc.targets.plan import PlanContext  # noqa: E402
 
 NAMES = ["GDN in", "GDN out", "gate|up", "down", "q|k|v"]
@@ -51,17 +51,17 @@ def main(argv=None) -> int:
     arch, sms, bw = get_arch(device_arch()), device_sm_count(), device_bandwidth_gbs()
     stream = cp.cuda.Stream(non_blocking=True)
     dp = {"w4_dp_tiles": (1,)} if a.wfmt == "w4" else {"w8_dp_tiles": (1,)}
-    configs = {"dp persistent": GemvCoopFamily(GemvTuning(**dp)), "dp grid (not persistent)": GemvCoopFamily(GemvTuning(dp_persistent=False, **dp))}
+    configs = {"dp persistent": GemvFamily(GemvTuning(**dp)), "dp grid (not persistent)": GemvFamily(GemvTuning(dp_persistent=False, **dp))}
     for n in a.prefetch:
-        configs[f"dp persistent, L2 prefetch of {n} steps"] = GemvCoopFamily(GemvTuning(prefetch_steps=n, **dp))
-    configs["fma"] = GemvCoopFamily(GemvTuning(w4_dp_tiles=(), w8_dp_tiles=()))
+        configs[f"dp persistent, L2 prefetch of {n} steps"] = GemvFamily(GemvTuning(prefetch_steps=n, **dp))
+    configs["fma"] = GemvFamily(GemvTuning(w4_dp_tiles=(), w8_dp_tiles=()))
     # the persistent dp variants' item-boundary carry and CTA sizes (runs 83-86; run 83 also measured a cp.async
     # staging of x and a 4-CTA register cap, both slower and removed)
-    configs["dp persistent, carry"] = GemvCoopFamily(GemvTuning(dp_carry=(True,), **dp))
-    configs["dp persistent, no carry"] = GemvCoopFamily(GemvTuning(dp_carry=(False,), **dp))
+    configs["dp persistent, carry"] = GemvFamily(GemvTuning(dp_carry=(True,), **dp))
+    configs["dp persistent, no carry"] = GemvFamily(GemvTuning(dp_carry=(False,), **dp))
     for th in (320, 512, 640):
-        configs[f"dp persistent, {th} threads"] = GemvCoopFamily(GemvTuning(dp_shapes=((th, 1),), **dp))
-        configs[f"dp persistent, {th} threads, carry"] = GemvCoopFamily(GemvTuning(dp_shapes=((th, 1),), dp_carry=(True,), **dp))
+        configs[f"dp persistent, {th} threads"] = GemvFamily(GemvTuning(dp_shapes=((th, 1),), **dp))
+        configs[f"dp persistent, {th} threads, carry"] = GemvFamily(GemvTuning(dp_shapes=((th, 1),), dp_carry=(True,), **dp))
     if a.configs:
         unknown = sorted(set(a.configs) - set(configs))
         if unknown:

@@ -16,7 +16,7 @@ sys.path.insert(0, __file__.rsplit("/", 1)[0])
 
 from gemv_ksplit_sweep import Bufs, device_setup, load_specs, time_graph, write_rows  # noqa: E402
 
-from ninferc.targets.kernels.gemv import GemvCoopFamily, GemvTuning, GemvProblem  # noqa: E402
+from ninferc.targets.kernels.gemv import GemvFamily, GemvTuning, GemvProblem  # noqa: E402
 
 #: (name, K, N, [(epilogue, in_norm), ...]): the decode step's form first
 CASES = [("gate_up", 5120, 17408, [("swiglu", "parts"), ("swiglu", "none")]),
@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     cp, arch, sms, bw, stream = device_setup()
     rows = []
     for fmt in a.formats.split(","):
-        fams = {(rw, pers): GemvCoopFamily(GemvTuning(plain_shapes=tuple(SHAPES), quant_rows_per_warp=rw, norm_rows_per_warp=rw,
+        fams = {(rw, pers): GemvFamily(GemvTuning(plain_shapes=tuple(SHAPES), quant_rows_per_warp=rw, norm_rows_per_warp=rw,
                                            dp_persistent=pers)) for rw in (2, 4) for pers in (True, False)}
         for name, k, n, forms in CASES:
             for ep, inn in forms:

@@ -20,7 +20,7 @@ from gemv_ksplit_sweep import Bufs, time_graph, write_rows  # noqa: E402
 from ninferc.runtime.kernels import DeviceKernel, cupy, device_arch, device_bandwidth_gbs, device_sm_count  # noqa: E402
 from ninferc.targets.arch import get_arch  # noqa: E402
 from ninferc.targets.cubin import read_resources  # noqa: E402
-from ninferc.targets.kernels.gemv import GemvCoopFamily, GemvProblem  # noqa: E402
+from ninferc.targets.kernels.gemv import GemvFamily, GemvProblem  # noqa: E402
 from ninferc.targets.plan import PlanContext  # noqa: E402
 
 SHAPES = {"GDN out": GemvProblem(6144, 5120, "add_norm_parts", "w4"),
@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     cp = cupy()
     arch, sms, bw = get_arch(device_arch()), device_sm_count(), device_bandwidth_gbs()
     stream = cp.cuda.Stream(non_blocking=True)
-    fam = GemvCoopFamily()
+    fam = GemvFamily()
     rows = []
     for name, p in SHAPES.items():
         b = Bufs(cp, p, p.weight_bytes * a.layers)

@@ -28,7 +28,7 @@ from gemv_ksplit_sweep import Bufs, capture_graph, time_graph, write_rows  # noq
 from ninferc.runtime.kernels import DeviceKernel, cupy, device_arch, device_bandwidth_gbs, device_sm_count  # noqa: E402
 from ninferc.targets.arch import get_arch  # noqa: E402
 from ninferc.targets.cubin import read_resources  # noqa: E402
-from ninferc.targets.kernels.gemv import GemvCoopFamily, GemvTuning  # noqa: E402
+from ninferc.targets.kernels.gemv import GemvFamily, GemvTuning  # noqa: E402
 from ninferc.targets.plan import KernelSpec, PlanContext  # noqa: E402
 
 WORDS, MAX_RECORDS = 12, 131072  # the template's kTraceWords, kTraceMax
@@ -102,7 +102,7 @@ def traced_gemv_spec(spec: KernelSpec, **extra) -> KernelSpec:
             assert src.count(anchor) == 1, f"{self.uri}: the template has no single {anchor!r}"
             return src.replace(anchor, GEMV_TRACE_HOOKS + anchor)
 
-    assert spec.family == "gemv_coop" and dict(spec.params).get("dp"), f"{spec.uri}: not a dp GEMV kernel"
+    assert spec.family == "gemv" and dict(spec.params).get("dp"), f"{spec.uri}: not a dp GEMV kernel"
     return TracedSpec.make(spec.family, spec.template, {**dict(spec.params), **extra, "trace": True}, spec.threads,
                            spec.cooperative)
 
@@ -136,7 +136,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
     ap.add_argument("--layers", type=int, default=16)
-    ap.add_argument("--family", default="", help="GemvCoopFamily keyword arguments as a Python dict literal")
+    ap.add_argument("--family", default="", help="GemvFamily keyword arguments as a Python dict literal")
     ap.add_argument("--wfmt", default="w4", choices=["w4", "w8"],
                     help="w8: the planned w8 GEMVs (fp32 FMA kernels, one CTA per row block: no staging stamp)")
     ap.add_argument("--params", default="", help="more template parameters of every planned kernel (a dict literal; "
@@ -148,7 +148,7 @@ def main(argv=None) -> int:
     arch, sms, bw = get_arch(device_arch()), device_sm_count(), device_bandwidth_gbs()
     stream = cp.cuda.Stream(non_blocking=True)
     fam_opts = eval(a.family) if a.family else {}  # noqa: S307 (a probe's CLI)
-    fam = GemvCoopFamily(GemvTuning(**({"w4_dp_tiles": (1,)} if a.wfmt == "w4" else {}), **fam_opts))
+    fam = GemvFamily(GemvTuning(**({"w4_dp_tiles": (1,)} if a.wfmt == "w4" else {}), **fam_opts))
     LAYER = layer(a.wfmt)[:4]  # noqa: N806
     loaded, res = {}, {}
 

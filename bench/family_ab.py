@@ -4,7 +4,7 @@ variant, all alive at once, their graph-replayed decode steps (+ greedy sampler)
 at one context; median per-token latency of each and its ratio to the first variant (bench/ab.py).
 
 A variant is ``NAME`` or ``NAME:family.attr=value;family.attr=value`` (values are Python literals), e.g.
-``now fma:gemv_coop.w8_dp_tiles=() one_cta_argmax:sample.split_argmax=False``. Each variant's engine is built, and each of its rounds timed, with
+``now fma:gemv.w8_dp_tiles=() one_cta_argmax:sample.split_argmax=False``. Each variant's engine is built, and each of its rounds timed, with
 its attributes set (and every other variant's reverted to the family defaults).
 
 Usage (GPU machine): python bench/family_ab.py --weights w8 VARIANT [VARIANT ...] [--context 512] [--steps 40]

@@ -6,7 +6,7 @@ the planner's own pick -- the data the model's constants are fitted on. Every la
 graph of back-to-back PDL launches over distinct weight copies (more bytes than L2 holds), as the decode step
 runs them.
 
-Correctness is the GPU tier's job (tests/targets/test_gemv_coop_gpu.py); this only times.
+Correctness is the GPU tier's job (tests/targets/test_gemv_gpu.py); this only times.
 
 Usage (GPU machine): python bench/gemv_ksplit_sweep.py [--json FILE] [--formats bf16,w8,w4]
 """
@@ -25,7 +25,7 @@ from ninferc.bench import git_commit
 from ninferc.runtime.kernels import DeviceKernel, cupy, device_arch, device_bandwidth_gbs, device_sm_count
 from ninferc.targets.arch import get_arch
 from ninferc.targets.cubin import read_resources
-from ninferc.targets.kernels.gemv import GemvCoopFamily, GemvTuning, GemvProblem, estimate_us, kernel_args, mma_stages
+from ninferc.targets.kernels.gemv import GemvFamily, GemvTuning, GemvProblem, estimate_us, kernel_args, mma_stages
 from ninferc.targets.plan import PlanContext
 
 #: (name, K, N, epilogue, in_norm) of the 27B decode GEMVs as lowered
@@ -34,7 +34,7 @@ SHAPES = [("gdn_in", 5120, 16480, "store", "parts"), ("gdn_out", 6144, 5120, "ad
           ("qkv", 5120, 14336, "store", "parts"), ("lm_head", 5120, 248320, "store", "none")]
 CONFIGS = [(th, kw) for th in (128, 256, 512) for kw in (1, 2, 4, 8) if (th // 32) % kw == 0]
 #: the tensor-core w4 variants' shapes: those whose cp.async rings fit the static shared memory at one token
-#: (GemvCoopFamily.shapes_for drops the ones that do not fit a larger tile)
+#: (GemvFamily.shapes_for drops the ones that do not fit a larger tile)
 MMA_CONFIGS = [(th, kw) for th, kw in CONFIGS if mma_stages(th, 1) >= 2]
 
 
@@ -150,22 +150,22 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     t_start = time.time()
     cp, arch, sms, bw, stream = device_setup()
-    planner = GemvCoopFamily()
+    planner = GemvFamily()
     rows = []
     for fmt in a.formats.split(","):
         # (rows per warp, kind: fma | mma | dp) -> the family whose plain variants are swept
-        fams = {(rw, "fma"): GemvCoopFamily(GemvTuning(plain_shapes=tuple(CONFIGS), rows_per_warp=rw, quant_rows_per_warp=rw,
+        fams = {(rw, "fma"): GemvFamily(GemvTuning(plain_shapes=tuple(CONFIGS), rows_per_warp=rw, quant_rows_per_warp=rw,
                                             norm_rows_per_warp=rw, w4_mma_tiles=(), w8_mma_tiles=(), w8_dp_tiles=(),
                                             w4_dp_tiles=()))
                 for rw in (2, 4)}
         if fmt == "w4":
-            fams[(16, "mma")] = GemvCoopFamily(GemvTuning(mma_shapes=tuple(MMA_CONFIGS), w4_mma_tiles=(1, 4), w4_dp_tiles=()))
+            fams[(16, "mma")] = GemvFamily(GemvTuning(mma_shapes=tuple(MMA_CONFIGS), w4_mma_tiles=(1, 4), w4_dp_tiles=()))
         if fmt == "w8":  # the fp16-mma w8 kernels (where the tile's x fits shared memory)
-            fams[(16, "mma")] = GemvCoopFamily(GemvTuning(mma_shapes=tuple(CONFIGS), w8_mma_tiles=(1, 4), w8_dp_tiles=()))
+            fams[(16, "mma")] = GemvFamily(GemvTuning(mma_shapes=tuple(CONFIGS), w8_mma_tiles=(1, 4), w8_dp_tiles=()))
         if fmt in ("w8", "w4"):  # integer dot products on int16 x (the tiles given, no mma tiles); dpp: persistent
             for rw in (2, 4):
                 for kind in ("dp", "dpp"):
-                    fams[(rw, kind)] = GemvCoopFamily(GemvTuning(plain_shapes=tuple(CONFIGS), quant_rows_per_warp=rw,
+                    fams[(rw, kind)] = GemvFamily(GemvTuning(plain_shapes=tuple(CONFIGS), quant_rows_per_warp=rw,
                                                       norm_rows_per_warp=rw, w4_mma_tiles=(), w8_mma_tiles=(),
                                                       w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4),
                                                       dp_persistent=kind == "dpp"))

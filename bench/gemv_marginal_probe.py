@@ -25,7 +25,7 @@ sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from gemv_ksplit_sweep import Bufs, device_setup, load_specs, time_graph, write_rows  # noqa: E402
 
 from ninferc.bench import copy_bandwidth_gbps  # noqa: E402
-from ninferc.targets.kernels.gemv import GemvCoopFamily, GemvProblem  # noqa: E402
+from ninferc.targets.kernels.gemv import GemvFamily, GemvProblem  # noqa: E402
 
 #: (name, K, N, epilogue, in_norm, launches per 27B decode step) as the 27B decode step lowers them
 #: (qwen3.8-27b: 65 layers, 49 GDN + 16 attention; GDN in = q|k|v|z|b|a = 2 x 2,048 + 2 x 6,144 + 2 x 48 rows,
@@ -39,9 +39,9 @@ CASES = [("gate_up", 5120, 17408, "swiglu", "parts", 65),
          ("attn_o", 6144, 5120, "add_norm_parts", "none", 16)]
 
 
-def same_kernel_launch(fam: GemvCoopFamily, p: GemvProblem, spec, ctx):
+def same_kernel_launch(fam: GemvFamily, p: GemvProblem, spec, ctx):
     """The T = 1 plain launch of ``spec`` (the kernel planned at the real N) for problem ``p`` (a larger N): its
-    persistent grid under the spec's own resident CTAs/SM, as :meth:`GemvCoopFamily.launch` sizes it."""
+    persistent grid under the spec's own resident CTAs/SM, as :meth:`GemvFamily.launch` sizes it."""
     params = dict(spec.params)
     th, kw = params["threads"], params.get("k_warps", 1)
     dyn = fam.dynamic_smem_bytes(p, 1, spec)
@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     cp, arch, sms, bw, stream = device_setup()
     copy = copy_bandwidth_gbps(cp)  # the bench's roofline bandwidth, measured in this process
     print(f"copy bandwidth {copy:.0f} GB/s (the plan's DRAM figure {bw or 0:.0f})", flush=True)
-    fam = GemvCoopFamily()
+    fam = GemvFamily()
     rows, fits = [], []
     for fmt in a.formats.split(","):
         step_fixed = step_body = step_actual = 0.0

@@ -43,7 +43,7 @@ trace_run() {  # trace_run NAME [dp_trace_probe args...]: the layer timeline's s
   local name=$1; shift
   timeout 60 python3 bench/dp_trace_probe.py "$@" --json $OUT/dp_trace_$name.json > /tmp/trace_$name.log 2>&1
   echo "== $name rc $? $(el)"; head -1 /tmp/trace_$name.log; grep -A4 "^mean" /tmp/trace_$name.log | tail -4
-  grep -E "grid [0-9]+," /tmp/trace_$name.log | sed 's/gemv_coop__//' | cut -c1-150
+  grep -E "grid [0-9]+," /tmp/trace_$name.log | sed 's/gemv__//' | cut -c1-150
   grep -E "Error|error" /tmp/trace_$name.log | tail -2
 }
 bench_27b() {  # bench_27b W [W ...]: the README rows' 27B bench (512 and 8,192 context) per weight format, JSON under $OUT

@@ -1,5 +1,5 @@
 """GEMV L2-prefetch depth A/B in one process: the 27B decode step (synthetic weights) with the GEMV kernels
-prefetching S K steps of each weight row into L2 before their PDL wait (``GemvCoopFamily.prefetch_steps``),
+prefetching S K steps of each weight row into L2 before their PDL wait (``GemvFamily.prefetch_steps``),
 one engine per S, all alive at once, their CUDA-graph-replayed decode steps timed in alternation (ABCABC) at
 one context; median per-token latency of each. Only the kernels' prologue differs, so device drift cancels
 (bench/ab.py).
@@ -21,7 +21,7 @@ def main(argv=None) -> int:
     ap = arg_parser("w8")
     ap.add_argument("--steps-list", default="1,4,8")
     a = ap.parse_args(argv)
-    fam = FAMILIES["gemv_coop"]  # the family the lowering and the engine's step plans use
+    fam = FAMILIES["gemv"]  # the family the lowering and the engine's step plans use
     max_ctx = a.context + (a.steps + 3) * a.rounds + 16
     variants, toks = {}, {}
     for depth in [int(x) for x in a.steps_list.split(",")]:

@@ -19,7 +19,7 @@ sys.path.insert(0, __file__.rsplit("/", 1)[0])
 
 from gemv_ksplit_sweep import Bufs, device_setup, load_specs, time_graph, write_rows  # noqa: E402
 
-from ninferc.targets.kernels.gemv import GemvCoopFamily, GemvProblem  # noqa: E402
+from ninferc.targets.kernels.gemv import GemvFamily, GemvProblem  # noqa: E402
 
 #: (name, K, (N as planned, N filling every SM), epilogue, in_norm) as the 27B decode step lowers them
 CASES = [("down", 17408, (5120, 5280), "add_norm_parts", "none"),
@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     cp, arch, sms, bw, stream = device_setup()
-    fam = GemvCoopFamily()
+    fam = GemvFamily()
     rows = []
     for fmt in a.formats.split(","):
         for name, k, ns, ep, inn in CASES:

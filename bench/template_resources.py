@@ -96,14 +96,14 @@ def _attn_prefill_extras(fam, arch):
     return [s for p in (hd256, dataclasses.replace(hd256, kv_dtype="int8"), hd512) for s in fam.variants(p)]
 
 
-def _gemv_coop_extras(fam, arch):
+def _gemv_extras(fam, arch):
     """The GEMV kernels the tests and probes build beyond the registered family's (on the sample problems; K and N are
     not part of a kernel's identity): every engine at both token tiles (fp32 FMA, tensor-core mma, integer dot
     products), the emulator's CTA shapes, the dp variants persistent or not, with and without the carry, with weight
     rings (2, 3 stages; late preload), the late preload, depth 2, the min_ctas caps, an L2 prefetch of 0 / 2
     steps (store GEMVs), the "fma" staging round and the trace probe's kernels. Combinations a family refuses (PlanError) are
     skipped."""
-    from ninferc.targets.kernels.gemv import EPILOGUES, GemvCoopFamily, GemvTuning
+    from ninferc.targets.kernels.gemv import EPILOGUES, GemvFamily, GemvTuning
     from ninferc.targets.plan import KernelSpec, PlanError
 
     small = ((128, 1), (128, 2), (128, 4))
@@ -121,7 +121,7 @@ def _gemv_coop_extras(fam, arch):
                dict(prefetch_steps=0), dict(prefetch_steps=2, w4_dp_tiles=(1, 4), w8_dp_tiles=(1, 4))]
     specs = []
     for c in configs:
-        f = GemvCoopFamily(GemvTuning(**c))
+        f = GemvFamily(GemvTuning(**c))
         for p in fam.sample_problems():
             if "prefetch_steps" in c and (p.epilogue != "store" or p.norm_in):
                 continue  # (the prefetch loop does not depend on the epilogue)
@@ -134,7 +134,7 @@ def _gemv_coop_extras(fam, arch):
     sys.path.insert(0, str(ROOT / "bench"))
     from dp_trace_probe import traced_gemv_spec
 
-    traced = [fam, GemvCoopFamily(GemvTuning(**dp_all, dp_carry=(False,)))]
+    traced = [fam, GemvFamily(GemvTuning(**dp_all, dp_carry=(False,)))]
     specs += [traced_gemv_spec(s) for f in traced for p in fam.sample_problems() for s in f.variants(p)
               if dict(s.params).get("dp")]
     # the staging's "fma" rounding (a probe's option, bench/NOTES.md): the registered family's dp kernels
@@ -145,7 +145,7 @@ def _gemv_coop_extras(fam, arch):
 
 #: family name -> fn(family, arch) giving KernelSpecs beyond the family's sample variants
 EXTRAS = {"gdn_recurrent": _gdn_recurrent_extras, "attn_decode": _attn_decode_extras,
-          "attn_prefill": _attn_prefill_extras, "gemv_coop": _gemv_coop_extras}
+          "attn_prefill": _attn_prefill_extras, "gemv": _gemv_extras}
 
 
 def collect(family: str, arch: str) -> list:

@@ -25,7 +25,7 @@ from ninferc.bench import git_commit  # noqa: E402
 from ninferc.runtime.kernels import DeviceKernel, cupy, device_arch, device_sm_count  # noqa: E402
 from ninferc.targets.arch import get_arch  # noqa: E402
 from ninferc.targets.cubin import read_resources  # noqa: E402
-from ninferc.targets.kernels.gemv import GemvCoopFamily, GemvTuning, GemvProblem  # noqa: E402
+from ninferc.targets.kernels.gemv import GemvFamily, GemvTuning, GemvProblem  # noqa: E402
 from ninferc.targets.plan import PlanContext  # noqa: E402
 
 SHAPES = {"gate_up": GemvProblem(5120, 17408, "swiglu", "w4", in_norm="parts"),
@@ -60,8 +60,8 @@ def main(argv=None) -> int:
     cp = cupy()
     arch, sms = get_arch(device_arch()), device_sm_count()
     stream = cp.cuda.Stream(non_blocking=True)
-    mma = GemvCoopFamily(GemvTuning(w4_mma_tiles=(1, 4)))
-    fma = GemvCoopFamily(GemvTuning(w4_mma_tiles=()))
+    mma = GemvFamily(GemvTuning(w4_mma_tiles=(1, 4)))
+    fma = GemvFamily(GemvTuning(w4_mma_tiles=()))
     rows = []
     for name, p in SHAPES.items():
         bufs = Bufs(cp, p, 1 << 30)

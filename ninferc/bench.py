@@ -109,10 +109,10 @@ def git_commit() -> str:
 
 def family_key(step_name: str, family: str) -> str:
     """The row a step's time is summed into: its kernel family, and for the GEMV / GEMM families also the
-    projection without its layer prefix (``"L12.mlp.down"`` -> ``"gemv_coop:mlp.down"``)."""
+    projection without its layer prefix (``"L12.mlp.down"`` -> ``"gemv:mlp.down"``)."""
     import re
 
-    return f"{family}:{re.sub(r'^L[0-9]+[.]', '', step_name)}" if family in ("gemv_coop", "gemm") else family
+    return f"{family}:{re.sub(r'^L[0-9]+[.]', '', step_name)}" if family in ("gemv", "gemm") else family
 
 
 def profile_table(rows: list[tuple[str, str, float]], title: str) -> tuple[str, dict]:

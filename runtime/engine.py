@@ -768,7 +768,7 @@ class Engine:
 
     def decode_batch(self, sessions: list["Session"], tokens: list[int] | None = None) -> "DeviceLogits":
         """One decode step of B = ``len(sessions)`` sequences together (each session prefilled, distinct): every
-        GEMV reads its weights once for the B tokens (the token tiles of ``gemv_coop``), attention and GDN take
+        GEMV reads its weights once for the B tokens (the token tiles of ``gemv``), attention and GDN take
         each sequence's own context and state.
 
         Args:

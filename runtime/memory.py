@@ -11,7 +11,7 @@ from ninferc.errors import PlanError, RuntimeMemoryError
 #: kernel family -> the named workspace (``Ref("ws", name)``) its ``Launch.workspace_bytes`` sizes (a GEMV with
 #: the ``add_norm_parts`` epilogue sizes ``norm_ss`` instead: :func:`workspace_of`; the fused decode MLP's is its
 #: norm parts too)
-WORKSPACE_OF = {"gemv_coop": "gemv", "gdn_conv": "gdn_conv_out", "gdn_chunk": "gdn_o", "gdn_chunk_wy": "gdn_wy",
+WORKSPACE_OF = {"gemv": "gemv", "gdn_conv": "gdn_conv_out", "gdn_chunk": "gdn_o", "gdn_chunk_wy": "gdn_wy",
                 "attn_decode": "attn_partials", "mlp_decode": "norm_ss"}
 
 
@@ -19,7 +19,7 @@ def workspace_of(launch) -> str | None:
     """The named workspace ``launch.workspace_bytes`` sizes: :data:`WORKSPACE_OF` of its family, except
     ``norm_ss`` (the norm parts, fp32 [T, row blocks]) for a GEMV with the ``add_norm_parts`` epilogue."""
     k = launch.kernel
-    if k.family == "gemv_coop" and dict(k.params).get("epilogue") == "add_norm_parts":
+    if k.family == "gemv" and dict(k.params).get("epilogue") == "add_norm_parts":
         return "norm_ss"
     return WORKSPACE_OF.get(k.family)
 

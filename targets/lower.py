@@ -8,7 +8,7 @@ binding of every kernel argument to a symbolic :class:`Ref` (an activation tenso
 weight, a state pool, batch metadata, a workspace, a constant). The runtime resolves Refs to device
 pointers and scalars; the plan evaluates the same steps' launches for representative T on a target.
 
-Routes across families are chosen here and nowhere else: a Linear runs the decode GEMV (``gemv_coop``, whose
+Routes across families are chosen here and nowhere else: a Linear runs the decode GEMV (``gemv``, whose
 own CTA shape and split-K route its cost model picks) while T <= :data:`GEMV_MAX_TOKENS` and the tensor-core
 GEMM (``gemm``) above, the
 boundary where the GEMV's token chunks start re-reading the weight matrix more than the GEMM's
@@ -131,7 +131,7 @@ class Step:
 
 
 class LinearRoute:
-    """Y = X @ W^T routed by T: ``gemv_coop`` up to :data:`GEMV_MAX_TOKENS`, ``gemm`` above.
+    """Y = X @ W^T routed by T: ``gemv`` up to :data:`GEMV_MAX_TOKENS`, ``gemm`` above.
 
     The problem is a :class:`GemvProblem` (k, n, epilogue in ``store | swiglu``); the GEMM problem is
     derived from it.
@@ -141,7 +141,7 @@ class LinearRoute:
     arch_variants = True  # variants(problem, arch): see ninferc.targets.plan.family_variants
 
     def __init__(self):
-        self.gemv, self.gemm = FAMILIES["gemv_coop"], FAMILIES["gemm"]
+        self.gemv, self.gemm = FAMILIES["gemv"], FAMILIES["gemm"]
 
     @staticmethod
     def gemm_problem(p: GemvProblem) -> GemmProblem:
@@ -236,8 +236,8 @@ def family(name: str):
 def arg_names(step: Step, launch: Launch) -> tuple[str, ...]:
     """The argument names of the kernel ``launch`` runs, in order."""
     fam = launch.kernel.family
-    if fam == "gemv_coop":
-        return FAMILIES["gemv_coop"].arg_names(linear_problem(step.problem))
+    if fam == "gemv":
+        return FAMILIES["gemv"].arg_names(linear_problem(step.problem))
     if fam == "gemm":
         return gemm_arg_names(LinearRoute.gemm_problem(linear_problem(step.problem)))
     if fam == "mlp_decode":
@@ -259,7 +259,7 @@ def launch_scalars(step: Step, launch: Launch, ctx: PlanContext, batch: int) -> 
     """Scalars that come from the launch (token/row counts, split counts, rasterisation)."""
     fam = launch.kernel.family
     t = np.int32(launch.tokens)
-    if fam == "gemv_coop":
+    if fam == "gemv":
         return {"t_total": t, "splits": np.int32(launch.split_k)}
     if fam == "gemm":
         return {"t": t, "group_m": np.int32(group_m_for(launch))}
@@ -644,7 +644,7 @@ def drop_unneeded_steps(steps: list[Step], launches: dict[str, Launch]) -> list[
                 continue
         if s.absorbed_by:
             prod, cons = launches.get(s.absorbed_by), launches.get(s.absorbed_into)
-            gemv = [ln is not None and ln.kernel.family in ("gemv_coop", "mlp_decode") for ln in (prod, cons)]
+            gemv = [ln is not None and ln.kernel.family in ("gemv", "mlp_decode") for ln in (prod, cons)]
             if all(gemv):
                 continue
             if any(gemv):

@@ -53,7 +53,7 @@ class KernelSpec:
     """One compilable kernel: a template rendered with fixed parameters.
 
     Attributes:
-        family: kernel family name (``"gemv_coop"``).
+        family: kernel family name (``"gemv"``).
         template: template file in ``ninferc.templates`` (``"gemv_fma.cu.j2"``).
         entry: ``extern "C"`` symbol of the kernel (derived from the URI by :meth:`make`).
         params: sorted tuple of (name, value) -- the kernel's identity; passed to the template.
@@ -79,7 +79,7 @@ class KernelSpec:
     @property
     def uri(self) -> str:
         """Readable unique identity naming every specialisation parameter, e.g.
-        ``gemv_coop__store_tok4_coop_rw4_th256`` (FlashInfer-style)."""
+        ``gemv__store_tok4_coop_rw4_th256`` (FlashInfer-style)."""
         return _make_uri(self.family, self.params)
 
     def param(self, name: str) -> Any:

@@ -1,4 +1,4 @@
-// ninfer_trace.cuh -- the device probes' per-CTA timestamps (template parameter `trace` of gemv_coop; attn_decode's and
+// ninfer_trace.cuh -- the device probes' per-CTA timestamps (template parameter `trace` of gemv; attn_decode's and
 // gdn_recurrent's trace hooks, defined by bench/attn_trace_probe.py; never planned). Included only by a traced kernel:
 // bench/attn_trace_probe.py reads the records back.
 // %globaltimer is the GPU's nanosecond timer (PTX ISA "Special Registers": %globaltimer), %smid the SM of the CTA.

@@ -114,7 +114,7 @@ def representative_instances(preset_or_dims: str | Mapping[str, Any]) -> list[tu
     kh, vh = d["linear_num_key_heads"], d["linear_num_value_heads"]
     dk, dv = d["linear_key_head_dim"], d["linear_value_head_dim"]
     qh, kvh, hd = d["num_attention_heads"], d["num_key_value_heads"], d["head_dim"]
-    g = FAMILIES["gemv_coop"]
+    g = FAMILIES["gemv"]
     return [
         ("gdn.in_proj", g, GemvProblem(h, 2 * kh * dk + 2 * vh * dv + 2 * vh, "store")),
         ("gdn.out_proj", g, GemvProblem(vh * dv, h, "residual_add")),

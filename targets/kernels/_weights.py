@@ -1,4 +1,4 @@
-"""Weight formats as the GEMV and GEMM families see them (shared by ``gemv_coop`` and ``gemm``; the
+"""Weight formats as the GEMV and GEMM families see them (shared by ``gemv`` and ``gemm``; the
 leading underscore keeps this module out of the family registry).
 
 The formats themselves (codes, scales, rounding) are :mod:`ninferc.ir.quant`'s; what is added here is

@@ -11,7 +11,7 @@ For one token (T = 1) with quantised MLP weights (w8 or w4, the formats of :mod:
   ``h^2`` over row block ``b`` -- the ``add_norm_parts`` GEMV.
 
 So it replaces the decode step's gate|up and down GEMV launches, with the same dtypes and the same numerics up to
-fp32 reassociation of down's sums (gemv_coop's dp kernels round x and y to int16 under a power of two per 64
+fp32 reassociation of down's sums (gemv's dp kernels round x and y to int16 under a power of two per 64
 elements in the same way: :func:`ninferc.targets.kernels.gemv.dp_x`).
 
 Why
@@ -265,11 +265,11 @@ def kernel_args(p: MlpProblem, launch: Launch, *, w_gu, s_gu, w_dn, s_dn, x_gu, 
 
 
 def reference(p: MlpProblem, x_gu, w_gu, s_gu, w_dn, s_dn, ss_in, in_eps, h, norm_w):
-    """numpy reference: gemv_coop's gate|up reference (swiglu, in_norm parts, dp rounding of x) then its down
+    """numpy reference: gemv's gate|up reference (swiglu, in_norm parts, dp rounding of x) then its down
     reference (add_norm_parts, dp rounding of y).
 
     Args:
-        x_gu: bf16 [1, hidden]; w_gu / s_gu, w_dn / s_dn: codes and scales (gemv_coop's layouts); ss_in: fp32
+        x_gu: bf16 [1, hidden]; w_gu / s_gu, w_dn / s_dn: codes and scales (gemv's layouts); ss_in: fp32
             [1, parts]; h: fp32 [1, hidden] (not modified); norm_w: fp32 [hidden].
 
     Returns:

@@ -1,10 +1,10 @@
-"""gemv_coop on the CPU emulator (tests/kernels/cuda_host.py), cooperative launches included: every epilogue
+"""gemv on the CPU emulator (tests/kernels/cuda_host.py), cooperative launches included: every epilogue
 (store, residual_add, swiglu, add_norm_parts), input mode (bf16 x, in_norm parts) and weight format (bf16, w8,
 w4), the cooperative split-K route with its grid barrier and the plain route with 1, 2 and 4 warps per row group
 -- against the numpy reference, on small shapes whose row blocks are partial. The folded norm is also run as
 the pair it is in a decode step (add_norm_parts GEMV, then an in_norm parts GEMV) against the unfused chain
 (GEMV, AddRMSNorm, GEMV). Outputs and the workspace are poisoned with NaN first; the barrier word must come back
-reusable. The GPU tier runs the same kernels on the device (tests/targets/test_gemv_coop_gpu.py); this one runs
+reusable. The GPU tier runs the same kernels on the device (tests/targets/test_gemv_gpu.py); this one runs
 in CI without a GPU.
 """
 
@@ -24,19 +24,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ninferc.ir.quant import quantize  # noqa: E402
 from ninferc.ir.reference import ref_rmsnorm  # noqa: E402
-from ninferc.targets.kernels.gemv import GemvCoopFamily, GemvTuning, GemvProblem, kernel_args, norm_input, reference  # noqa: E402
+from ninferc.targets.kernels.gemv import GemvFamily, GemvTuning, GemvProblem, kernel_args, norm_input, reference  # noqa: E402
 from ninferc.targets.plan import KernelSpec, PlanContext, compile_variants  # noqa: E402
 
 pytestmark = [pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU emulator needs g++"), pytest.mark.slow]  # slow: seconds each on 2 cores
 
 ARCH, SMS = "sm_90", 132  # the plan the launches come from; the emulator runs any grid
-FAM = GemvCoopFamily(GemvTuning(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,), w4_mma_tiles=(),
+FAM = GemvFamily(GemvTuning(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,), w4_mma_tiles=(),
                      w8_mma_tiles=(), w8_dp_tiles=(), w4_dp_tiles=()))
 #: the same family with w4 on tensor cores at every token tile and w8 at both tiles (FAM: on fp32 FMAs)
-FAM_MMA = GemvCoopFamily(GemvTuning(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,),
+FAM_MMA = GemvFamily(GemvTuning(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,),
                          mma_shapes=((128, 1), (128, 2), (128, 4)), w4_mma_tiles=(1, 4), w8_mma_tiles=(1, 4)))
 #: the same family with w8 / w4 on integer dot products (dp2a on int16 x) at both token tiles
-FAM_DP = GemvCoopFamily(GemvTuning(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,), w4_mma_tiles=(),
+FAM_DP = GemvFamily(GemvTuning(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,), w4_mma_tiles=(),
                         w8_mma_tiles=(), w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4), dp_shapes=((128, 1), (128, 2), (128, 4))))
 FAMS = {"fma": FAM, "mma": FAM_MMA, "dp": FAM_DP}
 BF16_NAN = 0x7FC0
@@ -344,7 +344,7 @@ def test_skewed_warps_catch_a_missing_barrier_before_restaging_x(carry):
     must not restage x while its other warps still read the old chunk's. Without that barrier the kernel still
     passes in thread (and reverse) order -- every warp has the same barriers, so they stay in step -- but under
     ``skew`` warp 0 runs ahead into the restaging and the others read the new token's x."""
-    fam = GemvCoopFamily(GemvTuning(plain_shapes=((128, 1),), coop_threads=(256,), w4_mma_tiles=(), w8_mma_tiles=(),
+    fam = GemvFamily(GemvTuning(plain_shapes=((128, 1),), coop_threads=(256,), w4_mma_tiles=(), w8_mma_tiles=(),
                          w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4), dp_shapes=((128, 1),), dp_carry=(carry,)))
     prob = GemvProblem(1024, 100, "swiglu", "w8", in_norm="parts")
     spec = fam.spec(prob, 128, "plain", 1, 1)
@@ -392,7 +392,7 @@ def test_dp_persistent_options_on_any_grid(option, fmt, epilogue, in_norm):
     reference's result with three tokens at the 1-token tile (token chunks inside a CTA's range), on one CTA, on a
     few, and on more CTAs than the plan's (the floor / ceil split of the items, :func:`persistent_ranges`); K not a
     multiple of a warp's 32 vectors (lanes past the end in the last step) for the rings. The emulator's copies
-    complete at once, so the rings' cp.async group counting is the GPU tier's (test_gemv_coop_gpu.py)."""
+    complete at once, so the rings' cp.async group counting is the GPU tier's (test_gemv_gpu.py)."""
     k = 64 * 37 if "ring" in option else SHAPES[fmt]
     prob = GemvProblem(k, 100, epilogue, fmt, in_norm=in_norm)
     spec = FAM_DP.spec(prob, 128, "plain", 1, 1)
@@ -407,11 +407,11 @@ def test_dp_persistent_options_on_any_grid(option, fmt, epilogue, in_norm):
 
 
 def test_persistent_grid_is_one_balanced_wave():
-    assert GemvCoopFamily.persistent_grid(1088, 396) == 363  # 3 items per CTA (the last one 2)
-    assert GemvCoopFamily.persistent_grid(100, 396) == 100
-    assert GemvCoopFamily.persistent_grid(397, 396) == 199
+    assert GemvFamily.persistent_grid(1088, 396) == 363  # 3 items per CTA (the last one 2)
+    assert GemvFamily.persistent_grid(100, 396) == 100
+    assert GemvFamily.persistent_grid(397, 396) == 199
     for items in range(1, 300):
         for cap in (1, 7, 64):
-            g = GemvCoopFamily.persistent_grid(items, cap)
+            g = GemvFamily.persistent_grid(items, cap)
             per = -(-items // g)
             assert g <= cap and (g - 1) * per < items <= g * per

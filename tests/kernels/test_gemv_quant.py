@@ -1,8 +1,8 @@
-"""CPU tests of the fused-dequantisation GEMV (gemv_coop with ``wfmt`` w8 / w4, issue 6): problem validation,
+"""CPU tests of the fused-dequantisation GEMV (gemv with ``wfmt`` w8 / w4, issue 6): problem validation,
 kernel identity (bf16 URIs and sources untouched, one URI per format), the ABI per format, the numpy
 reference (= fp32 matmul with ``ninferc.ir.quant``'s dequantised weight), split limits per format, route
 selection on every target, and the exactness of the integer -> fp32 conversion the template uses.
-GPU twin: tests/targets/test_gemv_coop_gpu.py (the ``Q*`` cases)."""
+GPU twin: tests/targets/test_gemv_gpu.py (the ``Q*`` cases)."""
 
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ from ninferc.errors import PlanError
 from ninferc.ir.quant import GROUP_SIZE, quantize
 from ninferc.targets.arch import ARCHS
 from ninferc.targets.kernels import FAMILIES
-from ninferc.targets.kernels.gemv import (WFORMATS, GemvCoopFamily, GemvTuning, GemvProblem, dequantize_weight, kernel_args,
+from ninferc.targets.kernels.gemv import (WFORMATS, GemvFamily, GemvTuning, GemvProblem, dequantize_weight, kernel_args,
                                                mma_stages, reference)
 from ninferc.targets.plan import PlanContext, check_launch, compile_variants
 from ninferc.targets.skus import skus_for_arch
 
-GEMV = FAMILIES["gemv_coop"]
+GEMV = FAMILIES["gemv"]
 ALL_ARCHS = tuple(ARCHS)
 
 @functools.lru_cache(maxsize=None)
@@ -91,7 +91,7 @@ def test_uris_differ_per_format():
             # quantised kernels differ by the format and by their rows per warp (quant_rows_per_warp)
             qbase = spec.uri.replace(f"_rw{GEMV.rows_per_warp}_", f"_rw{GEMV.quant_rows_per_warp}_")
             # the dp flag is the first parameter of the URI, persist the one after the mode
-            dbase = qbase.replace("gemv_coop__", "gemv_coop__dp1_").replace("_plain_", "_plain_persist1_")
+            dbase = qbase.replace("gemv__", "gemv__dp1_").replace("_plain_", "_plain_persist1_")
             if w8mma:
                 assert uris["w8"] == re.sub(r"_rw\d+_", "_rw16_", spec.uri.replace(f"_tok{mt}_", f"_tok{mt}_mma1_")
                                             ) + "_wfmt-w8"
@@ -116,13 +116,13 @@ def test_uris_differ_per_format():
 
 
 def test_rendered_quant_source_matches_the_format_constants():
-    fma = GemvCoopFamily(GemvTuning(w8_dp_tiles=(), w4_dp_tiles=()))
+    fma = GemvFamily(GemvTuning(w8_dp_tiles=(), w4_dp_tiles=()))
     w4 = fma.spec(GemvProblem(256, 704, "store", "w4"), 256, "coop", 1).render()
     w8 = fma.spec(GemvProblem(256, 704, "store", "w8"), 256, "coop", 1).render()  # FMAs (the 1-token tile)
     w4_dp = GEMV.spec(GemvProblem(256, 704, "store", "w4"), 128, "plain", 1).render()  # dp2a (the 1-token tile)
-    w8_dp = GemvCoopFamily(GemvTuning(w8_dp_tiles=(1,))).spec(GemvProblem(256, 704, "store", "w8"), 128, "plain", 1).render()
+    w8_dp = GemvFamily(GemvTuning(w8_dp_tiles=(1,))).spec(GemvProblem(256, 704, "store", "w8"), 128, "plain", 1).render()
     w4_mma = GEMV.spec(GemvProblem(256, 704, "store", "w4"), 128, "coop", 4).render()  # tensor cores (4-token tile)
-    w8_mma = GemvCoopFamily(GemvTuning(w8_mma_tiles=(1,))).spec(GemvProblem(256, 704, "store", "w8"), 128, "plain", 1).render()
+    w8_mma = GemvFamily(GemvTuning(w8_mma_tiles=(1,))).spec(GemvProblem(256, 704, "store", "w8"), 128, "plain", 1).render()
     assert f"constexpr int kW4Group = {GROUP_SIZE};" in w4
     assert "constexpr bool kW4 = true;" in w4 and "constexpr bool kW4 = false;" in w8
     # one template per compute engine: fp32 FMAs, tensor cores (mma), integer dot products (dp)
@@ -281,7 +281,7 @@ def test_quant_routes_respect_caps_and_format_split_limits(arch):
 def test_fewer_splits_for_narrower_formats_on_a_long_k():
     """A narrow N with a long K is split as far as the format allows: the split count is capped at
     K/(32 x vector length), so w4 gets at most a quarter of bf16's splits."""
-    fma = GemvCoopFamily(GemvTuning(w8_dp_tiles=(), w4_dp_tiles=()))  # the FMA kernels of every format (dp: plain only)
+    fma = GemvFamily(GemvTuning(w8_dp_tiles=(), w4_dp_tiles=()))  # the FMA kernels of every format (dp: plain only)
     specs = [fma.spec(GemvProblem(17408, 256, "residual_add", f), 256, "coop", 1) for f in WFORMATS]
     ctx = PlanContext("sm_90", 132, {u: r for u, (_, r) in compile_variants(specs, "sm_90").items()})
     got = {f: fma.launch_variant(GemvProblem(17408, 256, "residual_add", f), 1, ctx, 256, "coop",
@@ -327,7 +327,7 @@ def test_magic_number_dequant_is_exact_for_every_code():
 
 def test_trace_probe_is_a_bench_tool_not_a_family_option():
     """The per-CTA trace of the dp GEMVs is bench/dp_trace_probe.py's (``trace_gemv``, used by bench/attn_trace_probe.py
-    --family gemv_coop): the family has no trace option and plans no traced kernel, its dp kernels carry the template's
+    --family gemv): the family has no trace option and plans no traced kernel, its dp kernels carry the template's
     empty hooks; the probe's gate|up kernels define them (the record array, its URI says ``trace1``), only for the named
     epilogues, and compile for sm_90 without spills."""
     import sys
@@ -343,11 +343,11 @@ def test_trace_probe_is_a_bench_tool_not_a_family_option():
     def has(s, name):
         return bool(dict(s.params).get(name))
 
-    plain = GemvCoopFamily().variants(gu)
+    plain = GemvFamily().variants(gu)
     assert any(has(s, "dp") for s in plain) and not any(has(s, "trace") for s in plain)
     src = next(s for s in plain if has(s, "dp")).render()
     assert "#ifndef GEMV_TRACE_BEGIN" in src and "gemv_trace[" not in src
-    fam = GemvCoopFamily()
+    fam = GemvFamily()
     trace_gemv(fam, ("swiglu",))
     assert all(has(s, "trace") == has(s, "dp") for s in fam.variants(gu))
     assert not any(has(s, "trace") for s in fam.variants(store))

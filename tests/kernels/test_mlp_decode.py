@@ -1,6 +1,6 @@
 """The fused decode MLP (mlp_decode) on the CPU emulator (tests/kernels/cuda_host.py): w8 and w4, both norm forms,
 grids of a few CTAs (so the ticket counter hands out most items and down items wait for other CTAs' gate|up items)
-and a partial last slice of y, in thread order and reversed -- against the numpy reference (gemv_coop's gate|up
+and a partial last slice of y, in thread order and reversed -- against the numpy reference (gemv's gate|up
 then down references). Outputs and scratch are poisoned first; the counters must come back zero. Broken variants
 of the source (no wait for the slice, a row block summed one slice early, the counters not cleared, a gate|up item
 not counted in) must fail.

@@ -42,15 +42,15 @@ def test_family_ab_variants_parse_and_reject_unknown_attributes():
 
     import family_ab
 
-    name, sets = family_ab.parse_variant("rw2:gemv_coop.quant_rows_per_warp=2;sample.split_argmax=False")
-    assert name == "rw2" and sets == {("gemv_coop", "quant_rows_per_warp"): 2, ("sample", "split_argmax"): False}
+    name, sets = family_ab.parse_variant("rw2:gemv.quant_rows_per_warp=2;sample.split_argmax=False")
+    assert name == "rw2" and sets == {("gemv", "quant_rows_per_warp"): 2, ("sample", "split_argmax"): False}
     assert family_ab.parse_variant("now") == ("now", {})
     with pytest.raises(SystemExit, match="not an attribute"):
-        family_ab.parse_variant("x:gemv_coop.no_such_knob=1")
+        family_ab.parse_variant("x:gemv.no_such_knob=1")
     with pytest.raises(SystemExit, match="not an attribute"):
         family_ab.parse_variant("x:nofamily.a=1")
     with pytest.raises(SystemExit, match="family.attr=value"):
-        family_ab.parse_variant("x:gemv_coop=1")
+        family_ab.parse_variant("x:gemv=1")
 
 
 def test_family_ab_repeats_the_first_variant_last_and_refuses_duplicate_names():
@@ -59,7 +59,7 @@ def test_family_ab_repeats_the_first_variant_last_and_refuses_duplicate_names():
     import family_ab
     import pytest
 
-    parsed = family_ab.with_repeat(["now", "rw2:gemv_coop.quant_rows_per_warp=2"], True)
+    parsed = family_ab.with_repeat(["now", "rw2:gemv.quant_rows_per_warp=2"], True)
     assert [n for n, _ in parsed] == ["now", "rw2", "now_again"] and parsed[-1][1] == parsed[0][1] == {}
     parsed = family_ab.with_repeat(["x:sample.split_argmax=False", "now"], True)
     assert parsed[-1] == ("x_again", {("sample", "split_argmax"): False})

@@ -9,5 +9,5 @@ from ninferc.targets.kernels import FAMILIES
 
 @pytest.fixture(scope="session")
 def gemv():
-    """The registered gemv_coop family instance."""
-    return FAMILIES["gemv_coop"]
+    """The registered gemv family instance."""
+    return FAMILIES["gemv"]

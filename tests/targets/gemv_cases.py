@@ -1,4 +1,4 @@
-"""The forced ``gemv_coop`` cases of the GPU tests (``test_gemv_coop_gpu.py``), shared with the CPU check that every
+"""The forced ``gemv`` cases of the GPU tests (``test_gemv_gpu.py``), shared with the CPU check that every
 one of them plans on the H200 (``test_gemv_routes.py``)."""
 
 from ninferc.targets.kernels.gemv import GemvProblem

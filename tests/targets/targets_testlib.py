@@ -16,6 +16,6 @@ ALL_ARCHS = tuple(ARCHS)
 @functools.lru_cache(maxsize=None)
 def family_resources(arch: str):
     """URI -> KernelResources for every variant of every registered family's sample problems on
-    ``arch`` (gemv_coop's K and N are runtime arguments, so these are also the 27B kernels)."""
+    ``arch`` (gemv's K and N are runtime arguments, so these are also the 27B kernels)."""
     specs = [s for fam in FAMILIES.values() for p in fam.sample_problems() for s in family_variants(fam, p, arch)]
     return {uri: r for uri, (_, r) in compile_variants(specs, arch).items()}

@@ -59,7 +59,7 @@ def assert_matches(resources, report):
 
 
 def _sources():
-    fam = FAMILIES["gemv_coop"]
+    fam = FAMILIES["gemv"]
     specs = fam.variants(fam.sample_problems()[-1])
     return [("probe", PROBE)] + [(s.uri, s.render()) for s in specs[:2]]
 

@@ -1,4 +1,4 @@
-"""gemv_coop route selection: caps scale with the SM count, cooperative grids never exceed the cap, the
+"""gemv route selection: caps scale with the SM count, cooperative grids never exceed the cap, the
 chosen launch is the cheapest candidate under the cost model (recomputed here from the candidates), the
 model gives hand-computed answers, and the choice follows the device (same compiled kernels, other SM
 count / bandwidth)."""
@@ -16,7 +16,7 @@ from ninferc.errors import PlanError
 from ninferc.targets.plan import KernelSpec
 from ninferc.ir.reference import ref_rmsnorm
 from ninferc.targets.kernels.gemv import (DP_ITEM_US, DP_STAGE_NS, LATENCY_US, OVERHEAD_STEPS, REDUCE_STEPS, TAIL_STEP_US,
-                                          GemvCoopFamily, GemvProblem, GemvTuning,
+                                          GemvFamily, GemvProblem, GemvTuning,
                                           estimate_us, kernel_args, norm_input, reference)
 from ninferc.targets.plan import PlanContext, check_launch
 from ninferc.targets.arch import ARCHS
@@ -36,7 +36,7 @@ def ctx(arch, sku):
 
 def candidates(gemv, prob, tokens, c):
     """Every launch the route rule considers, with its modelled time: each plain shape; each cooperative thread
-    count with the most splits that fit (when >= 2) -- stated independently of GemvCoopFamily.launch."""
+    count with the most splits that fit (when >= 2) -- stated independently of GemvFamily.launch."""
     tile = gemv.tile_for(tokens)
     out = []
     mma = gemv.mma_for(prob, tile)  # the tensor-core variants (w4 / w8: 4-token tile) use their own shapes
@@ -181,10 +181,10 @@ def test_launch_variant_forced_and_errors(gemv):
 
 def test_dp_option_errors_name_the_value():
     with pytest.raises(PlanError, match="dp_ring = 1 must be 0"):
-        GemvCoopFamily(GemvTuning(dp_ring=1))
+        GemvFamily(GemvTuning(dp_ring=1))
     with pytest.raises(PlanError, match="dp_preload = 'early'"):
-        GemvCoopFamily(GemvTuning(dp_preload="early"))
-    fam = GemvCoopFamily(GemvTuning(w4_dp_tiles=(1,)))
+        GemvFamily(GemvTuning(dp_preload="early"))
+    fam = GemvFamily(GemvTuning(w4_dp_tiles=(1,)))
     prob = GemvProblem(5120, 5120, "store", "w4")
     with pytest.raises(PlanError, match="ring = 1 must be 0"):
         fam.spec(prob, 256, "plain", 1, 1, False, 1)
@@ -195,7 +195,7 @@ def test_dp_option_errors_name_the_value():
 def test_dp_min_ctas_caps_only_its_format_epilogue_and_cta_size():
     """``dp_min_ctas`` (wfmt, epilogue, threads, n): template ``min_ctas`` n on exactly those dp variants; the
     default caps the w8 ``store`` GEMVs of 256 threads at 4 CTAs/SM."""
-    fam = GemvCoopFamily()
+    fam = GemvFamily()
     w8 = GemvProblem(5120, 16480, "store", "w8", in_norm="parts")
     assert dict(fam.spec(w8, 256, "plain", 1, 1, False).params)["min_ctas"] == 4
     assert dict(fam.spec(w8, 256, "plain", 1, 1, True).params)["min_ctas"] == 4  # carry too
@@ -203,18 +203,18 @@ def test_dp_min_ctas_caps_only_its_format_epilogue_and_cta_size():
     swiglu = GemvProblem(5120, 17408, "swiglu", "w8", in_norm="parts")
     assert "min_ctas" not in dict(fam.spec(swiglu, 256, "plain", 1, 1, False).params)
     w4 = GemvProblem(5120, 16480, "store", "w4", in_norm="parts")
-    assert "min_ctas" not in dict(GemvCoopFamily(GemvTuning(w4_dp_tiles=(1,))).spec(w4, 256, "plain", 1, 1, False).params)
-    assert "min_ctas" not in dict(GemvCoopFamily(GemvTuning(dp_min_ctas=())).spec(w8, 256, "plain", 1, 1, False).params)
+    assert "min_ctas" not in dict(GemvFamily(GemvTuning(w4_dp_tiles=(1,))).spec(w4, 256, "plain", 1, 1, False).params)
+    assert "min_ctas" not in dict(GemvFamily(GemvTuning(dp_min_ctas=())).spec(w8, 256, "plain", 1, 1, False).params)
     with pytest.raises(PlanError, match="dp_min_ctas entries"):
-        GemvCoopFamily(GemvTuning(dp_min_ctas=(("bf16", "store", 256, 4),)))
+        GemvFamily(GemvTuning(dp_min_ctas=(("bf16", "store", 256, 4),)))
     with pytest.raises(PlanError, match="dp_min_ctas entries"):
-        GemvCoopFamily(GemvTuning(dp_min_ctas=(("w8", 256, 4),)))
+        GemvFamily(GemvTuning(dp_min_ctas=(("w8", 256, 4),)))
 
 
 def test_dp_depth_other_than_1_or_2_fails_to_compile_naming_it():
     from ninferc.errors import CompileError
     from ninferc.targets.nvrtc import compile_cubin
-    spec = GemvCoopFamily(GemvTuning(w4_dp_tiles=(1,))).spec(GemvProblem(1024, 640, "store", "w4"), 640, "plain", 1, 1, False)
+    spec = GemvFamily(GemvTuning(w4_dp_tiles=(1,))).spec(GemvProblem(1024, 640, "store", "w4"), 640, "plain", 1, 1, False)
     bad = KernelSpec.make(spec.family, spec.template, {**dict(spec.params), "depth": 3}, spec.threads, False)
     with pytest.raises(CompileError, match="depth must be 1 or 2"):
         compile_cubin(bad.render(), "sm_90", name=bad.uri)
@@ -223,18 +223,18 @@ def test_dp_depth_other_than_1_or_2_fails_to_compile_naming_it():
 def test_dp_deep_threads_give_depth_2_only_to_their_plain_loop_variants():
     """``dp_deep_threads`` (default 640): template ``depth`` 2 on the dp variants of those thread counts without
     carry, ring or late preload; every other variant renders as before (no ``depth`` parameter)."""
-    fam = GemvCoopFamily(GemvTuning(w4_dp_tiles=(1,), dp_deep_threads=(640,)))
+    fam = GemvFamily(GemvTuning(w4_dp_tiles=(1,), dp_deep_threads=(640,)))
     prob = GemvProblem(17408, 5120, "add_norm_parts", "w4")
     assert dict(fam.spec(prob, 640, "plain", 1, 1, False).params)["depth"] == 2
     assert "depth" not in dict(fam.spec(prob, 256, "plain", 1, 1, False).params)
     assert "depth" not in dict(fam.spec(prob, 640, "plain", 1, 1, True).params)  # carry
     assert "depth" not in dict(fam.spec(prob, 640, "plain", 1, 1, False, 3).params)  # ring
-    late = GemvCoopFamily(GemvTuning(w4_dp_tiles=(1,), dp_deep_threads=(640,), dp_preload="late"))
+    late = GemvFamily(GemvTuning(w4_dp_tiles=(1,), dp_deep_threads=(640,), dp_preload="late"))
     assert "depth" not in dict(late.spec(prob, 640, "plain", 1, 1, False).params)
-    assert dict(GemvCoopFamily(GemvTuning(w4_dp_tiles=(1,))).spec(prob, 640, "plain", 1, 1, False).params)["depth"] == 2
+    assert dict(GemvFamily(GemvTuning(w4_dp_tiles=(1,))).spec(prob, 640, "plain", 1, 1, False).params)["depth"] == 2
     with pytest.raises(PlanError, match=r"dp_deep_threads = \(100,\) must be CTA sizes"):
-        GemvCoopFamily(GemvTuning(dp_deep_threads=(100,)))
-    plain = GemvCoopFamily(GemvTuning(w4_dp_tiles=(1,), dp_deep_threads=()))
+        GemvFamily(GemvTuning(dp_deep_threads=(100,)))
+    plain = GemvFamily(GemvTuning(w4_dp_tiles=(1,), dp_deep_threads=()))
     assert "depth" not in dict(plain.spec(prob, 640, "plain", 1, 1, False).params)
 
 
@@ -322,7 +322,7 @@ def test_reference_epilogues():
 
 @pytest.mark.slow  # compiles the forced variants for sm_90 (~1 min on 2 cores)
 def test_every_forced_gpu_case_plans_on_the_h200():
-    """The GPU tests' forced gemv_coop cases (``gemv_cases.FORCED``) are sized for the H200: each must plan there
+    """The GPU tests' forced gemv cases (``gemv_cases.FORCED``) are sized for the H200: each must plan there
     (sm_90, 132 SMs, its cooperative grid under the cap), so a case that stops fitting fails here, on the CPU,
     instead of being skipped on the GPU. (Three cooperative cases did not fit and were skipped until 2026-12-05.)"""
     from gemv_cases import FORCED
@@ -330,7 +330,7 @@ def test_every_forced_gpu_case_plans_on_the_h200():
     from ninferc.targets.kernels import FAMILIES
     from ninferc.targets.plan import PlanContext, compile_variants
 
-    gemv = FAMILIES["gemv_coop"]
+    gemv = FAMILIES["gemv"]
     specs = {s.uri: s for s in (gemv.spec(p, th, mode, gemv.tile_for(t), kw) for p, t, th, mode, _, kw in FORCED)}
     built = compile_variants(list(specs.values()), "sm_90", jobs=2)
     ctx = PlanContext("sm_90", 132, {u: r for u, (_, r) in built.items()})

@@ -38,7 +38,7 @@ def test_every_argument_bound(graph, arch, sku):
         from ninferc.targets.lower import step_launch
         ln = step_launch(s, ctx, T=2, B=2, R=2)
         assert not [n for n in arg_names(s, ln) if n not in launch_scalars(s, ln, ctx, 2) and n not in s.bind]
-    assert {"embed", "rmsnorm", "gemv_coop", "gemm", "gdn_recurrent", "gdn_conv", "gdn_ring_update", "attn_prep",
+    assert {"embed", "rmsnorm", "gemv", "gemm", "gdn_recurrent", "gdn_conv", "gdn_ring_update", "attn_prep",
             "attn_decode", "attn_combine", "attn_prefill"} <= seen
 
 
@@ -49,7 +49,7 @@ def test_linear_route_boundary(tiny_dir):
     g = run_pipeline(build_graph(ModelConfig.from_dir(tiny_dir), lm_rows="last"))
     mp = plan_model(g, "sm_89", sku="l20", decode_batches=(1,), prefill_tokens=(GEMV_MAX_TOKENS, GEMV_MAX_TOKENS + 1))
     lns = mp.launches[("L0.mlp.gate_up", "prefill")]
-    assert [ln.kernel.family for ln in lns] == ["gemv_coop", "gemm"]
+    assert [ln.kernel.family for ln in lns] == ["gemv", "gemm"]
 
 
 @pytest.mark.parametrize("arch,sku", [("sm_90", "h200"), ("sm_89", "l20")])

@@ -52,7 +52,7 @@ def test_trace_probe_kernels_compile_and_match_the_probe(arch):
 
     from ninferc.targets.kernels import attention as A
     from ninferc.targets.kernels import gdn
-    from ninferc.targets.kernels.gemv import GemvCoopFamily, GemvProblem
+    from ninferc.targets.kernels.gemv import GemvFamily, GemvProblem
     from ninferc.targets.plan import compile_variants
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
@@ -69,7 +69,7 @@ def test_trace_probe_kernels_compile_and_match_the_probe(arch):
     # the 256-thread carry variant, the one the sm_90 plan takes for this GEMV, on sm_90 (the H200 the probe runs on):
     # there its stamps keep 3 CTAs/SM; elsewhere, and without the carry, a traced kernel can lose one (NVRTC 13.5: sm_86
     # / 89 carry 4 -> 3, sm_90 no carry 3 -> 2), which the probe's output states
-    gemv_pairs = [(traced_gemv_spec(p), p, 0) for p in GemvCoopFamily().variants(gate_up)
+    gemv_pairs = [(traced_gemv_spec(p), p, 0) for p in GemvFamily().variants(gate_up)
                   if dict(p.params).get("dp") and dict(p.params).get("carry") and p.threads == 256]
     assert len(gemv_pairs) == 1
     if arch == "sm_90":

@@ -3,7 +3,7 @@
 ``gemv_mma.cu.j2``); the templates share ``gemv.inc.j2`` (jinja) and ``gemv_common.cuh`` (device code).
 
 Modules: :mod:`.problem` (:class:`GemvProblem`), :mod:`.tuning` (:class:`GemvTuning`, the family's options),
-:mod:`.cost` (:func:`estimate_us`), one per engine, :mod:`.family` (:class:`GemvCoopFamily`: variants, routes,
+:mod:`.cost` (:func:`estimate_us`), one per engine, :mod:`.family` (:class:`GemvFamily`: variants, routes,
 launches) and :mod:`.reference` (:func:`kernel_args`, the numpy :func:`reference`). Everything public is importable
 from this package.
 
@@ -65,12 +65,12 @@ cp.async ring in shared memory, XOR-swizzled for the fragment reads; before the 
 weight lines are prefetched into L2 (x is the previous kernel's output). Same epilogues, input modes and routes as
 the FMA kernels (the writer warp stores its 16 x T outputs in rounds of 32).
 
-Tensor-core w8 (template ``mma`` with ``wfmt`` w8; the token tiles of ``GemvCoopFamily.w8_mma_tiles``, default 4)
+Tensor-core w8 (template ``mma`` with ``wfmt`` w8; the token tiles of ``GemvFamily.w8_mma_tiles``, default 4)
 -----------------------------------------------------------------------------------------------------------------
 The same 16-row warp tile, on ``mma.sync.m16n8k16`` with **fp16** inputs: int8 codes are not exact in bf16 (8
 significant bits) but are in fp16 (11). Each CTA first converts its tokens' x into fp16 in dynamic shared memory
 (``tile * K * 2`` bytes, or K segments of at most ``W8_MMA_X_BYTES`` converted in turn:
-:meth:`GemvCoopFamily.dynamic_smem_bytes`), each token scaled by the power of two
+:meth:`GemvFamily.dynamic_smem_bytes`), each token scaled by the power of two
 ``2^e`` that puts ``max|x|`` in ``[2^14, 2^15)`` -- exact for every bf16 value down to ``2^-29 max|x|`` (smaller
 ones land in fp16 subnormals, error <= ``2^-39 max|x|``), and no overflow whatever the activation range. Per
 64-element block lane (g, q) streams 16 bytes of rows g and g + 8 straight from global memory (4 blocks per step);
@@ -80,7 +80,7 @@ stored in shared memory with each quad permuted to match), and the row scale and
 fp32 totals. About 11 instructions per 8 codes (2 rows x 4) and k-tile against ~30 on fp32 FMAs. Plain route only
 (a cooperative split would convert x once per split); same epilogues and input modes.
 
-Integer dot products (template ``dp``; the tiles of ``GemvCoopFamily.w4_dp_tiles`` / ``w8_dp_tiles``: w4 1, w8 none)
+Integer dot products (template ``dp``; the tiles of ``GemvFamily.w4_dp_tiles`` / ``w8_dp_tiles``: w4 1, w8 none)
 -----------------------------------------------------------------------------------------------------------------
 The fp32-FMA kernels above spend ~3.5 (w8) / ~7 (w4) instructions per weight byte converting codes and x to fp32
 and multiplying, which caps them at ~3.3 / ~2.4 TB/s on the H200 against ~4.3 for bf16 (bench/NOTES.md runs 14,
@@ -96,7 +96,7 @@ rounding of x, which :func:`reference` reproduces (``dp=True``). Plain route onl
 shared memory ``tile * K * (2 + 4/64 (+ 4/32 for w4))`` bytes, at most ``DP_X_BYTES`` (else the FMA kernels). Each
 warp loads its first weight step into registers before the PDL wait and keeps one step in flight ahead of the one
 it multiplies; warp 0 computes the ``in_norm`` factor once per staging. By default the dp variants are persistent
-(template ``persist``): the grid is one balanced wave, :meth:`GemvCoopFamily.persistent_grid` of the work items
+(template ``persist``): the grid is one balanced wave, :meth:`GemvFamily.persistent_grid` of the work items
 (row blocks x token chunks) under the compiled variant's resident CTAs/SM x the SM count, and each CTA takes a
 contiguous range of items, staging x again only when its token chunk changes.
 
@@ -112,7 +112,7 @@ compiles tiles 1 and 4 and a launch of T tokens takes the smallest tile >= T). T
 Routes and the cost model (chosen here, by the plan -- the kernel has no launch constants)
 -----------------------------------------------------------------------------------------
 * ``plain``: one split, epilogue from registers, no workspace, no barrier. Every (threads, k_warps) shape of
-  :attr:`GemvCoopFamily.plain_shapes` is a candidate.
+  :attr:`GemvFamily.plain_shapes` is a candidate.
 * ``coop_splitk``: the ``mode=coop`` variant, launched cooperatively: each CTA reduces one K slice into an fp32
   workspace ``[splits, T, N_w]``, a grid barrier, then the grid reduces and applies the epilogue. ``splits`` =
   the most with ``base * splits <= cap`` (``cap`` = resident CTAs/SM x SMs), at most ``K / VEC / 32``.
@@ -133,19 +133,19 @@ average and 6 % in the worst case (w4 down_proj), where the old rule (one K-stre
 cooperative split-K when two splits fit) lost up to 30 % (``..._2936e5d_proto.json``). On other cards the model
 has the same inputs (their SM count, occupancy and bandwidth per SM) but no measurement behind its constants.
 
-Runtime arguments (:meth:`GemvCoopFamily.arg_names`, :func:`kernel_args`): bf16 ``w, x, y, ws, barrier, k,
+Runtime arguments (:meth:`GemvFamily.arg_names`, :func:`kernel_args`): bf16 ``w, x, y, ws, barrier, k,
 n_out, t_total, splits``; w8 / w4 ``w, scales, x, y, ...`` -- pointers then int32; ``residual_add`` and
 ``add_norm_parts`` name ``y`` ``h``; ``add_norm_parts`` appends ``norm_w, xs, ss_out``, ``in_norm parts``
 appends ``ss_in, ss_parts, in_eps``. The barrier counter is one zero-initialised uint32 per stream (left
 reusable by the kernel); ``ws`` is ``Launch.workspace_bytes`` of scratch (coop only, no initialisation needed).
-``add_norm_parts`` launches size ``ss_out`` instead (``Launch.workspace_bytes``, see :meth:`GemvCoopFamily.norm_parts`).
+``add_norm_parts`` launches size ``ss_out`` instead (``Launch.workspace_bytes``, see :meth:`GemvFamily.norm_parts`).
 """
 
 from ninferc.targets.kernels._weights import WFORMATS
 from ninferc.targets.kernels.gemv.cost import (DP_ITEM_US, DP_STAGE_NS, LATENCY_US, OVERHEAD_STEPS, REDUCE_STEPS,
                                                TAIL_STEP_US, estimate_us)
 from ninferc.targets.kernels.gemv.dp import DP_BLOCK, DP_X_BYTES, dp_ring_bytes, dp_x, dp_x_bytes
-from ninferc.targets.kernels.gemv.family import GemvCoopFamily
+from ninferc.targets.kernels.gemv.family import GemvFamily
 from ninferc.targets.kernels.gemv.mma import (MMA_CHUNK, MMA_MAX_TOKENS, MMA_ROWS, MMA_STAGES, STATIC_SMEM_LIMIT,
                                               W8_MMA_UNROLL, W8_MMA_X_BYTES, mma_stage_bytes, mma_stages)
 from ninferc.targets.kernels.gemv.problem import EPILOGUES, IN_NORMS, MODES, VEC, VEC_OF, WARP, GemvProblem
@@ -155,8 +155,8 @@ from ninferc.targets.kernels.gemv.tuning import GemvTuning
 __all__ = ["DP_BLOCK", "DP_ITEM_US", "DP_STAGE_NS", "DP_X_BYTES", "EPILOGUES", "IN_NORMS", "LATENCY_US", "MMA_CHUNK",
            "MMA_MAX_TOKENS", "MMA_ROWS", "MMA_STAGES", "MODES", "OVERHEAD_STEPS", "REDUCE_STEPS", "STATIC_SMEM_LIMIT",
            "TAIL_STEP_US", "VEC", "VEC_OF", "W8_MMA_UNROLL", "W8_MMA_X_BYTES", "WARP", "WFORMATS", "FAMILY",
-           "GemvCoopFamily", "GemvProblem", "GemvTuning", "dequantize_weight", "dp_ring_bytes", "dp_x", "dp_x_bytes",
+           "GemvFamily", "GemvProblem", "GemvTuning", "dequantize_weight", "dp_ring_bytes", "dp_x", "dp_x_bytes",
            "estimate_us", "kernel_args", "mma_stage_bytes", "mma_stages", "norm_input", "reference"]
 
-FAMILY = GemvCoopFamily()
+FAMILY = GemvFamily()
 """The registered instance (discovered by :mod:`ninferc.targets.kernels`)."""

@@ -57,7 +57,7 @@ def dp_x(x) -> np.ndarray:
     x32 = _f32(x)
     t, k = x32.shape
     if k % DP_BLOCK:
-        raise PlanError(f"gemv_coop dp: K = {k} is not a multiple of {DP_BLOCK}")
+        raise PlanError(f"gemv dp: K = {k} is not a multiple of {DP_BLOCK}")
     b = x32.reshape(t, k // DP_BLOCK, DP_BLOCK)
     m = np.abs(b).max(axis=-1, keepdims=True)
     ex = ((m.view(np.uint32) >> 23) & 0xFF).astype(np.int64) - 127
@@ -91,7 +91,7 @@ def params(t: GemvTuning, problem: GemvProblem, threads: int, mode: str, carry: 
         PlanError: a coop ``mode`` (every CTA stages its tokens' whole x: plain only).
     """
     if mode != "plain":
-        raise PlanError(f"gemv_coop: the dp (integer dot product) variants run in plain mode only, not {mode!r}")
+        raise PlanError(f"gemv: the dp (integer dot product) variants run in plain mode only, not {mode!r}")
     out = {"dp": True}
     if t.dp_persistent:
         out["persist"] = True
@@ -130,6 +130,6 @@ def persistent_grid(items: int, cap: int) -> int:
         PlanError: items or cap below 1.
     """
     if items < 1 or cap < 1:
-        raise PlanError(f"gemv_coop: a persistent grid needs items >= 1 and a cap >= 1, got {items} / {cap}")
+        raise PlanError(f"gemv: a persistent grid needs items >= 1 and a cap >= 1, got {items} / {cap}")
     per = -(-items // cap)
     return -(-items // per)

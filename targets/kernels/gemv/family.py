@@ -1,4 +1,4 @@
-"""The GEMV kernel family (:class:`GemvCoopFamily`): variants, route selection and launch geometry over its three
+"""The GEMV kernel family (:class:`GemvFamily`): variants, route selection and launch geometry over its three
 compute engines -- :mod:`~ninferc.targets.kernels.gemv.fma` (fp32 FMAs), :mod:`~ninferc.targets.kernels.gemv.dp`
 (integer dot products), :mod:`~ninferc.targets.kernels.gemv.mma` (tensor cores) -- with the options of
 :class:`~ninferc.targets.kernels.gemv.tuning.GemvTuning` and the cost model of
@@ -19,8 +19,8 @@ from ninferc.targets.kernels.gemv.tuning import TUNING_FIELDS, GemvTuning
 from ninferc.targets.plan import KernelSpec, Launch, PlanContext
 
 
-class GemvCoopFamily:
-    """The ``gemv_coop`` kernel family (the package docstring describes the kernels, routes and cost model).
+class GemvFamily:
+    """The ``gemv`` kernel family (the package docstring describes the kernels, routes and cost model).
 
     Args:
         tuning: the options (:class:`~ninferc.targets.kernels.gemv.tuning.GemvTuning`; default: the planned ones).
@@ -32,7 +32,7 @@ class GemvCoopFamily:
         PlanError: an assigned option that :class:`GemvTuning` refuses (names it).
     """
 
-    name = "gemv_coop"
+    name = "gemv"
     #: the template of each compute engine (a variant's ``mma`` / ``dp`` parameter names it; else fp32 FMAs)
     engine_templates = {"fma": "gemv_fma.cu.j2", "dp": "gemv_dp.cu.j2", "mma": "gemv_mma.cu.j2"}
     template = engine_templates["fma"]
@@ -128,15 +128,15 @@ class GemvCoopFamily:
                 of 1 stage or fewer than 0.
         """
         if mode not in MODES:
-            raise PlanError(f"gemv_coop: unknown mode {mode!r}; supported: {', '.join(MODES)}")
+            raise PlanError(f"gemv: unknown mode {mode!r}; supported: {', '.join(MODES)}")
         if k_warps < 1 or (threads // WARP) % k_warps:
-            raise PlanError(f"gemv_coop: k_warps = {k_warps} must divide the {threads // WARP} warps of a "
+            raise PlanError(f"gemv: k_warps = {k_warps} must divide the {threads // WARP} warps of a "
                             f"{threads}-thread CTA")
         if problem.norm_out and mode != "plain":
-            raise PlanError("gemv_coop: add_norm_parts runs in plain mode only (one CTA owns each output), "
+            raise PlanError("gemv: add_norm_parts runs in plain mode only (one CTA owns each output), "
                             f"not {mode!r}")
         if ring is not None and (ring < 0 or ring == 1):
-            raise PlanError(f"gemv_coop: ring = {ring} must be 0 (no ring) or at least 2 stages")
+            raise PlanError(f"gemv: ring = {ring} must be 0 (no ring) or at least 2 stages")
         tile = self.tuning.max_tokens if max_tokens is None else int(max_tokens)
         params = {
             "threads": threads,
@@ -248,7 +248,7 @@ class GemvCoopFamily:
         """The ``ss_parts`` (row blocks) of an add_norm_parts launch: the consumer GEMV's ``ss_parts`` argument.
 
         Raises:
-            PlanError: ``launch`` is not an add_norm_parts gemv_coop launch.
+            PlanError: ``launch`` is not an add_norm_parts gemv launch.
         """
         k = launch.kernel
         if k.family != self.name or k.param("epilogue") != "add_norm_parts":
@@ -277,7 +277,7 @@ class GemvCoopFamily:
             PlanError: T < 1, or no variant can be resident at all on this target.
         """
         if tokens < 1:
-            raise PlanError(f"gemv_coop: T = {tokens} must be at least 1")
+            raise PlanError(f"gemv: T = {tokens} must be at least 1")
         tile = self.tile_for(tokens)
         chunks = self.token_chunks(tokens, tile)
         cands = []
@@ -302,7 +302,7 @@ class GemvCoopFamily:
                                   base * splits, splits))
         if not cands:
             raise PlanError(
-                f"gemv_coop (K={problem.k}, N={problem.n}, {problem.epilogue}, {problem.wfmt}) on {ctx.arch.name}: "
+                f"gemv (K={problem.k}, N={problem.n}, {problem.epilogue}, {problem.wfmt}) on {ctx.arch.name}: "
                 f"no variant ({', '.join(f'{t} threads' for t in self.threads)}) has a resident CTA per SM")
         _, coop, kw, _, spec, grid, splits = min(cands, key=lambda c: c[:4])
         if coop:

@@ -87,10 +87,10 @@ def params(problem: GemvProblem, threads: int, mode: str, tile: int) -> dict:
     """
     if problem.wfmt == "w8":
         if mode != "plain":
-            raise PlanError(f"gemv_coop: the w8 mma variants run in plain mode only, not {mode!r}")
+            raise PlanError(f"gemv: the w8 mma variants run in plain mode only, not {mode!r}")
         return {"mma": True}
     if mma_stages(threads, tile) < 2:
-        raise PlanError(f"gemv_coop: no w4 mma variant of {threads} threads at a {tile}-token tile: its "
+        raise PlanError(f"gemv: no w4 mma variant of {threads} threads at a {tile}-token tile: its "
                         f"cp.async rings ({threads // WARP} warps x 2 stages x {mma_stage_bytes(tile)} B) "
                         f"exceed the {STATIC_SMEM_LIMIT} B of static shared memory")
     return {"mma": True, "mma_stages": mma_stages(threads, tile)}

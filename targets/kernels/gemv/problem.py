@@ -45,15 +45,15 @@ class GemvProblem:
     in_norm: str = "none"
 
     def __post_init__(self):
-        check_weight_k("gemv_coop", self.k, self.wfmt)
+        check_weight_k("gemv", self.k, self.wfmt)
         if self.n <= 0:
-            raise PlanError(f"gemv_coop: N = {self.n} must be positive")
+            raise PlanError(f"gemv: N = {self.n} must be positive")
         if self.epilogue not in EPILOGUES:
-            raise PlanError(f"gemv_coop: unknown epilogue {self.epilogue!r}; supported: {', '.join(EPILOGUES)}")
+            raise PlanError(f"gemv: unknown epilogue {self.epilogue!r}; supported: {', '.join(EPILOGUES)}")
         if self.in_norm not in IN_NORMS:
-            raise PlanError(f"gemv_coop: unknown in_norm {self.in_norm!r}; supported: {', '.join(IN_NORMS)}")
+            raise PlanError(f"gemv: unknown in_norm {self.in_norm!r}; supported: {', '.join(IN_NORMS)}")
         if self.norm_out and self.norm_in:
-            raise PlanError("gemv_coop: a GEMV cannot both write norm parts (add_norm_parts) and read them "
+            raise PlanError("gemv: a GEMV cannot both write norm parts (add_norm_parts) and read them "
                             "(in_norm parts): they share one workspace")
 
     @property

@@ -15,7 +15,7 @@ from ninferc.targets.plan import Launch
 
 def kernel_args(problem: GemvProblem, launch: Launch, w, x, y, ws=None, barrier=None, scales=None,
                 norm_w=None, xs=None, ss_out=None, ss_in=None, ss_parts=None, in_eps=None) -> tuple:
-    """Kernel argument tuple in :meth:`GemvCoopFamily.arg_names` order: bf16 ``w, x, y, ws, barrier, k,
+    """Kernel argument tuple in :meth:`GemvFamily.arg_names` order: bf16 ``w, x, y, ws, barrier, k,
     n_out, t_total, splits``; w8 / w4 ``w, scales, x, y, ...`` (``scales`` right after ``w``).
 
     Pointers are passed through (device arrays); an unused ``ws``/``barrier`` (plain route) becomes a
@@ -28,19 +28,19 @@ def kernel_args(problem: GemvProblem, launch: Launch, w, x, y, ws=None, barrier=
     """
     null = np.uint64(0)
     if problem.quantized and scales is None:
-        raise PlanError(f"gemv_coop: a {problem.wfmt} problem needs its scales")
+        raise PlanError(f"gemv: a {problem.wfmt} problem needs its scales")
     if not problem.quantized and scales is not None:
-        raise PlanError("gemv_coop: a bf16 problem takes no scales")
+        raise PlanError("gemv: a bf16 problem takes no scales")
     head = (w, scales) if problem.quantized else (w,)
     args = (*head, x, y, ws if ws is not None else null, barrier if barrier is not None else null,
             np.int32(problem.k), np.int32(problem.n), np.int32(launch.tokens), np.int32(launch.split_k))
     if problem.norm_out:
         if norm_w is None or xs is None or ss_out is None:
-            raise PlanError("gemv_coop: add_norm_parts needs norm_w, xs and ss_out")
+            raise PlanError("gemv: add_norm_parts needs norm_w, xs and ss_out")
         args += (norm_w, xs, ss_out)
     if problem.norm_in:
         if ss_in is None or ss_parts is None or in_eps is None:
-            raise PlanError("gemv_coop: in_norm parts needs ss_in, ss_parts and in_eps")
+            raise PlanError("gemv: in_norm parts needs ss_in, ss_parts and in_eps")
         args += (ss_in, np.int32(ss_parts), np.float32(in_eps))
     return args
 
@@ -60,12 +60,12 @@ def dequantize_weight(problem: GemvProblem, codes, scales) -> np.ndarray:
         PlanError: a bf16 problem, or codes / scales of the wrong shape or dtype (names expected and found).
     """
     if not problem.quantized:
-        raise PlanError("gemv_coop: dequantize_weight needs a w8 / w4 problem")
+        raise PlanError("gemv: dequantize_weight needs a w8 / w4 problem")
     want = problem.weight_shapes()
     codes, scales = np.asarray(codes), np.asarray(scales)
     got = {"w": (codes.shape, codes.dtype.name), "scales": (scales.shape, scales.dtype.name)}
     if got != want:
-        raise PlanError(f"gemv_coop reference ({problem.wfmt}, K={problem.k}, w_rows={problem.w_rows}): expected "
+        raise PlanError(f"gemv reference ({problem.wfmt}, K={problem.k}, w_rows={problem.w_rows}): expected "
                         f"codes/scales {want}, got {got}")
     return QuantTensor(problem.wfmt, (problem.w_rows, problem.k), codes, scales).dequantize()
 
@@ -108,14 +108,14 @@ def reference(problem: GemvProblem, x, w, y_in=None, scales=None, norm_w=None, s
     """
     if problem.quantized:
         if scales is None:
-            raise PlanError(f"gemv_coop reference: a {problem.wfmt} problem needs its scales")
+            raise PlanError(f"gemv reference: a {problem.wfmt} problem needs its scales")
         w = dequantize_weight(problem, w, scales)
     elif scales is not None:
-        raise PlanError("gemv_coop reference: a bf16 problem takes no scales")
+        raise PlanError("gemv reference: a bf16 problem takes no scales")
     x32, w32 = _f32(x), _f32(w)
     if x32.shape[1] != problem.k or w32.shape != (problem.w_rows, problem.k):
         raise PlanError(
-            f"gemv_coop reference: expected x [T, {problem.k}] and w [{problem.w_rows}, {problem.k}], "
+            f"gemv reference: expected x [T, {problem.k}] and w [{problem.w_rows}, {problem.k}], "
             f"got {x32.shape} and {w32.shape}"
         )
     if dp:
@@ -123,7 +123,7 @@ def reference(problem: GemvProblem, x, w, y_in=None, scales=None, norm_w=None, s
     acc = x32 @ w32.T
     if problem.norm_in:
         if ss_in is None or in_eps is None:
-            raise PlanError("gemv_coop reference: in_norm parts needs ss_in and in_eps")
+            raise PlanError("gemv reference: in_norm parts needs ss_in and in_eps")
         total = np.sum(_f32(ss_in), axis=-1, keepdims=True, dtype=np.float32)
         acc = acc * (np.float32(1) / np.sqrt(total / np.float32(problem.k) + np.float32(in_eps)))
     if problem.epilogue == "store":
@@ -132,7 +132,7 @@ def reference(problem: GemvProblem, x, w, y_in=None, scales=None, norm_w=None, s
         return _f32(y_in) + acc
     if problem.norm_out:
         if norm_w is None:
-            raise PlanError("gemv_coop reference: add_norm_parts needs norm_w")
+            raise PlanError("gemv reference: add_norm_parts needs norm_w")
         h = _f32(y_in) + acc
         return (h, *norm_input(h, norm_w, problem.unit_offset))
     gate, up = acc[:, : problem.n], acc[:, problem.n:]

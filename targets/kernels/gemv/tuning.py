@@ -1,5 +1,5 @@
 """The GEMV family's tuning options (:class:`GemvTuning`): which variants it compiles and which engine takes a
-problem at each token tile. Frozen and validated; :class:`~ninferc.targets.kernels.gemv.family.GemvCoopFamily` takes one
+problem at each token tile. Frozen and validated; :class:`~ninferc.targets.kernels.gemv.family.GemvFamily` takes one
 (its constructor's only argument).
 """
 
@@ -24,7 +24,7 @@ class GemvTuning:
             (512-thread CTAs and 8-16 warps per row group never won).
         coop_threads: thread counts of the cooperative split-K variants (k_warps 1).
         token_tiles: the ``max_tokens`` variants (tokens per CTA, a template parameter; larger T adds token chunks
-            to the grid). A launch for T tokens uses the smallest tile >= T, else the largest (:meth:`GemvCoopFamily.tile_for`):
+            to the grid). A launch for T tokens uses the smallest tile >= T, else the largest (:meth:`GemvFamily.tile_for`):
             one-sequence decode (T = 1) gets the one-token kernel, whose single-token accumulators need fewer
             registers (w8 / w4: H200, runs 12-19: 27B w8 decode 84.5 -> 106 tok/s).
         rows_per_warp: W rows a warp accumulates at once (even), bf16 weights.
@@ -166,7 +166,7 @@ class GemvTuning:
                 or min(rows_per_warp, quant_rows_per_warp, norm_rows_per_warp) < 2 or not token_tiles
                 or min(token_tiles) < 1):
             raise PlanError(
-                f"gemv_coop: bad family parameters plain_shapes={plain_shapes}, mma_shapes={mma_shapes}, "
+                f"gemv: bad family parameters plain_shapes={plain_shapes}, mma_shapes={mma_shapes}, "
                 f"dp_shapes={dp_shapes} "
                 f"((threads, k_warps): threads a "
                 f"multiple of {WARP}, k_warps dividing its warps), coop_threads={coop_threads}, rows_per_warp="
@@ -174,23 +174,23 @@ class GemvTuning:
                 f"(even, >= 2), "
                 f"token_tiles={token_tiles} (each >= 1)")
         if self.prefetch_steps < 0:
-            raise PlanError(f"gemv_coop: prefetch_steps = {self.prefetch_steps} must be >= 0")
+            raise PlanError(f"gemv: prefetch_steps = {self.prefetch_steps} must be >= 0")
         if any(t > MMA_MAX_TOKENS for t in (*self.w4_mma_tiles, *self.w8_mma_tiles)):
-            raise PlanError(f"gemv_coop: w4_mma_tiles={self.w4_mma_tiles}, w8_mma_tiles={self.w8_mma_tiles}: the mma "
+            raise PlanError(f"gemv: w4_mma_tiles={self.w4_mma_tiles}, w8_mma_tiles={self.w8_mma_tiles}: the mma "
                             f"variants take at most {MMA_MAX_TOKENS} tokens per CTA (the m16n8k16 tile's n)")
         if not self.dp_carry:
-            raise PlanError(f"gemv_coop: dp_carry = {self.dp_carry!r} needs at least one setting (False and / or True)")
+            raise PlanError(f"gemv: dp_carry = {self.dp_carry!r} needs at least one setting (False and / or True)")
         if self.dp_ring < 0 or self.dp_ring == 1:
-            raise PlanError(f"gemv_coop: dp_ring = {self.dp_ring} must be 0 (no ring) or at least 2 stages")
+            raise PlanError(f"gemv: dp_ring = {self.dp_ring} must be 0 (no ring) or at least 2 stages")
         if self.dp_preload not in ("regs", "late"):
-            raise PlanError(f"gemv_coop: dp_preload = {self.dp_preload!r}; supported: 'regs', 'late'")
+            raise PlanError(f"gemv: dp_preload = {self.dp_preload!r}; supported: 'regs', 'late'")
         if any(int(t) <= 0 or int(t) % WARP or int(t) > 1024 for t in self.dp_deep_threads):
-            raise PlanError(f"gemv_coop: dp_deep_threads = {tuple(self.dp_deep_threads)} must be CTA sizes: multiples "
+            raise PlanError(f"gemv: dp_deep_threads = {tuple(self.dp_deep_threads)} must be CTA sizes: multiples "
                             f"of {WARP} up to 1024")
         bad = [e for e in self.dp_min_ctas if len(e) != 4 or e[0] not in ("w8", "w4") or e[1] not in EPILOGUES
                or int(e[2]) % WARP or int(e[3]) < 1]
         if bad:
-            raise PlanError(f"gemv_coop: dp_min_ctas entries {bad} must be (wfmt 'w8' | 'w4', epilogue one of "
+            raise PlanError(f"gemv: dp_min_ctas entries {bad} must be (wfmt 'w8' | 'w4', epilogue one of "
                             f"{', '.join(EPILOGUES)}, threads a multiple of {WARP}, min resident CTAs per SM >= 1)")
         norm = {  # the canonical types (ints, tuples; token tiles sorted and unique, dp_carry unique in order)
             "plain_shapes": tuple((int(t), int(k)) for t, k in plain_shapes),
@@ -219,5 +219,5 @@ class GemvTuning:
         return self.token_tiles[-1]
 
 
-#: the option names (what ``family.<name> = value`` replaces: :meth:`GemvCoopFamily.__setattr__`)
+#: the option names (what ``family.<name> = value`` replaces: :meth:`GemvFamily.__setattr__`)
 TUNING_FIELDS = tuple(f.name for f in fields(GemvTuning))

@@ -1,4 +1,4 @@
-"""GPU tier for gemv_coop (marked ``gpu``; skipped cleanly without CuPy or a CUDA device).
+"""GPU tier for gemv (marked ``gpu``; skipped cleanly without CuPy or a CUDA device).
 
 For the running device: compile each kernel with ninferc.targets.nvrtc for the device's arch, load that
 exact cubin with ``cupy.RawModule(path=...)`` (CuPy's own compile path adds options that change
@@ -43,7 +43,7 @@ from ninferc.targets.arch import arch_for_compute_capability  # noqa: E402
 from ninferc.targets.cubin import read_resources  # noqa: E402
 from ninferc.targets.kernels import FAMILIES, representative_instances  # noqa: E402
 from ninferc.ir.reference import ref_rmsnorm  # noqa: E402
-from ninferc.targets.kernels.gemv import EPILOGUES, GemvCoopFamily, GemvTuning, GemvProblem, kernel_args, norm_input, reference  # noqa: E402
+from ninferc.targets.kernels.gemv import EPILOGUES, GemvFamily, GemvTuning, GemvProblem, kernel_args, norm_input, reference  # noqa: E402
 from ninferc.targets.nvrtc import compile_cubin  # noqa: E402
 from ninferc.targets.occupancy import occupancy  # noqa: E402
 from ninferc.targets.plan import PlanContext, check_launch, compile_variants, family_variants  # noqa: E402
@@ -228,7 +228,7 @@ def _run_and_check(loaded, prob, launch, seed):
             got_xs = cp.asnumpy(extra["xs"]).view(ml_dtypes.bfloat16).astype(np.float32)
             e = _rel(got_xs, ref_xs.astype(np.float32))
             assert e < NORM_BF16_REL_L2, f"{launch.kernel.uri} T={t} rep={rep}: xs rel L2 {e:.2e}"
-            parts = cp.asnumpy(ws[:t * FAMILIES["gemv_coop"].norm_parts(launch)]).reshape(t, -1)
+            parts = cp.asnumpy(ws[:t * FAMILIES["gemv"].norm_parts(launch)]).reshape(t, -1)
             e = _rel(parts.sum(axis=1, keepdims=True), ref_ss)
             assert e < 1e-5, f"{launch.kernel.uri} T={t} rep={rep}: sum of the norm parts rel {e:.2e}"
         if prob.epilogue == "swiglu":
@@ -257,7 +257,7 @@ from gemv_cases import (DOWN, FORCED, GATE_UP, MID_SWIGLU, NARROW, NORM_CASES, O
 @pytest.mark.parametrize("case", range(len(FORCED)))
 def test_forced_variants_match_reference(device, loader, case):
     prob, t, threads, mode, splits, kw = FORCED[case]
-    gemv = FAMILIES["gemv_coop"]
+    gemv = FAMILIES["gemv"]
     spec = gemv.spec(prob, threads, mode, gemv.tile_for(t), kw)
     loaded = loader(spec)
     ctx = PlanContext(device["arch"], device["sms"], {spec.uri: loaded.resources})
@@ -277,7 +277,7 @@ def test_forced_variants_match_reference(device, loader, case):
 def test_planned_launches_match_reference(device, loader, prob, t, plan_sms):
     """The family's own route choice for the device's SM count and for smaller cards (a 92- or 82-SM
     plan always fits a larger device), compiled for the device arch."""
-    gemv = FAMILIES["gemv_coop"]
+    gemv = FAMILIES["gemv"]
     loaded = {s.uri: loader(s) for s in gemv.variants(prob)}
     sms = device["sms"] if plan_sms == "device" else min(plan_sms, device["sms"])
     ctx = PlanContext(device["arch"], sms, {u: lk.resources for u, lk in loaded.items()})
@@ -323,7 +323,7 @@ def test_folded_norm_pair_matches_the_unfused_chain(device, loader, fmt, t, plan
     """The decode step's folded norm at the 27B shapes, each half on its planned launch: down_proj (K = 17408
     -> 5120, add_norm_parts) then gate|up (5120 -> 2 x 17408, swiglu, in_norm parts) reading the down launch's
     parts, against down_proj + fp32 AddRMSNorm + gate|up."""
-    gemv = FAMILIES["gemv_coop"]
+    gemv = FAMILIES["gemv"]
     prod = GemvProblem(17408, 5120, "add_norm_parts", fmt)
     cons = GemvProblem(5120, 17408, "swiglu", fmt, in_norm="parts")
     loaded = {s.uri: loader(s) for p in (prod, cons) for s in gemv.variants(p)}
@@ -359,7 +359,7 @@ def test_folded_norm_pair_matches_the_unfused_chain(device, loader, fmt, t, plan
 
 
 def test_cubin_resources_equal_driver_attributes(device, loader):
-    gemv = FAMILIES["gemv_coop"]
+    gemv = FAMILIES["gemv"]
     for prob in TINY + TINY_Q:
         for spec in gemv.variants(prob):
             lk = loader(spec)
@@ -372,7 +372,7 @@ def test_cubin_resources_equal_driver_attributes(device, loader):
 
 def test_occupancy_calculator_equals_driver(device, loader):
     arch = device["arch"]
-    gemv = FAMILIES["gemv_coop"]
+    gemv = FAMILIES["gemv"]
     for prob in TINY + TINY_Q:
         for spec in gemv.variants(prob):
             lk = loader(spec)
@@ -406,13 +406,13 @@ def _pid(p):
 
 
 #: w4 on tensor cores at every token tile (the registered family: the 4-token tile only)
-W4_MMA = GemvCoopFamily(GemvTuning(w4_mma_tiles=(1, 4)))
+W4_MMA = GemvFamily(GemvTuning(w4_mma_tiles=(1, 4)))
 #: w8 on tensor cores (fp16 mma) at the 1- and 4-token tiles (the registered family: the 4-token tile only)
-W8_MMA = GemvCoopFamily(GemvTuning(w8_mma_tiles=(1, 4)))
+W8_MMA = GemvFamily(GemvTuning(w8_mma_tiles=(1, 4)))
 #: w8 / w4 on fp32 FMAs at the 1-token tile (the registered family runs that tile on integer dot products)
-FMA = GemvCoopFamily(GemvTuning(w8_dp_tiles=(), w4_dp_tiles=()))
+FMA = GemvFamily(GemvTuning(w8_dp_tiles=(), w4_dp_tiles=()))
 #: w8 / w4 on integer dot products at both token tiles (the registered family: the 1-token tile only)
-DP = GemvCoopFamily(GemvTuning(w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4), w8_mma_tiles=(), w4_mma_tiles=(),
+DP = GemvFamily(GemvTuning(w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4), w8_mma_tiles=(), w4_mma_tiles=(),
                     dp_shapes=((128, 4), (256, 2), (128, 1), (256, 1))))
 
 
@@ -429,7 +429,7 @@ def test_quant_forced_variants_match_reference(device, loader, fmt, shape, mode,
     fits) and, as ``w8-mma``, on tensor cores at both tiles; both formats as ``-fma`` on fp32 FMAs at the 1-token
     tile and as ``-dp`` on integer dot products at both tiles (plain only)."""
     gemv = {"w4-mma": W4_MMA, "w8-mma": W8_MMA, "w8-fma": FMA, "w4-fma": FMA, "w8-dp": DP, "w4-dp": DP}.get(
-        fmt, FAMILIES["gemv_coop"])
+        fmt, FAMILIES["gemv"])
     if fmt.endswith("-fma") and t != 1:
         pytest.skip("above one token the FMA family's tiles are the registered family's (covered by w8 / w4)")
     fmt = fmt.split("-")[0]
@@ -464,7 +464,7 @@ def test_quant_planned_launches_match_reference(device, loader, fmt, shape, t, p
     """The family's own route choice for the quantised kernels (their own registers, so their own caps
     and split limits), for the device's SM count and a smaller card's."""
     prob = _q(shape, fmt)
-    gemv = FAMILIES["gemv_coop"]
+    gemv = FAMILIES["gemv"]
     loaded = {s.uri: loader(s) for s in gemv.variants(prob)}
     sms = device["sms"] if plan_sms == "device" else min(plan_sms, device["sms"])
     ctx = PlanContext(device["arch"], sms, {u: lk.resources for u, lk in loaded.items()})
@@ -477,7 +477,7 @@ def test_quant_planned_launches_match_reference(device, loader, fmt, shape, t, p
 def test_quant_lm_head_w8(device, loader, t):
     """The 27B LM head (K = 5120, N = 248320) at w8: planned route, plus at T = 1 the family's other one-token
     shape forced (the persistent dp kernel of 640 threads; the plan takes 256)."""
-    gemv = FAMILIES["gemv_coop"]
+    gemv = FAMILIES["gemv"]
     loaded = {s.uri: loader(s) for s in gemv.variants(LM_HEAD)}
     ctx = PlanContext(device["arch"], device["sms"], {u: lk.resources for u, lk in loaded.items()})
     launch = gemv.launch(LM_HEAD, t, ctx)
@@ -488,7 +488,7 @@ def test_quant_lm_head_w8(device, loader, t):
         _run_and_check(loaded[forced.kernel.uri], LM_HEAD, forced, seed=99)
 
 
-#: the persistent dp variants' options (GemvCoopFamily dp_carry), at both token tiles and two CTA sizes
+#: the persistent dp variants' options (GemvFamily dp_carry), at both token tiles and two CTA sizes
 #: family options, and "ring": the weight-ring stages forced on every variant (None: the family's dp_ring, 0)
 DP_OPTIONS = {"nocarry": dict(dp_carry=(False,), dp_deep_threads=(), ring=0), "carry": dict(dp_carry=(True,), ring=None),
               "late": dict(dp_carry=(False,), dp_preload="late", ring=0),
@@ -517,7 +517,7 @@ def test_persistent_dp_many_items_per_cta(device, loader, option, shape, threads
     cp.async protocol, which the CPU emulator's instant copies cannot check)."""
     opts = dict(DP_OPTIONS[option])
     ring = opts.pop("ring")
-    gemv = GemvCoopFamily(GemvTuning(w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4), w8_mma_tiles=(), w4_mma_tiles=(),
+    gemv = GemvFamily(GemvTuning(w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4), w8_mma_tiles=(), w4_mma_tiles=(),
                           dp_shapes=((threads, 1),), **opts))
     tile = gemv.tile_for(t)
     assert gemv.persistent(shape, tile), f"{shape} at tile {tile}: no persistent dp variant"
