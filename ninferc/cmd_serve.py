@@ -162,13 +162,13 @@ def serve_cmd(path, preset, synthetic_weights, weights_fmt, kv_dtype, host, port
         opened = open_model(path, backend, max_context, draft_lm_head=draft_lm_head)
     if opened.backend == "reference" and no_cuda_graph:
         raise NinfercError("--no-cuda-graph applies to the cuda backend")
+    if spec_cfg is not None:
+        opened.check_spec()
     if opened.backend == "cuda":  # no GPU: one error line before the server starts (the engine loads after it)
         from ninferc.runtime.kernels import cupy
 
         cupy("ninferc serve --preset --synthetic-weights (its weights are generated on the GPU)" if preset else
              "the CUDA backend", hint="" if preset else "on a machine without a GPU use --backend reference")
-    if spec_cfg is not None:
-        opened.check_spec()
     ctx = opened.max_context
     if prefill_chunk > ctx:
         prefill_chunk = ctx
