@@ -142,3 +142,22 @@ def event_ids(events) -> list[int]:
     from ninferc.runtime.scheduler import TokenEvent
 
     return [t for e in events if isinstance(e, TokenEvent) for t in e.ids]
+
+
+def nan_final_norm_after(engine, n: int):
+    """An ``on_token`` callback for :func:`ninferc.generate.generate` on a CUDA ``engine``
+    (:class:`~ninferc.runtime.engine.Engine`) that, at the ``n``-th token, fills the final norm's weight (the
+    AddRMSNorm whose output the LM head reads) with NaN on the engine stream, so every later step's logits are NaN.
+    Returns ``(on_token, seen)``: ``seen`` collects the ids handed to the callback."""
+    g = engine.graph
+    lm_inputs = {o.inputs[0] for o in g.ops() if o.kind == "LMHead"}
+    name = next(op.params["weight"] for op in g.ops() if op.kind == "AddRMSNorm" and op.outputs[-1] in lm_inputs)
+    seen: list[int] = []
+
+    def on_token(tok):
+        seen.append(tok)
+        if len(seen) == n:
+            with engine.stream:
+                engine.params[name][:] = np.float32(np.nan)
+
+    return on_token, seen

@@ -145,7 +145,6 @@ def test_non_finite_logits_give_no_token(emulated_device, emu_art, goldens, gree
     """The final norm's weight made NaN after the 3rd token: ``generate`` (the sampler inside the replayed decode
     graph) ends with NonFiniteLogits -- the GPU sampler's -1 for a row whose maximum is not finite -- instead of
     an id, greedy and sampled."""
-    import numpy as np
 
     from ninferc.artifact import Artifact
     from ninferc.generate import generate
@@ -154,14 +153,9 @@ def test_non_finite_logits_give_no_token(emulated_device, emu_art, goldens, gree
 
     e = Engine(Artifact.open(emu_art), max_context=128, prefill_chunk=CHUNK)
     params = SamplingParams() if greedy else SamplingParams(temperature=0.8, seed=3)
-    name = next(op.params["weight"] for op in e.graph.ops() if op.kind == "AddRMSNorm" and op.outputs[-1] in
-                {o.inputs[0] for o in e.graph.ops() if o.kind == "LMHead"})
-    seen = []
+    from ninferc.testing import nan_final_norm_after
 
-    def on_token(tok):
-        seen.append(tok)
-        if len(seen) == 3:
-            e.params[name][:] = np.float32(np.nan)
+    on_token, seen = nan_final_norm_after(e, 3)
 
     with pytest.raises(NonFiniteLogits, match="non-finite logits"):
         generate(e.session(), goldens["cases"][0]["prompt_ids"], max_new=12, params=params, prefill_chunk=CHUNK,

@@ -470,16 +470,9 @@ def test_non_finite_logits_give_no_token_on_the_cuda_path(artifacts, goldens, gr
 
     e = Engine(Artifact.open(artifacts["sm_90"]), plan="replay")
     params = SamplingParams() if greedy else SamplingParams(temperature=0.8, seed=3)
-    name = next(op.params["weight"] for op in e.graph.ops() if op.kind == "AddRMSNorm" and op.outputs[-1] in
-                {o.inputs[0] for o in e.graph.ops() if o.kind == "LMHead"})
-    seen = []
+    from ninferc.testing import nan_final_norm_after
 
-    def on_token(tok):
-        seen.append(tok)
-        if len(seen) == 3:
-            with e.stream:
-                e.params[name][:] = np.float32(np.nan)
-        return None
+    on_token, seen = nan_final_norm_after(e, 3)
 
     with pytest.raises(NonFiniteLogits, match="non-finite logits"):
         generate(e.session(), goldens["cases"][0]["prompt_ids"], max_new=20, params=params, on_token=on_token)
