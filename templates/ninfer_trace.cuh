@@ -1,6 +1,7 @@
-// ninfer_trace.cuh -- the device probes' per-CTA timestamps (template parameter `trace` of gemv; attn_decode's and
-// gdn_recurrent's trace hooks, defined by bench/attn_trace_probe.py; never planned). Included only by a traced kernel:
-// bench/attn_trace_probe.py reads the records back.
+// ninfer_trace.cuh -- the device probes' per-CTA timestamps, for the empty trace hooks that gemv_dp (GEMV_TRACE_*),
+// attn_decode (ATTN_TRACE) and gdn_recurrent (GDN_TRACE_*) keep; bench/dp_trace_probe.py and bench/attn_trace_probe.py define the
+// hooks, include this header and read the records back. No product kernel includes it, and no plan launches a traced
+// kernel.
 // %globaltimer is the GPU's nanosecond timer (PTX ISA "Special Registers": %globaltimer), %smid the SM of the CTA.
 #pragma once
 
