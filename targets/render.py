@@ -63,6 +63,12 @@ def header_names() -> list[str]:
     return sorted(p.name for p in _template_dir().iterdir() if p.name.endswith(".cuh"))
 
 
+def include_names() -> list[str]:
+    """File names of all jinja includes (``*.inc.j2``: macros and text several templates share) in
+    ``ninferc.templates``, sorted."""
+    return sorted(p.name for p in _template_dir().iterdir() if p.name.endswith(".inc.j2"))
+
+
 def read_template_file(name: str) -> str:
     """Raw text of a template or header file in ``ninferc.templates``.
 

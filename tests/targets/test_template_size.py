@@ -1,5 +1,6 @@
 """Size limits of the kernel layer (issue 39, "Must show"): no jinja template over 500 lines, no kernel body over 400
-lines, no kernel family constructor over 8 parameters.
+lines, no kernel family constructor over 8 parameters; the shared pieces (``*.cuh`` headers, ``*.inc.j2`` jinja includes)
+held to the template limit too, so that a template cannot shrink by moving its bulk into one.
 
 Measured here: every ``templates/*.cu.j2`` -- its total lines, and each kernel body's lines (from the
 ``extern "C" __global__`` line to the function's closing ``}`` at column 0; a template whose kernels are alternatives
@@ -17,7 +18,7 @@ import re
 import pytest
 
 from ninferc.targets.kernels import FAMILIES
-from ninferc.targets.render import read_template_file, template_names
+from ninferc.targets.render import header_names, include_names, read_template_file, template_names
 
 MAX_TEMPLATE_LINES = 500
 MAX_BODY_LINES = 400
@@ -81,3 +82,13 @@ def test_template_and_kernel_body_lines(template):
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_family_constructor_parameters(family):
     _check("constructor parameters", family, ctor_params(FAMILIES[family]), MAX_CTOR_PARAMS, CTOR_PARAMS_ALLOWED)
+
+
+def test_shared_pieces_are_found():
+    assert "gemv.inc.j2" in include_names() and "attn_decode.cuh" in header_names()
+
+
+@pytest.mark.parametrize("piece", header_names() + include_names())
+def test_header_and_include_lines(piece):
+    n = len(read_template_file(piece).splitlines())
+    assert n <= MAX_TEMPLATE_LINES, f"{piece}: {n} lines over the limit of {MAX_TEMPLATE_LINES}"
