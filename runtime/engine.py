@@ -353,10 +353,10 @@ class Engine:
         for s in steps:
             # a launch depends only on the family, problem and counts: the 65 layers' steps share ~15 of
             # them, so a new prompt length costs ~15 route choices and device checks, not one per step
-            key = (s.family, s.problem, s.rows, s.batch)
-            ln = memo.get(key)
+            lkey = (s.family, s.problem, s.rows, s.batch)
+            ln = memo.get(lkey)
             if ln is None:
-                ln = memo[key] = step_launch(s, self.geo_ctx, T=T, B=B, R=R)
+                ln = memo[lkey] = step_launch(s, self.geo_ctx, T=T, B=B, R=R)
                 self._check_on_device(ln)
             launches[s.name] = (s, ln)
         steps = drop_unneeded_steps(steps, {n: ln for n, (_, ln) in launches.items()})

@@ -60,6 +60,10 @@ def test_decode_stream_equals_the_goldens(emulated_device, emu_art, goldens):
     ids = [first] + list(s.decode_stream(SamplingParams(), n - 1))
     assert ids == c["greedy_ids"][:n]
     assert e._graphs, "the decode steps were not replayed from a captured graph"
+    # step plans are built once per (mode, T, B, R): the prefill chunks reused theirs (until 2026-12-05 a plan was
+    # stored under a wrong key and rebuilt on every eager step)
+    assert ("prefill", CHUNK, 1, 1, False) in e._steps
+    assert e.step_plan("prefill", CHUNK, 1, 1) is e._steps[("prefill", CHUNK, 1, 1, False)]
     s.close()
 
 
