@@ -273,7 +273,7 @@ def multi_token_steps(engine, session, tokens_per_seq, *, reps: int = 30, rng=No
             e.write_meta(tok_pos=np.arange(L, L + T, dtype=np.int32), tok_seq=np.zeros(T, np.int32),
                          seq_start=[0, T], seq_ctx=[L + T], seq_slot=[seq.slot], row_index=np.arange(T, dtype=np.int32),
                          page_rows=[seq.pages], tokens=[int(x) for x in rng.integers(0, e.vocab, T)],
-                         **({"seq_slot_out": [0]} if verify else {}))  # states after tokens 0..T-1: slots 0..T-1
+                         **({"seq_slot_out": [0], "token_rows": True} if verify else {}))  # states: slots 0..T-1
             g = e.step_graph(mode, T, 1, T)
             g.launch(stream=e.stream)  # warm
             evs = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(reps)]

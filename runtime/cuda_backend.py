@@ -442,7 +442,7 @@ class CudaBatchBackend:
                          seq_ctx=[x.length + len(t) for x, t in zip(seqs, token_lists)],
                          seq_slot=[self._state_slot(x) for x in seqs],
                          seq_slot_out=[x.slot * self._group for x in seqs], row_index=np.arange(T, dtype=np.int32),
-                         page_rows=[x.pages for x in seqs], tokens=toks)
+                         page_rows=[x.pages for x in seqs], tokens=toks, token_rows=True)
             then = {"argmax": "sample_rows", "sample": "sample_rows_sample", None: None}[draw]
             if self.cuda_graph:  # one graph per (T, B, draw): at most max_batch x (K + 1) shapes each
                 e.step_graph("verify", T, B, T, then=then).launch(stream=e.stream)

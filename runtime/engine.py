@@ -50,7 +50,7 @@ from ninferc.targets.plan import Launch, PlanContext, check_launch
 META_RING = 4  # pinned host metadata blocks in flight
 GRAPH_ALLOWANCE = 64 << 20  # bytes kept free for CUDA graphs, cuBLAS-free CuPy pools and the driver
 META_I32 = ("tok_pos", "tok_seq", "seq_start", "seq_ctx", "seq_slot", "row_index", "tokens_in", "page_table",
-            "ids_pos", "seq_slot_out", "hidden_rows")
+            "ids_pos", "seq_slot_out", "hidden_rows", "tok_ctx", "tok_pages")
 
 
 @dataclass
@@ -157,7 +157,8 @@ class Engine:
             self._draft_head = self._use_draft_head(draft_lm_head)
         #: GDN state slots: K + 1 per sequence when speculating (the verify step's state after every token)
         self.state_slots = max_batch * (spec_tokens + 1)
-        verify_rows = max_batch * (spec_tokens + 1) if spec_tokens else 0
+        #: tokens of the largest verify step (0: not speculating): its per-token attention rows (tok_ctx, tok_pages)
+        self.verify_rows = verify_rows = max_batch * (spec_tokens + 1) if spec_tokens else 0
         self.max_logit_rows = max(max_batch, max_logit_rows or max_batch, verify_rows)
         self.program = lower(self.graph, page_size=self.page_size, max_context=max_context,
                              mtp_hidden=bool(spec_tokens))
@@ -181,6 +182,8 @@ class Engine:
             self.geo_ctx = self.dev_ctx
         if self._draft_head is not None:
             self._compile_missing(self.mtp_program)
+        if spec_tokens and plan != "replay":  # an artifact compiled before its verify kernels existed: compile them
+            self._compile_missing(self.program)
         self.resource_notes = [
             f"{u}: plan {plan_res[u].registers} regs / {plan_res[u].static_smem_bytes} B smem, device "
             f"{dev_res[u].registers} regs / {dev_res[u].static_smem_bytes} B"
@@ -445,7 +448,8 @@ class Engine:
         Bc, Tc = self.max_batch, self.t_cap  # noqa: N806
         sizes = {"tok_pos": Tc, "tok_seq": Tc, "seq_start": Bc + 1, "seq_ctx": Bc, "seq_slot": Bc,
                  "row_index": self.max_logit_rows, "tokens_in": Tc, "page_table": Bc * self.max_pages,
-                 "ids_pos": Bc, "seq_slot_out": Bc, "hidden_rows": Tc}
+                 "ids_pos": Bc, "seq_slot_out": Bc, "hidden_rows": Tc,
+                 "tok_ctx": self.verify_rows, "tok_pages": self.verify_rows * self.max_pages}
         self.meta_off, off = {}, 0
         for name in META_I32:
             self.meta_off[name] = off
@@ -663,14 +667,22 @@ class Engine:
         return [(step.name, ln.kernel.family, float(np.median(t))) for (step, ln, _, _), t in zip(sp.launches, times)]
 
     def write_meta(self, *, tok_pos, tok_seq, seq_start, seq_ctx, seq_slot, row_index, page_rows,
-                   tokens=None, seq_slot_out=None, hidden_rows=None) -> None:
+                   tokens=None, seq_slot_out=None, hidden_rows=None, token_rows: bool = False) -> None:
         """Fill a pinned host metadata block and copy it to the device (async on the engine stream); with
         ``tokens`` (host ids), also place them in the device token buffer the embedding reads (otherwise
         that buffer keeps the ids the GPU sampler wrote). The rows' sampled-id cursors (``ids_pos``) are set to
         the start of the other half of their ``ids_host`` rows (``ids_base``), and ``device_meta`` is forgotten:
         the caller sets it again after a replayed decode step. ``seq_slot_out`` (verify steps: each sequence's first
         output state slot) and ``hidden_rows`` (MTP head steps: the row of the hidden buffer each row reads) are
-        written when given."""
+        written when given. ``token_rows`` (verify steps): also every token's attention row -- its context
+        ``tok_ctx = tok_pos + 1`` and its sequence's page-table row in ``tok_pages`` (the split-KV attention of the
+        verify mode, :class:`ninferc.targets.lower.AttnVerifyRoute`).
+
+        Raises:
+            NinfercError: ``token_rows`` for more tokens than the engine's verify rows (max batch x (K + 1))."""
+        if token_rows and len(tok_pos) > self.verify_rows:
+            raise NinfercError(f"a verify step of {len(tok_pos)} tokens; this engine verifies at most "
+                               f"{self.verify_rows} (max batch x (K + 1))")
         i = self.meta_next
         self.meta_next = (i + 1) % META_RING
         if self.meta_events[i] is not None:
@@ -687,6 +699,13 @@ class Engine:
         pt = o["page_table"]
         for b, pages in enumerate(page_rows):
             h[pt + b * self.max_pages: pt + b * self.max_pages + len(pages)] = pages
+        if token_rows:
+            pos = np.asarray(tok_pos, np.int32)
+            h[o["tok_ctx"]:o["tok_ctx"] + pos.size] = pos + 1
+            tp = o["tok_pages"]
+            for t, b in enumerate(np.asarray(tok_seq, np.int64)):
+                pages = page_rows[b]
+                h[tp + t * self.max_pages: tp + t * self.max_pages + len(pages)] = pages
         if tokens is not None:
             t = np.asarray(tokens, np.int32)
             h[o["tokens_in"]:o["tokens_in"] + t.size] = t

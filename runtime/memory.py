@@ -75,7 +75,7 @@ def workspace_sizes(program, ctx, *, t_cap: int, max_batch: int, verify_tokens: 
     Args:
         program: a :class:`ninferc.targets.lower.Program`. ctx: the plan context launches are derived on.
         t_cap: prefill chunk (tokens). max_batch: decode sequences.
-        verify_tokens: K + 1 of a speculating engine (0: none): its verify steps of one and of ``max_batch``
+        verify_tokens: K + 1 of a speculating engine (0: none): its verify steps of 1 .. ``max_batch``
             sequences of that many tokens count too.
 
     Raises:
@@ -90,7 +90,8 @@ def workspace_sizes(program, ctx, *, t_cap: int, max_batch: int, verify_tokens: 
     cases = [("prefill", t_cap, 1, 1), ("decode", max_batch, max_batch, max_batch), ("decode", 1, 1, 1)]
     cases += [("prefill", t, 1, 1) for t in list(range(1, 17)) + [64] if t <= t_cap]
     if verify_tokens:
-        cases += [("verify", b * verify_tokens, b, b * verify_tokens) for b in sorted({1, max_batch})]
+        # every batch size: the verify attention's partials (T rows x its split count at T) need not grow with T
+        cases += [("verify", b * verify_tokens, b, b * verify_tokens) for b in range(1, max_batch + 1)]
     for mode, T, B, R in cases:  # noqa: N806
         for s in program.for_mode(mode):
             ln = step_launch(s, ctx, T=T, B=B, R=R)

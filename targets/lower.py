@@ -3,7 +3,7 @@
 A :class:`Step` is one kernel launch site: a kernel family, its problem (shape), the mode it runs in
 (``decode``: one token per sequence, T = B; ``prefill``: a chunk of T tokens of B packed sequences;
 ``verify``: the speculative verify step, B sequences of K + 1 tokens, which runs the prefill steps but the GDN
-state's (:meth:`Program.for_mode`); ``both``), which runtime count is the family's ``tokens`` argument (T, B or R = logit rows), and a
+state's and the attention's (:meth:`Program.for_mode`); ``both``), which runtime count is the family's ``tokens`` argument (T, B or R = logit rows), and a
 binding of every kernel argument to a symbolic :class:`Ref` (an activation tensor of the graph, a
 weight, a state pool, batch metadata, a workspace, a constant). The runtime resolves Refs to device
 pointers and scalars; the plan evaluates the same steps' launches for representative T on a target.
@@ -217,7 +217,38 @@ class GdnRingVerifyRoute:
 
 
 #: step family names that are routes over a registry family (:func:`family`)
-ROUTES = {"linear": LinearRoute, "mlp": MlpRoute, "gdn_verify": GdnVerifyRoute, "gdn_ring_verify": GdnRingVerifyRoute}
+class AttnVerifyRoute:
+    """The attention of the ``verify`` mode: ``attn_decode`` with one row per token of the step, each with its own
+    context and its sequence's page-table row (:meth:`~ninferc.targets.kernels.attention.AttnDecodeFamily.verify_launch`;
+    never the fused-prep kernel: the mode's ``attn_prep`` step writes every token's K / V first)."""
+
+    name = "attn_verify"
+
+    def variants(self, p: AttentionProblem) -> list[KernelSpec]:
+        """The decode kernels without the folded prep."""
+        return FAMILIES["attn_decode"].verify_variants(p)
+
+    def launch(self, p: AttentionProblem, tokens: int, ctx: PlanContext) -> Launch:
+        """Grid (splits, Hkv, T)."""
+        return FAMILIES["attn_decode"].verify_launch(p, tokens, ctx)
+
+
+class AttnCombineVerifyRoute:
+    """The ``verify`` mode's ``attn_combine``: the merge of :class:`AttnVerifyRoute`'s splits (its split count)."""
+
+    name = "attn_combine_verify"
+
+    def variants(self, p: AttentionProblem) -> list[KernelSpec]:
+        """The combine kernel and the decode kernels whose split count it follows."""
+        return [FAMILIES["attn_combine"].spec(p), *FAMILIES["attn_decode"].verify_variants(p)]
+
+    def launch(self, p: AttentionProblem, tokens: int, ctx: PlanContext) -> Launch:
+        """Grid (Hq * dim_ctas, T)."""
+        return FAMILIES["attn_combine"].launch(p, tokens, ctx, prep=False)
+
+
+ROUTES = {"linear": LinearRoute, "mlp": MlpRoute, "gdn_verify": GdnVerifyRoute, "gdn_ring_verify": GdnRingVerifyRoute,
+          "attn_verify": AttnVerifyRoute, "attn_combine_verify": AttnCombineVerifyRoute}
 
 
 def linear_problem(problem) -> GemvProblem:
@@ -271,8 +302,8 @@ def launch_scalars(step: Step, launch: Launch, ctx: PlanContext, batch: int) -> 
         return {"num_seqs": np.int32(batch)}
     if fam == "attn_prep":
         return {"n_tokens": t}
-    if fam == "attn_decode":
-        _, per = FAMILIES["attn_decode"].splits(step.problem, launch.tokens, ctx)
+    if fam == "attn_decode":  # the split rule of the kernel launched (a verify step's is never the fused-prep one)
+        _, per = FAMILIES["attn_decode"].splits(step.problem, launch.tokens, ctx, prep=step.family == "attn_decode")
         return {"n_seqs": t, "splits": np.int32(launch.split_k), "pages_per_split": np.int32(per)}
     if fam == "attn_combine":
         return {"n_seqs": t, "splits": np.int32(launch.split_k)}
@@ -309,7 +340,8 @@ class Program:
     def for_mode(self, mode: str) -> list[Step]:
         """Steps of ``decode``, ``prefill`` or ``verify`` (those marked ``both`` included), in order. ``verify`` is the
         speculative verify step (B sequences of K + 1 tokens, every token's logits): the prefill steps, the GDN ring
-        update and core replaced by their verify kernels (``prefill_only`` steps left out)."""
+        update and core and the attention (split-KV rows per token, :class:`AttnVerifyRoute`) replaced by their
+        verify kernels (``prefill_only`` steps left out)."""
         if mode == "verify":
             return [s for s in self.steps
                     if s.mode in ("verify", "both") or (s.mode == "prefill" and not s.prefill_only)]
@@ -552,7 +584,12 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096, fuse_no
             add(Step(f"{op.name}.prep", op.name, "both", "attn_prep", p, "T", common, layer=L))
             add(Step(f"{op.name}.decode", op.name, "decode", "attn_decode", p, "T", common, layer=L))
             add(Step(f"{op.name}.combine", op.name, "decode", "attn_combine", p, "T", common, layer=L))
-            add(Step(f"{op.name}.prefill", op.name, "prefill", "attn_prefill", p, "T", common, batch=True, layer=L))
+            add(Step(f"{op.name}.prefill", op.name, "prefill", "attn_prefill", p, "T", common, batch=True, layer=L,
+                     prefill_only=True))
+            # the verify mode: one split-KV row per token, its own context and its sequence's page-table row
+            rows = {**common, "page_table": Ref("meta", "tok_pages"), "seq_ctx": Ref("meta", "tok_ctx")}
+            add(Step(f"{op.name}.verify", op.name, "verify", "attn_verify", p, "T", rows, layer=L))
+            add(Step(f"{op.name}.verify_combine", op.name, "verify", "attn_combine_verify", p, "T", rows, layer=L))
         else:
             raise PlanError(f"no kernel lowers op {op.name} of kind {op.kind}")
         if k == "LMHead":

@@ -28,6 +28,8 @@ Kernels (runtime ABI: argument order = :meth:`arg_names`; pointers, then int32 /
                  grid (T, ceil((Hq + 2 Hkv) / warps)), one warp per head row; no dynamic smem.
 ``attn_decode``  (q, k_pages, v_pages, [k_scales, v_scales,] page_table, seq_ctx, ws, n_seqs, max_pages,
                  splits, pages_per_split, scale)               T = B: token t of the step is sequence t
+                 (the verify mode, :meth:`AttnDecodeFamily.verify_launch`: row t is token t of the step, with its own
+                 context and its sequence's page-table row)
                  grid (splits, Hkv, B); each CTA: the G q heads of one KV head over
                  ``pages_per_split`` pages; writes unnormalised partial outputs and (max, sum) to ``ws``
                  (fp32, ``[B, Hq, splits, hd]`` then ``[B, Hq, splits, 2]``); dynamic smem: none, or the staged
@@ -48,7 +50,7 @@ bf16 argument lists, template parameters, URIs and rendered sources are exactly 
 kernels. ``attn_combine`` does not touch the pool and is the same kernel for both.
 
 Order per layer and step: ``attn_prep`` (writes this step's K/V) -> ``attn_decode`` + ``attn_combine``
-(one token per sequence) or ``attn_prefill`` (chunks). ``attn_prep``'s ``q_out`` feeds the second
+(one token per sequence, or the verify step's K + 1 tokens per sequence as rows) or ``attn_prefill`` (chunks). ``attn_prep``'s ``q_out`` feeds the second
 stage; ``proj`` is read again for the gate.
 
 The split rule (``attn_decode``; fixed for a given (max_context, B), so a captured CUDA graph stays
@@ -568,11 +570,12 @@ class AttnDecodeFamily(_OneKernelFamily):
             return [self.spec(problem, False)] + ([self.spec(problem, True)] if problem.kv_dtype == "bf16" else [])
         return [self.spec(problem)]
 
-    def choose(self, problem: AttentionProblem, ctx: PlanContext) -> tuple[KernelSpec, int]:
+    def choose(self, problem: AttentionProblem, ctx: PlanContext, prep: bool = True) -> tuple[KernelSpec, int]:
         """(kernel, dynamic shared memory bytes) the plan launches for ``problem`` on ``ctx``'s target: the one
         ``stage_kv`` forces, or under ``"auto"`` the staged kernel when the KV cache is bf16 and that kernel, with its
         dynamic shared memory, keeps >= ``stage_min_resident`` resident CTAs per SM (occupancy calculator on the
-        compiled kernel's registers and shared memory); else the global-memory kernel.
+        compiled kernel's registers and shared memory); else the global-memory kernel. ``prep=False``: that kernel
+        without the folded prep whatever ``fuse_prep`` says (the verify step's rows, :meth:`verify_launch`).
 
         Raises:
             PlanError: a forced staged kernel whose shared memory exceeds the target's opt-in limit."""
@@ -587,21 +590,22 @@ class AttnDecodeFamily(_OneKernelFamily):
                     staged = ctx.occupancy(spec, dyn).ctas_per_sm >= self.stage_min_resident
         else:
             staged = self.stage_kv
-        spec, dyn = self.spec(problem, staged), self.dynamic_smem_bytes(problem, staged)
+        spec, dyn = self.spec(problem, staged, prep=prep), self.dynamic_smem_bytes(problem, staged)
         if dyn:
             _check_smem(self.name, spec, ctx, dyn, f"the staged K/V tile ({self.tile_keys(problem)} keys x head_dim "
                                                    f"{problem.head_dim}, {problem.kv_dtype})")
         return spec, dyn
 
-    def spec(self, problem: AttentionProblem, staged: bool | None = None) -> KernelSpec:
-        """The kernel for ``problem``: staged (``staged``; None: ``stage_kv is True``) or not.
+    def spec(self, problem: AttentionProblem, staged: bool | None = None, prep: bool = True) -> KernelSpec:
+        """The kernel for ``problem``: staged (``staged``; None: ``stage_kv is True``) or not; with the prep folded in
+        where :meth:`fused_prep` says so, unless ``prep`` is False (then never).
 
         Raises:
             PlanError: ``threads`` and the P.V column units (bf16: hd/2 pairs; int8: hd/4 quads) do not
                 divide one another.
         """
         staged = self._staged(staged)
-        if self.fuse_prep is True:
+        if self.fuse_prep is True and prep:
             for ok, what in ((staged, "the global-memory kernel (it needs the staged tile)"),
                              (problem.kv_dtype == "bf16", f"{problem.kv_dtype} KV pages (bf16 only)"),
                              (not self.stage_mma, "stage_mma")):
@@ -629,7 +633,7 @@ class AttnDecodeFamily(_OneKernelFamily):
                   **({"min_ctas": self.stage_min_ctas} if staged and self.stage_min_ctas and
                      problem.kv_dtype == "bf16" else {}),
                   **({"mma": True} if staged and self.stage_mma and problem.kv_dtype == "bf16" else {}),
-                  **({"prep": True, "rot": problem.rotary_dim} if self.fused_prep(problem, staged) else {})}
+                  **({"prep": True, "rot": problem.rotary_dim} if prep and self.fused_prep(problem, staged) else {})}
         return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=False)
 
     def fused_prep(self, problem: AttentionProblem, staged: bool | None = None) -> bool:
@@ -649,17 +653,17 @@ class AttnDecodeFamily(_OneKernelFamily):
         return ("q", *_kv_args(problem), "page_table", "seq_ctx", "ws", "n_seqs", "max_pages", "splits",
                 "pages_per_split", "scale")
 
-    def splits(self, problem: AttentionProblem, batch: int, ctx: PlanContext) -> tuple[int, int]:
-        """(splits, pages_per_split) for B = ``batch`` sequences at ``problem.max_context`` (module
-        docstring: the split rule). Depends only on (problem, B, target, SM count), never on the current
-        contexts.
+    def splits(self, problem: AttentionProblem, batch: int, ctx: PlanContext, prep: bool = True) -> tuple[int, int]:
+        """(splits, pages_per_split) for B = ``batch`` sequences (or verify rows) at ``problem.max_context`` (module
+        docstring: the split rule), for the kernel :meth:`choose` gives with ``prep``. Depends only on (problem, B,
+        target, SM count), never on the current contexts.
 
         Raises:
             PlanError: B < 1, or the decode kernel cannot be resident on this target.
         """
         if batch < 1:
             raise PlanError(f"{self.name}: B = {batch} must be at least 1")
-        spec, dyn = self.choose(problem, ctx)
+        spec, dyn = self.choose(problem, ctx, prep)
         occ = ctx.occupancy(spec, dyn)
         if occ.ctas_per_sm < 1:
             raise PlanError(f"{spec.uri} on {ctx.arch.name}: 0 resident CTAs per SM (limited by {occ.limiter})")
@@ -674,20 +678,43 @@ class AttnDecodeFamily(_OneKernelFamily):
         """fp32 partials: B*Hq*splits*hd outputs + B*Hq*splits*2 (max, sum), times 4 bytes."""
         return 4 * batch * problem.heads_q * splits * (problem.head_dim + 2)
 
-    def launch(self, problem: AttentionProblem, tokens: int, ctx: PlanContext) -> Launch:
-        """Grid (splits, Hkv, B) with B = ``tokens``; ``split_k`` = splits; workspace as above.
+    def launch(self, problem: AttentionProblem, tokens: int, ctx: PlanContext, prep: bool = True) -> Launch:
+        """Grid (splits, Hkv, B) with B = ``tokens``; ``split_k`` = splits; workspace as above. ``prep=False``:
+        the kernel without the folded prep (:meth:`verify_launch`).
 
         Raises:
             PlanError: B < 1 or over the grid-z limit; the kernel cannot be resident.
         """
-        splits, _ = self.splits(problem, tokens, ctx)
+        splits, _ = self.splits(problem, tokens, ctx, prep)
         if tokens > ctx.arch.max_grid_dims[2]:
             raise PlanError(f"{self.name} on {ctx.arch.name}: B = {tokens} exceeds the grid z limit "
                             f"{ctx.arch.max_grid_dims[2]}")
-        spec, dyn = self.choose(problem, ctx)
+        spec, dyn = self.choose(problem, ctx, prep)
         return ctx.make_launch(spec, (splits, problem.heads_kv, int(tokens)), route="split_kv",
                                tokens=tokens, split_k=splits, dynamic_smem=dyn,
                                workspace_bytes=self.workspace_bytes(problem, tokens, splits))
+
+    def verify_variants(self, problem: AttentionProblem) -> list[KernelSpec]:
+        """The kernels :meth:`verify_launch` may pick: :meth:`variants` without the folded prep."""
+        if self.fuse_prep is True:
+            return [self.spec(problem, True, prep=False)]
+        if self.stage_kv == "auto":
+            return [self.spec(problem, False)] + ([self.spec(problem, True, prep=False)]
+                                                  if problem.kv_dtype == "bf16" else [])
+        return [self.spec(problem, prep=False)]
+
+    def verify_launch(self, problem: AttentionProblem, tokens: int, ctx: PlanContext) -> Launch:
+        """The speculative verify step's attention (and a multi-token step's, T <= K + 1 per sequence): every
+        token of the step is one row of the split-KV kernel, with its own context (its position + 1) and its
+        sequence's page-table row (the batch metadata ``tok_ctx`` / ``tok_pages``), so a sequence's K + 1 queries
+        are split over the keys like K + 1 decode rows instead of one ``attn_prefill`` CTA per query head walking
+        the whole context. The kernel is never the fused-prep one: ``attn_prep`` has written every token's K / V
+        row before any row reads them (a row's own CTA would write its key while the next row's reads it). Grid
+        (splits, Hkv, T) as :meth:`launch` with B = T.
+
+        Raises:
+            PlanError: as :meth:`launch`."""
+        return self.launch(problem, tokens, ctx, prep=False)
 
     def kernel_args(self, problem: AttentionProblem, launch: Launch, arrays: Mapping[str, Any],
                     pages_per_split: int) -> tuple:
@@ -761,15 +788,16 @@ class AttnCombineFamily(_OneKernelFamily):
         """Dynamic shared memory of the combine: one fp32 weight per split."""
         return 4 * int(splits)
 
-    def launch(self, problem: AttentionProblem, tokens: int, ctx: PlanContext) -> Launch:
-        """Grid (Hq * dim_ctas, B) with B = ``tokens``; dynamic smem = 4 * splits.
+    def launch(self, problem: AttentionProblem, tokens: int, ctx: PlanContext, prep: bool = True) -> Launch:
+        """Grid (Hq * dim_ctas, B) with B = ``tokens``; dynamic smem = 4 * splits (of the decode launch with
+        ``prep``: False after :meth:`AttnDecodeFamily.verify_launch`).
 
         Raises:
             PlanError: the split count at ``problem.max_context`` needs more shared memory than the
                 arch's opt-in maximum (names kernel, target, max_context, value and limit); B over the
                 grid-y limit.
         """
-        splits, _ = self.decode.splits(problem, tokens, ctx)
+        splits, _ = self.decode.splits(problem, tokens, ctx, prep)
         spec = self.spec(problem)
         dyn = self.dynamic_smem_bytes(splits)
         _check_smem(self.name, spec, ctx, dyn,

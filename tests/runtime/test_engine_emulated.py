@@ -91,6 +91,10 @@ def _serve(art, prompts, n, k, *, cache_bytes: int = 0, one_by_one: bool = False
             run_until_idle(s)
     run_until_idle(s)
     _serve.graphs = [key for key in be.engine._graphs if isinstance(key, tuple) and key[0] == "model"]
+    # the attention kernels of the verify steps made: (step T, family, grid z) of each
+    _serve.verify_attn = {(key[1], ln.kernel.family, ln.grid[2]) for key, sp in be.engine._steps.items()
+                          if key[0] == "verify" and not key[-1] for st, ln, _, _ in sp.launches
+                          if ln.kernel.family.startswith("attn_")}
     be.close()
     return [(event_ids(evs[str(i)]), evs[str(i)][-1]) for i in range(len(prompts))]
 
@@ -125,6 +129,9 @@ def test_mtp_speculation_reproduces_the_golden_runs(emulated_device, emu_art, go
         assert full and st.per_round[:len(full)] == run["accepted_per_round"][:len(full)]
     # the verify steps and the head's draft steps were replayed from captured graphs
     assert any(key[1] == "verify" and key[-1] is False for key in _serve.graphs)
+    # a verify step's attention: one split-KV row per token (attn_decode grid z = T), no attn_prefill
+    fams = {f for _, f, _ in _serve.verify_attn}
+    assert fams == {"attn_prep", "attn_decode", "attn_combine"} and all(z == t for t, f, z in _serve.verify_attn if f == "attn_decode")
     assert any(key[1] == "decode" and key[-1] is True for key in _serve.graphs)
 
 

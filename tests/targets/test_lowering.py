@@ -101,16 +101,23 @@ def test_folded_attn_prep_lowering(graph, arch, sku):
 def test_verify_mode_keeps_the_gdn_state_after_every_token(graph, arch, sku):
     """The speculative verify step (B sequences x K + 1 tokens, every token's logits): the prefill program with each
     GDN layer's ring update and core replaced by the verify kernels (conv -> ring verify -> recurrent verify, bound
-    to seq_slot_out), no other prefill step left out, every launch checked on the target."""
+    to seq_slot_out) and each attention layer's attn_prefill by split-KV rows, one per token (prep -> attn_decode
+    without the folded prep, over the per-token tok_pages / tok_ctx -> attn_combine at the same split count), no
+    other prefill step left out, every launch checked on the target."""
     mp = plan_model(graph, arch, sku=sku, decode_batches=(1,), prefill_tokens=(8,))
     prog = mp.program
     verify, prefill = prog.for_mode("verify"), prog.for_mode("prefill")
     assert {s.name for s in prefill} - {s.name for s in verify} == {s.name for s in prefill if s.prefill_only}
     gdn_layers = {s.op for s in prog.steps if s.family == "gdn_conv"}
-    assert {s.op for s in prog.steps if s.prefill_only} == gdn_layers
+    attn_layers = {s.op for s in prog.steps if s.family == "attn_prefill"}
+    assert gdn_layers and attn_layers
+    assert {s.op for s in prog.steps if s.prefill_only} == gdn_layers | attn_layers
     for op in gdn_layers:
         names = [s.name for s in verify if s.op == op]
         assert names == [f"{op}.conv", f"{op}.ring_verify", f"{op}.verify"]
+    for op in attn_layers:
+        names = [s.name for s in verify if s.op == op]
+        assert names == [f"{op}.prep", f"{op}.verify", f"{op}.verify_combine"]
     for B, K in ((1, 3), (4, 5)):
         T = B * (K + 1)
         launches = plan_steps(prog, mp.context(), T=T, B=B, R=T, mode="verify")
@@ -119,6 +126,14 @@ def test_verify_mode_keeps_the_gdn_state_after_every_token(graph, arch, sku):
         for s, ln in gdn:
             assert "seq_slot_out" in arg_names(s, ln) and s.bind["seq_slot_out"].name == "seq_slot_out"
             assert ln.grid[1] == B and ln.route in ("verify", "ring_verify")
+        attn = {s.name: (s, ln) for s, ln in launches if s.op in attn_layers}
+        assert len(attn) == 3 * len(attn_layers)  # the prep is never dropped: no verify kernel folds it
+        for op in attn_layers:
+            (sd, dec), (sc, comb) = attn[f"{op}.verify"], attn[f"{op}.verify_combine"]
+            assert dec.kernel.family == "attn_decode" and not dict(dec.kernel.params).get("prep")
+            assert dec.grid[2] == T and comb.grid[1] == T and comb.split_k == dec.split_k == dec.grid[0]
+            assert "q" in arg_names(sd, dec) and sd.bind["q"].name == "attn_q"
+            assert (sd.bind["page_table"].name, sd.bind["seq_ctx"].name) == ("tok_pages", "tok_ctx")
         head = [ln for s, ln in launches if s.rows == "R"]
         assert head and all(ln.tokens == T for ln in head)  # every token's logits
 
