@@ -129,7 +129,7 @@ def test_verify_mode_keeps_the_gdn_state_after_every_token(graph, arch, sku):
         attn = {s.name: (s, ln) for s, ln in launches if s.op in attn_layers}
         assert len(attn) == 3 * len(attn_layers)  # the prep is never dropped: no verify kernel folds it
         for op in attn_layers:
-            (sd, dec), (sc, comb) = attn[f"{op}.verify"], attn[f"{op}.verify_combine"]
+            (sd, dec), (_, comb) = attn[f"{op}.verify"], attn[f"{op}.verify_combine"]
             assert dec.kernel.family == "attn_decode" and not dict(dec.kernel.params).get("prep")
             assert dec.grid[2] == T and comb.grid[1] == T and comb.split_k == dec.split_k == dec.grid[0]
             assert "q" in arg_names(sd, dec) and sd.bind["q"].name == "attn_q"
