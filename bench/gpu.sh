@@ -141,13 +141,14 @@ PY
 }
 mtp_27b() {  # mtp_27b W [W ...]: issue 35 / 38's 27B figures per weight format, JSON $OUT/mtp_27b_W.json
   # (DRAFT=w4 mtp_27b W: the drafts' LM head in w4, --draft-lm-head; JSON mtp_27b_W_draftw4.json)
+  # (MTP_SECS=N: its time box per format, default 200 s)
   # speculative rounds at the forced acceptance of the field reports (76 %, K = 3: 3.28 tokens per round) beside plain
   # decode, the draft and verify steps' cost; 4 sequences x 1 token (--batch 4) and 1 sequence x T tokens through the
   # prefill and (T <= K + 1) verify programs, each with its kernels timed per family (--profile)
   local w
   for w in "$@"; do
     local tag=$w${DRAFT:+_draft$DRAFT}
-    NINFERC_CUDA_MTP=1 timeout 200 ninferc bench --preset qwen3.8-27b --synthetic-weights --weights $w \
+    NINFERC_CUDA_MTP=1 timeout ${MTP_SECS:-200} ninferc bench --preset qwen3.8-27b --synthetic-weights --weights $w \
       --prompt-tokens 512 --decode-tokens 16 --batch 4 --tokens-per-seq 2,4,6,8 --spec mtp --draft-tokens 3 \
       --accept-rate 0.76 --spec-rounds 24 --profile --draft-lm-head ${DRAFT:-bf16} \
       --json $OUT/mtp_27b_$tag.json > $OUT/mtp_27b_$tag.log 2>&1
