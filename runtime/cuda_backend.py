@@ -329,10 +329,15 @@ class CudaBatchBackend:
             pages.append(seq.pages)
         if pos:
             T, B = len(pos), len(ctx)  # noqa: N806
+            # a round's few rows per sequence run the head's verify mode (each row's attention split over the keys,
+            # as the model's verify step does); a prompt chunk's rows its prefill mode
+            rows = max(b - a for a, b in zip(starts, starts[1:]))
+            mode = "verify" if T <= e.verify_rows and rows <= self._group else "prefill"
             with e.stream:
                 e.write_meta(tok_pos=pos, tok_seq=seq_of, seq_start=starts, seq_ctx=ctx, seq_slot=np.zeros(B, np.int32),
-                             row_index=[0], page_rows=pages, tokens=toks_in, hidden_rows=hid)
-                e.run("prefill", T, B, 1, mtp=True)
+                             row_index=[0], page_rows=pages, tokens=toks_in, hidden_rows=hid,
+                             token_rows=mode == "verify")
+                e.run(mode, T, B, 1, mtp=True)
         with e.stream:
             for seq, s0, toks, r0, end in items:
                 e.mtp_src[seq.slot] = e.mtp_src[self._main_row(r0 + end - s0)]

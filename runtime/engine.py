@@ -184,6 +184,7 @@ class Engine:
             self._compile_missing(self.mtp_program)
         if spec_tokens and plan != "replay":  # an artifact compiled before its verify kernels existed: compile them
             self._compile_missing(self.program)
+            self._compile_missing(self.mtp_program)
         self.resource_notes = [
             f"{u}: plan {plan_res[u].registers} regs / {plan_res[u].static_smem_bytes} B smem, device "
             f"{dev_res[u].registers} regs / {dev_res[u].static_smem_bytes} B"
@@ -328,7 +329,7 @@ class Engine:
 
     def step_plan(self, mode: str, T: int, B: int, R: int, *, mtp: bool = False) -> StepPlan:  # noqa: N803
         """Launches (+ argument tuples) for one step of the model (``mtp``: of the MTP head's program, modes
-        ``decode`` and ``prefill``); checked against the device; cached."""
+        ``decode``, ``prefill`` and ``verify``: a round's few rows per sequence); checked against the device; cached."""
         key = (mode, T, B, R, mtp)
         sp = self._steps.get(key)
         if sp is not None:

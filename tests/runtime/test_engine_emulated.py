@@ -95,6 +95,7 @@ def _serve(art, prompts, n, k, *, cache_bytes: int = 0, one_by_one: bool = False
     _serve.verify_attn = {(key[1], ln.kernel.family, ln.grid[2]) for key, sp in be.engine._steps.items()
                           if key[0] == "verify" and not key[-1] for st, ln, _, _ in sp.launches
                           if ln.kernel.family.startswith("attn_")}
+    _serve.mtp_modes = {key[0] for key in be.engine._steps if key[-1]}  # the MTP head's step modes
     be.close()
     return [(event_ids(evs[str(i)]), evs[str(i)][-1]) for i in range(len(prompts))]
 
@@ -131,7 +132,10 @@ def test_mtp_speculation_reproduces_the_golden_runs(emulated_device, emu_art, go
     assert any(key[1] == "verify" and key[-1] is False for key in _serve.graphs)
     # a verify step's attention: one split-KV row per token (attn_decode grid z = T), no attn_prefill
     fams = {f for _, f, _ in _serve.verify_attn}
-    assert fams == {"attn_prep", "attn_decode", "attn_combine"} and all(z == t for t, f, z in _serve.verify_attn if f == "attn_decode")
+    assert fams == {"attn_prep", "attn_decode", "attn_combine"}
+    assert all(z == t for t, f, z in _serve.verify_attn if f == "attn_decode")
+    # the head's rows: the prompt's in its prefill mode, a round's in its verify mode; its drafts in decode mode
+    assert {"prefill", "verify", "decode"} <= _serve.mtp_modes
     assert any(key[1] == "decode" and key[-1] is True for key in _serve.graphs)
 
 
