@@ -33,6 +33,7 @@ class EngineDouble:
     def __init__(self, max_batch: int, k: int, t_cap: int = 64, page_size: int = 16):
         self.cp = types.SimpleNamespace(zeros=np.zeros, empty=np.empty, int32=np.int32)
         self.max_batch, self.spec_tokens, self.page_size, self.vocab = max_batch, k, page_size, V
+        self.verify_rows = max_batch * (k + 1)
         self.num_pages, self.prefill_chunk, self.memory = 64, t_cap, None
         self.config = types.SimpleNamespace(hidden_size=1)
         self.stream = contextlib.nullcontext()
@@ -41,7 +42,7 @@ class EngineDouble:
         self.logits = np.zeros((max_batch * (k + 1), V), np.float32)
         self.states = {}
         self._out = np.zeros(max_batch, np.int64)
-        self.main, self.mtp_rows, self.chain = [], [], []
+        self.main, self.mtp_rows, self.chain, self.mtp_modes = [], [], [], []
 
     def pinned_int32(self, n):
         return np.zeros(n, np.int32)
@@ -65,7 +66,8 @@ class EngineDouble:
                 self.mtp_src[2 * self.max_batch + t] = label(HID, sid[m["tok_seq"][t]], m["tok_pos"][t])
             self.main.append((mode, list(m["seq_slot"]), None if m.get("seq_slot_out") is None
                               else list(m["seq_slot_out"])))
-        elif mode == "prefill":
+        elif mode in ("prefill", "verify"):  # the head's rows: a prompt chunk's, or a round's (<= K + 1 each)
+            self.mtp_modes.append((mode, max(np.diff(m["seq_start"]))))
             for t in range(T):
                 self.mtp_rows.append((sid[m["tok_seq"][t]], int(m["tok_pos"][t]), int(self.tokens[t]),
                                       int(self.mtp_src[m["hidden_rows"][t]])))
@@ -98,8 +100,8 @@ def test_mtp_rows_slots_and_drafts_follow_the_recipe():
     ida, idb = a.pages[0], b.pages[0]
     rng = np.random.default_rng(0)
     S = {ida: [int(x) for x in rng.integers(0, V, 8)], idb: [int(x) for x in rng.integers(0, V, 3)]}
-    be.prefill(a, S[ida][:5])
-    be.prefill(a, S[ida][5:])   # the second chunk's first row reads the first chunk's pending row
+    be.prefill(a, S[ida][:7])   # 6 head rows (positions 0..5): more than K + 1, the head's prefill mode
+    be.prefill(a, S[ida][7:])   # the second chunk's first row reads the first chunk's pending row
     be.prefill(b, S[idb])
     last = {ida: 11, idb: 22}
     G = 4
@@ -140,6 +142,9 @@ def test_mtp_rows_slots_and_drafts_follow_the_recipe():
         assert [r[0] for r in rows] == list(range(len(S[sid]) - 1))
         assert all(tok == S[sid][pos + 1] and hid == label(HID, sid, pos) for pos, tok, hid in rows)
         assert e.mtp_src[x.slot] == label(HID, sid, len(S[sid]) - 1)  # the last position's row is pending
+    # the head's rows ran its verify mode where a sequence had at most K + 1 of them (every round's), else prefill
+    assert all(mode == ("verify" if rows <= G else "prefill") for mode, rows in e.mtp_modes)
+    assert {mode for mode, _ in e.mtp_modes} == {"prefill", "verify"}
     be.draft([a, b], [last[ida], last[idb]], [0, 0])  # a round with no draft: a one-token verify from slot cur
     be.verify([a, b], [[last[ida]], [last[idb]]])
     assert e.main[-1] == ("verify", [cur[ida], G + cur[idb]], [0, G])
