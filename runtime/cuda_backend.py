@@ -27,6 +27,9 @@ The policy (scheduler) owns the page tables and GDN slots; this class turns each
   ``verify`` runs the model over each sequence's K + 1 tokens (``verify_ids``: + a draw from every row), ``accept``
   keeps a prefix (the state slot of the accepted count, the KV length rolled back); the head's steps and the
   verify step are replayed from CUDA graphs captured per shape (T tokens, B sequences) like the decode step.
+  ``verify_round`` is a whole round with one host read: the verify step, the acceptance decided on the device, the
+  head's rows and the next round's drafts queued behind it, then one copy of the ids, the accepted counts and the
+  drafts (the scheduler takes it for greedy / plainly sampled rows with the same next draft count).
 
 Exactness: a sequence's logits do not depend on the other rows' values, but they do on how the step is cut: a
 decode step of B sequences runs the GEMVs' B-token tiles (tensor-core or integer dot-product) where one sequence
@@ -410,10 +413,18 @@ class CudaBatchBackend:
 
         Raises:
             NinfercError: a sampler the GPU sampler cannot draw for (penalties, min_p)."""
+        return self._verify_step(seqs, token_lists, draw=self._verify_draw(token_lists, samplers))
+
+    def _verify_draw(self, token_lists: list[list[int]], samplers: list) -> str:
+        """The verify step's draw for ``samplers``: ``"argmax"`` (all greedy) or ``"sample"`` (the rows' parameters
+        and Philox counters written to the engine's sampling arrays).
+
+        Raises:
+            NinfercError: a sampler the GPU sampler cannot draw for (penalties, min_p)."""
         if any(not s.device_ok for s in samplers):
             raise NinfercError("verify_ids: a request needs the host sampler (penalties or min_p)")
         if all(s.params.greedy for s in samplers):
-            return self._verify_step(seqs, token_lists, draw="argmax")
+            return "argmax"
         e, cp = self.engine, self.engine.cp
         rows = [(s, j) for s, t in zip(samplers, token_lists) for j in range(len(t))]
         T = len(rows)  # noqa: N806
@@ -425,9 +436,10 @@ class CudaBatchBackend:
             sp["top_p"][:T] = cp.asarray([s.params.top_p for s, _ in rows], cp.float32)
             sp["seed"][:T] = cp.asarray(np.array([s.params.seed for s, _ in rows], np.uint64))
             sp["rng_step"][:T] = cp.asarray([s.draws + self._unread.get(id(s), 0) + j for s, j in rows], cp.int32)
-        return self._verify_step(seqs, token_lists, draw="sample")
+        return "sample"
 
-    def _verify_step(self, seqs: list, token_lists: list[list[int]], *, draw: str | None) -> list[np.ndarray]:
+    def _verify_step(self, seqs: list, token_lists: list[list[int]], *, draw: str | None,
+                     read: bool = True) -> list[np.ndarray] | list[int]:
         e = self.engine
         B = len(seqs)  # noqa: N806
         pos, seq_of, starts, toks = [], [], [0], []
@@ -455,12 +467,16 @@ class CudaBatchBackend:
                 e.run("verify", T, B, T)
                 if then:
                     e.run(then, T, B, T)
-            if draw:
+            if not read:  # verify_round: the ids stay in e.tokens[:T]
+                host = None
+            elif draw:
                 host = e.host(e.tokens[:T])
             else:
                 host = e.host(e.logits[:T])
         for x, t in zip(seqs, token_lists):
             x.length += len(t)
+        if host is None:
+            return starts
         return [host[starts[b]:starts[b + 1]] for b in range(B)]
 
     def accept(self, seqs: list, accepted: list[int]) -> None:
@@ -476,6 +492,102 @@ class CudaBatchBackend:
             x.length = L + m + 1
             items.append((x, L, toks, r0, L + m))
         self._mtp_rows(items)
+
+    def verify_round(self, seqs: list, token_lists: list[list[int]], samplers: list,
+                     next_k: int) -> tuple[list[np.ndarray], list[int], list[list[int]]]:
+        """One speculative round with one host read: :meth:`verify_ids`'s step, then -- queued behind it, nothing
+        read in between -- the round's acceptance decided on the device and the next round's drafts.
+
+        On the device, per sequence i of L tokens verifying ``token_lists[i] = [last, d_1 .. d_k]``: m = the
+        leading drafts equal to their row's drawn id (:func:`~ninferc.runtime.spec.accept_ids`'s rule; a -1 row
+        ends it); the MTP head's rows not yet computed up to position ``L + k - 1``, as if every draft were kept
+        (the rows past ``L + m`` are recomputed by later rounds before any row reads them: a row reads keys at or
+        before its own position); the pending hidden row becomes the model's row of position ``L + m``; then ``next_k`` drafts
+        chained from the bonus id (row m's) at position ``L + m`` -- the draft chain's metadata written from the
+        host as for m = 0 and moved by m on the device. One copy then brings back every row's id, the m's and the
+        drafts; the host keeps the state :meth:`accept` would (length ``L + m + 1``, state slot m) with the first
+        draft row computed, as after :meth:`draft`.
+
+        Args:
+            seqs, token_lists, samplers: as :meth:`verify_ids`. next_k: drafts per sequence for the next round
+                (1..K, the same for every sequence; its KV rows must fit the pages as if every draft were kept).
+
+        Returns:
+            (ids per sequence: int32 [k + 1], -1 for a non-finite row; accepted drafts m per sequence, as decided on
+            the device -- the caller's :func:`~ninferc.runtime.spec.accept_ids` must agree; the next drafts per
+            sequence, ``next_k`` each, cut before a -1).
+
+        Raises:
+            NinfercError: as :meth:`verify_ids`; ``next_k`` outside 1..K; a sequence's pages too few for its rows.
+        """
+        e, cp = self.engine, self.engine.cp
+        if not 1 <= next_k <= self.spec_tokens:
+            raise NinfercError(f"verify_round: {next_k} next drafts; this backend drafts 1 to {self.spec_tokens}")
+        B, G, mb = len(seqs), self._group, e.max_batch  # noqa: N806
+        base = [x.length for x in seqs]
+        for x, t in zip(seqs, token_lists):  # the draft chain's KV rows, if every draft were kept
+            self._check_pages(x, len(t) + next_k - 1)
+        draw = self._verify_draw(token_lists, samplers)
+        starts = self._verify_step(seqs, token_lists, draw=draw, read=False)
+        T = starts[-1]  # noqa: N806
+        o = e.meta_off
+        with e.stream:
+            ids = e.tokens[:T].copy()
+            ss = e.meta[o["seq_start"]:o["seq_start"] + B + 1]
+            tin = e.meta[o["tokens_in"]:o["tokens_in"] + T]
+            j = cp.arange(G, dtype=cp.int32)
+            n = (ss[1:] - ss[:B])[:, None]
+            row = ss[:B, None] + cp.minimum(j[None, :], n - 1)  # [B, G]: row j of sequence b (its last repeated)
+            keep = (ids[row] == tin[cp.minimum(row + 1, T - 1)]) & (j[None, :] < n - 1)
+            m = cp.argmin(keep, axis=1).astype(cp.int32)  # the first row whose id is not its next draft
+            first = ss[:B] + m
+            bonus = ids[first]
+            pending = e.mtp_src[2 * mb + first]  # the model's hidden row of position L + m, before the head's rows
+        # the head's rows of every verified position (as if all drafts were kept), then the pending rows
+        items = []
+        for x, t, L in zip(seqs, token_lists, base):  # noqa: N806
+            _, r0, toks = self._verify.pop(x.slot)
+            items.append((x, L, toks, r0, L + len(t) - 1))
+        self._mtp_rows(items)
+        with e.stream:
+            for b, x in enumerate(seqs):
+                e.mtp_src[x.slot] = pending[b]
+        # the draft chain from (bonus, pending row) at position L + m: the host's metadata for m = 0, moved by m
+        drafts = cp.empty((next_k, B), cp.int32)
+        ar = np.arange(B, dtype=np.int32)
+        with e.stream:
+            for step in range(next_k):
+                if step:
+                    e.mtp_src[mb:mb + B] = e.mtp_hidden_rows(B)
+                e.write_meta(tok_pos=[L + step for L in base], tok_seq=ar, seq_start=np.arange(B + 1, dtype=np.int32),
+                             seq_ctx=[L + step + 1 for L in base], seq_slot=np.zeros(B, np.int32), row_index=ar,
+                             page_rows=[x.pages for x in seqs], tokens=None,
+                             hidden_rows=[x.slot for x in seqs] if step == 0 else mb + ar)
+                e.meta[o["tok_pos"]:o["tok_pos"] + B] += m
+                e.meta[o["seq_ctx"]:o["seq_ctx"] + B] += m
+                if step == 0:
+                    e.tokens[:B] = bonus
+                if self.cuda_graph:
+                    e.step_graph("decode", B, B, B, then="sample_argmax", mtp=True).launch(stream=e.stream)
+                else:
+                    e.run("decode", B, B, B, mtp=True)
+                    e.run("sample_argmax", B, B, B, mtp=True)
+                drafts[step] = e.tokens[:B]
+            out = cp.concatenate([ids, m, drafts.ravel()])
+            host = e.host(out)
+        got_ids = [host[starts[b]:starts[b + 1]] for b in range(B)]
+        ms = [int(v) for v in host[T:T + B]]
+        nxt = host[T + B:].reshape(next_k, B)
+        out_drafts = []
+        for b, (x, L) in enumerate(zip(seqs, base)):  # noqa: N806
+            g = x.slot
+            self._cur[g] = ms[b]
+            x.length = L + ms[b] + 1
+            self._mtp_len[g] = x.length  # the first draft's row (position L + m) is the head's row of that position
+            d = [int(v) for v in nxt[:, b]]
+            out_drafts.append(d[:next((i for i, t in enumerate(d) if t < 0), len(d))])
+        self.stats["one_read_rounds"] = self.stats.get("one_read_rounds", 0) + 1
+        return got_ids, ms, out_drafts
 
     # -- prefix-cache checkpoints (device-to-device copies on the engine stream) ---------------------------
     def _gdn_states(self):

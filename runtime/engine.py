@@ -47,7 +47,9 @@ from ninferc.targets.lower import (SAMPLED_IDS_LD, Ref, Step, arg_names, drop_un
 from ninferc.targets.cubin import KernelResources
 from ninferc.targets.plan import Launch, PlanContext, check_launch
 
-META_RING = 4  # pinned host metadata blocks in flight
+#: pinned host metadata blocks in flight: a speculative round with one host read (CudaBatchBackend.verify_round) writes
+#: up to K + 2 blocks before the GPU has reached its verify step; a block is reused only after its copy has run
+META_RING = 8
 GRAPH_ALLOWANCE = 64 << 20  # bytes kept free for CUDA graphs, cuBLAS-free CuPy pools and the driver
 META_I32 = ("tok_pos", "tok_seq", "seq_start", "seq_ctx", "seq_slot", "row_index", "tokens_in", "page_table",
             "ids_pos", "seq_slot_out", "hidden_rows", "tok_ctx", "tok_pages")

@@ -232,7 +232,7 @@ class _Active:
     """A request inside the scheduler."""
 
     __slots__ = ("req", "stats", "seq", "prefilled", "sampler", "last", "out_ids", "cancelled", "reserve",
-                 "last_token_t")
+                 "last_token_t", "drafts")
 
     def __init__(self, req: GenerationRequest, now: float):
         self.req = req
@@ -245,6 +245,7 @@ class _Active:
         self.cancelled = False
         self.reserve = 0
         self.last_token_t = 0.0
+        self.drafts: list[int] | None = None  # the next round's drafts, made by the last round's verify_round
 
 
 @dataclass
@@ -615,28 +616,48 @@ class Scheduler:
                 a.stats.steps_shared += 1
 
     def _spec_round(self, rows: list[_Active]) -> None:
-        """One speculative round for every row (:mod:`ninferc.runtime.spec`): draft, one verify step, accept."""
+        """One speculative round for every row (:mod:`ninferc.runtime.spec`): draft, one verify step, accept. With a
+        backend that has ``verify_round`` (CUDA), rows accepted from drawn ids whose next draft count is the same
+        decide acceptance and draft the next round on the device, one host read per round; the host's rule
+        (:func:`~ninferc.runtime.spec.accept_ids`) runs on the ids read and must agree."""
         from ninferc.runtime.spec import accept_drafts, accept_ids, ids_suffice
 
         be, k = self.backend, self.spec.draft_tokens
         seqs = [a.seq for a in rows]
         ks = [max(0, min(k, a.reserve - 1 - a.seq.length)) for a in rows]  # never past the reserved pages
-        drafts = be.draft(seqs, [a.last for a in rows], ks)
+        # the drafts the last round made on the device (verify_round) for the rows that have them; the others draft
+        drafts = be.draft(seqs, [a.last for a in rows], [0 if a.drafts is not None else n for a, n in zip(rows, ks)])
+        drafts = [a.drafts[:n] if a.drafts is not None else d for a, d, n in zip(rows, drafts, ks)]
+        for a in rows:
+            a.drafts = None
         # every row greedy or plainly sampled: acceptance from a token the backend draws from each verify row (one
         # read of the ids per round); otherwise from the rows' logits on the host (penalties, min_p, logprobs)
         on_ids = hasattr(be, "verify_ids") and all(ids_suffice(a.sampler, a.req.logprobs) for a in rows)
         token_lists = [[a.last] + d for a, d in zip(rows, drafts)]
-        verified = (be.verify_ids(seqs, token_lists, [a.sampler for a in rows]) if on_ids
-                    else be.verify(seqs, token_lists))
+        # the next round's draft count per row if every draft is kept; where it is the same non-zero count for every
+        # row, the backend that can decides acceptance and drafts the next round on the device (one read per round)
+        next_ks = {max(0, min(k, a.reserve - 1 - (a.seq.length + len(t)))) for a, t in zip(rows, token_lists)}
+        one_read = on_ids and hasattr(be, "verify_round") and len(next_ks) == 1 and 0 not in next_ks
+        if one_read:
+            verified, dev_ms, nxt = be.verify_round(seqs, token_lists, [a.sampler for a in rows], next_ks.pop())
+        else:
+            verified = (be.verify_ids(seqs, token_lists, [a.sampler for a in rows]) if on_ids
+                        else be.verify(seqs, token_lists))
         outs, ms = [], []
-        for a, lg, d in zip(rows, verified, drafts):
+        for i, (a, lg, d) in enumerate(zip(rows, verified, drafts)):
             try:
                 toks = accept_ids(a.sampler, lg, d) if on_ids else accept_drafts(a.sampler, lg, d, a.req.logprobs)
             except NonFiniteLogits as exc:
                 toks = exc
             outs.append(toks)
             ms.append(0 if isinstance(toks, Exception) else len(toks) - 1)
-        be.accept(seqs, ms)
+            if one_read and not isinstance(toks, Exception):
+                if ms[-1] != dev_ms[i]:
+                    raise EngineFailed(f"speculative round: the device accepted {dev_ms[i]} drafts of request "
+                                       f"{a.req.request_id}, the host's rule {ms[-1]}")
+                a.drafts = nxt[i]
+        if not one_read:
+            be.accept(seqs, ms)
         now = self.clock()
         for a, d, toks, m in zip(rows, drafts, outs, ms):
             if isinstance(toks, Exception):
@@ -690,6 +711,7 @@ class Scheduler:
             self._finish(a, finish[0], flush=finish[1])
 
     def _release(self, a: _Active) -> None:
+        a.drafts = None
         if a in self.running:
             self.running.remove(a)
         if a.seq is not None:

@@ -116,6 +116,14 @@ def copyto(dst, src, **kw):
     np.copyto(dst, src, **kw)
 
 
+def arange(*args, dtype=None):
+    return asarray(np.arange(*args, dtype=dtype))
+
+
+def concatenate(arrays, axis=0):
+    return asarray(np.concatenate([np.asarray(a) for a in arrays], axis=axis))
+
+
 class UnownedMemory:
     def __init__(self, ptr: int, size: int, owner, device_id: int = 0):  # noqa: ARG002
         self.ptr, self.size, self.owner = int(ptr), int(size), owner
@@ -228,10 +236,10 @@ def make_cupy() -> types.ModuleType:
     cp.__version__ = "emulated"
     cp.__file__ = __file__
     cp.ndarray = ndarray
-    for name in ("empty", "zeros", "ones", "empty_like", "asarray", "copyto"):
+    for name in ("empty", "zeros", "ones", "empty_like", "asarray", "copyto", "arange", "concatenate"):
         setattr(cp, name, globals()[name])
     for name in ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-                 "uint64", "isfinite", "where", "log", "exp", "argmax", "array_equal"):
+                 "uint64", "isfinite", "where", "log", "exp", "argmax", "argmin", "minimum", "array_equal"):
         setattr(cp, name, getattr(np, name))
     cp.asnumpy = lambda a, stream=None: np.array(a, copy=True, subok=False)  # noqa: ARG005
     cp.random = types.SimpleNamespace(RandomState=np.random.RandomState)

@@ -96,6 +96,7 @@ def _serve(art, prompts, n, k, *, cache_bytes: int = 0, one_by_one: bool = False
                           if key[0] == "verify" and not key[-1] for st, ln, _, _ in sp.launches
                           if ln.kernel.family.startswith("attn_")}
     _serve.mtp_modes = {key[0] for key in be.engine._steps if key[-1]}  # the MTP head's step modes
+    _serve.one_read_rounds = be.stats.get("one_read_rounds", 0)
     be.close()
     return [(event_ids(evs[str(i)]), evs[str(i)][-1]) for i in range(len(prompts))]
 
@@ -136,6 +137,10 @@ def test_mtp_speculation_reproduces_the_golden_runs(emulated_device, emu_art, go
     assert all(z == t for t, f, z in _serve.verify_attn if f == "attn_decode")
     # the head's rows: the prompt's in its prefill mode, a round's in its verify mode; its drafts in decode mode
     assert {"prefill", "verify", "decode"} <= _serve.mtp_modes
+    # the rounds decided acceptance and drafted the next round on the device, one host read each (verify_round;
+    # the first round's drafts came from draft()), but where a row's next draft count was cut by its token budget
+    rounds = max(fin.stats.spec.rounds for _, fin in out)
+    assert rounds - k - 1 <= _serve.one_read_rounds <= rounds and _serve.one_read_rounds >= 1
     assert any(key[1] == "decode" and key[-1] is True for key in _serve.graphs)
 
 
