@@ -335,9 +335,14 @@ def spec_rounds(backend, *, prompt_tokens: int, rounds: int, accept_rate: float,
     K + 1 tokens, and whole rounds; ``tok_s`` = tokens emitted / the rounds' time, ``plain_tok_s`` = 1 / the plain
     step's median.
 
+    With a backend that has ``verify_round`` the same schedule runs again as the server's rounds with one host read
+    (acceptance on the device, the next round's K drafts chained behind the verify step, then replaced by the forced
+    ones): ``one_read_round_ms``, ``one_read_tok_s``, ``one_read_tokens_per_round``, ``one_read_speedup``.
+
     Returns:
         dict: draft_tokens, accept_rate (asked and measured), tokens_per_round, medians in ms (plain_step, draft_chain,
-        draft_step = chain / K, verify_step, round), their ratios to the plain step, tok_s, plain_tok_s, speedup.
+        draft_step = chain / K, verify_step, round), their ratios to the plain step, tok_s, plain_tok_s, speedup (and
+        the one-read figures above).
     Raises:
         NinfercError: a backend without speculation, or a context past its max."""
     from ninferc.runtime.paged_kv import Sequence
@@ -400,6 +405,25 @@ def spec_rounds(backend, *, prompt_tokens: int, rounds: int, accept_rate: float,
         if [t.token for t in toks] != rec[pos - len(toks) + 1:pos + 1]:
             log(f"spec bench: round {len(acc)} parted from the recording (a near-tie between the verify and the "
                 "plain step); later rounds accept less")
+    # 3. the same rounds with one host read each (verify_round: acceptance on the device, the next round's drafts
+    # chained behind the verify -- timed, then replaced by the forced ones as above)
+    t_one, emitted_one = [], 0
+    if hasattr(backend, "verify_round"):
+        seq = Sequence(slot=0, pages=pages)
+        seq.mtp = True
+        prefill(seq)
+        pos, sampler = 0, HostSampler(greedy.params)
+        backend.draft([seq], [rec[pos]], [k])
+        for m_want in sched:
+            drafts = rec[pos + 1:pos + 1 + k]
+            if m_want < k:
+                drafts[m_want] = (drafts[m_want] + 1) % V
+            t0 = time.perf_counter()
+            got, _, _ = backend.verify_round([seq], [[rec[pos]] + drafts], [sampler], k)
+            t_one.append(time.perf_counter() - t0)
+            toks = accept_ids(sampler, got[0], drafts)
+            emitted_one += len(toks)
+            pos += len(toks)
     med = lambda xs: float(np.median(xs)) * 1e3  # noqa: E731
     out = {"draft_tokens": k, "rounds": rounds, "prompt_tokens": prompt_tokens, "accept_rate_asked": accept_rate,
            "accept_rate": sum(acc) / (k * rounds), "tokens_per_round": emitted / rounds,
@@ -410,6 +434,10 @@ def spec_rounds(backend, *, prompt_tokens: int, rounds: int, accept_rate: float,
     out["tok_s"] = emitted / sum(t_round)
     out["plain_tok_s"] = 1e3 / out["plain_step_ms"]
     out["speedup"] = out["tok_s"] / out["plain_tok_s"]
+    if t_one:
+        out.update(one_read_round_ms=med(t_one), one_read_tok_s=emitted_one / sum(t_one),
+                   one_read_tokens_per_round=emitted_one / rounds)
+        out["one_read_speedup"] = out["one_read_tok_s"] / out["plain_tok_s"]
     return out
 
 

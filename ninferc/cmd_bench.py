@@ -190,7 +190,9 @@ def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, rec
                      f"{sp['verify_step_ms']:.2f} ms = {sp['verify_ratio']:.2f}x the plain step ({sp['plain_step_ms']:.2f} "
                      f"ms), draft step {sp['draft_step_ms']:.2f} ms = {sp['draft_step_ratio']:.2f}x; forced acceptance "
                      f"{sp['accept_rate']:.2f} ({sp['tokens_per_round']:.2f} tokens per round): {sp['tok_s']:.1f} tok/s "
-                     f"against {sp['plain_tok_s']:.1f} plain = {sp['speedup']:.2f}x")
+                     f"against {sp['plain_tok_s']:.1f} plain = {sp['speedup']:.2f}x"
+                     + (f"; rounds with one host read: {sp['one_read_round_ms']:.2f} ms, {sp['one_read_tok_s']:.1f} "
+                        f"tok/s = {sp['one_read_speedup']:.2f}x" if "one_read_tok_s" in sp else ""))
     if "peer" in out:
         pr = out["peer_ratio"]
         lines.append(f"peer {out['peer'].get('name')} {out['peer'].get('version')} (fast path "

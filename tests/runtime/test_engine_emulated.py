@@ -206,6 +206,8 @@ def test_bench_multi_token_and_spec_rounds(emulated_device, emu_art, monkeypatch
     be.close()
     assert r["accept_rate"] == 1.0 and r["tokens_per_round"] == 4.0
     assert all(r[k] > 0 for k in ("plain_step_ms", "draft_step_ms", "verify_step_ms", "round_ms", "tok_s"))
+    # the same rounds with one host read each (verify_round): the same acceptance
+    assert r["one_read_tokens_per_round"] == 4.0 and r["one_read_round_ms"] > 0 and r["one_read_speedup"] > 0
 
 
 def test_draft_lm_head_w4_on_the_cuda_backend(emulated_device, emu_art, goldens, monkeypatch):
