@@ -539,7 +539,7 @@ class CudaBatchBackend:
             n = (ss[1:] - ss[:B])[:, None]
             row = ss[:B, None] + cp.minimum(j[None, :], n - 1)  # [B, G]: row j of sequence b (its last repeated)
             keep = (ids[row] == tin[cp.minimum(row + 1, T - 1)]) & (j[None, :] < n - 1)
-            m = cp.argmin(keep.astype(cp.int32), axis=1).astype(cp.int32)  # the first row whose id is not its draft
+            m = cp.argmin(keep.astype(cp.int32), axis=1).astype(cp.int32)  # first row j whose id is not draft j + 1
             first = ss[:B] + m
             bonus = ids[first]
             pending = e.mtp_src[2 * mb + first]  # the model's hidden row of position L + m, before the head's rows
