@@ -165,6 +165,19 @@ def test_checkpoint_restore_and_refusals():
     assert e.chain[-2][1:] == (3, 9, label(HID, a.pages[0], 3)) and len(d[0]) == 2
     with pytest.raises(NinfercError, match="verifies 1 to 3"):
         be.verify([b], [[1, 2, 3, 4]])
+    from ninferc.sampling import HostSampler, SamplingParams
+
+    greedy = HostSampler(SamplingParams())
+    for bad in (0, 3):  # the next round's drafts: 1..K
+        with pytest.raises(NinfercError, match="drafts 1 to 2"):
+            be.verify_round([b], [[1]], [greedy], bad)
+    short = _seq(0)
+    short.pages = short.pages[:1]  # 16 tokens of KV
+    be.prefill(short, list(range(14)))
+    n = len(e.main)
+    with pytest.raises(NinfercError, match="needs 2 KV pages but holds 1"):  # 14 + 3 verified + 2 chained rows
+        be.verify_round([short], [[1, 2, 3]], [greedy], 2)
+    assert len(e.main) == n and short.length == 14  # refused before any step: nothing changed
     plain = _seq(0)
     plain.mtp = False
     be.prefill(plain, [5, 6])
