@@ -51,6 +51,8 @@ from ninferc.targets.plan import Launch, PlanContext, check_launch
 #: up to K + 2 blocks before the GPU has reached its verify step; a block is reused only after its copy has run
 META_RING = 8
 GRAPH_ALLOWANCE = 64 << 20  # bytes kept free for CUDA graphs, cuBLAS-free CuPy pools and the driver
+#: the metadata block's int32 arrays in order (Engine._meta_layout); tok_ctx and tok_pages last: write_meta uploads
+#: them only for verify steps
 META_I32 = ("tok_pos", "tok_seq", "seq_start", "seq_ctx", "seq_slot", "row_index", "tokens_in", "page_table",
             "ids_pos", "seq_slot_out", "hidden_rows", "tok_ctx", "tok_pages")
 
@@ -715,7 +717,10 @@ class Engine:
         self.ids_base = SAMPLED_IDS_LD // 2 - self.ids_base
         h[o["ids_pos"]:o["ids_pos"] + len(seq_ctx)] = self.ids_base
         self.device_meta = None
-        self.meta.set(h, stream=self.stream)
+        # the per-token attention rows (tok_ctx, tok_pages: last in the block, max batch x (K + 1) page-table rows)
+        # travel only with the verify steps that read them, not with every decode step
+        n = self.meta_len if token_rows else o["tok_ctx"]
+        self.meta[:n].set(h[:n], stream=self.stream)
         if tokens is not None:
             with self.stream:
                 self.tokens[:t.size] = self.meta[o["tokens_in"]:o["tokens_in"] + t.size]

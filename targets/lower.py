@@ -226,7 +226,7 @@ class AttnVerifyRoute:
 
     def variants(self, p: AttentionProblem) -> list[KernelSpec]:
         """The decode kernels without the folded prep."""
-        return FAMILIES["attn_decode"].verify_variants(p)
+        return FAMILIES["attn_decode"].variants(p, prep=False)
 
     def launch(self, p: AttentionProblem, tokens: int, ctx: PlanContext) -> Launch:
         """Grid (splits, Hkv, T)."""
@@ -240,7 +240,7 @@ class AttnCombineVerifyRoute:
 
     def variants(self, p: AttentionProblem) -> list[KernelSpec]:
         """The combine kernel and the decode kernels whose split count it follows."""
-        return [FAMILIES["attn_combine"].spec(p), *FAMILIES["attn_decode"].verify_variants(p)]
+        return [FAMILIES["attn_combine"].spec(p), *FAMILIES["attn_decode"].variants(p, prep=False)]
 
     def launch(self, p: AttentionProblem, tokens: int, ctx: PlanContext) -> Launch:
         """Grid (Hq * dim_ctas, T)."""

@@ -561,14 +561,15 @@ class AttnDecodeFamily(_OneKernelFamily):
         """The balanced split's keys granule for ``problem``'s KV dtype (0 = page-aligned splits)."""
         return self.balance_keys if problem.kv_dtype == "bf16" else self.balance_keys_int8
 
-    def variants(self, problem: AttentionProblem) -> list[KernelSpec]:
+    def variants(self, problem: AttentionProblem, prep: bool = True) -> list[KernelSpec]:
         """The kernels :meth:`choose` may pick for ``problem``: the staged one, the global-memory one, or (``stage_kv``
-        ``"auto"``, bf16 KV) both."""
+        ``"auto"``, bf16 KV) both; ``prep=False``: those without the folded prep (:meth:`verify_launch`'s)."""
         if self.fuse_prep is True:
-            return [self.spec(problem, True)]
+            return [self.spec(problem, True, prep=prep)]
         if self.stage_kv == "auto":
-            return [self.spec(problem, False)] + ([self.spec(problem, True)] if problem.kv_dtype == "bf16" else [])
-        return [self.spec(problem)]
+            return [self.spec(problem, False)] + ([self.spec(problem, True, prep=prep)]
+                                                  if problem.kv_dtype == "bf16" else [])
+        return [self.spec(problem, prep=prep)]
 
     def choose(self, problem: AttentionProblem, ctx: PlanContext, prep: bool = True) -> tuple[KernelSpec, int]:
         """(kernel, dynamic shared memory bytes) the plan launches for ``problem`` on ``ctx``'s target: the one
@@ -693,15 +694,6 @@ class AttnDecodeFamily(_OneKernelFamily):
         return ctx.make_launch(spec, (splits, problem.heads_kv, int(tokens)), route="split_kv",
                                tokens=tokens, split_k=splits, dynamic_smem=dyn,
                                workspace_bytes=self.workspace_bytes(problem, tokens, splits))
-
-    def verify_variants(self, problem: AttentionProblem) -> list[KernelSpec]:
-        """The kernels :meth:`verify_launch` may pick: :meth:`variants` without the folded prep."""
-        if self.fuse_prep is True:
-            return [self.spec(problem, True, prep=False)]
-        if self.stage_kv == "auto":
-            return [self.spec(problem, False)] + ([self.spec(problem, True, prep=False)]
-                                                  if problem.kv_dtype == "bf16" else [])
-        return [self.spec(problem, prep=False)]
 
     def verify_launch(self, problem: AttentionProblem, tokens: int, ctx: PlanContext) -> Launch:
         """The speculative verify step's attention (and a multi-token step's, T <= K + 1 per sequence): every
