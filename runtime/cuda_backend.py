@@ -143,7 +143,7 @@ class CudaBatchBackend:
         self.max_context, self.vocab_size = max_context, e.vocab
         self.memory = e.memory
         self.cuda_graph = cuda_graph
-        self.stats = {"device_rows": 0, "host_rows": 0}
+        self.stats = {"device_rows": 0, "host_rows": 0, "one_read_rounds": 0}
         # per rotation slot: num_slots sampled ids (int32) on the device and in pinned host memory
         self._ids_dev = e.cp.zeros((SAMPLE_RING, num_slots), e.cp.int32)
         self._ids_host = [e.pinned_int32(num_slots) for _ in range(SAMPLE_RING)]
@@ -586,7 +586,7 @@ class CudaBatchBackend:
             self._mtp_len[g] = x.length  # the first draft's row (position L + m) is the head's row of that position
             d = [int(v) for v in nxt[:, b]]
             out_drafts.append(d[:next((i for i, t in enumerate(d) if t < 0), len(d))])
-        self.stats["one_read_rounds"] = self.stats.get("one_read_rounds", 0) + 1
+        self.stats["one_read_rounds"] += 1
         return got_ids, ms, out_drafts
 
     # -- prefix-cache checkpoints (device-to-device copies on the engine stream) ---------------------------
