@@ -36,7 +36,7 @@ from ninferc.errors import NinfercError, PlanError, TargetError
 from ninferc.ir.graph import KV_GROUP
 from ninferc.ir.reference import rope_inv_freq
 from ninferc.runtime.kernels import DeviceKernel, cupy, device_arch, device_bandwidth_gbs, device_sm_count
-from ninferc.runtime.memory import MemoryPlan, workspace_sizes
+from ninferc.runtime.memory import MemoryPlan, engine_workspace_sizes
 from ninferc.runtime.paged_kv import PagePool, Sequence, SlotPool
 from ninferc.sampling import NonFiniteLogits, SamplingParams
 from ninferc.targets.arch import SUPPORTED, get_arch, require_plan_runs_on
@@ -259,7 +259,8 @@ class Engine:
         """
         self._compile_missing(program)
         self.program = program
-        for name, nbytes in workspace_sizes(program, self.geo_ctx, t_cap=self.t_cap, max_batch=self.max_batch).items():
+        for name, nbytes in engine_workspace_sizes(program, self.mtp_program, self.geo_ctx, t_cap=self.t_cap,
+                                                   max_batch=self.max_batch, spec_tokens=self.spec_tokens).items():
             if name not in self.ws or nbytes > self.ws[name].nbytes:
                 self.ws[name] = self.cp.empty(nbytes, self.cp.uint8)
         self._steps.clear()
@@ -439,14 +440,9 @@ class Engine:
 
     def _workspace_sizes(self) -> dict[str, int]:
         """Bytes per named workspace: the max over the launches the engine can make
-        (:func:`ninferc.runtime.memory.workspace_sizes`)."""
-        out = workspace_sizes(self.program, self.geo_ctx, t_cap=self.t_cap, max_batch=self.max_batch,
-                              verify_tokens=self.spec_tokens + 1 if self.spec_tokens else 0)
-        if self.mtp_program is not None:
-            for k, v in workspace_sizes(self.mtp_program, self.geo_ctx, t_cap=self.t_cap,
-                                        max_batch=self.max_batch).items():
-                out[k] = max(out.get(k, 0), v)
-        return out
+        (:func:`ninferc.runtime.memory.engine_workspace_sizes`)."""
+        return engine_workspace_sizes(self.program, self.mtp_program, self.geo_ctx, t_cap=self.t_cap,
+                                      max_batch=self.max_batch, spec_tokens=self.spec_tokens)
 
     def _meta_layout(self) -> int:
         """Offsets (in int32 elements) of the per-step metadata arrays in one block; returns bytes."""

@@ -66,17 +66,19 @@ class MemoryPlan:
 def workspace_sizes(program, ctx, *, t_cap: int, max_batch: int, verify_tokens: int = 0) -> dict[str, int]:
     """Bytes of every named workspace the runtime allocates: for each, the largest ``Launch.workspace_bytes``
     of the kernels that use it (:data:`WORKSPACE_OF`) over every step the engine can make -- a prefill chunk
-    of ``t_cap`` tokens, every GEMV-sized prefill (T = 1..16 and 64; split-K workspaces vary with T) and a
-    decode step of ``max_batch`` sequences and of one -- plus ``attn_q`` (fp32 [T, Hq * head_dim] of the attention
-    prep) and the fused MLP's ``mlp_parts`` / ``mlp_sync``
+    of ``t_cap`` tokens, every GEMV-sized prefill (T = 1..16 and 64; split-K workspaces vary with T), a decode
+    step of every batch size 1 .. ``max_batch`` and, speculating, a verify step of every B sequences and T tokens
+    it can carry (B .. B x ``verify_tokens``: a row near its token budget verifies fewer drafts) -- plus ``attn_q``
+    (fp32 [T, Hq * head_dim] of the attention prep) and the fused MLP's ``mlp_parts`` / ``mlp_sync``
     (:meth:`ninferc.targets.kernels.mlp_decode.MlpDecodeFamily.scratch_bytes`). Each rounded up to 256 bytes, at
-    least 256.
+    least 256. Every size is taken, not extrapolated from the ends: the attention's split count is chosen per
+    launch to fill the SMs, so its partials need not be largest at either end (the tiny fixture on 132 SMs needs
+    more at B = 5 than at B = 8; sizing from B = 1 and 8 alone made a GPU write past them, 2026-12-05).
 
     Args:
-        program: a :class:`ninferc.targets.lower.Program`. ctx: the plan context launches are derived on.
-        t_cap: prefill chunk (tokens). max_batch: decode sequences.
-        verify_tokens: K + 1 of a speculating engine (0: none): its verify steps of 1 .. ``max_batch``
-            sequences of that many tokens count too.
+        program: a :class:`ninferc.targets.lower.Program` (the model's, or the MTP head's). ctx: the plan context
+            launches are derived on. t_cap: prefill chunk (tokens). max_batch: decode sequences.
+        verify_tokens: K + 1 of a speculating engine (0: none): its verify steps count too.
 
     Raises:
         PlanError: a launch needs workspace bytes but its kernel family has no named workspace (it would write
@@ -87,13 +89,17 @@ def workspace_sizes(program, ctx, *, t_cap: int, max_batch: int, verify_tokens: 
 
     ws = {"gemv": 16, "norm_ss": 16, "gdn_conv_out": 16, "gdn_o": 16, "gdn_wy": 16, "attn_q": 16, "attn_partials": 16,
           "mlp_parts": 16, "mlp_sync": 16}
-    cases = [("prefill", t_cap, 1, 1), ("decode", max_batch, max_batch, max_batch), ("decode", 1, 1, 1)]
+    cases = [("prefill", t_cap, 1, 1)] + [("decode", b, b, b) for b in range(1, max_batch + 1)]
     cases += [("prefill", t, 1, 1) for t in list(range(1, 17)) + [64] if t <= t_cap]
     if verify_tokens:
-        # every batch size: the verify attention's partials (T rows x its split count at T) need not grow with T
-        cases += [("verify", b * verify_tokens, b, b * verify_tokens) for b in range(1, max_batch + 1)]
+        cases += [("verify", t, b, t) for b in range(1, max_batch + 1) for t in range(b, b * verify_tokens + 1)]
+    seen = set()  # a launch depends only on the family, the problem and its counts (:func:`step_launch`)
     for mode, T, B, R in cases:  # noqa: N806
         for s in program.for_mode(mode):
+            key = (s.family, s.problem, {"T": T, "B": B, "R": R}[s.rows], B if s.batch else None)
+            if key in seen:
+                continue
+            seen.add(key)
             ln = step_launch(s, ctx, T=T, B=B, R=R)
             fam = ln.kernel.family
             if fam == "attn_prep":
@@ -109,3 +115,26 @@ def workspace_sizes(program, ctx, *, t_cap: int, max_batch: int, verify_tokens: 
                                     f"but family {fam} has no named workspace (runtime.memory.workspace_of)")
                 ws[name] = max(ws[name], ln.workspace_bytes)
     return {k: int(math.ceil(v / 256) * 256) for k, v in ws.items()}
+
+
+def engine_workspace_sizes(program, mtp_program, ctx, *, t_cap: int, max_batch: int,
+                           spec_tokens: int = 0) -> dict[str, int]:
+    """The workspaces an engine allocates (bytes by name, as :func:`workspace_sizes`): the max over the model's
+    program and, when speculating, the MTP head's (its decode steps are the draft chain of 1 .. ``max_batch``
+    sequences, its verify steps a round's rows), both with verify steps of ``spec_tokens`` + 1 tokens per
+    sequence.
+
+    Args:
+        program: the model's :class:`ninferc.targets.lower.Program`. mtp_program: the MTP head's, or None.
+        ctx: the plan context launches are derived on (the resources of both programs' kernels).
+        t_cap, max_batch: as :func:`workspace_sizes`. spec_tokens: K drafts per round (0: not speculating).
+
+    Raises:
+        PlanError: as :func:`workspace_sizes`.
+    """
+    vt = spec_tokens + 1 if spec_tokens else 0
+    out = workspace_sizes(program, ctx, t_cap=t_cap, max_batch=max_batch, verify_tokens=vt)
+    if mtp_program is not None:
+        for k, v in workspace_sizes(mtp_program, ctx, t_cap=t_cap, max_batch=max_batch, verify_tokens=vt).items():
+            out[k] = max(out.get(k, 0), v)
+    return out

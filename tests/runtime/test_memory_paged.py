@@ -65,3 +65,42 @@ def test_workspace_sizes_cover_every_launch_that_needs_one():
     # decode GEMVs that fold a norm write its parts to norm_ss
     assert {"norm_ss", "gdn_conv_out", "gdn_o", "attn_partials"} <= seen
     assert sizes["gdn_o"] >= 4 * 1024 * 6 * 64
+
+
+def test_workspace_sizes_cover_every_batch_size_and_verify_step():
+    """Every decode step of 1 .. max_batch sequences and every verify step (B sequences, B .. B x (K + 1) tokens), of
+    the model and of the MTP head, fits the workspaces the engine allocates. On the H100 on 2026-12-05 the fixture
+    served at 8 slots wrote past ``attn_partials`` (an illegal address with 8 concurrent streams): the attention's
+    split count is chosen per batch size to fill the 132 SMs, so B = 5 needs more partials than B = 8, and the
+    sizing had looked at B = 1 and 8 only."""
+    from ninferc.checkpoint import Checkpoint
+    from ninferc.ir.passes import run_pipeline
+    from ninferc.ir.qwen3_5 import build_graph, build_mtp_graph
+    from ninferc.runtime.memory import engine_workspace_sizes, workspace_of
+    from ninferc.targets.lower import lower, step_launch
+    from ninferc.targets.model_plan import plan_model
+    from ninferc.targets.plan import PlanContext
+    from ninferc.testing import models_dir
+
+    cfg = Checkpoint(models_dir() / "qwen35-tiny-code").config
+    mb, k = 8, 3
+    progs, res = [], {}  # the model's and the MTP head's programs; their kernels' resources in one context
+    for g, hidden in ((run_pipeline(build_graph(cfg, lm_rows="last")), True),
+                      (run_pipeline(build_mtp_graph(cfg)), False)):
+        res.update(plan_model(g, "sm_90", sku="h200", decode_batches=(1,), prefill_tokens=(64,)).context().resources)
+        progs.append(lower(g, page_size=64, max_context=4096, mtp_hidden=hidden))
+    ctx = PlanContext("sm_90", 132, res)
+    sizes = engine_workspace_sizes(progs[0], progs[1], ctx, t_cap=1024, max_batch=mb, spec_tokens=k)
+    cases = [("decode", b, b) for b in range(1, mb + 1)]
+    cases += [("verify", t, b) for b in range(1, mb + 1) for t in range(b, b * (k + 1) + 1)]
+    partials = {}
+    for prog in progs:
+        for mode, T, B in cases:  # noqa: N806
+            for s in prog.for_mode(mode):
+                ln = step_launch(s, ctx, T=T, B=B, R=T)
+                if ln.workspace_bytes:
+                    name = workspace_of(ln)
+                    assert ln.workspace_bytes <= sizes[name], (mode, T, B, s.name, ln.workspace_bytes, sizes[name])
+                    if name == "attn_partials" and mode == "decode":
+                        partials[B] = max(partials.get(B, 0), ln.workspace_bytes)
+    assert set(partials) == set(range(1, mb + 1))  # the decode attention's partials were checked at every B
