@@ -22,9 +22,9 @@ pytestmark = pytest.mark.gpu
 
 #: logit gap under which a golden draft counts as a near-tie (the head reads bf16 hidden rows)
 DRAFT_MARGIN = 0.25
-#: largest difference of the overall acceptance rate from the goldens' speculative runs (the runs here stop at each
-#: golden's first near-tie, the goldens' run the whole continuation)
-ACCEPT_TOL = 0.1
+#: largest difference of the overall acceptance rate from the goldens' speculative runs over the same positions (the
+#: runs here stop at each golden's first near-tie; the drafts' own near-ties may part)
+ACCEPT_TOL = 0.05
 
 
 def golden_len(case) -> int:
@@ -118,9 +118,16 @@ def test_speculative_greedy_equals_the_goldens_and_plain(backend, goldens, gmtp,
         assert ids == c["greedy_ids"][:n[i]] == plain[i][0]
         drafted += fin.stats.spec.drafted
         accepted += fin.stats.spec.accepted
-    want = [sum(c["spec"][f"k{k}"]["accepted_per_round"]) / max(1, sum(c["spec"][f"k{k}"]["drafts_per_round"]))
-            for c in cases]
-    assert abs(accepted / drafted - sum(want) / len(want)) <= ACCEPT_TOL
+    # the golden runs' acceptance over their rounds that verify only positions this run reaches (drafts_per_round:
+    # each round's draft ids): on the CPU reference backend 47 / 76 against the goldens' 47 / 79 at K = 1, 64 / 177
+    # against 63 / 174 at K = 3
+    acc = drafts = 0
+    for c, m in zip(cases, n):
+        r = c["spec"][f"k{k}"]
+        for pos, a, d in zip(r["round_positions"], r["accepted_per_round"], r["drafts_per_round"]):
+            if pos + k + 1 <= len(c["prompt_ids"]) + m:
+                acc, drafts = acc + a, drafts + len(d)
+    assert abs(accepted / drafted - acc / drafts) <= ACCEPT_TOL
 
 
 def test_rounds_with_different_draft_counts_and_the_context_end(backend, goldens):
