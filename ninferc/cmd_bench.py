@@ -185,14 +185,7 @@ def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, rec
             lines.append(f"one sequence x {d['tokens']} tokens at context {d['context']}: {d['median_step_ms']:.2f} ms "
                          f"per step = {d['ratio_to_one']:.2f}x the one-token step")
     if "spec" in out:
-        sp = out["spec"]
-        lines.append(f"spec mtp K = {sp['draft_tokens']} at context {sp['prompt_tokens']}: verify step "
-                     f"{sp['verify_step_ms']:.2f} ms = {sp['verify_ratio']:.2f}x the plain step ({sp['plain_step_ms']:.2f} "
-                     f"ms), draft step {sp['draft_step_ms']:.2f} ms = {sp['draft_step_ratio']:.2f}x; forced acceptance "
-                     f"{sp['accept_rate']:.2f} ({sp['tokens_per_round']:.2f} tokens per round): {sp['tok_s']:.1f} tok/s "
-                     f"against {sp['plain_tok_s']:.1f} plain = {sp['speedup']:.2f}x"
-                     + (f"; rounds with one host read: {sp['one_read_round_ms']:.2f} ms, {sp['one_read_tok_s']:.1f} "
-                        f"tok/s = {sp['one_read_speedup']:.2f}x" if "one_read_tok_s" in sp else ""))
+        lines.append(spec_line(out["spec"]))
     if "peer" in out:
         pr = out["peer_ratio"]
         lines.append(f"peer {out['peer'].get('name')} {out['peer'].get('version')} (fast path "
@@ -204,3 +197,22 @@ def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, rec
     if json_path:
         write_json(out, json_path)
         log(f"wrote {json_path}")
+
+
+def spec_line(sp: dict) -> str:
+    """The report line of ``ninferc bench --spec mtp``: :func:`ninferc.bench.spec_rounds`'s dict (step and round
+    medians in ms, the speed at the asked acceptance profile and at the measured one, two-read and one-read rounds)."""
+    return (f"spec mtp K = {sp['draft_tokens']} at context {sp['prompt_tokens']}: verify step "
+            f"{sp['verify_step_ms']:.2f} ms = {sp['verify_ratio']:.2f}x the plain step ({sp['plain_step_ms']:.2f} "
+            f"ms), draft step {sp['draft_step_ms']:.2f} ms = {sp['draft_step_ratio']:.2f}x; round "
+            f"{sp['round_ms']:.2f} ms"
+            + (f", with one host read {sp['one_read_round_ms']:.2f} ms" if "one_read_round_ms" in sp else "")
+            + f"; at the asked profile ({sp['accept_rate_asked']:.2f}, {sp['schedule_tokens_per_round']:.2f} "
+            f"tokens per round): {sp['profile_tok_s']:.1f} tok/s against {sp['plain_tok_s']:.1f} plain = "
+            f"{sp['profile_speedup']:.2f}x"
+            + (f", one read {sp['one_read_profile_tok_s']:.1f} tok/s = {sp['one_read_profile_speedup']:.2f}x"
+               if "one_read_profile_tok_s" in sp else "")
+            + f"; measured acceptance {sp['accept_rate']:.2f} ({sp['tokens_per_round']:.2f} tokens per round): "
+            f"{sp['tok_s']:.1f} tok/s = {sp['speedup']:.2f}x"
+            + (f", one read {sp['one_read_tok_s']:.1f} tok/s = {sp['one_read_speedup']:.2f}x"
+               if "one_read_tok_s" in sp else ""))

@@ -208,6 +208,13 @@ def test_bench_multi_token_and_spec_rounds(emulated_device, emu_art, monkeypatch
     assert all(r[k] > 0 for k in ("plain_step_ms", "draft_step_ms", "verify_step_ms", "round_ms", "tok_s"))
     # the same rounds with one host read each (verify_round): the same acceptance
     assert r["one_read_tokens_per_round"] == 4.0 and r["one_read_round_ms"] > 0 and r["one_read_speedup"] > 0
+    # all drafts kept: the speed at the asked profile is the measured one
+    assert r["schedule_tokens_per_round"] == 4.0 and r["profile_tok_s"] == pytest.approx(r["tok_s"])
+    assert r["one_read_profile_tok_s"] == pytest.approx(r["one_read_tok_s"])
+    from ninferc.cmd_bench import spec_line
+
+    line = spec_line(r)  # the report line of `ninferc bench --spec mtp`
+    assert "at the asked profile (1.00, 4.00 tokens per round)" in line and "measured acceptance 1.00" in line
 
 
 def test_draft_lm_head_w4_on_the_cuda_backend(emulated_device, emu_art, goldens, monkeypatch):
