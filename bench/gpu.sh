@@ -148,7 +148,7 @@ mtp_27b() {  # mtp_27b W [W ...]: issue 35 / 38's 27B figures per weight format,
   local w
   for w in "$@"; do
     local tag=$w${DRAFT:+_draft$DRAFT}
-    NINFERC_CUDA_MTP=1 timeout ${MTP_SECS:-200} ninferc bench --preset qwen3.8-27b --synthetic-weights --weights $w \
+    timeout ${MTP_SECS:-200} ninferc bench --preset qwen3.8-27b --synthetic-weights --weights $w \
       --prompt-tokens 512 --decode-tokens 16 --batch 4 --tokens-per-seq 2,4,6,8 --spec mtp --draft-tokens 3 \
       --accept-rate 0.76 --spec-rounds 24 --profile --draft-lm-head ${DRAFT:-bf16} \
       --json $OUT/mtp_27b_$tag.json > $OUT/mtp_27b_$tag.log 2>&1

@@ -89,11 +89,8 @@ def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, rec
         import numpy as np
 
         from ninferc.bench import accepted_schedule
-        from ninferc.runtime.cuda_backend import cuda_mtp_refusal
 
         accepted_schedule(accept_rate, draft_tokens, 1, np.random.default_rng(0))  # checks the rate
-        if cuda_mtp_refusal():
-            raise NinfercError(f"--spec mtp: {cuda_mtp_refusal()}")
         # the spec rounds run on a fresh sequence after the others: prompt + the recorded continuation + a round
         max_ctx = max(max_ctx, max(lens) + (spec_rounds + 2) * (draft_tokens + 1) + 8)
     if (artifact is None) == (preset is None):

@@ -475,7 +475,7 @@ def _opened_cuda(artifact, *, tokenizer, config, max_context, page_size, generat
     """An :class:`OpenedModel` on the CUDA backend; ``artifact(num_slots)`` gives the artifact when the engine
     thread makes the backend (an opened file, or a synthetic one planned for that many slots); ``mtp``: the artifact
     carries the MTP head."""
-    from ninferc.runtime.cuda_backend import CudaBatchBackend, cuda_mtp_refusal
+    from ninferc.runtime.cuda_backend import CudaBatchBackend
 
     def make_cuda(*, num_pages, num_slots, prefill_chunk, cuda_graph, log, cache_bytes=0, spec_tokens=0):
         return CudaBatchBackend(artifact(num_slots), max_context=max_context, num_slots=num_slots,
@@ -483,8 +483,8 @@ def _opened_cuda(artifact, *, tokenizer, config, max_context, page_size, generat
                                 cache_bytes=cache_bytes, spec_tokens=spec_tokens,
                                 draft_lm_head=draft_lm_head if spec_tokens else "bf16")
 
-    why = ("the artifact carries no MTP head (its checkpoint declares none, or it was compiled before 2026-12-05); "
-           "compile it again" if not mtp else cuda_mtp_refusal())
+    why = ("" if mtp else "the artifact carries no MTP head (its checkpoint declares none, or it was compiled before "
+           "2026-12-05); compile it again")
     return OpenedModel(backend="cuda", tokenizer=tokenizer, config=config, max_context=max_context,
                        page_size=page_size, generation_config=generation_config, make=make_cuda,
                        has_mtp=not why, mtp_why=why)

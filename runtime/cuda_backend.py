@@ -53,21 +53,6 @@ _NON_FINITE = ("the model produced non-finite logits in row {i} of a step (NaN o
                "(NINFERC_CHECK_FINITE=1 names the op)")
 
 
-def cuda_mtp_refusal() -> str:
-    """Why ``--spec mtp`` is refused on the CUDA backend, or "" when it is allowed.
-
-    The CUDA speculative path (the verify step keeping the GDN state after every token in K + 1 slots, the MTP head's
-    program, the draft chain) is built, and its kernels, lowering and plans are tested on the CPU, but it has not run
-    on a GPU yet: until its GPU tests (tests/server/test_spec_cuda_gpu.py) pass, ``NINFERC_CUDA_MTP=1`` must be set to
-    use it (the tests set it)."""
-    import os
-
-    if os.environ.get("NINFERC_CUDA_MTP") == "1":
-        return ""
-    return ("the CUDA speculative path has not been validated on a GPU yet; set NINFERC_CUDA_MTP=1 to run it anyway "
-            "(its GPU tests do), or use --backend reference")
-
-
 class PendingSample:
     """The device draw of one step's rows, queued and not read (:meth:`CudaBatchBackend.sample_async`)."""
 
@@ -116,10 +101,6 @@ class CudaBatchBackend:
                  draft_lm_head: str = "bf16"):
         from ninferc.runtime.engine import Engine
 
-        if spec_tokens:
-            why = cuda_mtp_refusal()
-            if why:
-                raise NinfercError(f"--spec mtp on the CUDA backend: {why}")
         engine = Engine.from_artifact(art, max_context=max_context, max_batch=num_slots, num_pages=num_pages,
                                       prefill_chunk=prefill_chunk, cuda_graph=cuda_graph, log=log,
                                       reserve={"prefix_cache_budget": cache_bytes} if cache_bytes else None,

@@ -112,12 +112,11 @@ def test_serving_backend_batches_three_requests(emulated_device, emu_art, golden
 
 
 @pytest.mark.parametrize("k, which", [(3, (0,)), (2, (1, 2))])
-def test_mtp_speculation_reproduces_the_golden_runs(emulated_device, emu_art, goldens, gmtp, monkeypatch, k, which):
-    """``--spec mtp`` on the CUDA backend (the path ``NINFERC_CUDA_MTP=1`` opens): the draft chain, the verify step
+def test_mtp_speculation_reproduces_the_golden_runs(emulated_device, emu_art, goldens, gmtp, k, which):
+    """``--spec mtp`` on the CUDA backend: the draft chain, the verify step
     of K + 1 tokens per sequence (two sequences in one verify step at K = 2), acceptance and roll back give the
     golden greedy ids, and every round before the golden's first near-tie accepts as many drafts as the golden
     run's round."""
-    monkeypatch.setenv("NINFERC_CUDA_MTP", "1")
     cases = [gmtp["cases"][i] for i in which]
     n = [min(12, golden_len(goldens["cases"][i])) for i in which]
     out = _serve(emu_art, [c["prompt_ids"] for c in cases], n, k)
@@ -145,12 +144,11 @@ def test_mtp_speculation_reproduces_the_golden_runs(emulated_device, emu_art, go
 
 
 @pytest.mark.parametrize("k", [None, 2])
-def test_prefix_reuse_on_the_cuda_backend(emulated_device, emu_art, goldens, monkeypatch, k):
+def test_prefix_reuse_on_the_cuda_backend(emulated_device, emu_art, goldens, k):
     """A conversation's second turn (the first turn's prompt and answer, and more) restores the checkpoint the first
     turn left -- KV pages shared, GDN state (and with MTP the head's pending hidden row) copied back on the device --
     and continues with the golden's ids; the third request, the first prompt again, restores the checkpoint one
     token before its end (a prompt's last token is always computed, for its logits)."""
-    monkeypatch.setenv("NINFERC_CUDA_MTP", "1")
     c = goldens["cases"][2]  # 16 prompt tokens, 48 golden ids before a near-tie
     P, g = c["prompt_ids"], c["greedy_ids"]  # noqa: N806
     prompts = [P, P + g[:20], P]
@@ -183,7 +181,7 @@ def test_non_finite_logits_give_no_token(emulated_device, emu_art, goldens, gree
     assert 3 <= len(seen) <= 5 and all(t >= 0 for t in seen)
 
 
-def test_bench_multi_token_and_spec_rounds(emulated_device, emu_art, monkeypatch):
+def test_bench_multi_token_and_spec_rounds(emulated_device, emu_art):
     """``ninferc bench``'s multi-token steps (the prefill and the verify programs captured as graphs, with the
     per-family profile) and speculative rounds at a forced acceptance run on the CUDA engine: every figure is
     there and the forced acceptance is reached (acceptance 1.0 here: no draft is corrupted)."""
@@ -192,7 +190,6 @@ def test_bench_multi_token_and_spec_rounds(emulated_device, emu_art, monkeypatch
     from ninferc.runtime.cuda_backend import CudaBatchBackend
     from ninferc.runtime.engine import Engine
 
-    monkeypatch.setenv("NINFERC_CUDA_MTP", "1")
     e = Engine(Artifact.open(emu_art), max_context=128, prefill_chunk=CHUNK, spec_tokens=3, max_logit_rows=4)
     s = e.session()
     s.prefill(list(range(5, 25)), CHUNK)
@@ -217,7 +214,7 @@ def test_bench_multi_token_and_spec_rounds(emulated_device, emu_art, monkeypatch
     assert "at the asked profile (1.00, 4.00 tokens per round)" in line and "measured acceptance 1.00" in line
 
 
-def test_draft_lm_head_w4_on_the_cuda_backend(emulated_device, emu_art, goldens, monkeypatch):
+def test_draft_lm_head_w4_on_the_cuda_backend(emulated_device, emu_art, goldens):
     """``--draft-lm-head w4`` on the CUDA backend: the model's bf16 head quantised at load into the MTP program's own
     head (its w4 GEMV compiled at load, a term of the memory plan); the output stays the golden's (the verify step
     keeps the full head), and the drafts are the reference backend's with the same narrower head."""
@@ -227,7 +224,6 @@ def test_draft_lm_head_w4_on_the_cuda_backend(emulated_device, emu_art, goldens,
     from ninferc.runtime.engine import Engine
     from ninferc.runtime.paged_kv import Sequence
 
-    monkeypatch.setenv("NINFERC_CUDA_MTP", "1")
     c = goldens["cases"][3]
     n = min(12, golden_len(c))
     (ids, fin), = _serve(emu_art, [c["prompt_ids"]], [n], 2, draft_lm_head="w4")
@@ -255,7 +251,7 @@ def test_draft_lm_head_w4_on_the_cuda_backend(emulated_device, emu_art, goldens,
     be.close()
 
 
-def test_cli_run_spec_on_the_cuda_backend(emulated_device, emu_art, goldens, monkeypatch):
+def test_cli_run_spec_on_the_cuda_backend(emulated_device, emu_art, goldens):
     """``ninferc run ART --spec mtp --draft-tokens 2 --draft-lm-head w8`` end to end on the CUDA backend (the
     command's artifact opening, the serving scheduler, stats on stderr): the golden text."""
     from click.testing import CliRunner
@@ -263,7 +259,6 @@ def test_cli_run_spec_on_the_cuda_backend(emulated_device, emu_art, goldens, mon
     from ninferc.artifact import Artifact
     from ninferc.cli import main
 
-    monkeypatch.setenv("NINFERC_CUDA_MTP", "1")
     c = goldens["cases"][0]
     n = min(8, golden_len(c))
     r = CliRunner().invoke(main, ["run", str(emu_art), "--prompt", c["prompt"], "--max-new", str(n), "--spec", "mtp",
@@ -275,14 +270,13 @@ def test_cli_run_spec_on_the_cuda_backend(emulated_device, emu_art, goldens, mon
     assert "tokens per round" in r.stderr, r.stderr
 
 
-def test_sampled_speculation_draws_on_the_device(emulated_device, emu_art, goldens, monkeypatch):
+def test_sampled_speculation_draws_on_the_device(emulated_device, emu_art, goldens):
     """A greedy and a sampled (temperature, top-k, top-p, seed) request speculating in the same rounds: every verify
     row's token is drawn on the device (``verify_ids``: the sampler over all rows, each with its request's
     parameters and counter; no logits read back -- ``verify`` is removed here), the greedy request keeps its golden
     ids, and the sampled one repeats itself exactly with the same seed."""
     from ninferc.sampling import SamplingParams
 
-    monkeypatch.setenv("NINFERC_CUDA_MTP", "1")
     cases = goldens["cases"][:2]
     n = [min(8, golden_len(cases[0])), 8]
     params = [SamplingParams(), SamplingParams(temperature=0.8, top_k=40, top_p=0.9, seed=7)]

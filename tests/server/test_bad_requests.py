@@ -197,7 +197,8 @@ def test_serve_without_a_gpu_for_its_cuda_backend_stops_before_listening(tiny_di
 
     art = tmp_path / "tiny.ninfer"
     compile_model(tiny_dir, "sm_90", art, sku="h200")
-    for args, hint in ((["--preset", "qwen3.8-27b", "--synthetic-weights"], False), ([str(art)], True)):
+    for args, hint in ((["--preset", "qwen3.8-27b", "--synthetic-weights"], False), ([str(art)], True),
+                       ([str(art), "--spec", "mtp"], True)):
         r = subprocess.run([sys.executable, "-m", "ninferc", "serve", *args, "--port", "0"], capture_output=True,
                            text=True, timeout=120)
         assert r.returncode == 2, r.stderr
