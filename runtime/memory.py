@@ -72,8 +72,8 @@ def workspace_sizes(program, ctx, *, t_cap: int, max_batch: int, verify_tokens: 
     (fp32 [T, Hq * head_dim] of the attention prep) and the fused MLP's ``mlp_parts`` / ``mlp_sync``
     (:meth:`ninferc.targets.kernels.mlp_decode.MlpDecodeFamily.scratch_bytes`). Each rounded up to 256 bytes, at
     least 256. Every size is taken, not extrapolated from the ends: the attention's split count is chosen per
-    launch to fill the SMs, so its partials need not be largest at either end (the tiny fixture on an H100 or H200 needs
-    more at B = 5 than at B = 8; sizing from B = 1 and 8 alone made a GPU write past them, 2026-12-05).
+    launch to fill the SMs, so its partials need not be largest at either end (the tiny fixture on an H100 or H200
+    needs more at B = 5 than at B = 8; sizing from B = 1 and 8 alone made a GPU write past them, 2026-12-05).
 
     Args:
         program: a :class:`ninferc.targets.lower.Program` (the model's, or the MTP head's). ctx: the plan context
