@@ -418,26 +418,43 @@ class GdnRecurrentFamily:
             params["prewait"] = False
         elif self.preload:
             params["preload"] = True
+        params.update(self._one_pass_params(problem, th))
+        return KernelSpec.make(self.name, self.template, params, th, cooperative=False)
+
+    def _one_pass_params(self, problem: GdnProblem, th: int) -> dict:
+        """The ``onepass`` / ``tree`` template parameters of a decode or verify kernel of ``th`` threads (empty where
+        ``one_pass`` is off or "auto" and dv does not allow it).
+
+        Raises:
+            PlanError: ``one_pass`` True where dv / 4 does not divide 32 (names dv)."""
         col_quads = problem.dv // 4
         one_pass_ok = WARP % col_quads == 0
         if self.one_pass is True and not one_pass_ok:
             raise PlanError(f"gdn_recurrent one_pass: dv / 4 = {col_quads} must divide the warp's {WARP} lanes "
                             f"(dv = {problem.dv}; row group 0 must lie inside warp 0)")
-        if self.one_pass and one_pass_ok:
-            params["onepass"] = True
-            row_groups = th // col_quads  # the tree: row_groups / 2 lanes per result, a power of two dividing 32
-            if self.one_pass_tree and row_groups % 2 == 0 and WARP % (row_groups // 2) == 0:
-                params["tree"] = True
-        return KernelSpec.make(self.name, self.template, params, th, cooperative=False)
+        if not (self.one_pass and one_pass_ok):
+            return {}
+        params = {"onepass": True}
+        row_groups = th // col_quads  # the tree: row_groups / 2 lanes per result, a power of two dividing 32
+        if self.one_pass_tree and row_groups % 2 == 0 and WARP % (row_groups // 2) == 0:
+            params["tree"] = True
+        return params
 
     def prefill_spec(self, problem: GdnProblem, mode: str = "prefill") -> KernelSpec:
         """The recurrent prefill kernel (mode ``prefill``; threads :func:`recurrent_threads`), or with ``mode``
         ``"verify"`` the speculative verify step's kernel: the same recurrence, storing the state after token j of
-        sequence b in slot ``seq_slot_out[b] + j`` (:func:`reference_verify`)."""
+        sequence b in slot ``seq_slot_out[b] + j`` (:func:`reference_verify`), with the decode kernel's one-pass
+        reduction where ``one_pass`` allows it (a verify step walks its K + 1 tokens one after another in each CTA:
+        three barriers per token instead of seven). The prefill oracle keeps the two-pass order.
+
+        Raises:
+            PlanError: another mode; as :meth:`spec` for ``one_pass`` True (verify)."""
         if mode not in ("prefill", "verify"):
             raise PlanError(f"{self.name}: prefill_spec mode {mode!r}; supported: prefill, verify")
         th = recurrent_threads(problem, self.state_per_thread)
         params = {**problem.dims(), "width": problem.width, "threads": th, "mode": mode}
+        if mode == "verify":
+            params.update(self._one_pass_params(problem, th))
         return KernelSpec.make(self.name, self.template, params, th, cooperative=False)
 
     def variants(self, problem: GdnProblem) -> list[KernelSpec]:

@@ -283,12 +283,13 @@ class Runner:
         return {"y": bf16_to_f32(be.get(y)), "conv_out": be.get(conv_out), "launches": launches}
 
 
-    def verify_step(self, proj: np.ndarray, batch: gdn.Batch, slot_out) -> dict:
-        """The speculative verify step: conv -> per-token ring update -> recurrent verify core, the state and ring
-        after token j of sequence b going to slot ``slot_out[b] + j``; returns y (fp32 from bf16) and conv_out."""
+    def verify_step(self, proj: np.ndarray, batch: gdn.Batch, slot_out, variant: str = "planned") -> dict:
+        """The speculative verify step: conv -> per-token ring update -> recurrent verify core (of the
+        :data:`DECODE_VARIANTS` family ``variant``), the state and ring after token j of sequence b going to slot
+        ``slot_out[b] + j``; returns y (fp32 from bf16) and conv_out."""
         p, be = self.p, self.be
         T, B = batch.tokens, batch.num_seqs
-        fam = gdn.BY_NAME["gdn_recurrent"]
+        fam = decode_family(variant)
         launches = [gdn.BY_NAME["gdn_conv"].launch(p, T, self.ctx),
                     gdn.BY_NAME["gdn_ring_update"].launch(p, T, self.ctx, batch=B, verify=True),
                     fam.verify_launch(p, T, self.ctx, batch=B)]
@@ -418,8 +419,9 @@ def scenario_routes_agree(backend, ctx, p, starts, lengths, seed=0):
             check(GDN_STATE, sc.rec_state[s], sr.rec_state[s], f"{route} vs recurrent: rec_state[slot {s}]")
 
 
-def scenario_verify(backend, ctx, p, starts, lengths, current, seed=0):
-    """A verify step of packed sequences (positions ``starts`` > 0, ``lengths`` tokens each) with per-token state
+def scenario_verify(backend, ctx, p, starts, lengths, current, seed=0, variant: str = "planned"):
+    """A verify step (core kernel of the :data:`DECODE_VARIANTS` family ``variant``) of packed sequences (positions
+    ``starts`` > 0, ``lengths`` tokens each) with per-token state
     slots: sequence b owns the G = max(lengths) + 1 slots ``b * G ..``, reads slot ``b * G + current[b]`` (one of
     its output slots, or the last one, which the step must leave alone) and writes the state after its token j
     into slot ``b * G + j``. Every output slot must hold the reference's state and conv window after token j;
@@ -436,9 +438,9 @@ def scenario_verify(backend, ctx, p, starts, lengths, current, seed=0):
     slot_out = [b * G for b in range(B)]
     ref = gdn.reference_verify(p, proj, w, st.conv_ring, st.rec_state, batch, slot_out)
     run = Runner(backend, ctx, p, w, st)
-    out = run.verify_step(proj, batch, slot_out)
+    out = run.verify_step(proj, batch, slot_out, variant)
     got = run.state()
-    what = f"verify starts={starts} lengths={lengths} current={current}"
+    what = f"verify ({variant}) starts={starts} lengths={lengths} current={current}"
     check(BF16_ELEMENTWISE, out["y"], ref["y"], f"{what}: y")
     check(FP32_REORDER, out["conv_out"], ref["conv_out"], f"{what}: conv_out")
     written = set()

@@ -331,14 +331,16 @@ def test_emulated_chain_and_routes(host_ctx):
     cases.scenario_routes_agree(cases.HostBackend(), host_ctx["sm_86"], SMALL, [0, 5], [130, 64])
 
 
+@pytest.mark.parametrize("variant", ["planned", "two_pass", "one_pass_flat"])
 @pytest.mark.parametrize("reverse", [False, True], ids=["fwd", "rev"])
-def test_emulated_verify_keeps_the_state_after_every_token(host_ctx, reverse):
+def test_emulated_verify_keeps_the_state_after_every_token(host_ctx, reverse, variant):
     """The verify step (the speculative round's K + 1 tokens per sequence): the state and conv window after each
     token in its own slot, the step's input slot among them (read before it is overwritten) or left alone;
-    histories shorter than the conv width included."""
+    histories shorter than the conv width included. The planned core is the one-pass kernel with the tree
+    reduction (three barriers per token), checked here beside the two-pass kernel and the one-pass flat sum."""
     be = cases.HostBackend(reverse=reverse)
-    cases.scenario_verify(be, host_ctx["sm_90"], SMALL, [5, 1, 40], [4, 3, 1], current=[2, 4, 0])
-    cases.scenario_verify(be, host_ctx["sm_86"], WIDE, [9, 2], [2, 4], current=[0, 3])
+    cases.scenario_verify(be, host_ctx["sm_90"], SMALL, [5, 1, 40], [4, 3, 1], current=[2, 4, 0], variant=variant)
+    cases.scenario_verify(be, host_ctx["sm_86"], WIDE, [9, 2], [2, 4], current=[0, 3], variant=variant)
 
 
 def test_verify_kernels_arguments_and_launches():
@@ -348,6 +350,9 @@ def test_verify_kernels_arguments_and_launches():
     ring = gdn.BY_NAME["gdn_ring_update"].launch(gdn.TINY, 12, ctx, batch=3, verify=True)
     assert core.grid == (gdn.TINY.hv, 3, 1) and core.route == "verify" and ring.route == "ring_verify"
     assert gdn.kernel_mode(core.kernel) == "verify" and gdn.kernel_mode(ring.kernel) == "verify"
+    # the core takes the decode kernel's one-pass reduction (tree where the row groups allow it), not the prefill's
+    assert dict(core.kernel.params).get("onepass") and dict(core.kernel.params).get("tree")
+    assert not dict(gdn.BY_NAME["gdn_recurrent"].prefill_spec(gdn.TINY).params).get("onepass")
     names = gdn.arg_names("gdn_recurrent", "verify")
     assert names == gdn.arg_names("gdn_recurrent", "prefill")[:10] + ("seq_slot_out",) + \
         gdn.arg_names("gdn_recurrent", "prefill")[10:]
