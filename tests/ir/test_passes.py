@@ -2,10 +2,9 @@
 no-op when a pattern is absent, memory plan sound."""
 
 import networkx as nx
-import numpy as np
 import pytest
 
-from ninferc.ir.graph import Graph, Op, ParamSpec, StateSpec, TensorSpec
+from ninferc.ir.graph import Graph, Op, ParamSpec, TensorSpec
 from ninferc.ir.ops import infer
 from ninferc.ir.passes import (
     PIPELINE, choose_formats, fuse_add_rmsnorm, fuse_gate_up_swiglu, fuse_gated_attention, fuse_gated_deltanet,

@@ -365,7 +365,6 @@ def test_prefill_chunk_int8(name, prev, new, route):
 
 def prefill_case(name, prev, new, route):
     """The body of the prefill tests for problem ``ALL_PROBLEMS[name]``."""
-    cp = _cp()
     p = ALL_PROBLEMS[name]
     rng = np.random.default_rng(seed(name, prev, new, route))
     B, T = len(prev), int(sum(new))

@@ -1,6 +1,5 @@
 """The .ninfer container: round trip, and a clear error for each kind of damage."""
 
-import json
 import re
 import struct
 
@@ -8,7 +7,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from ninferc.artifact import ALIGN, CONTAINER_VERSION, MAGIC, Artifact, LazyTensor, read_container_version, write_artifact
+from ninferc.artifact import ALIGN, CONTAINER_VERSION, Artifact, LazyTensor, read_container_version, write_artifact
 from ninferc.errors import ArtifactError
 
 

@@ -1,7 +1,6 @@
 """``ninferc plan``: table and JSON output, and the errors a user can cause."""
 
 import json
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
