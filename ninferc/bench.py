@@ -371,6 +371,12 @@ def spec_rounds(backend, *, prompt_tokens: int, rounds: int, accept_rate: float,
             lg = backend.prefill(seq, ids[s0:s0 + chunk])
         return lg
 
+    def forced(pos, m_want):  # the recording's next k tokens, the one after m_want accepted corrupted
+        drafts = rec[pos + 1:pos + 1 + k]
+        if m_want < k:
+            drafts[m_want] = (drafts[m_want] + 1) % V
+        return drafts
+
     greedy = HostSampler(SamplingParams())
     # 1. the recording: plain greedy decode (timed: the plain step)
     rec_seq = Sequence(slot=0, pages=pages)
@@ -392,9 +398,7 @@ def spec_rounds(backend, *, prompt_tokens: int, rounds: int, accept_rate: float,
         backend.draft([seq], [rec[pos]], [k])
         e.stream.synchronize()
         t1 = time.perf_counter()
-        drafts = rec[pos + 1:pos + 1 + k]
-        if m_want < k:
-            drafts[m_want] = (drafts[m_want] + 1) % V
+        drafts = forced(pos, m_want)
         got = backend.verify_ids([seq], [[rec[pos]] + drafts], [sampler])[0]  # the rows' argmax, as a server does
         t2 = time.perf_counter()
         toks = accept_ids(sampler, got, drafts)
@@ -420,9 +424,7 @@ def spec_rounds(backend, *, prompt_tokens: int, rounds: int, accept_rate: float,
         pos, sampler = 0, HostSampler(greedy.params)
         backend.draft([seq], [rec[pos]], [k])
         for m_want in sched:
-            drafts = rec[pos + 1:pos + 1 + k]
-            if m_want < k:
-                drafts[m_want] = (drafts[m_want] + 1) % V
+            drafts = forced(pos, m_want)
             t0 = time.perf_counter()
             got, _, _ = backend.verify_round([seq], [[rec[pos]] + drafts], [sampler], k)
             t_one.append(time.perf_counter() - t0)

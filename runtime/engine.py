@@ -184,9 +184,9 @@ class Engine:
             self.geo_ctx = PlanContext(self.target, hdr["plan"]["sms"], plan_res, bandwidth_gbs=bw)
         else:
             self.geo_ctx = self.dev_ctx
-        if self._draft_head is not None:
-            self._compile_missing(self.mtp_program)
-        if spec_tokens and plan != "replay":  # an artifact compiled before its verify kernels existed: compile them
+        if spec_tokens and plan != "replay":
+            # kernels the artifact lacks: verify kernels newer than it, the MTP head's verify mode, a draft LM head's
+            # narrower GEMV (--draft-lm-head needs spec_tokens and a device plan, checked above)
             self._compile_missing(self.program)
             self._compile_missing(self.mtp_program)
         self.resource_notes = [
