@@ -8,7 +8,7 @@
 #   bash bench/gpu.sh serve_27b W...     the 27B shape served per weight format (below)
 #   bash bench/gpu.sh mtp_27b W...       speculative decoding's machinery and the multi-token steps at the 27B shape
 # Helpers: el (elapsed), gpu_tests NAME SECONDS PYTEST-ARGS (a time-boxed GPU test run), bench_27b, ab_run, trace_run,
-# serve_27b, mtp_27b, serve_demo, cli_demo. bench/README.md lists the runs waiting for a device.
+# serve_27b, prefix_27b, mtp_27b, serve_demo, cli_demo. bench/README.md lists the runs waiting for a device.
 set -o pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || { echo "wheel install failed"; exit 3; }
@@ -69,7 +69,7 @@ ab_run() {  # ab_run NAME WEIGHTS SECONDS VARIANT...: bench/family_ab.py over 4 
 #   1. serve_bench.py at C = 1, 2, 4, 8 (prompt 512 token ids, 64 generated, 8 requests per level, streaming), from
 #      the clients and the server's --request-log;
 #   2. `ninferc bench` in the same run at 512 (the C = 1 comparison);
-#   3. with PREFIX=1: prefix reuse at 7,680 of 8,192 tokens (a one-slot server checkpointing every 512 tokens).
+#   3. with PREFIX=1: prefix reuse at 7,680 of 8,192 tokens (prefix_27b W, which also runs alone).
 # Files under $OUT: serve_27b_W.json, bench_27b_W.json, prefix_27b_W.json, and the servers' logs (serve_W.log).
 # Usage (after `source bench/gpu.sh`):  serve_27b bf16 w4
 wait_healthy() {  # wait_healthy PORT SECONDS
@@ -104,16 +104,22 @@ serve_27b() {
     timeout 120 ninferc bench --preset qwen3.8-27b --synthetic-weights --weights $w --prompt-tokens 512 \
       --decode-tokens 64 --tokens-per-seq 2,3,4,6,8 --json $OUT/bench_27b_$w.json > /tmp/bench_$w.log 2>&1
     echo "bench $w rc $? $(el)"; grep -A1 "^context" /tmp/bench_$w.log | tail -1; grep "one sequence x" /tmp/bench_$w.log
-    if [ "${PREFIX:-0}" = 1 ]; then
-      ninferc serve --preset qwen3.8-27b --synthetic-weights --weights $w --max-concurrency 1 --max-context 8256 --prefill-chunk 8192 \
-        --port 8101 >> $OUT/serve_$w.log 2>&1 &
-      pid=$!
-      if wait_healthy 8101 240; then
-        timeout 150 python3 bench/serve_bench.py --url http://127.0.0.1:8101 --prefix-ttft 7680/8192 --repeats 3 \
-          --json $OUT/prefix_27b_$w.json 2>&1 | grep -v "^wrote"
-      fi
-      kill $pid; wait $pid; echo "prefix $w done $(el)"
+    if [ "${PREFIX:-0}" = 1 ]; then prefix_27b $w; fi
+  done
+}
+prefix_27b() {  # prefix_27b W [W ...]: prefix reuse at 7,680 of 8,192 tokens alone (JSON $OUT/prefix_27b_W.json)
+  local w pid
+  for w in "$@"; do
+    ninferc serve --preset qwen3.8-27b --synthetic-weights --weights $w --max-concurrency 1 --max-context 8256 --prefill-chunk 8192 \
+      --port 8101 >> $OUT/serve_$w.log 2>&1 &
+    pid=$!
+    if wait_healthy 8101 240; then
+      timeout 150 python3 bench/serve_bench.py --url http://127.0.0.1:8101 --prefix-ttft 7680/8192 --repeats 3 \
+        --json $OUT/prefix_27b_$w.json 2>&1 | grep -v "^wrote"
+    else
+      echo "prefix $w: server never healthy $(el)"; tail -5 $OUT/serve_$w.log
     fi
+    kill $pid; wait $pid; echo "prefix $w done $(el)"
   done
 }
 serve_demo() {  # the README's serve transcript on the device: the fixture compiled for it, served, two requests
@@ -180,9 +186,9 @@ suite() {  # suite [PATHS...]: the GPU tier, $OUT/suite.log and suite.xml
 }
 
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then  # executed: run the named helper
-  cmd=${1:?usage: bash bench/gpu.sh suite|cli_demo|serve_demo|serve_27b|mtp_27b [ARGS...]}; shift
+  cmd=${1:?usage: bash bench/gpu.sh suite|cli_demo|serve_demo|serve_27b|prefix_27b|mtp_27b [ARGS...]}; shift
   case $cmd in
-    suite|cli_demo|serve_demo|serve_27b|mtp_27b|bench_27b) $cmd "$@" ;;
-    *) echo "bench/gpu.sh: unknown command $cmd (suite, cli_demo, serve_demo, serve_27b, mtp_27b, bench_27b)"; exit 2 ;;
+    suite|cli_demo|serve_demo|serve_27b|prefix_27b|mtp_27b|bench_27b) $cmd "$@" ;;
+    *) echo "bench/gpu.sh: unknown command $cmd (suite, cli_demo, serve_demo, serve_27b, prefix_27b, mtp_27b, bench_27b)"; exit 2 ;;
   esac
 fi

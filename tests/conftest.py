@@ -51,6 +51,26 @@ def emulated_device(monkeypatch):
     return mod
 
 
+@pytest.fixture(autouse=True)
+def _gpu_pool_returned(request):
+    """After each ``gpu`` test, CuPy's memory pools hand their cached blocks back to the driver. CuPy keeps freed
+    blocks for reuse by default, so a worker's pool grows to the largest shapes it has run; under pytest-xdist 14
+    workers sharing an 80 GB H100 ran out of memory that way (``bench/NOTES.md`` run 195: 111 kernel tests failed
+    with CUDA_ERROR_OUT_OF_MEMORY, where run 190 on the 141 GB H200 passed). Nothing to do without CuPy."""
+    yield
+    if "gpu" not in request.keywords:
+        return
+    import gc
+    import sys
+
+    cp = sys.modules.get("cupy")
+    if cp is None or not hasattr(cp, "get_default_memory_pool"):
+        return
+    gc.collect()
+    cp.get_default_memory_pool().free_all_blocks()
+    cp.get_default_pinned_memory_pool().free_all_blocks()
+
+
 def _gpu_probe() -> str | None:
     """None when CuPy sees a GPU, else why not (the exception's type and message)."""
     try:
