@@ -19,6 +19,9 @@ export PYTHONUNBUFFERED=1
 export NINFERC_REQUIRE_GPU=1   # a missing or broken GPU fails the GPU tests instead of skipping them (tests/conftest.py)
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.max.mem,power.limit,temperature.gpu --format=csv
 python3 -c "import cupy, cuda.bindings, numpy; print('cupy', cupy.__version__, 'cuda-bindings', cuda.bindings.__version__, 'numpy', numpy.__version__); from ninferc.targets.nvrtc import nvrtc_version; print('nvrtc', nvrtc_version())"
+# the commit the result files will name: set NINFERC_COMMIT=<sha> before sourcing this where the machine's .git is stale
+# (the lent device's is: its tree is newer, and ninferc.bench.git_commit then appends -dirty rather than name it)
+python3 -c "from ninferc.bench import git_commit; print('result files name commit', git_commit())"
 
 # Helpers for the device scripts: elapsed time, a time-boxed GPU test run with its own log and junit
 # file under $OUT (the whole call must stay under the device's 10-minute limit: 570 s budget here), and the dp layer

@@ -93,16 +93,26 @@ def non_embedding_params(graph) -> int:
     return sum(p.numel for n, p in graph.params.items() if n not in emb)
 
 
-def git_commit() -> str:
-    """The commit benchmarked: $NINFERC_COMMIT (set by whoever ships the tree to a machine without git),
-    else ``git rev-parse``."""
+def git_commit(repo: Path | None = None) -> str:
+    """The commit benchmarked, for a result file's provenance: ``$NINFERC_COMMIT`` when set (by whoever ships the
+    tree to a machine whose ``.git`` is absent or stale), else ``git rev-parse --short HEAD`` of ``repo`` (default:
+    this checkout) with ``-dirty`` appended when a tracked file differs from that commit -- so a stale ``.git``
+    under a newer tree (the lent device's, ``bench/NOTES.md`` runs 192-201) says so instead of naming a commit that
+    is not the one measured. ``"unknown"`` without git or outside a repository."""
     import os
 
     if os.environ.get("NINFERC_COMMIT"):
         return os.environ["NINFERC_COMMIT"]
+    cwd = repo if repo is not None else Path(__file__).resolve().parents[1]
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=cwd).stdout.strip()
+
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).resolve().parents[1]).stdout.strip() or "unknown"
+        head = git("rev-parse", "--short", "HEAD")
+        if not head:
+            return "unknown"
+        return head + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
     except OSError:
         return "unknown"
 

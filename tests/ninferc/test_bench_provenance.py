@@ -20,3 +20,48 @@ def test_device_identity_names_the_physical_gpu():
 
 def test_device_identity_leaves_out_what_the_runtime_lacks():
     assert device_identity(SimpleNamespace(cuda=SimpleNamespace(runtime=SimpleNamespace())), {"uuid": b""}) == {}
+
+
+def _repo(tmp_path):
+    import subprocess
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.com")
+    git("config", "user.name", "t")
+    (tmp_path / "a.txt").write_text("one\n")
+    git("add", "a.txt")
+    git("commit", "-qm", "one")
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tmp_path, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def test_git_commit_marks_a_tree_that_differs_from_its_commit(tmp_path, monkeypatch):
+    """A stale ``.git`` under a newer tree (the lent device's) must not name its commit as the one measured."""
+    import shutil
+
+    import pytest
+
+    from ninferc.bench import git_commit
+
+    if shutil.which("git") is None:
+        pytest.skip("no git")
+    monkeypatch.delenv("NINFERC_COMMIT", raising=False)
+    head = _repo(tmp_path)
+    assert git_commit(tmp_path) == head
+    (tmp_path / "b.txt").write_text("untracked files do not count\n")
+    assert git_commit(tmp_path) == head
+    (tmp_path / "a.txt").write_text("two\n")
+    assert git_commit(tmp_path) == head + "-dirty"
+    monkeypatch.setenv("NINFERC_COMMIT", "abc1234")
+    assert git_commit(tmp_path) == "abc1234"
+
+
+def test_git_commit_outside_a_repository_is_unknown(tmp_path, monkeypatch):
+    from ninferc.bench import git_commit
+
+    monkeypatch.delenv("NINFERC_COMMIT", raising=False)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    assert git_commit(tmp_path) == "unknown"
