@@ -3,6 +3,16 @@
 Usage: python bench/readme_table.py [--peer <file>.json] bench/results/<bf16>.json [<w8>.json <w4>.json ...]
 The first file gives the provenance line and, when it has ``peer``, the HF transformers comparison (or the
 ``--peer`` file's, with its commit named); every file gives one row per context / prompt length.
+
+       python bench/readme_table.py --serve [--device H100] bf16=<serve_27b_bf16>.json [w4=<serve_27b_w4>.json ...]
+The serving table: per weight format (the label; ``serve_bench.py``'s JSON does not know the server's weights)
+aggregate tok/s, per-request decode tok/s p50 from the server's log and client TTFT p50 / p99, one column per
+concurrency level.
+
+       python bench/readme_table.py --mtp [--device H100] <mtp_27b_bf16>.json [<mtp_27b_w4>.json ...]
+The MTP table: per ``ninferc bench --spec mtp`` JSON, the plain, verify and draft steps, the one-read round and
+tok/s at the forced acceptance profile. ``tests/ninferc/test_readme_tables.py`` checks that README.md holds the
+tables these print from the files it cites.
 """
 
 import json
@@ -45,7 +55,73 @@ def table(files: list[dict], peer: dict | None = None) -> str:
     return "\n".join(rows)
 
 
+def serve_table(labelled: list[tuple[str, dict]], device: str) -> str:
+    """Markdown: the serving table of ``bench/serve_bench.py`` results, one ``(label, result)`` per weight format;
+    columns are the first result's concurrency levels (every result must have the same). ``device`` heads the
+    first column. Raises ValueError when the results' levels differ."""
+    levels = [lv["concurrency"] for lv in labelled[0][1]["levels"]]
+    for label, d in labelled:
+        if [lv["concurrency"] for lv in d["levels"]] != levels:
+            raise ValueError(f"{label}: concurrency levels {[lv['concurrency'] for lv in d['levels']]} differ from "
+                             f"{labelled[0][0]}'s {levels}")
+    rows = [f"| {device} | " + " | ".join(f"C = {c}" for c in levels) + " |", "|---|" + "---:|" * len(levels)]
+    for label, d in labelled:
+        lv = d["levels"]
+        rows.append(f"| {label} aggregate tok/s (clients) | " + " | ".join(f"{x['aggregate_tok_s']:.1f}" for x in lv) + " |")
+        rows.append(f"| {label} per-request decode tok/s, p50 (server log) | "
+                    + " | ".join(f"{x['server']['decode_tok_s']['p50']:.1f}" for x in lv) + " |")
+        rows.append(f"| {label} TTFT p50 / p99, ms (clients) | " + " | ".join(
+            f"{x['client']['ttft_s']['p50'] * 1e3:,.0f} / {x['client']['ttft_s']['p99'] * 1e3:,.0f}" for x in lv) + " |")
+    return "\n".join(rows)
+
+
+def mtp_table(files: list[dict], device: str) -> str:
+    """Markdown: one row per ``ninferc bench --spec mtp`` result (its ``spec`` object): plain, verify and draft step
+    times with their ratios to the plain step, the round with one host read, and tok/s and speed-up at the forced
+    acceptance profile over that round (the schedule's tokens per round)."""
+    k = files[0]["spec"]["draft_tokens"]
+    rows = [f"| {device}, K = {k} | plain step | verify step ({k + 1} tokens) | draft step | round (one host read) | "
+            "tok/s at the profile | speed-up |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for d in files:
+        sp = d["spec"]
+        rows.append(f"| {d['weights'].replace(' (synthetic)', '')} | {sp['plain_step_ms']:.2f} ms | "
+                    f"{sp['verify_step_ms']:.2f} ms ({sp['verify_ratio']:.2f}x) | "
+                    f"{sp['draft_step_ms']:.2f} ms ({sp['draft_step_ratio']:.2f}x) | {sp['one_read_round_ms']:.2f} ms | "
+                    f"{sp['one_read_profile_tok_s']:.1f} ({sp['schedule_tokens_per_round']:.2f} / round) | "
+                    f"{sp['one_read_profile_speedup']:.2f}x |")
+    return "\n".join(rows)
+
+
+def _usage(msg: str = "") -> None:
+    sys.exit((msg + "\n" if msg else "") + "usage: readme_table.py [--peer PEER.json] RESULT.json [RESULT.json ...]\n"
+             "       readme_table.py --serve [--device NAME] LABEL=SERVE.json [LABEL=SERVE.json ...]\n"
+             "       readme_table.py --mtp [--device NAME] MTP.json [MTP.json ...]")
+
+
+def _load(path: str) -> dict:
+    try:
+        return json.loads(open(path).read())
+    except (OSError, ValueError) as exc:
+        sys.exit(f"readme_table.py: cannot read {path}: {exc}")
+
+
 if __name__ == "__main__":
+    mode, rest = sys.argv[1:2], sys.argv[2:]
+    device = "GPU"
+    if mode in (["--serve"], ["--mtp"]) and rest[:1] == ["--device"]:
+        if len(rest) < 2:
+            _usage("--device takes a name (the first column's heading, e.g. H100)")
+        device, rest = rest[1], rest[2:]
+    if mode == ["--serve"]:
+        if not rest or any("=" not in a for a in rest):
+            _usage("--serve takes LABEL=FILE pairs (the label names the weight format, e.g. bf16=serve_27b_bf16.json)")
+        print(serve_table([(a.split("=", 1)[0], _load(a.split("=", 1)[1])) for a in rest], device))
+        sys.exit(0)
+    if mode == ["--mtp"]:
+        if not rest:
+            _usage("--mtp takes one or more MTP bench JSON files")
+        print(mtp_table([_load(f) for f in rest], device))
+        sys.exit(0)
     args = sys.argv[1:]
     peer = None
     if args[:1] == ["--peer"]:

@@ -1,0 +1,70 @@
+"""README.md's result tables are what ``bench/readme_table.py`` prints from the result files README cites: a table
+edited by hand, or a result file replaced without regenerating the table, fails here."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "bench" / "results"
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("readme_table", REPO / "bench" / "readme_table.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _load(name: str) -> dict:
+    return json.loads((RESULTS / name).read_text())
+
+
+def _tables(markdown: str) -> list[list[str]]:
+    """The markdown's tables, each its run of consecutive ``|`` lines."""
+    out, cur = [], []
+    for line in markdown.splitlines() + [""]:
+        if line.startswith("|"):
+            cur.append(line)
+        elif cur:
+            out, cur = out + [cur], []
+    return out
+
+
+def _assert_in_readme(markdown: str, *cited: str) -> None:
+    readme = (REPO / "README.md").read_text()
+    for name in cited:
+        assert name in readme, f"README no longer cites {name}: update this test with the table's new sources"
+    tables = _tables(markdown)
+    assert tables
+    for lines in tables:
+        start = readme.find(lines[0] + "\n")
+        assert start >= 0, f"README lacks the table headed {lines[0]!r}"
+        body = readme[start:].splitlines()[:len(lines)]
+        assert body == lines, "README's table differs from bench/readme_table.py's output:\n" + "\n".join(
+            f"- {a}\n+ {b}" for a, b in zip(body, lines) if a != b)
+
+
+def test_decode_prefill_table():
+    files = ["bf16_h200_b5c6e59.json", "bf16_32k_h200_6b4fccc.json", "w8_h200_87f9b0c_p2.json", "w4_h200_7afdac6.json"]
+    out = _tool().table([_load(f) for f in files], peer=_load("bf16_h200_6b4fccc.json"))
+    _assert_in_readme(out, *files)
+
+
+def test_serving_table():
+    files = [("bf16", "serve_27b_bf16_h100_f92dbe8.json"), ("w4", "serve_27b_w4_h100_f92dbe8.json")]
+    _assert_in_readme(_tool().serve_table([(w, _load(f)) for w, f in files], "H100"), *(f for _, f in files))
+
+
+def test_mtp_table():
+    files = ["mtp_27b_bf16_h100_2ef91c1.json", "mtp_27b_w4_h100_f92dbe8.json"]
+    _assert_in_readme(_tool().mtp_table([_load(f) for f in files], "H100"), *files)
+
+
+def test_serving_table_refuses_results_of_different_levels():
+    a = _load("serve_27b_bf16_h100_f92dbe8.json")
+    b = dict(a, levels=a["levels"][:2])
+    with pytest.raises(ValueError, match="concurrency levels"):
+        _tool().serve_table([("bf16", a), ("w4", b)], "H100")
