@@ -109,9 +109,9 @@ def _gemv_extras(fam, arch):
     small = ((128, 1), (128, 2), (128, 4))
     dp_all = dict(w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4), w8_mma_tiles=(), w4_mma_tiles=())
     caps = tuple((f, e, t, 4) for f in ("w8", "w4") for e in EPILOGUES for t in (128, 256))
-    configs = [dict(w8_dp_tiles=(), w4_dp_tiles=()), dict(w4_mma_tiles=(1, 4), w8_mma_tiles=(1, 4)),
+    configs = [dict(w8_dp_tiles=(), w4_dp_tiles=()), dict(w4_mma_tiles=(1, 4), w8_mma_tiles=(1, 4), bf16_mma_tiles=(1, 4)),
                dict(plain_shapes=small, coop_threads=(256,), mma_shapes=small, w4_mma_tiles=(1, 4),
-                    w8_mma_tiles=(1, 4)),
+                    w8_mma_tiles=(1, 4), bf16_mma_tiles=(1, 4)),
                dict(dp_all, dp_shapes=((128, 4), (256, 2), (128, 1), (256, 1))),
                dict(dp_all, dp_shapes=small, dp_persistent=False), dict(dp_all, dp_carry=(True,)),
                dict(dp_all, dp_carry=(False,), dp_preload="late"), dict(dp_all, dp_carry=(False,), dp_ring=3),

@@ -1,5 +1,5 @@
 // gemv_mma.cuh -- the tensor-core fragments of gemv_mma.cu.j2 (the GEMV of w4 / w8 weights on mma.sync m16n8k16):
-// exact code -> bf16 / fp16 pairs and one k-tile of a scale group or block. Included by that template inside its
+// exact code -> bf16 / fp16 pairs and one k-tile of a scale group or block (and of a bf16 block). Included by that template inside its
 // anonymous namespace after gemv_common.cuh (word()); same house rules as ninfer_common.cuh.
 #pragma once
 
@@ -50,4 +50,14 @@ __device__ __forceinline__ void mma_w8_ktile(float (&c)[4], const uint4& wa, con
   const unsigned int a[4] = {w8_pair(word(wa, I), mask), w8_pair(word(wb, I), mask), w8_pair(word(wa, I) >> 8, mask),
                              w8_pair(word(wb, I) >> 8, mask)};
   ninfer::mma_f16_16816(c, a, b0, b1);
+}
+
+// bf16 mma path. c += one k-tile of bf16 weights: lane (fr, fq) gives the A k-slots (2fq, 2fq + 1) and (2fq + 8,
+// 2fq + 9) as block elements 16 fq + 4I + (0, 1) and + (2, 3) -- the words lo (elements +0, +1) and hi (+2, +3) of
+// rows fr and fr + 8, as they lie in memory -- and B the x words of the same elements of its token (xlo, xhi).
+__device__ __forceinline__ void mma_bf16_ktile(float (&c)[4], unsigned int row_lo, unsigned int row_hi,
+                                               unsigned int row8_lo, unsigned int row8_hi, unsigned int xlo,
+                                               unsigned int xhi) {
+  const unsigned int a[4] = {row_lo, row8_lo, row_hi, row8_hi};
+  ninfer::mma_bf16_16816(c, a, xlo, xhi);
 }

@@ -32,9 +32,10 @@ pytestmark = [pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU em
 ARCH, SMS = "sm_90", 132  # the plan the launches come from; the emulator runs any grid
 FAM = GemvFamily(GemvTuning(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,), w4_mma_tiles=(),
                      w8_mma_tiles=(), w8_dp_tiles=(), w4_dp_tiles=()))
-#: the same family with w4 on tensor cores at every token tile and w8 at both tiles (FAM: on fp32 FMAs)
+#: the same family with w4 on tensor cores at every token tile and w8 and bf16 at both tiles (FAM: on fp32 FMAs)
 FAM_MMA = GemvFamily(GemvTuning(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,),
-                         mma_shapes=((128, 1), (128, 2), (128, 4)), w4_mma_tiles=(1, 4), w8_mma_tiles=(1, 4)))
+                         mma_shapes=((128, 1), (128, 2), (128, 4)), w4_mma_tiles=(1, 4), w8_mma_tiles=(1, 4),
+                         bf16_mma_tiles=(1, 4)))
 #: the same family with w8 / w4 on integer dot products (dp2a on int16 x) at both token tiles
 FAM_DP = GemvFamily(GemvTuning(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,), w4_mma_tiles=(),
                         w8_mma_tiles=(), w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4), dp_shapes=((128, 1), (128, 2), (128, 4))))
@@ -61,7 +62,8 @@ def _problems():
 @pytest.fixture(scope="module")
 def ctx():
     specs = [s for p in _problems() for s in FAM.variants(p)]
-    specs += [s for p in _problems() if p.wfmt != "bf16" for fam in (FAM_MMA, FAM_DP) for s in fam.variants(p)]
+    specs += [s for p in _problems() for s in FAM_MMA.variants(p)]
+    specs += [s for p in _problems() if p.wfmt != "bf16" for s in FAM_DP.variants(p)]
     specs += [FAM.spec(GemvProblem(N, 40, "swiglu", f, in_norm="parts"), 128, "plain", t, kw)
               for f in SHAPES if f == "bf16" for t in (1, 4) for kw in (1, 2, 4)]
     built = compile_variants(specs, ARCH)
@@ -153,9 +155,9 @@ def _run(prob: GemvProblem, launch, seed: int, source: str | None = None, x_scal
 def _cases():
     """Per problem: one token with 4 warps per row group, three (a partial 4-token tile) with 2, and the
     cooperative route with three tokens; bf16 also one warp per row group (the k_warps = 1 source). w4 runs on
-    the fp32 FMA path and again on tensor cores (``mma``); w8 too, its mma variants plain only (one token with 1
-    and 4 warps per row group, three with 2); w8 and w4 again on integer dot products (``dp``, plain only: the
-    same three plain shapes)."""
+    the fp32 FMA path and again on tensor cores (``mma``); w8 and bf16 too, their mma variants plain only (one token
+    with 1 and 4 warps per row group, three with 2); w8 and w4 again on integer dot products (``dp``, plain only:
+    the same three plain shapes)."""
     for p in _problems():
         for kind in ("fma", "mma") if p.wfmt == "w4" else ("fma",):
             yield p, 1, 128, "plain", 4, kind
@@ -164,7 +166,7 @@ def _cases():
                 yield p, 1, 128, "plain", 1, kind
             if not p.norm_out:
                 yield p, 3, 256, "coop", 1, kind
-        if p.wfmt == "w8":
+        if p.wfmt in ("w8", "bf16"):
             yield p, 1, 128, "plain", 4, "mma"
             yield p, 1, 128, "plain", 1, "mma"
             yield p, 3, 128, "plain", 2, "mma"
@@ -271,12 +273,28 @@ def test_w8_mma_x_range_and_partial_steps(k, kw, x_scale):
     _run(prob, launch, seed=11, x_scale=[x_scale])
 
 
-@pytest.mark.parametrize("k,kw", [(6144, 2), (5184, 4)])
-def test_w8_mma_k_segments(k, kw):
-    """At the 4-token tile a long K's fp16 x does not fit W8_MMA_X_BYTES: it is converted and streamed in K segments
-    (6,144: two of 3,072; 5,184 = 81 blocks: 2,624 + 2,560, the last one shorter), three tokens (a partial tile)."""
+@pytest.mark.parametrize("k,kw,x_scale", [(704, 2, [1.0]), (1600, 4, [3e5]), (1600, 1, [1.0, 7.0, 1e-3])])
+def test_bf16_mma_partial_steps(k, kw, x_scale):
+    """The bf16 mma variant streams 2 blocks of 64 per warp step: K = 704 / 1,600 (11 / 25 blocks) leave a partial
+    last step, interleaved over k_warps warps; x is staged as it is (no scale), large or small."""
     fam = FAM_MMA
-    prob = GemvProblem(k, 40, "store", "w8", in_norm="parts")
+    prob = GemvProblem(k, 40, "residual_add", "bf16")
+    tile = 1 if len(x_scale) == 1 else 4
+    spec = fam.spec(prob, 128, "plain", tile, kw)
+    assert dict(spec.params)["mma"] and fam.dynamic_smem_bytes(prob, tile) == 2 * k * tile
+    c = PlanContext(ARCH, SMS, {u: r for u, (_, r) in compile_variants([spec], ARCH).items()})
+    launch = fam.launch_variant(prob, len(x_scale), c, 128, "plain", max_tokens=tile, k_warps=kw)
+    _run(prob, launch, seed=12, x_scale=x_scale)
+
+
+@pytest.mark.parametrize("fmt", ["w8", "bf16"])
+@pytest.mark.parametrize("k,kw", [(6144, 2), (5184, 4)])
+def test_mma_k_segments(k, kw, fmt):
+    """At the 4-token tile a long K's fp16 (w8) or bf16 x does not fit W8_MMA_X_BYTES: it is staged and streamed in K
+    segments (6,144: two of 3,072; 5,184 = 81 blocks: 2,624 + 2,560, the last one shorter), three tokens (a partial
+    tile)."""
+    fam = FAM_MMA
+    prob = GemvProblem(k, 40, "store", fmt, in_norm="parts")
     assert fam.dynamic_smem_bytes(prob, 4) < 4 * k * 2  # segmented
     spec = fam.spec(prob, 128, "plain", 4, kw)
     c = PlanContext(ARCH, SMS, {u: r for u, (_, r) in compile_variants([spec], ARCH).items()})

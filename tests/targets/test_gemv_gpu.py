@@ -409,6 +409,8 @@ def _pid(p):
 W4_MMA = GemvFamily(GemvTuning(w4_mma_tiles=(1, 4)))
 #: w8 on tensor cores (fp16 mma) at the 1- and 4-token tiles (the registered family: the 4-token tile only)
 W8_MMA = GemvFamily(GemvTuning(w8_mma_tiles=(1, 4)))
+#: bf16 on tensor cores (bf16 mma) at the 1- and 4-token tiles (the registered family: off, fp32 FMAs)
+BF16_MMA = GemvFamily(GemvTuning(bf16_mma_tiles=(1, 4)))
 #: w8 / w4 on fp32 FMAs at the 1-token tile (the registered family runs that tile on integer dot products)
 FMA = GemvFamily(GemvTuning(w8_dp_tiles=(), w4_dp_tiles=()))
 #: w8 / w4 on integer dot products at both token tiles (the registered family: the 1-token tile only)
@@ -419,7 +421,7 @@ DP = GemvFamily(GemvTuning(w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4), w8_mma_tiles=
 @pytest.mark.parametrize("t", Q_TOKENS)
 @pytest.mark.parametrize("mode", ["coop", "plain"])
 @pytest.mark.parametrize("shape", Q_SHAPES, ids=_pid)
-@pytest.mark.parametrize("fmt", [*QFORMATS, "w4-mma", "w8-mma", "w8-fma", "w4-fma", "w8-dp", "w4-dp"])
+@pytest.mark.parametrize("fmt", [*QFORMATS, "w4-mma", "w8-mma", "bf16-mma", "w8-fma", "w4-fma", "w8-dp", "w4-dp"])
 def test_quant_forced_variants_match_reference(device, loader, fmt, shape, mode, t):
     """One forced variant per case (threads alternate with T; coop with the most splits the cap allows,
     falling back to the other thread count, skipped only when no cooperative grid fits the device -- or when
@@ -427,8 +429,9 @@ def test_quant_forced_variants_match_reference(device, loader, fmt, shape, mode,
     it (integer dot products for one token, tensor cores for the 4-token tile) and, as ``w4-mma``, on tensor cores
     for every T; w8 as the family runs it (fp32 FMAs for one token, tensor cores for the 4-token tile where its x
     fits) and, as ``w8-mma``, on tensor cores at both tiles; both formats as ``-fma`` on fp32 FMAs at the 1-token
-    tile and as ``-dp`` on integer dot products at both tiles (plain only)."""
-    gemv = {"w4-mma": W4_MMA, "w8-mma": W8_MMA, "w8-fma": FMA, "w4-fma": FMA, "w8-dp": DP, "w4-dp": DP}.get(
+    tile and as ``-dp`` on integer dot products at both tiles (plain only); bf16 as ``bf16-mma`` on tensor cores at
+    both tiles (plain only; not yet a default)."""
+    gemv = {"w4-mma": W4_MMA, "w8-mma": W8_MMA, "bf16-mma": BF16_MMA, "w8-fma": FMA, "w4-fma": FMA, "w8-dp": DP, "w4-dp": DP}.get(
         fmt, FAMILIES["gemv"])
     if fmt.endswith("-fma") and t != 1:
         pytest.skip("above one token the FMA family's tiles are the registered family's (covered by w8 / w4)")
@@ -450,10 +453,10 @@ def test_quant_forced_variants_match_reference(device, loader, fmt, shape, mode,
         except PlanError as exc:  # the cooperative grid of this T does not fit with even one split
             last = exc
             continue
-        assert launch.kernel.param("wfmt") == fmt
+        assert dict(launch.kernel.params).get("wfmt", "bf16") == fmt
         _run_and_check(loaded, prob, launch, seed=zlib.crc32(f"{prob}/{mode}/{t}".encode()))
         return
-    pytest.skip(str(last) if last else f"{fmt} at T = {t}: no {mode} variant (w8 mma and dp are plain only)")
+    pytest.skip(str(last) if last else f"{fmt} at T = {t}: no {mode} variant (w8 / bf16 mma and dp are plain only)")
 
 
 @pytest.mark.parametrize("plan_sms", ["device", 82])

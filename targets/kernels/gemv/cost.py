@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from ninferc.ir.quant import GROUP_SIZE
-from ninferc.targets.kernels.gemv.mma import MMA_CHUNK, MMA_ROWS, W8_MMA_UNROLL, mma_stages
+from ninferc.targets.kernels.gemv.mma import BF16_MMA_UNROLL, MMA_CHUNK, MMA_ROWS, W8_MMA_UNROLL, mma_stages
 from ninferc.targets.kernels.gemv.problem import WARP, GemvProblem
 
 #: loaded DRAM latency, microseconds: bytes in flight needed = bandwidth x this (Little's law)
@@ -39,9 +39,9 @@ def estimate_us(problem: GemvProblem, tokens: int, *, threads: int, k_warps: int
         problem: the GEMV. tokens: T. threads, k_warps, rows_per_warp, tile: the variant (tile = max_tokens).
         ctas_per_sm: the variant's resident CTAs per SM (occupancy calculator). sms: SM count.
         bandwidth_per_sm_gbs: DRAM bandwidth per SM, GB/s. splits: K splits of a cooperative launch (1 = plain).
-        mma: the tensor-core w4 variant: a warp step is the ``(mma_stages - 1) x MMA_CHUNK`` scale groups of its
+        mma: a tensor-core variant. w4: a warp step is the ``(mma_stages - 1) x MMA_CHUNK`` scale groups of its
             16 rows its cp.async ring holds in flight (4 KiB at 3 stages) instead of one 16-byte vector per lane
-            and row.
+            and row; w8 / bf16: ``W8_MMA_UNROLL`` / ``BF16_MMA_UNROLL`` 64-element blocks of its 16 rows (4 KiB).
         dp: an integer-dot-product variant: every resident CTA first converts its tokens' whole x (``tile x K``
             elements) before it streams, so each SM pays that once per CTA it holds -- ``DP_STAGE_NS`` per element
             and CTA per SM, on top of the streaming time.
@@ -60,9 +60,10 @@ def estimate_us(problem: GemvProblem, tokens: int, *, threads: int, k_warps: int
     chunks = -(-tokens // tile)
     ctas = -(-problem.n // outs) * chunks * splits
     cap = max(1, ctas_per_sm) * sms
-    if mma and problem.wfmt == "w8":
-        steps = -(-(problem.k // 64) // (k_warps * splits * W8_MMA_UNROLL))
-        step_bytes = MMA_ROWS * 64 * W8_MMA_UNROLL
+    if mma and problem.wfmt in ("w8", "bf16"):
+        unroll, elem_bytes = (W8_MMA_UNROLL, 1) if problem.wfmt == "w8" else (BF16_MMA_UNROLL, 2)
+        steps = -(-(problem.k // 64) // (k_warps * splits * unroll))
+        step_bytes = MMA_ROWS * 64 * elem_bytes * unroll
     elif mma:
         inflight_groups = (mma_stages(threads, tile) - 1) * MMA_CHUNK
         steps = -(-(problem.k // GROUP_SIZE) // (k_warps * splits * inflight_groups))

@@ -1,6 +1,7 @@
 """The GEMV's tensor-core engine (template ``gemv_mma.cu.j2``): w4 on ``mma.sync.m16n8k16`` with bf16 codes through
 each warp's cp.async ring, w8 with fp16 codes streamed from global memory and the tokens' x as fp16 in dynamic shared
-memory (the package docstring, :mod:`ninferc.targets.kernels.gemv`, describes both). Which problems it takes, its CTA
+memory, bf16 with the weights streamed the same way as A fragments as they are and the tokens' bf16 x in dynamic
+shared memory (the package docstring, :mod:`ninferc.targets.kernels.gemv`, describes them). Which problems it takes, its CTA
 shapes, template parameters and shared memory; every function is pure arithmetic on the tuning
 (:class:`~ninferc.targets.kernels.gemv.tuning.GemvTuning`) and the problem.
 
@@ -36,6 +37,12 @@ STATIC_SMEM_LIMIT = 48 * 1024
 W8_MMA_X_BYTES = 40 * 1024
 #: 64-element blocks per warp step of the w8 mma variants (template ``kMmaUnroll``)
 W8_MMA_UNROLL = 4
+#: 64-element blocks per warp step of the bf16 mma variants (template ``kMmaUnroll``): the w8 step's bytes in flight
+#: (a bf16 block of a row is 128 bytes, a w8 one 64)
+BF16_MMA_UNROLL = 2
+
+#: the formats whose mma variants stream W from global memory and stage the tokens' x in dynamic shared memory
+STAGED_X = ("w8", "bf16")
 
 
 def mma_stage_bytes(tile: int) -> int:
@@ -55,25 +62,28 @@ def mma_stages(threads: int, tile: int) -> int:
 
 def applies(t: GemvTuning, problem: GemvProblem, tile: int) -> bool:
     """True when ``problem`` at token tile ``tile`` runs on the tensor-core variants: a w4 problem and a tile of
-    ``t.w4_mma_tiles``, or a w8 problem, a tile of ``t.w8_mma_tiles`` and K a multiple of 64 (the tile's fp16 x is
-    converted in K segments of at most ``W8_MMA_X_BYTES``: :func:`dynamic_smem_bytes`)."""
+    ``t.w4_mma_tiles``, or a w8 (bf16) problem, a tile of ``t.w8_mma_tiles`` (``t.bf16_mma_tiles``) and K a multiple
+    of 64 (the tile's fp16 (bf16) x is staged in K segments of at most ``W8_MMA_X_BYTES``:
+    :func:`dynamic_smem_bytes`)."""
     if problem.wfmt == "w8":
         return tile in t.w8_mma_tiles and problem.k % 64 == 0
+    if problem.wfmt == "bf16":
+        return tile in t.bf16_mma_tiles and problem.k % 64 == 0
     return problem.wfmt == "w4" and tile in t.w4_mma_tiles
 
 
 def shapes(t: GemvTuning, problem: GemvProblem, tile: int) -> tuple[tuple[int, int], ...]:
     """The plain (threads, k_warps) candidates: ``t.mma_shapes`` (w4: those whose ring gets at least 2 stages)."""
-    if problem.wfmt == "w8":
+    if problem.wfmt in STAGED_X:
         return t.mma_shapes
     return tuple(s for s in t.mma_shapes if mma_stages(s[0], tile) >= 2)
 
 
 def coop_threads(t: GemvTuning, problem: GemvProblem, tile: int) -> tuple[int, ...]:
-    """The cooperative thread counts: none for w8 (plain only: every CTA converts its tokens' whole x); for w4
+    """The cooperative thread counts: none for w8 and bf16 (plain only: every CTA stages its tokens' whole x); for w4
     ``t.coop_threads`` and the smallest ``t.mma_shapes`` CTA, each only if its ring gets at least 2 stages (at the
     4-token tile only 128-thread CTAs fit)."""
-    if problem.wfmt == "w8":
+    if problem.wfmt in STAGED_X:
         return ()
     cands = sorted({*t.coop_threads, min(th for th, _ in t.mma_shapes)})
     return tuple(th for th in cands if mma_stages(th, tile) >= 2)
@@ -83,11 +93,11 @@ def params(problem: GemvProblem, threads: int, mode: str, tile: int) -> dict:
     """The engine's template parameters: ``mma`` (and w4 ``mma_stages``).
 
     Raises:
-        PlanError: a w8 variant in coop mode, or a w4 variant whose rings do not fit static shared memory.
+        PlanError: a w8 or bf16 variant in coop mode, or a w4 variant whose rings do not fit static shared memory.
     """
-    if problem.wfmt == "w8":
+    if problem.wfmt in STAGED_X:
         if mode != "plain":
-            raise PlanError(f"gemv: the w8 mma variants run in plain mode only, not {mode!r}")
+            raise PlanError(f"gemv: the {problem.wfmt} mma variants run in plain mode only, not {mode!r}")
         return {"mma": True}
     if mma_stages(threads, tile) < 2:
         raise PlanError(f"gemv: no w4 mma variant of {threads} threads at a {tile}-token tile: its "
@@ -97,10 +107,10 @@ def params(problem: GemvProblem, threads: int, mode: str, tile: int) -> dict:
 
 
 def dynamic_smem_bytes(problem: GemvProblem, tile: int) -> int:
-    """Dynamic shared memory of a launch, bytes: w8, the fp16 x of the tile's tokens over one K segment -- the whole K
-    when ``tile * K * 2 <= W8_MMA_X_BYTES``, else the fewest equal segments (multiples of 64 elements) that fit; w4
-    none (its rings are static)."""
-    if problem.wfmt != "w8":
+    """Dynamic shared memory of a launch, bytes: w8 (bf16), the fp16 (bf16) x of the tile's tokens over one K segment
+    -- the whole K when ``tile * K * 2 <= W8_MMA_X_BYTES``, else the fewest equal segments (multiples of 64 elements)
+    that fit; w4 none (its rings are static)."""
+    if problem.wfmt not in STAGED_X:
         return 0
     blocks = problem.k // 64
     segs = -(-tile * problem.k * 2 // W8_MMA_X_BYTES)

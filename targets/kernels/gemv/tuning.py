@@ -58,6 +58,12 @@ class GemvTuning:
             variant of each kind, mma vs FMA: gate|up 54.2 vs 45.4 us, down 31.9 vs 23.0, GDN in 27.1 vs 24.2, GDN
             out 13.2 vs 9.6, q|k|v 24.1 vs 20.3; 27B w8 decode 99.6 vs ~118 tok/s), like the w4 mma variants at
             T = 1: both tensor-core kernels stream at most ~3.3 TB/s there.
+        bf16_mma_tiles: the token tiles whose bf16 variants run on tensor cores (bf16 mma, the weights as A fragments
+            with no conversion, the tokens' x in dynamic shared memory as the w8 variants stage it; K a multiple of
+            64, plain mode only). Default () -- off: written for issue 38 (the 4-token bf16 verify step's GEMVs
+            cost 1.17-1.43x their one-token time on fp32 FMAs, bench/NOTES.md run 196) and checked on the CPU
+            emulator, but not yet timed on a GPU; ``bench/family_ab.py`` A/Bs it (``bf16_mma_tiles=(4,)``) before it
+            becomes a default, as the w8 / w4 tiles did.
         w8_dp_tiles / w4_dp_tiles: the token tiles whose w8 / w4 variants use integer dot products (template ``dp``,
             module docstring) where K is a multiple of 64, the staged x fits ``DP_X_BYTES`` and the tile is not an mma
             tile. Defaults: (1,) for both, the one-sequence decode GEMVs. From the H200 (bench/NOTES.md runs
@@ -143,6 +149,7 @@ class GemvTuning:
     prefetch_steps: int = 1
     w4_mma_tiles: tuple[int, ...] = (4,)
     w8_mma_tiles: tuple[int, ...] = (4,)
+    bf16_mma_tiles: tuple[int, ...] = ()
     w8_dp_tiles: tuple[int, ...] = (1,)
     w4_dp_tiles: tuple[int, ...] = (1,)
     dp_persistent: bool = True
@@ -175,9 +182,10 @@ class GemvTuning:
                 f"token_tiles={token_tiles} (each >= 1)")
         if self.prefetch_steps < 0:
             raise PlanError(f"gemv: prefetch_steps = {self.prefetch_steps} must be >= 0")
-        if any(t > MMA_MAX_TOKENS for t in (*self.w4_mma_tiles, *self.w8_mma_tiles)):
-            raise PlanError(f"gemv: w4_mma_tiles={self.w4_mma_tiles}, w8_mma_tiles={self.w8_mma_tiles}: the mma "
-                            f"variants take at most {MMA_MAX_TOKENS} tokens per CTA (the m16n8k16 tile's n)")
+        if any(t > MMA_MAX_TOKENS for t in (*self.w4_mma_tiles, *self.w8_mma_tiles, *self.bf16_mma_tiles)):
+            raise PlanError(f"gemv: w4_mma_tiles={self.w4_mma_tiles}, w8_mma_tiles={self.w8_mma_tiles}, "
+                            f"bf16_mma_tiles={self.bf16_mma_tiles}: the mma variants take at most {MMA_MAX_TOKENS} "
+                            f"tokens per CTA (the m16n8k16 tile's n)")
         if not self.dp_carry:
             raise PlanError(f"gemv: dp_carry = {self.dp_carry!r} needs at least one setting (False and / or True)")
         if self.dp_ring < 0 or self.dp_ring == 1:
@@ -202,6 +210,7 @@ class GemvTuning:
             "norm_rows_per_warp": int(norm_rows_per_warp), "prefetch_steps": int(self.prefetch_steps),
             "w4_mma_tiles": tuple(int(t) for t in self.w4_mma_tiles),
             "w8_mma_tiles": tuple(int(t) for t in self.w8_mma_tiles),
+            "bf16_mma_tiles": tuple(int(t) for t in self.bf16_mma_tiles),
             "w8_dp_tiles": tuple(int(t) for t in self.w8_dp_tiles),
             "w4_dp_tiles": tuple(int(t) for t in self.w4_dp_tiles),
             "dp_persistent": bool(self.dp_persistent),
