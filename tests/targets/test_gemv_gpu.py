@@ -49,6 +49,7 @@ from ninferc.targets.occupancy import occupancy  # noqa: E402
 from ninferc.targets.plan import PlanContext, check_launch, compile_variants, family_variants  # noqa: E402
 from ninferc.targets.target import make_target  # noqa: E402
 from ninferc.testing import ARCH_SKUS  # noqa: E402
+from weights_cache import host_cached  # noqa: E402
 
 # Named tolerance for GEMV outputs (relative L2 error); moves to the shared tolerance presets module.
 GEMV_REL_L2 = 2e-3
@@ -131,24 +132,34 @@ def loader(device, tmp_path_factory):
 # ------------------------------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=16)
-def _weights(k, w_rows, seed):
-    """Random bf16 weights [w_rows, k] (scaled so outputs are O(1)): fp32 copy holding the bf16 values
-    (for the reference, no per-call conversion) and the device copy (bf16 bits as uint16)."""
+def _bf16_weights(k, w_rows, seed):
+    """Random bf16 weights [w_rows, k], scaled so outputs are O(1)."""
     rng = np.random.default_rng(seed)
-    w = (rng.standard_normal((w_rows, k), dtype=np.float32) / np.float32(np.sqrt(k))).astype(ml_dtypes.bfloat16)
-    return w.astype(np.float32), cp.asarray(w.view(np.uint16))
+    return (rng.standard_normal((w_rows, k), dtype=np.float32) / np.float32(np.sqrt(k))).astype(ml_dtypes.bfloat16)
 
 
-@functools.lru_cache(maxsize=24)
+# The host arrays are drawn (and quantised) once per machine and shared by the xdist workers (weights_cache.py); each
+# worker keeps only its last few device copies (the 27B shapes are up to 178 MB each, and 14 workers share the card).
+@functools.lru_cache(maxsize=4)
+def _weights(k, w_rows, seed):
+    """Random bf16 weights [w_rows, k] (:func:`_bf16_weights`): fp32 copy holding the bf16 values (for the
+    reference, no per-call conversion) and the device copy (bf16 bits as uint16)."""
+    h = host_cached(f"bf16_{w_rows}x{k}_s{seed}",
+                    lambda: {"bits": np.ascontiguousarray(_bf16_weights(k, w_rows, seed).view(np.uint16))})
+    return (h["bits"].astype(np.uint32) << 16).view(np.float32), cp.asarray(h["bits"])
+
+
+@functools.lru_cache(maxsize=4)
 def _qweights(k, w_rows, fmt, seed):
     """Random bf16 weights [w_rows, k] (as :func:`_weights`) quantised to ``fmt`` by
     ``ninferc.ir.quant.quantize``: (fp32 dequantised weights ``fl32(q * scale)`` for the reference, device
     codes, device scales)."""
-    rng = np.random.default_rng(seed)
-    w = (rng.standard_normal((w_rows, k), dtype=np.float32) / np.float32(np.sqrt(k))).astype(ml_dtypes.bfloat16)
-    qt = quantize(w, fmt)
-    return qt.dequantize(), cp.asarray(qt.codes), cp.asarray(qt.scales)
+    def make():
+        qt = quantize(_bf16_weights(k, w_rows, seed), fmt)
+        return {"deq": qt.dequantize(), "codes": np.ascontiguousarray(qt.codes), "scales": np.ascontiguousarray(qt.scales)}
+
+    h = host_cached(f"{fmt}_{w_rows}x{k}_s{seed}", make)
+    return h["deq"], cp.asarray(h["codes"]), cp.asarray(h["scales"])
 
 
 @functools.lru_cache(maxsize=1)

@@ -1,0 +1,59 @@
+"""Host arrays of the GPU tests' random weights, computed once per machine and shared by every pytest process.
+
+Under pytest-xdist each of 14 workers used to draw and quantise the same 27B-shape weights itself -- a w4
+gate|up (34,816 x 5,120) costs ~4 s to draw and ~11 s to quantise with numpy, and one such case took 44 s in
+``bench/NOTES.md`` run 195, where the whole kernel tier summed to 3,954 s of test time. :func:`host_cached` keeps
+what a ``make()`` returns in an ``.npz`` file under ``$NINFERC_TEST_WEIGHTS`` (default: the system temporary
+directory's ``ninferc-test-weights``): the first process computes it under an exclusive lock, the others wait for
+the lock and load the file. Files are written whole and renamed into place; one that cannot be read is computed
+again.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+
+def cache_dir() -> Path:
+    """Where the arrays live: ``$NINFERC_TEST_WEIGHTS`` or ``<tmp>/ninferc-test-weights``."""
+    return Path(os.environ.get("NINFERC_TEST_WEIGHTS") or Path(tempfile.gettempdir()) / "ninferc-test-weights")
+
+
+def _load(path: Path) -> dict[str, np.ndarray] | None:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except (OSError, ValueError, EOFError):
+        return None
+
+
+def host_cached(name: str, make: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """``make()`` (a dict of numpy arrays), memoised on disk as ``<cache_dir>/<name>.npz`` across processes.
+
+    ``name`` must identify everything ``make`` depends on (shape, format, seed) and be a valid file name. The
+    returned arrays are fresh copies, safe to modify. Raises whatever ``make`` raises, and OSError when the
+    directory cannot be created or written."""
+    if not name or "/" in name or name.startswith("."):
+        raise ValueError(f"host_cached: {name!r} is not a file name")
+    root = cache_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / f"{name}.npz"
+    got = _load(path)
+    if got is not None:
+        return got
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        got = _load(path)  # another process may have made it while this one waited
+        if got is not None:
+            return got
+        arrays = make()
+        tmp = root / f"{name}.{os.getpid()}.partial.npz"
+        np.savez(tmp, **arrays)
+        os.replace(tmp, path)
+        return {k: np.array(v, copy=True) for k, v in arrays.items()}
