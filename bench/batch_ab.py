@@ -37,8 +37,11 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat-first", action="store_true")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
-    if a.tokens_per_seq == 1 or a.tokens_per_seq < 0:
-        ap.error(f"--tokens-per-seq {a.tokens_per_seq}: give T >= 2 (T = 1 is the decode step every variant times)")
+    from ninferc.runtime.spec import MAX_DRAFT_TOKENS
+
+    if a.tokens_per_seq and not 2 <= a.tokens_per_seq <= MAX_DRAFT_TOKENS + 1:
+        ap.error(f"--tokens-per-seq {a.tokens_per_seq}: give 2 <= T <= {MAX_DRAFT_TOKENS + 1} (T = 1 is the decode "
+                 f"step every variant times; the verify program takes at most {MAX_DRAFT_TOKENS} drafts + 1)")
     tps = (a.tokens_per_seq,) if a.tokens_per_seq else ()
     from ninferc.bench import run_bench, synthetic_artifact
     from ninferc.ir.quant import recipe_name
@@ -64,8 +67,8 @@ def main(argv=None) -> int:
                       "single_tok_s": res["decode"][0]["tok_s"], "settings": {f"{f}.{t}": repr(v) for (f, t), v in sets.items()}}
         line = (f"{name}: {a.batch} sequences {b['tok_s']:.1f} tok/s ({b['median_step_ms']:.2f} ms per step); one "
                 f"sequence {res['decode'][0]['tok_s']:.2f} tok/s")
-        if tps:
-            m = res["tokens_per_seq"][0]
+        if tps:  # (multi_token_steps' rows start with the one-token step)
+            m = next(r for r in res["tokens_per_seq"] if r["tokens"] == a.tokens_per_seq)
             rows[name].update(verify_step_ms=m["verify_median_step_ms"], verify_ratio=m["verify_ratio_to_one"],
                               prefill_step_ms=m["median_step_ms"], prefill_ratio=m["ratio_to_one"])
             line += (f"; one sequence x {a.tokens_per_seq} tokens: verify {m['verify_median_step_ms']:.2f} ms "

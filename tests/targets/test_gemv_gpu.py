@@ -28,6 +28,7 @@ shared_size_bytes / local_size_bytes / max_threads_per_block`` and
 from __future__ import annotations
 
 import functools
+import inspect
 import zlib
 
 import ml_dtypes
@@ -138,14 +139,23 @@ def _bf16_weights(k, w_rows, seed):
     return (rng.standard_normal((w_rows, k), dtype=np.float32) / np.float32(np.sqrt(k))).astype(ml_dtypes.bfloat16)
 
 
-# The host arrays are drawn (and quantised) once per machine and shared by the xdist workers (weights_cache.py); each
-# worker keeps only its last few device copies (the 27B shapes are up to 178 MB each, and 14 workers share the card).
+# The host arrays are drawn (and quantised) once per machine and shared by the xdist workers (weights_cache.py, keyed
+# by the generator's and the quantiser's code too); each worker keeps only its last few device copies (the 27B shapes
+# are up to 178 MB each, and 14 workers share the card).
+@functools.lru_cache(maxsize=1)
+def _weight_sources() -> tuple[str, ...]:
+    import ninferc.ir.quant
+
+    return inspect.getsource(_bf16_weights), inspect.getsource(ninferc.ir.quant)
+
+
 @functools.lru_cache(maxsize=4)
 def _weights(k, w_rows, seed):
     """Random bf16 weights [w_rows, k] (:func:`_bf16_weights`): fp32 copy holding the bf16 values (for the
     reference, no per-call conversion) and the device copy (bf16 bits as uint16)."""
     h = host_cached(f"bf16_{w_rows}x{k}_s{seed}",
-                    lambda: {"bits": np.ascontiguousarray(_bf16_weights(k, w_rows, seed).view(np.uint16))})
+                    lambda: {"bits": np.ascontiguousarray(_bf16_weights(k, w_rows, seed).view(np.uint16))},
+                    _weight_sources()[:1])
     return (h["bits"].astype(np.uint32) << 16).view(np.float32), cp.asarray(h["bits"])
 
 
@@ -158,7 +168,7 @@ def _qweights(k, w_rows, fmt, seed):
         qt = quantize(_bf16_weights(k, w_rows, seed), fmt)
         return {"deq": qt.dequantize(), "codes": np.ascontiguousarray(qt.codes), "scales": np.ascontiguousarray(qt.scales)}
 
-    h = host_cached(f"{fmt}_{w_rows}x{k}_s{seed}", make)
+    h = host_cached(f"{fmt}_{w_rows}x{k}_s{seed}", make, _weight_sources())
     return h["deq"], cp.asarray(h["codes"]), cp.asarray(h["scales"])
 
 

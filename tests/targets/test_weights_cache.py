@@ -45,12 +45,26 @@ def test_processes_share_one_computation(tmp_path):
     assert counter.read_text() == "x"  # the lock made the other processes wait and load
 
 
-def test_a_damaged_file_is_computed_again(tmp_path, monkeypatch):
+@pytest.mark.parametrize("damage", ["not an npz", "truncated"])
+def test_a_damaged_file_is_computed_again(tmp_path, monkeypatch, damage):
     monkeypatch.setenv("NINFERC_TEST_WEIGHTS", str(tmp_path))
-    (tmp_path / "w_64x32.npz").write_bytes(b"not an npz")
     counter = tmp_path / "calls"
+    weights_cache.host_cached("w_64x32", _make(counter))
+    (path,) = tmp_path.glob("w_64x32_*.npz")
+    data = path.read_bytes()
+    path.write_bytes(b"not an npz" if damage == "not an npz" else data[: len(data) // 2])  # a zip cut short
     out = weights_cache.host_cached("w_64x32", _make(counter))
-    assert counter.read_text() == "x" and out["w"].shape == (64, 32)
+    assert counter.read_text() == "xx" and out["w"].shape == (64, 32)
+
+
+def test_changed_code_gets_its_own_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("NINFERC_TEST_WEIGHTS", str(tmp_path))
+    counter = tmp_path / "calls"
+    weights_cache.host_cached("w_64x32", _make(counter), sources=("def quantize(): v1",))
+    weights_cache.host_cached("w_64x32", _make(counter), sources=("def quantize(): v1",))
+    assert counter.read_text() == "x"
+    weights_cache.host_cached("w_64x32", _make(counter), sources=("def quantize(): v2",))
+    assert counter.read_text() == "xx" and len(list(tmp_path.glob("w_64x32_*.npz"))) == 2
 
 
 @pytest.mark.parametrize("name", ["", "a/b", ".hidden"])

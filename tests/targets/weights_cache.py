@@ -6,13 +6,16 @@ gate|up (34,816 x 5,120) costs ~4 s to draw and ~11 s to quantise with numpy, an
 what a ``make()`` returns in an ``.npz`` file under ``$NINFERC_TEST_WEIGHTS`` (default: the system temporary
 directory's ``ninferc-test-weights``): the first process computes it under an exclusive lock, the others wait for
 the lock and load the file. Files are written whole and renamed into place; one that cannot be read is computed
-again.
+again. The directory outlives a run and may be shared by several checkouts, so the file name also carries a hash of
+the code that makes the arrays (``sources``): a changed quantiser or generator gets a new file, never an old one.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
+import zipfile
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -29,18 +32,22 @@ def _load(path: Path) -> dict[str, np.ndarray] | None:
     try:
         with np.load(path, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
-    except (OSError, ValueError, EOFError):
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile):
         return None
 
 
-def host_cached(name: str, make: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """``make()`` (a dict of numpy arrays), memoised on disk as ``<cache_dir>/<name>.npz`` across processes.
+def host_cached(name: str, make: Callable[[], dict[str, np.ndarray]], sources: tuple[str, ...] = ()) -> dict[
+        str, np.ndarray]:
+    """``make()`` (a dict of numpy arrays), memoised on disk as ``<cache_dir>/<name>_<hash of sources>.npz`` across
+    processes.
 
-    ``name`` must identify everything ``make`` depends on (shape, format, seed) and be a valid file name. The
-    returned arrays are fresh copies, safe to modify. Raises whatever ``make`` raises, and OSError when the
-    directory cannot be created or written."""
+    ``name`` must identify the arguments ``make`` depends on (shape, format, seed) and be a valid file name;
+    ``sources`` the code it runs (e.g. ``inspect.getsource`` of the generator and of the quantiser's module), whose
+    SHA-256 goes into the file name. The returned arrays are fresh copies, safe to modify. Raises ValueError for a
+    name that is not a file name, whatever ``make`` raises, and OSError when the directory cannot be written."""
     if not name or "/" in name or name.startswith("."):
         raise ValueError(f"host_cached: {name!r} is not a file name")
+    name = f"{name}_{hashlib.sha256(chr(0).join(sources).encode()).hexdigest()[:16]}"
     root = cache_dir()
     root.mkdir(parents=True, exist_ok=True)
     path = root / f"{name}.npz"
