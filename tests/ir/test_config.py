@@ -35,6 +35,7 @@ def test_preset_27b_shape_and_counts():
     assert st["fixed_bytes"] == 49 * (qkv * 3 * 4 + 48 * 128 * 128 * 4)
 
 
+@pytest.mark.slow  # seconds on 2 cores: the quick loop (-m "not slow") stays under 2 minutes
 def test_inspect_preset_cli():
     r = CliRunner().invoke(main, ["inspect", "--preset", "qwen3.8-27b"])
     assert r.exit_code == 0, r.output

@@ -54,6 +54,7 @@ def test_free_running_greedy_matches(tiny_ckpt, goldens):
         assert out == case["greedy_ids"][:n], f"case {ci}"
 
 
+@pytest.mark.slow  # seconds on 2 cores: the quick loop (-m "not slow") stays under 2 minutes
 def test_long_prompt_chunked_prefill(tiny_ckpt, goldens_long):
     """3,000-token prompt prefilled in 1,024-token chunks: sampled prompt logits and the 32-token
     greedy continuation match goldens-long.json."""

@@ -33,6 +33,7 @@ def test_spec_flags_refused_before_the_gpu(args, needle):
     assert r.exit_code == 2 and needle in r.output, r.output
 
 
+@pytest.mark.slow  # seconds on 2 cores: the quick loop (-m "not slow") stays under 2 minutes
 def test_synthetic_27b_artifact_carries_an_mtp_head():
     """The 27B preset declares no head; ``--spec`` gives its synthetic artifact one layer (as the Qwen3.5 / 3.6
     checkpoints carry), through the model's passes, with its kernels and weights in the artifact."""

@@ -167,6 +167,7 @@ def test_a_round_at_the_context_limit_drafts_less(ck, goldens):
     assert fin.stats.spec.drafted < 4 * fin.stats.spec.rounds
 
 
+@pytest.mark.slow  # seconds on 2 cores: the quick loop (-m "not slow") stays under 2 minutes
 @pytest.mark.parametrize("rule", ["logits", "ids"])
 def test_speculative_sampling_matches_plain_sampling_distribution(rule):
     """A 4-token Markov model; 3 tokens after the prompt, drafted by a poor deterministic proposer. The empirical
@@ -240,6 +241,7 @@ def _int8_kv_backend(ck, **kw):
     return ReferenceBatchBackend(ck.config, ChainMap(GraphWeights(g, ck), ck), graph=g, **kw)
 
 
+@pytest.mark.slow  # seconds on 2 cores: the quick loop (-m "not slow") stays under 2 minutes
 @pytest.mark.parametrize("chunk", [64, 1024])
 def test_lossless_with_an_int8_kv_cache(ck, gmtp, chunk):
     be = _int8_kv_backend(ck)

@@ -180,6 +180,7 @@ def test_health_503_while_loading_200_when_ready_503_after_failure(tiny_dir):
         eng.shutdown(0)
 
 
+@pytest.mark.slow  # seconds on 2 cores: the quick loop (-m "not slow") stays under 2 minutes
 def test_serve_without_a_gpu_for_its_cuda_backend_stops_before_listening(tiny_dir, tmp_path):
     """The CUDA backend (a preset, an artifact) on a machine without a GPU: one error line and status 2 before the
     server listens (no "listening on" line, no engine thread started) -- skipped where a GPU is present."""
