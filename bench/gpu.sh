@@ -3,6 +3,7 @@
 #                                versions, define the helpers below (NINFERC_REQUIRE_GPU=1: a missing or broken GPU
 #                                fails the GPU tests instead of skipping them)
 #   bash bench/gpu.sh suite [PATHS...]   the GPU tier (pytest -m gpu; default tests/), log and junit under $OUT
+#   bash bench/gpu.sh tier               the GPU tier in one device call: kernels under xdist, then the rest
 #   bash bench/gpu.sh cli_demo           the README's compile + run transcript ($OUT/cli_demo.txt)
 #   bash bench/gpu.sh serve_demo         the README's serve transcript ($OUT/serve_demo.txt)
 #   bash bench/gpu.sh serve_27b W...     the 27B shape served per weight format (below)
@@ -181,6 +182,13 @@ cli_demo() {  # the README's CLI demo on the fixture (bf16, w8 + int8 KV and w4 
   } > $OUT/cli_demo.txt 2>&1
   cat $OUT/cli_demo.txt
 }
+tier() {  # tier [KERNEL_SECS [REST_SECS]]: the whole GPU tier in one call, as runs 195-198 ran it -- the kernel and
+  # target tests under pytest-xdist (14 workers; CuPy's pools are emptied after each GPU test and the GEMV weights drawn
+  # once per machine, so they fit an 80 GB card), then the runtime, CLI and server tests one worker per file (servers
+  # and engines of their own); $OUT/kernels.{log,xml}, $OUT/rest.{log,xml}
+  gpu_tests kernels ${1:-400} tests/kernels tests/targets -n 14 -p xdist
+  gpu_tests rest ${2:-160} tests/runtime tests/ninferc tests/server -n 3 --dist loadfile -p xdist
+}
 suite() {  # suite [PATHS...]: the GPU tier, $OUT/suite.log and suite.xml
   local per_test=""
   python3 -c "import pytest_timeout" 2>/dev/null && per_test="--timeout 300"
@@ -189,9 +197,9 @@ suite() {  # suite [PATHS...]: the GPU tier, $OUT/suite.log and suite.xml
 }
 
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then  # executed: run the named helper
-  cmd=${1:?usage: bash bench/gpu.sh suite|cli_demo|serve_demo|serve_27b|prefix_27b|mtp_27b [ARGS...]}; shift
+  cmd=${1:?usage: bash bench/gpu.sh suite|tier|cli_demo|serve_demo|serve_27b|prefix_27b|mtp_27b [ARGS...]}; shift
   case $cmd in
-    suite|cli_demo|serve_demo|serve_27b|prefix_27b|mtp_27b|bench_27b) $cmd "$@" ;;
-    *) echo "bench/gpu.sh: unknown command $cmd (suite, cli_demo, serve_demo, serve_27b, prefix_27b, mtp_27b, bench_27b)"; exit 2 ;;
+    suite|tier|cli_demo|serve_demo|serve_27b|prefix_27b|mtp_27b|bench_27b) $cmd "$@" ;;
+    *) echo "bench/gpu.sh: unknown command $cmd (suite, tier, cli_demo, serve_demo, serve_27b, prefix_27b, mtp_27b, bench_27b)"; exit 2 ;;
   esac
 fi
