@@ -53,8 +53,10 @@ __device__ __forceinline__ void mma_w8_ktile(float (&c)[4], const uint4& wa, con
 }
 
 // bf16 mma path. c += one k-tile of bf16 weights: lane (fr, fq) gives the A k-slots (2fq, 2fq + 1) and (2fq + 8,
-// 2fq + 9) as block elements 16 fq + 4I + (0, 1) and + (2, 3) -- the words lo (elements +0, +1) and hi (+2, +3) of
-// rows fr and fr + 8, as they lie in memory -- and B the x words of the same elements of its token (xlo, xhi).
+// 2fq + 9) as four consecutive block elements e + (0, 1) and e + (2, 3) of its own loads (gemv_mma.cu.j2: e = 8 fq +
+// 4I for k-tiles I = 0, 1 and 32 + 8 fq + 4(I - 2) for I = 2, 3) -- the words lo (elements +0, +1) and hi (+2, +3) of
+// rows fr and fr + 8, as they lie in memory -- and B the x words of the same elements of its token (xlo, xhi): the
+// k-slots are a permutation of the block's elements, the same for A and B, so the sum is unchanged.
 __device__ __forceinline__ void mma_bf16_ktile(float (&c)[4], unsigned int row_lo, unsigned int row_hi,
                                                unsigned int row8_lo, unsigned int row8_hi, unsigned int xlo,
                                                unsigned int xhi) {
