@@ -45,16 +45,44 @@ def test_processes_share_one_computation(tmp_path):
     assert counter.read_text() == "x"  # the lock made the other processes wait and load
 
 
-@pytest.mark.parametrize("damage", ["not an npz", "truncated"])
+def _damaged(data: bytes, damage: str) -> bytes:
+    """``data`` (an .npz of the arrays w and codes) damaged as named."""
+    if damage == "not an npz":
+        return b"not an npz"
+    if damage == "truncated":
+        return data[: len(data) // 2]  # a zip cut short
+    magic = data.index(b"\x93NUMPY")  # the first member's .npy header
+    if damage == "zero header":  # what run 205's device read: the member's header as zero bytes
+        return data[:magic] + bytes(64) + data[magic + 64:]
+    assert damage == "zero payload"  # a readable header, the w values zeros: the zip member's CRC-32 tells
+    start = data.index(b"\n", magic) + 1
+    return data[:start] + bytes(64 * 32 * 4) + data[start + 64 * 32 * 4:]
+
+
+@pytest.mark.parametrize("damage", ["not an npz", "truncated", "zero header", "zero payload"])
 def test_a_damaged_file_is_computed_again(tmp_path, monkeypatch, damage):
     monkeypatch.setenv("NINFERC_TEST_WEIGHTS", str(tmp_path))
     counter = tmp_path / "calls"
-    weights_cache.host_cached("w_64x32", _make(counter))
+    first = weights_cache.host_cached("w_64x32", _make(counter))
     (path,) = tmp_path.glob("w_64x32_*.npz")
-    data = path.read_bytes()
-    path.write_bytes(b"not an npz" if damage == "not an npz" else data[: len(data) // 2])  # a zip cut short
+    path.write_bytes(_damaged(path.read_bytes(), damage))
     out = weights_cache.host_cached("w_64x32", _make(counter))
-    assert counter.read_text() == "xx" and out["w"].shape == (64, 32)
+    assert counter.read_text() == "xx"
+    assert out.keys() == first.keys() and all(np.array_equal(out[k], first[k]) for k in out)
+    assert weights_cache.host_cached("w_64x32", _make(counter))["w"].sum() == first["w"].sum()  # stored again, whole
+    assert counter.read_text() == "xx"
+
+
+def test_a_file_that_cannot_be_written_warns_and_returns_the_arrays(tmp_path, monkeypatch):
+    monkeypatch.setenv("NINFERC_TEST_WEIGHTS", str(tmp_path))
+
+    def full_disk(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(weights_cache.np, "savez", full_disk)
+    with pytest.warns(UserWarning, match="No space left"):
+        out = weights_cache.host_cached("w_64x32", _make(tmp_path / "calls"))
+    assert out["w"].shape == (64, 32) and not list(tmp_path.glob("*.npz"))
 
 
 def test_changed_code_gets_its_own_file(tmp_path, monkeypatch):
