@@ -30,15 +30,21 @@ from ninferc.targets.plan import KernelSpec, PlanContext, compile_variants  # no
 pytestmark = [pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU emulator needs g++"), pytest.mark.slow]  # slow: seconds each on 2 cores
 
 ARCH, SMS = "sm_90", 132  # the plan the launches come from; the emulator runs any grid
-FAM = GemvFamily(GemvTuning(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,), w4_mma_tiles=(),
-                     w8_mma_tiles=(), w8_dp_tiles=(), w4_dp_tiles=()))
+FAM = GemvFamily(GemvTuning(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,), token_tiles=(1, 4),
+                     w4_mma_tiles=(), w8_mma_tiles=(), w8_dp_tiles=(), w4_dp_tiles=()))
 #: the same family with w4 on tensor cores at every token tile and w8 and bf16 at both tiles (FAM: on fp32 FMAs)
-FAM_MMA = GemvFamily(GemvTuning(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,),
+FAM_MMA = GemvFamily(GemvTuning(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,), token_tiles=(1, 4),
                          mma_shapes=((128, 1), (128, 2), (128, 4)), w4_mma_tiles=(1, 4), w8_mma_tiles=(1, 4),
                          bf16_mma_tiles=(1, 4)))
 #: the same family with w8 / w4 on integer dot products (dp2a on int16 x) at both token tiles
-FAM_DP = GemvFamily(GemvTuning(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,), w4_mma_tiles=(),
-                        w8_mma_tiles=(), w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4), dp_shapes=((128, 1), (128, 2), (128, 4))))
+FAM_DP = GemvFamily(GemvTuning(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,), token_tiles=(1, 4),
+                        w4_mma_tiles=(), w8_mma_tiles=(), w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4),
+                        dp_shapes=((128, 1), (128, 2), (128, 4))))
+#: the 8-token tile alone (GemvTuning's default tiles since 2026-12-05 take it for bf16 on fp32 FMAs and w8 on
+#: tensor cores; w4 is forced to it here, on FMAs, to cover its template at 8 tokens too)
+FAM8 = GemvFamily(GemvTuning(plain_shapes=((128, 1), (128, 2)), coop_threads=(256,), token_tiles=(8,),
+                         w4_token_tiles=(8,), mma_shapes=((128, 2),), w4_mma_tiles=(), w8_mma_tiles=(8,),
+                         w8_dp_tiles=(), w4_dp_tiles=()))
 FAMS = {"fma": FAM, "mma": FAM_MMA, "dp": FAM_DP}
 BF16_NAN = 0x7FC0
 #: fp32 accumulation in a different order than numpy's matmul (relative L2); bf16 outputs: a few one-ulp flips
@@ -257,6 +263,24 @@ def test_folded_norm_pair_equals_the_unfused_chain(ctx, fmt, t):
     xs_ref, ss_ref = norm_input(h_ref, nw, True)
     pair = reference(GemvProblem(d, 40, "swiglu", in_norm="parts"), xs_ref, wc_ref, ss_in=ss_ref, in_eps=1e-6)
     assert _rel(_bf16_bits_to_f32(y), pair.astype(np.float32)) < BF16_REL
+
+
+@pytest.mark.parametrize("fmt,epilogue,in_norm", [("bf16", "store", "none"), ("bf16", "add_norm_parts", "none"),
+                                                 ("bf16", "swiglu", "parts"), ("w8", "store", "none"),
+                                                 ("w8", "swiglu", "parts"), ("w8", "add_norm_parts", "none"),
+                                                 ("w4", "residual_add", "none")])
+@pytest.mark.parametrize("t", [6, 8, 13])
+def test_eight_token_tile(fmt, epilogue, in_norm, t):
+    """The 8-token tile: 6 tokens (a partial tile), 8 (a whole one) and 13 (two token chunks, the second partial),
+    bf16 and w4 on fp32 FMAs, w8 on tensor cores (all eight B columns of the m16n8k16 tile are tokens), with two
+    warps per row group."""
+    prob = GemvProblem(SHAPES[fmt], N, epilogue, fmt, in_norm=in_norm)
+    spec = FAM8.spec(prob, 128, "plain", 8, 2)
+    assert spec.param("max_tokens") == 8 and dict(spec.params).get("mma", False) == (fmt == "w8")
+    c = PlanContext(ARCH, SMS, {u: r for u, (_, r) in compile_variants([spec], ARCH).items()})
+    launch = FAM8.launch_variant(prob, t, c, 128, "plain", max_tokens=8, k_warps=2)
+    assert launch.kernel.uri == spec.uri and FAM8.tile_for(t, fmt) == 8
+    _run(prob, launch, seed=40 + t)
 
 
 @pytest.mark.parametrize("k,kw,x_scale", [(704, 2, 1.0), (1024, 1, 3e5), (1024, 4, 2e-6), (1600, 2, 1.0)])

@@ -37,11 +37,14 @@ def ctx(arch, sku):
 def candidates(gemv, prob, tokens, c):
     """Every launch the route rule considers, with its modelled time: each plain shape; each cooperative thread
     count with the most splits that fit (when >= 2) -- stated independently of GemvFamily.launch."""
-    tile = gemv.tile_for(tokens)
+    tile = gemv.tile_for(tokens, prob.wfmt)
     out = []
-    mma = gemv.mma_for(prob, tile)  # the tensor-core variants (w4 / w8: 4-token tile) use their own shapes
+    mma = gemv.mma_for(prob, tile)  # the tensor-core variants (w4: 4-token tile, w8: 4 and 8) use their own shapes
     dp = gemv.dp_for(prob, tile)  # integer dot products (w8 / w4, 1-token tile): the plain shapes, plain only
-    dyn = tile * prob.k * 2 if mma and prob.wfmt == "w8" else 0  # w8 mma: the tokens' fp16 x in dynamic smem
+    # w8 mma: the tokens' fp16 x in dynamic smem, in the fewest equal K segments of whole 64-element blocks that fit
+    # 40 KiB (K = 4,096 at 8 tokens: two of 2,048)
+    segs = -(-tile * prob.k * 2 // (40 * 1024))
+    dyn = tile * -(-(prob.k // 64) // segs) * 64 * 2 if mma and prob.wfmt == "w8" else 0
     if dp:  # int16 x, fp32 block scales, w4: fp32 sums per 32 elements
         dyn = tile * (2 * prob.k + 4 * prob.k // 64 + (4 * prob.k // 32 if prob.wfmt == "w4" else 0))
     assert gemv.dynamic_smem_bytes(prob, tile) == dyn
@@ -99,7 +102,7 @@ def test_every_launch_fits_and_is_the_cheapest_candidate(gemv, arch):
                     parts = gemv.norm_parts(ln) if prob.norm_out else 0
                     assert ln.workspace_bytes == 4 * t * parts
                 assert (ln.kernel.param("max_tokens"), ln.ctas % -(-t // ln.kernel.param("max_tokens"))) == \
-                    (gemv.tile_for(t), 0)
+                    (gemv.tile_for(t, prob.wfmt), 0)
 
 
 def test_cost_model_known_answers():
@@ -171,7 +174,8 @@ def test_launch_variant_forced_and_errors(gemv):
     assert ln.cooperative and ln.split_k == 1 and ln.ctas == 80
     with pytest.raises(PlanError, match="exceeds the cooperative cap"):
         gemv.launch_variant(O_PROJ, 64, c, 256, "coop", splits=2)
-    assert gemv.launch_variant(O_PROJ, 64, c, 128, "plain").ctas == 320 * 16
+    assert gemv.launch_variant(O_PROJ, 64, c, 128, "plain").ctas == 320 * 8  # 64 tokens in chunks of the largest tile, 8
+    assert gemv.launch_variant(O_PROJ, 64, c, 128, "plain", max_tokens=4).ctas == 320 * 16
     assert gemv.launch_variant(O_PROJ, 1, c, 128, "plain", max_tokens=1, k_warps=4).ctas == 5120 // 4
     with pytest.raises(PlanError, match="k_warps = 3 must divide the 4 warps"):
         gemv.launch_variant(O_PROJ, 1, c, 128, "plain", k_warps=3)

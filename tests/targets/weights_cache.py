@@ -6,7 +6,7 @@ gate|up (34,816 x 5,120) costs ~4 s to draw and ~11 s to quantise with numpy, an
 what a ``make()`` returns in an ``.npz`` file under ``$NINFERC_TEST_WEIGHTS`` (default: the system temporary
 directory's ``ninferc-test-weights``): the first process computes it under an exclusive lock, the others wait for
 the lock and load the file. Files are written whole, synced and renamed into place; one that cannot be read is computed
-again, whatever numpy raises on it (an H100's kernel tier of 2026-12-05, ``bench/NOTES.md`` run 206, failed 406
+again, whatever numpy raises on it (an H100's kernel tier of 2026-12-05, ``bench/NOTES.md`` run 207, failed 406
 tests on files whose array header read as zero bytes: tokenize's error, which the first version did not catch).
 A payload damaged behind a readable header fails the CRC-32 the zip format keeps per member, which zipfile checks
 as it reads; so a test never compares a kernel with a reference made from zeroed arrays (zeroed codes and zeroed

@@ -109,10 +109,11 @@ class GemvFamily:
             return dp.dynamic_smem_bytes(problem, tile, threads, self.rows_for(problem, tile), ring)
         return mma.dynamic_smem_bytes(problem, tile) if e == "mma" else 0
 
-    def tile_for(self, tokens: int) -> int:
-        """The token tile (``max_tokens`` variant) a launch of T = ``tokens`` uses: the smallest tile >= T,
-        else the largest."""
-        return next((t for t in self.tuning.token_tiles if t >= tokens), self.tuning.max_tokens)
+    def tile_for(self, tokens: int, wfmt: str = "bf16") -> int:
+        """The token tile (``max_tokens`` variant) a launch of T = ``tokens`` of weight format ``wfmt`` uses: the
+        smallest of the format's tiles (:meth:`GemvTuning.tiles`) >= T, else the largest."""
+        tiles = self.tuning.tiles(wfmt)
+        return next((t for t in tiles if t >= tokens), tiles[-1])
 
     # ---- identity ------------------------------------------------------------------------------
 
@@ -137,7 +138,7 @@ class GemvFamily:
                             f"not {mode!r}")
         if ring is not None and (ring < 0 or ring == 1):
             raise PlanError(f"gemv: ring = {ring} must be 0 (no ring) or at least 2 stages")
-        tile = self.tuning.max_tokens if max_tokens is None else int(max_tokens)
+        tile = self.tuning.tiles(problem.wfmt)[-1] if max_tokens is None else int(max_tokens)
         params = {
             "threads": threads,
             "max_tokens": tile,
@@ -181,7 +182,7 @@ class GemvFamily:
         """Every kernel a launch for ``problem`` may use: each token tile x (each plain shape, and each
         cooperative thread count unless add_norm_parts)."""
         out = []
-        for mt in self.tuning.token_tiles:
+        for mt in self.tuning.tiles(problem.wfmt):
             out += [self.spec(problem, th, "plain", mt, kw, c) for th, kw in self.shapes_for(problem, mt)
                     for c in self.carries_for(problem, mt)]
             if not problem.norm_out:
@@ -278,7 +279,7 @@ class GemvFamily:
         """
         if tokens < 1:
             raise PlanError(f"gemv: T = {tokens} must be at least 1")
-        tile = self.tile_for(tokens)
+        tile = self.tile_for(tokens, problem.wfmt)
         chunks = self.token_chunks(tokens, tile)
         cands = []
         for th, kw in self.shapes_for(problem, tile):
@@ -333,7 +334,7 @@ class GemvFamily:
             PlanError: the cooperative grid cannot fit even with one split, or ``splits`` exceeds the cap; the
                 spec's own errors (:meth:`spec`).
         """
-        tile = self.tuning.max_tokens if max_tokens is None else max_tokens
+        tile = self.tuning.tiles(problem.wfmt)[-1] if max_tokens is None else max_tokens
         chunks = self.token_chunks(tokens, tile)
         base = self.row_blocks(problem, threads, k_warps, tile) * chunks
         spec = self.spec(problem, threads, mode, max_tokens, k_warps, carry, ring)

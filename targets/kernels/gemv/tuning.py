@@ -26,7 +26,15 @@ class GemvTuning:
         token_tiles: the ``max_tokens`` variants (tokens per CTA, a template parameter; larger T adds token chunks
             to the grid). A launch for T tokens uses the smallest tile >= T, else the largest (:meth:`GemvFamily.tile_for`):
             one-sequence decode (T = 1) gets the one-token kernel, whose single-token accumulators need fewer
-            registers (w8 / w4: H200, runs 12-19: 27B w8 decode 84.5 -> 106 tok/s).
+            registers (w8 / w4: H200, runs 12-19: 27B w8 decode 84.5 -> 106 tok/s). The 8-token tile (since
+            2026-12-05) streams the weights once for 5-8 tokens, where the 4-token tile streams them twice (two token
+            chunks): 27B on an H100, ``bench/batch_ab.py --batch 8 --tokens-per-seq 6`` (bench/NOTES.md run 209,
+            ``bench/results/batch_ab_{bf16,w8,w4}_tok8_h100_6269543.json``): bf16 8-sequence step 43.71 -> 42.49 ms,
+            one sequence x 6 tokens through the verify program 41.32 -> 35.21 ms; w8 (with ``w8_mma_tiles`` 8)
+            34.22 -> 32.47 and 31.97 -> 28.83 ms. w4 problems take ``w4_token_tiles`` instead.
+        w4_token_tiles: the token tiles of w4 problems. Default (1, 4): at 8 tokens the w4 FMA variants made the
+            8-sequence step 3.4x slower than two 4-token chunks on tensor cores (run 209: 15.45 -> 53.16 ms), and the
+            w4 mma variants at 8 tokens have no resident CTA on sm_90 (their cp.async ring of 8 tokens' x).
         rows_per_warp: W rows a warp accumulates at once (even), bf16 weights.
         quant_rows_per_warp: the same for w8 / w4 weights. Default 2, from the H200 sweep
             (runs 12-19's sweep, bench/results/gemv_sweep_h200_4086f82.json; 27B decode shapes, T = 1):
@@ -49,7 +57,9 @@ class GemvTuning:
             (gate|up 42.7 vs 40.5 us, down 25.4 vs 22.2; the 27B w4 decode 125.3 vs 131 tok/s), so the 1-token
             tile keeps the FMA path.
         w8_mma_tiles: the token tiles whose w8 variants run on tensor cores (fp16 mma, module docstring), where K is
-            a multiple of 64 and the tile's fp16 x fits ``W8_MMA_X_BYTES``. Default (4,), from the H200 sweeps: at T = 4
+            a multiple of 64 and the tile's fp16 x fits ``W8_MMA_X_BYTES``. Default (4, 8); the 8-token tile fills the
+            m16n8k16 tile's n (run 209: the 8-sequence step on FMAs at that tile 38.07 ms, on tensor cores 32.47, two
+            4-token chunks 34.22). The 4-token tile from the H200 sweeps: at T = 4
             they win 1.5-1.6x where they fit (runs 45-55 run 47,
             ``bench/results/gemv_ksplit_sweep_w8_t4_h200_13d5dd2.json``, best of each kind, mma vs FMA: GDN in 33.0 vs
             52.6 us, gate|up 65.1 vs 99.9, q|k|v 30.8 vs 45.3, an LM head at w8 351 vs 537; GDN out and down, K = 6,144
@@ -61,9 +71,11 @@ class GemvTuning:
         bf16_mma_tiles: the token tiles whose bf16 variants run on tensor cores (bf16 mma, the weights as A fragments
             with no conversion, the tokens' x in dynamic shared memory as the w8 variants stage it; K a multiple of
             64, plain mode only). Default () -- off: written for issue 38 (the 4-token bf16 verify step's GEMVs
-            cost 1.17-1.43x their one-token time on fp32 FMAs, bench/NOTES.md run 196) and checked on the CPU
-            emulator, but not yet timed on a GPU; ``bench/family_ab.py`` A/Bs it (``bf16_mma_tiles=(4,)``) before it
-            becomes a default, as the w8 / w4 tiles did.
+            cost 1.17-1.43x their one-token time on fp32 FMAs, bench/NOTES.md run 196), correct on the emulator and
+            on an H100 (run 206's forced cases), and slower there: the 27B 4-sequence step 22.87-23.13 ms on FMAs
+            against 26.81 with (4,), the 8-sequence step 43.07 against 54.71 with (4, 8) (runs 205-206,
+            ``bench/results/batch_ab_bf16_t{4,6}_h100_cedfdcc.json``). Why is not measured yet (the per-CTA staging
+            of every token's whole x is the first suspect).
         w8_dp_tiles / w4_dp_tiles: the token tiles whose w8 / w4 variants use integer dot products (template ``dp``,
             module docstring) where K is a multiple of 64, the staged x fits ``DP_X_BYTES`` and the tile is not an mma
             tile. Defaults: (1,) for both, the one-sequence decode GEMVs. From the H200 (bench/NOTES.md runs
@@ -142,13 +154,14 @@ class GemvTuning:
 
     plain_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 2), (256, 4))
     coop_threads: tuple[int, ...] = (256, 512)
-    token_tiles: tuple[int, ...] = (1, 4)
+    token_tiles: tuple[int, ...] = (1, 4, 8)
+    w4_token_tiles: tuple[int, ...] = (1, 4)
     rows_per_warp: int = 4
     quant_rows_per_warp: int = 2
     norm_rows_per_warp: int = 2
     prefetch_steps: int = 1
     w4_mma_tiles: tuple[int, ...] = (4,)
-    w8_mma_tiles: tuple[int, ...] = (4,)
+    w8_mma_tiles: tuple[int, ...] = (4, 8)
     bf16_mma_tiles: tuple[int, ...] = ()
     w8_dp_tiles: tuple[int, ...] = (1,)
     w4_dp_tiles: tuple[int, ...] = (1,)
@@ -171,7 +184,7 @@ class GemvTuning:
         if (bad_shape or not plain_shapes or not mma_shapes or not dp_shapes or any(t % WARP or t <= 0 for t in coop_threads) or rows_per_warp % 2
                 or quant_rows_per_warp % 2 or norm_rows_per_warp % 2
                 or min(rows_per_warp, quant_rows_per_warp, norm_rows_per_warp) < 2 or not token_tiles
-                or min(token_tiles) < 1):
+                or min(token_tiles) < 1 or not self.w4_token_tiles or min(self.w4_token_tiles) < 1):
             raise PlanError(
                 f"gemv: bad family parameters plain_shapes={plain_shapes}, mma_shapes={mma_shapes}, "
                 f"dp_shapes={dp_shapes} "
@@ -179,7 +192,7 @@ class GemvTuning:
                 f"multiple of {WARP}, k_warps dividing its warps), coop_threads={coop_threads}, rows_per_warp="
                 f"{rows_per_warp}, quant_rows_per_warp={quant_rows_per_warp}, norm_rows_per_warp={norm_rows_per_warp} "
                 f"(even, >= 2), "
-                f"token_tiles={token_tiles} (each >= 1)")
+                f"token_tiles={token_tiles}, w4_token_tiles={self.w4_token_tiles} (each >= 1)")
         if self.prefetch_steps < 0:
             raise PlanError(f"gemv: prefetch_steps = {self.prefetch_steps} must be >= 0")
         if any(t > MMA_MAX_TOKENS for t in (*self.w4_mma_tiles, *self.w8_mma_tiles, *self.bf16_mma_tiles)):
@@ -206,6 +219,7 @@ class GemvTuning:
             "dp_shapes": tuple((int(t), int(k)) for t, k in dp_shapes),
             "coop_threads": tuple(int(t) for t in coop_threads),
             "token_tiles": tuple(sorted(set(int(t) for t in token_tiles))),
+            "w4_token_tiles": tuple(sorted(set(int(t) for t in self.w4_token_tiles))),
             "rows_per_warp": int(rows_per_warp), "quant_rows_per_warp": int(quant_rows_per_warp),
             "norm_rows_per_warp": int(norm_rows_per_warp), "prefetch_steps": int(self.prefetch_steps),
             "w4_mma_tiles": tuple(int(t) for t in self.w4_mma_tiles),
@@ -224,8 +238,13 @@ class GemvTuning:
 
     @property
     def max_tokens(self) -> int:
-        """The largest token tile (the ``max_tokens`` of a launch that names none)."""
+        """The largest token tile of bf16 and w8 problems (``token_tiles``)."""
         return self.token_tiles[-1]
+
+    def tiles(self, wfmt: str) -> tuple[int, ...]:
+        """The token tiles of a problem of weight format ``wfmt`` ("bf16", "w8", "w4"), ascending: ``w4_token_tiles``
+        for w4, ``token_tiles`` for the others; the last is the tile of a launch that names none."""
+        return self.w4_token_tiles if wfmt == "w4" else self.token_tiles
 
 
 #: the option names (what ``family.<name> = value`` replaces: :meth:`GemvFamily.__setattr__`)
