@@ -26,7 +26,7 @@ from ninferc.targets.plan import KernelSpec, Launch, PlanContext, check_launch, 
 from ninferc.targets.skus import Sku
 from ninferc.targets.target import Target, as_target
 
-DECODE_BATCHES = (1, 4, 16)
+DECODE_BATCHES = (1, 4, 8, 16)  # 8: the server benches' largest concurrency, the GEMVs' 8-token tile
 PREFILL_TOKENS = (1, 64, 1024, 8192)
 
 

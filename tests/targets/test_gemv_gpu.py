@@ -326,7 +326,7 @@ def test_every_arch_plan_runs_on_this_device(device, loader, arch, sku):
     splits) executes correctly here, compiled for the device's arch. Skips launches the device
     cannot co-host (a plan for a larger card on a smaller device)."""
     insts = [i for i in representative_instances("qwen3.8-27b") if i[0] != "lm_head"]
-    for name, prob, ln in _planned(insts, arch, sku, tokens=(1, 4, 16)):
+    for name, prob, ln in _planned(insts, arch, sku, tokens=(1, 4, 8, 16)):
         lk = loader(ln.kernel)
         if ln.cooperative:
             dev_cap = occupancy(device["arch"], ln.threads, lk.resources.registers,
