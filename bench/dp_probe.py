@@ -58,7 +58,7 @@ def main(argv=None) -> int:
                 print(f"{fmt} {name:8} {ep:15} {inn:5} best rw{best['rw']} th{best['threads']} kw{best['k_warps']} "
                       f"{'pers' if best['persistent'] else 'grid'} {best['us']:6.1f} us {best['gbps']:5.0f} GB/s",
                       flush=True)
-                del bufs
+                bufs = None  # frees the buffers (not `del`: the timing lambdas above close over the name)
                 cp.get_default_memory_pool().free_all_blocks()
     if a.json:
         write_rows(a.json, cp, sms, bw, "bench/dp_probe.py", argv, rows)

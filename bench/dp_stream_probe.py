@@ -69,7 +69,7 @@ def main(argv=None) -> int:
         rows.append(r)
         print(f"{name:8} grid {ln.ctas:4} ({ln.ctas_per_sm}/SM)  " + "  ".join(
             f"{v} {r[v]:6.1f} us ({p.weight_bytes / r[v] / 1e3:5.0f} GB/s)" for v in ("as built", "nostage", "nomath", "stream")), flush=True)
-        del b
+        b = None  # frees the buffers (not `del`: the timing lambdas above close over the name)
     if a.json:
         write_rows(a.json, cp, sms, bw, "bench/dp_stream_probe.py", argv, rows)
     return 0

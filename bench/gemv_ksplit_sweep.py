@@ -209,7 +209,7 @@ def main(argv=None) -> int:
                 print(f"{fmt:4} {name:8} planner {pick['uri'].split('__')[1]:52} {pick['us']:7.1f} us "
                       f"{pick['gbps']:6.0f} GB/s | best {kind:3} rw{best['rw']} th{best['threads']} "
                       f"kw{best['k_warps']} {best['us']:7.1f} us {best['gbps']:6.0f} GB/s", flush=True)
-            del bufs
+            bufs = None  # frees the buffers (not `del`: the timing lambdas above close over the name)
             cp.get_default_memory_pool().free_all_blocks()
     if a.json:
         write_rows(a.json, cp, sms, bw, "bench/gemv_ksplit_sweep.py", argv, rows, seconds=time.time() - t_start)
