@@ -125,8 +125,8 @@ class Step:
     #: a gate|up Linear step whose MLP can run as one fused kernel: the down step (family ``mlp``) that launches it;
     #: this step is skipped where that launch is the fused kernel
     fused_into: str = ""
-    #: a ``prefill`` step the ``verify`` mode replaces by its own (the GDN ring update and core: the verify step
-    #: keeps the state after every token)
+    #: a ``prefill`` step the ``verify`` mode replaces by its own (the GDN conv, ring update and core: the verify step
+    #: keeps the conv ring and the state after every token)
     prefill_only: bool = False
 
 
@@ -201,19 +201,19 @@ class GdnVerifyRoute:
         return FAMILIES["gdn_recurrent"].verify_launch(p, tokens, ctx, batch=batch)
 
 
-class GdnRingVerifyRoute:
-    """The conv ring update of the ``verify`` mode: the ring after token j of sequence b into slot
-    ``seq_slot_out[b] + j`` (``gdn_ring_update`` with ``verify``)."""
+class GdnConvVerifyRoute:
+    """The conv of the ``verify`` mode with its per-token rings: the conv output, and the ring after token j of
+    sequence b into slot ``seq_slot_out[b] + j`` (``gdn_conv`` with ``verify``)."""
 
-    name = "gdn_ring_verify"
+    name = "gdn_conv_verify"
 
     def variants(self, p: GdnProblem) -> list[KernelSpec]:
-        """The verify kernel of ``gdn_ring_update``."""
-        return [FAMILIES["gdn_ring_update"].spec(p, verify=True)]
+        """The verify kernel of ``gdn_conv``."""
+        return [FAMILIES["gdn_conv"].spec(p, verify=True)]
 
     def launch(self, p: GdnProblem, tokens: int, ctx: PlanContext, batch: int = 1) -> Launch:
         """Grid (ceil(conv_dim / threads), B)."""
-        return FAMILIES["gdn_ring_update"].launch(p, tokens, ctx, batch=batch, verify=True)
+        return FAMILIES["gdn_conv"].launch(p, tokens, ctx, batch=batch, verify=True)
 
 
 #: step family names that are routes over a registry family (:func:`family`)
@@ -247,7 +247,7 @@ class AttnCombineVerifyRoute:
         return FAMILIES["attn_combine"].launch(p, tokens, ctx, prep=False)
 
 
-ROUTES = {"linear": LinearRoute, "mlp": MlpRoute, "gdn_verify": GdnVerifyRoute, "gdn_ring_verify": GdnRingVerifyRoute,
+ROUTES = {"linear": LinearRoute, "mlp": MlpRoute, "gdn_verify": GdnVerifyRoute, "gdn_conv_verify": GdnConvVerifyRoute,
           "attn_verify": AttnVerifyRoute, "attn_combine_verify": AttnCombineVerifyRoute}
 
 
@@ -258,7 +258,7 @@ def linear_problem(problem) -> GemvProblem:
 
 def family(name: str):
     """The family object for a step's ``family`` name (``linear`` is the GEMV/GEMM route, ``mlp`` the down Linear
-    that may run the whole MLP fused, ``gdn_verify`` / ``gdn_ring_verify`` the verify mode's GDN kernels; the other
+    that may run the whole MLP fused, ``gdn_verify`` / ``gdn_conv_verify`` the verify mode's GDN kernels; the other
     names are keys of the family registry)."""
     route = ROUTES.get(name)
     return route() if route is not None else FAMILIES[name]
@@ -556,10 +556,10 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096, fuse_no
                       "seq_slot_out": Ref("meta", "seq_slot_out"),
                       "scale": F32(a["scale"]), "l2_eps": F32(a["l2_eps"]), "norm_eps": F32(a["eps"])}
             add(Step(f"{op.name}.decode", op.name, "decode", "gdn_recurrent", p, "T", common, layer=L))
-            add(Step(f"{op.name}.conv", op.name, "prefill", "gdn_conv", p, "T", common, layer=L))
+            add(Step(f"{op.name}.conv", op.name, "prefill", "gdn_conv", p, "T", common, layer=L, prefill_only=True))
             add(Step(f"{op.name}.ring", op.name, "prefill", "gdn_ring_update", p, "T", common, batch=True, layer=L,
                      prefill_only=True))
-            add(Step(f"{op.name}.ring_verify", op.name, "verify", "gdn_ring_verify", p, "T", common, batch=True,
+            add(Step(f"{op.name}.conv_verify", op.name, "verify", "gdn_conv_verify", p, "T", common, batch=True,
                      layer=L))
             add(Step(f"{op.name}.wy", op.name, "prefill", "gdn_chunk_wy", p, "T", common, batch=True, layer=L,
                      prefill_only=True))

@@ -60,8 +60,9 @@ Kernels and launch geometry (chosen here, never in the templates)
   sm_120a's 99 KiB opt-in anyway. Route ``wy`` chooses its scan's block the same way by :func:`scan_cost`
   (FMA issue or shared-memory loads per chunk, whichever binds; nothing is repeated per block).
 * verify step (speculative decoding: K + 1 tokens per sequence, each sequence owning K + 1 state slots):
-  ``gdn_conv`` -> ``gdn_ring_update`` with ``verify`` (the ring after token j of sequence b into slot
-  ``seq_slot_out[b] + j``) -> ``gdn_recurrent`` mode ``verify`` (grid ``(Hv, B)``, the recurrent prefill storing the
+  ``gdn_conv`` with ``verify`` (grid ``(ceil(conv_dim/threads), B)``: the conv, and the ring after token j of
+  sequence b into slot ``seq_slot_out[b] + j``, in one launch; until 2026-12-05 the conv and a verify kernel of
+  ``gdn_ring_update``, two launches per GDN layer) -> ``gdn_recurrent`` mode ``verify`` (grid ``(Hv, B)``, the recurrent prefill storing the
   state after token j into slot ``seq_slot_out[b] + j``; :meth:`GdnRecurrentFamily.verify_launch`). The step reads
   slot ``seq_slot[b]`` (which may be one of its output slots); the accepted count then names the slot the next
   step starts from -- no copy, no recompute (:func:`reference_verify`).
@@ -534,49 +535,60 @@ class _OneKernelFamily:
 
 class GdnConvFamily(_OneKernelFamily):
     """``gdn_conv``: prefill causal conv + SiLU over all channels of all tokens (reads the ring only);
-    one thread per channel."""
+    one thread per channel. Its ``verify`` kernel (template parameter ``verify``) computes the same ``conv_out`` and
+    writes, for every token j of sequence b, the conv ring after token j into slot ``seq_slot_out[b] + j`` (the
+    speculative verify step's K + 1 state slots; :func:`reference_verify`): the prefill step's conv and
+    ``gdn_ring_update`` in one launch, each thread owning one (channel, sequence) with its window in registers."""
 
     name = "gdn_conv"
     template = "gdn_conv.cu.j2"
 
-    def launch(self, problem: GdnProblem, tokens: int, ctx: PlanContext) -> Launch:
-        """Grid (T, ceil(conv_dim / threads)), route ``conv``; workspace = conv_out [T, conv_dim] fp32."""
-        if tokens < 1:
-            raise PlanError(f"gdn_conv: T = {tokens} must be at least 1")
-        grid = (tokens, _ceil(problem.conv_dim, self.threads), 1)
-        return ctx.make_launch(self.spec(problem), grid, route="conv", tokens=tokens,
-                               workspace_bytes=4 * tokens * problem.conv_dim)
-
-
-class GdnRingUpdateFamily(_OneKernelFamily):
-    """``gdn_ring_update``: writes the last ``min(W, n_b)`` conv inputs of each sequence into its ring
-    (after ``gdn_conv``); one thread per channel. Its ``verify`` kernel (template parameter ``verify``) writes, for
-    every token j of sequence b, the ring after token j into slot ``seq_slot_out[b] + j`` instead (the speculative
-    verify step's K + 1 state slots; :func:`reference_verify`)."""
-
-    name = "gdn_ring_update"
-    template = "gdn_ring_update.cu.j2"
-
     def spec(self, problem: GdnProblem, verify: bool = False) -> KernelSpec:
-        """The ring update kernel (``verify``: the per-token rings of the verify step)."""
+        """The conv kernel (``verify``: the verify step's conv with its per-token rings)."""
         if not verify:
             return super().spec(problem)
         params = {**problem.dims(), "threads": self.threads, "width": problem.width, "verify": True}
         return KernelSpec.make(self.name, self.template, params, self.threads, cooperative=False)
 
     def variants(self, problem: GdnProblem) -> list[KernelSpec]:
-        """The ring update and its verify kernel."""
+        """The conv kernel and its verify kernel."""
         return [self.spec(problem), self.spec(problem, verify=True)]
 
     def launch(self, problem: GdnProblem, tokens: int, ctx: PlanContext, batch: int = 1,
                verify: bool = False) -> Launch:
-        """Grid (ceil(conv_dim / threads), batch), route ``ring`` (``ring_verify`` for the verify kernel)."""
+        """Grid (T, ceil(conv_dim / threads)), route ``conv``; the verify kernel: grid (ceil(conv_dim / threads), B)
+        (B capped at the grid's y limit; the kernel loops over the rest), route ``conv_verify``. Workspace =
+        conv_out [T, conv_dim] fp32.
+
+        Raises:
+            PlanError: T < 1; verify: B outside 1..T."""
+        if tokens < 1:
+            raise PlanError(f"gdn_conv: T = {tokens} must be at least 1")
+        if verify:
+            if not 1 <= batch <= tokens:
+                raise PlanError(f"gdn_conv verify: need 1 <= B ({batch}) <= T ({tokens})")
+            grid = (_ceil(problem.conv_dim, self.threads), min(batch, ctx.arch.max_grid_dims[1]), 1)
+        else:
+            grid = (tokens, _ceil(problem.conv_dim, self.threads), 1)
+        return ctx.make_launch(self.spec(problem, verify), grid, route="conv_verify" if verify else "conv",
+                               tokens=tokens, workspace_bytes=4 * tokens * problem.conv_dim)
+
+
+class GdnRingUpdateFamily(_OneKernelFamily):
+    """``gdn_ring_update``: writes the last ``min(W, n_b)`` conv inputs of each sequence into its ring
+    (after ``gdn_conv``); one thread per channel. (The verify step's per-token rings come from ``gdn_conv``'s verify
+    kernel.)"""
+
+    name = "gdn_ring_update"
+    template = "gdn_ring_update.cu.j2"
+
+    def launch(self, problem: GdnProblem, tokens: int, ctx: PlanContext, batch: int = 1) -> Launch:
+        """Grid (ceil(conv_dim / threads), batch), route ``ring``."""
         if tokens < 1 or not 1 <= batch <= tokens:
             raise PlanError(f"gdn_ring_update: need 1 <= batch ({batch}) <= T ({tokens})")
         batch = min(batch, ctx.arch.max_grid_dims[1])  # the kernel loops over the rest
         grid = (_ceil(problem.conv_dim, self.threads), batch, 1)
-        return ctx.make_launch(self.spec(problem, verify), grid, route="ring_verify" if verify else "ring",
-                               tokens=tokens)
+        return ctx.make_launch(self.spec(problem), grid, route="ring", tokens=tokens)
 
 
 class GdnChunkFamily:
@@ -818,8 +830,9 @@ _ARGS = {
     "gdn_recurrent/verify": ["conv_out", "proj", "A_log", "dt_bias", "norm_w", "rec_state", "y",
                              "tok_pos", "seq_start", "seq_slot", "seq_slot_out", "num_seqs", "scale", "l2_eps",
                              "norm_eps"],
+    "gdn_conv/verify": ["proj", "conv_w", "conv_ring", "conv_out", "tok_pos", "seq_start", "seq_slot", "seq_slot_out",
+                        "num_seqs"],
     "gdn_ring_update": ["proj", "conv_ring", "tok_pos", "seq_start", "seq_slot", "num_seqs"],
-    "gdn_ring_update/verify": ["proj", "conv_ring", "tok_pos", "seq_start", "seq_slot", "seq_slot_out", "num_seqs"],
     "gdn_chunk": ["conv_out", "proj", "A_log", "dt_bias", "norm_w", "rec_state", "y", "o_ws", "wy_ws",
                   "tok_pos", "seq_start", "seq_slot", "num_seqs", "scale", "l2_eps", "norm_eps"],
     "gdn_chunk_wy": ["conv_out", "proj", "A_log", "dt_bias", "wy_ws", "seq_start", "num_seqs", "scale", "l2_eps"],
@@ -832,17 +845,17 @@ _OPTIONAL_PTRS = {"gdn_chunk": {"y", "o_ws", "wy_ws"}}
 
 def kernel_mode(spec: KernelSpec) -> str | None:
     """The :func:`arg_names` mode of a GDN kernel: ``gdn_recurrent``'s ``mode`` parameter, ``"verify"`` for the
-    verify kernel of ``gdn_ring_update``, None for the others."""
+    verify kernel of ``gdn_conv``, None for the others."""
     if spec.family == "gdn_recurrent":
         return spec.param("mode")
-    if spec.family == "gdn_ring_update" and dict(spec.params).get("verify"):
+    if spec.family == "gdn_conv" and dict(spec.params).get("verify"):
         return "verify"
     return None
 
 
 def arg_names(kernel: str, mode: str | None = None) -> tuple[str, ...]:
     """Parameter names, in order, of a GDN kernel (``KernelSpec.family``: gdn_recurrent with its ``mode``
-    ``"decode"``, ``"prefill"`` or ``"verify"``, gdn_conv, gdn_ring_update (mode None or ``"verify"``), gdn_chunk_wy,
+    ``"decode"``, ``"prefill"`` or ``"verify"``, gdn_conv (mode None or ``"verify"``), gdn_ring_update, gdn_chunk_wy,
     gdn_chunk, gdn_gated_norm; :func:`kernel_mode` gives a kernel's mode).
 
     Pointer dtypes/shapes: proj fp32 [T, proj_dim]; conv_out fp32 [T, conv_dim]; conv_w fp32 [conv_dim, W];

@@ -284,14 +284,13 @@ class Runner:
 
 
     def verify_step(self, proj: np.ndarray, batch: gdn.Batch, slot_out, variant: str = "planned") -> dict:
-        """The speculative verify step: conv -> per-token ring update -> recurrent verify core (of the
-        :data:`DECODE_VARIANTS` family ``variant``), the state and ring after token j of sequence b going to slot
-        ``slot_out[b] + j``; returns y (fp32 from bf16) and conv_out."""
+        """The speculative verify step: the verify conv (the conv and the per-token rings in one kernel) ->
+        recurrent verify core (of the :data:`DECODE_VARIANTS` family ``variant``), the state and ring after token j of
+        sequence b going to slot ``slot_out[b] + j``; returns y (fp32 from bf16) and conv_out."""
         p, be = self.p, self.be
         T, B = batch.tokens, batch.num_seqs
         fam = decode_family(variant)
-        launches = [gdn.BY_NAME["gdn_conv"].launch(p, T, self.ctx),
-                    gdn.BY_NAME["gdn_ring_update"].launch(p, T, self.ctx, batch=B, verify=True),
+        launches = [gdn.BY_NAME["gdn_conv"].launch(p, T, self.ctx, batch=B, verify=True),
                     fam.verify_launch(p, T, self.ctx, batch=B)]
         y = be.put(np.full((T, p.value_dim), BF16_NAN, np.uint16))
         conv_out = be.put(np.full((T, p.conv_dim), np.nan, F32))

@@ -347,15 +347,20 @@ def test_verify_kernels_arguments_and_launches():
     """The verify kernels' ABI: the prefill kernel's arguments plus ``seq_slot_out``; one CTA row per sequence."""
     ctx = cases.make_ctx([gdn.TINY], "sm_90", sms=132)
     core = gdn.BY_NAME["gdn_recurrent"].verify_launch(gdn.TINY, 12, ctx, batch=3)
-    ring = gdn.BY_NAME["gdn_ring_update"].launch(gdn.TINY, 12, ctx, batch=3, verify=True)
-    assert core.grid == (gdn.TINY.hv, 3, 1) and core.route == "verify" and ring.route == "ring_verify"
-    assert gdn.kernel_mode(core.kernel) == "verify" and gdn.kernel_mode(ring.kernel) == "verify"
+    conv = gdn.BY_NAME["gdn_conv"].launch(gdn.TINY, 12, ctx, batch=3, verify=True)
+    assert core.grid == (gdn.TINY.hv, 3, 1) and core.route == "verify" and conv.route == "conv_verify"
+    assert conv.grid == (-(-gdn.TINY.conv_dim // conv.threads), 3, 1) and conv.workspace_bytes == 4 * 12 * gdn.TINY.conv_dim
+    assert gdn.kernel_mode(core.kernel) == "verify" and gdn.kernel_mode(conv.kernel) == "verify"
+    assert gdn.kernel_mode(gdn.BY_NAME["gdn_conv"].launch(gdn.TINY, 12, ctx).kernel) is None
     # the core takes the decode kernel's one-pass reduction (tree where the row groups allow it), not the prefill's
     assert dict(core.kernel.params).get("onepass") and dict(core.kernel.params).get("tree")
     assert not dict(gdn.BY_NAME["gdn_recurrent"].prefill_spec(gdn.TINY).params).get("onepass")
     names = gdn.arg_names("gdn_recurrent", "verify")
     assert names == gdn.arg_names("gdn_recurrent", "prefill")[:10] + ("seq_slot_out",) + \
         gdn.arg_names("gdn_recurrent", "prefill")[10:]
-    assert gdn.arg_names("gdn_ring_update", "verify")[-2:] == ("seq_slot_out", "num_seqs")
+    assert gdn.arg_names("gdn_conv", "verify") == ("proj", "conv_w", "conv_ring", "conv_out", "tok_pos", "seq_start",
+                                                   "seq_slot", "seq_slot_out", "num_seqs")
+    with pytest.raises(PlanError, match=r"gdn_conv verify: need 1 <= B \(5\) <= T \(4\)"):
+        gdn.BY_NAME["gdn_conv"].launch(gdn.TINY, 4, ctx, batch=5, verify=True)
     with pytest.raises(PlanError, match=r"1 <= B \(5\) <= T \(4\)"):
         gdn.BY_NAME["gdn_recurrent"].verify_launch(gdn.TINY, 4, ctx, batch=5)

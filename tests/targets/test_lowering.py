@@ -114,18 +114,18 @@ def test_verify_mode_keeps_the_gdn_state_after_every_token(graph, arch, sku):
     assert {s.op for s in prog.steps if s.prefill_only} == gdn_layers | attn_layers
     for op in gdn_layers:
         names = [s.name for s in verify if s.op == op]
-        assert names == [f"{op}.conv", f"{op}.ring_verify", f"{op}.verify"]
+        assert names == [f"{op}.conv_verify", f"{op}.verify"]
     for op in attn_layers:
         names = [s.name for s in verify if s.op == op]
         assert names == [f"{op}.prep", f"{op}.verify", f"{op}.verify_combine"]
     for B, K in ((1, 3), (4, 5)):
         T = B * (K + 1)
         launches = plan_steps(prog, mp.context(), T=T, B=B, R=T, mode="verify")
-        gdn = [(s, ln) for s, ln in launches if s.family in ("gdn_verify", "gdn_ring_verify")]
+        gdn = [(s, ln) for s, ln in launches if s.family in ("gdn_verify", "gdn_conv_verify")]
         assert len(gdn) == 2 * len(gdn_layers)
         for s, ln in gdn:
             assert "seq_slot_out" in arg_names(s, ln) and s.bind["seq_slot_out"].name == "seq_slot_out"
-            assert ln.grid[1] == B and ln.route in ("verify", "ring_verify")
+            assert ln.grid[1] == B and ln.route in ("verify", "conv_verify")
         attn = {s.name: (s, ln) for s, ln in launches if s.op in attn_layers}
         assert len(attn) == 3 * len(attn_layers)  # the prep is never dropped: no verify kernel folds it
         for op in attn_layers:
