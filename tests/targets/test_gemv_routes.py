@@ -196,6 +196,24 @@ def test_dp_option_errors_name_the_value():
     assert "ring" not in dict(fam.spec(prob, 256, "plain", 1, 1, True, 3).params)  # the carry variant has none
 
 
+def test_token_tiles_per_format_and_their_errors():
+    """w4 problems take ``w4_token_tiles``, bf16 and w8 ``token_tiles`` (defaults (1, 4) and (1, 4, 8)); an empty or
+    non-positive tile list is refused naming the value."""
+    fam = GemvFamily()
+    assert fam.tuning.tiles("w4") == (1, 4) and fam.tuning.tiles("w8") == fam.tuning.tiles("bf16") == (1, 4, 8)
+    assert [fam.tile_for(t, "w4") for t in (1, 2, 5, 8, 16)] == [1, 4, 4, 4, 4]
+    assert [fam.tile_for(t, "bf16") for t in (1, 2, 5, 8, 16)] == [1, 4, 8, 8, 8]
+    w4 = GemvProblem(5120, 5120, "store", "w4")
+    assert {s.param("max_tokens") for s in fam.variants(w4)} == {1, 4}
+    ln = fam.launch_variant(w4, 16, ctx("sm_90", "h200"), 128, "plain", k_warps=1)  # default tile: w4's largest
+    assert ln.kernel.param("max_tokens") == 4 and ln.ctas == fam.row_blocks(w4, 128, 1, 4) * 4
+    for bad in ((), (0, 4)):
+        with pytest.raises(PlanError, match=rf"w4_token_tiles={bad!r}".replace("(", r"\(").replace(")", r"\)")):
+            GemvTuning(w4_token_tiles=bad)
+        with pytest.raises(PlanError, match=rf"token_tiles={bad!r}".replace("(", r"\(").replace(")", r"\)")):
+            GemvTuning(token_tiles=bad)
+
+
 def test_dp_min_ctas_caps_only_its_format_epilogue_and_cta_size():
     """``dp_min_ctas`` (wfmt, epilogue, threads, n): template ``min_ctas`` n on exactly those dp variants; the
     default caps the w8 ``store`` GEMVs of 256 threads at 4 CTAs/SM."""

@@ -83,12 +83,13 @@ fp32 totals. About 11 instructions per 8 codes (2 rows x 4) and k-tile against ~
 Tensor-core bf16 (template ``mma`` without ``wfmt``; the token tiles of ``GemvTuning.bf16_mma_tiles``, default none)
 -------------------------------------------------------------------------------------------------------------------
 The w8 kernel's structure with nothing to convert: each CTA copies its tokens' bf16 x into dynamic shared memory (the
-same segments), and per 64-element block lane (g, q) streams elements 16q .. 16q + 15 of rows g and g + 8 (two
-16-byte loads each, 2 blocks per step: the w8 step's bytes) and feeds them to four ``mma.sync.m16n8k16`` bf16 as
-they lie: k-tile i's k-slots (2q, 2q + 1) and (2q + 8, 2q + 9) are elements 16q + 4i + (0, 1) and + (2, 3), for A
-and B alike. The products are exact in the fp32 accumulators, as on FMAs; only the summation order differs. Plain
-route only. Written for issue 38 (the 4-token bf16 GEMVs on fp32 FMAs cost 1.17-1.43x their one-token time on an
-H100, bench/NOTES.md run 196) and checked on the CPU emulator; a default only once a GPU A/B says so.
+same segments), and per 64-element block lane (g, q) streams elements 8q .. 8q + 7 and 32 + 8q .. 32 + 8q + 7 of rows
+g and g + 8 (two 16-byte loads each, a quad's four lanes side by side; 2 blocks per step: the w8 step's bytes) and
+feeds them to four ``mma.sync.m16n8k16`` bf16 as they lie: k-tile i's k-slots (2q, 2q + 1) and (2q + 8, 2q + 9) are
+four consecutive elements of the lane's loads, for A and B alike. The products are exact in the fp32 accumulators, as
+on FMAs; only the summation order differs. Plain route only. Written for issue 38 (the 4-token bf16 GEMVs on fp32
+FMAs cost 1.17-1.43x their one-token time on an H100, bench/NOTES.md run 196); correct on the emulator and an H100,
+and slower there than the FMA kernels (0.86x at 4 sequences, 0.79x at 8: runs 205-206), so off by default.
 
 Integer dot products (template ``dp``; the tiles of ``GemvFamily.w4_dp_tiles`` / ``w8_dp_tiles``: w4 1, w8 none)
 -----------------------------------------------------------------------------------------------------------------

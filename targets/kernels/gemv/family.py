@@ -42,7 +42,7 @@ class GemvFamily:
         object.__setattr__(self, "tuning", tuning)
 
     def __getattr__(self, name: str):
-        if name in TUNING_FIELDS or name == "max_tokens":
+        if name in TUNING_FIELDS:
             return getattr(self.tuning, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
@@ -213,9 +213,9 @@ class GemvFamily:
         """CTAs along N: ceil(n / outputs_per_cta) (at token tile ``tile``)."""
         return -(-problem.n // self.outputs_per_cta(problem, threads, k_warps, tile))
 
-    def token_chunks(self, tokens: int, tile: int | None = None) -> int:
-        """CTAs along T: ceil(T / tile) (default tile: the largest)."""
-        return -(-tokens // (self.tuning.max_tokens if tile is None else tile))
+    def token_chunks(self, tokens: int, tile: int) -> int:
+        """CTAs along T: ceil(T / tile)."""
+        return -(-tokens // tile)
 
     def max_splits(self, problem: GemvProblem) -> int:
         """Most K splits that still give every lane at least one 16-byte step per split:

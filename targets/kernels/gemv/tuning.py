@@ -236,11 +236,6 @@ class GemvTuning:
         for name, value in norm.items():
             object.__setattr__(self, name, value)
 
-    @property
-    def max_tokens(self) -> int:
-        """The largest token tile of bf16 and w8 problems (``token_tiles``)."""
-        return self.token_tiles[-1]
-
     def tiles(self, wfmt: str) -> tuple[int, ...]:
         """The token tiles of a problem of weight format ``wfmt`` ("bf16", "w8", "w4"), ascending: ``w4_token_tiles``
         for w4, ``token_tiles`` for the others; the last is the tile of a launch that names none."""
