@@ -11,7 +11,8 @@ from ninferc.errors import PlanError, RuntimeMemoryError
 #: kernel family -> the named workspace (``Ref("ws", name)``) its ``Launch.workspace_bytes`` sizes (a GEMV with
 #: the ``add_norm_parts`` epilogue sizes ``norm_ss`` instead: :func:`workspace_of`; the fused decode MLP's is its
 #: norm parts too)
-WORKSPACE_OF = {"gemv": "gemv", "gdn_conv": "gdn_conv_out", "gdn_chunk": "gdn_o", "gdn_chunk_wy": "gdn_wy",
+WORKSPACE_OF = {"gemv": "gemv", "gdn_conv": "gdn_conv_out", "gdn_chunk": "gdn_o", "gdn_recurrent": "gdn_o",
+                "gdn_chunk_wy": "gdn_wy",
                 "attn_decode": "attn_partials", "mlp_decode": "norm_ss"}
 
 

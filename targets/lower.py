@@ -197,8 +197,24 @@ class GdnVerifyRoute:
         return [FAMILIES["gdn_recurrent"].prefill_spec(p, "verify")]
 
     def launch(self, p: GdnProblem, tokens: int, ctx: PlanContext, batch: int = 1) -> Launch:
-        """Grid (Hv, B)."""
+        """Grid (Hv * dv / dv_block, B); route ``verify_split`` where the columns are split (o to ``o_ws``)."""
         return FAMILIES["gdn_recurrent"].verify_launch(p, tokens, ctx, batch=batch)
+
+
+class GdnVerifyNormRoute:
+    """The gated RMSNorm after a split verify core (:class:`GdnVerifyRoute` launching route ``verify_split``):
+    ``gdn_gated_norm`` over the step's T tokens (the step is dropped after an unsplit core, which writes y itself:
+    :func:`drop_unneeded_steps`)."""
+
+    name = "gdn_verify_norm"
+
+    def variants(self, p: GdnProblem) -> list[KernelSpec]:
+        """The gated-norm kernel."""
+        return FAMILIES["gdn_gated_norm"].variants(p)
+
+    def launch(self, p: GdnProblem, tokens: int, ctx: PlanContext) -> Launch:
+        """Grid (T,)."""
+        return FAMILIES["gdn_gated_norm"].launch(p, tokens, ctx)
 
 
 class GdnConvVerifyRoute:
@@ -247,7 +263,8 @@ class AttnCombineVerifyRoute:
         return FAMILIES["attn_combine"].launch(p, tokens, ctx, prep=False)
 
 
-ROUTES = {"linear": LinearRoute, "mlp": MlpRoute, "gdn_verify": GdnVerifyRoute, "gdn_conv_verify": GdnConvVerifyRoute,
+ROUTES = {"linear": LinearRoute, "mlp": MlpRoute, "gdn_verify": GdnVerifyRoute, "gdn_verify_norm": GdnVerifyNormRoute,
+          "gdn_conv_verify": GdnConvVerifyRoute,
           "attn_verify": AttnVerifyRoute, "attn_combine_verify": AttnCombineVerifyRoute}
 
 
@@ -566,6 +583,7 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096, fuse_no
             add(Step(f"{op.name}.core", op.name, "prefill", "gdn_chunk", p, "T", common, batch=True, layer=L,
                      prefill_only=True))
             add(Step(f"{op.name}.verify", op.name, "verify", "gdn_verify", p, "T", common, batch=True, layer=L))
+            add(Step(f"{op.name}.verify_norm", op.name, "verify", "gdn_verify_norm", p, "T", common, layer=L))
             add(Step(f"{op.name}.norm", op.name, "prefill", "gdn_gated_norm", p, "T", common, layer=L,
                      prefill_only=True))
         elif k == "GatedAttentionBlock":
@@ -658,7 +676,8 @@ def drop_unneeded_steps(steps: list[Step], launches: dict[str, Launch]) -> list[
     MLP's down step (``Step.fused_into``) does not launch the fused MLP kernel; ``attn_prep`` only where its
     layer's ``attn_decode`` launch (decode steps) is not a fused-prep kernel (template ``prep``); the GDN ``gdn_chunk_wy``
     step runs only before a ``wy`` / ``wy_split`` core route, the gated-norm step only after a ``chunked_split``
-    / ``wy_split`` one (the fused core writes y); an AddRMSNorm step
+    / ``wy_split`` one (the fused core writes y), the verify mode's gated-norm step only after a ``verify_split`` core;
+    an AddRMSNorm step
     ``absorbed_by`` / ``absorbed_into`` two Linears is skipped when both launches are GEMVs (which then do the
     norm between them).
 
@@ -670,6 +689,10 @@ def drop_unneeded_steps(steps: list[Step], launches: dict[str, Launch]) -> list[
         if s.family == "gdn_gated_norm":
             core = launches.get(s.name[: -len(".norm")] + ".core")
             if core is None or core.route not in GDN_SPLIT_ROUTES:
+                continue
+        if s.family == "gdn_verify_norm":
+            core = launches.get(s.name[: -len(".verify_norm")] + ".verify")
+            if core is None or core.route != "verify_split":
                 continue
         if s.family == "gdn_chunk_wy":
             core = launches.get(s.name[: -len(".wy")] + ".core")

@@ -7,6 +7,7 @@
 //   3. the conv-ring / projection layout (templates/README.md "State layouts")
 //   4. per-row scalars of one prefill chunk (gdn_chunk, gdn_chunk_wy)
 //   5. the record gdn_chunk_wy writes and the gdn_chunk scan reads
+//   6. float4 arithmetic and the gated norm's bf16 output (gdn_recurrent)
 #pragma once
 
 namespace gdn {
@@ -139,5 +140,26 @@ template <int kDk, int kDv, int kC>
 struct WyRecord {
   static constexpr int kW = 0, kU = kDk, kP = kDk + kDv, kS = kDk + kDv + kC, kFloats = kDk + kDv + kC + 4;
 };
+
+// ---------------------------------------------------------------------------------------------
+// 6. float4 arithmetic (4 state columns per thread) and the gated norm's bf16 output (gdn_recurrent)
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ float4 f4_zero() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
+__device__ __forceinline__ float4 f4_fma(float4 a, float s, float4 c) {
+  return make_float4(fmaf(a.x, s, c.x), fmaf(a.y, s, c.y), fmaf(a.z, s, c.z), fmaf(a.w, s, c.w));
+}
+__device__ __forceinline__ float4 f4_scale(float4 a, float s) { return make_float4(a.x * s, a.y * s, a.z * s, a.w * s); }
+
+// y = o rstd w silu(z) of 4 columns as 4 bf16.
+__device__ __forceinline__ uint2 gated_bf16(const float4& o, float rstd, const float4& w4, const float4& z4) {
+  const float y0 = ((o.x * rstd) * w4.x) * ninfer::silu(z4.x);
+  const float y1 = ((o.y * rstd) * w4.y) * ninfer::silu(z4.y);
+  const float y2 = ((o.z * rstd) * w4.z) * ninfer::silu(z4.z);
+  const float y3 = ((o.w * rstd) * w4.w) * ninfer::silu(z4.w);
+  uint2 packed;
+  packed.x = (unsigned int)ninfer::f32_to_bf16(y0) | ((unsigned int)ninfer::f32_to_bf16(y1) << 16);
+  packed.y = (unsigned int)ninfer::f32_to_bf16(y2) | ((unsigned int)ninfer::f32_to_bf16(y3) << 16);
+  return packed;
+}
 
 }  // namespace gdn

@@ -62,8 +62,10 @@ Kernels and launch geometry (chosen here, never in the templates)
 * verify step (speculative decoding: K + 1 tokens per sequence, each sequence owning K + 1 state slots):
   ``gdn_conv`` with ``verify`` (grid ``(ceil(conv_dim/threads), B)``: the conv, and the ring after token j of
   sequence b into slot ``seq_slot_out[b] + j``, in one launch; until 2026-12-05 the conv and a verify kernel of
-  ``gdn_ring_update``, two launches per GDN layer) -> ``gdn_recurrent`` mode ``verify`` (grid ``(Hv, B)``, the recurrent prefill storing the
-  state after token j into slot ``seq_slot_out[b] + j``; :meth:`GdnRecurrentFamily.verify_launch`). The step reads
+  ``gdn_ring_update``, two launches per GDN layer) -> ``gdn_recurrent`` mode ``verify`` (grid ``(Hv * dv / dv_block, B)``,
+  the recurrent prefill storing the state after token j into slot ``seq_slot_out[b] + j``;
+  :meth:`GdnRecurrentFamily.verify_launch`; with ``dv_block < dv``, route ``verify_split``, each CTA walks the tokens
+  over its own columns and writes o to ``o_ws``) -> ``gdn_gated_norm`` (route ``verify_split`` only). The step reads
   slot ``seq_slot[b]`` (which may be one of its output slots); the accepted count then names the slot the next
   step starts from -- no copy, no recompute (:func:`reference_verify`).
 * Kernels with a grid over sequences loop ``b = blockIdx.y, blockIdx.y + gridDim.y, ...`` and exit past
@@ -80,7 +82,7 @@ ring/slot layouts (converted with :func:`window_from_ring` / :func:`ring_from_wi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -387,17 +389,28 @@ class GdnRecurrentFamily:
             partials, two rows per thread, a shuffle tree, a third barrier) instead of every thread summing every row
             group (256 KB of shared-memory reads per CTA at 27B); used where threads / (dv / 4) is twice a power of two
             up to 64, else the per-thread sum.
+        verify_split: the verify kernel's CTAs per V head (template parameter ``dv_block`` = dv / split: each CTA
+            walks the step's tokens over its own state columns, and :class:`GdnGatedNormFamily` normalises o
+            afterwards, since the norm sums over all of dv). "auto" (default): :meth:`choose_verify_block`; an int:
+            that split, which :meth:`verify_blocks` must offer (1 = the fused kernel of one CTA per head). Why: the
+            verify step walks its K + 1 tokens one after another in each CTA, and at one sequence the 27B's 48 CTAs
+            occupy 48 of an H100's 132 SMs (bench/NOTES.md run 210: the 4-token verify core 1.65 ms over 49
+            layers against 0.48 ms for the one-token decode kernel).
 
     Raises:
-        PlanError: ``one_pass`` not True, False or "auto" (names the value).
+        PlanError: ``one_pass`` not True, False or "auto", or ``verify_split`` not "auto" or a positive int (names
+            the value).
     """
 
     name = "gdn_recurrent"
     template = "gdn_recurrent.cu.j2"
 
     def __init__(self, state_per_thread: int = STATE_FLOATS_PER_THREAD, prewait: bool = True, preload: bool = True,
-                 one_pass: bool | str = "auto", one_pass_tree: bool = True):
+                 one_pass: bool | str = "auto", one_pass_tree: bool = True, verify_split: int | str = "auto"):
         self.state_per_thread = int(state_per_thread)
+        if verify_split != "auto" and not (isinstance(verify_split, int) and verify_split >= 1):
+            raise PlanError(f"{self.name}: verify_split = {verify_split!r} must be 'auto' or a positive int")
+        self.verify_split = verify_split
         self.prewait = bool(prewait)
         self.preload = bool(preload)
         if one_pass not in (True, False, "auto"):
@@ -441,40 +454,102 @@ class GdnRecurrentFamily:
             params["tree"] = True
         return params
 
-    def prefill_spec(self, problem: GdnProblem, mode: str = "prefill") -> KernelSpec:
+    def prefill_spec(self, problem: GdnProblem, mode: str = "prefill", dv_block: int | None = None) -> KernelSpec:
         """The recurrent prefill kernel (mode ``prefill``; threads :func:`recurrent_threads`), or with ``mode``
         ``"verify"`` the speculative verify step's kernel: the same recurrence, storing the state after token j of
         sequence b in slot ``seq_slot_out[b] + j`` (:func:`reference_verify`), with the decode kernel's one-pass
         reduction where ``one_pass`` allows it (a verify step walks its K + 1 tokens one after another in each CTA:
-        three barriers per token instead of seven). The prefill oracle keeps the two-pass order.
+        three barriers per token instead of seven). The prefill oracle keeps the two-pass order. ``dv_block``
+        (verify; default dv): the state columns of each CTA, one of :meth:`verify_blocks`; below dv the kernel writes
+        o (fp32) to ``o_ws`` for :class:`GdnGatedNormFamily`, and its threads hold ``state_per_thread`` values of the
+        CTA's dk x dv_block state as at dv, or fewer where that leaves under 4 warps.
 
         Raises:
-            PlanError: another mode; as :meth:`spec` for ``one_pass`` True (verify)."""
+            PlanError: another mode; as :meth:`spec` for ``one_pass`` True (verify); a ``dv_block`` not offered by
+                :meth:`verify_blocks` (names it and the offered ones)."""
         if mode not in ("prefill", "verify"):
             raise PlanError(f"{self.name}: prefill_spec mode {mode!r}; supported: prefill, verify")
-        th = recurrent_threads(problem, self.state_per_thread)
+        d = problem.dv if dv_block is None else int(dv_block)
+        if d != problem.dv and (mode != "verify" or d not in self.verify_blocks(problem)):
+            raise PlanError(f"{self.name} {mode}: dv_block = {d} not offered for dv = {problem.dv} (verify offers "
+                            f"{self.verify_blocks(problem)})")
+        cols = replace(problem, dv=d)  # the CTA's columns: its thread count and reduction as for a head of dv_block
+        th = recurrent_threads(cols, self.state_per_thread)
+        if d != problem.dv:  # a split CTA keeps 4 warps where a count allows: the fixture's 64-thread split kernel
+            # spilled 8 B at 80 registers on sm_86 / sm_89 (ptxas of NVRTC 13.0), its 128-thread one none
+            th = max(th, next((t for t in range(4 * WARP, 1025, WARP) if recurrent_threads_valid(cols, t)), th))
         params = {**problem.dims(), "width": problem.width, "threads": th, "mode": mode}
         if mode == "verify":
-            params.update(self._one_pass_params(problem, th))
+            params.update(self._one_pass_params(cols, th))
+            if d != problem.dv:
+                params["dv_block"] = d
         return KernelSpec.make(self.name, self.template, params, th, cooperative=False)
 
-    def variants(self, problem: GdnProblem) -> list[KernelSpec]:
-        """The decode kernel, the recurrent prefill kernel and the verify kernel."""
-        return [self.spec(problem), self.prefill_spec(problem), self.prefill_spec(problem, "verify")]
-
-    def verify_launch(self, problem: GdnProblem, tokens: int, ctx: PlanContext, batch: int = 1) -> Launch:
-        """The verify kernel over T = ``tokens`` tokens of ``batch`` sequences: grid (Hv, B), route ``verify``.
+    def verify_blocks(self, problem: GdnProblem) -> list[int]:
+        """The verify kernel's ``dv_block`` values, largest first: dv, and where the one-pass kernel runs (the split
+        kernel writes o from row group 0, which needs it), dv / 2 and dv / 4 while they are multiples of 32 whose
+        quarter divides the warp (at most 4 CTAs per head: each CTA loads the head's whole q and k, so a finer split
+        repeats that work); ``verify_split`` other than "auto" offers dv / verify_split alone (checked the same way).
 
         Raises:
-            PlanError: T < B or B < 1, or B over the grid's y limit.
+            PlanError: a forced ``verify_split`` whose block is not offered (names it and the offered ones)."""
+        one_pass = self.one_pass is not False and WARP % (problem.dv // 4) == 0
+        blocks = [problem.dv]
+        for split in (2, 4):
+            d = problem.dv // split
+            if one_pass and problem.dv % split == 0 and d % 32 == 0 and WARP % (d // 4) == 0 and \
+                    recurrent_threads_valid(replace(problem, dv=d), recurrent_threads(replace(problem, dv=d),
+                                                                                         self.state_per_thread)):
+                blocks.append(d)
+        if self.verify_split == "auto":
+            return blocks
+        d = problem.dv // self.verify_split
+        if problem.dv % self.verify_split or d not in blocks:
+            raise PlanError(f"{self.name}: verify_split = {self.verify_split} (dv_block {problem.dv / self.verify_split:g}) "
+                            f"not offered for dv = {problem.dv}; dv_block may be {blocks}")
+        return [d]
+
+    def choose_verify_block(self, problem: GdnProblem, ctx: PlanContext, batch: int = 1) -> int:
+        """The verify kernel's ``dv_block`` for ``batch`` sequences, from :meth:`verify_blocks` and each block's grid
+        (Hv * dv / dv_block x B CTAs) against ``ctx.sms`` and its one-wave cap (``ctx.cap``: resident CTAs per SM x
+        SMs): the largest block whose grid fills every SM within one wave; else, where some grid fits one wave, the
+        one with the most CTAs (the smallest such block); else (every grid needs several waves: every SM busy) the
+        whole head. Each CTA's tokens are a serial chain, so CTAs beyond one per SM shorten no chain, a second wave
+        doubles one, and a split costs a ``gdn_gated_norm`` launch.
+
+        Raises:
+            PlanError: as :meth:`verify_blocks`."""
+        blocks = self.verify_blocks(problem)
+        one_wave = [d for d in blocks
+                    if problem.hv * (problem.dv // d) * batch <= ctx.cap(self.prefill_spec(problem, "verify", d))]
+        filling = [d for d in one_wave if problem.hv * (problem.dv // d) * batch >= ctx.sms]
+        if filling:
+            return filling[0]
+        return one_wave[-1] if one_wave else blocks[0]
+
+    def variants(self, problem: GdnProblem) -> list[KernelSpec]:
+        """The decode kernel, the recurrent prefill kernel and the verify kernels (one per :meth:`verify_blocks`)."""
+        return [self.spec(problem), self.prefill_spec(problem)] + [self.prefill_spec(problem, "verify", d)
+                                                                    for d in self.verify_blocks(problem)]
+
+    def verify_launch(self, problem: GdnProblem, tokens: int, ctx: PlanContext, batch: int = 1) -> Launch:
+        """The verify kernel over T = ``tokens`` tokens of ``batch`` sequences: grid (Hv * dv / dv_block, B) with
+        :meth:`choose_verify_block`'s block, route ``verify`` (y written), or ``verify_split`` (o written to the fp32
+        workspace ``o_ws [T, Hv*dv]`` = ``workspace_bytes``; follow with :class:`GdnGatedNormFamily`).
+
+        Raises:
+            PlanError: T < B or B < 1, or B over the grid's y limit; as :meth:`verify_blocks`.
         """
         if not 1 <= batch <= tokens:
             raise PlanError(f"gdn_recurrent verify: need 1 <= B ({batch}) <= T ({tokens})")
         if batch > ctx.arch.max_grid_dims[1]:
             raise PlanError(f"gdn_recurrent verify on {ctx.arch.name}: B = {batch} sequences exceeds the grid y limit "
                             f"of {ctx.arch.max_grid_dims[1]}")
-        return ctx.make_launch(self.prefill_spec(problem, "verify"), (problem.hv, batch, 1), route="verify",
-                               tokens=tokens)
+        d = self.choose_verify_block(problem, ctx, batch)
+        split = d < problem.dv
+        return ctx.make_launch(self.prefill_spec(problem, "verify", d), (problem.hv * (problem.dv // d), batch, 1),
+                               route="verify_split" if split else "verify", tokens=tokens,
+                               workspace_bytes=4 * tokens * problem.value_dim if split else 0)
 
     def sample_problems(self) -> list[GdnProblem]:
         """The tiny fixture's GDN (2 Q/K heads, 6 V heads, 64 x 64, W 4)."""
@@ -827,7 +902,7 @@ _ARGS = {
     "gdn_recurrent/prefill": ["conv_out", "proj", "A_log", "dt_bias", "norm_w", "rec_state", "y",
                               "tok_pos", "seq_start", "seq_slot", "num_seqs", "scale", "l2_eps", "norm_eps"],
     "gdn_conv": ["proj", "conv_w", "conv_ring", "conv_out", "tok_pos", "tok_seq", "seq_start", "seq_slot"],
-    "gdn_recurrent/verify": ["conv_out", "proj", "A_log", "dt_bias", "norm_w", "rec_state", "y",
+    "gdn_recurrent/verify": ["conv_out", "proj", "A_log", "dt_bias", "norm_w", "rec_state", "y", "o_ws",
                              "tok_pos", "seq_start", "seq_slot", "seq_slot_out", "num_seqs", "scale", "l2_eps",
                              "norm_eps"],
     "gdn_conv/verify": ["proj", "conv_w", "conv_ring", "conv_out", "tok_pos", "seq_start", "seq_slot", "seq_slot_out",
@@ -840,7 +915,7 @@ _ARGS = {
 }
 _INT_ARGS = {"num_seqs"}
 _FLOAT_ARGS = {"scale", "l2_eps", "norm_eps"}
-_OPTIONAL_PTRS = {"gdn_chunk": {"y", "o_ws", "wy_ws"}}
+_OPTIONAL_PTRS = {"gdn_chunk": {"y", "o_ws", "wy_ws"}, "gdn_recurrent": {"o_ws"}}
 
 
 def kernel_mode(spec: KernelSpec) -> str | None:
@@ -882,7 +957,8 @@ def kernel_args(launch: Launch, problem: GdnProblem, buffers: Mapping[str, Any])
         launch: a launch of one of the GDN kernels.
         problem: supplies ``scale``, ``l2_eps``, ``norm_eps`` when ``buffers`` does not.
         buffers: name -> device array / pointer, plus ``num_seqs`` (B). For ``gdn_chunk`` an absent ``y``
-            (split route), ``o_ws`` (fused route) or ``wy_ws`` (route ``chunked``) is passed as a null pointer.
+            (split route), ``o_ws`` (fused route) or ``wy_ws`` (route ``chunked``) is passed as a null pointer, and so
+            is an absent ``o_ws`` of the ``gdn_recurrent`` verify kernel (route ``verify``, which writes y).
 
     Raises:
         KeyError: a required buffer is missing (names it and the kernel).

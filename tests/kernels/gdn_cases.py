@@ -94,11 +94,13 @@ class CupyBackend:
 DECODE_VARIANTS = {"planned": None, "no_preload": {"preload": False}, "no_prewait": {"prewait": False},
                    "two_pass": {"one_pass": False}, "two_pass_no_preload": {"one_pass": False, "preload": False},
                    "one_pass_flat": {"one_pass_tree": False}}
+#: verify-only variants (:func:`decode_family` finds them too): the core of one CTA per V head, and of two
+VERIFY_VARIANTS = {"verify_whole": {"verify_split": 1}, "verify_split2": {"verify_split": 2}}
 
 
 def decode_family(variant: str) -> gdn.GdnRecurrentFamily:
     """The registered decode family (``planned``) or a :data:`DECODE_VARIANTS` variant of it."""
-    opts = DECODE_VARIANTS[variant]
+    opts = {**DECODE_VARIANTS, **VERIFY_VARIANTS}[variant]
     return gdn.BY_NAME["gdn_recurrent"] if opts is None else gdn.GdnRecurrentFamily(**opts)
 
 
@@ -109,7 +111,7 @@ def make_ctx(problems, arch: str, sms: int, dv_block: int | None = None) -> Plan
     for p in problems:
         for fam in gdn.FAMILIES:
             specs += fam.variants(p)
-        for v in DECODE_VARIANTS:
+        for v in [*DECODE_VARIANTS, *VERIFY_VARIANTS]:
             specs += decode_family(v).variants(p)
         if dv_block:
             specs += gdn.GdnChunkFamily(dv_block=dv_block).variants(p)
@@ -285,17 +287,22 @@ class Runner:
 
     def verify_step(self, proj: np.ndarray, batch: gdn.Batch, slot_out, variant: str = "planned") -> dict:
         """The speculative verify step: the verify conv (the conv and the per-token rings in one kernel) ->
-        recurrent verify core (of the :data:`DECODE_VARIANTS` family ``variant``), the state and ring after token j of
-        sequence b going to slot ``slot_out[b] + j``; returns y (fp32 from bf16) and conv_out."""
+        recurrent verify core (of the :data:`DECODE_VARIANTS` family ``variant``; with its columns split over CTAs, then
+        the gated norm), the state and ring after token j of sequence b going to slot ``slot_out[b] + j``; returns y
+        (fp32 from bf16), conv_out and the launches."""
         p, be = self.p, self.be
         T, B = batch.tokens, batch.num_seqs
         fam = decode_family(variant)
         launches = [gdn.BY_NAME["gdn_conv"].launch(p, T, self.ctx, batch=B, verify=True),
                     fam.verify_launch(p, T, self.ctx, batch=B)]
+        if launches[-1].route == "verify_split":  # the columns split over CTAs: o to o_ws, then the gated norm
+            launches.append(gdn.BY_NAME["gdn_gated_norm"].launch(p, T, self.ctx))
         y = be.put(np.full((T, p.value_dim), BF16_NAN, np.uint16))
         conv_out = be.put(np.full((T, p.conv_dim), np.nan, F32))
         bufs = {"proj": be.put(proj), **self.w, "conv_ring": self.ring, "rec_state": self.rec, "y": y,
                 "conv_out": conv_out, "seq_slot_out": be.put(np.asarray(slot_out, np.int32)), **self._meta(batch)}
+        if launches[-1].route != "verify":  # an unsplit core writes y itself and gets no o_ws (a null pointer)
+            bufs["o_ws"] = be.put(np.full((T, p.value_dim), np.nan, F32))
         for ln in launches:
             be.launch(ln, gdn.kernel_args(ln, p, bufs))
         return {"y": bf16_to_f32(be.get(y)), "conv_out": be.get(conv_out), "launches": launches}

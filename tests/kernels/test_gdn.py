@@ -19,7 +19,7 @@ from ninferc.ir.config import ModelConfig, preset  # noqa: E402
 from ninferc.ir.tolerances import FP32_REORDER  # noqa: E402
 from ninferc.targets.arch import ARCHS, get_arch  # noqa: E402
 from ninferc.targets.kernels import gdn  # noqa: E402
-from ninferc.targets.plan import check_launch  # noqa: E402
+from ninferc.targets.plan import PlanContext, check_launch, compile_variants  # noqa: E402
 
 ALL_ARCHS = tuple(ARCHS)
 F32 = np.float32
@@ -331,24 +331,32 @@ def test_emulated_chain_and_routes(host_ctx):
     cases.scenario_routes_agree(cases.HostBackend(), host_ctx["sm_86"], SMALL, [0, 5], [130, 64])
 
 
-@pytest.mark.parametrize("variant", ["planned", "two_pass", "one_pass_flat"])
+@pytest.mark.parametrize("variant", ["planned", "two_pass", "one_pass_flat", "verify_whole", "verify_split2"])
 @pytest.mark.parametrize("reverse", [False, True], ids=["fwd", "rev"])
 def test_emulated_verify_keeps_the_state_after_every_token(host_ctx, reverse, variant):
     """The verify step (the speculative round's K + 1 tokens per sequence): the state and conv window after each
     token in its own slot, the step's input slot among them (read before it is overwritten) or left alone;
     histories shorter than the conv width included. The planned core is the one-pass kernel with the tree
-    reduction (three barriers per token), checked here beside the two-pass kernel and the one-pass flat sum."""
+    reduction (three barriers per token), its columns split over as many CTAs as offered here (these heads fill
+    no 82-SM grid: SMALL 2 CTAs per head, WIDE 4, then the gated norm), checked beside the two-pass kernel, the
+    one-pass flat sum, one CTA per head (``verify_whole``) and two (``verify_split2``)."""
     be = cases.HostBackend(reverse=reverse)
     cases.scenario_verify(be, host_ctx["sm_90"], SMALL, [5, 1, 40], [4, 3, 1], current=[2, 4, 0], variant=variant)
     cases.scenario_verify(be, host_ctx["sm_86"], WIDE, [9, 2], [2, 4], current=[0, 3], variant=variant)
 
 
 def test_verify_kernels_arguments_and_launches():
-    """The verify kernels' ABI: the prefill kernel's arguments plus ``seq_slot_out``; one CTA row per sequence."""
+    """The verify kernels' ABI: the prefill kernel's arguments plus ``o_ws`` and ``seq_slot_out``; one CTA row per
+    sequence; the columns split over CTAs until the grid reaches one CTA per SM (here TINY's 6 heads never do: dv 64
+    splits in two, its smallest block of 32)."""
     ctx = cases.make_ctx([gdn.TINY], "sm_90", sms=132)
     core = gdn.BY_NAME["gdn_recurrent"].verify_launch(gdn.TINY, 12, ctx, batch=3)
     conv = gdn.BY_NAME["gdn_conv"].launch(gdn.TINY, 12, ctx, batch=3, verify=True)
-    assert core.grid == (gdn.TINY.hv, 3, 1) and core.route == "verify" and conv.route == "conv_verify"
+    assert core.grid == (2 * gdn.TINY.hv, 3, 1) and core.route == "verify_split" and conv.route == "conv_verify"
+    assert dict(core.kernel.params)["dv_block"] == 32 and core.workspace_bytes == 4 * 12 * gdn.TINY.value_dim
+    whole = cases.decode_family("verify_whole").verify_launch(gdn.TINY, 12, ctx, batch=3)
+    assert whole.grid == (gdn.TINY.hv, 3, 1) and whole.route == "verify" and whole.workspace_bytes == 0
+    assert "dv_block" not in dict(whole.kernel.params)
     assert conv.grid == (-(-gdn.TINY.conv_dim // conv.threads), 3, 1) and conv.workspace_bytes == 4 * 12 * gdn.TINY.conv_dim
     assert gdn.kernel_mode(core.kernel) == "verify" and gdn.kernel_mode(conv.kernel) == "verify"
     assert gdn.kernel_mode(gdn.BY_NAME["gdn_conv"].launch(gdn.TINY, 12, ctx).kernel) is None
@@ -356,11 +364,44 @@ def test_verify_kernels_arguments_and_launches():
     assert dict(core.kernel.params).get("onepass") and dict(core.kernel.params).get("tree")
     assert not dict(gdn.BY_NAME["gdn_recurrent"].prefill_spec(gdn.TINY).params).get("onepass")
     names = gdn.arg_names("gdn_recurrent", "verify")
-    assert names == gdn.arg_names("gdn_recurrent", "prefill")[:10] + ("seq_slot_out",) + \
-        gdn.arg_names("gdn_recurrent", "prefill")[10:]
+    pre = gdn.arg_names("gdn_recurrent", "prefill")
+    assert names == pre[:7] + ("o_ws",) + pre[7:10] + ("seq_slot_out",) + pre[10:]
     assert gdn.arg_names("gdn_conv", "verify") == ("proj", "conv_w", "conv_ring", "conv_out", "tok_pos", "seq_start",
                                                    "seq_slot", "seq_slot_out", "num_seqs")
     with pytest.raises(PlanError, match=r"gdn_conv verify: need 1 <= B \(5\) <= T \(4\)"):
         gdn.BY_NAME["gdn_conv"].launch(gdn.TINY, 4, ctx, batch=5, verify=True)
     with pytest.raises(PlanError, match=r"1 <= B \(5\) <= T \(4\)"):
         gdn.BY_NAME["gdn_recurrent"].verify_launch(gdn.TINY, 4, ctx, batch=5)
+
+
+def test_verify_split_follows_the_sm_count_and_its_errors():
+    """The verify core's column split (:meth:`GdnRecurrentFamily.choose_verify_block`): at the 27B shape (48 V heads,
+    dv 128; on sm_90 the whole-head kernel of 512 threads has 1 resident CTA per SM, the 64-column one of 256
+    threads at least 2) one sequence on 132 SMs takes dv_block 32 (192 CTAs: 48 and 96 leave SMs idle), two take 64
+    (192), three 64 too (whole heads: 144 CTAs, a second wave for 12), eight the whole head (no grid fits one wave:
+    every SM is busy anyway); on 48 SMs one sequence fills the grid with whole heads, on 46 it would need a second
+    wave for 2 of them and takes 64 columns. The blocks offered, a forced split, and the errors naming the value."""
+    p = gdn.QWEN38_27B
+    fam = gdn.BY_NAME["gdn_recurrent"]
+    assert fam.verify_blocks(p) == [128, 64, 32]
+    assert fam.verify_blocks(SMALL) == [64, 32] and fam.verify_blocks(gdn.GdnProblem(1, 1, 32, 32, 4)) == [32]
+    assert gdn.GdnRecurrentFamily(one_pass=False).verify_blocks(p) == [128]  # the split writes o from row group 0
+    specs = fam.variants(p) + gdn.BY_NAME["gdn_gated_norm"].variants(p)
+    built = compile_variants(specs, "sm_90", jobs=1)
+    for sms, want in ((132, {1: 32, 2: 64, 3: 64, 8: 128}), (48, {1: 128, 2: 128}), (46, {1: 64})):
+        ctx = PlanContext("sm_90", sms, {u: r for u, (_, r) in built.items()})
+        for b, d in want.items():
+            ln = fam.verify_launch(p, 4 * b, ctx, batch=b)
+            assert ln.grid == (p.hv * (p.dv // d), b, 1), (sms, b, ln.grid)
+            assert ln.route == ("verify_split" if d < p.dv else "verify")
+            assert ln.threads == p.dk * d // 32  # 32 state floats per thread at every block
+    tiny = fam.prefill_spec(gdn.TINY, "verify", 32)  # 64 threads would hold 32 floats each; a split CTA keeps 4 warps
+    assert tiny.threads == 128 and fam.prefill_spec(gdn.TINY, "verify").threads == 128
+    assert gdn.GdnRecurrentFamily(verify_split=2).verify_blocks(p) == [64]
+    with pytest.raises(PlanError, match=r"verify_split = 8 \(dv_block 16\) not offered for dv = 128; dv_block may be "
+                                        r"\[128, 64, 32\]"):
+        gdn.GdnRecurrentFamily(verify_split=8).verify_blocks(p)
+    with pytest.raises(PlanError, match=r"verify_split = 0 must be 'auto' or a positive int"):
+        gdn.GdnRecurrentFamily(verify_split=0)
+    with pytest.raises(PlanError, match=r"prefill: dv_block = 64 not offered"):
+        fam.prefill_spec(p, "prefill", 64)

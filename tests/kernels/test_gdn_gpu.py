@@ -132,8 +132,13 @@ def test_prefill_every_dv_block(backend, name, dv_block, route):
     cases.scenario_prefill(backend, c, p, [0, 40], [130, 3], route=route, dv_block=dv_block, seed=dv_block)
 
 
+@pytest.mark.parametrize("variant", ["planned", *cases.VERIFY_VARIANTS])
 @pytest.mark.parametrize("name", list(PROBLEMS))
-def test_verify_keeps_the_state_after_every_token(backend, ctx, name):
-    """The speculative verify step on the device: K + 1 = 4 tokens of three sequences (one of 1 token), the state
-    and conv window after each token in its own slot, the input slot among the outputs or left alone."""
-    cases.scenario_verify(backend, ctx, PROBLEMS[name], [7, 300, 2], [4, 1, 4], current=[1, 0, 4], seed=13)
+def test_verify_keeps_the_state_after_every_token(backend, ctx, name, variant):
+    """The speculative verify step on the device: K + 1 = 4 tokens of three sequences (one of 1 token), and of one
+    sequence, the state and conv window after each token in its own slot, the input slot among the outputs or left
+    alone -- the planned core (on a 132-SM device the 27B's columns split in 2 CTAs per head at 3 sequences, in 4 at
+    one), one CTA per head and two."""
+    cases.scenario_verify(backend, ctx, PROBLEMS[name], [7, 300, 2], [4, 1, 4], current=[1, 0, 4], seed=13,
+                          variant=variant)
+    cases.scenario_verify(backend, ctx, PROBLEMS[name], [40], [4], current=[4], seed=14, variant=variant)
