@@ -213,7 +213,7 @@ class GdnVerifyNormRoute:
         return FAMILIES["gdn_gated_norm"].variants(p)
 
     def launch(self, p: GdnProblem, tokens: int, ctx: PlanContext) -> Launch:
-        """Grid (T,)."""
+        """Grid (T, ceil(Hv / warps))."""
         return FAMILIES["gdn_gated_norm"].launch(p, tokens, ctx)
 
 

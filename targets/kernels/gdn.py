@@ -47,7 +47,7 @@ Kernels and launch geometry (chosen here, never in the templates)
   - ``recurrent`` (``gdn_recurrent`` mode ``prefill``, :meth:`GdnRecurrentFamily.prefill_spec`, grid ``(Hv, B)``),
     the simple oracle.
 
-  Only when ``dv_block < dv`` (routes ``chunked_split``, ``wy_split``): ``gdn_gated_norm`` (grid ``(T,)``),
+  Only when ``dv_block < dv`` (routes ``chunked_split``, ``wy_split``): ``gdn_gated_norm`` (grid ``(T, ceil(Hv / warps))``),
   reading the fp32 ``o_ws [T, Hv*dv]`` the chunk kernel wrote.
 * ``dv_block`` of route ``chunked``: among the divisors of dv in {256, 128, 64, 32, 16} whose shared memory
   (static + dynamic) fits the arch's opt-in maximum with at least one resident CTA, the one with the least
@@ -837,17 +837,28 @@ class GdnChunkWyFamily(_OneKernelFamily):
 
 class GdnGatedNormFamily(_OneKernelFamily):
     """``gdn_gated_norm``: y (bf16) = RMSNorm(o) * w * silu(z) per (token, V head) from the fp32 ``o_ws``;
-    needed after the ``chunked_split`` / ``wy_split`` routes only (one warp per V head at a time)."""
+    needed after the ``chunked_split`` / ``wy_split`` routes and the ``verify_split`` verify core only (one warp per
+    (token, V head))."""
 
     name = "gdn_gated_norm"
     template = "gdn_gated_norm.cu.j2"
     with_width = False
 
     def launch(self, problem: GdnProblem, tokens: int, ctx: PlanContext) -> Launch:
-        """Grid (T,), route ``gated_norm``."""
+        """Grid (T, ceil(Hv / warps)): one warp per (token, V head), route ``gated_norm``. Until 2026-12-05 the grid
+        was (T,), each warp walking Hv / warps heads in turn: at the 27B shape (6 heads per warp) 12.7 us per launch
+        at T = 4 on an H100, 0.62 ms over the 49 GDN layers of a 4-token verify step (bench/NOTES.md run 211).
+
+        Raises:
+            PlanError: T < 1, or T over the grid's x limit."""
         if tokens < 1:
             raise PlanError(f"gdn_gated_norm: T = {tokens} must be at least 1")
-        return ctx.make_launch(self.spec(problem), (tokens, 1, 1), route="gated_norm", tokens=tokens)
+        if tokens > ctx.arch.max_grid_dims[0]:
+            raise PlanError(f"gdn_gated_norm on {ctx.arch.name}: T = {tokens} exceeds the grid x limit of "
+                            f"{ctx.arch.max_grid_dims[0]}")
+        warps = self.threads // WARP
+        return ctx.make_launch(self.spec(problem), (tokens, _ceil(problem.hv, warps), 1), route="gated_norm",
+                               tokens=tokens)
 
 
 TINY = GdnProblem(hk=2, hv=6, dk=64, dv=64, width=4)

@@ -5,6 +5,7 @@ and 27B shapes on the device)."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -16,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gdn_cases as cases  # noqa: E402
 from ninferc.errors import PlanError  # noqa: E402
 from ninferc.ir.config import ModelConfig, preset  # noqa: E402
-from ninferc.ir.tolerances import FP32_REORDER  # noqa: E402
+from ninferc.ir.tolerances import BF16_ELEMENTWISE, FP32_REORDER  # noqa: E402
 from ninferc.targets.arch import ARCHS, get_arch  # noqa: E402
 from ninferc.targets.kernels import gdn  # noqa: E402
 from ninferc.targets.plan import PlanContext, check_launch, compile_variants  # noqa: E402
@@ -405,3 +406,29 @@ def test_verify_split_follows_the_sm_count_and_its_errors():
         gdn.GdnRecurrentFamily(verify_split=0)
     with pytest.raises(PlanError, match=r"prefill: dv_block = 64 not offered"):
         fam.prefill_spec(p, "prefill", 64)
+
+
+@pytest.mark.parametrize("rows", [None, 1, 2], ids=["planned", "G1", "G2"])
+def test_emulated_gated_norm_one_warp_per_head(rows):
+    """``gdn_gated_norm`` on the emulator against :func:`ref_gated_rmsnorm` for 18 V heads (3 CTA rows of 8 warps
+    planned: 8, 8 and 2 heads), and with fewer CTA rows than that (1 and 2: warps loop over heads): every element of
+    y written once, equal to the reference. The planned grid is (T, ceil(Hv / warps))."""
+    from ninferc.ir.reference import ref_gated_rmsnorm
+
+    p = gdn.GdnProblem(hk=2, hv=18, dk=16, dv=40, width=3)  # dv 40: lanes past dv idle in the second pass
+    fam = gdn.BY_NAME["gdn_gated_norm"]
+    ctx = PlanContext("sm_90", 82, {u: r for u, (_, r) in compile_variants(fam.variants(p), "sm_90", jobs=1).items()})
+    ln = fam.launch(p, 3, ctx)
+    assert ln.grid == (3, -(-p.hv // (fam.threads // 32)), 1) == (3, 3, 1)
+    if rows:
+        ln = dataclasses.replace(ln, grid=(3, rows, 1))
+    rng = np.random.default_rng(5)
+    o = rng.standard_normal((3, p.value_dim)).astype(F32)
+    proj = rng.standard_normal((3, p.proj_dim)).astype(F32)
+    w = (1.0 + rng.standard_normal(p.dv) * 0.1).astype(F32)
+    be = cases.HostBackend(reverse=rows == 2)
+    y = be.put(np.full((3, p.value_dim), cases.BF16_NAN, np.uint16))
+    be.launch(ln, gdn.kernel_args(ln, p, {"o_ws": be.put(o), "proj": be.put(proj), "norm_w": be.put(w), "y": y}))
+    z = proj[:, p.off_z:p.off_z + p.value_dim].reshape(3, p.hv, p.dv)
+    ref = ref_gated_rmsnorm(o.reshape(3, p.hv, p.dv), z, w, p.norm_eps).reshape(3, p.value_dim)
+    cases.check(BF16_ELEMENTWISE, cases.bf16_to_f32(be.get(y)), ref, f"gated norm, {rows or 'planned'} CTA rows")
