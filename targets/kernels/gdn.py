@@ -395,7 +395,9 @@ class GdnRecurrentFamily:
             that split, which :meth:`verify_blocks` must offer (1 = the fused kernel of one CTA per head). Why: the
             verify step walks its K + 1 tokens one after another in each CTA, and at one sequence the 27B's 48 CTAs
             occupy 48 of an H100's 132 SMs (bench/NOTES.md run 210: the 4-token verify core 1.65 ms over 49
-            layers against 0.48 ms for the one-token decode kernel).
+            layers against 0.48 ms for the one-token decode kernel). Split (4 CTAs per head there), run 212 on one
+            H100: the core 0.78 ms + the norm 0.29 ms; the w4 verify step of 4 tokens 10.83 -> 10.02 ms
+            (``bench/results/batch_ab_w4_t4_{whole,split}_h100_7d4bf8b.json``).
 
     Raises:
         PlanError: ``one_pass`` not True, False or "auto", or ``verify_split`` not "auto" or a positive int (names
