@@ -2,7 +2,8 @@
 
 The model (a checkpoint's ``config.json`` or a preset) is built, run through the compile pipeline and
 lowered (:mod:`ninferc.targets.lower`); :func:`ninferc.targets.model_plan.plan_model` evaluates every
-step's launch for decode batches B and prefill token counts T with the compiled kernels' resources.
+step's launch for decode batches B and prefill token counts T (and, with ``--draft-tokens K``, the speculative
+verify step of B x (K + 1) tokens) with the compiled kernels' resources.
 """
 
 from __future__ import annotations
@@ -44,11 +45,15 @@ def _load_config(model_dir: str) -> dict:
 @click.option("--recipe", default=None, help="Per-class overrides of --weights (as ninferc compile --recipe).")
 @click.option("--kv-dtype", type=click.Choice(["bf16", "int8"]), default="bf16", show_default=True,
               help="KV cache dtype (as ninferc compile --kv-dtype).")
+@click.option("--draft-tokens", type=click.IntRange(1, 5), default=None,
+              help="Also plan the speculative verify step of each decode batch B: B sequences of K + 1 tokens (the "
+                   "step of ninferc serve --spec mtp --draft-tokens K; columns V=B(K+1)).")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON instead of a table.")
 def plan_cmd(model_dir, target, sku, sms, preset, tokens, batches, max_context, page_size, weights, recipe, kv_dtype,
-             as_json):
+             draft_tokens, as_json):
     """Print the launch plan (block, registers, shared memory, CTAs/SM, limiter, grid per B/T, cooperative
-    cap, waves, route) of every kernel of MODEL_DIR or --preset on --target with --sku or --sms."""
+    cap, waves, route) of every kernel of MODEL_DIR or --preset on --target with --sku or --sms (with
+    --draft-tokens, of the speculative verify steps too)."""
     from ninferc.ir.config import PRESETS, ModelConfig, preset as get_preset
     from ninferc.targets.model_plan import DECODE_BATCHES, PREFILL_TOKENS, plan_for_config
     from ninferc.targets.target import make_target
@@ -71,7 +76,7 @@ def plan_cmd(model_dir, target, sku, sms, preset, tokens, batches, max_context, 
     plan = plan_for_config(cfg, tgt, weights=recipe_name(weights, recipe), kv_dtype=kv_dtype,
                            max_context=max_context, page_size=page_size,
                            decode_batches=batches or DECODE_BATCHES, prefill_tokens=tokens,
-                           progress=_kernel_bar)
+                           draft_tokens=draft_tokens or 0, progress=_kernel_bar)
     if as_json:
         click.echo(plan.dumps(), nl=False)
     else:

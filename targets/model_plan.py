@@ -2,7 +2,9 @@
 counts, per mode, with the compiled kernels' real resources and every plan-time check applied.
 
 Decode steps are evaluated at T = B (one token per sequence) for ``decode_batches``; prefill steps at
-T = ``prefill_tokens`` (one sequence). Steps that run in both modes appear in both sets (each grid is
+T = ``prefill_tokens`` (one sequence); with ``draft_tokens`` K, the speculative verify step too, at each decode batch
+B: B sequences of K + 1 tokens (T = B (K + 1), every token's logits), the step ``ninferc serve --spec mtp
+--draft-tokens K`` runs each round. Steps that run in both modes appear in both sets (each grid is
 tagged with its mode). A plan for a smaller SKU is a plan like any other: the runtime replays it on a
 larger device unchanged (grids, routes, caps), which is how each arch's plan is exercised on the H200.
 """
@@ -39,8 +41,9 @@ class ModelPlan:
             :attr:`target` (its arch name), :attr:`sku` and :attr:`sms` read it. program: the lowered steps.
         kernels: URI -> KernelSpec of every variant any step may launch (the artifact stores them all,
             so the runtime can re-derive launches for any T and SM count).
-        resources: URI -> KernelResources (from the cubins). launches: (step name, mode) -> [Launch].
-        options: NVRTC options; nvrtc: version that compiled.
+        resources: URI -> KernelResources (from the cubins). launches: (step name, mode) -> [Launch] (mode
+        ``decode``, ``prefill``, ``verify``).
+        options: NVRTC options; nvrtc: version that compiled. draft_tokens: K of the verify steps planned (0: none).
     """
 
     planned_for: Target
@@ -52,6 +55,7 @@ class ModelPlan:
     nvrtc: tuple[int, int] = (0, 0)
     decode_batches: tuple[int, ...] = DECODE_BATCHES
     prefill_tokens: tuple[int, ...] = PREFILL_TOKENS
+    draft_tokens: int = 0
     #: weight recipe and KV dtype of the planned graph (ChooseFormats)
     weights: str = "bf16"
     kv_dtype: str = "bf16"
@@ -86,7 +90,7 @@ class ModelPlan:
         out = []
         for step in self.program.steps:
             by_uri: dict[str, list[tuple[str, Launch]]] = {}
-            for mode in ("decode", "prefill"):
+            for mode in ("decode", "prefill", "verify"):
                 for ln in self.launches.get((step.name, mode), []):
                     by_uri.setdefault(ln.kernel.uri, []).append((mode, ln))
             for uri, lns in by_uri.items():
@@ -104,11 +108,13 @@ class ModelPlan:
 
     def to_json(self) -> dict:
         """``{"target", "sku", "sms", "nvrtc", "options", "max_context", "page_size", "decode_batches",
-        "prefill_tokens", "kernels": [record...]}`` (record fields as :meth:`records`)."""
+        "prefill_tokens", ["draft_tokens" when verify steps are planned,] "kernels": [record...]}`` (record fields as
+        :meth:`records`; a verify grid's ``tokens`` is its T = B (K + 1))."""
         return {"target": self.target, "sku": self.sku.key if self.sku else None, "sms": self.sms,
                 "nvrtc": f"{self.nvrtc[0]}.{self.nvrtc[1]}", "options": list(self.options),
                 "max_context": self.program.max_context, "page_size": self.program.page_size,
                 "decode_batches": list(self.decode_batches), "prefill_tokens": list(self.prefill_tokens),
+                **({"draft_tokens": self.draft_tokens} if self.draft_tokens else {}),
                 **self.formats_json(), "kernels": self.records()}
 
     def dumps(self) -> str:
@@ -126,9 +132,12 @@ class ModelPlan:
                 groups[key] = {"rec": rec, "n": 0}
                 order.append(key)
             groups[key]["n"] += 1
+        k1 = self.draft_tokens + 1
         cols = [("decode", b) for b in self.decode_batches] + [("prefill", t) for t in self.prefill_tokens]
+        cols += [("verify", b * k1) for b in self.decode_batches] if self.draft_tokens else []
+        label = {"decode": "B={}", "prefill": "T={}", "verify": "V={}"}
         head = ["step", "x", "block", "regs", "smem", "local", "CTAs/SM", "limiter"]
-        head += [f"{'B' if m == 'decode' else 'T'}={t}" for m, t in cols] + ["cap", "waves", "route"]
+        head += [label[m].format(t) for m, t in cols] + ["cap", "waves", "route"]
         rows = [head]
         for key in order:
             rec, n = groups[key]["rec"], groups[key]["n"]
@@ -151,9 +160,11 @@ class ModelPlan:
         lines = [f"target {self.target}{sku}, {self.sms} SMs, {bw}, NVRTC {self.nvrtc[0]}.{self.nvrtc[1]}, "
                  f"max context {self.program.max_context}, KV page {self.program.page_size} tokens{fmt}",
                  "columns: x = layers sharing the row; B=n / T=n = grid CTAs for a decode step of n sequences / a "
-                 "prefill chunk of n tokens ('-': another kernel serves it; 'c=kS': a cooperative grid of c CTAs "
+                 "prefill chunk of n tokens" + (f" / V=n: a speculative verify step of n tokens (n / {k1} sequences "
+                                                f"of K + 1 = {k1})" if self.draft_tokens else "") +
+                 " ('-': another kernel serves it; 'c=kS': a cooperative grid of c CTAs "
                  "over S K-splits); cap = resident CTAs/SM x SMs; waves = CTAs / cap per column, in the same "
-                 "order (" + "/".join(f"{'B' if m == 'decode' else 'T'}={t}" for m, t in cols) + ")"]
+                 "order (" + "/".join(label[m].format(t) for m, t in cols) + ")"]
         for i, r in enumerate(rows):
             lines.append("  ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))))
             if i == 0:
@@ -202,15 +213,17 @@ def plan_model(
     prefill_tokens: Sequence[int] = PREFILL_TOKENS,
     options: tuple[str, ...] = DEFAULT_OPTIONS,
     progress=None,
+    draft_tokens: int = 0,
 ) -> ModelPlan:
     """Lower ``graph`` and plan it for ``target``: a :class:`~ninferc.targets.target.Target` (what the command
     line parsed), or an arch name with ``sku`` or ``sms`` (converted by :func:`ninferc.targets.target.as_target`;
     for tests and scripts). ``progress``: a bar factory for the kernel compiles
-    (:func:`ninferc.targets.plan.compile_variants`).
+    (:func:`ninferc.targets.plan.compile_variants`). ``draft_tokens`` K (0..``MAX_DRAFT_TOKENS``): also plan the
+    speculative verify step of each decode batch B (B x (K + 1) tokens).
 
     Raises:
-        PlanError: no SM count / SKU mismatch, a non-positive decode batch or prefill token count, two lowered
-            steps of one name, or any launch that does not fit (named).
+        PlanError: no SM count / SKU mismatch, a non-positive decode batch or prefill token count, ``draft_tokens``
+            outside 0..``MAX_DRAFT_TOKENS``, two lowered steps of one name, or any launch that does not fit (named).
         TargetError: unknown arch or SKU. CompileError: NVRTC failure.
     """
     tgt = as_target(target, sku, sms)
@@ -220,6 +233,11 @@ def plan_model(
     for what, counts in (("decode batches", decode_batches), ("prefill token counts", prefill_tokens)):
         if not counts or any(int(c) <= 0 for c in counts):
             raise PlanError(f"plan for {a.name}: {what} must be positive integers, got {list(counts)}")
+    from ninferc.runtime.spec import MAX_DRAFT_TOKENS
+
+    if not 0 <= int(draft_tokens) <= MAX_DRAFT_TOKENS:
+        raise PlanError(f"plan for {a.name}: draft_tokens = {draft_tokens} must be in 0..{MAX_DRAFT_TOKENS} "
+                        "(as ninferc serve --draft-tokens)")
     program = lower(graph, page_size=page_size, max_context=max_context)
     dup = sorted(n for n, k in Counter(s.name for s in program.steps).items() if k > 1)
     if dup:  # launches are keyed by step name: a second step of one name would replace the first's
@@ -232,7 +250,7 @@ def plan_model(
     resources = {u: r for u, (_, r) in built.items()}
     mp = ModelPlan(tgt, program, specs, resources, options=tuple(options), nvrtc=nvrtc_version(),
                    decode_batches=tuple(decode_batches), prefill_tokens=tuple(prefill_tokens),
-                   weights=graph.meta.get("weights", "bf16"), kv_dtype=graph.meta.get("kv_dtype", "bf16"))
+                   draft_tokens=int(draft_tokens), weights=graph.meta.get("weights", "bf16"), kv_dtype=graph.meta.get("kv_dtype", "bf16"))
     ctx = mp.context()
     for b in decode_batches:
         for s, ln in plan_steps(program, ctx, T=b, B=b, R=b, mode="decode"):
@@ -245,6 +263,11 @@ def plan_model(
     for t in prefill_tokens:
         for s, ln in plan_steps(program, ctx, T=t, B=1, R=1, mode="prefill"):
             mp.launches.setdefault((s.name, "prefill"), []).append(ln)
+    if draft_tokens:
+        for b in decode_batches:
+            t = b * (int(draft_tokens) + 1)
+            for s, ln in plan_steps(program, ctx, T=t, B=b, R=t, mode="verify"):
+                mp.launches.setdefault((s.name, "verify"), []).append(ln)
     return mp
 
 

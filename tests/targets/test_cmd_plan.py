@@ -74,6 +74,27 @@ def test_model_dir():
     assert d["sms"] == 36 and any(k["kernel"] == "L0.mlp.gate_up" for k in d["kernels"])
 
 
+def test_draft_tokens_plans_the_verify_steps():
+    """``--draft-tokens K``: each decode batch B's speculative verify step (B x (K + 1) tokens, mode ``verify``) is
+    planned beside decode and prefill -- the GDN layers' verify conv, verify core (its columns split over CTAs where
+    one per head leaves SMs idle: the fixture's 6 heads on 36 SMs split, and the gated norm follows) and no prefill
+    core; columns V=4 / V=8 in the table. Without the option no verify grid exists (the plan goldens' shape)."""
+    args = (str(TINY), "--target", "sm_120a", "--sku", "rtx 5060 ti", "--batch", "1", "--batch", "2", "--tokens", "1")
+    d = json.loads(run(*args, "--draft-tokens", "3", "--json").output)
+    assert d["draft_tokens"] == 3
+    verify = {k["kernel"]: k for k in d["kernels"] if any(g["mode"] == "verify" for g in k["grids"])}
+    assert {"L0.gdn.mixer.conv_verify", "L0.gdn.mixer.verify", "L0.gdn.mixer.verify_norm", "lm_head"} <= set(verify)
+    assert not any(n.endswith((".core", ".ring", ".wy")) for n in verify)
+    core = [g for g in verify["L0.gdn.mixer.verify"]["grids"] if g["mode"] == "verify"]
+    assert [(g["tokens"], g["route"]) for g in core] == [(4, "verify_split"), (8, "verify_split")]
+    plain = json.loads(run(*args, "--json").output)
+    assert "draft_tokens" not in plain and not any(g["mode"] == "verify" for k in plain["kernels"] for g in k["grids"])
+    r = run(*args, "--draft-tokens", "3")
+    assert r.exit_code == 0, r.output
+    head = r.output.splitlines()[2]
+    assert "V=4" in head and "V=8" in head and "a speculative verify step of n tokens" in r.output
+
+
 @pytest.mark.parametrize("args, needle", [
     (("--target", "sm_89", "--preset", "qwen3.8-27b"), "give --sku NAME or --sms N"),
     (("--target", "sm_89", "--sku", "h200", "--preset", "qwen3.8-27b"), "sm_90, not the requested target sm_89"),
@@ -90,6 +111,8 @@ def test_model_dir():
     (("--target", "sm_89", "--sms", "92", "--preset", "qwen3.8-27b", "--kv-dtype", "fp8"), "'fp8' is not one of"),
     (("--target", "sm_89", "--sms", "92", "--preset", "qwen3.8-27b", "--tokens", "1", "--tokens", "100000"),
      "--tokens 100000 is more than --max-context 4096"),
+    (("--target", "sm_89", "--sms", "92", "--preset", "qwen3.8-27b", "--draft-tokens", "6"),
+     "6 is not in the range 1<=x<=5"),
 ])
 def test_errors_are_one_line_exit_2(args, needle):
     r = run(*args)

@@ -180,3 +180,12 @@ def test_mtp_head_lowers_and_plans(tiny_dir, arch, sku):
     assert len(extra) == 1 and extra[0].rows == "T" and not extra[0].problem.gather
     assert extra[0] in prog.for_mode("prefill") and extra[0] in prog.for_mode("verify")
     assert extra[0] not in prog.for_mode("decode")
+
+
+def test_plan_verify_steps_bounds(graph):
+    """``plan_model(draft_tokens=K)`` takes K in 0..MAX_DRAFT_TOKENS (the server's range) and names the value."""
+    from ninferc.errors import PlanError
+
+    for k in (-1, 6):
+        with pytest.raises(PlanError, match=rf"draft_tokens = {k} must be in 0\.\.5"):
+            plan_model(graph, "sm_90", sms=132, decode_batches=(1,), prefill_tokens=(1,), draft_tokens=k)
