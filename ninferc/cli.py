@@ -9,14 +9,21 @@ from ninferc.errors import NinfercError
 
 
 class _Group(click.Group):
-    """A click group that turns :class:`NinfercError` into a one-line message and exit status 2."""
+    """A click group that turns :class:`NinfercError` and click's usage errors (a bad option value, an unknown option
+    or subcommand, a missing argument) into a one-line message and exit status 2."""
 
     def invoke(self, ctx):
-        """Run the subcommand; a NinfercError becomes ``error: ...`` on stderr and exit status 2."""
+        """Run the subcommand; a NinfercError becomes ``error: ...`` on stderr and exit status 2, and so does a click
+        :class:`~click.UsageError` (click's own message, e.g. "Invalid value for '--draft-tokens': 9 is not in the
+        range 1<=x<=5.", then where the command's help is), instead of click's usage block and ``Error:`` line."""
         try:
             return super().invoke(ctx)
         except NinfercError as exc:
             click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+        except click.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
+            click.echo(f"error: {exc.format_message()} (see '{where} --help')", err=True)
             sys.exit(2)
 
 
