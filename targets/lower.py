@@ -128,6 +128,9 @@ class Step:
     #: a ``prefill`` step the ``verify`` mode replaces by its own (the GDN conv, ring update and core: the verify step
     #: keeps the conv ring and the state after every token)
     prefill_only: bool = False
+    #: a GDN gated-norm step: the core step (prefill ``.core``, verify ``.verify``) it follows, needed only where that
+    #: core's launch splits the columns (a route of ``ninferc.targets.kernels.gdn.SPLIT_ROUTES``: o to ``o_ws``)
+    follows: str = ""
 
 
 class LinearRoute:
@@ -201,22 +204,6 @@ class GdnVerifyRoute:
         return FAMILIES["gdn_recurrent"].verify_launch(p, tokens, ctx, batch=batch)
 
 
-class GdnVerifyNormRoute:
-    """The gated RMSNorm after a split verify core (:class:`GdnVerifyRoute` launching route ``verify_split``):
-    ``gdn_gated_norm`` over the step's T tokens (the step is dropped after an unsplit core, which writes y itself:
-    :func:`drop_unneeded_steps`)."""
-
-    name = "gdn_verify_norm"
-
-    def variants(self, p: GdnProblem) -> list[KernelSpec]:
-        """The gated-norm kernel."""
-        return FAMILIES["gdn_gated_norm"].variants(p)
-
-    def launch(self, p: GdnProblem, tokens: int, ctx: PlanContext) -> Launch:
-        """Grid (T, ceil(Hv / warps))."""
-        return FAMILIES["gdn_gated_norm"].launch(p, tokens, ctx)
-
-
 class GdnConvVerifyRoute:
     """The conv of the ``verify`` mode with its per-token rings: the conv output, and the ring after token j of
     sequence b into slot ``seq_slot_out[b] + j`` (``gdn_conv`` with ``verify``)."""
@@ -263,8 +250,7 @@ class AttnCombineVerifyRoute:
         return FAMILIES["attn_combine"].launch(p, tokens, ctx, prep=False)
 
 
-ROUTES = {"linear": LinearRoute, "mlp": MlpRoute, "gdn_verify": GdnVerifyRoute, "gdn_verify_norm": GdnVerifyNormRoute,
-          "gdn_conv_verify": GdnConvVerifyRoute,
+ROUTES = {"linear": LinearRoute, "mlp": MlpRoute, "gdn_verify": GdnVerifyRoute, "gdn_conv_verify": GdnConvVerifyRoute,
           "attn_verify": AttnVerifyRoute, "attn_combine_verify": AttnCombineVerifyRoute}
 
 
@@ -583,9 +569,10 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096, fuse_no
             add(Step(f"{op.name}.core", op.name, "prefill", "gdn_chunk", p, "T", common, batch=True, layer=L,
                      prefill_only=True))
             add(Step(f"{op.name}.verify", op.name, "verify", "gdn_verify", p, "T", common, batch=True, layer=L))
-            add(Step(f"{op.name}.verify_norm", op.name, "verify", "gdn_verify_norm", p, "T", common, layer=L))
+            add(Step(f"{op.name}.verify_norm", op.name, "verify", "gdn_gated_norm", p, "T", common, layer=L,
+                     follows=f"{op.name}.verify"))
             add(Step(f"{op.name}.norm", op.name, "prefill", "gdn_gated_norm", p, "T", common, layer=L,
-                     prefill_only=True))
+                     prefill_only=True, follows=f"{op.name}.core"))
         elif k == "GatedAttentionBlock":
             p = _attn_problem(op, graph, page_size, max_context)
             kv = op.states["kv"]
@@ -675,9 +662,9 @@ def drop_unneeded_steps(steps: list[Step], launches: dict[str, Launch]) -> list[
     """The steps of ``steps`` that must run, given every step's launch (by step name): a gate|up step only where its
     MLP's down step (``Step.fused_into``) does not launch the fused MLP kernel; ``attn_prep`` only where its
     layer's ``attn_decode`` launch (decode steps) is not a fused-prep kernel (template ``prep``); the GDN ``gdn_chunk_wy``
-    step runs only before a ``wy`` / ``wy_split`` core route, the gated-norm step only after a ``chunked_split``
-    / ``wy_split`` one (the fused core writes y), the verify mode's gated-norm step only after a ``verify_split`` core;
-    an AddRMSNorm step
+    step runs only before a ``wy`` / ``wy_split`` core route, a gated-norm step only after a split core route
+    (``Step.follows``: ``chunked_split`` / ``wy_split`` in prefill, ``verify_split`` in verify; an unsplit core writes
+    y itself); an AddRMSNorm step
     ``absorbed_by`` / ``absorbed_into`` two Linears is skipped when both launches are GEMVs (which then do the
     norm between them).
 
@@ -686,13 +673,9 @@ def drop_unneeded_steps(steps: list[Step], launches: dict[str, Launch]) -> list[
     """
     out = []
     for s in steps:
-        if s.family == "gdn_gated_norm":
-            core = launches.get(s.name[: -len(".norm")] + ".core")
+        if s.follows:  # a gated norm after its GDN core: only where the core split the columns
+            core = launches.get(s.follows)
             if core is None or core.route not in GDN_SPLIT_ROUTES:
-                continue
-        if s.family == "gdn_verify_norm":
-            core = launches.get(s.name[: -len(".verify_norm")] + ".verify")
-            if core is None or core.route != "verify_split":
                 continue
         if s.family == "gdn_chunk_wy":
             core = launches.get(s.name[: -len(".wy")] + ".core")

@@ -114,8 +114,9 @@ ROUTES = ("wy", "chunked", "recurrent")
 ``chunked`` (gdn_chunk alone; + gdn_gated_norm when split) and ``recurrent``."""
 WY_ROUTES = ("wy", "wy_split")
 """Core routes that read :class:`GdnChunkWyFamily`'s records (its launch must run before them)."""
-SPLIT_ROUTES = ("chunked_split", "wy_split")
-"""Core routes that write the fp32 ``o_ws`` and need :class:`GdnGatedNormFamily` after them."""
+SPLIT_ROUTES = ("chunked_split", "wy_split", "verify_split")
+"""Core routes (prefill, and the verify step's) that write the fp32 ``o_ws`` and need :class:`GdnGatedNormFamily`
+after them."""
 WY_TILE = 64
 """Columns of ``X = [beta e^c k | beta v]`` per product tile of ``gdn_chunk_wy`` (its ``kXW``)."""
 
@@ -500,8 +501,7 @@ class GdnRecurrentFamily:
         for split in (2, 4):
             d = problem.dv // split
             if one_pass and problem.dv % split == 0 and d % 32 == 0 and WARP % (d // 4) == 0 and \
-                    recurrent_threads_valid(replace(problem, dv=d), recurrent_threads(replace(problem, dv=d),
-                                                                                         self.state_per_thread)):
+                    any(recurrent_threads_valid(replace(problem, dv=d), t) for t in range(WARP, 1025, WARP)):
                 blocks.append(d)
         if self.verify_split == "auto":
             return blocks

@@ -295,7 +295,7 @@ class Runner:
         fam = decode_family(variant)
         launches = [gdn.BY_NAME["gdn_conv"].launch(p, T, self.ctx, batch=B, verify=True),
                     fam.verify_launch(p, T, self.ctx, batch=B)]
-        if launches[-1].route == "verify_split":  # the columns split over CTAs: o to o_ws, then the gated norm
+        if launches[-1].route in gdn.SPLIT_ROUTES:  # the columns split over CTAs: o to o_ws, then the gated norm
             launches.append(gdn.BY_NAME["gdn_gated_norm"].launch(p, T, self.ctx))
         y = be.put(np.full((T, p.value_dim), BF16_NAN, np.uint16))
         conv_out = be.put(np.full((T, p.conv_dim), np.nan, F32))
