@@ -32,9 +32,8 @@ import numpy as np
 from ninferc.errors import NinfercError
 from ninferc.sampling import (HostSampler, NonFiniteLogits, Sampled, apply_penalties, filtered_probs, log_softmax,
                               rows_on_device)
+from ninferc.targets.lower import MAX_DRAFT_TOKENS
 
-#: most draft tokens per round ``--draft-tokens`` accepts
-MAX_DRAFT_TOKENS = 5
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,9 @@ from ninferc.targets.plan import KernelSpec, Launch, PlanContext, family_variant
 #: largest T served by the GEMV route of a Linear (its kernels hold 4 tokens per pass; two passes
 #: still read the weights from L2 mostly); above it the tensor-core GEMM reads them once per M-tile
 GEMV_MAX_TOKENS = 8
+#: most draft tokens K of one speculative round: the ``verify`` mode's steps carry at most K + 1 = 6 tokens per
+#: sequence (``--draft-tokens`` of ``run``, ``bench`` and ``serve`` take 1..K; the plan, 0..K)
+MAX_DRAFT_TOKENS = 5
 #: entries per sequence of the runtime's pinned host block of sampled ids (the sampler's ``history``, row stride):
 #: two halves, which the runtime's metadata uploads alternate between (``Engine.write_meta``)
 SAMPLED_IDS_LD = 128

@@ -233,7 +233,7 @@ def plan_model(
     for what, counts in (("decode batches", decode_batches), ("prefill token counts", prefill_tokens)):
         if not counts or any(int(c) <= 0 for c in counts):
             raise PlanError(f"plan for {a.name}: {what} must be positive integers, got {list(counts)}")
-    from ninferc.runtime.spec import MAX_DRAFT_TOKENS
+    from ninferc.targets.lower import MAX_DRAFT_TOKENS
 
     if not 0 <= int(draft_tokens) <= MAX_DRAFT_TOKENS:
         raise PlanError(f"plan for {a.name}: draft_tokens = {draft_tokens} must be in 0..{MAX_DRAFT_TOKENS} "
