@@ -283,6 +283,23 @@ def test_eight_token_tile(fmt, epilogue, in_norm, t):
     _run(prob, launch, seed=40 + t)
 
 
+@pytest.mark.parametrize("epilogue,in_norm", [("store", "none"), ("swiglu", "parts"), ("add_norm_parts", "none")])
+@pytest.mark.parametrize("tile,t", [(4, 3), (4, 4), (4, 6), (2, 2), (2, 5)])
+def test_bf16_unpacked_weights(epilogue, in_norm, tile, t):
+    """bf16 on fp32 FMAs with each weight vector converted once for the tile's tokens (``bf16_unpack_tiles``):
+    every token slot computes, so a partial chunk (3 of 4, the last chunk of 6 at tile 4 or of 5 at tile 2) must
+    store its
+    own tokens only and every stored row must equal the reference (a slot that read another token's x fails)."""
+    fam = GemvFamily(GemvTuning(plain_shapes=((128, 2),), coop_threads=(256,), token_tiles=(1, tile),
+                                bf16_unpack_tiles=(tile,)))
+    prob = GemvProblem(SHAPES["bf16"], N, epilogue, in_norm=in_norm)
+    spec = fam.spec(prob, 128, "plain", tile, 2)
+    assert dict(spec.params).get("unpack_w") == 1 and fam.tile_for(t) == tile
+    assert "unpack_w" not in dict(fam.spec(prob, 128, "plain", 1, 2).params)  # one token: nothing to share
+    c = PlanContext(ARCH, SMS, {u: r for u, (_, r) in compile_variants([spec], ARCH).items()})
+    _run(prob, fam.launch_variant(prob, t, c, 128, "plain", max_tokens=tile, k_warps=2), seed=70 + t)
+
+
 @pytest.mark.parametrize("k,kw,x_scale", [(704, 2, 1.0), (1024, 1, 3e5), (1024, 4, 2e-6), (1600, 2, 1.0)])
 def test_w8_mma_x_range_and_partial_steps(k, kw, x_scale):
     """The w8 mma variant converts x to fp16 under a per-token power of two: x far above the fp16 range (3e5) or

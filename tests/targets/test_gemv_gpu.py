@@ -306,6 +306,25 @@ def test_planned_launches_match_reference(device, loader, prob, t, plan_sms):
     _run_and_check(loaded[launch.kernel.uri], prob, launch, seed=t * 31 + sms)
 
 
+#: bf16 on fp32 FMAs with each weight vector converted once for the tile's tokens (the registered family: off)
+BF16_UNPACK = GemvFamily(GemvTuning(bf16_unpack_tiles=(4,)))
+UNPACK_CASES = [QKV, DOWN, GATE_UP, MID_SWIGLU, GemvProblem(5120, 17408, "swiglu", in_norm="parts"),
+                GemvProblem(17408, 5120, "add_norm_parts")]
+
+
+@pytest.mark.parametrize("t", [3, 4, 13])
+@pytest.mark.parametrize("prob", UNPACK_CASES, ids=lambda p: f"k{p.k}_n{p.n}_{p.epilogue}_{p.in_norm}")
+def test_bf16_unpacked_weights_match_reference(device, loader, prob, t):
+    """``bf16_unpack_tiles``: the planned launch at the 27B shapes with the weights converted once per vector for
+    all of a 4-token tile's tokens (3: a partial chunk; 13: 8 + 5 or 4 x 3 + 1, as the plan chunks it)."""
+    loaded = {s.uri: loader(s) for s in BF16_UNPACK.variants(prob)}
+    ctx = PlanContext(device["arch"], device["sms"], {u: lk.resources for u, lk in loaded.items()})
+    launch = BF16_UNPACK.launch(prob, t, ctx)
+    assert dict(launch.kernel.params).get("unpack_w") == (1 if launch.kernel.param("max_tokens") == 4 else None), \
+        launch.kernel.uri
+    _run_and_check(loaded[launch.kernel.uri], prob, launch, seed=t * 17 + 5)
+
+
 def _planned(insts, arch, sku, tokens):
     """(instance name, problem, launch) for each instance and T as the product plans them for ``arch`` on ``sku``
     (:func:`ninferc.targets.model_plan.plan_model`'s pieces: every variant compiled for ``arch`` and its resources

@@ -39,6 +39,31 @@ def test_family_variants_compile_and_resources_read(family, arch):
 
 
 @pytest.mark.parametrize("arch", ALL_ARCHS)
+def test_bf16_unpacked_gemv_variants_compile_without_local_memory(arch):
+    """The bf16 GEMV variants with the weights converted once per vector (``GemvTuning.bf16_unpack_tiles``, off in
+    the registered family, so the registry test above does not see them): every plain shape at the 4- and 8-token
+    tile of the sample problems and the 27B gate|up / down, no local memory, at least one CTA per SM; the 8-token
+    tile is refused (its 512-thread cooperative variants spill)."""
+    from ninferc.errors import PlanError
+    from ninferc.targets.kernels.gemv import GemvFamily, GemvProblem, GemvTuning
+    from ninferc.targets.plan import compile_variants
+
+    with pytest.raises(PlanError, match="bf16_unpack_tiles"):
+        GemvTuning(bf16_unpack_tiles=(4, 8))
+    fam = GemvFamily(GemvTuning(bf16_unpack_tiles=(4,)))
+    probs = [p for p in fam.sample_problems() if p.wfmt == "bf16"] + [
+        GemvProblem(5120, 17408, "swiglu", in_norm="parts"), GemvProblem(17408, 5120, "add_norm_parts")]
+    specs = [s for p in probs for s in family_variants(fam, p, arch) if dict(s.params).get("unpack_w")]
+    assert {s.param("max_tokens") for s in specs} == {4}
+    a = get_arch(arch)
+    by_uri = {s.uri: s for s in specs}
+    for uri, (_, r) in compile_variants(specs, arch).items():
+        spec = by_uri[uri]
+        assert r.local_bytes == 0, f"{uri} spills on {arch}: {r.local_bytes} B"
+        assert occupancy(a, spec.threads, r.registers, r.static_smem_bytes, barriers=r.barriers).ctas_per_sm >= 1, uri
+
+
+@pytest.mark.parametrize("arch", ALL_ARCHS)
 def test_trace_probe_kernels_compile_and_match_the_probe(arch):
     """The device probes' kernels (attn_decode, staged and not, and the gdn_recurrent decode kernel, each with the probe's
     trace hooks: bench/attn_trace_probe.py traced_attn_spec / traced_gdn_spec; and the 27B w8 gate|up dp GEMV with the

@@ -161,6 +161,8 @@ class GemvFamily:
             params["k_warps"] = int(k_warps)
         if self.tuning.prefetch_steps != 1:
             params["prefetch_steps"] = self.tuning.prefetch_steps
+        if engine == "fma" and not problem.quantized and tile in self.tuning.bf16_unpack_tiles:
+            params["unpack_w"] = 1
         return KernelSpec.make(self.name, self.engine_templates[engine], params, threads, cooperative=(mode == "coop"))
 
     def arg_names(self, problem: GemvProblem) -> tuple[str, ...]:

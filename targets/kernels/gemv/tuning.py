@@ -76,6 +76,14 @@ class GemvTuning:
             against 26.81 with (4,), the 8-sequence step 43.07 against 54.71 with (4, 8) (runs 205-206,
             ``bench/results/batch_ab_bf16_t{4,6}_h100_cedfdcc.json``). Why is not measured yet (the per-CTA staging
             of every token's whole x is the first suspect).
+        bf16_unpack_tiles: the token tiles (>= 2) whose bf16 fp32-FMA variants convert each 16-byte weight vector to
+            fp32 once for all the tile's tokens (template ``unpack_w``; every token slot computes, a slot past the
+            chunk's tokens on its last token's x, never stored). Default () -- off until an A/B on a GPU decides: the
+            variants now convert a vector once per token (the token loop's per-slot branch keeps ptxas from sharing
+            the conversions): at 4 tokens a token's block per vector of 4 rows is ~85 instructions, 32 FMAs and ~40
+            conversions (shifts / masks); with the tile's conversions shared, sm_90's loop body is 221 instructions against ~347 at 4 tokens (~393
+            against ~690 at 8) for 104 registers against 80 (146 against 104) -- nvdisasm of the 256-thread swiglu
+            gate|up variant, 2026-12-06. Tiles 2..4: at 8 tokens the 512-thread cooperative variants spill.
         w8_dp_tiles / w4_dp_tiles: the token tiles whose w8 / w4 variants use integer dot products (template ``dp``,
             module docstring) where K is a multiple of 64, the staged x fits ``DP_X_BYTES`` and the tile is not an mma
             tile. Defaults: (1,) for both, the one-sequence decode GEMVs. From the H200 (bench/NOTES.md runs
@@ -149,7 +157,7 @@ class GemvTuning:
             32 or whose k_warps does not divide its warps, an empty shape list, odd or < 2 rows per warp, an empty
             or non-positive token tile, a negative prefetch_steps, an mma tile over ``MMA_MAX_TOKENS``, an empty
             dp_carry, a dp_ring of 1 or < 0, an unknown dp_preload, dp_deep_threads that are not CTA sizes, a bad
-            dp_min_ctas entry.
+            dp_min_ctas entry, a bf16_unpack_tiles entry outside 2..4.
     """
 
     plain_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 2), (256, 4))
@@ -163,6 +171,7 @@ class GemvTuning:
     w4_mma_tiles: tuple[int, ...] = (4,)
     w8_mma_tiles: tuple[int, ...] = (4, 8)
     bf16_mma_tiles: tuple[int, ...] = ()
+    bf16_unpack_tiles: tuple[int, ...] = ()
     w8_dp_tiles: tuple[int, ...] = (1,)
     w4_dp_tiles: tuple[int, ...] = (1,)
     dp_persistent: bool = True
@@ -199,6 +208,10 @@ class GemvTuning:
             raise PlanError(f"gemv: w4_mma_tiles={self.w4_mma_tiles}, w8_mma_tiles={self.w8_mma_tiles}, "
                             f"bf16_mma_tiles={self.bf16_mma_tiles}: the mma variants take at most {MMA_MAX_TOKENS} "
                             f"tokens per CTA (the m16n8k16 tile's n)")
+        if any(not 2 <= int(t) <= 4 for t in self.bf16_unpack_tiles):
+            raise PlanError(f"gemv: bf16_unpack_tiles = {tuple(self.bf16_unpack_tiles)} must be token tiles in 2..4 (one "
+                            "token converts each weight vector once already; at 8 tokens the 512-thread cooperative "
+                            "variants spill under their 128-register cap on every arch)")
         if not self.dp_carry:
             raise PlanError(f"gemv: dp_carry = {self.dp_carry!r} needs at least one setting (False and / or True)")
         if self.dp_ring < 0 or self.dp_ring == 1:
@@ -225,6 +238,7 @@ class GemvTuning:
             "w4_mma_tiles": tuple(int(t) for t in self.w4_mma_tiles),
             "w8_mma_tiles": tuple(int(t) for t in self.w8_mma_tiles),
             "bf16_mma_tiles": tuple(int(t) for t in self.bf16_mma_tiles),
+            "bf16_unpack_tiles": tuple(sorted(set(int(t) for t in self.bf16_unpack_tiles))),
             "w8_dp_tiles": tuple(int(t) for t in self.w8_dp_tiles),
             "w4_dp_tiles": tuple(int(t) for t in self.w4_dp_tiles),
             "dp_persistent": bool(self.dp_persistent),
