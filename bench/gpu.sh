@@ -11,7 +11,13 @@
 # Helpers: el (elapsed), gpu_tests NAME SECONDS PYTEST-ARGS (a time-boxed GPU test run), bench_27b, ab_run, trace_run,
 # serve_27b, prefix_27b, mtp_27b, serve_demo, cli_demo. bench/README.md lists the runs waiting for a device.
 set -o pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+# the image's own typing_extensions is kept where it is new enough for pydantic (>= 4.14): a newer carried one shadowing
+# it broke `import torch` in run 216 (torch's custom-op schema parser), which the HF peer tests need
+_wheels=(.whl/*.whl)
+if python3 -c "import sys, importlib.metadata as m; sys.exit(0 if tuple(map(int, m.version('typing_extensions').split('.')[:2])) >= (4, 14) else 1)" 2>/dev/null; then
+  _wheels=($(ls .whl/*.whl | grep -v /typing_extensions-))
+fi
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "${_wheels[@]}" \
   || { echo "wheel install failed"; exit 3; }
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/tmp/pip-e.log 2>&1 \
