@@ -22,6 +22,26 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/tmp/pip-e.log 2>&1 \
   || { cat /tmp/pip-e.log; echo "project install failed"; exit 3; }
+# every module the GPU tier imports, before any test runs: a missing one would fail each test file in turn and spend the
+# whole call (run 214: pyelftools; runs 215-216: httpx2, opentelemetry); torch (the HF peer tests) only warns
+python3 - <<'PY' || { echo "stopping: carry the missing wheels (bench/README.md lists them)"; exit 3; }
+import importlib, sys
+def bad(names):
+    out = []
+    for m in names:
+        try:
+            importlib.import_module(m)
+        except Exception as e:  # ImportError, or a shadowed dependency failing inside the import
+            out.append(f"{m} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
+    return out
+need = bad(["elftools", "safetensors", "tokenizers", "ml_dtypes", "networkx", "jinja2", "click", "tqdm", "fastapi",
+            "uvicorn", "prometheus_client", "openai", "httpx", "xdist", "ninferc.cli", "ninferc.server.app"])
+for w in bad(["torch"]):
+    print("warning: cannot import", w, "-- the HF peer GPU tests will fail")
+if need:
+    print("cannot import:", "; ".join(need))
+    sys.exit(1)
+PY
 export PYTHONUNBUFFERED=1
 export NINFERC_REQUIRE_GPU=1   # a missing or broken GPU fails the GPU tests instead of skipping them (tests/conftest.py)
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.max.mem,power.limit,temperature.gpu --format=csv
