@@ -38,7 +38,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat-first", action="store_true")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
-    from ninferc.runtime.spec import MAX_DRAFT_TOKENS
+    from ninferc.targets.lower import MAX_DRAFT_TOKENS
 
     if a.tokens_per_seq and not 2 <= a.tokens_per_seq <= MAX_DRAFT_TOKENS + 1:
         ap.error(f"--tokens-per-seq {a.tokens_per_seq}: give 2 <= T <= {MAX_DRAFT_TOKENS + 1} (T = 1 is the decode "

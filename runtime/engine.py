@@ -140,7 +140,7 @@ class Engine:
         self.max_context, self.max_batch, self.prefill_chunk = max_context, max_batch, prefill_chunk
         self.page_size = hdr["compile"]["page_size"]
         self.max_pages = -(-max_context // self.page_size)
-        from ninferc.runtime.spec import MAX_DRAFT_TOKENS
+        from ninferc.targets.lower import MAX_DRAFT_TOKENS
 
         if not 0 <= spec_tokens <= MAX_DRAFT_TOKENS:
             raise NinfercError(f"spec_tokens {spec_tokens} must be in 0..{MAX_DRAFT_TOKENS}")

@@ -35,7 +35,6 @@ from ninferc.sampling import (HostSampler, NonFiniteLogits, Sampled, apply_penal
 from ninferc.targets.lower import MAX_DRAFT_TOKENS
 
 
-
 @dataclass(frozen=True)
 class SpecConfig:
     """``method`` ``"mtp"`` (the checkpoint's own head) and ``draft_tokens`` k in 1..:data:`MAX_DRAFT_TOKENS`.

@@ -22,7 +22,8 @@ from ninferc.ir.config import ModelConfig
 from ninferc.ir.graph import Graph
 from ninferc.targets.arch import Arch
 from ninferc.targets.cubin import KernelResources
-from ninferc.targets.lower import Program, Step, drop_unneeded_steps, lower, step_launch, step_variants
+from ninferc.targets.lower import (MAX_DRAFT_TOKENS, Program, Step, drop_unneeded_steps, lower, step_launch,
+                                  step_variants)
 from ninferc.targets.nvrtc import DEFAULT_OPTIONS, nvrtc_version
 from ninferc.targets.plan import KernelSpec, Launch, PlanContext, check_launch, compile_variants
 from ninferc.targets.skus import Sku
@@ -233,8 +234,6 @@ def plan_model(
     for what, counts in (("decode batches", decode_batches), ("prefill token counts", prefill_tokens)):
         if not counts or any(int(c) <= 0 for c in counts):
             raise PlanError(f"plan for {a.name}: {what} must be positive integers, got {list(counts)}")
-    from ninferc.targets.lower import MAX_DRAFT_TOKENS
-
     if not 0 <= int(draft_tokens) <= MAX_DRAFT_TOKENS:
         raise PlanError(f"plan for {a.name}: draft_tokens = {draft_tokens} must be in 0..{MAX_DRAFT_TOKENS} "
                         "(as ninferc serve --draft-tokens)")
