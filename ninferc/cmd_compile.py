@@ -23,7 +23,7 @@ from ninferc.targets.arch import SUPPORTED
                    "(the recipe keeps the most sensitive tensors wider; see --recipe)")
 @click.option("--recipe", default=None,
               help="per-class overrides of the --weights recipe, e.g. 'lm_head=bf16,embedding=w8' "
-                   "(classes: embedding, lm_head, attention, gdn, mlp)")
+                   "(classes: embedding, lm_head, attention, gdn, mlp, mtp)")
 @click.option("--kv-dtype", type=click.Choice(["bf16", "int8"]), default="bf16", show_default=True,
               help="KV cache dtype: int8 = one fp32 scale per 64 elements per token per head")
 @click.option("--dump-ir", type=click.Path(path_type=Path), default=None, help="write the IR after each pass here")

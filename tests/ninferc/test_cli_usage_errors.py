@@ -32,3 +32,17 @@ def test_help_still_prints_usage():
     """``--help`` is no error: the usage and options, exit status 0."""
     r = CliRunner().invoke(main, ["plan", "--help"], prog_name="ninferc")
     assert r.exit_code == 0 and r.output.startswith("Usage: ninferc plan") and "--draft-tokens" in r.output
+
+
+def test_compile_help_lists_every_recipe_class():
+    """``compile --help`` names the classes ``--recipe`` takes: every quantisable class of ``ir.quant.GROUPS`` (the
+    list once lacked ``mtp``, which the recipe accepts)."""
+    import re
+
+    from ninferc.ir.quant import GROUPS, NEVER_QUANTISED
+
+    r = CliRunner().invoke(main, ["compile", "--help"], prog_name="ninferc", terminal_width=400)
+    assert r.exit_code == 0, r.output
+    listed = re.search(r"\(classes: ([a-z_, ]+)\)", " ".join(r.output.split()))
+    assert listed, r.output
+    assert listed.group(1).split(", ") == [g for g in GROUPS if g not in NEVER_QUANTISED]
