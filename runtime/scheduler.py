@@ -663,8 +663,7 @@ class Scheduler:
             if isinstance(toks, Exception):
                 self._end_error(a, EngineFailed(str(toks)))
                 continue
-            a.stats.spec.add(len(d), m)
-            self._emit_many(a, toks, now)
+            self._emit_many(a, toks, now, spec_round=(len(d), m))
 
     def _sample(self, rows: list[_Active], logits) -> None:
         got = self.backend.sample(logits, [(a.sampler, a.req.logprobs) for a in rows])
@@ -679,9 +678,12 @@ class Scheduler:
         else:
             self._emit_many(a, [s], now)
 
-    def _emit_many(self, a: _Active, samples: list[Sampled], now: float) -> None:
+    def _emit_many(self, a: _Active, samples: list[Sampled], now: float,
+                   spec_round: tuple[int, int] | None = None) -> None:
         """Hand the request its new tokens (one event), stopping at the first that ends it: a stop id (emitted and
-        counted), a stop string (the text ends before it) or ``max_tokens`` -- nothing after it is emitted."""
+        counted), a stop string (the text ends before it) or ``max_tokens`` -- nothing after it is emitted.
+        ``spec_round`` (drafted, accepted) of the speculative round that made ``samples``: recorded in the request's
+        :class:`~ninferc.runtime.spec.SpecStats` with the tokens taken, before a finish reports the stats."""
         st, req = a.stats, a.req
         ids, texts, used, finish = [], [], [], None
         for s in samples:
@@ -702,6 +704,8 @@ class Scheduler:
                 finish = ("length", True)
             if finish:
                 break
+        if spec_round is not None:
+            st.spec.add(*spec_round, len(ids))
         if st.first_token is None:
             st.first_token = now
         self.observer.on_tokens(st, len(ids), now)

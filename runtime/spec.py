@@ -58,29 +58,39 @@ class SpecConfig:
 @dataclass
 class SpecStats:
     """Per request: ``rounds`` (verify steps), ``drafted`` and ``accepted`` draft tokens, ``accepted_at[j]`` how
-    often the draft at position j + 1 was accepted, ``per_round`` the accepted count of each round."""
+    often the draft at position j + 1 was accepted, ``per_round`` the accepted count of each round -- the verifier's
+    decisions, whether or not the request used every token they gave -- and ``delivered`` the tokens the rounds handed
+    the request: a round that accepts m drafts yields m + 1 tokens, fewer when ``max_tokens``, a stop id or a stop
+    string ends the request inside them."""
 
     rounds: int = 0
     drafted: int = 0
     accepted: int = 0
     accepted_at: list[int] = field(default_factory=list)
     per_round: list[int] = field(default_factory=list)  # accepted drafts of each round, in order
+    delivered: int = 0
 
     @property
     def tokens_per_round(self) -> float | None:
-        """(accepted + rounds) / rounds: tokens one verify step yields on average."""
-        return (self.accepted + self.rounds) / self.rounds if self.rounds else None
+        """delivered / rounds: the tokens one verify step gave the request on average ((accepted + rounds) / rounds
+        where no round was cut short)."""
+        return self.delivered / self.rounds if self.rounds else None
 
     @property
     def acceptance(self) -> float | None:
         """accepted / drafted."""
         return self.accepted / self.drafted if self.drafted else None
 
-    def add(self, k: int, m: int) -> None:
-        """Record a round that drafted ``k`` tokens and accepted ``m``."""
+    def add(self, k: int, m: int, delivered: int | None = None) -> None:
+        """Record a round that drafted ``k`` tokens and accepted ``m`` of them, of whose m + 1 tokens the request
+        took ``delivered`` (default all; 1..m + 1, else ValueError)."""
+        used = m + 1 if delivered is None else delivered
+        if not 1 <= used <= m + 1:
+            raise ValueError(f"SpecStats.add: a round that accepted {m} drafts yields 1..{m + 1} tokens, not {used}")
         self.rounds += 1
         self.drafted += k
         self.accepted += m
+        self.delivered += used
         self.per_round.append(m)
         while len(self.accepted_at) < k:
             self.accepted_at.append(0)

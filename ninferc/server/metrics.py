@@ -39,7 +39,9 @@ The per-request log line (stderr, and one JSON object per line with ``--request-
 queue = arrival to admission; ttft = arrival to the first token; prefill = (prompt - cached) / (first token time -
 admission time), so it includes the iterations the request's chunks waited behind other requests' steps; decode =
 (gen - 1) / (last token time - first token time); steps = decode (or speculative) steps, shared = those it shared
-with other requests. All measured by the server.
+with other requests; spec = the tokens the request took per verify step ((gen - 1) / steps: a round cut short by
+max_tokens or a stop counts what it delivered) and the share of drafted tokens the verifier accepted. All measured by
+the server.
 """
 
 from __future__ import annotations
@@ -209,7 +211,7 @@ def request_record(s: RequestStats, error: ServingError | None = None) -> dict:
     if s.spec is not None:
         rec["spec"] = {"method": "mtp", "rounds": s.spec.rounds, "drafted": s.spec.drafted,
                        "accepted": s.spec.accepted, "accepted_at": list(s.spec.accepted_at),
-                       "tokens_per_round": s.spec.tokens_per_round, "acceptance": s.spec.acceptance}
+                       "delivered": s.spec.delivered, "tokens_per_round": s.spec.tokens_per_round, "acceptance": s.spec.acceptance}
     if error is not None:
         rec["error"] = {"code": error.code, "message": str(error)}
     return rec

@@ -85,8 +85,28 @@ def test_speculative_greedy_runs_equal_the_goldens(ck, gmtp, k):
         st = fin.stats.spec
         assert st.rounds == g["rounds"] and st.per_round == g["accepted_per_round"]
         assert st.accepted == sum(g["accepted_per_round"]) and st.drafted == k * g["rounds"]
+        assert st.delivered == len(ids) - 1  # the first token is the prefill's
     s = gmtp["summary_golden_cases"][f"k{k}"]
     assert s["rounds"] == sum(c["spec"][f"k{k}"]["rounds"] for c in gmtp["cases"])
+
+
+def test_tokens_per_round_counts_what_a_request_took(ck, gmtp):
+    """A round cut short by ``max_tokens`` counts the tokens it delivered in ``tokens_per_round`` ((gen - 1) /
+    rounds, what the per-request log reports), while ``accepted`` and ``per_round`` keep the verifier's decisions (the
+    goldens' rounds)."""
+    be = _backend(ck)
+    c = gmtp["cases"][0]
+    g = c["spec"]["k3"]
+    cut = 0
+    for n in range(4, 13):
+        ids, fin = _generate(be, c["prompt_ids"], n, k=3)
+        st = fin.stats.spec
+        assert ids == c["greedy_ids"][:n] and st.per_round == g["accepted_per_round"][:st.rounds]
+        assert st.delivered == n - 1 and st.tokens_per_round == pytest.approx((n - 1) / st.rounds)
+        cut += st.accepted + st.rounds > n - 1  # the last round yielded more than the request took
+    assert cut >= 3
+    with pytest.raises(ValueError, match="yields 1..3 tokens, not 4"):
+        SpecStats().add(3, 2, 4)
 
 
 @pytest.mark.slow

@@ -49,6 +49,9 @@ def test_spec_server_equals_plain_server_alone_and_concurrent(spec_server, clien
     lines = spec_server.wait_request_lines(4)
     specs = [re.search(r"spec=mtp ([\d.]+) tok/round, (\d+) % accepted", ln) for ln in lines]
     assert all(specs) and all(float(m.group(1)) >= 1.0 for m in specs)
+    for ln, m in zip(lines, specs):  # tokens per round: what the request took ((gen - 1) / steps), to the 2 decimals
+        gen, steps = (int(re.search(rf" {f}=(\d+)", ln).group(1)) for f in ("gen", "steps"))
+        assert float(m.group(1)) == pytest.approx((gen - 1) / steps, abs=0.006), ln
     assert any(float(m.group(1)) > 1.2 for m in specs)  # the fixture's head accepts ~20-50 % of its drafts
 
 
