@@ -96,6 +96,17 @@ class Tokenizer:
         written in the text, such as a chat template's ``<|im_start|>``, are recognised as themselves)."""
         return self._tok.encode(text, add_special_tokens=False).ids
 
+    def encode_split(self, text: str, at: int) -> tuple[list[int], int | None]:
+        """Token ids of ``text`` (as :meth:`encode`, one tokenisation) and how many of them cover exactly
+        ``text[:at]`` (a character index, 0..len(text)): None where a token spans character ``at`` (from the
+        tokenizer's character offsets). Raises ValueError for ``at`` outside 0..len(text)."""
+        if not 0 <= at <= len(text):
+            raise ValueError(f"encode_split: character index {at} is outside 0..{len(text)}")
+        enc = self._tok.encode(text, add_special_tokens=False)
+        n = sum(1 for _, e in enc.offsets if e <= at)
+        ok = all(s >= at for s, _ in enc.offsets[n:])
+        return enc.ids, n if ok else None
+
     def decode(self, ids: list[int]) -> str:
         """Text of ``ids`` (special tokens skipped)."""
         return self._tok.decode(list(ids), skip_special_tokens=True)

@@ -120,6 +120,10 @@ class GenerationRequest:
         logprobs: None, or how many alternatives to report per position (0..20).
         output: the text filter, or None (ids only).
         sink: called on the engine thread with every event of this request.
+        checkpoint_at: prompt positions (tokens) where, with the prefix cache on, a prefill chunk ends and the
+            sequence is checkpointed (the server's chat requests: where the messages end and the generation prompt
+            begins, the prefix a conversation's next turn repeats); positions outside 1..len(prompt_ids) - 2 are
+            ignored.
     """
 
     request_id: str
@@ -130,6 +134,7 @@ class GenerationRequest:
     logprobs: int | None = None
     output: OutputFilter | None = None
     sink: Callable[[object], None] = lambda ev: None
+    checkpoint_at: tuple[int, ...] = ()
 
 
 @dataclass
@@ -556,10 +561,15 @@ class Scheduler:
             end = min(end, (a.prefilled // iv + 1) * iv)
         if self.cache is not None and end == n and a.prefilled < n - 1:
             end = n - 1  # the prompt's checkpoint one token short of its end: it serves this prompt again too
+        asked = [p for p in a.req.checkpoint_at if a.prefilled < p < n - 1] if self.cache is not None else []
+        if asked:  # a position the request asks a checkpoint at (a chat's end of messages)
+            end = min(end, min(asked))
         logits = self.backend.prefill(a.seq, ids[a.prefilled:end])
         a.prefilled = end
         if iv and end % iv == 0 and end < n - 1:
             self._checkpoint(a, ids[:end], "interval")
+        elif end in asked:
+            self._checkpoint(a, ids[:end], "history")
         if self.cache is not None and end == n - 1 and n > 1:
             self._checkpoint(a, ids[:end], "prompt")
         if a.prefilled == n:

@@ -178,14 +178,15 @@ def create_app(state: ServerState):
             raise HTTPError(400, str(exc), param="messages") from None
         except TypeError as exc:
             raise HTTPError(400, f"chat_template_kwargs: {exc}", param="chat_template_kwargs") from None
-        ids = state.tokenizer.encode(text)
+        ids, history_end = _encode_chat(state, messages, req.chat_template_kwargs or {}, text)
         if req.max_tokens is not None and req.max_completion_tokens is not None \
                 and req.max_tokens != req.max_completion_tokens:
             raise HTTPError(400, f"max_tokens ({req.max_tokens}) and max_completion_tokens "
                                  f"({req.max_completion_tokens}) disagree; give one", param="max_tokens")
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         logprobs = (req.top_logprobs or 0) if req.logprobs else None
-        gen = _generation(state, request, req, ids, max_tokens, logprobs, chat=True)
+        gen = _generation(state, request, req, ids, max_tokens, logprobs, chat=True,
+                          checkpoint_at=() if history_end is None else (history_end,))
         return await _serve(state, request, gen, req, chat=True)
 
     @app.post("/v1/completions")
@@ -318,9 +319,31 @@ def _prompt_ids(state: ServerState, prompt) -> list[int]:
     return list(prompt)
 
 
+def _encode_chat(state: ServerState, messages: list[dict], kwargs: dict, text: str) -> tuple[list[int], int | None]:
+    """The token ids of a rendered chat prompt ``text``, and where its messages end and the generation prompt
+    (``<|im_start|>assistant ...``) begins -- the position of the prefix checkpoint a conversation's next turn can
+    reuse: that turn's prompt repeats these messages, then the answer as the template renders a past turn (its
+    reasoning dropped, or the thinking switch's empty block omitted), which need not equal what was generated. None
+    when the prefix cache is off, the template without the generation prompt is not a prefix of ``text``, or no
+    token boundary falls there."""
+    sched = state.engine.scheduler
+    if sched is None or sched.cache is None:
+        return state.tokenizer.encode(text), None
+    from ninferc.chat import ChatTemplateError
+
+    try:
+        hist = state.chat.render(messages, add_generation_prompt=False, **kwargs)
+    except (ChatTemplateError, TypeError):
+        hist = ""
+    if not hist or len(hist) >= len(text) or not text.startswith(hist):
+        return state.tokenizer.encode(text), None
+    return state.tokenizer.encode_split(text, len(hist))
+
+
 def _generation(state: ServerState, request: Request, req, ids: list[int], max_tokens, logprobs, *,
-                chat: bool) -> GenerationRequest:
-    """The scheduler request of a validated API request (sampling parameters checked; 400 naming the field)."""
+                chat: bool, checkpoint_at: tuple[int, ...] = ()) -> GenerationRequest:
+    """The scheduler request of a validated API request (sampling parameters checked; 400 naming the field;
+    ``checkpoint_at``: :class:`GenerationRequest`'s)."""
     d = state.defaults
     temperature = req.temperature if req.temperature is not None else d.get("temperature", 1.0)
     seed = req.seed if req.seed is not None else secrets.randbits(63)
@@ -368,7 +391,7 @@ def _generation(state: ServerState, request: Request, req, ids: list[int], max_t
         rid = f"{rid}-{uuid.uuid4().hex[:8]}"
     return GenerationRequest(request_id=rid, prompt_ids=ids, max_tokens=max_tokens,
                              params=params, stop_ids=frozenset(stop_ids), logprobs=logprobs,
-                             output=TextOutput(state.tokenizer, stop))
+                             output=TextOutput(state.tokenizer, stop), checkpoint_at=checkpoint_at)
 
 
 def _client_gone() -> JSONResponse:

@@ -117,3 +117,16 @@ def test_synthetic_tokenizer_maps_every_id_to_one_word_and_back():
     assert "".join(s.step(i) for i in ids) == t.decode(ids)
     with pytest.raises(NinfercError, match="vocab_size 0"):
         Tokenizer.synthetic(0)
+
+
+def test_encode_split_counts_the_tokens_of_a_prefix(tok):
+    """``encode_split``: one tokenisation of the text and the number of its tokens that cover exactly the first
+    ``at`` characters -- equal to encoding the prefix alone where a token boundary falls there, None inside a token."""
+    text = "<|im_start|>user\nhéllo wörld 日本<|im_end|>\n<|im_start|>assistant\n"
+    at = text.index("<|im_start|>assistant")
+    ids, n = tok.encode_split(text, at)
+    assert ids == tok.encode(text) and n is not None and ids[:n] == tok.encode(text[:at]) and n < len(ids)
+    assert tok.encode_split(text, 0) == (ids, 0) and tok.encode_split(text, len(text)) == (ids, len(ids))
+    assert tok.encode_split(text, at + 5)[1] is None  # inside the special token <|im_start|>
+    with pytest.raises(ValueError, match="outside 0.."):
+        tok.encode_split(text, len(text) + 1)

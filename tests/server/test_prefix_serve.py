@@ -58,13 +58,45 @@ def test_multi_turn_chat_reuses_turn_one(servers, tiny_dir):
     gen = generate(ReferenceBackend(ck.config, ck), p1, max_new=24, params=SamplingParams(), prefill_chunk=128,
                    stop_ids=(0, 2)).ids
     seen = p1 + gen
-    ends = {len(p1) - 1, len(p1) + len(gen) - 1} | set(range(128, len(p1) - 1, 128))
+    hist1 = len(tok.encode(tpl.render(turn1, add_generation_prompt=False, **kw)))  # the end of turn 1's messages
+    ends = {hist1, len(p1) - 1, len(p1) + len(gen) - 1} | set(range(128, len(p1) - 1, 128))
     want = max(c for c in ends if c <= len(p2) - 1 and seen[:c] == p2[:c])
     assert want >= len(p1) - 1  # at least turn 1's prompt
     assert r2.usage.prompt_tokens_details.cached_tokens == want
     assert r2.usage.prompt_tokens == len(p2)
     line = srv.wait_for_line(rf"cached={want} ")
     assert "prompt=" + str(len(p2)) in line
+
+
+@pytest.mark.parametrize("thinking", [False, True])
+def test_next_turns_reuse_the_conversation_before_the_answer(servers, tiny_dir, thinking):
+    """What a chat client sends back is the answer's text, which the template renders as a past turn -- without the
+    empty think block (thinking off) or the reasoning (on) that the model saw -- so the end-of-prompt and
+    end-of-generation checkpoints are not prefixes of the next turn. The checkpoint where turn N's messages end
+    (before ``<|im_start|>assistant``) is: turn 2 reuses turn 1's messages, turn 3 turn 2's."""
+    _, on, off = servers
+    tok = Tokenizer.from_dir(tiny_dir)
+    tpl = chat_template_for(tok)
+    kw = {"enable_thinking": thinking}
+    sysmsg = {"role": "system", "content": f"You answer in Python ({'thinking' if thinking else 'direct'})."}
+    msgs = [sysmsg, {"role": "user", "content": "def parse(text):"}]
+    for turn, question in enumerate(["class Stack:", "import json"]):
+        r = on.chat.completions.create(model="tiny", messages=msgs, max_tokens=12, temperature=0,
+                                       extra_body={"chat_template_kwargs": kw})
+        assert r.choices[0].message.content == off.chat.completions.create(
+            model="tiny", messages=msgs, max_tokens=12, temperature=0,
+            extra_body={"chat_template_kwargs": kw}).choices[0].message.content
+        hist = len(tok.encode(tpl.render(msgs, add_generation_prompt=False, **kw)))
+        # the answer as a client keeps it: text without reasoning (a fixed one here: the fixture's 12 tokens of
+        # thinking can start with "<think>" again and so match the generation's checkpoint by chance)
+        msgs = msgs + [{"role": "assistant", "content": f"def f{turn}():\n    return {turn}"},
+                       {"role": "user", "content": question}]
+        nxt = on.chat.completions.create(model="tiny", messages=msgs, max_tokens=4, temperature=0,
+                                         extra_body={"chat_template_kwargs": kw})
+        assert nxt.usage.prompt_tokens_details.cached_tokens == hist, (turn, hist)
+        assert nxt.choices[0].message.content == off.chat.completions.create(
+            model="tiny", messages=msgs, max_tokens=4, temperature=0,
+            extra_body={"chat_template_kwargs": kw}).choices[0].message.content
 
 
 def test_eight_requests_share_a_system_prompt(servers):
