@@ -540,8 +540,13 @@ class _Formatter:
         for t in toks:
             offs.append(o)
             o += len(t)
-        return {"tokens": toks, "token_logprobs": [s.logprob for s in sampled],
-                "top_logprobs": [{self._token_str(i): lp for i, lp in s.top} for s in sampled], "text_offset": offs}
+        tops = []  # the legacy API's top_logprobs always hold the sampled token too: up to logprobs + 1 entries
+        for t, s in zip(toks, sampled):
+            d = {self._token_str(i): lp for i, lp in s.top}
+            d.setdefault(t, s.logprob)
+            tops.append(d)
+        return {"tokens": toks, "token_logprobs": [s.logprob for s in sampled], "top_logprobs": tops,
+                "text_offset": offs}
 
     def usage(self, ev: FinishEvent) -> dict:
         st = ev.stats

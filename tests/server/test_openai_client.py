@@ -171,6 +171,16 @@ def test_logprobs_chat_and_completions(client):
     lp = r.choices[0].logprobs
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 4
     assert "".join(lp.tokens) == r.choices[0].text and lp.text_offset[0] == 0
+    # the legacy API's top_logprobs always hold the sampled token (up to logprobs + 1 entries): with logprobs=0 it
+    # alone, and for a sampled token outside the top 1 both
+    for n, temp in ((0, 0), (1, 1.5)):
+        r = client.completions.create(model="tiny", prompt="def f():", max_tokens=12, temperature=temp, seed=5,
+                                      logprobs=n)
+        lp = r.choices[0].logprobs
+        for t, v, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+            assert top[t] == pytest.approx(v) and 1 <= len(top) <= n + 1
+        if temp:
+            assert any(len(top) == 2 for top in lp.top_logprobs)  # a token drawn below the most likely one
 
 
 def test_models_lists_the_model(client):
