@@ -6,9 +6,9 @@ A hybrid model cannot slice its recurrent state: a hit at position P needs the a
 matrix; for a speculating sequence also the MTP head's position and the hidden rows it has not consumed yet) plus
 references to the KV pages that hold positions 0..P-1. They are taken where a forward pass stops: at prefill
 chunk ends on multiples of the checkpoint interval, one token before the end of a request's prompt (the scheduler
-ends a prefill chunk there), at positions the request asks for (``GenerationRequest.checkpoint_at``: the server's
-chat requests ask for the end of their messages, before the generation prompt, which is what a conversation's next
-turn repeats) and at the end of its generation.
+ends a prefill chunk there) or instead at the positions the request asks for (``GenerationRequest.checkpoint_at``:
+the server's chat requests ask for the end of their messages, before the generation prompt, which is what a
+conversation's next turn repeats), and at the end of its generation.
 
 Keys: chained page hashes (page i's hash covers the tokens of pages 0..i, so a hash names the whole prefix;
 BLAKE2b, 16 bytes) and, for a checkpoint at P, the hash of its last full page chained with the tokens of the

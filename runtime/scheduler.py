@@ -121,9 +121,9 @@ class GenerationRequest:
         output: the text filter, or None (ids only).
         sink: called on the engine thread with every event of this request.
         checkpoint_at: prompt positions (tokens) where, with the prefix cache on, a prefill chunk ends and the
-            sequence is checkpointed (the server's chat requests: where the messages end and the generation prompt
-            begins, the prefix a conversation's next turn repeats); positions outside 1..len(prompt_ids) - 2 are
-            ignored.
+            sequence is checkpointed, instead of one token short of the prompt's end (the server's chat requests:
+            where the messages end and the generation prompt begins, the prefix a conversation's next turn
+            repeats); positions outside 1..len(prompt_ids) - 2 are ignored.
     """
 
     request_id: str
@@ -559,10 +559,13 @@ class Scheduler:
         iv = self.cache.interval if self.cache is not None else 0
         if iv:  # chunks end on the checkpoint interval's multiples, where checkpoints are taken
             end = min(end, (a.prefilled // iv + 1) * iv)
-        if self.cache is not None and end == n and a.prefilled < n - 1:
+        # the positions the request asks checkpoints at (a chat's end of messages) replace the end-of-prompt one:
+        # each split of the prompt costs a forward pass more before the first token
+        own = [p for p in a.req.checkpoint_at if 0 < p < n - 1] if self.cache is not None else []
+        if self.cache is not None and not own and end == n and a.prefilled < n - 1:
             end = n - 1  # the prompt's checkpoint one token short of its end: it serves this prompt again too
-        asked = [p for p in a.req.checkpoint_at if a.prefilled < p < n - 1] if self.cache is not None else []
-        if asked:  # a position the request asks a checkpoint at (a chat's end of messages)
+        asked = [p for p in own if p > a.prefilled]
+        if asked:
             end = min(end, min(asked))
         logits = self.backend.prefill(a.seq, ids[a.prefilled:end])
         a.prefilled = end
