@@ -187,6 +187,19 @@ def test_multi_turn_chat_on_the_gpu_reuses_turn_one(servers, tiny_dir, tok):
     n0 = len(srv.request_lines())
     r2 = ask(on, turn2)
     _equal_up_to_a_near_tie(r2, ask(off, turn2))
-    p1 = tok.encode(chat_template_for(tok).render(turn1, add_generation_prompt=True, **kw))
-    assert len(p1) - 1 <= r2.usage.prompt_tokens_details.cached_tokens < r2.usage.prompt_tokens
+    tpl = chat_template_for(tok)
+    hist1 = len(tok.encode(tpl.render(turn1, add_generation_prompt=False, **kw)))  # turn 1's end of messages
+    assert hist1 <= r2.usage.prompt_tokens_details.cached_tokens < r2.usage.prompt_tokens
     assert f"cached={r2.usage.prompt_tokens_details.cached_tokens} " in srv.wait_request_lines(1, after=n0)[0]
+    # turn 3 with the answer as most clients keep it (no think block): the template renders it otherwise than the
+    # model saw it, so the deepest checkpoint of turn 2 that is a prefix is the end of its messages or, past it, a
+    # multiple of the 128-token interval inside the common prefix
+    turn3 = turn2 + [{"role": "assistant", "content": r2.choices[0].message.content},
+                     {"role": "user", "content": "def main():"}]
+    r3 = ask(on, turn3)
+    _equal_up_to_a_near_tie(r3, ask(off, turn3))
+    p2, p3 = (tok.encode(tpl.render(m, add_generation_prompt=True, **kw)) for m in (turn2, turn3))
+    common = next((i for i, (x, y) in enumerate(zip(p2, p3)) if x != y), min(len(p2), len(p3)))
+    hist2 = len(tok.encode(tpl.render(turn2, add_generation_prompt=False, **kw)))
+    want = max([hist2] + [c for c in range(128, len(p2) - 1, 128) if c <= common])
+    assert r3.usage.prompt_tokens_details.cached_tokens == want
