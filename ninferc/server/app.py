@@ -161,6 +161,7 @@ def create_app(state: ServerState):
         if req.top_logprobs is not None and not 0 <= req.top_logprobs <= MAX_TOP_LOGPROBS:
             raise HTTPError(400, f"top_logprobs must be in 0..{MAX_TOP_LOGPROBS}, found {req.top_logprobs}",
                             param="top_logprobs")
+        _check_template_kwargs(req.chat_template_kwargs or {})
         if state.chat is None:
             raise HTTPError(400, "this model has no chat template (neither chat_template.jinja nor a chat_template in "
                                  "tokenizer_config.json); use /v1/completions with a prompt", param="messages",
@@ -317,6 +318,26 @@ def _prompt_ids(state: ServerState, prompt) -> list[int]:
         if t < 0 or (vocab is not None and t >= vocab):
             raise HTTPError(400, f"prompt[{i}] = {t} is not a token id (0..{(vocab or 1) - 1})", param="prompt")
     return list(prompt)
+
+
+#: the names the server itself gives the chat template (HF's apply_chat_template's): not a request's to set
+TEMPLATE_RESERVED = ("messages", "add_generation_prompt", "bos_token", "eos_token", "tools")
+#: chat_template_kwargs the family's templates test with ``is true`` / ``is false``: anything but a boolean would
+#: silently take the default
+TEMPLATE_BOOLEANS = ("enable_thinking",)
+
+
+def _check_template_kwargs(kwargs: dict) -> None:
+    """400 for a ``chat_template_kwargs`` entry that would be ignored or misread: a name the server sets itself
+    (:data:`TEMPLATE_RESERVED`), or a non-boolean value of a switch in :data:`TEMPLATE_BOOLEANS`."""
+    for k in TEMPLATE_RESERVED:
+        if k in kwargs:
+            raise HTTPError(400, f"chat_template_kwargs.{k}: the server sets {k!r} itself",
+                            param="chat_template_kwargs")
+    for k in TEMPLATE_BOOLEANS:
+        if k in kwargs and not isinstance(kwargs[k], bool):
+            raise HTTPError(400, f"chat_template_kwargs.{k} must be true or false, found {kwargs[k]!r}",
+                            param="chat_template_kwargs")
 
 
 def _encode_chat(state: ServerState, messages: list[dict], kwargs: dict, text: str) -> tuple[list[int], int | None]:
