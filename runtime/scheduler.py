@@ -32,8 +32,9 @@ With a prefix cache (:mod:`ninferc.runtime.prefix_cache`), admission first looks
 shares the checkpoint's KV pages, restores its GDN state and starts the prefill at P (``cached_tokens`` = P);
 checkpoints are taken at prefill chunk ends on multiples of the checkpoint interval, one token before the end of
 each prompt (the prefill stops there for one step, so that the same prompt sent again, whose last token must be
-computed for its logits, finds its whole prefix) and at the end of each generation; KV pages held only by the cache
-are released when admission needs them.
+computed for its logits, finds its whole prefix) -- or instead at the positions a request asks for
+(``GenerationRequest.checkpoint_at``: a chat's end of messages), where they lie past its cache hit -- and at the end
+of each generation; KV pages held only by the cache are released when admission needs them.
 
 Events reach the request's ``sink`` callable on the engine thread: :class:`TokenEvent`, then one
 :class:`FinishEvent` or :class:`ErrorEvent`.
@@ -123,7 +124,8 @@ class GenerationRequest:
         checkpoint_at: prompt positions (tokens) where, with the prefix cache on, a prefill chunk ends and the
             sequence is checkpointed, instead of one token short of the prompt's end (the server's chat requests:
             where the messages end and the generation prompt begins, the prefix a conversation's next turn
-            repeats); positions outside 1..len(prompt_ids) - 2 are ignored.
+            repeats); positions outside 1..len(prompt_ids) - 2 or not past the request's cache hit are ignored (with
+            none left, the end-of-prompt checkpoint is taken).
     """
 
     request_id: str
@@ -561,7 +563,8 @@ class Scheduler:
             end = min(end, (a.prefilled // iv + 1) * iv)
         # the positions the request asks checkpoints at (a chat's end of messages) replace the end-of-prompt one:
         # each split of the prompt costs a forward pass more before the first token
-        own = [p for p in a.req.checkpoint_at if 0 < p < n - 1] if self.cache is not None else []
+        own = [p for p in a.req.checkpoint_at if max(0, a.stats.cached_tokens) < p < n - 1] \
+            if self.cache is not None else []
         if self.cache is not None and not own and end == n and a.prefilled < n - 1:
             end = n - 1  # the prompt's checkpoint one token short of its end: it serves this prompt again too
         asked = [p for p in own if p > a.prefilled]

@@ -329,13 +329,14 @@ TEMPLATE_BOOLEANS = ("enable_thinking",)
 
 def _check_template_kwargs(kwargs: dict) -> None:
     """400 for a ``chat_template_kwargs`` entry that would be ignored or misread: a name the server sets itself
-    (:data:`TEMPLATE_RESERVED`), or a non-boolean value of a switch in :data:`TEMPLATE_BOOLEANS`."""
+    (:data:`TEMPLATE_RESERVED`), or a value of a switch in :data:`TEMPLATE_BOOLEANS` other than true, false or null
+    (null: the template's default)."""
     for k in TEMPLATE_RESERVED:
         if k in kwargs:
             raise HTTPError(400, f"chat_template_kwargs.{k}: the server sets {k!r} itself",
                             param="chat_template_kwargs")
     for k in TEMPLATE_BOOLEANS:
-        if k in kwargs and not isinstance(kwargs[k], bool):
+        if kwargs.get(k) is not None and not isinstance(kwargs[k], bool):  # null: the template's default
             raise HTTPError(400, f"chat_template_kwargs.{k} must be true or false, found {kwargs[k]!r}",
                             param="chat_template_kwargs")
 
@@ -561,10 +562,13 @@ class _Formatter:
         for t in toks:
             offs.append(o)
             o += len(t)
-        tops = []  # the legacy API's top_logprobs always hold the sampled token too: up to logprobs + 1 entries
+        # the legacy API's top_logprobs always hold the sampled token too (up to logprobs + 1 entries); keyed by
+        # text, so tokens of the same text (pieces of one multibyte character all read "\ufffd") share an entry,
+        # which the sampled token's own logprob wins
+        tops = []
         for t, s in zip(toks, sampled):
             d = {self._token_str(i): lp for i, lp in s.top}
-            d.setdefault(t, s.logprob)
+            d[t] = s.logprob
             tops.append(d)
         return {"tokens": toks, "token_logprobs": [s.logprob for s in sampled], "top_logprobs": tops,
                 "text_offset": offs}

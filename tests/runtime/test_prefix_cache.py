@@ -91,6 +91,13 @@ def test_a_requested_checkpoint_serves_a_prompt_that_diverges_after_it(ck, base)
         got, cached = _one(on, prompt)
         assert cached == want and got == _one(off, prompt)[0]
     assert [t for e in ev if isinstance(e, TokenEvent) for t in e.ids] == _one(off, base[:150], 4)[0]
+    # asked positions not past the request's cache hit are ignored: the end-of-prompt checkpoint is taken instead
+    ev, prompts = [], on.cache.stats.by_reason.get("prompt", 0)
+    on.submit(GenerationRequest("h2", list(base[:140]), 2, sink=ev.append, checkpoint_at=(64, 101)))
+    while not on.idle:
+        on.step()
+    assert ev[-1].stats.cached_tokens == 128 and on.cache.stats.by_reason["prompt"] == prompts + 1
+    assert _one(on, base[:140])[1] == 139
 
 
 def test_eviction_at_every_request_keeps_outputs_and_never_frees_pages_in_use(ck, base):

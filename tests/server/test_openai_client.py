@@ -183,6 +183,27 @@ def test_logprobs_chat_and_completions(client):
             assert any(len(top) == 2 for top in lp.top_logprobs)  # a token drawn below the most likely one
 
 
+def test_legacy_top_logprobs_keep_the_sampled_tokens_own_logprob(tiny_dir):
+    """Keyed by text, tokens that are pieces of one multibyte character share the key "\ufffd": the sampled
+    token's own logprob wins it, whether the token is in the top list or not (no server needed: the formatter)."""
+    from types import SimpleNamespace
+
+    from ninferc.sampling import Sampled
+    from ninferc.server.app import _Formatter
+    from ninferc.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_dir(tiny_dir)
+    a, b, c = tok.encode("\U0001F600")[:3]  # byte pieces of one emoji: each decodes to "\ufffd"
+    assert tok.decode([a]) == tok.decode([b]) == "\ufffd"
+    f = _Formatter(SimpleNamespace(tokenizer=tok), None, SimpleNamespace(request_id="x", logprobs=2), chat=False)
+    x, y = tok.encode("x")[0], tok.encode("y")[0]
+    out = f._logprobs([Sampled(a, -0.5, [(a, -0.5), (b, -1.2)]), Sampled(c, -3.0, [(a, -0.1), (b, -0.9)]),
+                       Sampled(x, -0.2, [(x, -0.2), (y, -2.0)])])
+    assert out["token_logprobs"] == [-0.5, -3.0, -0.2]
+    assert [top["\ufffd"] for top in out["top_logprobs"][:2]] == [-0.5, -3.0]
+    assert out["top_logprobs"][2] == {"x": -0.2, "y": -2.0}
+
+
 def test_models_lists_the_model(client):
     ms = client.models.list()
     assert [m.id for m in ms.data] == ["tiny"]
