@@ -40,10 +40,10 @@ def test_family_variants_compile_and_resources_read(family, arch):
 
 @pytest.mark.parametrize("arch", ALL_ARCHS)
 def test_bf16_unpacked_gemv_variants_compile_without_local_memory(arch):
-    """The bf16 GEMV variants with the weights converted once per vector (``GemvTuning.bf16_unpack_tiles``, off in
-    the registered family, so the registry test above does not see them): every plain shape at the 4- and 8-token
-    tile of the sample problems and the 27B gate|up / down, no local memory, at least one CTA per SM; the 8-token
-    tile is refused (its 512-thread cooperative variants spill)."""
+    """The bf16 GEMV variants with the weights converted once per vector (``GemvTuning.bf16_unpack_tiles``, (4,) in
+    the registered family too): every plain shape at the 4-token tile of the sample problems and the 27B gate|up /
+    down, no local memory, at least one CTA per SM; the 8-token tile is refused (its 512-thread cooperative variants
+    spill)."""
     from ninferc.errors import PlanError
     from ninferc.targets.kernels.gemv import GemvFamily, GemvProblem, GemvTuning
     from ninferc.targets.plan import compile_variants

@@ -91,14 +91,15 @@ on FMAs; only the summation order differs. Plain route only. Written for issue 3
 FMAs cost 1.17-1.43x their one-token time on an H100, bench/NOTES.md run 196); correct on the emulator and an H100,
 and slower there than the FMA kernels (0.86x at 4 sequences, 0.79x at 8: runs 205-206), so off by default.
 
-bf16 on fp32 FMAs, weights converted once (template ``fma`` with ``unpack_w``; ``GemvTuning.bf16_unpack_tiles``, default none)
--------------------------------------------------------------------------------------------------------------------------
+bf16 on fp32 FMAs, weights converted once (template ``fma`` with ``unpack_w``; ``GemvTuning.bf16_unpack_tiles``, default (4,))
+---------------------------------------------------------------------------------------------------------------------------
 At T tokens the FMA kernel above converts each 16-byte bf16 weight vector once per token (the per-token
 ``t < nt`` branch keeps ptxas from sharing the conversions): at 4 tokens ~173 instructions per KiB of weights a
 warp streams, against ~43 at one token (``bench/sass_loop.py``). ``unpack_w`` converts each vector once for the
 tile's tokens and lets every token slot compute (a slot past the chunk's tokens reads the chunk's last x and is never
 stored): ~110 instructions per KiB, for ~104 registers instead of 80 (sm_90). Tiles 2..4 (at 8 tokens the
-512-thread cooperative variants spill). Off until a GPU A/B decides (bench/README.md, runs waiting).
+512-thread cooperative variants spill). On at the 4-token tile since an H100 A/B (bench/NOTES.md run 217): the 27B
+4-sequence step 0.946x, the 4-token verify program 1.239x the one-token step against 1.304x.
 
 Integer dot products (template ``dp``; the tiles of ``GemvFamily.w4_dp_tiles`` / ``w8_dp_tiles``: w4 1, w8 none)
 -----------------------------------------------------------------------------------------------------------------

@@ -78,12 +78,16 @@ class GemvTuning:
             of every token's whole x is the first suspect).
         bf16_unpack_tiles: the token tiles (>= 2) whose bf16 fp32-FMA variants convert each 16-byte weight vector to
             fp32 once for all the tile's tokens (template ``unpack_w``; every token slot computes, a slot past the
-            chunk's tokens on its last token's x, never stored). Default () -- off until an A/B on a GPU decides: the
-            variants now convert a vector once per token (the token loop's per-slot branch keeps ptxas from sharing
-            the conversions): at 4 tokens a token's block per vector of 4 rows is ~85 instructions, 32 FMAs and ~40
-            conversions (shifts / masks); with the tile's conversions shared, sm_90's loop body is 221 instructions against ~347 at 4 tokens (~393
+            chunk's tokens on its last token's x, never stored). Default (4,): the variants without it convert a vector
+            once per token (the token loop's per-slot branch keeps ptxas from sharing the conversions): at 4 tokens a
+            token's block per vector of 4 rows is ~85 instructions, 32 FMAs and ~40 conversions (shifts / masks);
+            with the tile's conversions shared, sm_90's loop body is 221 instructions against ~347 at 4 tokens (~393
             against ~690 at 8) for 104 registers against 80 (146 against 104) -- nvdisasm of the 256-thread swiglu
-            gate|up variant, 2026-12-06. Tiles 2..4: at 8 tokens the 512-thread cooperative variants spill.
+            gate|up variant, 2026-12-06. On an H100 (2026-12-06, bench/NOTES.md run 217,
+            ``bench/results/batch_ab_bf16_t4_{now,unpack}_0234301.json``) the 27B 4-sequence step took 21.85 ms
+            with (4,) against 23.09 without (0.946x), one sequence x 4 tokens through the verify program 1.239x the
+            one-token step against 1.304x, the one-token decode unchanged (55.01 / 55.04 tok/s). Tiles 2..4: at 8
+            tokens the 512-thread cooperative variants spill.
         w8_dp_tiles / w4_dp_tiles: the token tiles whose w8 / w4 variants use integer dot products (template ``dp``,
             module docstring) where K is a multiple of 64, the staged x fits ``DP_X_BYTES`` and the tile is not an mma
             tile. Defaults: (1,) for both, the one-sequence decode GEMVs. From the H200 (bench/NOTES.md runs
@@ -171,7 +175,7 @@ class GemvTuning:
     w4_mma_tiles: tuple[int, ...] = (4,)
     w8_mma_tiles: tuple[int, ...] = (4, 8)
     bf16_mma_tiles: tuple[int, ...] = ()
-    bf16_unpack_tiles: tuple[int, ...] = ()
+    bf16_unpack_tiles: tuple[int, ...] = (4,)
     w8_dp_tiles: tuple[int, ...] = (1,)
     w4_dp_tiles: tuple[int, ...] = (1,)
     dp_persistent: bool = True
