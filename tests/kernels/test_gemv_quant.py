@@ -76,6 +76,7 @@ def test_uris_differ_per_format():
         bf = GemvProblem(256, 704, ep)
         for spec in GEMV.variants(bf):
             th, mode = spec.threads, spec.param("mode")
+            buri = spec.uri.replace("_unpack_w1", "")  # a bf16-only parameter (the weights converted once per vector)
             mt, kw = spec.param("max_tokens"), dict(spec.params).get("k_warps", 1)
             if GEMV.mma_for(GemvProblem(256, 704, ep, "w4"), mt) and mma_stages(th, tile=mt) < 2:
                 continue  # no tensor-core w4 variant of this CTA size (its rings exceed static shared memory)
@@ -89,11 +90,11 @@ def test_uris_differ_per_format():
             uris = {f: GEMV.spec(GemvProblem(256, 704, ep, f), th, mode, mt, kw).uri for f in WFORMATS}
             assert len(set(uris.values())) == 3
             # quantised kernels differ by the format and by their rows per warp (quant_rows_per_warp)
-            qbase = spec.uri.replace(f"_rw{GEMV.rows_per_warp}_", f"_rw{GEMV.quant_rows_per_warp}_")
+            qbase = buri.replace(f"_rw{GEMV.rows_per_warp}_", f"_rw{GEMV.quant_rows_per_warp}_")
             # the dp flag is the first parameter of the URI, persist the one after the mode
             dbase = qbase.replace("gemv__", "gemv__dp1_").replace("_plain_", "_plain_persist1_")
             if w8mma:
-                assert uris["w8"] == re.sub(r"_rw\d+_", "_rw16_", spec.uri.replace(f"_tok{mt}_", f"_tok{mt}_mma1_")
+                assert uris["w8"] == re.sub(r"_rw\d+_", "_rw16_", buri.replace(f"_tok{mt}_", f"_tok{mt}_mma1_")
                                             ) + "_wfmt-w8"
             else:
                 # a dp_min_ctas entry for (w8, epilogue, threads) adds its register cap, sorted before the mode
@@ -101,7 +102,7 @@ def test_uris_differ_per_format():
                 d8 = dbase.replace("_plain_", f"_min_ctas{cap}_plain_") if cap > 1 else dbase
                 assert uris["w8"] == (d8 if dp8 else qbase) + "_wfmt-w8"
             if GEMV.mma_for(GemvProblem(256, 704, ep, "w4"), mt):  # tensor-core w4 (4-token tile): 16 rows per warp
-                mbase = re.sub(r"_rw\d+_", "_rw16_", spec.uri.replace(
+                mbase = re.sub(r"_rw\d+_", "_rw16_", buri.replace(
                     f"_tok{mt}_", f"_tok{mt}_mma1_mma_stages{mma_stages(th, tile=mt)}_"))
                 assert uris["w4"] == mbase + "_wfmt-w4"
             else:
