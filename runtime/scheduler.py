@@ -563,8 +563,7 @@ class Scheduler:
             end = min(end, (a.prefilled // iv + 1) * iv)
         # the positions the request asks checkpoints at (a chat's end of messages) replace the end-of-prompt one:
         # each split of the prompt costs a forward pass more before the first token
-        own = [p for p in a.req.checkpoint_at if max(0, a.stats.cached_tokens) < p < n - 1] \
-            if self.cache is not None else []
+        own = [p for p in a.req.checkpoint_at if a.stats.cached_tokens < p < n - 1] if self.cache is not None else []
         if self.cache is not None and not own and end == n and a.prefilled < n - 1:
             end = n - 1  # the prompt's checkpoint one token short of its end: it serves this prompt again too
         asked = [p for p in own if p > a.prefilled]

@@ -211,7 +211,8 @@ def request_record(s: RequestStats, error: ServingError | None = None) -> dict:
     if s.spec is not None:
         rec["spec"] = {"method": "mtp", "rounds": s.spec.rounds, "drafted": s.spec.drafted,
                        "accepted": s.spec.accepted, "accepted_at": list(s.spec.accepted_at),
-                       "delivered": s.spec.delivered, "tokens_per_round": s.spec.tokens_per_round, "acceptance": s.spec.acceptance}
+                       "delivered": s.spec.delivered, "tokens_per_round": s.spec.tokens_per_round,
+                       "acceptance": s.spec.acceptance}
     if error is not None:
         rec["error"] = {"code": error.code, "message": str(error)}
     return rec
