@@ -78,13 +78,16 @@ def serve_table(labelled: list[tuple[str, dict]], device: str) -> str:
 def mtp_table(files: list[dict], device: str) -> str:
     """Markdown: one row per ``ninferc bench --spec mtp`` result (its ``spec`` object): plain, verify and draft step
     times with their ratios to the plain step, the round with one host read, and tok/s and speed-up at the forced
-    acceptance profile over that round (the schedule's tokens per round)."""
+    acceptance profile over that round (the schedule's tokens per round). A result whose drafts read a narrower LM head
+    (``spec.draft_lm_head`` other than bf16, ``--draft-lm-head``) says so in its row's first cell."""
     k = files[0]["spec"]["draft_tokens"]
     rows = [f"| {device}, K = {k} | plain step | verify step ({k + 1} tokens) | draft step | round (one host read) | "
             "tok/s at the profile | speed-up |", "|---|---:|---:|---:|---:|---:|---:|"]
     for d in files:
         sp = d["spec"]
-        rows.append(f"| {d['weights'].replace(' (synthetic)', '')} | {sp['plain_step_ms']:.2f} ms | "
+        head = sp.get("draft_lm_head", "bf16")
+        label = d["weights"].replace(" (synthetic)", "") + (f", drafts' LM head {head}" if head != "bf16" else "")
+        rows.append(f"| {label} | {sp['plain_step_ms']:.2f} ms | "
                     f"{sp['verify_step_ms']:.2f} ms ({sp['verify_ratio']:.2f}x) | "
                     f"{sp['draft_step_ms']:.2f} ms ({sp['draft_step_ratio']:.2f}x) | {sp['one_read_round_ms']:.2f} ms | "
                     f"{sp['one_read_profile_tok_s']:.1f} ({sp['schedule_tokens_per_round']:.2f} / round) | "

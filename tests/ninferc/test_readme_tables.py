@@ -59,7 +59,7 @@ def test_serving_table():
 
 
 def test_mtp_table():
-    files = ["mtp_27b_bf16_h100_7d4bf8b.json", "mtp_27b_w4_h100_7d4bf8b.json"]
+    files = ["mtp_27b_bf16_h100_6fe9c53.json", "mtp_27b_bf16_draftw4_h100_6fe9c53.json", "mtp_27b_w4_h100_6fe9c53.json"]
     _assert_in_readme(_tool().mtp_table([_load(f) for f in files], "H100"), *files)
 
 
