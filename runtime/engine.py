@@ -496,7 +496,7 @@ class Engine:
             else:
                 self.states[s.name] = cp.empty((self.state_slots,) + s.shape, cp.float32)
         self.arena = cp.empty(max(self.t_cap * self.arena_row, 256), cp.uint8)
-        # zeroed once: the counters some kernels keep there (mlp_sync, gdn_sync) start at zero and every launch leaves them so
+        # zeroed once: the counters some kernels keep there (mlp_sync) start at zero and every launch leaves them so
         self.ws = {k: cp.zeros(v, cp.uint8) for k, v in self.ws_bytes.items()}
         self.logits = cp.empty((self.max_logit_rows, self.vocab), cp.float32)
         self.meta = cp.zeros(self.meta_len, cp.int32)

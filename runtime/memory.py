@@ -70,9 +70,8 @@ def workspace_sizes(program, ctx, *, t_cap: int, max_batch: int, verify_tokens: 
     of ``t_cap`` tokens, every GEMV-sized prefill (T = 1..16 and 64; split-K workspaces vary with T), a decode
     step of every batch size 1 .. ``max_batch`` and, speculating, a verify step of every B sequences and T tokens
     it can carry (B .. B x ``verify_tokens``: a row near its token budget verifies fewer drafts) -- plus ``attn_q``
-    (fp32 [T, Hq * head_dim] of the attention prep), the fused MLP's ``mlp_parts`` / ``mlp_sync``
-    (:meth:`ninferc.targets.kernels.mlp_decode.MlpDecodeFamily.scratch_bytes`) and the fused-norm GDN verify kernel's
-    counters ``gdn_sync`` (:func:`ninferc.targets.kernels.gdn.verify_sync_bytes`). Each rounded up to 256 bytes, at
+    (fp32 [T, Hq * head_dim] of the attention prep) and the fused MLP's ``mlp_parts`` / ``mlp_sync``
+    (:meth:`ninferc.targets.kernels.mlp_decode.MlpDecodeFamily.scratch_bytes`). Each rounded up to 256 bytes, at
     least 256. Every size is taken, not extrapolated from the ends: the attention's split count is chosen per
     launch to fill the SMs, so its partials need not be largest at either end (the tiny fixture on an H100 or H200
     needs more at B = 5 than at B = 8; sizing from B = 1 and 8 alone made a GPU write past them, 2026-12-05).
@@ -87,11 +86,10 @@ def workspace_sizes(program, ctx, *, t_cap: int, max_batch: int, verify_tokens: 
             past whatever buffer it is given).
     """
     from ninferc.targets.kernels import FAMILIES
-    from ninferc.targets.kernels.gdn import verify_sync_bytes
     from ninferc.targets.lower import step_launch
 
     ws = {"gemv": 16, "norm_ss": 16, "gdn_conv_out": 16, "gdn_o": 16, "gdn_wy": 16, "attn_q": 16, "attn_partials": 16,
-          "mlp_parts": 16, "mlp_sync": 16, "gdn_sync": 16}
+          "mlp_parts": 16, "mlp_sync": 16}
     cases = [("prefill", t_cap, 1, 1)] + [("decode", b, b, b) for b in range(1, max_batch + 1)]
     cases += [("prefill", t, 1, 1) for t in list(range(1, 17)) + [64] if t <= t_cap]
     if verify_tokens:
@@ -111,8 +109,6 @@ def workspace_sizes(program, ctx, *, t_cap: int, max_batch: int, verify_tokens: 
             if fam == "mlp_decode":  # its partial sums and counters (besides ss_out, its workspace_bytes)
                 for name, nbytes in FAMILIES[fam].scratch_bytes(s.problem).items():
                     ws[name] = max(ws[name], nbytes)
-            if fam == "gdn_recurrent" and ln.route == "verify_split_fused":  # its counters (besides o_ws)
-                ws["gdn_sync"] = max(ws["gdn_sync"], verify_sync_bytes(s.problem, B))
             if ln.workspace_bytes:
                 name = workspace_of(ln)
                 if name is None:

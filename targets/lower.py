@@ -559,7 +559,7 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096, fuse_no
                       "wy_ws": Ref("ws", "gdn_wy"),
                       "tok_pos": Ref("meta", "tok_pos"), "tok_seq": Ref("meta", "tok_seq"),
                       "seq_start": Ref("meta", "seq_start"), "seq_slot": Ref("meta", "seq_slot"),
-                      "seq_slot_out": Ref("meta", "seq_slot_out"), "sync": Ref("ws", "gdn_sync"),
+                      "seq_slot_out": Ref("meta", "seq_slot_out"),
                       "scale": F32(a["scale"]), "l2_eps": F32(a["l2_eps"]), "norm_eps": F32(a["eps"])}
             add(Step(f"{op.name}.decode", op.name, "decode", "gdn_recurrent", p, "T", common, layer=L))
             add(Step(f"{op.name}.conv", op.name, "prefill", "gdn_conv", p, "T", common, layer=L, prefill_only=True))

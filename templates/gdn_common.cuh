@@ -7,8 +7,7 @@
 //   3. the conv-ring / projection layout (templates/README.md "State layouts")
 //   4. per-row scalars of one prefill chunk (gdn_chunk, gdn_chunk_wy)
 //   5. the record gdn_chunk_wy writes and the gdn_chunk scan reads
-//   6. float4 arithmetic, the row-group sum and the gated norm's bf16 output (gdn_recurrent)
-//   7. the gated norm of a V head whose columns several CTAs computed, by the last of them (gdn_recurrent verify)
+//   6. float4 arithmetic and the gated norm's bf16 output (gdn_recurrent)
 #pragma once
 
 namespace gdn {
@@ -151,21 +150,6 @@ __device__ __forceinline__ float4 f4_fma(float4 a, float s, float4 c) {
 }
 __device__ __forceinline__ float4 f4_scale(float4 a, float s) { return make_float4(a.x * s, a.y * s, a.z * s, a.w * s); }
 
-// Sum the per-thread partials (float4 over 4 columns) across the kRowGroups row groups of a CTA whose thread (rg, cq)
-// holds columns 4cq..4cq+3. One barrier; the caller alternates between two `red` buffers so no trailing barrier is needed.
-template <int kRowGroups, int kColQuads>
-__device__ __forceinline__ float4 reduce_rows(float4 part, float4 (*red)[kColQuads], int rg, int cq) {
-  red[rg][cq] = part;
-  __syncthreads();
-  float4 s = f4_zero();
-#pragma unroll 4
-  for (int r = 0; r < kRowGroups; ++r) {
-    const float4 v = red[r][cq];
-    s.x += v.x; s.y += v.y; s.z += v.z; s.w += v.w;
-  }
-  return s;
-}
-
 // y = o rstd w silu(z) of 4 columns as 4 bf16.
 __device__ __forceinline__ uint2 gated_bf16(const float4& o, float rstd, const float4& w4, const float4& z4) {
   const float y0 = ((o.x * rstd) * w4.x) * ninfer::silu(z4.x);
@@ -176,53 +160,6 @@ __device__ __forceinline__ uint2 gated_bf16(const float4& o, float rstd, const f
   packed.x = (unsigned int)ninfer::f32_to_bf16(y0) | ((unsigned int)ninfer::f32_to_bf16(y1) << 16);
   packed.y = (unsigned int)ninfer::f32_to_bf16(y2) | ((unsigned int)ninfer::f32_to_bf16(y3) << 16);
   return packed;
-}
-
-// ---------------------------------------------------------------------------------------------
-// 7. the gated norm of V head `head` whose dv columns kSplit CTAs computed (gdn_recurrent verify with fusednorm): each
-//    CTA has stored its columns of o for tokens t0 .. t1 - 1 to o_ws; every thread fences its stores, and after a
-//    barrier thread 0 takes a ticket on the (sequence, head) counter. The CTA holding the last ticket zeroes the
-//    counter (every CTA of the head has taken its ticket: the next launch finds it zero) and normalises the head's rows,
-//    one warp per token, in gdn_gated_norm's order (the same y, bit for bit), reading o through L2 (__ldcg: never a
-//    stale L1 line). Fence, barrier, ticket, barrier, fence: the "last block" pattern of the CUDA C++ Programming
-//    Guide's memory fence functions section. Called by every thread of the CTA (two barriers); s_last is shared.
-// ---------------------------------------------------------------------------------------------
-template <int kSplit, int kDv, int kValDim, int kProjDim, int kOffZ>
-__device__ __forceinline__ void split_gated_norm(const float* __restrict__ o_ws, const float* __restrict__ proj,
-                                                 const float* __restrict__ norm_w, unsigned short* __restrict__ y,
-                                                 unsigned int* counter, int head, int t0, int t1, float norm_eps,
-                                                 int* s_last) {
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const int last = atomicAdd(counter, 1u) == (unsigned int)(kSplit - 1);
-    if (last) atomicExch(counter, 0u);
-    *s_last = last;
-  }
-  __syncthreads();
-  if (!*s_last) return;  // uniform across the CTA
-  __threadfence();
-  constexpr int kPerLane = (kDv + ninfer::kWarpSize - 1) / ninfer::kWarpSize;
-  const int lane = threadIdx.x % ninfer::kWarpSize;
-  for (int t = t0 + (int)threadIdx.x / ninfer::kWarpSize; t < t1; t += (int)blockDim.x / ninfer::kWarpSize) {
-    const float* __restrict__ o = o_ws + (size_t)t * kValDim + head * kDv;
-    float v[kPerLane];
-    float ss = 0.0f;
-#pragma unroll
-    for (int e = 0; e < kPerLane; ++e) {
-      const int n = lane + e * ninfer::kWarpSize;
-      v[e] = n < kDv ? __ldcg(o + n) : 0.0f;
-      ss += v[e] * v[e];
-    }
-    ss = ninfer::warp_sum(ss);
-    const float rstd = 1.0f / sqrtf(ss / (float)kDv + norm_eps);
-    const float* __restrict__ z = proj + (size_t)t * kProjDim + kOffZ + head * kDv;
-#pragma unroll
-    for (int e = 0; e < kPerLane; ++e) {
-      const int n = lane + e * ninfer::kWarpSize;
-      if (n < kDv) y[(size_t)t * kValDim + head * kDv + n] = ninfer::f32_to_bf16(((v[e] * rstd) * norm_w[n]) * ninfer::silu(z[n]));
-    }
-  }
 }
 
 }  // namespace gdn

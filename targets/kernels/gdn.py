@@ -65,9 +65,7 @@ Kernels and launch geometry (chosen here, never in the templates)
   ``gdn_ring_update``, two launches per GDN layer) -> ``gdn_recurrent`` mode ``verify`` (grid ``(Hv * dv / dv_block, B)``,
   the recurrent prefill storing the state after token j into slot ``seq_slot_out[b] + j``;
   :meth:`GdnRecurrentFamily.verify_launch`; with ``dv_block < dv``, route ``verify_split``, each CTA walks the tokens
-  over its own columns and writes o to ``o_ws``; route ``verify_split_fused``, the default, the same with the last of
-  a head's CTAs normalising the head's rows into y, counted on ``sync``) -> ``gdn_gated_norm`` (route ``verify_split``
-  only). The step reads
+  over its own columns and writes o to ``o_ws``) -> ``gdn_gated_norm`` (route ``verify_split`` only). The step reads
   slot ``seq_slot[b]`` (which may be one of its output slots); the accepted count then names the slot the next
   step starts from -- no copy, no recompute (:func:`reference_verify`).
 * Kernels with a grid over sequences loop ``b = blockIdx.y, blockIdx.y + gridDim.y, ...`` and exit past
@@ -293,12 +291,6 @@ def chunk_smem_bytes(p: GdnProblem, dv_block: int, chunk: int = CHUNK, tile: int
     return 4 * floats
 
 
-def verify_sync_bytes(p: GdnProblem, batch: int) -> int:
-    """Bytes of the ``sync`` workspace a ``verify_split_fused`` launch of ``batch`` sequences counts on: one uint32
-    per (sequence, V head), ``4 * batch * Hv``; zero before the first launch, and every launch leaves it zero."""
-    return 4 * int(batch) * p.hv
-
-
 def wy_smem_bytes(p: GdnProblem, chunk: int = CHUNK, tile: int | None = None) -> int:
     """Dynamic shared memory (bytes) of ``gdn_chunk_wy`` -- the template's layout: ``A0, A [chunk][chunk+1] |
     union(QT, KT [tile][chunk+1] each, X [chunk][WY_TILE+1]) | 4 vectors [chunk]``. 27B: 51200 B."""
@@ -407,13 +399,6 @@ class GdnRecurrentFamily:
             layers against 0.48 ms for the one-token decode kernel). Split (4 CTAs per head there), run 212 on one
             H100: the core 0.78 ms + the norm 0.29 ms; the w4 verify step of 4 tokens 10.83 -> 10.02 ms
             (``bench/results/batch_ab_w4_t4_{whole,split}_h100_7d4bf8b.json``).
-        verify_fused_norm: a split verify kernel normalises o itself (template parameter ``fusednorm``, route
-            ``verify_split_fused``): each CTA stores its columns of o to ``o_ws``, and the last of a (sequence,
-            head)'s CTAs to finish -- counted on the ``sync`` workspace, uint32 [B, Hv], zero before the launch and
-            left zero -- applies the gated norm to the head's rows (templates/gdn_common.cuh section 7), where
-            False launches :class:`GdnGatedNormFamily` after it (route ``verify_split``). One launch fewer per GDN
-            layer of a verify step: at the 27B shape 49 launches of ~5.8 us (run 220 on an H100: ``gdn_gated_norm``
-            0.28 ms of the bf16 4-token verify step's kernels).
 
     Raises:
         PlanError: ``one_pass`` not True, False or "auto", or ``verify_split`` not "auto" or a positive int (names
@@ -424,13 +409,11 @@ class GdnRecurrentFamily:
     template = "gdn_recurrent.cu.j2"
 
     def __init__(self, state_per_thread: int = STATE_FLOATS_PER_THREAD, prewait: bool = True, preload: bool = True,
-                 one_pass: bool | str = "auto", one_pass_tree: bool = True, verify_split: int | str = "auto",
-                 verify_fused_norm: bool = True):
+                 one_pass: bool | str = "auto", one_pass_tree: bool = True, verify_split: int | str = "auto"):
         self.state_per_thread = int(state_per_thread)
         if verify_split != "auto" and not (isinstance(verify_split, int) and verify_split >= 1):
             raise PlanError(f"{self.name}: verify_split = {verify_split!r} must be 'auto' or a positive int")
         self.verify_split = verify_split
-        self.verify_fused_norm = bool(verify_fused_norm)
         self.prewait = bool(prewait)
         self.preload = bool(preload)
         if one_pass not in (True, False, "auto"):
@@ -481,8 +464,7 @@ class GdnRecurrentFamily:
         reduction where ``one_pass`` allows it (a verify step walks its K + 1 tokens one after another in each CTA:
         three barriers per token instead of seven). The prefill oracle keeps the two-pass order. ``dv_block``
         (verify; default dv): the state columns of each CTA, one of :meth:`verify_blocks`; below dv the kernel writes
-        o (fp32) to ``o_ws`` for :class:`GdnGatedNormFamily` (or, with ``verify_fused_norm``, normalises it itself in
-        the head's last CTA), and its threads hold ``state_per_thread`` values of the
+        o (fp32) to ``o_ws`` for :class:`GdnGatedNormFamily`, and its threads hold ``state_per_thread`` values of the
         CTA's dk x dv_block state as at dv, or fewer where that leaves under 4 warps.
 
         Raises:
@@ -504,8 +486,6 @@ class GdnRecurrentFamily:
             params.update(self._one_pass_params(cols, th))
             if d != problem.dv:
                 params["dv_block"] = d
-                if self.verify_fused_norm:
-                    params["fusednorm"] = True
         return KernelSpec.make(self.name, self.template, params, th, cooperative=False)
 
     def verify_blocks(self, problem: GdnProblem) -> list[int]:
@@ -556,10 +536,8 @@ class GdnRecurrentFamily:
 
     def verify_launch(self, problem: GdnProblem, tokens: int, ctx: PlanContext, batch: int = 1) -> Launch:
         """The verify kernel over T = ``tokens`` tokens of ``batch`` sequences: grid (Hv * dv / dv_block, B) with
-        :meth:`choose_verify_block`'s block, route ``verify`` (y written), ``verify_split`` (o written to the fp32
-        workspace ``o_ws [T, Hv*dv]`` = ``workspace_bytes``; follow with :class:`GdnGatedNormFamily`) or, with
-        ``verify_fused_norm``, ``verify_split_fused`` (o through ``o_ws`` to y in the same launch; its counters, the
-        ``sync`` workspace of :func:`verify_sync_bytes`, must be zero before the first launch).
+        :meth:`choose_verify_block`'s block, route ``verify`` (y written), or ``verify_split`` (o written to the fp32
+        workspace ``o_ws [T, Hv*dv]`` = ``workspace_bytes``; follow with :class:`GdnGatedNormFamily`).
 
         Raises:
             PlanError: T < B or B < 1, or B over the grid's y limit; as :meth:`verify_blocks`.
@@ -571,9 +549,8 @@ class GdnRecurrentFamily:
                             f"of {ctx.arch.max_grid_dims[1]}")
         d = self.choose_verify_block(problem, ctx, batch)
         split = d < problem.dv
-        spec = self.prefill_spec(problem, "verify", d)
-        route = ("verify_split_fused" if dict(spec.params).get("fusednorm") else "verify_split") if split else "verify"
-        return ctx.make_launch(spec, (problem.hv * (problem.dv // d), batch, 1), route=route, tokens=tokens,
+        return ctx.make_launch(self.prefill_spec(problem, "verify", d), (problem.hv * (problem.dv // d), batch, 1),
+                               route="verify_split" if split else "verify", tokens=tokens,
                                workspace_bytes=4 * tokens * problem.value_dim if split else 0)
 
     def sample_problems(self) -> list[GdnProblem]:
@@ -939,8 +916,8 @@ _ARGS = {
                               "tok_pos", "seq_start", "seq_slot", "num_seqs", "scale", "l2_eps", "norm_eps"],
     "gdn_conv": ["proj", "conv_w", "conv_ring", "conv_out", "tok_pos", "tok_seq", "seq_start", "seq_slot"],
     "gdn_recurrent/verify": ["conv_out", "proj", "A_log", "dt_bias", "norm_w", "rec_state", "y", "o_ws",
-                             "tok_pos", "seq_start", "seq_slot", "seq_slot_out", "sync", "num_seqs", "scale",
-                             "l2_eps", "norm_eps"],
+                             "tok_pos", "seq_start", "seq_slot", "seq_slot_out", "num_seqs", "scale", "l2_eps",
+                             "norm_eps"],
     "gdn_conv/verify": ["proj", "conv_w", "conv_ring", "conv_out", "tok_pos", "seq_start", "seq_slot", "seq_slot_out",
                         "num_seqs"],
     "gdn_ring_update": ["proj", "conv_ring", "tok_pos", "seq_start", "seq_slot", "num_seqs"],
@@ -951,7 +928,7 @@ _ARGS = {
 }
 _INT_ARGS = {"num_seqs"}
 _FLOAT_ARGS = {"scale", "l2_eps", "norm_eps"}
-_OPTIONAL_PTRS = {"gdn_chunk": {"y", "o_ws", "wy_ws"}, "gdn_recurrent": {"o_ws", "sync"}}
+_OPTIONAL_PTRS = {"gdn_chunk": {"y", "o_ws", "wy_ws"}, "gdn_recurrent": {"o_ws"}}
 
 
 def kernel_mode(spec: KernelSpec) -> str | None:
@@ -974,8 +951,7 @@ def arg_names(kernel: str, mode: str | None = None) -> tuple[str, ...]:
     [slots, Hv, dk, dv]; y bf16 (uint16) [T, Hv*dv]; o_ws fp32 [T, Hv*dv]; wy_ws fp32 [T, Hv, rec]
     (:func:`wy_record_floats`); tok_pos, tok_seq int32 [T];
     seq_start int32 [B+1]; seq_slot int32 [B]; seq_slot_out int32 [B] (verify: the first output slot of each
-    sequence); sync uint32 [B, Hv] (verify: the fused norm's counters, :func:`verify_sync_bytes`). Scalars: num_seqs
-    int32 (B); scale, l2_eps, norm_eps fp32.
+    sequence). Scalars: num_seqs int32 (B); scale, l2_eps, norm_eps fp32.
 
     Raises:
         KeyError: unknown kernel name (lists the known ones).
@@ -995,8 +971,7 @@ def kernel_args(launch: Launch, problem: GdnProblem, buffers: Mapping[str, Any])
         problem: supplies ``scale``, ``l2_eps``, ``norm_eps`` when ``buffers`` does not.
         buffers: name -> device array / pointer, plus ``num_seqs`` (B). For ``gdn_chunk`` an absent ``y``
             (split route), ``o_ws`` (fused route) or ``wy_ws`` (route ``chunked``) is passed as a null pointer, and so
-            are an absent ``o_ws`` of the ``gdn_recurrent`` verify kernel (route ``verify``, which writes y) and an
-            absent ``sync`` (every route but ``verify_split_fused``).
+            is an absent ``o_ws`` of the ``gdn_recurrent`` verify kernel (route ``verify``, which writes y).
 
     Raises:
         KeyError: a required buffer is missing (names it and the kernel).

@@ -160,7 +160,6 @@ static inline int min(int a, int b) { return a < b ? a : b; }
 static inline int max(int a, int b) { return a > b ? a : b; }
 static inline void __threadfence() {}
 template <typename T> static inline T __ldg(const T* p) { return *p; }  // the read-only cache path: a plain load
-template <typename T> static inline T __ldcg(const T* p) { return *p; }  // the L2-only path: a plain load
 static inline unsigned int __umulhi(unsigned int a, unsigned int b) {
   return (unsigned int)(((unsigned long long)a * b) >> 32);
 }

@@ -95,8 +95,7 @@ DECODE_VARIANTS = {"planned": None, "no_preload": {"preload": False}, "no_prewai
                    "two_pass": {"one_pass": False}, "two_pass_no_preload": {"one_pass": False, "preload": False},
                    "one_pass_flat": {"one_pass_tree": False}}
 #: verify-only variants (:func:`decode_family` finds them too): the core of one CTA per V head, and of two
-VERIFY_VARIANTS = {"verify_whole": {"verify_split": 1}, "verify_split2": {"verify_split": 2},
-                   "verify_split2_norm_kernel": {"verify_split": 2, "verify_fused_norm": False}}
+VERIFY_VARIANTS = {"verify_whole": {"verify_split": 1}, "verify_split2": {"verify_split": 2}}
 
 
 def decode_family(variant: str) -> gdn.GdnRecurrentFamily:
@@ -288,8 +287,8 @@ class Runner:
 
     def verify_step(self, proj: np.ndarray, batch: gdn.Batch, slot_out, variant: str = "planned") -> dict:
         """The speculative verify step: the verify conv (the conv and the per-token rings in one kernel) ->
-        recurrent verify core (of the :data:`DECODE_VARIANTS` family ``variant``; with its columns split over CTAs, the
-        gated norm in its last CTA per head, or a gated norm launch after it), the state and ring after token j of sequence b going to slot ``slot_out[b] + j``; returns y
+        recurrent verify core (of the :data:`DECODE_VARIANTS` family ``variant``; with its columns split over CTAs, then
+        the gated norm), the state and ring after token j of sequence b going to slot ``slot_out[b] + j``; returns y
         (fp32 from bf16), conv_out and the launches."""
         p, be = self.p, self.be
         T, B = batch.tokens, batch.num_seqs
@@ -300,15 +299,12 @@ class Runner:
             launches.append(gdn.BY_NAME["gdn_gated_norm"].launch(p, T, self.ctx))
         y = be.put(np.full((T, p.value_dim), BF16_NAN, np.uint16))
         conv_out = be.put(np.full((T, p.conv_dim), np.nan, F32))
-        sync = be.put(np.zeros(gdn.verify_sync_bytes(p, B) // 4, np.uint32))  # the fused norm's counters
         bufs = {"proj": be.put(proj), **self.w, "conv_ring": self.ring, "rec_state": self.rec, "y": y,
-                "conv_out": conv_out, "seq_slot_out": be.put(np.asarray(slot_out, np.int32)), "sync": sync,
-                **self._meta(batch)}
+                "conv_out": conv_out, "seq_slot_out": be.put(np.asarray(slot_out, np.int32)), **self._meta(batch)}
         if launches[-1].route != "verify":  # an unsplit core writes y itself and gets no o_ws (a null pointer)
             bufs["o_ws"] = be.put(np.full((T, p.value_dim), np.nan, F32))
         for ln in launches:
             be.launch(ln, gdn.kernel_args(ln, p, bufs))
-        assert not be.get(sync).any(), "the verify kernel left its counters non-zero"  # the next launch needs zeros
         return {"y": bf16_to_f32(be.get(y)), "conv_out": be.get(conv_out), "launches": launches}
 
 

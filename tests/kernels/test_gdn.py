@@ -332,18 +332,15 @@ def test_emulated_chain_and_routes(host_ctx):
     cases.scenario_routes_agree(cases.HostBackend(), host_ctx["sm_86"], SMALL, [0, 5], [130, 64])
 
 
-@pytest.mark.parametrize("variant", ["planned", "two_pass", "one_pass_flat", "verify_whole", "verify_split2",
-                                     "verify_split2_norm_kernel"])
+@pytest.mark.parametrize("variant", ["planned", "two_pass", "one_pass_flat", "verify_whole", "verify_split2"])
 @pytest.mark.parametrize("reverse", [False, True], ids=["fwd", "rev"])
 def test_emulated_verify_keeps_the_state_after_every_token(host_ctx, reverse, variant):
     """The verify step (the speculative round's K + 1 tokens per sequence): the state and conv window after each
     token in its own slot, the step's input slot among them (read before it is overwritten) or left alone;
     histories shorter than the conv width included. The planned core is the one-pass kernel with the tree
     reduction (three barriers per token), its columns split over as many CTAs as offered here (these heads fill
-    no 82-SM grid: SMALL 2 CTAs per head, WIDE 4, the gated norm in each head's last CTA), checked beside the two-pass
-    kernel, the one-pass flat sum, one CTA per head (``verify_whole``), two (``verify_split2``) and two followed by a
-    ``gdn_gated_norm`` launch (``verify_split2_norm_kernel``). The CTAs run in both orders (``rev``), so either CTA
-    of a head is the last; the fused norm's counters must be zero after every step."""
+    no 82-SM grid: SMALL 2 CTAs per head, WIDE 4, then the gated norm), checked beside the two-pass kernel, the
+    one-pass flat sum, one CTA per head (``verify_whole``) and two (``verify_split2``)."""
     be = cases.HostBackend(reverse=reverse)
     cases.scenario_verify(be, host_ctx["sm_90"], SMALL, [5, 1, 40], [4, 3, 1], current=[2, 4, 0], variant=variant)
     cases.scenario_verify(be, host_ctx["sm_86"], WIDE, [9, 2], [2, 4], current=[0, 3], variant=variant)
@@ -356,10 +353,7 @@ def test_verify_kernels_arguments_and_launches():
     ctx = cases.make_ctx([gdn.TINY], "sm_90", sms=132)
     core = gdn.BY_NAME["gdn_recurrent"].verify_launch(gdn.TINY, 12, ctx, batch=3)
     conv = gdn.BY_NAME["gdn_conv"].launch(gdn.TINY, 12, ctx, batch=3, verify=True)
-    assert core.grid == (2 * gdn.TINY.hv, 3, 1) and core.route == "verify_split_fused" and conv.route == "conv_verify"
-    assert dict(core.kernel.params)["fusednorm"] and gdn.verify_sync_bytes(gdn.TINY, 3) == 4 * 3 * gdn.TINY.hv
-    kernel_norm = cases.decode_family("verify_split2_norm_kernel").verify_launch(gdn.TINY, 12, ctx, batch=3)
-    assert kernel_norm.route == "verify_split" and "fusednorm" not in dict(kernel_norm.kernel.params)
+    assert core.grid == (2 * gdn.TINY.hv, 3, 1) and core.route == "verify_split" and conv.route == "conv_verify"
     assert dict(core.kernel.params)["dv_block"] == 32 and core.workspace_bytes == 4 * 12 * gdn.TINY.value_dim
     whole = cases.decode_family("verify_whole").verify_launch(gdn.TINY, 12, ctx, batch=3)
     assert whole.grid == (gdn.TINY.hv, 3, 1) and whole.route == "verify" and whole.workspace_bytes == 0
@@ -372,7 +366,7 @@ def test_verify_kernels_arguments_and_launches():
     assert not dict(gdn.BY_NAME["gdn_recurrent"].prefill_spec(gdn.TINY).params).get("onepass")
     names = gdn.arg_names("gdn_recurrent", "verify")
     pre = gdn.arg_names("gdn_recurrent", "prefill")
-    assert names == pre[:7] + ("o_ws",) + pre[7:10] + ("seq_slot_out", "sync") + pre[10:]
+    assert names == pre[:7] + ("o_ws",) + pre[7:10] + ("seq_slot_out",) + pre[10:]
     assert gdn.arg_names("gdn_conv", "verify") == ("proj", "conv_w", "conv_ring", "conv_out", "tok_pos", "seq_start",
                                                    "seq_slot", "seq_slot_out", "num_seqs")
     with pytest.raises(PlanError, match=r"gdn_conv verify: need 1 <= B \(5\) <= T \(4\)"):
@@ -384,11 +378,10 @@ def test_verify_kernels_arguments_and_launches():
 def test_verify_split_follows_the_sm_count_and_its_errors():
     """The verify core's column split (:meth:`GdnRecurrentFamily.choose_verify_block`): at the 27B shape (48 V heads,
     dv 128; on sm_90 the whole-head kernel of 512 threads has 1 resident CTA per SM, the 64-column one of 256
-    threads 2 -- with the fused norm, 103 registers under NVRTC 13.0 -- and the 32-column one of 128 threads 5) one
-    sequence on 132 SMs takes dv_block 32 (192 CTAs: 48 and 96 leave SMs idle), two take 64 (192), three 32 (whole
-    heads: 144 CTAs, a second wave for 12; 64 columns: 288 CTAs over the 264 of one wave), eight the whole head (no
-    grid fits one wave: every SM is busy anyway); on 48 SMs one sequence fills the grid with whole heads, on 46 it would need a second
-    wave for 2 of them, and so would 64 columns (96 CTAs over the 92 of one wave): it takes 32. The blocks offered, a forced split, and the errors naming the value."""
+    threads at least 2) one sequence on 132 SMs takes dv_block 32 (192 CTAs: 48 and 96 leave SMs idle), two take 64
+    (192), three 64 too (whole heads: 144 CTAs, a second wave for 12), eight the whole head (no grid fits one wave:
+    every SM is busy anyway); on 48 SMs one sequence fills the grid with whole heads, on 46 it would need a second
+    wave for 2 of them and takes 64 columns. The blocks offered, a forced split, and the errors naming the value."""
     p = gdn.QWEN38_27B
     fam = gdn.BY_NAME["gdn_recurrent"]
     assert fam.verify_blocks(p) == [128, 64, 32]
@@ -396,12 +389,12 @@ def test_verify_split_follows_the_sm_count_and_its_errors():
     assert gdn.GdnRecurrentFamily(one_pass=False).verify_blocks(p) == [128]  # the split writes o from row group 0
     specs = fam.variants(p) + gdn.BY_NAME["gdn_gated_norm"].variants(p)
     built = compile_variants(specs, "sm_90", jobs=1)
-    for sms, want in ((132, {1: 32, 2: 64, 3: 32, 8: 128}), (48, {1: 128, 2: 128}), (46, {1: 32})):
+    for sms, want in ((132, {1: 32, 2: 64, 3: 64, 8: 128}), (48, {1: 128, 2: 128}), (46, {1: 64})):
         ctx = PlanContext("sm_90", sms, {u: r for u, (_, r) in built.items()})
         for b, d in want.items():
             ln = fam.verify_launch(p, 4 * b, ctx, batch=b)
             assert ln.grid == (p.hv * (p.dv // d), b, 1), (sms, b, ln.grid)
-            assert ln.route == ("verify_split_fused" if d < p.dv else "verify")
+            assert ln.route == ("verify_split" if d < p.dv else "verify")
             assert ln.threads == p.dk * d // 32  # 32 state floats per thread at every block
     tiny = fam.prefill_spec(gdn.TINY, "verify", 32)  # 64 threads would hold 32 floats each; a split CTA keeps 4 warps
     assert tiny.threads == 128 and fam.prefill_spec(gdn.TINY, "verify").threads == 128

@@ -101,8 +101,7 @@ def test_folded_attn_prep_lowering(graph, arch, sku):
 def test_verify_mode_keeps_the_gdn_state_after_every_token(graph, arch, sku):
     """The speculative verify step (B sequences x K + 1 tokens, every token's logits): the prefill program with each
     GDN layer's conv, ring update and core replaced by the verify kernels (the conv with its per-token rings ->
-    recurrent verify, bound to seq_slot_out -> a gated norm launch exactly where the core splits the columns without
-    normalising them itself; a split core with the fused norm is bound to its counters, gdn_sync) and each attention layer's attn_prefill by split-KV rows, one per token (prep -> attn_decode
+    recurrent verify, bound to seq_slot_out -> the gated norm exactly where the core splits the columns) and each attention layer's attn_prefill by split-KV rows, one per token (prep -> attn_decode
     without the folded prep, over the per-token tok_pages / tok_ctx -> attn_combine at the same split count), no
     other prefill step left out, every launch checked on the target."""
     mp = plan_model(graph, arch, sku=sku, decode_batches=(1,), prefill_tokens=(8,))
@@ -126,18 +125,15 @@ def test_verify_mode_keeps_the_gdn_state_after_every_token(graph, arch, sku):
         assert len(gdn) == 2 * len(gdn_layers)
         for s, ln in gdn:
             assert "seq_slot_out" in arg_names(s, ln) and s.bind["seq_slot_out"].name == "seq_slot_out"
-            assert ln.grid[1] == B and ln.route in ("verify", "verify_split", "verify_split_fused", "conv_verify")
+            assert ln.grid[1] == B and ln.route in ("verify", "verify_split", "conv_verify")
         # the gated norm runs exactly after the verify cores that split the columns (o to the workspace, bound)
         by_name = {s.name: (s, ln) for s, ln in launches}
         for op in gdn_layers:
             sc, core = by_name[f"{op}.verify"]
             assert (f"{op}.verify_norm" in by_name) == (core.route == "verify_split"), (op, core.route)
-            if core.route == "verify_split_fused":
-                assert "sync" in arg_names(sc, core) and sc.bind["sync"].name == "gdn_sync"
-            if core.route in ("verify_split", "verify_split_fused"):
+            if core.route == "verify_split":
                 assert core.workspace_bytes == 4 * T * core.kernel.param("hv") * core.kernel.param("dv")
                 assert sc.bind["o_ws"].name == "gdn_o" and "o_ws" in arg_names(sc, core)
-            if core.route == "verify_split":
                 assert by_name[f"{op}.verify_norm"][1].kernel.family == "gdn_gated_norm"
         attn = {s.name: (s, ln) for s, ln in launches if s.op in attn_layers}
         assert len(attn) == 3 * len(attn_layers)  # the prep is never dropped: no verify kernel folds it
