@@ -54,13 +54,14 @@ def test_decode_prefill_table():
 
 
 def test_serving_table():
-    files = [("bf16", "serve_27b_bf16_h100_f92dbe8.json"), ("w4", "serve_27b_w4_h100_f92dbe8.json")]
-    _assert_in_readme(_tool().serve_table([(w, _load(f)) for w, f in files], "H100"), *(f for _, f in files))
+    files = [("bf16", "serve_27b_bf16_h200_20a5964.json"), ("w4", "serve_27b_w4_h200_20a5964.json")]
+    _assert_in_readme(_tool().serve_table([(w, _load(f)) for w, f in files], "H200"), *(f for _, f in files))
 
 
 def test_mtp_table():
-    files = ["mtp_27b_bf16_h100_6fe9c53.json", "mtp_27b_bf16_draftw4_h100_6fe9c53.json", "mtp_27b_w4_h100_6fe9c53.json"]
-    _assert_in_readme(_tool().mtp_table([_load(f) for f in files], "H100"), *files)
+    for device, commit in (("H200", "20a5964"), ("H100", "6fe9c53")):
+        files = [f"mtp_27b_{w}_{device.lower()}_{commit}.json" for w in ("bf16", "bf16_draftw4", "w4")]
+        _assert_in_readme(_tool().mtp_table([_load(f) for f in files], device), *files)
 
 
 def test_serving_table_refuses_results_of_different_levels():
