@@ -10,6 +10,8 @@
 #   bash bench/gpu.sh mtp_27b W...       speculative decoding's machinery and the multi-token steps at the 27B shape
 # Helpers: el (elapsed), gpu_tests NAME SECONDS PYTEST-ARGS (a time-boxed GPU test run), bench_27b, ab_run, trace_run,
 # serve_27b, prefix_27b, mtp_27b, serve_demo, cli_demo. bench/README.md lists the runs waiting for a device.
+# The device returns at most 8 files from $OUT (run 225 lost one): the helpers keep server logs under /tmp and copy a
+# log's tail to $OUT only when its server never became healthy.
 set -o pipefail
 # the image's own typing_extensions is kept where it is new enough for pydantic (>= 4.14): a newer carried one shadowing
 # it broke `import torch` in run 216 (torch's custom-op schema parser), which the HF peer tests need
@@ -121,14 +123,14 @@ serve_27b() {
   local w
   for w in "$@"; do
     ninferc serve --preset qwen3.8-27b --synthetic-weights --weights $w --max-concurrency 8 --max-context 4096 \
-      --port 8100 --request-log /tmp/req_$w.jsonl > $OUT/serve_$w.log 2>&1 &
+      --port 8100 --request-log /tmp/req_$w.jsonl > /tmp/serve_$w.log 2>&1 &
     local pid=$!
     if wait_healthy 8100 240; then
       echo "serve $w healthy $(el)"
       timeout 200 python3 bench/serve_bench.py --url http://127.0.0.1:8100 --concurrency 1,2,4,8 --requests 8 \
         --prompt-tokens 512 --max-tokens 64 --server-log /tmp/req_$w.jsonl --json $OUT/serve_27b_$w.json 2>&1 | grep -v "^wrote"
     else
-      echo "serve $w never healthy $(el)"; tail -5 $OUT/serve_$w.log
+      echo "serve $w never healthy $(el)"; tail -20 /tmp/serve_$w.log | tee $OUT/serve_$w.log
     fi
     kill $pid; wait $pid; echo "serve $w stopped $(el)"
     timeout 120 ninferc bench --preset qwen3.8-27b --synthetic-weights --weights $w --prompt-tokens 512 \
@@ -141,13 +143,13 @@ prefix_27b() {  # prefix_27b W [W ...]: prefix reuse at 7,680 of 8,192 tokens al
   local w pid
   for w in "$@"; do
     ninferc serve --preset qwen3.8-27b --synthetic-weights --weights $w --max-concurrency 1 --max-context 8256 --prefill-chunk 8192 \
-      --port 8101 >> $OUT/serve_$w.log 2>&1 &
+      --port 8101 >> /tmp/serve_$w.log 2>&1 &
     pid=$!
     if wait_healthy 8101 240; then
       timeout 150 python3 bench/serve_bench.py --url http://127.0.0.1:8101 --prefix-ttft 7680/8192 --repeats 3 \
         --json $OUT/prefix_27b_$w.json 2>&1 | grep -v "^wrote"
     else
-      echo "prefix $w: server never healthy $(el)"; tail -5 $OUT/serve_$w.log
+      echo "prefix $w: server never healthy $(el)"; tail -20 /tmp/serve_$w.log | tee $OUT/serve_$w.log
     fi
     kill $pid; wait $pid; echo "prefix $w done $(el)"
   done
@@ -188,7 +190,7 @@ mtp_27b() {  # mtp_27b W [W ...]: issue 35 / 38's 27B figures per weight format,
       --prompt-tokens 512 --decode-tokens 16 --batch 4 --tokens-per-seq 2,4,6,8 --spec mtp --draft-tokens 3 \
       --accept-rate 0.76 --spec-rounds 24 --profile --draft-lm-head ${DRAFT:-bf16} \
       --json $OUT/mtp_27b_$tag.json > $OUT/mtp_27b_$tag.log 2>&1
-    echo "mtp $tag rc $? $(el)"; grep -E "one sequence x|speculative|batched decode|rror" $OUT/mtp_27b_$tag.log | cut -c1-300
+    echo "mtp $tag rc $? $(el)"; grep -E "^spec mtp|one sequence x|batched decode|rror" $OUT/mtp_27b_$tag.log | cut -c1-400
   done
 }
 cli_demo() {  # the README's CLI demo on the fixture (bf16, w8 + int8 KV and w4 artifacts): $OUT/cli_demo.txt
