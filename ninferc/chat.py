@@ -18,6 +18,8 @@ from ninferc.errors import NinfercError
 
 #: the end-of-turn marker of the family's ChatML format (Qwen); a template that writes it ends every turn with it
 CHATML_END_OF_TURN = "<|im_end|>"
+#: the template variables the renderer sets itself (HF's ``apply_chat_template``'s): never a caller's extra variable
+RENDERER_VARIABLES = ("messages", "add_generation_prompt", "bos_token", "eos_token", "tools")
 
 
 class ChatTemplateError(NinfercError):
@@ -58,13 +60,17 @@ class ChatTemplate:
 
     def render(self, messages: list[dict], *, add_generation_prompt: bool = True, tools=None, **kwargs) -> str:
         """The prompt text of ``messages`` (each ``{"role", "content"}``; content a string or a list of
-        ``{"type": "text", "text"}`` parts).
+        ``{"type": "text", "text"}`` parts); ``kwargs`` are extra template variables (e.g. ``enable_thinking``).
 
         Raises:
             ChatTemplateError: the template raised (its own ``raise_exception`` or a jinja error), naming why.
+            TypeError: ``kwargs`` names a variable the renderer sets itself (:data:`RENDERER_VARIABLES`).
         """
         from jinja2 import TemplateError
 
+        clash = [k for k in RENDERER_VARIABLES if k in kwargs]
+        if clash:
+            raise TypeError(f"{', '.join(clash)}: set by the renderer, not an extra template variable")
         ctx = dict(kwargs)
         ctx.update(messages=messages, add_generation_prompt=add_generation_prompt, bos_token=self.bos_token,
                    eos_token=self.eos_token)

@@ -320,18 +320,18 @@ def _prompt_ids(state: ServerState, prompt) -> list[int]:
     return list(prompt)
 
 
-#: the names the server itself gives the chat template (HF's apply_chat_template's): not a request's to set
-TEMPLATE_RESERVED = ("messages", "add_generation_prompt", "bos_token", "eos_token", "tools")
 #: chat_template_kwargs the family's templates test with ``is true`` / ``is false``: anything but a boolean would
 #: silently take the default
 TEMPLATE_BOOLEANS = ("enable_thinking",)
 
 
 def _check_template_kwargs(kwargs: dict) -> None:
-    """400 for a ``chat_template_kwargs`` entry that would be ignored or misread: a name the server sets itself
-    (:data:`TEMPLATE_RESERVED`), or a value of a switch in :data:`TEMPLATE_BOOLEANS` other than true, false or null
-    (null: the template's default)."""
-    for k in TEMPLATE_RESERVED:
+    """400 for a ``chat_template_kwargs`` entry that would be ignored or misread: a variable the renderer sets itself
+    (:data:`ninferc.chat.RENDERER_VARIABLES`; checked here too so that a model without a template says so as well), or
+    a value of a switch in :data:`TEMPLATE_BOOLEANS` other than true, false or null (null: the template's default)."""
+    from ninferc.chat import RENDERER_VARIABLES
+
+    for k in RENDERER_VARIABLES:
         if k in kwargs:
             raise HTTPError(400, f"chat_template_kwargs.{k}: the server sets {k!r} itself",
                             param="chat_template_kwargs")

@@ -96,6 +96,18 @@ def test_chat_template_errors_and_sandbox():
         evil.render([{"role": "user", "content": "x"}])
 
 
+def test_extra_variables_never_replace_the_renderers():
+    """A caller's extra variable named like one the renderer sets (``messages``, ``bos_token``, ...) is refused, not
+    silently overwritten; other extras reach the template."""
+    t = ChatTemplate("{{ bos_token }}{{ messages[0].content }}{{ flavour }}", bos_token="<s>")
+    assert t.render([{"role": "user", "content": "x"}], flavour="!") == "<s>x!"
+    with pytest.raises(TypeError, match="bos_token, eos_token: set by the renderer"):
+        t.render([{"role": "user", "content": "x"}], bos_token="a", eos_token="b")
+    for name in ("messages", "bos_token", "eos_token"):
+        with pytest.raises(TypeError, match=name):  # messages: Python refuses a second value itself
+            t.render([{"role": "user", "content": "x"}], **{name: "y"})
+
+
 def test_no_template_means_none(tiny_dir):
     t = Tokenizer((tiny_dir / "tokenizer.json").read_text(), {})
     assert t.chat_template is None and chat_template_for(t) is None and end_of_turn_ids(t) == ()
