@@ -1,0 +1,144 @@
+"""Device probe (diagnostic, issue 38): why does a 4-token decode GEMV cost more than the one-token one? Times the 27B
+gate|up and down_proj GEMVs, bf16 and w4, as the planner launches them at T = 1 and T = 4, and the T = 4 kernels with
+parts of their work cut from the rendered source -- ``nomath``: the dot products (FMAs or mma, with the conversions
+or dequantisation they need) replaced by one xor-and-add per step that keeps every load live; ``nostage`` (bf16 mma):
+no x staged into shared memory; ``nox`` (w4 mma): no x read from the ring; ``xglobal`` (bf16 mma): no staging, each
+lane's x fragments read from global memory (L1) as the FMA kernels read x, launched without the x buffer;
+``xglobal_unroll4``: the same with 4 blocks per warp step -- and, for bf16, the tensor-core kernel
+(``bf16_mma_tiles=(4,)``, off by default) beside the planned FMA one. A cut variant's time near the T = 1 time says
+the cut work bounds the kernel; near the full time, the stream does. Each launch in a CUDA graph of back-to-back PDL
+launches over distinct weight copies (bench/gemv_ksplit_sweep.py's method). The cut kernels' outputs are
+meaningless (``xglobal`` computes the right sums); only times.
+
+Usage (GPU machine): python bench/gemv_tokens_probe.py [--formats bf16,w4] [--shapes gate_up,down] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gemv_ksplit_sweep import Bufs, device_setup, load_specs, time_graph, write_rows  # noqa: E402
+
+from ninferc.runtime.kernels import DeviceKernel  # noqa: E402
+from ninferc.targets.cubin import read_resources  # noqa: E402
+from ninferc.targets.kernels.gemv import GemvFamily, GemvProblem, GemvTuning  # noqa: E402
+
+SHAPES = {"gate_up": lambda f: GemvProblem(5120, 17408, "swiglu", f, in_norm="parts"),
+          "down": lambda f: GemvProblem(17408, 5120, "add_norm_parts", f)}
+
+# w4 mma (as bench/w4_stream_probe.py cuts it)
+W4_MATH = re.compile(r"        float d\[4\] = \{0\.0f, 0\.0f, 0\.0f, 0\.0f\};\n.*?c\[3\] = fmaf\(d\[3\], sb, c\[3\]\);\n", re.S)
+W4_NOMATH = ("        c[0] = fmaf(__uint_as_float((wa.x ^ wa.y ^ wb.x ^ wb.y ^ xa.x ^ xa.w ^ xb.x ^ xb.w) & 0x3f7fffffu), "
+             "sa, c[0]);\n        c[2] = fmaf(__uint_as_float((xa.y ^ xa.z ^ xb.y ^ xb.z) & 0x3f7fffffu), sb, c[2]);\n")
+W4_X = [("uint4 xa = *reinterpret_cast<const uint4*>(st + xoff + u * 128);", "uint4 xa = make_uint4(gi, 1u, 2u, 3u);"),
+        ("uint4 xb = *reinterpret_cast<const uint4*>(st + xoff + u * 128 + 16);", "uint4 xb = make_uint4(4u, gi, 6u, 7u);")]
+# bf16 mma: the four k-tiles of a block, and the x staging's store
+BF16_MMA_MATH = re.compile(r"(            mma_bf16_ktile\(c, .*\n){4}")
+BF16_MMA_NOMATH = ("            c[0] += __uint_as_float((wa[u][0].x ^ wa[u][0].y ^ wa[u][0].z ^ wa[u][0].w ^ wa[u][1].x ^ "
+                   "wa[u][1].y ^ wa[u][1].z ^ wa[u][1].w ^ x0.x ^ x0.w ^ x1.y) & 0x3f7fffffu);\n"
+                   "            c[2] += __uint_as_float((wb[u][0].x ^ wb[u][0].y ^ wb[u][0].z ^ wb[u][0].w ^ wb[u][1].x ^ "
+                   "wb[u][1].y ^ wb[u][1].z ^ wb[u][1].w ^ x0.y ^ x0.z ^ x1.x ^ x1.z ^ x1.w) & 0x3f7fffffu);\n")
+BF16_STAGE = "*reinterpret_cast<uint4*>(xh + (size_t)t * kseg + v * 8) = ninfer::ld_ro_v4(xt + (size_t)v * 8);"
+BF16_X_SMEM = ("          const uint4 x0 = *reinterpret_cast<const uint4*>(xb);\n"
+               "          const uint4 x1 = *reinterpret_cast<const uint4*>(xb + (kBf16 ? kLoadStride : 8));\n")
+BF16_X_GLOBAL = ("          const unsigned short* xg = x + (size_t)(t0 + xtok) * k + (b + u) * 64 + kLaneElems * fq;\n"
+                 "          const uint4 x0 = ninfer::ld_ro_v4(xg);\n"
+                 "          const uint4 x1 = ninfer::ld_ro_v4(xg + kLoadStride);\n")
+BF16_TRAP = "if (kseg < 64) __trap();"  # (xglobal: launched without the x buffer, one segment)
+BF16_UNROLL = "constexpr int kMmaUnroll = kBf16 ? 2 : 4;"
+# bf16 fp32 FMAs with the weights converted once per vector (unpack_w): the first dot8 in the source is that loop's
+BF16_FMA_MATH = "acc[j][t] = dot8(wf[j], xf, acc[j][t]);"
+BF16_FMA_NOMATH = "acc[j][t] += xf[0] + __uint_as_float((wv[j].x ^ wv[j].y ^ wv[j].z ^ wv[j].w) & 0x3f7fffffu);"
+
+
+def _once(src: str, old: str, new: str, first: bool = False) -> str:
+    """``src`` with ``old`` replaced by ``new``. Raises AssertionError if ``old`` is not there exactly once (or at all,
+    with ``first``): the template changed and the probe is stale."""
+    n = src.count(old)
+    assert n == 1 or (first and n >= 1), f"{old!r} found {n} times"
+    return src.replace(old, new, 1)
+
+
+def cuts(src: str, engine: str) -> dict[str, str]:
+    """The cut variants of a rendered T = 4 kernel ``src`` of ``engine`` ("w4_mma", "bf16_mma", "bf16_fma")."""
+    if engine == "w4_mma":
+        nomath, n = W4_MATH.subn(W4_NOMATH, src)
+        assert n == 1, "w4 mma block not found"
+        nox = nomath
+        for a, b in W4_X:
+            nox = _once(nox, a, b)
+        return {"nomath": nomath, "nomath_nox": nox}
+    if engine == "bf16_mma":
+        nomath, n = BF16_MMA_MATH.subn(BF16_MMA_NOMATH, src)
+        assert n == 1, "bf16 mma block not found"
+        xglobal = _once(_once(_once(src, BF16_STAGE, ";"), BF16_X_SMEM, BF16_X_GLOBAL), BF16_TRAP, "kseg = k;")
+        return {"nomath": nomath, "nostage": _once(src, BF16_STAGE, ";"),
+                "nomath_nostage": _once(nomath, BF16_STAGE, ";"),
+                "xglobal": xglobal, "xglobal_unroll4": _once(xglobal, BF16_UNROLL, "constexpr int kMmaUnroll = 4;")}
+    assert "constexpr bool kUnpackW = true" in src, "the planned bf16 4-token kernel is not the unpack_w one"
+    return {"nomath": _once(src, BF16_FMA_MATH, BF16_FMA_NOMATH, first=True)}
+
+
+def main(argv=None) -> int:
+    """Time every launch and cut of each format and shape; print one line each, write ``--json`` rows (us, GB/s of
+    weight bytes, ratio to the planned T = 1 launch)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--formats", default="bf16,w4")
+    ap.add_argument("--shapes", default="gate_up,down")
+    ap.add_argument("--tokens", type=int, default=4, help="T of the multi-token launches (2..4: the probe's x has 4 rows)")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    cp, arch, sms, bw, stream = device_setup()
+    rows = []
+    T = a.tokens
+    for fmt in a.formats.split(","):
+        for shape in a.shapes.split(","):
+            p = SHAPES[shape](fmt)
+            fams = {"planned": GemvFamily()}
+            if fmt == "bf16":
+                fams["bf16_mma"] = GemvFamily(GemvTuning(bf16_mma_tiles=(T,)))
+            bufs = Bufs(cp, p, 1 << 30)
+            t1 = None
+            for fname, fam in fams.items():
+                kernels, ctx = load_specs(fam.variants(p), arch, sms, bw, jobs=16)
+                for tokens in ((1, T) if fname == "planned" else (T,)):
+                    ln = fam.launch(p, tokens, ctx)
+                    engine = ("w4_mma" if fmt == "w4" else "bf16_fma") if fname == "planned" else fname
+                    srcs = {"full": None}
+                    if tokens > 1:
+                        srcs.update(cuts(ln.kernel.render(), engine))
+                    for tag, src in srcs.items():
+                        if src is None:
+                            k, regs = kernels[ln.kernel.uri], ctx.resources[ln.kernel.uri].registers
+                        else:
+                            k = DeviceKernel(src, ln.kernel.entry, ln.kernel.uri + "-" + tag)
+                            regs = read_resources(k.compiled.cubin, arch.name, k.compiled.ptx)[ln.kernel.entry].registers
+                        smem = 0 if tag.startswith("xglobal") else ln.dynamic_smem_bytes  # (no x buffer)
+                        calls = [lambda i=i, k=k, smem=smem: k.launch(ln.grid, ln.block, bufs.args(p, ln, i),
+                                                                      smem=smem, stream=stream, pdl=True)
+                                 for i in range(max(bufs.copies, 24))]
+                        t = time_graph(cp, stream, calls)
+                        if tokens == 1:
+                            t1 = t
+                        r = {"format": fmt, "shape": shape, "kernels": fname, "tokens": tokens, "variant": tag,
+                             "uri": ln.kernel.uri, "threads": ln.threads, "ctas": ln.ctas, "ctas_per_sm": ln.ctas_per_sm,
+                             "regs": regs, "us": t * 1e6, "gbps": p.weight_bytes / t / 1e9, "vs_t1": t / t1}
+                        rows.append(r)
+                        print(f"{fmt:4} {shape:7} {fname:8} T={tokens} {tag:14} th{ln.threads} ctas {ln.ctas:5} "
+                              f"occ {ln.ctas_per_sm} regs {regs:3} {r['us']:7.1f} us {r['gbps']:6.0f} GB/s "
+                              f"{r['vs_t1']:.3f}x", flush=True)
+                kernels = None
+            bufs = None  # frees the buffers (not `del`: the timing lambdas above close over the name)
+            cp.get_default_memory_pool().free_all_blocks()
+    if a.json:
+        write_rows(a.json, cp, sms, bw, "bench/gemv_tokens_probe.py", argv if argv is not None else sys.argv[1:], rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
