@@ -5,7 +5,8 @@ or dequantisation they need) replaced by one xor-and-add per step that keeps eve
 no x staged into shared memory; ``nox`` (w4 mma): no x read from the ring; ``xglobal`` (bf16 mma): no staging, each
 lane's x fragments read from global memory (L1) as the FMA kernels read x, launched without the x buffer;
 ``xglobal_unroll4``: the same with 4 blocks per warp step -- and, for bf16, the tensor-core kernel
-(``bf16_mma_tiles=(4,)``, off by default) beside the planned FMA one. A cut variant's time near the T = 1 time says
+(``bf16_mma_tiles=(4,)``, off by default) beside the planned FMA one, and for w4 the integer-dot-product kernels
+(``w4_dp_tiles=(1, 4)``, their x over ``DP_X_BYTES`` in this process) beside the planned tensor-core one. A cut variant's time near the T = 1 time says
 the cut work bounds the kernel; near the full time, the stream does. Each launch in a CUDA graph of back-to-back PDL
 launches over distinct weight copies (bench/gemv_ksplit_sweep.py's method). The cut kernels' outputs are
 meaningless (``xglobal`` computes the right sums); only times.
@@ -26,7 +27,7 @@ from gemv_ksplit_sweep import Bufs, device_setup, load_specs, time_graph, write_
 
 from ninferc.runtime.kernels import DeviceKernel  # noqa: E402
 from ninferc.targets.cubin import read_resources  # noqa: E402
-from ninferc.targets.kernels.gemv import GemvFamily, GemvProblem, GemvTuning  # noqa: E402
+from ninferc.targets.kernels.gemv import GemvFamily, GemvProblem, GemvTuning, dp  # noqa: E402
 
 SHAPES = {"gate_up": lambda f: GemvProblem(5120, 17408, "swiglu", f, in_norm="parts"),
           "down": lambda f: GemvProblem(17408, 5120, "add_norm_parts", f)}
@@ -94,6 +95,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     cp, arch, sms, bw, stream = device_setup()
+    dp.DP_X_BYTES = 160 * 1024  # (this process only: lets the w4 dp variants take T = 4 tokens' x)
     rows = []
     T = a.tokens
     for fmt in a.formats.split(","):
@@ -102,6 +104,8 @@ def main(argv=None) -> int:
             fams = {"planned": GemvFamily()}
             if fmt == "bf16":
                 fams["bf16_mma"] = GemvFamily(GemvTuning(bf16_mma_tiles=(T,)))
+            if fmt == "w4":  # the integer-dot-product kernels at T tokens (their staged x over DP_X_BYTES: opt-in)
+                fams["w4_dp"] = GemvFamily(GemvTuning(w4_dp_tiles=(1, T), w4_mma_tiles=()))
             bufs = Bufs(cp, p, 1 << 30)
             t1 = None
             for fname, fam in fams.items():
