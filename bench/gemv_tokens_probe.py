@@ -114,7 +114,7 @@ def main(argv=None) -> int:
                     ln = fam.launch(p, tokens, ctx)
                     engine = ("w4_mma" if fmt == "w4" else "bf16_fma") if fname == "planned" else fname
                     srcs = {"full": None}
-                    if tokens > 1:
+                    if tokens > 1 and fname != "w4_dp":
                         srcs.update(cuts(ln.kernel.render(), engine))
                     for tag, src in srcs.items():
                         if src is None:
