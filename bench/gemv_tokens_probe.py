@@ -27,7 +27,8 @@ from gemv_ksplit_sweep import Bufs, device_setup, load_specs, time_graph, write_
 
 from ninferc.runtime.kernels import DeviceKernel  # noqa: E402
 from ninferc.targets.cubin import read_resources  # noqa: E402
-from ninferc.targets.kernels.gemv import GemvFamily, GemvProblem, GemvTuning, dp  # noqa: E402
+from ninferc.targets.plan import PlanContext  # noqa: E402
+from ninferc.targets.kernels.gemv import GemvFamily, GemvProblem, GemvTuning, dp, mma  # noqa: E402
 
 SHAPES = {"gate_up": lambda f: GemvProblem(5120, 17408, "swiglu", f, in_norm="parts"),
           "down": lambda f: GemvProblem(17408, 5120, "add_norm_parts", f)}
@@ -52,6 +53,10 @@ BF16_X_GLOBAL = ("          const unsigned short* xg = x + (size_t)(t0 + xtok) *
                  "          const uint4 x1 = ninfer::ld_ro_v4(xg + kLoadStride);\n")
 BF16_TRAP = "if (kseg < 64) __trap();"  # (xglobal: launched without the x buffer, one segment)
 BF16_UNROLL = "constexpr int kMmaUnroll = kBf16 ? 2 : 4;"
+# w4 mma with 2 scale groups per ring stage (the stage's 16-byte pieces swizzled within the row's 4 pieces)
+W4_CHUNK2 = [("constexpr int kChunk = 4;", "constexpr int kChunk = 2;"),
+             ("((cp ^ (r % 8)) * 16)", "((cp ^ (r % kPieces)) * 16)"),
+             ("(((2 * u + fq / 2) ^ fr) * 16)", "(((2 * u + fq / 2) ^ (fr % kPieces)) * 16)")]
 # bf16 fp32 FMAs with the weights converted once per vector (unpack_w): the first dot8 in the source is that loop's
 BF16_FMA_MATH = "acc[j][t] = dot8(wf[j], xf, acc[j][t]);"
 BF16_FMA_NOMATH = "acc[j][t] += xf[0] + __uint_as_float((wv[j].x ^ wv[j].y ^ wv[j].z ^ wv[j].w) & 0x3f7fffffu);"
@@ -85,6 +90,54 @@ def cuts(src: str, engine: str) -> dict[str, str]:
     return {"nomath": _once(src, BF16_FMA_MATH, BF16_FMA_NOMATH, first=True)}
 
 
+def sweep_sources(src: str, engine: str) -> dict[str, str]:
+    """``--sweep``: the sources timed at every plain CTA shape of the T-token tile, by variant name."""
+    if engine == "w4_mma":
+        return {"as built": src}
+    if engine == "w4_mma_chunk2":
+        for a, b in W4_CHUNK2:
+            src = _once(src, a, b)
+        return {"chunk2": src}
+    xglobal = cuts(src, "bf16_mma")["xglobal"]
+    return {"xglobal": xglobal, "xglobal_unroll4": _once(xglobal, BF16_UNROLL, "constexpr int kMmaUnroll = 4;")}
+
+
+def sweep(cp, arch, sms, bw, stream, fmt: str, shape: str, T: int, rows: list) -> None:
+    """Every plain CTA shape of the tensor-core kernels at tile T, as built (w4), with 2 scale groups per ring stage
+    (w4; ``mma.MMA_CHUNK`` set to 2 while the variants are made, so the rings get their stages from the smaller
+    stage), or reading x from global memory (bf16, unrolled by 2 or 4, launched without dynamic shared memory)."""
+    p = SHAPES[shape](fmt)
+    bufs = Bufs(cp, p, 1 << 30)
+    engines = ("w4_mma", "w4_mma_chunk2") if fmt == "w4" else ("bf16_mma",)
+    for engine in engines:
+        fam = GemvFamily(GemvTuning(bf16_mma_tiles=(T,)) if fmt == "bf16" else GemvTuning())
+        chunk = mma.MMA_CHUNK
+        mma.MMA_CHUNK = 2 if engine == "w4_mma_chunk2" else chunk
+        try:
+            specs = [fam.spec(p, th, "plain", T, kw) for th, kw in fam.shapes_for(p, T)]
+            for spec in specs:
+                for tag, src in sweep_sources(spec.render(), engine).items():
+                    k = DeviceKernel(src, spec.entry, spec.uri + "-" + tag.replace(" ", ""))
+                    res = read_resources(k.compiled.cubin, arch.name, k.compiled.ptx)[spec.entry]
+                    ctx = PlanContext(arch, sms, {spec.uri: res}, bandwidth_gbs=bw)
+                    ln = fam.launch_variant(p, T, ctx, spec.threads, "plain", max_tokens=T,
+                                            k_warps=dict(spec.params).get("k_warps", 1))
+                    smem = 0 if fmt == "bf16" else ln.dynamic_smem_bytes
+                    calls = [lambda i=i, k=k, ln=ln, smem=smem: k.launch(ln.grid, ln.block, bufs.args(p, ln, i),
+                                                                         smem=smem, stream=stream, pdl=True)
+                             for i in range(max(bufs.copies, 24))]
+                    t = time_graph(cp, stream, calls)
+                    r = {"format": fmt, "shape": shape, "kernels": engine, "tokens": T, "variant": tag,
+                         "uri": spec.uri, "threads": spec.threads, "k_warps": dict(spec.params).get("k_warps", 1),
+                         "ctas": ln.ctas, "regs": res.registers, "us": t * 1e6, "gbps": p.weight_bytes / t / 1e9}
+                    rows.append(r)
+                    print(f"sweep {fmt:4} {shape:7} {engine:13} {tag:15} th{spec.threads} kw{r['k_warps']} ctas "
+                          f"{ln.ctas:5} regs {res.registers:3} {r['us']:7.1f} us {r['gbps']:6.0f} GB/s", flush=True)
+        finally:
+            mma.MMA_CHUNK = chunk
+    cp.get_default_memory_pool().free_all_blocks()
+
+
 def main(argv=None) -> int:
     """Time every launch and cut of each format and shape; print one line each, write ``--json`` rows (us, GB/s of
     weight bytes, ratio to the planned T = 1 launch)."""
@@ -92,6 +145,8 @@ def main(argv=None) -> int:
     ap.add_argument("--formats", default="bf16,w4")
     ap.add_argument("--shapes", default="gate_up,down")
     ap.add_argument("--tokens", type=int, default=4, help="T of the multi-token launches (2..4: the probe's x has 4 rows)")
+    ap.add_argument("--sweep", action="store_true", help="also time every CTA shape of the tensor-core kernels "
+                    "(w4 as built and with 2 scale groups per stage, bf16 reading x from global memory)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     cp, arch, sms, bw, stream = device_setup()
@@ -139,6 +194,10 @@ def main(argv=None) -> int:
                 kernels = None
             bufs = None  # frees the buffers (not `del`: the timing lambdas above close over the name)
             cp.get_default_memory_pool().free_all_blocks()
+    if a.sweep:
+        for fmt in a.formats.split(","):
+            for shape in a.shapes.split(","):
+                sweep(cp, arch, sms, bw, stream, fmt, shape, T, rows)
     if a.json:
         write_rows(a.json, cp, sms, bw, "bench/gemv_tokens_probe.py", argv if argv is not None else sys.argv[1:], rows)
     return 0
