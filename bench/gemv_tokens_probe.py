@@ -1,15 +1,17 @@
 """Device probe (diagnostic, issue 38): why does a 4-token decode GEMV cost more than the one-token one? Times the 27B
 gate|up and down_proj GEMVs, bf16 and w4, as the planner launches them at T = 1 and T = 4, and the T = 4 kernels with
 parts of their work cut from the rendered source -- ``nomath``: the dot products (FMAs or mma, with the conversions
-or dequantisation they need) replaced by one xor-and-add per step that keeps every load live; ``nostage`` (bf16 mma):
-no x staged into shared memory; ``nox`` (w4 mma): no x read from the ring; ``xglobal`` (bf16 mma): no staging, each
-lane's x fragments read from global memory (L1) as the FMA kernels read x, launched without the x buffer;
-``xglobal_unroll4``: the same with 4 blocks per warp step -- and, for bf16, the tensor-core kernel
-(``bf16_mma_tiles=(4,)``, off by default) beside the planned FMA one, and for w4 the integer-dot-product kernels
-(``w4_dp_tiles=(1, 4)``, their x over ``DP_X_BYTES`` in this process) beside the planned tensor-core one. A cut variant's time near the T = 1 time says
-the cut work bounds the kernel; near the full time, the stream does. Each launch in a CUDA graph of back-to-back PDL
+or dequantisation they need) replaced by one xor-and-add per step that keeps every load live; ``nox`` (w4 mma): no x
+read from the ring -- and, for bf16, the tensor-core kernel (``bf16_mma_tiles=(4,)``, off by default) beside the
+planned FMA one, and for w4 the integer-dot-product kernels (``w4_dp_tiles=(1, 4)``, their x over ``DP_X_BYTES`` in
+this process) beside the planned tensor-core one. A cut variant's time near the T = 1 time says the cut work bounds
+the kernel; near the full time, the stream does. Each launch in a CUDA graph of back-to-back PDL
 launches over distinct weight copies (bench/gemv_ksplit_sweep.py's method). The cut kernels' outputs are
-meaningless (``xglobal`` computes the right sums); only times.
+meaningless; only times. (Runs 229-232, bench/NOTES.md, cut the bf16 mma kernel of 04ccdfc, which staged x in shared
+memory, also without the staging and reading x from global memory; the kernel does the latter since.)
+
+``--sweep`` times every plain CTA shape of the tensor-core kernels at the T-token tile: w4 as built and with 2 scale
+groups per ring stage (``chunk2``), bf16 as built.
 
 Usage (GPU machine): python bench/gemv_tokens_probe.py [--formats bf16,w4] [--shapes gate_up,down] [--json FILE]
 """
@@ -39,20 +41,12 @@ W4_NOMATH = ("        c[0] = fmaf(__uint_as_float((wa.x ^ wa.y ^ wb.x ^ wb.y ^ x
              "sa, c[0]);\n        c[2] = fmaf(__uint_as_float((xa.y ^ xa.z ^ xb.y ^ xb.z) & 0x3f7fffffu), sb, c[2]);\n")
 W4_X = [("uint4 xa = *reinterpret_cast<const uint4*>(st + xoff + u * 128);", "uint4 xa = make_uint4(gi, 1u, 2u, 3u);"),
         ("uint4 xb = *reinterpret_cast<const uint4*>(st + xoff + u * 128 + 16);", "uint4 xb = make_uint4(4u, gi, 6u, 7u);")]
-# bf16 mma: the four k-tiles of a block, and the x staging's store
+# bf16 mma: the four k-tiles of a block
 BF16_MMA_MATH = re.compile(r"(            mma_bf16_ktile\(c, .*\n){4}")
 BF16_MMA_NOMATH = ("            c[0] += __uint_as_float((wa[u][0].x ^ wa[u][0].y ^ wa[u][0].z ^ wa[u][0].w ^ wa[u][1].x ^ "
                    "wa[u][1].y ^ wa[u][1].z ^ wa[u][1].w ^ x0.x ^ x0.w ^ x1.y) & 0x3f7fffffu);\n"
                    "            c[2] += __uint_as_float((wb[u][0].x ^ wb[u][0].y ^ wb[u][0].z ^ wb[u][0].w ^ wb[u][1].x ^ "
                    "wb[u][1].y ^ wb[u][1].z ^ wb[u][1].w ^ x0.y ^ x0.z ^ x1.x ^ x1.z ^ x1.w) & 0x3f7fffffu);\n")
-BF16_STAGE = "*reinterpret_cast<uint4*>(xh + (size_t)t * kseg + v * 8) = ninfer::ld_ro_v4(xt + (size_t)v * 8);"
-BF16_X_SMEM = ("          const uint4 x0 = *reinterpret_cast<const uint4*>(xb);\n"
-               "          const uint4 x1 = *reinterpret_cast<const uint4*>(xb + (kBf16 ? kLoadStride : 8));\n")
-BF16_X_GLOBAL = ("          const unsigned short* xg = x + (size_t)(t0 + xtok) * k + (b + u) * 64 + kLaneElems * fq;\n"
-                 "          const uint4 x0 = ninfer::ld_ro_v4(xg);\n"
-                 "          const uint4 x1 = ninfer::ld_ro_v4(xg + kLoadStride);\n")
-BF16_TRAP = "if (kseg < 64) __trap();"  # (xglobal: launched without the x buffer, one segment)
-BF16_UNROLL = "constexpr int kMmaUnroll = kBf16 ? 2 : 4;"
 # w4 mma with 2 scale groups per ring stage (the stage's 16-byte pieces swizzled within the row's 4 pieces)
 W4_CHUNK2 = [("constexpr int kChunk = 4;", "constexpr int kChunk = 2;"),
              ("((cp ^ (r % 8)) * 16)", "((cp ^ (r % kPieces)) * 16)"),
@@ -82,10 +76,7 @@ def cuts(src: str, engine: str) -> dict[str, str]:
     if engine == "bf16_mma":
         nomath, n = BF16_MMA_MATH.subn(BF16_MMA_NOMATH, src)
         assert n == 1, "bf16 mma block not found"
-        xglobal = _once(_once(_once(src, BF16_STAGE, ";"), BF16_X_SMEM, BF16_X_GLOBAL), BF16_TRAP, "kseg = k;")
-        return {"nomath": nomath, "nostage": _once(src, BF16_STAGE, ";"),
-                "nomath_nostage": _once(nomath, BF16_STAGE, ";"),
-                "xglobal": xglobal, "xglobal_unroll4": _once(xglobal, BF16_UNROLL, "constexpr int kMmaUnroll = 4;")}
+        return {"nomath": nomath}
     assert "constexpr bool kUnpackW = true" in src, "the planned bf16 4-token kernel is not the unpack_w one"
     return {"nomath": _once(src, BF16_FMA_MATH, BF16_FMA_NOMATH, first=True)}
 
@@ -98,14 +89,13 @@ def sweep_sources(src: str, engine: str) -> dict[str, str]:
         for a, b in W4_CHUNK2:
             src = _once(src, a, b)
         return {"chunk2": src}
-    xglobal = cuts(src, "bf16_mma")["xglobal"]
-    return {"xglobal": xglobal, "xglobal_unroll4": _once(xglobal, BF16_UNROLL, "constexpr int kMmaUnroll = 4;")}
+    return {"as built": src}
 
 
 def sweep(cp, arch, sms, bw, stream, fmt: str, shape: str, T: int, rows: list) -> None:
     """Every plain CTA shape of the tensor-core kernels at tile T, as built (w4), with 2 scale groups per ring stage
     (w4; ``mma.MMA_CHUNK`` set to 2 while the variants are made, so the rings get their stages from the smaller
-    stage), or reading x from global memory (bf16, unrolled by 2 or 4, launched without dynamic shared memory)."""
+    stage)."""
     p = SHAPES[shape](fmt)
     bufs = Bufs(cp, p, 1 << 30)
     engines = ("w4_mma", "w4_mma_chunk2") if fmt == "w4" else ("bf16_mma",)
@@ -122,9 +112,8 @@ def sweep(cp, arch, sms, bw, stream, fmt: str, shape: str, T: int, rows: list) -
                     ctx = PlanContext(arch, sms, {spec.uri: res}, bandwidth_gbs=bw)
                     ln = fam.launch_variant(p, T, ctx, spec.threads, "plain", max_tokens=T,
                                             k_warps=dict(spec.params).get("k_warps", 1))
-                    smem = 0 if fmt == "bf16" else ln.dynamic_smem_bytes
-                    calls = [lambda i=i, k=k, ln=ln, smem=smem: k.launch(ln.grid, ln.block, bufs.args(p, ln, i),
-                                                                         smem=smem, stream=stream, pdl=True)
+                    calls = [lambda i=i, k=k, ln=ln: k.launch(ln.grid, ln.block, bufs.args(p, ln, i),
+                                                              smem=ln.dynamic_smem_bytes, stream=stream, pdl=True)
                              for i in range(max(bufs.copies, 24))]
                     t = time_graph(cp, stream, calls)
                     r = {"format": fmt, "shape": shape, "kernels": engine, "tokens": T, "variant": tag,
@@ -146,7 +135,7 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", default="gate_up,down")
     ap.add_argument("--tokens", type=int, default=4, help="T of the multi-token launches (2..4: the probe's x has 4 rows)")
     ap.add_argument("--sweep", action="store_true", help="also time every CTA shape of the tensor-core kernels "
-                    "(w4 as built and with 2 scale groups per stage, bf16 reading x from global memory)")
+                    "(w4 as built and with 2 scale groups per stage, bf16 as built)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     cp, arch, sms, bw, stream = device_setup()
@@ -177,9 +166,8 @@ def main(argv=None) -> int:
                         else:
                             k = DeviceKernel(src, ln.kernel.entry, ln.kernel.uri + "-" + tag)
                             regs = read_resources(k.compiled.cubin, arch.name, k.compiled.ptx)[ln.kernel.entry].registers
-                        smem = 0 if tag.startswith("xglobal") else ln.dynamic_smem_bytes  # (no x buffer)
-                        calls = [lambda i=i, k=k, smem=smem: k.launch(ln.grid, ln.block, bufs.args(p, ln, i),
-                                                                      smem=smem, stream=stream, pdl=True)
+                        calls = [lambda i=i, k=k: k.launch(ln.grid, ln.block, bufs.args(p, ln, i),
+                                                           smem=ln.dynamic_smem_bytes, stream=stream, pdl=True)
                                  for i in range(max(bufs.copies, 24))]
                         t = time_graph(cp, stream, calls)
                         if tokens == 1:

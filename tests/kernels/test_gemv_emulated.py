@@ -316,13 +316,14 @@ def test_w8_mma_x_range_and_partial_steps(k, kw, x_scale):
 
 @pytest.mark.parametrize("k,kw,x_scale", [(704, 2, [1.0]), (1600, 4, [3e5]), (1600, 1, [1.0, 7.0, 1e-3])])
 def test_bf16_mma_partial_steps(k, kw, x_scale):
-    """The bf16 mma variant streams 2 blocks of 64 per warp step: K = 704 / 1,600 (11 / 25 blocks) leave a partial
-    last step, interleaved over k_warps warps; x is staged as it is (no scale), large or small."""
+    """The bf16 mma variant streams 4 blocks of 64 per warp step: K = 704 / 1,600 (11 / 25 blocks) leave a partial
+    last step, interleaved over k_warps warps; each lane reads its x fragments from global memory as they are (no
+    staging, no scale, no dynamic shared memory), large or small."""
     fam = FAM_MMA
     prob = GemvProblem(k, 40, "residual_add", "bf16")
     tile = 1 if len(x_scale) == 1 else 4
     spec = fam.spec(prob, 128, "plain", tile, kw)
-    assert dict(spec.params)["mma"] and fam.dynamic_smem_bytes(prob, tile) == 2 * k * tile
+    assert dict(spec.params)["mma"] and fam.dynamic_smem_bytes(prob, tile) == 0
     c = PlanContext(ARCH, SMS, {u: r for u, (_, r) in compile_variants([spec], ARCH).items()})
     launch = fam.launch_variant(prob, len(x_scale), c, 128, "plain", max_tokens=tile, k_warps=kw)
     _run(prob, launch, seed=12, x_scale=x_scale)
@@ -331,12 +332,15 @@ def test_bf16_mma_partial_steps(k, kw, x_scale):
 @pytest.mark.parametrize("fmt", ["w8", "bf16"])
 @pytest.mark.parametrize("k,kw", [(6144, 2), (5184, 4)])
 def test_mma_k_segments(k, kw, fmt):
-    """At the 4-token tile a long K's fp16 (w8) or bf16 x does not fit W8_MMA_X_BYTES: it is staged and streamed in K
-    segments (6,144: two of 3,072; 5,184 = 81 blocks: 2,624 + 2,560, the last one shorter), three tokens (a partial
-    tile)."""
+    """At the 4-token tile a long K's fp16 x (w8) does not fit W8_MMA_X_BYTES: it is staged and streamed in K segments
+    (6,144: two of 3,072; 5,184 = 81 blocks: 2,624 + 2,560, the last one shorter), three tokens (a partial tile); bf16
+    stages nothing and takes the same K in one pass, x from global memory."""
     fam = FAM_MMA
     prob = GemvProblem(k, 40, "store", fmt, in_norm="parts")
-    assert fam.dynamic_smem_bytes(prob, 4) < 4 * k * 2  # segmented
+    if fmt == "w8":
+        assert 0 < fam.dynamic_smem_bytes(prob, 4) < 4 * k * 2  # segmented
+    else:
+        assert fam.dynamic_smem_bytes(prob, 4) == 0
     spec = fam.spec(prob, 128, "plain", 4, kw)
     c = PlanContext(ARCH, SMS, {u: r for u, (_, r) in compile_variants([spec], ARCH).items()})
     launch = fam.launch_variant(prob, 3, c, 128, "plain", max_tokens=4, k_warps=kw)

@@ -82,14 +82,14 @@ fp32 totals. About 11 instructions per 8 codes (2 rows x 4) and k-tile against ~
 
 Tensor-core bf16 (template ``mma`` without ``wfmt``; the token tiles of ``GemvTuning.bf16_mma_tiles``, default none)
 -------------------------------------------------------------------------------------------------------------------
-The w8 kernel's structure with nothing to convert: each CTA copies its tokens' bf16 x into dynamic shared memory (the
-same segments), and per 64-element block lane (g, q) streams elements 8q .. 8q + 7 and 32 + 8q .. 32 + 8q + 7 of rows
-g and g + 8 (two 16-byte loads each, a quad's four lanes side by side; 2 blocks per step: the w8 step's bytes) and
-feeds them to four ``mma.sync.m16n8k16`` bf16 as they lie: k-tile i's k-slots (2q, 2q + 1) and (2q + 8, 2q + 9) are
-four consecutive elements of the lane's loads, for A and B alike. The products are exact in the fp32 accumulators, as
-on FMAs; only the summation order differs. Plain route only. Written for issue 38 (the 4-token bf16 GEMVs on fp32
-FMAs cost 1.17-1.43x their one-token time on an H100, bench/NOTES.md run 196); correct on the emulator and an H100,
-and slower there than the FMA kernels (0.86x at 4 sequences, 0.79x at 8: runs 205-206), so off by default.
+The w8 kernel's structure with nothing to convert and nothing staged: per 64-element block lane (g, q) streams
+elements 8q .. 8q + 7 and 32 + 8q .. 32 + 8q + 7 of rows g and g + 8 (two 16-byte loads each, a quad's four lanes side
+by side; 4 blocks per step, 8 KiB of a warp's 16 rows in flight), reads the same elements of its token's x from global
+memory (L1, as the FMA kernels read x) and feeds them to four ``mma.sync.m16n8k16`` bf16 as they lie: k-tile i's
+k-slots (2q, 2q + 1) and (2q + 8, 2q + 9) are four consecutive elements of the lane's loads, for A and B alike. The
+products are exact in the fp32 accumulators, as on FMAs; only the summation order differs. Plain route only, 128-thread
+CTAs (``GemvTuning.bf16_mma_shapes``). Written for issue 38 (the 4-token bf16 GEMVs on fp32 FMAs cost 1.17-1.43x their
+one-token time on an H100, bench/NOTES.md run 196); ``GemvTuning.bf16_mma_tiles`` says what it measured.
 
 bf16 on fp32 FMAs, weights converted once (template ``fma`` with ``unpack_w``; ``GemvTuning.bf16_unpack_tiles``, default (4,))
 ---------------------------------------------------------------------------------------------------------------------------

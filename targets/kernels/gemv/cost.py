@@ -41,7 +41,7 @@ def estimate_us(problem: GemvProblem, tokens: int, *, threads: int, k_warps: int
         bandwidth_per_sm_gbs: DRAM bandwidth per SM, GB/s. splits: K splits of a cooperative launch (1 = plain).
         mma: a tensor-core variant. w4: a warp step is the ``(mma_stages - 1) x MMA_CHUNK`` scale groups of its
             16 rows its cp.async ring holds in flight (4 KiB at 3 stages) instead of one 16-byte vector per lane
-            and row; w8 / bf16: ``W8_MMA_UNROLL`` / ``BF16_MMA_UNROLL`` 64-element blocks of its 16 rows (4 KiB).
+            and row; w8 / bf16: ``W8_MMA_UNROLL`` / ``BF16_MMA_UNROLL`` 64-element blocks of its 16 rows (4 / 8 KiB).
         dp: an integer-dot-product variant: every resident CTA first converts its tokens' whole x (``tile x K``
             elements) before it streams, so each SM pays that once per CTA it holds -- ``DP_STAGE_NS`` per element
             and CTA per SM, on top of the streaming time.

@@ -1,7 +1,7 @@
 """The GEMV's tensor-core engine (template ``gemv_mma.cu.j2``): w4 on ``mma.sync.m16n8k16`` with bf16 codes through
 each warp's cp.async ring, w8 with fp16 codes streamed from global memory and the tokens' x as fp16 in dynamic shared
-memory, bf16 with the weights streamed the same way as A fragments as they are and the tokens' bf16 x in dynamic
-shared memory (the package docstring, :mod:`ninferc.targets.kernels.gemv`, describes them). Which problems it takes, its CTA
+memory, bf16 with the weights streamed the same way as A fragments as they are and each lane's x fragments read from
+global memory (the package docstring, :mod:`ninferc.targets.kernels.gemv`, describes them). Which problems it takes, its CTA
 shapes, template parameters and shared memory; every function is pure arithmetic on the tuning
 (:class:`~ninferc.targets.kernels.gemv.tuning.GemvTuning`) and the problem.
 
@@ -37,12 +37,16 @@ STATIC_SMEM_LIMIT = 48 * 1024
 W8_MMA_X_BYTES = 40 * 1024
 #: 64-element blocks per warp step of the w8 mma variants (template ``kMmaUnroll``)
 W8_MMA_UNROLL = 4
-#: 64-element blocks per warp step of the bf16 mma variants (template ``kMmaUnroll``): the w8 step's bytes in flight
-#: (a bf16 block of a row is 128 bytes, a w8 one 64)
-BF16_MMA_UNROLL = 2
+#: 64-element blocks per warp step of the bf16 mma variants (template ``kMmaUnroll``): 8 KiB of a warp's 16 rows in
+#: flight (at 4 tokens on an H100 the 27B gate|up / down took 129.7-130.7 / 66.6-67.2 us at 128 threads with 4 against
+#: 130.5-141.3 / 76.1-84.6 with 2 blocks, except the 1-warp-per-row-group down, 80.3 us against 131.5:
+#: bench/NOTES.md run 232, ``bench/results/gemv_tokens_probe_sweep_h100_04ccdfc.json``)
+BF16_MMA_UNROLL = 4
 
-#: the formats whose mma variants stream W from global memory and stage the tokens' x in dynamic shared memory
-STAGED_X = ("w8", "bf16")
+#: the formats whose mma variants stream W from global memory (plain route only)
+STREAMED = ("w8", "bf16")
+#: the formats whose mma variants stage the tokens' x in dynamic shared memory (w8: as fp16 under a power of two)
+STAGED_X = ("w8",)
 
 
 def mma_stage_bytes(tile: int) -> int:
@@ -63,7 +67,7 @@ def mma_stages(threads: int, tile: int) -> int:
 def applies(t: GemvTuning, problem: GemvProblem, tile: int) -> bool:
     """True when ``problem`` at token tile ``tile`` runs on the tensor-core variants: a w4 problem and a tile of
     ``t.w4_mma_tiles``, or a w8 (bf16) problem, a tile of ``t.w8_mma_tiles`` (``t.bf16_mma_tiles``) and K a multiple
-    of 64 (the tile's fp16 (bf16) x is staged in K segments of at most ``W8_MMA_X_BYTES``:
+    of 64 (the 64-element blocks; w8 stages the tile's fp16 x in K segments of at most ``W8_MMA_X_BYTES``:
     :func:`dynamic_smem_bytes`)."""
     if problem.wfmt == "w8":
         return tile in t.w8_mma_tiles and problem.k % 64 == 0
@@ -74,6 +78,8 @@ def applies(t: GemvTuning, problem: GemvProblem, tile: int) -> bool:
 
 def shapes(t: GemvTuning, problem: GemvProblem, tile: int) -> tuple[tuple[int, int], ...]:
     """The plain (threads, k_warps) candidates: ``t.mma_shapes`` (w4: those whose ring gets at least 2 stages)."""
+    if problem.wfmt == "bf16":
+        return t.bf16_mma_shapes
     if problem.wfmt in STAGED_X:
         return t.mma_shapes
     return tuple(s for s in t.mma_shapes if mma_stages(s[0], tile) >= 2)
@@ -83,7 +89,7 @@ def coop_threads(t: GemvTuning, problem: GemvProblem, tile: int) -> tuple[int, .
     """The cooperative thread counts: none for w8 and bf16 (plain only: every CTA stages its tokens' whole x); for w4
     ``t.coop_threads`` and the smallest ``t.mma_shapes`` CTA, each only if its ring gets at least 2 stages (at the
     4-token tile only 128-thread CTAs fit)."""
-    if problem.wfmt in STAGED_X:
+    if problem.wfmt in STREAMED:
         return ()
     cands = sorted({*t.coop_threads, min(th for th, _ in t.mma_shapes)})
     return tuple(th for th in cands if mma_stages(th, tile) >= 2)
@@ -95,7 +101,7 @@ def params(problem: GemvProblem, threads: int, mode: str, tile: int) -> dict:
     Raises:
         PlanError: a w8 or bf16 variant in coop mode, or a w4 variant whose rings do not fit static shared memory.
     """
-    if problem.wfmt in STAGED_X:
+    if problem.wfmt in STREAMED:
         if mode != "plain":
             raise PlanError(f"gemv: the {problem.wfmt} mma variants run in plain mode only, not {mode!r}")
         return {"mma": True}
@@ -107,9 +113,9 @@ def params(problem: GemvProblem, threads: int, mode: str, tile: int) -> dict:
 
 
 def dynamic_smem_bytes(problem: GemvProblem, tile: int) -> int:
-    """Dynamic shared memory of a launch, bytes: w8 (bf16), the fp16 (bf16) x of the tile's tokens over one K segment
-    -- the whole K when ``tile * K * 2 <= W8_MMA_X_BYTES``, else the fewest equal segments (multiples of 64 elements)
-    that fit; w4 none (its rings are static)."""
+    """Dynamic shared memory of a launch, bytes: w8, the fp16 x of the tile's tokens over one K segment -- the whole K
+    when ``tile * K * 2 <= W8_MMA_X_BYTES``, else the fewest equal segments (multiples of 64 elements) that fit; w4
+    none (its rings are static), bf16 none (x is read from global memory)."""
     if problem.wfmt not in STAGED_X:
         return 0
     blocks = problem.k // 64

@@ -69,13 +69,14 @@ class GemvTuning:
             out 13.2 vs 9.6, q|k|v 24.1 vs 20.3; 27B w8 decode 99.6 vs ~118 tok/s), like the w4 mma variants at
             T = 1: both tensor-core kernels stream at most ~3.3 TB/s there.
         bf16_mma_tiles: the token tiles whose bf16 variants run on tensor cores (bf16 mma, the weights as A fragments
-            with no conversion, the tokens' x in dynamic shared memory as the w8 variants stage it; K a multiple of
-            64, plain mode only). Default () -- off: written for issue 38 (the 4-token bf16 verify step's GEMVs
-            cost 1.17-1.43x their one-token time on fp32 FMAs, bench/NOTES.md run 196), correct on the emulator and
-            on an H100 (run 206's forced cases), and slower there: the 27B 4-sequence step 22.87-23.13 ms on FMAs
-            against 26.81 with (4,), the 8-sequence step 43.07 against 54.71 with (4, 8) (runs 205-206,
-            ``bench/results/batch_ab_bf16_t{4,6}_h100_cedfdcc.json``). Why is not measured yet (the per-CTA staging
-            of every token's whole x is the first suspect).
+            with no conversion, each lane's x fragments from global memory; K a multiple of 64, plain mode only).
+            Default () -- off: written for issue 38 (the 4-token bf16 verify step's GEMVs cost 1.17-1.43x their
+            one-token time on fp32 FMAs, bench/NOTES.md run 196). Its first form staged every token's whole x in
+            dynamic shared memory per CTA (as the w8 variants do) and was slower than the FMAs on an H100: the 27B
+            4-sequence step 22.87-23.13 ms on FMAs against 26.81 with (4,), the 8-sequence step 43.07 against 54.71
+            with (4, 8) (runs 205-206, ``bench/results/batch_ab_bf16_t{4,6}_h100_cedfdcc.json``); the GEMV alone
+            (run 229, ``bench/results/gemv_tokens_probe_h100_310db51.json``): gate|up 160.3 us against 132.1 on
+            FMAs (113.6 at one token), 147.6 without the staging, 140.3 with x from global memory.
         bf16_unpack_tiles: the token tiles (>= 2) whose bf16 fp32-FMA variants convert each 16-byte weight vector to
             fp32 once for all the tile's tokens (template ``unpack_w``; every token slot computes, a slot past the
             chunk's tokens on its last token's x, never stored). Default (4,): the variants without it convert a vector
@@ -155,6 +156,10 @@ class GemvTuning:
             16-row warp tile leaves few row groups on a short N (5,120 outputs = 320 tiles), so more warps
             share each tile's K to keep enough bytes in flight. At most 256 threads: a 512-thread CTA's 128
             registers per thread make the 4-token variants spill (sm_86 / sm_89) and the 1-token one on sm_120a.
+        bf16_mma_shapes: the same for the bf16 mma variants. Default the 128-thread shapes: at 256 threads their ~130
+            registers (4 blocks per warp step) leave one resident CTA per SM; on an H100 at 4 tokens the 27B gate|up
+            took 147.9 / 184.9 us at 256 threads (k_warps 4 / 8) against 129.7-130.7 at 128 (bench/NOTES.md run
+            232, ``bench/results/gemv_tokens_probe_sweep_h100_04ccdfc.json``).
 
     Raises:
         PlanError: bad options (names them): a (threads, k_warps) shape whose threads are not a positive multiple of
@@ -186,20 +191,23 @@ class GemvTuning:
     dp_deep_threads: tuple[int, ...] = (640,)
     dp_min_ctas: tuple[tuple[str, str, int, int], ...] = (("w8", "store", 256, 4),)
     mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))
+    bf16_mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4))
 
     def __post_init__(self):
         plain_shapes, mma_shapes, dp_shapes = self.plain_shapes, self.mma_shapes, self.dp_shapes
+        bf16_mma_shapes = self.bf16_mma_shapes
         coop_threads, token_tiles = self.coop_threads, self.token_tiles
         rows_per_warp, quant_rows_per_warp, norm_rows_per_warp = (self.rows_per_warp, self.quant_rows_per_warp,
                                                                    self.norm_rows_per_warp)
-        bad_shape = [s for s in (*plain_shapes, *mma_shapes, *dp_shapes)
+        bad_shape = [s for s in (*plain_shapes, *mma_shapes, *bf16_mma_shapes, *dp_shapes)
                      if s[0] % WARP or s[0] <= 0 or s[1] < 1 or (s[0] // WARP) % s[1]]
-        if (bad_shape or not plain_shapes or not mma_shapes or not dp_shapes or any(t % WARP or t <= 0 for t in coop_threads) or rows_per_warp % 2
+        if (bad_shape or not plain_shapes or not mma_shapes or not bf16_mma_shapes or not dp_shapes or any(t % WARP or t <= 0 for t in coop_threads) or rows_per_warp % 2
                 or quant_rows_per_warp % 2 or norm_rows_per_warp % 2
                 or min(rows_per_warp, quant_rows_per_warp, norm_rows_per_warp) < 2 or not token_tiles
                 or min(token_tiles) < 1 or not self.w4_token_tiles or min(self.w4_token_tiles) < 1):
             raise PlanError(
                 f"gemv: bad family parameters plain_shapes={plain_shapes}, mma_shapes={mma_shapes}, "
+                f"bf16_mma_shapes={bf16_mma_shapes}, "
                 f"dp_shapes={dp_shapes} "
                 f"((threads, k_warps): threads a "
                 f"multiple of {WARP}, k_warps dividing its warps), coop_threads={coop_threads}, rows_per_warp="
@@ -233,6 +241,7 @@ class GemvTuning:
         norm = {  # the canonical types (ints, tuples; token tiles sorted and unique, dp_carry unique in order)
             "plain_shapes": tuple((int(t), int(k)) for t, k in plain_shapes),
             "mma_shapes": tuple((int(t), int(k)) for t, k in mma_shapes),
+            "bf16_mma_shapes": tuple((int(t), int(k)) for t, k in bf16_mma_shapes),
             "dp_shapes": tuple((int(t), int(k)) for t, k in dp_shapes),
             "coop_threads": tuple(int(t) for t in coop_threads),
             "token_tiles": tuple(sorted(set(int(t) for t in token_tiles))),
