@@ -80,8 +80,8 @@ stored in shared memory with each quad permuted to match), and the row scale and
 fp32 totals. About 11 instructions per 8 codes (2 rows x 4) and k-tile against ~30 on fp32 FMAs. Plain route only
 (a cooperative split would convert x once per split); same epilogues and input modes.
 
-Tensor-core bf16 (template ``mma`` without ``wfmt``; the token tiles of ``GemvTuning.bf16_mma_tiles``, default none)
--------------------------------------------------------------------------------------------------------------------
+Tensor-core bf16 (template ``mma`` without ``wfmt``; the token tiles of ``GemvTuning.bf16_mma_tiles``, default 4 and 8)
+---------------------------------------------------------------------------------------------------------------------
 The w8 kernel's structure with nothing to convert and nothing staged: per 64-element block lane (g, q) streams
 elements 8q .. 8q + 7 and 32 + 8q .. 32 + 8q + 7 of rows g and g + 8 (two 16-byte loads each, a quad's four lanes side
 by side; 4 blocks per step, 8 KiB of a warp's 16 rows in flight), reads the same elements of its token's x from global
@@ -99,7 +99,9 @@ warp streams, against ~43 at one token (``bench/sass_loop.py``). ``unpack_w`` co
 tile's tokens and lets every token slot compute (a slot past the chunk's tokens reads the chunk's last x and is never
 stored): ~110 instructions per KiB, for ~104 registers instead of 80 (sm_90). Tiles 2..4 (at 8 tokens the
 512-thread cooperative variants spill). On at the 4-token tile since an H100 A/B (bench/NOTES.md run 217): the 27B
-4-sequence step 0.946x, the 4-token verify program 1.239x the one-token step against 1.304x.
+4-sequence step 0.946x, the 4-token verify program 1.239x the one-token step against 1.304x. Since 2026-12-06 the
+tensor-core bf16 variants take the 4- and 8-token tiles where K is a multiple of 64 (every 27B and fixture GEMV), so
+these run only where K is not.
 
 Integer dot products (template ``dp``; the tiles of ``GemvFamily.w4_dp_tiles`` / ``w8_dp_tiles``: w4 1, w8 none)
 -----------------------------------------------------------------------------------------------------------------

@@ -70,8 +70,14 @@ class GemvTuning:
             T = 1: both tensor-core kernels stream at most ~3.3 TB/s there.
         bf16_mma_tiles: the token tiles whose bf16 variants run on tensor cores (bf16 mma, the weights as A fragments
             with no conversion, each lane's x fragments from global memory; K a multiple of 64, plain mode only).
-            Default () -- off: written for issue 38 (the 4-token bf16 verify step's GEMVs cost 1.17-1.43x their
-            one-token time on fp32 FMAs, bench/NOTES.md run 196). Its first form staged every token's whole x in
+            Default (4, 8), since 2026-12-06: on an H100 (bench/NOTES.md run 233,
+            ``bench/results/batch_ab_bf16_t{4,6}_{now,mma4,mma48}_h100_c1b3c5a.json``, one process per setting) the
+            27B 8-sequence step took 25.13 ms against 42.57 on FMAs (318.4 against 187.9 tok/s), one sequence x 6
+            tokens through the verify program 24.74 against 34.20 ms (1.388x against 1.919x the one-token step); at
+            4 tokens the 4-sequence step 20.38 against 21.42 ms, the prefill program 25.54 against 26.51 ms, the verify
+            program 22.03 against 22.01 ms; one-sequence decode 56.09 tok/s both (the one-token kernels are the
+            same). Written for issue 38 (the 4-token bf16 verify step's GEMVs cost 1.17-1.43x their one-token time on
+            fp32 FMAs, bench/NOTES.md run 196). Its first form staged every token's whole x in
             dynamic shared memory per CTA (as the w8 variants do) and was slower than the FMAs on an H100: the 27B
             4-sequence step 22.87-23.13 ms on FMAs against 26.81 with (4,), the 8-sequence step 43.07 against 54.71
             with (4, 8) (runs 205-206, ``bench/results/batch_ab_bf16_t{4,6}_h100_cedfdcc.json``); the GEMV alone
@@ -88,7 +94,8 @@ class GemvTuning:
             ``bench/results/batch_ab_bf16_t4_{now,unpack}_0234301.json``) the 27B 4-sequence step took 21.85 ms
             with (4,) against 23.09 without (0.946x), one sequence x 4 tokens through the verify program 1.239x the
             one-token step against 1.304x, the one-token decode unchanged (55.01 / 55.04 tok/s). Tiles 2..4: at 8
-            tokens the 512-thread cooperative variants spill.
+            tokens the 512-thread cooperative variants spill. A tile of ``bf16_mma_tiles`` runs on tensor cores
+            where K is a multiple of 64; these variants then take only the other K.
         w8_dp_tiles / w4_dp_tiles: the token tiles whose w8 / w4 variants use integer dot products (template ``dp``,
             module docstring) where K is a multiple of 64, the staged x fits ``DP_X_BYTES`` and the tile is not an mma
             tile. Defaults: (1,) for both, the one-sequence decode GEMVs. From the H200 (bench/NOTES.md runs
@@ -179,7 +186,7 @@ class GemvTuning:
     prefetch_steps: int = 1
     w4_mma_tiles: tuple[int, ...] = (4,)
     w8_mma_tiles: tuple[int, ...] = (4, 8)
-    bf16_mma_tiles: tuple[int, ...] = ()
+    bf16_mma_tiles: tuple[int, ...] = (4, 8)
     bf16_unpack_tiles: tuple[int, ...] = (4,)
     w8_dp_tiles: tuple[int, ...] = (1,)
     w4_dp_tiles: tuple[int, ...] = (1,)
