@@ -1,7 +1,7 @@
 """The forced ``gemv`` cases of the GPU tests (``test_gemv_gpu.py``), shared with the CPU check that every
 one of them plans on the H200 (``test_gemv_routes.py``)."""
 
-from ninferc.targets.kernels.gemv import GemvProblem
+from ninferc.targets.kernels.gemv import GemvFamily, GemvProblem, GemvTuning
 
 QKV = GemvProblem(5120, 12288 + 2048, "store")
 DOWN = GemvProblem(17408, 5120, "residual_add")
@@ -22,6 +22,11 @@ NORM_CASES = [GemvProblem(17408, 5120, "add_norm_parts", f) for f in ("bf16", "w
 # CPU, so a case that stops fitting fails there, not as a skip here
 DOWN_NARROW = GemvProblem(17408, 2048, "residual_add")  # 32 row blocks at 512 threads: room for a 2-way K split
 TINY_NORM_SWIGLU = GemvProblem(256, 704, "swiglu", "bf16", in_norm="parts")
+#: the family the forced cases are made with: the registered one's, but bf16 on fp32 FMAs at every token tile (the
+#: registered family takes bf16's 4- and 8-token tiles on tensor cores, plain mode only, since 2026-12-06; those have
+#: their own forced cases, ``test_gemv_gpu.py``'s ``BF16_MMA``), so that the cases keep covering the FMA kernels'
+#: cooperative and multi-token routes
+FORCED_FAMILY = GemvFamily(GemvTuning(bf16_mma_tiles=()))
 FORCED = [  # (problem, T, threads, mode, splits or None = most that fit, k_warps)
     (QKV, 1, 128, "plain", None, 2), (O_PROJ, 2, 512, "coop", 1, 1),
     (DOWN, 1, 256, "coop", None, 1), (DOWN_NARROW, 3, 512, "coop", 2, 1), (DOWN, 5, 256, "plain", None, 4),

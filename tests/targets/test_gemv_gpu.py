@@ -250,8 +250,13 @@ def _run_and_check(loaded, prob, launch, seed):
             e = _rel(got_xs, ref_xs.astype(np.float32))
             assert e < NORM_BF16_REL_L2, f"{launch.kernel.uri} T={t} rep={rep}: xs rel L2 {e:.2e}"
             parts = cp.asnumpy(ws[:t * FAMILIES["gemv"].norm_parts(launch)]).reshape(t, -1)
-            e = _rel(parts.sum(axis=1, keepdims=True), ref_ss)
+            # the parts sum the squares of the h the kernel stored (within fp32 summation); that h is checked against
+            # the reference below (a tensor-core kernel's h differs from it by ~1e-5: bench/NOTES.md run 235)
+            own_ss = (cp.asnumpy(y).astype(np.float64) ** 2).sum(axis=1, keepdims=True)
+            e = _rel(parts.sum(axis=1, keepdims=True), own_ss)
             assert e < 1e-5, f"{launch.kernel.uri} T={t} rep={rep}: sum of the norm parts rel {e:.2e}"
+            e = _rel(parts.sum(axis=1, keepdims=True), ref_ss)
+            assert e < 2 * GEMV_REL_L2, f"{launch.kernel.uri} T={t} rep={rep}: sum of the norm parts vs reference {e:.2e}"
         if prob.epilogue == "swiglu":
             out = cp.asnumpy(y).view(ml_dtypes.bfloat16).astype(np.float32)
             ref = ref.astype(np.float32)
@@ -271,14 +276,14 @@ def _run_and_check(loaded, prob, launch, seed):
 # tests
 # ------------------------------------------------------------------------------------------------
 
-from gemv_cases import (DOWN, FORCED, GATE_UP, MID_SWIGLU, NARROW, NORM_CASES, O_PROJ, QKV,  # noqa: E402,F401
-                        TINY)
+from gemv_cases import (DOWN, FORCED, FORCED_FAMILY, GATE_UP, MID_SWIGLU, NARROW, NORM_CASES, O_PROJ,  # noqa: E402,F401
+                        QKV, TINY)
 
 
 @pytest.mark.parametrize("case", range(len(FORCED)))
 def test_forced_variants_match_reference(device, loader, case):
     prob, t, threads, mode, splits, kw = FORCED[case]
-    gemv = FAMILIES["gemv"]
+    gemv = FORCED_FAMILY
     spec = gemv.spec(prob, threads, mode, gemv.tile_for(t), kw)
     loaded = loader(spec)
     ctx = PlanContext(device["arch"], device["sms"], {spec.uri: loaded.resources})
@@ -306,9 +311,10 @@ def test_planned_launches_match_reference(device, loader, prob, t, plan_sms):
     _run_and_check(loaded[launch.kernel.uri], prob, launch, seed=t * 31 + sms)
 
 
-#: bf16 on fp32 FMAs with each weight vector converted once for the tile's tokens (the registered family's default
-#: since run 217; spelled out so that the test keeps checking it)
-BF16_UNPACK = GemvFamily(GemvTuning(bf16_unpack_tiles=(4,)))
+#: bf16 on fp32 FMAs with each weight vector converted once for the tile's tokens (the registered family's 4-token
+#: tile from run 217 until 2026-12-06, when the tensor-core variants took the tiles whose K is a multiple of 64; what
+#: any other K still takes; spelled out, tensor cores off, so that the test keeps checking it)
+BF16_UNPACK = GemvFamily(GemvTuning(bf16_unpack_tiles=(4,), bf16_mma_tiles=()))
 UNPACK_CASES = [QKV, DOWN, GATE_UP, MID_SWIGLU, GemvProblem(5120, 17408, "swiglu", in_norm="parts"),
                 GemvProblem(17408, 5120, "add_norm_parts")]
 

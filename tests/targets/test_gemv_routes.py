@@ -347,12 +347,11 @@ def test_every_forced_gpu_case_plans_on_the_h200():
     """The GPU tests' forced gemv cases (``gemv_cases.FORCED``) are sized for the H200: each must plan there
     (sm_90, 132 SMs, its cooperative grid under the cap), so a case that stops fitting fails here, on the CPU,
     instead of being skipped on the GPU. (Three cooperative cases did not fit and were skipped until 2026-12-05.)"""
-    from gemv_cases import FORCED
+    from gemv_cases import FORCED, FORCED_FAMILY
 
-    from ninferc.targets.kernels import FAMILIES
     from ninferc.targets.plan import PlanContext, compile_variants
 
-    gemv = FAMILIES["gemv"]
+    gemv = FORCED_FAMILY
     specs = {s.uri: s for s in (gemv.spec(p, th, mode, gemv.tile_for(t), kw) for p, t, th, mode, _, kw in FORCED)}
     built = compile_variants(list(specs.values()), "sm_90", jobs=2)
     ctx = PlanContext("sm_90", 132, {u: r for u, (_, r) in built.items()})
