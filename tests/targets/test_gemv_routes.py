@@ -169,7 +169,14 @@ def test_choice_follows_the_device(gemv):
 
 
 def test_launch_variant_forced_and_errors(gemv):
-    c = ctx("sm_89", "l20")
+    gemv = GemvFamily(GemvTuning(bf16_mma_tiles=()))  # the fp32-FMA routes (bf16's 4- and 8-token tiles are mma)
+    from ninferc.targets.plan import compile_variants, family_variants
+
+    sku = get_sku("l20", "sm_89")
+    fma = [s for p in gemv.sample_problems() for s in family_variants(gemv, p, "sm_89")]
+    c = PlanContext("sm_89", sku.sms, {**family_resources("sm_89"),
+                                       **{u: r for u, (_, r) in compile_variants(fma, "sm_89").items()}},
+                    bandwidth_gbs=sku.bandwidth_gbs)
     ln = gemv.launch_variant(O_PROJ, 1, c, 512, "coop", splits=1)
     assert ln.cooperative and ln.split_k == 1 and ln.ctas == 80
     with pytest.raises(PlanError, match="exceeds the cooperative cap"):
@@ -297,7 +304,7 @@ def test_add_norm_parts_is_plain_and_sizes_its_parts(gemv):
         assert ln.route == "plain" and not ln.cooperative and "add_norm_parts" in ln.kernel.uri
         parts = gemv.norm_parts(ln)
         kwarps = dict(ln.kernel.params).get("k_warps", 1)
-        assert parts == -(-DOWN.n // gemv.outputs_per_cta(DOWN, ln.threads, kwarps))
+        assert parts == -(-DOWN.n // gemv.outputs_per_cta(DOWN, ln.threads, kwarps, ln.kernel.param("max_tokens")))
         assert ln.workspace_bytes == 4 * t * parts
     with pytest.raises(PlanError, match="not an add_norm_parts"):
         gemv.norm_parts(gemv.launch(O_PROJ, 1, c))
