@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from ninferc.errors import PlanError
-from ninferc.targets.kernels.gemv import GemvProblem
+from ninferc.targets.kernels.gemv import GemvFamily, GemvProblem, GemvTuning
 from ninferc.targets.cubin import KernelResources
 from ninferc.ir.config import ModelConfig
 from ninferc.ir.passes import run_pipeline
@@ -17,6 +17,13 @@ from ninferc.targets.plan import PlanContext, check_launch
 OK = KernelResources(registers=64, static_smem_bytes=0, local_bytes=0, max_threads=256, uses_grid_sync=False,
                      barriers=1)
 PROB = GemvProblem(5120, 5120, "residual_add")
+
+
+@pytest.fixture
+def gemv():
+    """The gemv family with bf16 on fp32 FMAs at every token tile: these checks build cooperative and plain specs at
+    the default (largest) tile, which the registered family runs on tensor cores, plain only, for bf16."""
+    return GemvFamily(GemvTuning(bf16_mma_tiles=()))
 
 
 def ctx_for(gemv, arch="sm_89", sms=92, res=OK):
