@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU em
 
 ARCH, SMS = "sm_90", 132  # the plan the launches come from; the emulator runs any grid
 FAM = GemvFamily(GemvTuning(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,), token_tiles=(1, 4),
-                     w4_mma_tiles=(), w8_mma_tiles=(), w8_dp_tiles=(), w4_dp_tiles=()))
+                     w4_mma_tiles=(), w8_mma_tiles=(), bf16_mma_tiles=(), w8_dp_tiles=(), w4_dp_tiles=()))
 #: the same family with w4 on tensor cores at every token tile and w8 and bf16 at both tiles (FAM: on fp32 FMAs)
 FAM_MMA = GemvFamily(GemvTuning(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,), token_tiles=(1, 4),
                          mma_shapes=((128, 1), (128, 2), (128, 4)), w4_mma_tiles=(1, 4), w8_mma_tiles=(1, 4),
@@ -40,11 +40,14 @@ FAM_MMA = GemvFamily(GemvTuning(plain_shapes=((128, 1), (128, 2), (128, 4)), coo
 FAM_DP = GemvFamily(GemvTuning(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,), token_tiles=(1, 4),
                         w4_mma_tiles=(), w8_mma_tiles=(), w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4),
                         dp_shapes=((128, 1), (128, 2), (128, 4))))
-#: the 8-token tile alone (GemvTuning's default tiles since 2026-12-05 take it for bf16 on fp32 FMAs and w8 on
-#: tensor cores; w4 is forced to it here, on FMAs, to cover its template at 8 tokens too)
+#: the 8-token tile alone (GemvTuning's default tiles since 2026-12-05 take it for w8 on tensor cores, and for bf16
+#: on fp32 FMAs until 2026-12-06, on tensor cores since; bf16 and w4 are forced to FMAs here to cover that template
+#: at 8 tokens too; FAM8_MMA: bf16 on tensor cores)
 FAM8 = GemvFamily(GemvTuning(plain_shapes=((128, 1), (128, 2)), coop_threads=(256,), token_tiles=(8,),
                          w4_token_tiles=(8,), mma_shapes=((128, 2),), w4_mma_tiles=(), w8_mma_tiles=(8,),
-                         w8_dp_tiles=(), w4_dp_tiles=()))
+                         bf16_mma_tiles=(), w8_dp_tiles=(), w4_dp_tiles=()))
+FAM8_MMA = GemvFamily(GemvTuning(plain_shapes=((128, 2),), coop_threads=(256,), token_tiles=(8,),
+                             bf16_mma_shapes=((128, 2),), bf16_mma_tiles=(8,)))
 FAMS = {"fma": FAM, "mma": FAM_MMA, "dp": FAM_DP}
 BF16_NAN = 0x7FC0
 #: fp32 accumulation in a different order than numpy's matmul (relative L2); bf16 outputs: a few one-ulp flips
@@ -283,6 +286,21 @@ def test_eight_token_tile(fmt, epilogue, in_norm, t):
     _run(prob, launch, seed=40 + t)
 
 
+@pytest.mark.parametrize("epilogue,in_norm", [("store", "none"), ("add_norm_parts", "none"), ("swiglu", "parts")])
+@pytest.mark.parametrize("t", [6, 8, 13])
+def test_eight_token_tile_bf16_mma(epilogue, in_norm, t):
+    """bf16 on tensor cores at the 8-token tile (the registered family's since 2026-12-06): every B column a token,
+    6 tokens (columns past the chunk read its first token's x and are never stored), 8, and 13 (two chunks); each
+    lane reads its x fragments from global memory, no dynamic shared memory."""
+    prob = GemvProblem(SHAPES["bf16"], N, epilogue, in_norm=in_norm)
+    spec = FAM8_MMA.spec(prob, 128, "plain", 8, 2)
+    assert dict(spec.params)["mma"] and FAM8_MMA.dynamic_smem_bytes(prob, 8) == 0
+    c = PlanContext(ARCH, SMS, {u: r for u, (_, r) in compile_variants([spec], ARCH).items()})
+    launch = FAM8_MMA.launch_variant(prob, t, c, 128, "plain", max_tokens=8, k_warps=2)
+    assert launch.kernel.uri == spec.uri and launch.dynamic_smem_bytes == 0
+    _run(prob, launch, seed=50 + t)
+
+
 @pytest.mark.parametrize("epilogue,in_norm", [("store", "none"), ("swiglu", "parts"), ("add_norm_parts", "none")])
 @pytest.mark.parametrize("tile,t", [(4, 3), (4, 4), (4, 6), (2, 2), (2, 5)])
 def test_bf16_unpacked_weights(epilogue, in_norm, tile, t):
@@ -291,7 +309,7 @@ def test_bf16_unpacked_weights(epilogue, in_norm, tile, t):
     store its
     own tokens only and every stored row must equal the reference (a slot that read another token's x fails)."""
     fam = GemvFamily(GemvTuning(plain_shapes=((128, 2),), coop_threads=(256,), token_tiles=(1, tile),
-                                bf16_unpack_tiles=(tile,)))
+                                bf16_unpack_tiles=(tile,), bf16_mma_tiles=()))
     prob = GemvProblem(SHAPES["bf16"], N, epilogue, in_norm=in_norm)
     spec = fam.spec(prob, 128, "plain", tile, 2)
     assert dict(spec.params).get("unpack_w") == 1 and fam.tile_for(t) == tile

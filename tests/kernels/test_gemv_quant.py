@@ -6,6 +6,7 @@ GPU twin: tests/targets/test_gemv_gpu.py (the ``Q*`` cases)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 
@@ -60,21 +61,27 @@ def test_problem_validation_names_value_and_limit():
 
 def test_bf16_kernels_have_no_format_parameter():
     """bf16 kernels carry no ``wfmt`` (their URIs are those of the format-free kernels) and take no scales: the fp32-FMA
-    template with its bf16 branch (``kBf16``; the code conversions are discarded ``if constexpr`` branches)."""
+    template with its bf16 branch (``kBf16``; the code conversions are discarded ``if constexpr`` branches), and at
+    the tiles of ``bf16_mma_tiles`` (4 and 8 since 2026-12-06) the tensor-core template's bf16 branch."""
     for prob in GEMV.sample_problems():
         if prob.quantized:
             continue
         for spec in GEMV.variants(prob):
             assert "wfmt" not in dict(spec.params) and "wfmt" not in spec.uri
-            assert spec.template == "gemv_fma.cu.j2", spec.uri
+            mma = GEMV.mma_for(prob, spec.param("max_tokens"))
+            assert spec.template == ("gemv_mma.cu.j2" if mma else "gemv_fma.cu.j2"), spec.uri
             src = spec.render()
             assert "constexpr bool kBf16 = true;" in src and "scales" not in _signature(spec)
 
 
 def test_uris_differ_per_format():
+    """The w8 / w4 URIs of every CTA shape, mode and tile, derived from the bf16 fp32-FMA kernel's URI of the same
+    shape (the registered family with bf16 on FMAs at every tile: its bf16 tensor-core tiles are plain-only kernels of
+    another template)."""
+    fma_bf16 = GemvFamily(dataclasses.replace(GEMV.tuning, bf16_mma_tiles=()))
     for ep in ("store", "residual_add", "swiglu", "add_norm_parts"):
         bf = GemvProblem(256, 704, ep)
-        for spec in GEMV.variants(bf):
+        for spec in fma_bf16.variants(bf):
             th, mode = spec.threads, spec.param("mode")
             buri = spec.uri.replace("_unpack_w1", "")  # a bf16-only parameter (the weights converted once per vector)
             mt, kw = spec.param("max_tokens"), dict(spec.params).get("k_warps", 1)
@@ -87,7 +94,8 @@ def test_uris_differ_per_format():
                 with pytest.raises(PlanError, match="plain mode only"):
                     GEMV.spec(GemvProblem(256, 704, ep, "w8" if (w8mma or dp8) else "w4"), th, mode, mt, kw)
                 continue
-            uris = {f: GEMV.spec(GemvProblem(256, 704, ep, f), th, mode, mt, kw).uri for f in WFORMATS}
+            uris = {f: (spec.uri if f == "bf16" else GEMV.spec(GemvProblem(256, 704, ep, f), th, mode, mt, kw).uri)
+                    for f in WFORMATS}
             assert len(set(uris.values())) == 3
             # quantised kernels differ by the format and by their rows per warp (quant_rows_per_warp)
             qbase = buri.replace(f"_rw{GEMV.rows_per_warp}_", f"_rw{GEMV.quant_rows_per_warp}_")
