@@ -86,7 +86,8 @@ def shapes(t: GemvTuning, problem: GemvProblem, tile: int) -> tuple[tuple[int, i
 
 
 def coop_threads(t: GemvTuning, problem: GemvProblem, tile: int) -> tuple[int, ...]:
-    """The cooperative thread counts: none for w8 and bf16 (plain only: every CTA stages its tokens' whole x); for w4
+    """The cooperative thread counts: none for w8 and bf16 (plain only: their template branch has no split-K
+    route; a w8 split would stage every token's x once per split); for w4
     ``t.coop_threads`` and the smallest ``t.mma_shapes`` CTA, each only if its ring gets at least 2 stages (at the
     4-token tile only 128-thread CTAs fit)."""
     if problem.wfmt in STREAMED:
