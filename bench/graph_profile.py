@@ -8,8 +8,13 @@ summed kernel duration and the summed *exposed* time (how much later this kernel
 i.e. its share of the step's critical path), plus the step's wall time from the first kernel's start to the last
 one's end.
 
+``--mode verify --tokens T`` (or ``prefill``) records T-token steps of one sequence instead -- the graph
+``ninferc bench --tokens-per-seq`` times (``ninferc.bench.multi_token_graph``), replayed back to back with no sampler --
+to see which kernels of the speculative verify step are exposed under PDL (bench/NOTES.md run 234: the bf16 4-token
+verify step's kernels summed 1.8 ms less on tensor cores than on FMAs, the replayed step only 0.5 ms less).
+
 Usage (on a GPU with torch): python3 bench/graph_profile.py --weights w4 [--context 512] [--steps 6]
-[--set family.attr=value ...] --json F
+[--mode decode|prefill|verify] [--tokens T] [--set family.attr=value ...] --json F
 """
 
 from __future__ import annotations
@@ -29,7 +34,10 @@ def main(argv=None) -> int:
     ap.add_argument("--weights", default="w4")
     ap.add_argument("--kv-dtype", default="bf16")
     ap.add_argument("--context", type=int, default=512)
-    ap.add_argument("--steps", type=int, default=6, help="decode steps recorded")
+    ap.add_argument("--steps", type=int, default=6, help="steps recorded")
+    ap.add_argument("--mode", default="decode", choices=["decode", "prefill", "verify"],
+                    help="the decode step (default), or one sequence x --tokens through the prefill / verify program")
+    ap.add_argument("--tokens", type=int, default=4, help="T of --mode prefill / verify (2..6 for verify)")
     ap.add_argument("--max-context", type=int, default=None,
                     help="the engine's max_context (default context + 64 + steps; the bench's 512 row runs at 8,248)")
     ap.add_argument("--loop", default="stream", choices=["stream", "step"],
@@ -53,20 +61,24 @@ def main(argv=None) -> int:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from ninferc.bench import family_key, git_commit, synthetic_artifact
+    from ninferc.bench import family_key, git_commit, multi_token_graph, synthetic_artifact
     from ninferc.runtime.engine import Engine
     from ninferc.sampling import SamplingParams
 
     torch.cuda.init()
-    max_context = a.max_context or a.context + 64 + a.steps
-    art = synthetic_artifact(a.preset, a.weights, a.kv_dtype, target=None, max_context=max_context)
+    multi = a.mode != "decode"
+    max_context = a.max_context or a.context + 64 + a.steps + (a.tokens if multi else 0)
+    art = synthetic_artifact(a.preset, a.weights, a.kv_dtype, target=None, max_context=max_context,
+                             mtp=a.mode == "verify")
     pad = None
     if a.pad_mib:
         import cupy
 
         pad = cupy.empty(int(a.pad_mib * 2**20), cupy.uint8)  # noqa: F841 (kept alive until the script ends)
     eng = Engine(art, max_context=max_context, prefill_chunk=a.context, max_batch=1,
-                 log=lambda m: print(m, file=sys.stderr))
+                 log=lambda m: print(m, file=sys.stderr),
+                 **({"max_logit_rows": a.tokens} if multi else {}),
+                 **({"spec_tokens": a.tokens - 1} if a.mode == "verify" else {}))
     rng = np.random.default_rng(0)
     ids = rng.integers(0, eng.vocab, a.context).tolist()
     s = eng.session()
@@ -77,8 +89,19 @@ def main(argv=None) -> int:
         s.decode(tok)
         tok = s.sample(greedy)
     s.synchronize()
+    graph = None
+    if multi:  # the T-token graph at positions L.. (the session's length is unchanged)
+        s.seq.ensure_capacity(s.seq.length + a.tokens, eng.pages, eng.max_pages)
+        graph = multi_token_graph(eng, s.seq, a.mode, a.tokens, rng)
+        for _ in range(3):
+            graph.launch(stream=eng.stream)
+        eng.stream.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        if a.loop == "stream":
+        if multi:
+            for _ in range(a.steps):
+                graph.launch(stream=eng.stream)
+            eng.stream.synchronize()
+        elif a.loop == "stream":
             for tok in s.decode_stream(greedy, a.steps):
                 pass
         else:
@@ -93,7 +116,7 @@ def main(argv=None) -> int:
     gpu = sorted((e for e in trace["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
                   and "dur" in e), key=lambda e: e["ts"])
     kev = [e for e in gpu if e["cat"] == "kernel"]
-    sp = eng.step_plan("decode", 1, 1, 1)
+    sp = eng.step_plan(a.mode, a.tokens, 1, a.tokens) if multi else eng.step_plan("decode", 1, 1, 1)
     plan = [(step.name, ln.kernel.family, k.entry) for step, ln, k, _ in sp.launches]
     first = plan[0][2]
     starts = [i for i, e in enumerate(kev) if e["name"] == first]
@@ -124,7 +147,7 @@ def main(argv=None) -> int:
         copies.append(sum(e["dur"] for e in gpu if e["cat"] != "kernel" and end <= e["ts"] < kev[sj]["ts"]))
     nstep = len(walls)
     if not nstep:
-        print("no decode step in the trace matched the step plan", file=sys.stderr)
+        print(f"no {a.mode} step in the trace matched the step plan", file=sys.stderr)
         print("kernel names seen:", sorted({e["name"] for e in kev})[:40], file=sys.stderr)
         return 1
     fam = {k: {"launches": len(v["dur_us"]) // nstep, "kernel_ms": sum(v["dur_us"]) / nstep / 1e3,
@@ -140,7 +163,8 @@ def main(argv=None) -> int:
         timeline.append({"step": plan[i][0], "family": plan[i][1], "start_us": float(np.median(st)),
                          "end_us": float(np.median(en)), "dur_us": float(np.median([kev[si + i]["dur"] for si in starts]))})
     out = {"commit": git_commit(), "gpu": torch.cuda.get_device_name(), "weights": a.weights,
-           "kv_dtype": a.kv_dtype, "context": a.context, "steps_matched": nstep,
+           "kv_dtype": a.kv_dtype, "context": a.context, "mode": a.mode, "tokens": a.tokens if multi else 1,
+           "steps_matched": nstep,
            "step_wall_ms_median": float(np.median(walls)) / 1e3, "loop": a.loop,
            "between_steps_us_median": float(np.median(between)) if between else None,
            "sampler_kernels_us_median": float(np.median(samp)) if samp else None,

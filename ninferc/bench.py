@@ -245,6 +245,24 @@ def run_bench(engine, *, prompt_tokens=(512, 8192), decode_tokens: int = 64, chu
     return res
 
 
+def multi_token_graph(engine, seq, mode: str, T: int, rng):  # noqa: N803
+    """The captured step graph of one sequence x T tokens after ``seq``'s L tokens (positions L .. L + T - 1, a logit
+    row per token), its metadata written on the engine stream: ``mode`` "decode" (T = 1), "prefill" (the GDN layers as
+    a chunk) or "verify" (token by token, the state after token j into slot j: the speculative verify step). The tokens are drawn
+    from ``rng``; ``seq`` must hold pages for L + T positions (``ensure_capacity``). Shared by
+    :func:`multi_token_steps` and ``bench/graph_profile.py``.
+
+    Raises:
+        NinfercError: a T past the engine's prefill chunk or logit rows (:meth:`Engine.step_plan`)."""
+    e, L = engine, seq.length  # noqa: N806
+    with e.stream:
+        e.write_meta(tok_pos=np.arange(L, L + T, dtype=np.int32), tok_seq=np.zeros(T, np.int32),
+                     seq_start=[0, T], seq_ctx=[L + T], seq_slot=[seq.slot], row_index=np.arange(T, dtype=np.int32),
+                     page_rows=[seq.pages], tokens=[int(x) for x in rng.integers(0, e.vocab, T)],
+                     **({"seq_slot_out": [0], "token_rows": True} if mode == "verify" else {}))  # states: slots 0..T-1
+        return e.step_graph(mode, T, 1, T)
+
+
 def multi_token_steps(engine, session, tokens_per_seq, *, reps: int = 30, rng=None, profile: bool = False,
                       log: Callable[[str], None] | None = None) -> list[dict]:
     """Step time of one sequence x T tokens (positions L .. L + T - 1 after the session's L tokens; logits for all
@@ -278,13 +296,8 @@ def multi_token_steps(engine, session, tokens_per_seq, *, reps: int = 30, rng=No
     k_spec = int(getattr(e, "spec_tokens", 0) or 0)
 
     def timed(mode: str, T: int) -> tuple[float, dict | None]:  # noqa: N803
-        verify = mode == "verify"
+        g = multi_token_graph(e, seq, mode, T, rng)
         with e.stream:
-            e.write_meta(tok_pos=np.arange(L, L + T, dtype=np.int32), tok_seq=np.zeros(T, np.int32),
-                         seq_start=[0, T], seq_ctx=[L + T], seq_slot=[seq.slot], row_index=np.arange(T, dtype=np.int32),
-                         page_rows=[seq.pages], tokens=[int(x) for x in rng.integers(0, e.vocab, T)],
-                         **({"seq_slot_out": [0], "token_rows": True} if verify else {}))  # states: slots 0..T-1
-            g = e.step_graph(mode, T, 1, T)
             g.launch(stream=e.stream)  # warm
             evs = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(reps)]
             for a, b in evs:
