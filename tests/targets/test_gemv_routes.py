@@ -190,6 +190,33 @@ def test_launch_variant_forced_and_errors(gemv):
         gemv.launch_variant(DOWN, 1, c, 256, "coop")
 
 
+def test_w4_dp_for_add_norm_parts_at_four_tokens_fits_where_the_target_holds_its_x():
+    """The A/B setting of ``dp_x_bytes`` / ``w4_mma_epilogues``: on the H200 the 27B w4 down at 4 tokens plans the
+    dp kernel with 152,320 B of staged x (gate|up stays on tensor cores); an L20 (99 KiB per CTA) cannot hold that x
+    and the plan refuses the problem, naming it; bad values are refused."""
+    from ninferc.targets.plan import compile_variants, family_variants
+
+    fam = GemvFamily(GemvTuning(w4_dp_tiles=(1, 4), w4_mma_epilogues=("store", "residual_add", "swiglu"),
+                                dp_x_bytes=160 * 1024))
+    down, gate_up = GemvProblem(17408, 5120, "add_norm_parts", "w4"), GemvProblem(5120, 17408, "swiglu", "w4")
+    for arch, sku in (("sm_90", "h200"), ("sm_89", "l20")):
+        s = get_sku(sku, arch)
+        specs = [v for p in (down, gate_up) for v in family_variants(fam, p, arch)]
+        c = PlanContext(arch, s.sms, {u: r for u, (_, r) in compile_variants(specs, arch).items()},
+                        bandwidth_gbs=s.bandwidth_gbs)
+        assert dict(fam.launch(gate_up, 4, c).kernel.params).get("mma")
+        if arch == "sm_90":
+            ln = fam.launch(down, 4, c)
+            assert dict(ln.kernel.params).get("dp") and ln.dynamic_smem_bytes == 152_320
+        else:
+            with pytest.raises(PlanError, match=r"K=17408, N=5120, add_norm_parts, w4\) on sm_89: no variant"):
+                fam.launch(down, 4, c)
+    with pytest.raises(PlanError, match="dp_x_bytes = 0"):
+        GemvTuning(dp_x_bytes=0)
+    with pytest.raises(PlanError, match="w4_mma_epilogues"):
+        GemvTuning(w4_mma_epilogues=("bogus",))
+
+
 def test_dp_option_errors_name_the_value():
     with pytest.raises(PlanError, match="dp_ring = 1 must be 0"):
         GemvFamily(GemvTuning(dp_ring=1))

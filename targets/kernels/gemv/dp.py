@@ -22,8 +22,9 @@ if TYPE_CHECKING:
 
 #: K elements per int16 x scale of the dp variants (template ``kDpBlock``)
 DP_BLOCK = 64
-#: bytes of staged int16 x (+ its block scales and sums) the dp variants may keep in dynamic shared memory: as
-#: ``W8_MMA_X_BYTES``, under the 48 KiB a launch gets without the opt-in; a longer x stays on the FMA kernels
+#: bytes of staged int16 x (+ its block scales and sums) the dp variants may keep in dynamic shared memory by default
+#: (``GemvTuning.dp_x_bytes``): as ``W8_MMA_X_BYTES``, under the 48 KiB a launch gets without the opt-in; a longer x
+#: stays on the FMA kernels
 DP_X_BYTES = 40 * 1024
 
 
@@ -74,10 +75,12 @@ def _f32(a) -> np.ndarray:
 def applies(t: GemvTuning, problem: GemvProblem, tile: int) -> bool:
     """True when ``problem`` at token tile ``tile`` runs on the integer-dot-product variants: a w8 / w4 problem, a
     tile of ``t.w8_dp_tiles`` / ``t.w4_dp_tiles`` that is not an mma tile
-    (:func:`ninferc.targets.kernels.gemv.mma.applies`), K a multiple of 64 and the staged x (:func:`dp_x_bytes`) within ``DP_X_BYTES``."""
+    (:func:`ninferc.targets.kernels.gemv.mma.applies`), K a multiple of 64 and the staged x (:func:`dp_x_bytes`) within
+    ``t.dp_x_bytes`` (``DP_X_BYTES`` by default; above 48 KiB the launch opts in, and a variant with no resident CTA
+    on the target is dropped by the planner)."""
     tiles = {"w8": t.w8_dp_tiles, "w4": t.w4_dp_tiles}.get(problem.wfmt, ())
     return (tile in tiles and problem.k % DP_BLOCK == 0 and not mma.applies(t, problem, tile)
-            and dp_x_bytes(problem.wfmt, problem.k, tile) <= DP_X_BYTES)
+            and dp_x_bytes(problem.wfmt, problem.k, tile) <= t.dp_x_bytes)
 
 
 def params(t: GemvTuning, problem: GemvProblem, threads: int, mode: str, carry: bool | None,

@@ -65,15 +65,15 @@ def mma_stages(threads: int, tile: int) -> int:
 
 
 def applies(t: GemvTuning, problem: GemvProblem, tile: int) -> bool:
-    """True when ``problem`` at token tile ``tile`` runs on the tensor-core variants: a w4 problem and a tile of
-    ``t.w4_mma_tiles``, or a w8 (bf16) problem, a tile of ``t.w8_mma_tiles`` (``t.bf16_mma_tiles``) and K a multiple
+    """True when ``problem`` at token tile ``tile`` runs on the tensor-core variants: a w4 problem of an epilogue of
+    ``t.w4_mma_epilogues`` and a tile of ``t.w4_mma_tiles``, or a w8 (bf16) problem, a tile of ``t.w8_mma_tiles`` (``t.bf16_mma_tiles``) and K a multiple
     of 64 (the 64-element blocks; w8 stages the tile's fp16 x in K segments of at most ``W8_MMA_X_BYTES``:
     :func:`dynamic_smem_bytes`)."""
     if problem.wfmt == "w8":
         return tile in t.w8_mma_tiles and problem.k % 64 == 0
     if problem.wfmt == "bf16":
         return tile in t.bf16_mma_tiles and problem.k % 64 == 0
-    return problem.wfmt == "w4" and tile in t.w4_mma_tiles
+    return problem.wfmt == "w4" and tile in t.w4_mma_tiles and problem.epilogue in t.w4_mma_epilogues
 
 
 def shapes(t: GemvTuning, problem: GemvProblem, tile: int) -> tuple[tuple[int, int], ...]:

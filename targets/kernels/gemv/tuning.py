@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from ninferc.errors import PlanError
+from ninferc.targets.kernels.gemv.dp import DP_X_BYTES
 from ninferc.targets.kernels.gemv.mma import MMA_MAX_TOKENS
 from ninferc.targets.kernels.gemv.problem import EPILOGUES, WARP
 
@@ -97,7 +98,7 @@ class GemvTuning:
             tokens the 512-thread cooperative variants spill. A tile of ``bf16_mma_tiles`` runs on tensor cores
             where K is a multiple of 64; these variants then take only the other K.
         w8_dp_tiles / w4_dp_tiles: the token tiles whose w8 / w4 variants use integer dot products (template ``dp``,
-            module docstring) where K is a multiple of 64, the staged x fits ``DP_X_BYTES`` and the tile is not an mma
+            module docstring) where K is a multiple of 64, the staged x fits ``dp_x_bytes`` and the tile is not an mma
             tile. Defaults: (1,) for both, the one-sequence decode GEMVs. From the H200 (bench/NOTES.md runs
             66-69, ``bench/results/dp_probe_h200_fcda2c0.json``, best variant of each kind at T = 1): w4 dp vs
             fp32 FMAs gate|up 30.8 vs 40.3 us, down 19.4 vs 22.1, GDN in 14.9 vs 20.5, GDN out 7.8 vs 9.3, q|k|v
@@ -159,6 +160,17 @@ class GemvTuning:
             registers, no spills on NVRTC 13.0 / 13.5; 72 uncapped on 13.0, 3 CTAs/SM): on the H200 the w8 GDN in
             kernel's last CTA exit 23.9 -> 22.0 us; capping gate|up (swiglu) too cost it 1.0 us (bench/NOTES.md
             run 105: both capped, 27B w8 step 1.0075x).
+        dp_x_bytes: the most staged x (int16 x, its block scales and sums: :func:`.dp.dp_x_bytes`) a dp variant takes,
+            bytes. Default ``DP_X_BYTES`` (40 KiB, no opt-in). Larger values let the dp kernels take longer K or more
+            tokens in opted-in dynamic shared memory; where the target cannot hold it (99 KiB per CTA on sm_86 / sm_89
+            / sm_120a, 227 KiB on sm_90) the variant has no resident CTA and the plan refuses the problem, naming it.
+            For issue 38's A/B: the 27B w4 down at 4 tokens took 29.3 us on dp (152,320 B of x) against 35.8 on
+            tensor cores on an H100 (bench/NOTES.md run 231).
+        w4_mma_epilogues: the epilogues whose w4 problems take the tensor-core variants at ``w4_mma_tiles``; the
+            others take dp there where it is a dp tile, else fp32 FMAs. Default every epilogue. With
+            ``("store", "residual_add", "swiglu")``, ``w4_dp_tiles=(1, 4)`` and ``dp_x_bytes`` of 160 KiB the 27B down
+            and GDN out (``add_norm_parts``: 320 row tiles of 16 rows, ~10 warps per SM on tensor cores, too few to
+            hide the dequantisation, run 229) run on dp at 4 tokens: the A/B of ``bench/README.md``'s runs waiting.
         mma_shapes: the plain (threads, k_warps) shapes of the mma variants, in place of ``plain_shapes``: a
             16-row warp tile leaves few row groups on a short N (5,120 outputs = 320 tiles), so more warps
             share each tile's K to keep enough bytes in flight. At most 256 threads: a 512-thread CTA's 128
@@ -197,6 +209,8 @@ class GemvTuning:
     dp_preload: str = "regs"
     dp_deep_threads: tuple[int, ...] = (640,)
     dp_min_ctas: tuple[tuple[str, str, int, int], ...] = (("w8", "store", 256, 4),)
+    dp_x_bytes: int = DP_X_BYTES
+    w4_mma_epilogues: tuple[str, ...] = EPILOGUES
     mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))
     bf16_mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4))
 
@@ -231,6 +245,9 @@ class GemvTuning:
             raise PlanError(f"gemv: bf16_unpack_tiles = {tuple(self.bf16_unpack_tiles)} must be token tiles in 2..4 (one "
                             "token converts each weight vector once already; at 8 tokens the 512-thread cooperative "
                             "variants spill under their 128-register cap on every arch)")
+        if int(self.dp_x_bytes) < 1 or any(e not in EPILOGUES for e in self.w4_mma_epilogues):
+            raise PlanError(f"gemv: dp_x_bytes = {self.dp_x_bytes} must be a positive byte count and w4_mma_epilogues = "
+                            f"{tuple(self.w4_mma_epilogues)} names of {', '.join(EPILOGUES)}")
         if not self.dp_carry:
             raise PlanError(f"gemv: dp_carry = {self.dp_carry!r} needs at least one setting (False and / or True)")
         if self.dp_ring < 0 or self.dp_ring == 1:
@@ -266,6 +283,8 @@ class GemvTuning:
             "dp_ring": int(self.dp_ring), "dp_preload": str(self.dp_preload),
             "dp_deep_threads": tuple(int(t) for t in self.dp_deep_threads),
             "dp_min_ctas": tuple((str(f), str(e), int(t), int(c)) for f, e, t, c in self.dp_min_ctas),
+            "dp_x_bytes": int(self.dp_x_bytes),
+            "w4_mma_epilogues": tuple(str(e) for e in self.w4_mma_epilogues),
         }
         for name, value in norm.items():
             object.__setattr__(self, name, value)
