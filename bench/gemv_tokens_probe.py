@@ -2,11 +2,11 @@
 gate|up and down_proj GEMVs, bf16 and w4, as the planner launches them at T = 1 and T = 4, and the T = 4 kernels with
 parts of their work cut from the rendered source -- ``nomath``: the dot products (FMAs or mma, with the conversions
 or dequantisation they need) replaced by one xor-and-add per step that keeps every load live; ``nox`` (w4 mma): no x
-read from the ring -- and, for bf16, the tensor-core kernel (``bf16_mma_tiles=(4,)``, off by default) beside the
-planned FMA one, and for w4 the integer-dot-product kernels (``w4_dp_tiles=(1, 4)``, their x over ``DP_X_BYTES`` in
-this process) beside the planned tensor-core one. A cut variant's time near the T = 1 time says the cut work bounds
-the kernel; near the full time, the stream does. Each launch in a CUDA graph of back-to-back PDL
-launches over distinct weight copies (bench/gemv_ksplit_sweep.py's method). The cut kernels' outputs are
+read from the ring -- and, for bf16, the fp32-FMA kernel (``bf16_mma_tiles=()``; the planned one is on tensor cores
+since 487d762) beside the planned one, and for w4 the integer-dot-product kernels (``w4_dp_tiles=(1, 4)``, their x
+over the default cap: ``dp_x_bytes``) beside the planned tensor-core one. A cut variant's time near the T = 1 time
+says the cut work bounds the kernel; near the full time, the stream does. Each launch in a CUDA graph of back-to-back
+PDL launches over distinct weight copies (bench/gemv_ksplit_sweep.py's method). The cut kernels' outputs are
 meaningless; only times. (Runs 229-232, bench/NOTES.md, cut the bf16 mma kernel of 04ccdfc, which staged x in shared
 memory, also without the staging and reading x from global memory; the kernel does the latter since.)
 
@@ -26,21 +26,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gemv_ksplit_sweep import Bufs, device_setup, load_specs, time_graph, write_rows  # noqa: E402
+from w4_stream_probe import variants as w4_variants  # noqa: E402
 
 from ninferc.runtime.kernels import DeviceKernel  # noqa: E402
 from ninferc.targets.cubin import read_resources  # noqa: E402
 from ninferc.targets.plan import PlanContext  # noqa: E402
-from ninferc.targets.kernels.gemv import GemvFamily, GemvProblem, GemvTuning, dp, mma  # noqa: E402
+from ninferc.targets.kernels.gemv import GemvFamily, GemvProblem, GemvTuning, mma  # noqa: E402
 
 SHAPES = {"gate_up": lambda f: GemvProblem(5120, 17408, "swiglu", f, in_norm="parts"),
           "down": lambda f: GemvProblem(17408, 5120, "add_norm_parts", f)}
 
-# w4 mma (as bench/w4_stream_probe.py cuts it)
-W4_MATH = re.compile(r"        float d\[4\] = \{0\.0f, 0\.0f, 0\.0f, 0\.0f\};\n.*?c\[3\] = fmaf\(d\[3\], sb, c\[3\]\);\n", re.S)
-W4_NOMATH = ("        c[0] = fmaf(__uint_as_float((wa.x ^ wa.y ^ wb.x ^ wb.y ^ xa.x ^ xa.w ^ xb.x ^ xb.w) & 0x3f7fffffu), "
-             "sa, c[0]);\n        c[2] = fmaf(__uint_as_float((xa.y ^ xa.z ^ xb.y ^ xb.z) & 0x3f7fffffu), sb, c[2]);\n")
-W4_X = [("uint4 xa = *reinterpret_cast<const uint4*>(st + xoff + u * 128);", "uint4 xa = make_uint4(gi, 1u, 2u, 3u);"),
-        ("uint4 xb = *reinterpret_cast<const uint4*>(st + xoff + u * 128 + 16);", "uint4 xb = make_uint4(4u, gi, 6u, 7u);")]
 # bf16 mma: the four k-tiles of a block
 BF16_MMA_MATH = re.compile(r"(            mma_bf16_ktile\(c, .*\n){4}")
 BF16_MMA_NOMATH = ("            c[0] += __uint_as_float((wa[u][0].x ^ wa[u][0].y ^ wa[u][0].z ^ wa[u][0].w ^ wa[u][1].x ^ "
@@ -66,13 +61,9 @@ def _once(src: str, old: str, new: str, first: bool = False) -> str:
 
 def cuts(src: str, engine: str) -> dict[str, str]:
     """The cut variants of a rendered T = 4 kernel ``src`` of ``engine`` ("w4_mma", "bf16_mma", "bf16_fma")."""
-    if engine == "w4_mma":
-        nomath, n = W4_MATH.subn(W4_NOMATH, src)
-        assert n == 1, "w4 mma block not found"
-        nox = nomath
-        for a, b in W4_X:
-            nox = _once(nox, a, b)
-        return {"nomath": nomath, "nomath_nox": nox}
+    if engine == "w4_mma":  # bench/w4_stream_probe.py's cuts (that probe asked the same at one token)
+        v = w4_variants(src)
+        return {"nomath": v["nomath"], "nomath_nox": v["nox"]}
     if engine == "bf16_mma":
         nomath, n = BF16_MMA_MATH.subn(BF16_MMA_NOMATH, src)
         assert n == 1, "bf16 mma block not found"
@@ -139,24 +130,24 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     cp, arch, sms, bw, stream = device_setup()
-    dp.DP_X_BYTES = 160 * 1024  # (this process only: lets the w4 dp variants take T = 4 tokens' x)
     rows = []
     T = a.tokens
     for fmt in a.formats.split(","):
         for shape in a.shapes.split(","):
             p = SHAPES[shape](fmt)
             fams = {"planned": GemvFamily()}
-            if fmt == "bf16":
-                fams["bf16_mma"] = GemvFamily(GemvTuning(bf16_mma_tiles=(T,)))
-            if fmt == "w4":  # the integer-dot-product kernels at T tokens (their staged x over DP_X_BYTES: opt-in)
-                fams["w4_dp"] = GemvFamily(GemvTuning(w4_dp_tiles=(1, T), w4_mma_tiles=()))
+            if fmt == "bf16":  # the fp32-FMA kernels beside the planned tensor-core ones (the default since 487d762)
+                fams["bf16_fma"] = GemvFamily(GemvTuning(bf16_mma_tiles=()))
+            if fmt == "w4":  # the integer-dot-product kernels at T tokens (their staged x over the default cap: opt-in)
+                fams["w4_dp"] = GemvFamily(GemvTuning(w4_dp_tiles=(1, T), w4_mma_tiles=(), dp_x_bytes=160 * 1024))
             bufs = Bufs(cp, p, 1 << 30)
             t1 = None
             for fname, fam in fams.items():
                 kernels, ctx = load_specs(fam.variants(p), arch, sms, bw, jobs=16)
                 for tokens in ((1, T) if fname == "planned" else (T,)):
                     ln = fam.launch(p, tokens, ctx)
-                    engine = ("w4_mma" if fmt == "w4" else "bf16_fma") if fname == "planned" else fname
+                    engine = fname if fname != "planned" else (
+                        "w4_mma" if fmt == "w4" else "bf16_mma" if fam.mma_for(p, fam.tile_for(tokens)) else "bf16_fma")
                     srcs = {"full": None}
                     if tokens > 1 and fname != "w4_dp":
                         srcs.update(cuts(ln.kernel.render(), engine))
