@@ -245,9 +245,11 @@ class GemvTuning:
             raise PlanError(f"gemv: bf16_unpack_tiles = {tuple(self.bf16_unpack_tiles)} must be token tiles in 2..4 (one "
                             "token converts each weight vector once already; at 8 tokens the 512-thread cooperative "
                             "variants spill under their 128-register cap on every arch)")
-        if int(self.dp_x_bytes) < 1 or any(e not in EPILOGUES for e in self.w4_mma_epilogues):
-            raise PlanError(f"gemv: dp_x_bytes = {self.dp_x_bytes} must be a positive byte count and w4_mma_epilogues = "
-                            f"{tuple(self.w4_mma_epilogues)} names of {', '.join(EPILOGUES)}")
+        if int(self.dp_x_bytes) < 1:
+            raise PlanError(f"gemv: dp_x_bytes = {self.dp_x_bytes} must be a positive byte count")
+        bad_ep = [e for e in self.w4_mma_epilogues if e not in EPILOGUES]
+        if bad_ep:
+            raise PlanError(f"gemv: w4_mma_epilogues {bad_ep} are not epilogues (known: {', '.join(EPILOGUES)})")
         if not self.dp_carry:
             raise PlanError(f"gemv: dp_carry = {self.dp_carry!r} needs at least one setting (False and / or True)")
         if self.dp_ring < 0 or self.dp_ring == 1:
