@@ -22,6 +22,10 @@ Sources (every number below cites one of these):
   32 CTAs/SM, 233472 B shared/SM, 232448 B opt-in shared/CTA, cooperative launch 1.
 * [NOTES] ../shared/notes/cubin-resources.md: sm_90 / sm_120a cubins fold the 1 KiB reserved bytes into
   the static-shared section (``.nv.shared.reserved.0`` present); measured on the H200.
+* [TG] NVIDIA's tuning guides, section "Unified Shared Memory/L1/Texture Cache" of the Ampere (GA10x, cc 8.6),
+  Ada (cc 8.9), Hopper (cc 9.0) and Blackwell (cc 12.0) guides: the L1 data cache and shared memory are one
+  on-chip store per SM of 128 KB (cc 8.6 / 8.9 / 12.0) or 256 KB (cc 9.0); what the carveout does not give to
+  shared memory is L1.
 * Cooperative launch: supported on every device of cc >= 6.0 ([PG] "Grid Synchronization" /
   ``cudaDevAttrCooperativeLaunch``); all four targets qualify.
 """
@@ -56,6 +60,8 @@ class Arch:
             so warps fit per sub-partition [OCC].
         smem_per_sm: shared memory per SM at the maximum carveout [PG][H200].
         smem_carveouts: shared-memory capacities (bytes) the SM can be configured to [OCC].
+        l1_smem_per_sm: the SM's unified L1 data cache + shared memory (bytes): L1 is this less the carveout
+            the resident kernels' shared memory needs [TG].
         max_smem_per_cta_optin: max shared memory (static + dynamic) one CTA may use after opting in
             with ``cudaFuncAttributeMaxDynamicSharedMemorySize`` [PG][H200].
         max_smem_per_cta_default: per-CTA limit without the opt-in, also the static-shared limit
@@ -84,6 +90,7 @@ class Arch:
     smem_per_sm: int
     max_smem_per_cta_optin: int
     smem_carveouts: tuple[int, ...]
+    l1_smem_per_sm: int
     barrier_factor: int
     cubin_folds_reserved_smem: bool
     warp_size: int = 32
@@ -131,22 +138,22 @@ _CARVEOUT_228K = tuple(k * KiB for k in (0, 8, 16, 32, 64, 100, 132, 164, 196, 2
 
 SM_86 = Arch(
     name="sm_86", cc=(8, 6), max_threads_per_sm=1536, max_ctas_per_sm=16,
-    smem_per_sm=100 * KiB, max_smem_per_cta_optin=99 * KiB, smem_carveouts=_CARVEOUT_100K,
+    smem_per_sm=100 * KiB, max_smem_per_cta_optin=99 * KiB, smem_carveouts=_CARVEOUT_100K, l1_smem_per_sm=128 * KiB,
     barrier_factor=0, cubin_folds_reserved_smem=False,
 )
 SM_89 = Arch(
     name="sm_89", cc=(8, 9), max_threads_per_sm=1536, max_ctas_per_sm=24,
-    smem_per_sm=100 * KiB, max_smem_per_cta_optin=99 * KiB, smem_carveouts=_CARVEOUT_100K,
+    smem_per_sm=100 * KiB, max_smem_per_cta_optin=99 * KiB, smem_carveouts=_CARVEOUT_100K, l1_smem_per_sm=128 * KiB,
     barrier_factor=0, cubin_folds_reserved_smem=False,
 )
 SM_90 = Arch(
     name="sm_90", cc=(9, 0), max_threads_per_sm=2048, max_ctas_per_sm=32,
-    smem_per_sm=228 * KiB, max_smem_per_cta_optin=227 * KiB, smem_carveouts=_CARVEOUT_228K,
+    smem_per_sm=228 * KiB, max_smem_per_cta_optin=227 * KiB, smem_carveouts=_CARVEOUT_228K, l1_smem_per_sm=256 * KiB,
     barrier_factor=2, cubin_folds_reserved_smem=True, pdl=True, wgmma=True,
 )
 SM_120A = Arch(
     name="sm_120a", cc=(12, 0), max_threads_per_sm=1536, max_ctas_per_sm=24,
-    smem_per_sm=100 * KiB, max_smem_per_cta_optin=99 * KiB, smem_carveouts=_CARVEOUT_100K,
+    smem_per_sm=100 * KiB, max_smem_per_cta_optin=99 * KiB, smem_carveouts=_CARVEOUT_100K, l1_smem_per_sm=128 * KiB,
     barrier_factor=1, cubin_folds_reserved_smem=True, pdl=True,
 )
 

@@ -175,6 +175,21 @@ def occupancy(
     )
 
 
+def l1_left(arch: str | Arch, occ: Occupancy) -> int:
+    """Bytes of the SM's unified L1 / shared memory left to the L1 data cache while ``occ.ctas_per_sm`` CTAs of
+    ``occ.smem_per_cta`` shared bytes each are resident: ``Arch.l1_smem_per_sm`` ([TG] in ninferc.targets.arch) less
+    the smallest carveout ([OCC]) that holds them. Under programmatic dependent launch the SM does not drain between
+    kernels, so the kernels after these run with this L1 too (bench/NOTES.md run 237: the GEMVs after the staged
+    ``attn_decode``, which left 28 KiB, read their x from L2 and lost 1.4 ms per 4-token bf16 step on an H100).
+
+    Returns:
+        Bytes (>= 0); the whole ``l1_smem_per_sm`` for a kernel without shared memory or with 0 resident CTAs.
+    """
+    a = get_arch(arch)
+    need = occ.ctas_per_sm * occ.smem_per_cta
+    return max(0, a.l1_smem_per_sm - (_align_carveout(a, need) if need else 0))
+
+
 def cooperative_cap(occ: Occupancy | int, sms: int) -> int:
     """Largest cooperative grid (CTAs) that can be co-resident: CTAs/SM x SMs (CUDA Programming
     Guide, "Grid Synchronization": a cooperative grid may not exceed the resident capacity)."""

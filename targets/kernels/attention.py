@@ -122,6 +122,7 @@ from ninferc.ir.reference import (
     ref_rmsnorm,
     rope_inv_freq,
 )
+from ninferc.targets.occupancy import l1_left
 from ninferc.targets.plan import KernelSpec, Launch, PlanContext
 
 WARP = 32  # threads per warp on every CUDA architecture
@@ -420,8 +421,18 @@ class DecodeStaging:
             by the DRAM traffic the attention shares with the next GEMV's pre-wait weight stream).
         stage_min_resident: the ``"auto"`` rule's resident-CTA threshold (default 3, the H200's staged occupancy
             that was measured).
-        stage_keys: keys per staged tile (template ``tile``; 0 = one page). A smaller tile needs less shared memory
-            per CTA, so more CTAs are resident and the split rule keeps more splits.
+        stage_keys: keys per staged tile (template ``tile``). A smaller tile needs less shared memory per CTA, so
+            more CTAs are resident and the split rule keeps more splits. 0 (default): the page, or where the page
+            tile's resident CTAs leave less than ``stage_l1_keep`` of the SM's L1, the half-page tile
+            (:meth:`AttnDecodeFamily.tile_candidates`, chosen in :meth:`AttnDecodeFamily.choose`).
+        stage_l1_keep: bytes of L1 data cache (:func:`ninferc.targets.occupancy.l1_left`) the staged kernel's resident
+            CTAs must leave per SM where ``stage_keys`` is 0 (0: no such rule). The SM keeps its L1 / shared split
+            while programmatic dependent launch chains the kernels after the attention, and the decode step's GEMVs
+            read their x through L1: with the 27B page tile (3 CTAs/SM, 28 KiB of L1 left on sm_90) the bf16
+            4-token verify step took 21.83 ms on an H100, with the half-page tile (4 CTAs/SM, 92 KiB left) 20.41,
+            and the attention layers' GEMVs their GDN-layer times (bench/NOTES.md runs 236-237). Default 64 KiB,
+            between the 60 KiB ``attn_prefill`` leaves (the 4-token prefill program's down after it 13.7 us slower
+            than in a GDN layer, run 236) and the 92 KiB measured as enough.
         stage_min_ctas: for the staged bf16-KV kernel, the launch bound's minimum CTAs per SM (template
             ``min_ctas``; 0 = none): a register budget for ptxas, 65,536 / (min_ctas x threads) registers. Default 4
             (128 registers at 128 threads): without it this machine's NVRTC 13.5 gives the 27B staged kernel 96
@@ -430,8 +441,8 @@ class DecodeStaging:
 
 
     Raises:
-        PlanError: ``stage_kv`` not True, False or "auto", ``stage_min_resident`` < 1, ``stage_keys`` or
-            ``stage_min_ctas`` < 0 (each names the value).
+        PlanError: ``stage_kv`` not True, False or "auto", ``stage_min_resident`` < 1, ``stage_keys``,
+            ``stage_min_ctas`` or ``stage_l1_keep`` < 0 (each names the value).
     """
 
     stage_kv: bool | str = "auto"
@@ -439,6 +450,7 @@ class DecodeStaging:
     stage_min_ctas: int = 4
     stage_min_resident: int = 3
     stage_mma: bool = False
+    stage_l1_keep: int = 64 * 1024
 
     def __post_init__(self):
         name = "attn_decode"  # (AttnDecodeFamily.name; this class is defined first)
@@ -450,7 +462,9 @@ class DecodeStaging:
             raise PlanError(f"{name}: stage_keys = {self.stage_keys} must be >= 0 (0 = one page per tile)")
         if self.stage_min_ctas < 0:
             raise PlanError(f"{name}: stage_min_ctas = {self.stage_min_ctas} must be >= 0 (0 = no launch bound)")
-        for f in ("stage_keys", "stage_min_ctas", "stage_min_resident"):
+        if self.stage_l1_keep < 0:
+            raise PlanError(f"{name}: stage_l1_keep = {self.stage_l1_keep} must be >= 0 (0 = no L1 rule)")
+        for f in ("stage_keys", "stage_min_ctas", "stage_min_resident", "stage_l1_keep"):
             object.__setattr__(self, f, int(getattr(self, f)))
         object.__setattr__(self, "stage_mma", bool(self.stage_mma))
 
@@ -482,7 +496,8 @@ class AttnDecodeFamily(_OneKernelFamily):
         staging: the staged kernel's options (:class:`DecodeStaging`: whether K/V tiles go through shared memory,
             their keys, the tensor-core loops, the launch bound, the "auto" rule's threshold). Each field is also
             an attribute of the family under its old name (``stage_kv``, ``stage_keys``, ``stage_mma``,
-            ``stage_min_ctas``, ``stage_min_resident``); setting one replaces :attr:`staging` by a copy with it.
+            ``stage_min_ctas``, ``stage_min_resident``, ``stage_l1_keep``); setting one replaces :attr:`staging` by a
+            copy with it.
         fuse_prep: fold ``attn_prep`` into the decode kernel (template ``prep``; bf16 KV, staged, not ``stage_mma``):
             every CTA computes its KV group's queries from ``proj`` (q_norm + RoPE, attn_prep's arithmetic) and the
             CTA whose key range ends at the context also the new K / V row, written to the page and into its
@@ -507,6 +522,7 @@ class AttnDecodeFamily(_OneKernelFamily):
     stage_min_ctas = _staging_field("stage_min_ctas")
     stage_min_resident = _staging_field("stage_min_resident")
     stage_mma = _staging_field("stage_mma")
+    stage_l1_keep = _staging_field("stage_l1_keep")
 
     def __init__(self, threads: int = 128, max_pages_per_split: int = 64, balance_keys: int = 16,
                  balance_keys_int8: int = 16, staging: DecodeStaging = DecodeStaging(),
@@ -528,13 +544,14 @@ class AttnDecodeFamily(_OneKernelFamily):
             raise PlanError(f"{self.name}: fuse_prep = {fuse_prep!r} must be True, False or 'auto'")
         self.fuse_prep = fuse_prep
 
-    def tile_keys(self, problem: AttentionProblem) -> int:
-        """Keys per staged tile for ``problem`` (``stage_keys``, or the page size when 0).
+    def tile_keys(self, problem: AttentionProblem, tile: int | None = None) -> int:
+        """Keys per staged tile for ``problem``: ``tile`` where given (one of :meth:`tile_candidates`, as
+        :meth:`choose` passes it), else ``stage_keys``, or the page size when 0.
 
         Raises:
-            PlanError: ``stage_keys`` does not divide the page size, or its int8 scales are not whole 16-byte
+            PlanError: the tile does not divide the page size, or its int8 scales are not whole 16-byte
                 chunks (the cp.async unit)."""
-        t = self.stage_keys or problem.page_size
+        t = tile or self.stage_keys or problem.page_size
         if problem.page_size % t:
             raise PlanError(f"{self.name}: stage_keys = {t} must divide the page size {problem.page_size}")
         if problem.kv_dtype != "bf16" and t * problem.kv_groups * 4 % 16:
@@ -546,13 +563,13 @@ class AttnDecodeFamily(_OneKernelFamily):
         """``staged`` if given, else whether ``stage_kv`` forces staging (``"auto"``: the unstaged kernel)."""
         return self.stage_kv is True if staged is None else bool(staged)
 
-    def dynamic_smem_bytes(self, problem: AttentionProblem, staged: bool | None = None) -> int:
+    def dynamic_smem_bytes(self, problem: AttentionProblem, staged: bool | None = None, tile: int | None = None) -> int:
         """Dynamic shared memory of the decode kernel, bytes: 0 unless staged (``staged``; None: ``stage_kv is
-        True``); then one tile of K rows and one of V rows (:meth:`tile_keys` x hd elements each: bf16 2 bytes,
-        int8 1 byte), plus for int8 KV the tile's K scales and V scales (tile x hd / 64 fp32 each)."""
+        True``); then one tile of K rows and one of V rows (:meth:`tile_keys` of ``tile`` x hd elements each: bf16 2
+        bytes, int8 1 byte), plus for int8 KV the tile's K scales and V scales (tile x hd / 64 fp32 each)."""
         if not self._staged(staged):
             return 0
-        p, t = problem, self.tile_keys(problem)
+        p, t = problem, self.tile_keys(problem, tile)
         if p.kv_dtype == "bf16":
             return 2 * t * p.head_dim * 2
         return 2 * t * p.head_dim + 2 * t * (p.head_dim // KV_GROUP) * 4
@@ -561,45 +578,65 @@ class AttnDecodeFamily(_OneKernelFamily):
         """The balanced split's keys granule for ``problem``'s KV dtype (0 = page-aligned splits)."""
         return self.balance_keys if problem.kv_dtype == "bf16" else self.balance_keys_int8
 
+    def tile_candidates(self, problem: AttentionProblem) -> tuple[int, ...]:
+        """The staged tiles (keys) the ``"auto"`` rule of :meth:`choose` may take for ``problem``, in its order of
+        preference: ``stage_keys`` where set; else the page, and with ``stage_l1_keep`` and bf16 KV also the half
+        page (at least 16 keys, the template's smallest tested tile)."""
+        if self.stage_keys:
+            return (self.stage_keys,)
+        page = problem.page_size
+        half = page // 2 if self.stage_l1_keep and problem.kv_dtype == "bf16" and page % 2 == 0 and page >= 32 else 0
+        return (page, half) if half else (page,)
+
     def variants(self, problem: AttentionProblem, prep: bool = True) -> list[KernelSpec]:
         """The kernels :meth:`choose` may pick for ``problem``: the staged one, the global-memory one, or (``stage_kv``
-        ``"auto"``, bf16 KV) both; ``prep=False``: those without the folded prep (:meth:`verify_launch`'s)."""
+        ``"auto"``, bf16 KV) both, the staged one per :meth:`tile_candidates`; ``prep=False``: those without the
+        folded prep (:meth:`verify_launch`'s)."""
         if self.fuse_prep is True:
             return [self.spec(problem, True, prep=prep)]
         if self.stage_kv == "auto":
-            return [self.spec(problem, False)] + ([self.spec(problem, True, prep=prep)]
+            return [self.spec(problem, False)] + ([self.spec(problem, True, prep=prep, tile=t)
+                                                   for t in self.tile_candidates(problem)]
                                                   if problem.kv_dtype == "bf16" else [])
         return [self.spec(problem, prep=prep)]
 
     def choose(self, problem: AttentionProblem, ctx: PlanContext, prep: bool = True) -> tuple[KernelSpec, int]:
         """(kernel, dynamic shared memory bytes) the plan launches for ``problem`` on ``ctx``'s target: the one
-        ``stage_kv`` forces, or under ``"auto"`` the staged kernel when the KV cache is bf16 and that kernel, with its
-        dynamic shared memory, keeps >= ``stage_min_resident`` resident CTAs per SM (occupancy calculator on the
-        compiled kernel's registers and shared memory); else the global-memory kernel. ``prep=False``: that kernel
-        without the folded prep whatever ``fuse_prep`` says (the verify step's rows, :meth:`verify_launch`).
+        ``stage_kv`` forces (tiles of ``stage_keys`` or a page), or under ``"auto"``, for bf16 KV, the staged kernel
+        of the first of :meth:`tile_candidates` that, with its dynamic shared memory, keeps >= ``stage_min_resident``
+        resident CTAs per SM (occupancy calculator on the compiled kernel's registers and shared memory) and leaves
+        those CTAs' SM >= ``stage_l1_keep`` bytes of L1 (:func:`ninferc.targets.occupancy.l1_left`); else the
+        global-memory kernel. ``prep=False``: the kernel without the folded prep whatever ``fuse_prep`` says (the
+        verify step's rows, :meth:`verify_launch`).
 
         Raises:
             PlanError: a forced staged kernel whose shared memory exceeds the target's opt-in limit."""
+        tile = None
         if self.fuse_prep is True:
             staged = True  # the folded prep needs the staged tile (spec() names what else it needs)
         elif self.stage_kv == "auto":
             staged = False
-            if problem.kv_dtype == "bf16":
-                spec, dyn = self.spec(problem, True), self.dynamic_smem_bytes(problem, True)
-                static = ctx.resources_of(spec).static_smem_bytes
-                if static + dyn <= ctx.arch.max_smem_per_cta_optin:
-                    staged = ctx.occupancy(spec, dyn).ctas_per_sm >= self.stage_min_resident
+            for t in self.tile_candidates(problem) if problem.kv_dtype == "bf16" else ():
+                spec, dyn = self.spec(problem, True, tile=t), self.dynamic_smem_bytes(problem, True, t)
+                if ctx.resources_of(spec).static_smem_bytes + dyn > ctx.arch.max_smem_per_cta_optin:
+                    continue
+                occ = ctx.occupancy(spec, dyn)
+                if occ.ctas_per_sm >= self.stage_min_resident and l1_left(ctx.arch, occ) >= self.stage_l1_keep:
+                    staged, tile = True, t
+                    break
         else:
             staged = self.stage_kv
-        spec, dyn = self.spec(problem, staged, prep=prep), self.dynamic_smem_bytes(problem, staged)
+        spec, dyn = self.spec(problem, staged, prep=prep, tile=tile), self.dynamic_smem_bytes(problem, staged, tile)
         if dyn:
-            _check_smem(self.name, spec, ctx, dyn, f"the staged K/V tile ({self.tile_keys(problem)} keys x head_dim "
-                                                   f"{problem.head_dim}, {problem.kv_dtype})")
+            _check_smem(self.name, spec, ctx, dyn, f"the staged K/V tile ({self.tile_keys(problem, tile)} keys x "
+                                                   f"head_dim {problem.head_dim}, {problem.kv_dtype})")
         return spec, dyn
 
-    def spec(self, problem: AttentionProblem, staged: bool | None = None, prep: bool = True) -> KernelSpec:
-        """The kernel for ``problem``: staged (``staged``; None: ``stage_kv is True``) or not; with the prep folded in
-        where :meth:`fused_prep` says so, unless ``prep`` is False (then never).
+    def spec(self, problem: AttentionProblem, staged: bool | None = None, prep: bool = True,
+             tile: int | None = None) -> KernelSpec:
+        """The kernel for ``problem``: staged (``staged``; None: ``stage_kv is True``) with tiles of
+        :meth:`tile_keys` (``tile``) keys, or not; with the prep folded in where :meth:`fused_prep` says so, unless
+        ``prep`` is False (then never).
 
         Raises:
             PlanError: ``threads`` and the P.V column units (bf16: hd/2 pairs; int8: hd/4 quads) do not
@@ -613,7 +650,7 @@ class AttnDecodeFamily(_OneKernelFamily):
                 if not ok:
                     raise PlanError(f"{self.name}: fuse_prep cannot take {what}")
         if staged and self.stage_mma and problem.kv_dtype == "bf16":
-            t, warps = self.tile_keys(problem), self.threads // WARP
+            t, warps = self.tile_keys(problem, tile), self.threads // WARP
             for ok, what in ((problem.groups <= 8, f"{problem.groups} q heads per KV head (at most 8)"),
                              (problem.head_dim % 64 == 0, f"head_dim {problem.head_dim} (a multiple of 64)"),
                              (t % (8 * warps) == 0 and t % 16 == 0,
@@ -629,8 +666,8 @@ class AttnDecodeFamily(_OneKernelFamily):
         params = {**_shape_params(problem), "page": problem.page_size, "threads": self.threads,
                   **_kv_params(problem), **({"balance": self.granule(problem)} if self.granule(problem) else {}),
                   **({"stage": True} if staged else {}),
-                  **({"tile": self.tile_keys(problem)} if staged and self.tile_keys(problem) != problem.page_size
-                     else {}),
+                  **({"tile": self.tile_keys(problem, tile)}
+                     if staged and self.tile_keys(problem, tile) != problem.page_size else {}),
                   **({"min_ctas": self.stage_min_ctas} if staged and self.stage_min_ctas and
                      problem.kv_dtype == "bf16" else {}),
                   **({"mma": True} if staged and self.stage_mma and problem.kv_dtype == "bf16" else {}),
