@@ -422,12 +422,13 @@ class DecodeStaging:
         stage_min_resident: the ``"auto"`` rule's resident-CTA threshold (default 3, the H200's staged occupancy
             that was measured).
         stage_keys: keys per staged tile (template ``tile``). A smaller tile needs less shared memory per CTA, so
-            more CTAs are resident and the split rule keeps more splits. 0 (default): the page, or where the page
-            tile's resident CTAs leave less than ``stage_l1_keep`` of the SM's L1, the half-page tile
-            (:meth:`AttnDecodeFamily.tile_candidates`, chosen in :meth:`AttnDecodeFamily.choose`).
-        stage_l1_keep: bytes of L1 data cache (:func:`ninferc.targets.occupancy.l1_left`) the staged kernel's resident
-            CTAs must leave per SM where ``stage_keys`` is 0 (0: no such rule). The SM keeps its L1 / shared split
-            while programmatic dependent launch chains the kernels after the attention, and the decode step's GEMVs
+            more CTAs are resident and the split rule keeps more splits. 0 (default): the page, or for the verify
+            step's kernel where the page tile's resident CTAs leave less than ``stage_l1_keep`` of the SM's L1, the
+            half-page tile (:meth:`AttnDecodeFamily.tile_candidates`, chosen in :meth:`AttnDecodeFamily.choose`).
+        stage_l1_keep: bytes of L1 data cache (:func:`ninferc.targets.occupancy.l1_left`) the verify step's staged
+            kernel's resident CTAs must leave per SM where ``stage_keys`` is 0 (0: no such rule; the decode step's
+            kernel has none: :meth:`AttnDecodeFamily.choose` says why). The SM keeps its L1 / shared split
+            while programmatic dependent launch chains the kernels after the attention, and the step's GEMVs
             read their x through L1: with the 27B page tile (3 CTAs/SM, 28 KiB of L1 left on sm_90) the bf16
             4-token verify step took 21.83 ms on an H100, with the half-page tile (4 CTAs/SM, 92 KiB left) 20.41,
             and the attention layers' GEMVs their GDN-layer times (bench/NOTES.md runs 236-237). Default 64 KiB,
@@ -578,15 +579,16 @@ class AttnDecodeFamily(_OneKernelFamily):
         """The balanced split's keys granule for ``problem``'s KV dtype (0 = page-aligned splits)."""
         return self.balance_keys if problem.kv_dtype == "bf16" else self.balance_keys_int8
 
-    def tile_candidates(self, problem: AttentionProblem) -> tuple[int, ...]:
+    def tile_candidates(self, problem: AttentionProblem, prep: bool = True) -> tuple[int, ...]:
         """The staged tiles (keys) the ``"auto"`` rule of :meth:`choose` may take for ``problem``, in its order of
-        preference: ``stage_keys`` where set; else the page, and with ``stage_l1_keep`` and bf16 KV also the half
-        page (at least 16 keys, the template's smallest tested tile)."""
+        preference: ``stage_keys`` where set; else the page, and for the verify step's kernel (``prep`` False) with
+        ``stage_l1_keep`` and bf16 KV also the half page (at least 16 keys, the template's smallest tested tile)."""
         if self.stage_keys:
             return (self.stage_keys,)
         page = problem.page_size
-        half = page // 2 if self.stage_l1_keep and problem.kv_dtype == "bf16" and page % 2 == 0 and page >= 32 else 0
-        return (page, half) if half else (page,)
+        if prep or not self.stage_l1_keep or problem.kv_dtype != "bf16" or page % 2 or page < 32:
+            return (page,)
+        return (page, page // 2)
 
     def variants(self, problem: AttentionProblem, prep: bool = True) -> list[KernelSpec]:
         """The kernels :meth:`choose` may pick for ``problem``: the staged one, the global-memory one, or (``stage_kv``
@@ -596,7 +598,7 @@ class AttnDecodeFamily(_OneKernelFamily):
             return [self.spec(problem, True, prep=prep)]
         if self.stage_kv == "auto":
             return [self.spec(problem, False)] + ([self.spec(problem, True, prep=prep, tile=t)
-                                                   for t in self.tile_candidates(problem)]
+                                                   for t in self.tile_candidates(problem, prep)]
                                                   if problem.kv_dtype == "bf16" else [])
         return [self.spec(problem, prep=prep)]
 
@@ -604,10 +606,15 @@ class AttnDecodeFamily(_OneKernelFamily):
         """(kernel, dynamic shared memory bytes) the plan launches for ``problem`` on ``ctx``'s target: the one
         ``stage_kv`` forces (tiles of ``stage_keys`` or a page), or under ``"auto"``, for bf16 KV, the staged kernel
         of the first of :meth:`tile_candidates` that, with its dynamic shared memory, keeps >= ``stage_min_resident``
-        resident CTAs per SM (occupancy calculator on the compiled kernel's registers and shared memory) and leaves
-        those CTAs' SM >= ``stage_l1_keep`` bytes of L1 (:func:`ninferc.targets.occupancy.l1_left`); else the
-        global-memory kernel. ``prep=False``: the kernel without the folded prep whatever ``fuse_prep`` says (the
-        verify step's rows, :meth:`verify_launch`).
+        resident CTAs per SM (occupancy calculator on the compiled kernel's registers and shared memory) -- and, for
+        the verify step's kernel, leaves those CTAs' SM >= ``stage_l1_keep`` bytes of L1
+        (:func:`ninferc.targets.occupancy.l1_left`); else the global-memory kernel. ``prep=False``: the verify
+        step's kernel (:meth:`verify_launch`): without the folded prep whatever ``fuse_prep`` says.
+
+        The L1 rule is the verify step's only, as measured (bench/NOTES.md runs 236-238, H100, 27B): the bf16
+        4-token verify step took 21.00 ms with the half-page tile against 22.56 with the page tile (1.153x against
+        1.242x the one-token step), while the decode step kept the page tile's speed or was faster with it: 4
+        sequences 20.64 against 20.62 ms, one sequence 1.004x (w8) / 1.005x (w4) faster with the page tile.
 
         Raises:
             PlanError: a forced staged kernel whose shared memory exceeds the target's opt-in limit."""
@@ -616,12 +623,13 @@ class AttnDecodeFamily(_OneKernelFamily):
             staged = True  # the folded prep needs the staged tile (spec() names what else it needs)
         elif self.stage_kv == "auto":
             staged = False
-            for t in self.tile_candidates(problem) if problem.kv_dtype == "bf16" else ():
-                spec, dyn = self.spec(problem, True, tile=t), self.dynamic_smem_bytes(problem, True, t)
+            for t in self.tile_candidates(problem, prep) if problem.kv_dtype == "bf16" else ():
+                spec, dyn = self.spec(problem, True, prep=prep, tile=t), self.dynamic_smem_bytes(problem, True, t)
                 if ctx.resources_of(spec).static_smem_bytes + dyn > ctx.arch.max_smem_per_cta_optin:
                     continue
                 occ = ctx.occupancy(spec, dyn)
-                if occ.ctas_per_sm >= self.stage_min_resident and l1_left(ctx.arch, occ) >= self.stage_l1_keep:
+                l1_ok = prep or l1_left(ctx.arch, occ) >= self.stage_l1_keep
+                if occ.ctas_per_sm >= self.stage_min_resident and l1_ok:
                     staged, tile = True, t
                     break
         else:

@@ -32,6 +32,7 @@ PREP, DECODE, COMBINE, PREFILL = A.FAMILIES
 def resources(arch: str):
     """URI -> KernelResources of the four families' kernels for both shapes (compiled once, disk-cached)."""
     specs = [s for fam in A.FAMILIES for p in ALL_PROBLEMS.values() for s in fam.variants(p)]
+    specs += [s for p in ALL_PROBLEMS.values() for s in DECODE.variants(p, prep=False)]  # the verify step's
     return {uri: r for uri, (_, r) in compile_variants(specs, arch).items()}
 
 
@@ -209,50 +210,54 @@ def test_staged_decode_compiles_fits_and_changes_only_its_smem(arch):
 
 @pytest.mark.parametrize("arch", ALL_ARCHS)
 def test_auto_stages_bf16_pages_where_three_ctas_stay_resident_and_l1_is_left(arch):
-    """``stage_kv = "auto"`` (the default) launches the staged kernel for bf16 KV with the first tile of a page and
-    half a page whose occupancy with the tile's dynamic shared memory is >= ``stage_min_resident`` (3) CTAs/SM and
-    whose resident CTAs leave >= ``stage_l1_keep`` (64 KiB) of the SM's L1 -- for the 27B shape the half-page tile on
-    sm_90 (the page tile's 3 CTAs leave 28 KiB there), no staging on the 100 KB-per-SM sm_86 / sm_89 / sm_120a -- and
-    the global-memory kernel for int8 KV; True / False force it (tiles of a page); the split count follows the
-    chosen kernel's occupancy; ``stage_l1_keep = 0`` takes the page tile wherever 3 CTAs stay resident."""
+    """``stage_kv = "auto"`` (the default) launches the staged kernel for bf16 KV where its occupancy with the tile's
+    dynamic shared memory is >= ``stage_min_resident`` (3) CTAs/SM -- the decode step's with page tiles; the verify
+    step's (``prep=False``) with the first of a page and half a page whose resident CTAs also leave >=
+    ``stage_l1_keep`` (64 KiB) of the SM's L1 -- for the 27B shape: on sm_90 the page tile for decode, the half-page
+    tile for verify (the page tile's 3 CTAs leave 28 KiB of L1 there), no staging on the 100 KB-per-SM sm_86 / sm_89 /
+    sm_120a -- and the global-memory kernel for int8 KV; True / False force it (tiles of a page); the split count
+    follows the chosen kernel's occupancy; ``stage_l1_keep = 0`` gives the verify step the page tile where 3 CTAs
+    stay resident."""
     a = get_arch(arch)
     no_l1 = A.AttnDecodeFamily(staging=A.DecodeStaging(stage_l1_keep=0))
     for sku in skus_of(arch):
         ctx = ctx_for(arch, sku.sms)
         for p in (BIG, BIG8, TINY, TINY8):
-            spec, dyn = DECODE.choose(p, ctx)
-            staged = "stage" in dict(spec.params)
-            if p.kv_dtype == "int8":
-                assert not staged and dyn == 0
-                continue
-            want = None  # the rule, from the occupancy calculator and l1_left
-            for t in (p.page_size, p.page_size // 2):
-                occ = ctx.occupancy(DECODE.spec(p, True, tile=t), DECODE.dynamic_smem_bytes(p, True, t))
-                if occ.ctas_per_sm >= 3 and l1_left(a, occ) >= 64 * 1024:
-                    want = t
-                    break
-            assert DECODE.tile_candidates(p) == (p.page_size, p.page_size // 2)
-            assert staged == (want is not None), (sku.name, p)
-            if staged:
-                assert dict(spec.params).get("tile", p.page_size) == want
-            if p is BIG:  # the rule's outcome for the 27B shape on today's targets
-                assert want == (32 if a.name == "sm_90" else None), (sku.name, want)
-                page = ctx.occupancy(DECODE.spec(p, True), DECODE.dynamic_smem_bytes(p, True))
-                if a.name == "sm_90":
-                    assert (page.ctas_per_sm, l1_left(a, page)) == (3, 28 * 1024)
-                # without the L1 rule: the page tile where 3 CTAs stay resident (sm_90), as before the rule
-                s0 = no_l1.choose(p, ctx)[0]
-                assert ("stage" in dict(s0.params), dict(s0.params).get("tile")) == (a.name == "sm_90", None)
-            assert dyn == (DECODE.dynamic_smem_bytes(p, True, want) if staged else 0)
-            ln = DECODE.launch(p, 1, ctx)
-            assert (ln.kernel, ln.dynamic_smem_bytes) == (spec, dyn)
-            fill = ctx.occupancy(spec, dyn).ctas_per_sm * sku.sms
-            assert DECODE.splits(p, 1, ctx)[0] <= max(fill // p.heads_kv, 1) or \
-                DECODE.splits(p, 1, ctx)[0] <= -(-p.max_pages // DECODE.max_pages_per_split)
-            for forced in (True, False):
-                f = A.AttnDecodeFamily(staging=A.DecodeStaging(stage_kv=forced))
-                got = f.choose(p, ctx)[0]
-                assert ("stage" in dict(got.params)) == forced and "tile" not in dict(got.params)
+            for prep in (True, False):
+                spec, dyn = DECODE.choose(p, ctx, prep)
+                staged = "stage" in dict(spec.params)
+                if p.kv_dtype == "int8":
+                    assert not staged and dyn == 0
+                    continue
+                want = None  # the rule, from the occupancy calculator and l1_left
+                tiles = (p.page_size,) if prep else (p.page_size, p.page_size // 2)
+                assert DECODE.tile_candidates(p, prep) == tiles
+                for t in tiles:
+                    occ = ctx.occupancy(DECODE.spec(p, True, prep=prep, tile=t), DECODE.dynamic_smem_bytes(p, True, t))
+                    if occ.ctas_per_sm >= 3 and (prep or l1_left(a, occ) >= 64 * 1024):
+                        want = t
+                        break
+                assert staged == (want is not None), (sku.name, p, prep)
+                if staged:
+                    assert dict(spec.params).get("tile", p.page_size) == want
+                if p is BIG:  # the rule's outcome for the 27B shape on today's targets
+                    assert want == ((64 if prep else 32) if a.name == "sm_90" else None), (sku.name, prep, want)
+                    page = ctx.occupancy(DECODE.spec(p, True, prep=prep), DECODE.dynamic_smem_bytes(p, True))
+                    if a.name == "sm_90":
+                        assert (page.ctas_per_sm, l1_left(a, page)) == (3, 28 * 1024)
+                    # without the L1 rule: the page tile where 3 CTAs stay resident (sm_90), as before the rule
+                    s0 = no_l1.choose(p, ctx, prep)[0]
+                    assert ("stage" in dict(s0.params), dict(s0.params).get("tile")) == (a.name == "sm_90", None)
+                assert dyn == (DECODE.dynamic_smem_bytes(p, True, want) if staged else 0)
+                ln = DECODE.launch(p, 1, ctx, prep)
+                assert (ln.kernel, ln.dynamic_smem_bytes) == (spec, dyn)
+                fill = ctx.occupancy(spec, dyn).ctas_per_sm * sku.sms
+                assert DECODE.splits(p, 1, ctx, prep)[0] <= max(fill // p.heads_kv, 1) or \
+                    DECODE.splits(p, 1, ctx, prep)[0] <= -(-p.max_pages // DECODE.max_pages_per_split)
+                for forced in (True, False):
+                    f = A.AttnDecodeFamily(staging=A.DecodeStaging(stage_kv=forced))
+                    got = f.choose(p, ctx, prep)[0]
+                    assert ("stage" in dict(got.params)) == forced and "tile" not in dict(got.params)
     with pytest.raises(PlanError, match="stage_kv = 'yes' must be True, False or 'auto'"):
         A.DecodeStaging(stage_kv="yes")
     with pytest.raises(PlanError, match="stage_l1_keep = -1 must be >= 0"):
@@ -476,18 +481,14 @@ def test_problem_from_the_fixture_config(tiny_dir):
 BF16_URIS = {
     "tiny": ["attn_prep__hd64_hkv2_hq4_page64_rot16_th128", "attn_decode__balance16_hd64_hkv2_hq4_page64_th128",
              "attn_decode__balance16_hd64_hkv2_hq4_min_ctas4_page64_prep1_rot16_stage1_th128",
-             "attn_decode__balance16_hd64_hkv2_hq4_min_ctas4_page64_prep1_rot16_stage1_th128_tile32",
              "attn_combine__dctas4_hd64_hkv2_hq4_th128", "attn_decode__balance16_hd64_hkv2_hq4_page64_th128",
              "attn_decode__balance16_hd64_hkv2_hq4_min_ctas4_page64_prep1_rot16_stage1_th128",
-             "attn_decode__balance16_hd64_hkv2_hq4_min_ctas4_page64_prep1_rot16_stage1_th128_tile32",
              "attn_prefill__hd64_hkv2_hq4_ktile32_page64_qtile64_route-mma_th128",
              "attn_prefill__hd64_hkv2_hq4_ktile32_page64_qtile16_route-simt_th128"],
     "27b": ["attn_prep__hd256_hkv4_hq24_page64_rot64_th128", "attn_decode__balance16_hd256_hkv4_hq24_page64_th128",
             "attn_decode__balance16_hd256_hkv4_hq24_min_ctas4_page64_prep1_rot64_stage1_th128",
-            "attn_decode__balance16_hd256_hkv4_hq24_min_ctas4_page64_prep1_rot64_stage1_th128_tile32",
             "attn_combine__dctas4_hd256_hkv4_hq24_th128", "attn_decode__balance16_hd256_hkv4_hq24_page64_th128",
             "attn_decode__balance16_hd256_hkv4_hq24_min_ctas4_page64_prep1_rot64_stage1_th128",
-            "attn_decode__balance16_hd256_hkv4_hq24_min_ctas4_page64_prep1_rot64_stage1_th128_tile32",
             "attn_prefill__hd256_hkv4_hq24_ktile32_page64_qtile64_route-mma_th128",
             "attn_prefill__hd256_hkv4_hq24_ktile32_page64_qtile16_route-simt_th128"],
 }
@@ -530,8 +531,8 @@ def test_kv_dtype_validation_names_value_and_choices():
 
 @pytest.mark.parametrize("name", ["tiny", "27b"])
 def test_bf16_uris_and_abi_unchanged_int8_variants_added(name):
-    """bf16 kernels keep their URIs (hard-coded from before int8 existed; the half-page staged tile, a variant of the
-    L1 rule, added), argument lists and sources (no int8 header); int8 kernels of the pool-touching families are distinct (``kv_dtype-int8``) and take
+    """bf16 kernels keep their URIs (hard-coded from before int8 existed), argument lists and sources (no
+    int8 header); int8 kernels of the pool-touching families are distinct (``kv_dtype-int8``) and take
     ``k_scales, v_scales`` after ``v_pages``; attn_combine is the same kernel for both."""
     p = PROBLEMS[name]
     p8 = dataclasses.replace(p, kv_dtype="int8")
