@@ -59,9 +59,15 @@ def test_serving_table():
 
 
 def test_mtp_table():
-    for device, commit in (("H200", "20a5964"), ("H100", "6fe9c53")):
-        files = [f"mtp_27b_{w}_{device.lower()}_{commit}.json" for w in ("bf16", "bf16_draftw4", "w4")]
+    for device, commit, formats in (("H200", "20a5964", ("bf16", "bf16_draftw4", "w4")),
+                                    ("H100", "9e63be4", ("bf16", "w4_draftw4"))):
+        files = [f"mtp_27b_{w}_{device.lower()}_{commit}.json" for w in formats]
         _assert_in_readme(_tool().mtp_table([_load(f) for f in files], device), *files)
+
+
+def test_serving_table_h100():
+    name = "serve_27b_bf16_h100_9e63be4.json"
+    _assert_in_readme(_tool().serve_table([("bf16", _load(name))], "H100"), name)
 
 
 def test_serving_table_refuses_results_of_different_levels():
