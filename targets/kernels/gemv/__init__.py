@@ -65,7 +65,7 @@ cp.async ring in shared memory, XOR-swizzled for the fragment reads; before the 
 weight lines are prefetched into L2 (x is the previous kernel's output). Same epilogues, input modes and routes as
 the FMA kernels (the writer warp stores its 16 x T outputs in rounds of 32).
 
-Tensor-core w8 (template ``mma`` with ``wfmt`` w8; the token tiles of ``GemvFamily.w8_mma_tiles``, default 4)
+Tensor-core w8 (template ``mma`` with ``wfmt`` w8; the token tiles of ``GemvFamily.w8_mma_tiles``, default 8)
 -----------------------------------------------------------------------------------------------------------------
 The same 16-row warp tile, on ``mma.sync.m16n8k16`` with **fp16** inputs: int8 codes are not exact in bf16 (8
 significant bits) but are in fp16 (11). Each CTA first converts its tokens' x into fp16 in dynamic shared memory
@@ -103,8 +103,8 @@ stored): ~110 instructions per KiB, for ~104 registers instead of 80 (sm_90). Ti
 tensor-core bf16 variants take the 4- and 8-token tiles where K is a multiple of 64 (every 27B and fixture GEMV), so
 these run only where K is not.
 
-Integer dot products (template ``dp``; the tiles of ``GemvFamily.w4_dp_tiles`` / ``w8_dp_tiles``: w4 1, w8 none)
------------------------------------------------------------------------------------------------------------------
+Integer dot products (template ``dp``; the tiles of ``GemvFamily.w4_dp_tiles`` / ``w8_dp_tiles``: w4 1, w8 1 and 4)
+-------------------------------------------------------------------------------------------------------------------
 The fp32-FMA kernels above spend ~3.5 (w8) / ~7 (w4) instructions per weight byte converting codes and x to fp32
 and multiplying, which caps them at ~3.3 / ~2.4 TB/s on the H200 against ~4.3 for bf16 (bench/NOTES.md runs 14,
 45). The ``dp`` variants keep the FMA kernels' warp shape, layout and loads, but first stage the CTA's tokens' x in
@@ -116,8 +116,9 @@ int8 products plus an int32 add) per row and token -- an exact int32 ``sum(q * x
 order and the offset comes off as ``8 * sum(xq)`` per 32 elements, exact). About 10 (w8) / 33 (w4) instructions
 per 16-byte vector and row instead of ~56 / ~126. The only numerical difference from the FMA kernels is the int16
 rounding of x, which :func:`reference` reproduces (``dp=True``). Plain route only; K a multiple of 64; dynamic
-shared memory ``tile * K * (2 + 4/64 (+ 4/32 for w4))`` bytes, at most ``GemvTuning.dp_x_bytes`` (``DP_X_BYTES``, 40
-KiB, by default; else the FMA kernels). Each
+shared memory ``tile * K * (2 + 4/64 (+ 4/32 for w4))`` bytes, at most ``GemvTuning.dp_x_bytes`` (``DP_X_BYTES``, 160
+KiB, by default; else, and on a target that cannot hold the x, ``GemvFamily.fallback``: at one token the FMA kernels,
+at more the tensor-core ones). Each
 warp loads its first weight step into registers before the PDL wait and keeps one step in flight ahead of the one
 it multiplies; warp 0 computes the ``in_norm`` factor once per staging. By default the dp variants are persistent
 (template ``persist``): the grid is one balanced wave, :meth:`GemvFamily.persistent_grid` of the work items

@@ -23,9 +23,10 @@ if TYPE_CHECKING:
 #: K elements per int16 x scale of the dp variants (template ``kDpBlock``)
 DP_BLOCK = 64
 #: bytes of staged int16 x (+ its block scales and sums) the dp variants may keep in dynamic shared memory by default
-#: (``GemvTuning.dp_x_bytes``): as ``W8_MMA_X_BYTES``, under the 48 KiB a launch gets without the opt-in; a longer x
-#: stays on the FMA kernels
-DP_X_BYTES = 40 * 1024
+#: (``GemvTuning.dp_x_bytes``): 160 KiB, the 27B down's x at 4 tokens (w8 143,616 B, w4 152,320 B) in sm_90's 227 KiB
+#: per CTA (opted in above 48 KiB); a target that cannot hold a variant's x takes ``GemvFamily.fallback``'s kernels,
+#: and a longer x takes them everywhere (a one-token tile: the FMA kernels)
+DP_X_BYTES = 160 * 1024
 
 
 
@@ -76,19 +77,19 @@ def applies(t: GemvTuning, problem: GemvProblem, tile: int) -> bool:
     """True when ``problem`` at token tile ``tile`` runs on the integer-dot-product variants: a w8 / w4 problem, a
     tile of ``t.w8_dp_tiles`` / ``t.w4_dp_tiles`` that is not an mma tile
     (:func:`ninferc.targets.kernels.gemv.mma.applies`), K a multiple of 64 and the staged x (:func:`dp_x_bytes`) within
-    ``t.dp_x_bytes`` (``DP_X_BYTES`` by default; above 48 KiB the launch opts in, and a variant with no resident CTA
-    on the target is dropped by the planner)."""
+    ``t.dp_x_bytes`` (``DP_X_BYTES`` by default; above 48 KiB the launch opts in; where no variant is resident on the
+    target, or the x exceeds ``t.dp_x_bytes``, a launch takes :meth:`~.family.GemvFamily.fallback`'s kernels)."""
     tiles = {"w8": t.w8_dp_tiles, "w4": t.w4_dp_tiles}.get(problem.wfmt, ())
     return (tile in tiles and problem.k % DP_BLOCK == 0 and not mma.applies(t, problem, tile)
             and dp_x_bytes(problem.wfmt, problem.k, tile) <= t.dp_x_bytes)
 
 
 def params(t: GemvTuning, problem: GemvProblem, threads: int, mode: str, carry: bool | None,
-           ring: int | None) -> dict:
+           ring: int | None, tile: int = 1) -> dict:
     """The engine's template parameters: ``dp``; with ``t.dp_persistent`` ``persist`` and ``carry`` (``carry``;
     None: the first of ``t.dp_carry``) or else a weight ``ring`` (``ring``; None: ``t.dp_ring``; 0: none); ``preload``
     when ``t.dp_preload`` is not "regs" and there is no carry, else ``depth`` 2 for the ``t.dp_deep_threads`` CTAs
-    without carry or ring; ``min_ctas`` from ``t.dp_min_ctas``.
+    without carry or ring; ``min_ctas`` from ``t.dp_min_ctas`` at the one-token ``tile`` only.
 
     Raises:
         PlanError: a coop ``mode`` (every CTA stages its tokens' whole x: plain only).
@@ -106,7 +107,8 @@ def params(t: GemvTuning, problem: GemvProblem, threads: int, mode: str, carry: 
         out["preload"] = t.dp_preload
     elif threads in t.dp_deep_threads and "carry" not in out and "ring" not in out:
         out["depth"] = 2
-    cap = next((c for f, e, th, c in t.dp_min_ctas if f == problem.wfmt and e == problem.epilogue and th == threads), 0)
+    cap = next((c for f, e, th, c in t.dp_min_ctas if f == problem.wfmt and e == problem.epilogue and th == threads),
+               0) if tile == 1 else 0
     if cap > 1:
         out["min_ctas"] = cap
     return out

@@ -65,6 +65,24 @@ class GemvFamily:
             return "mma"
         return "dp" if dp.applies(self.tuning, problem, tile) else "fma"
 
+    def fallback(self, problem: GemvProblem, tile: int) -> GemvFamily | None:
+        """The family whose kernels a launch of ``problem`` at a dp token tile ``tile`` (>= 2) takes where the dp
+        variants do not serve it: their staged x over ``dp_x_bytes``, or none of them resident on the target (the
+        x over its shared memory per CTA: the 27B w8 down at 4 tokens stages 143,616 B, which sm_90's 227 KiB holds
+        and the 99 KiB of sm_86 / sm_89 / sm_120a do not). That family is this tuning with ``tile`` moved from the
+        format's dp tiles to its tensor-core tiles (w4: with the problem's epilogue among ``w4_mma_epilogues``): the
+        kernels the tile took before it was a dp tile. None where ``tile`` is not a dp tile of the problem's format,
+        is 1 (the tensor-core kernels are slower than the FMA ones at one token), or is already a tensor-core tile."""
+        t, fmt = self.tuning, problem.wfmt
+        if tile == 1 or fmt not in ("w8", "w4") or tile not in getattr(t, f"{fmt}_dp_tiles") or \
+                mma.applies(t, problem, tile):
+            return None
+        moved = {f"{fmt}_dp_tiles": tuple(x for x in getattr(t, f"{fmt}_dp_tiles") if x != tile),
+                 f"{fmt}_mma_tiles": tuple(sorted({*getattr(t, f"{fmt}_mma_tiles"), tile}))}
+        if fmt == "w4":
+            moved["w4_mma_epilogues"] = tuple(e for e in EPILOGUES if e in t.w4_mma_epilogues or e == problem.epilogue)
+        return GemvFamily(dataclasses.replace(t, **moved))
+
     def coop_threads_for(self, problem: GemvProblem, tile: int) -> tuple[int, ...]:
         """The cooperative thread counts of ``problem`` at token tile ``tile`` (the engine's ``coop_threads``; the dp
         engine has none: plain only)."""
@@ -152,7 +170,7 @@ class GemvFamily:
         if engine == "mma":
             params.update(mma.params(problem, threads, mode, tile))
         elif engine == "dp":
-            params.update(dp.params(self.tuning, problem, threads, mode, carry, ring))
+            params.update(dp.params(self.tuning, problem, threads, mode, carry, ring, tile))
         if problem.norm_out:
             params["unit_offset"] = bool(problem.unit_offset)
         if problem.norm_in:
@@ -182,13 +200,20 @@ class GemvFamily:
 
     def variants(self, problem: GemvProblem) -> list[KernelSpec]:
         """Every kernel a launch for ``problem`` may use: each token tile x (each plain shape, and each
-        cooperative thread count unless add_norm_parts)."""
+        cooperative thread count unless add_norm_parts), and for a dp tile also its :meth:`fallback`'s variants."""
         out = []
         for mt in self.tuning.tiles(problem.wfmt):
-            out += [self.spec(problem, th, "plain", mt, kw, c) for th, kw in self.shapes_for(problem, mt)
-                    for c in self.carries_for(problem, mt)]
-            if not problem.norm_out:
-                out += [self.spec(problem, th, "coop", mt) for th in self.coop_threads_for(problem, mt)]
+            out += self._tile_variants(problem, mt)
+            fb = self.fallback(problem, mt)
+            if fb is not None:
+                out += fb._tile_variants(problem, mt)
+        return list({s.uri: s for s in out}.values())
+
+    def _tile_variants(self, problem: GemvProblem, mt: int) -> list[KernelSpec]:
+        out = [self.spec(problem, th, "plain", mt, kw, c) for th, kw in self.shapes_for(problem, mt)
+               for c in self.carries_for(problem, mt)]
+        if not problem.norm_out:
+            out += [self.spec(problem, th, "coop", mt) for th in self.coop_threads_for(problem, mt)]
         return out
 
     def sample_problems(self) -> list[GemvProblem]:
@@ -274,7 +299,8 @@ class GemvFamily:
         """The launch for T = ``tokens`` on ``ctx``: the candidate (every plain shape; every cooperative thread
         count with the most splits its cap allows, when that is >= 2; a persistent dp shape with each
         ``dp_carry`` setting) with the least :func:`estimate_us`; ties
-        to the plain route, fewer k_warps, fewer threads.
+        to the plain route, fewer k_warps, fewer threads. A dp tile whose x exceeds ``dp_x_bytes``, or none of
+        whose variants is resident on the target, launches its :meth:`fallback`'s kernels.
 
         Raises:
             PlanError: T < 1, or no variant can be resident at all on this target.
@@ -282,6 +308,9 @@ class GemvFamily:
         if tokens < 1:
             raise PlanError(f"gemv: T = {tokens} must be at least 1")
         tile = self.tile_for(tokens, problem.wfmt)
+        fb = self.fallback(problem, tile)
+        if fb is not None and not self.dp_for(problem, tile):  # a dp tile whose x exceeds dp_x_bytes
+            return fb.launch(problem, tokens, ctx)
         chunks = self.token_chunks(tokens, tile)
         cands = []
         for th, kw in self.shapes_for(problem, tile):
@@ -303,6 +332,8 @@ class GemvFamily:
                 if splits >= 2:
                     cands.append((self._estimate(problem, tokens, ctx, spec, 1, splits), 1, 1, th, spec,
                                   base * splits, splits))
+        if not cands and fb is not None:
+            return fb.launch(problem, tokens, ctx)
         if not cands:
             raise PlanError(
                 f"gemv (K={problem.k}, N={problem.n}, {problem.epilogue}, {problem.wfmt}) on {ctx.arch.name}: "

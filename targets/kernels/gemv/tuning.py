@@ -58,9 +58,11 @@ class GemvTuning:
             (gate|up 42.7 vs 40.5 us, down 25.4 vs 22.2; the 27B w4 decode 125.3 vs 131 tok/s), so the 1-token
             tile keeps the FMA path.
         w8_mma_tiles: the token tiles whose w8 variants run on tensor cores (fp16 mma, module docstring), where K is
-            a multiple of 64 and the tile's fp16 x fits ``W8_MMA_X_BYTES``. Default (4, 8); the 8-token tile fills the
-            m16n8k16 tile's n (run 209: the 8-sequence step on FMAs at that tile 38.07 ms, on tensor cores 32.47, two
-            4-token chunks 34.22). The 4-token tile from the H200 sweeps: at T = 4
+            a multiple of 64 (a long x is converted in segments of ``W8_MMA_X_BYTES``). Default (8,): the 8-token tile
+            fills the m16n8k16 tile's n (run 209: the 8-sequence step on FMAs at that tile 38.07 ms, on tensor cores
+            32.47, two 4-token chunks 34.22); the 4-token tile is a dp tile since 2026-12-06 (``w8_dp_tiles``) and
+            runs here only where the dp kernels cannot (:meth:`GemvFamily.fallback`). The 4-token tile from the H200
+            sweeps, against fp32 FMAs: at T = 4
             they win 1.5-1.6x where they fit (runs 45-55 run 47,
             ``bench/results/gemv_ksplit_sweep_w8_t4_h200_13d5dd2.json``, best of each kind, mma vs FMA: GDN in 33.0 vs
             52.6 us, gate|up 65.1 vs 99.9, q|k|v 30.8 vs 45.3, an LM head at w8 351 vs 537; GDN out and down, K = 6,144
@@ -99,7 +101,15 @@ class GemvTuning:
             where K is a multiple of 64; these variants then take only the other K.
         w8_dp_tiles / w4_dp_tiles: the token tiles whose w8 / w4 variants use integer dot products (template ``dp``,
             module docstring) where K is a multiple of 64, the staged x fits ``dp_x_bytes`` and the tile is not an mma
-            tile. Defaults: (1,) for both, the one-sequence decode GEMVs. From the H200 (bench/NOTES.md runs
+            tile (a tile of 2 or more that the dp variants cannot serve on a target: :meth:`GemvFamily.fallback`).
+            Defaults: w8 (1, 4), w4 (1,). w8 at 4 tokens on dp since 2026-12-06: on an H100, one process per setting
+            (bench/NOTES.md run 244, ``bench/results/batch_ab_w8_t4_{now,dp4}_h100_d3666fb.json``), 4 sequences
+            315.6 tok/s (12.67 ms per step) against 228.4 (17.51 ms) on tensor cores, one sequence x 4 tokens through
+            the verify program 1.275x the one-token step against 1.734x, one sequence 99.30 / 99.33 tok/s: the w8
+            tensor-core kernel converts every token's x to fp16 in each of its ~2,000 CTAs, the persistent dp one
+            stages x once per CTA of one wave. w4 at 4 tokens on dp everywhere was slower (387.8 against 402.8 tok/s,
+            verify 1.587x against 1.530x); only its down and GDN out (``w4_mma_epilogues``) gained (423.4 tok/s,
+            1.486x), not yet the default (run 244). From the H200 (bench/NOTES.md runs
             66-69, ``bench/results/dp_probe_h200_fcda2c0.json``, best variant of each kind at T = 1): w4 dp vs
             fp32 FMAs gate|up 30.8 vs 40.3 us, down 19.4 vs 22.1, GDN in 14.9 vs 20.5, GDN out 7.8 vs 9.3, q|k|v
             14.6 vs 18.8. w8 was mixed in isolation (GDN in 21.8 vs 24.2, gate|up 44.9 vs 45.3, down 24.8 vs 23.1)
@@ -156,16 +166,18 @@ class GemvTuning:
         dp_min_ctas: (wfmt, epilogue, threads, n) entries: the dp variants of that weight format, epilogue and CTA
             size compile with ``__launch_bounds__(threads, n)`` (template ``min_ctas``), a register cap of 65,536 /
             (threads x n) on the 64K-register SMs -- the occupancy and grid then follow the capped kernel's real
-            register count. Default: the w8 ``store`` GEMVs (GDN in, q|k|v) at 4 CTAs of 256 threads per SM (64
+            register count -- at the one-token tile (at 4 tokens the capped w8 in_norm-parts kernel spilled 8 B on
+            NVRTC 13.5). Default: the w8 ``store`` GEMVs (GDN in, q|k|v) at 4 CTAs of 256 threads per SM (64
             registers, no spills on NVRTC 13.0 / 13.5; 72 uncapped on 13.0, 3 CTAs/SM): on the H200 the w8 GDN in
             kernel's last CTA exit 23.9 -> 22.0 us; capping gate|up (swiglu) too cost it 1.0 us (bench/NOTES.md
             run 105: both capped, 27B w8 step 1.0075x).
         dp_x_bytes: the most staged x (int16 x, its block scales and sums: :func:`.dp.dp_x_bytes`) a dp variant takes,
-            bytes. Default ``DP_X_BYTES`` (40 KiB, no opt-in). Larger values let the dp kernels take longer K or more
-            tokens in opted-in dynamic shared memory; where the target cannot hold it (99 KiB per CTA on sm_86 / sm_89
-            / sm_120a, 227 KiB on sm_90) the variant has no resident CTA and the plan refuses the problem, naming it.
-            For issue 38's A/B: the 27B w4 down at 4 tokens took 29.3 us on dp (152,320 B of x) against 35.8 on
-            tensor cores on an H100 (bench/NOTES.md run 231).
+            bytes. Default ``DP_X_BYTES`` (160 KiB, since 2026-12-06; 40 KiB before, no opt-in): the 27B w8 down at 4
+            tokens stages 143,616 B in opted-in dynamic shared memory. Where the target cannot hold a variant's x
+            (99 KiB per CTA on sm_86 / sm_89 / sm_120a, 227 KiB on sm_90) it has no resident CTA, and a tile of 2 or
+            more tokens takes :meth:`GemvFamily.fallback`'s kernels (the tensor-core ones); a longer x does too. The
+            27B w4 down at 4 tokens took 29.3 us on dp (152,320 B of x) against 35.8 on tensor cores on an H100
+            (bench/NOTES.md run 231).
         w4_mma_epilogues: the epilogues whose w4 problems take the tensor-core variants at ``w4_mma_tiles``; the
             others take dp there where it is a dp tile, else fp32 FMAs. Default every epilogue. With
             ``("store", "residual_add", "swiglu")``, ``w4_dp_tiles=(1, 4)`` and ``dp_x_bytes`` of 160 KiB the 27B down
@@ -197,10 +209,10 @@ class GemvTuning:
     norm_rows_per_warp: int = 2
     prefetch_steps: int = 1
     w4_mma_tiles: tuple[int, ...] = (4,)
-    w8_mma_tiles: tuple[int, ...] = (4, 8)
+    w8_mma_tiles: tuple[int, ...] = (8,)
     bf16_mma_tiles: tuple[int, ...] = (4, 8)
     bf16_unpack_tiles: tuple[int, ...] = (4,)
-    w8_dp_tiles: tuple[int, ...] = (1,)
+    w8_dp_tiles: tuple[int, ...] = (1, 4)
     w4_dp_tiles: tuple[int, ...] = (1,)
     dp_persistent: bool = True
     dp_shapes: tuple[tuple[int, int], ...] = ((256, 1), (640, 1))
