@@ -183,7 +183,8 @@ def l1_left(arch: str | Arch, occ: Occupancy) -> int:
     ``attn_decode``, which left 28 KiB, read their x from L2 and lost 1.4 ms per 4-token bf16 step on an H100).
 
     Returns:
-        Bytes (>= 0); the whole ``l1_smem_per_sm`` for a kernel without shared memory or with 0 resident CTAs.
+        Bytes (>= 0); the whole ``l1_smem_per_sm`` with 0 resident CTAs (every CTA holds at least the 1 KiB the
+        driver reserves).
     """
     a = get_arch(arch)
     need = occ.ctas_per_sm * occ.smem_per_cta

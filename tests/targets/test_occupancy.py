@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from ninferc.errors import PlanError
-from ninferc.targets.occupancy import cooperative_cap, occupancy, waves
+from ninferc.targets.occupancy import cooperative_cap, l1_left, occupancy, waves
 
 KIB = 1024
 
@@ -57,6 +57,21 @@ def test_carveout_preference():
     # preference 0 % -> carveout rounds up to the CTA's need (41 KiB -> 64 KiB): 1 CTA
     assert occupancy("sm_86", 256, 32, 40 * KIB, carveout_percent=0).ctas_per_sm == 1
     assert occupancy("sm_86", 256, 32, 40 * KIB, carveout_percent=100).ctas_per_sm == 2
+
+
+def test_l1_left_is_the_unified_store_less_the_carveout_the_resident_ctas_need():
+    # sm_90 (256 KiB of L1 + shared memory per SM), the 27B verify step's staged attn_decode (127 registers, 1,568 B
+    # static): the page tile's 64 KiB of K / V, 3 CTAs x 68,128 B -> the 228 KiB carveout, 28 KiB of L1; the
+    # half-page tile's 32 KiB, 4 CTAs (registers) x 35,360 B -> 164 KiB, 92 KiB of L1
+    page = occupancy("sm_90", 128, 127, 1_568, 65_536)
+    assert page.ctas_per_sm == 3 and l1_left("sm_90", page) == 28 * KIB
+    half = occupancy("sm_90", 128, 127, 1_568, 32_768)
+    assert half.ctas_per_sm == 4 and l1_left("sm_90", half) == 92 * KIB
+    # no shared memory of its own: 16 CTAs x the 1 KiB reserved -> the 16 KiB carveout; on the 128 KiB archs 3 x 31
+    # KiB -> 100 KiB, 28 KiB of L1; 3 CTAs (512 threads) x 21 KiB -> 64 KiB, 64 KiB of L1
+    assert l1_left("sm_90", occupancy("sm_90", 128, 32)) == 240 * KIB
+    assert l1_left("sm_89", occupancy("sm_89", 128, 32, 30 * KIB)) == 28 * KIB
+    assert l1_left("sm_86", occupancy("sm_86", 512, 32, 20 * KIB)) == 64 * KIB
 
 
 def test_cap_and_waves():
