@@ -138,8 +138,8 @@ def main(argv=None) -> int:
             fams = {"planned": GemvFamily()}
             if fmt == "bf16":  # the fp32-FMA kernels beside the planned tensor-core ones (the default since 487d762)
                 fams["bf16_fma"] = GemvFamily(GemvTuning(bf16_mma_tiles=()))
-            if fmt == "w4":  # the integer-dot-product kernels at T tokens (their staged x over the default cap: opt-in)
-                fams["w4_dp"] = GemvFamily(GemvTuning(w4_dp_tiles=(1, T), w4_mma_tiles=(), dp_x_bytes=160 * 1024))
+            if fmt == "w4":  # the integer-dot-product kernels at T tokens (staged x over 48 KiB: opt-in)
+                fams["w4_dp"] = GemvFamily(GemvTuning(w4_dp_tiles=(1, T), w4_mma_tiles=()))
             bufs = Bufs(cp, p, 1 << 30)
             t1 = None
             for fname, fam in fams.items():

@@ -424,7 +424,10 @@ class DecodeStaging:
         stage_keys: keys per staged tile (template ``tile``). A smaller tile needs less shared memory per CTA, so
             more CTAs are resident and the split rule keeps more splits. 0 (default): the page, or for the verify
             step's kernel where the page tile's resident CTAs leave less than ``stage_l1_keep`` of the SM's L1, the
-            half-page tile (:meth:`AttnDecodeFamily.tile_candidates`, chosen in :meth:`AttnDecodeFamily.choose`).
+            half-page tile, and where that one keeps fewer than ``stage_min_resident`` CTAs (or also leaves too
+            little L1) the global-memory kernel (:meth:`AttnDecodeFamily.tile_candidates`, chosen in
+            :meth:`AttnDecodeFamily.choose`; on the H100 the unstaged verify step was as fast as the half-page one,
+            20.38 against 20.41 ms, and faster than the page tile's 21.83, run 237).
         stage_l1_keep: bytes of L1 data cache (:func:`ninferc.targets.occupancy.l1_left`) the verify step's staged
             kernel's resident CTAs must leave per SM where ``stage_keys`` is 0 (0: no such rule; the decode step's
             kernel has none: :meth:`AttnDecodeFamily.choose` says why). The SM keeps its L1 / shared split
@@ -433,7 +436,8 @@ class DecodeStaging:
             4-token verify step took 21.83 ms on an H100, with the half-page tile (4 CTAs/SM, 92 KiB left) 20.41,
             and the attention layers' GEMVs their GDN-layer times (bench/NOTES.md runs 236-237). Default 64 KiB,
             between the 60 KiB ``attn_prefill`` leaves (the 4-token prefill program's down after it 13.7 us slower
-            than in a GDN layer, run 236) and the 92 KiB measured as enough.
+            than in a GDN layer, run 236) and the 92 KiB measured as enough -- on sm_90; on the 128 KiB-per-SM sm_86 /
+            sm_89 / sm_120a the threshold is not measured (it changes no 27B or fixture plan there).
         stage_min_ctas: for the staged bf16-KV kernel, the launch bound's minimum CTAs per SM (template
             ``min_ctas``; 0 = none): a register budget for ptxas, 65,536 / (min_ctas x threads) registers. Default 4
             (128 registers at 128 threads): without it this machine's NVRTC 13.5 gives the 27B staged kernel 96
@@ -582,11 +586,16 @@ class AttnDecodeFamily(_OneKernelFamily):
     def tile_candidates(self, problem: AttentionProblem, prep: bool = True) -> tuple[int, ...]:
         """The staged tiles (keys) the ``"auto"`` rule of :meth:`choose` may take for ``problem``, in its order of
         preference: ``stage_keys`` where set; else the page, and for the verify step's kernel (``prep`` False) with
-        ``stage_l1_keep`` and bf16 KV also the half page (at least 16 keys, the template's smallest tested tile)."""
+        ``stage_l1_keep`` and bf16 KV also the half page (at least 16 keys: pages are multiples of 32) where the
+        staged kernel takes it."""
         if self.stage_keys:
             return (self.stage_keys,)
         page = problem.page_size
-        if prep or not self.stage_l1_keep or problem.kv_dtype != "bf16" or page % 2 or page < 32:
+        if prep or not self.stage_l1_keep or problem.kv_dtype != "bf16":
+            return (page,)
+        try:  # a half page the staged kernel cannot take (stage_mma's tile rules) is no candidate
+            self.spec(problem, True, prep=False, tile=page // 2)
+        except PlanError:
             return (page,)
         return (page, page // 2)
 
@@ -628,7 +637,7 @@ class AttnDecodeFamily(_OneKernelFamily):
                 if ctx.resources_of(spec).static_smem_bytes + dyn > ctx.arch.max_smem_per_cta_optin:
                     continue
                 occ = ctx.occupancy(spec, dyn)
-                l1_ok = prep or l1_left(ctx.arch, occ) >= self.stage_l1_keep
+                l1_ok = prep or self.stage_keys or l1_left(ctx.arch, occ) >= self.stage_l1_keep
                 if occ.ctas_per_sm >= self.stage_min_resident and l1_ok:
                     staged, tile = True, t
                     break

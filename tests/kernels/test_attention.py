@@ -173,7 +173,8 @@ def test_templates_compile_with_resources(arch):
     res = resources(arch)
     rows = []
     for fam in A.FAMILIES:
-        for spec, p in [(s, p) for p in ALL_PROBLEMS.values() for s in own_specs(fam, p)]:
+        verify = [(s, p) for p in ALL_PROBLEMS.values() for s in fam.variants(p, prep=False)] if fam is DECODE else []
+        for spec, p in [(s, p) for p in ALL_PROBLEMS.values() for s in own_specs(fam, p)] + verify:
             r = res[spec.uri]
             sp = dict(spec.params)
             dyn = PREFILL.dynamic_smem_bytes(p, spec.param("route")) if fam is PREFILL else \
@@ -262,6 +263,22 @@ def test_auto_stages_bf16_pages_where_three_ctas_stay_resident_and_l1_is_left(ar
         A.DecodeStaging(stage_kv="yes")
     with pytest.raises(PlanError, match="stage_l1_keep = -1 must be >= 0"):
         A.DecodeStaging(stage_l1_keep=-1)
+
+
+def test_verify_tile_candidates_and_a_set_tile():
+    """``stage_keys`` set: that tile only, with no L1 rule (the 27B page tile on sm_90 stays staged for the verify
+    step); ``stage_mma``: a half page its loops cannot take is no candidate (page 32 over 4 warps: 16 keys), so the
+    verify step still plans."""
+    ctx = ctx_for("sm_90", skus_of("sm_90")[0].sms)
+    page = A.AttnDecodeFamily(staging=A.DecodeStaging(stage_keys=64))
+    assert page.tile_candidates(BIG, prep=False) == (64,)
+    res = {u: r for u, (_, r) in compile_variants(page.variants(BIG, prep=False), "sm_90").items()}
+    spec, dyn = page.choose(BIG, PlanContext("sm_90", ctx.sms, {**ctx.resources, **res}), prep=False)
+    assert "stage" in dict(spec.params) and "tile" not in dict(spec.params) and dyn == 2 * 64 * 256 * 2
+    mma = A.AttnDecodeFamily(staging=A.DecodeStaging(stage_mma=True))
+    p32 = dataclasses.replace(BIG, page_size=32, max_pages=2 * BIG.max_pages)
+    assert mma.tile_candidates(p32, prep=False) == (32,) and mma.variants(p32, prep=False)
+    assert DECODE.tile_candidates(p32, prep=False) == (32, 16)
 
 
 @pytest.mark.parametrize("arch", ALL_ARCHS)

@@ -229,12 +229,12 @@ def test_dp_x_range_and_partial_steps(fmt, k, kw, x_scale):
     _run(prob, launch, seed=17, x_scale=x_scale, x_edit=_outlier_blocks)
 
 
-def test_dp_add_norm_parts_at_four_tokens_past_the_default_x_cap():
-    """``w4_mma_epilogues`` without add_norm_parts and a larger ``dp_x_bytes`` (issue 38's A/B for the 27B down / GDN
-    out): a w4 add_norm_parts GEMV at 4 tokens plans on the persistent dp kernel with its staged x over the default
-    40 KiB cap (K = 6,144: 53,760 B, the 27B GDN out's), three tokens."""
+def test_dp_add_norm_parts_at_four_tokens_past_48_kib_of_x():
+    """``w4_mma_epilogues`` without add_norm_parts and the 4-token tile a w4 dp tile (issue 38's A/B for the 27B down /
+    GDN out): a w4 add_norm_parts GEMV at 4 tokens plans on the persistent dp kernel with its staged x in opted-in
+    dynamic shared memory (K = 6,144: 53,760 B, the 27B GDN out's; ``dp_x_bytes`` 40 KiB per token), three tokens."""
     fam = GemvFamily(GemvTuning(w4_dp_tiles=(1, 4), w4_mma_epilogues=("store", "residual_add", "swiglu"),
-                                dp_x_bytes=160 * 1024, dp_shapes=((256, 1),)))
+                                dp_shapes=((256, 1),)))
     prob = GemvProblem(6144, 40, "add_norm_parts", "w4")
     assert fam.dp_for(prob, 4) and not fam.mma_for(prob, 4) and not GemvFamily().dp_for(prob, 4)
     specs = [s for s in fam.variants(prob) if s.param("max_tokens") == 4]

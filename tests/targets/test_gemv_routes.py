@@ -191,14 +191,13 @@ def test_launch_variant_forced_and_errors(gemv):
 
 
 def test_w4_dp_for_add_norm_parts_at_four_tokens_fits_where_the_target_holds_its_x():
-    """The A/B setting of ``dp_x_bytes`` / ``w4_mma_epilogues``: on the H200 the 27B w4 down at 4 tokens plans the
+    """The A/B setting of ``w4_dp_tiles`` / ``w4_mma_epilogues``: on the H200 the 27B w4 down at 4 tokens plans the
     dp kernel with 152,320 B of staged x (gate|up stays on tensor cores); an L20 (99 KiB per CTA) cannot hold that x
     and the launch takes the fallback's tensor-core kernel, which the family's variants list; bad values are
     refused."""
     from ninferc.targets.plan import compile_variants, family_variants
 
-    fam = GemvFamily(GemvTuning(w4_dp_tiles=(1, 4), w4_mma_epilogues=("store", "residual_add", "swiglu"),
-                                dp_x_bytes=160 * 1024))
+    fam = GemvFamily(GemvTuning(w4_dp_tiles=(1, 4), w4_mma_epilogues=("store", "residual_add", "swiglu")))
     down, gate_up = GemvProblem(17408, 5120, "add_norm_parts", "w4"), GemvProblem(5120, 17408, "swiglu", "w4")
     for arch, sku in (("sm_90", "h200"), ("sm_89", "l20")):
         s = get_sku(sku, arch)
@@ -219,19 +218,19 @@ def test_w4_dp_for_add_norm_parts_at_four_tokens_fits_where_the_target_holds_its
 
 
 def test_w8_four_tokens_on_dp_where_the_target_holds_the_x_else_on_tensor_cores():
-    """The default w8 4-token tile is a dp tile (``w8_dp_tiles`` (1, 4), ``dp_x_bytes`` 160 KiB): on an H200 every
-    27B w8 GEMV at 4 tokens plans the persistent dp kernel, the down with its 143,616 B of staged x; on an L20 (99
+    """The default w8 4-token tile is a dp tile (``w8_dp_tiles`` (1, 4), ``dp_x_bytes`` 40 KiB per token): on an H200
+    every 27B w8 GEMV at 4 tokens plans the persistent dp kernel, the down with its 143,616 B of staged x; on an L20 (99
     KiB per CTA) the down cannot hold it and takes the tensor-core kernel (``GemvFamily.fallback``: the 4-token tile
     moved to ``w8_mma_tiles``), the others stay on dp; a dp x over ``dp_x_bytes`` takes the fallback everywhere;
     the 8-token tile stays on tensor cores, the one-token one on dp."""
     from ninferc.targets.plan import compile_variants, family_variants
 
     fam = GemvFamily()
-    assert (fam.w8_dp_tiles, fam.w8_mma_tiles, fam.dp_x_bytes) == ((1, 4), (8,), 160 * 1024)
+    assert (fam.w8_dp_tiles, fam.w8_mma_tiles, fam.dp_x_bytes) == ((1, 4), (8,), 40 * 1024)
     probs = {"down": GemvProblem(17408, 5120, "add_norm_parts", "w8"),
              "gate_up": GemvProblem(5120, 17408, "swiglu", "w8"),
              "gdn_out": GemvProblem(6144, 5120, "add_norm_parts", "w8")}
-    small = GemvFamily(GemvTuning(dp_x_bytes=64 * 1024))  # the down's x over it
+    small = GemvFamily(GemvTuning(dp_x_bytes=32 * 1024))  # 128 KiB at 4 tokens: the down's x over it, gate|up's not
     for arch, sku in (("sm_90", "h200"), ("sm_89", "l20")):
         s = get_sku(sku, arch)
         specs = [v for f in (fam, small) for p in probs.values() for v in family_variants(f, p, arch)]
@@ -249,6 +248,8 @@ def test_w8_four_tokens_on_dp_where_the_target_holds_the_x_else_on_tensor_cores(
         assert dict(small.launch(probs["down"], 4, c).kernel.params).get("mma")
         assert dict(small.launch(probs["gate_up"], 4, c).kernel.params).get("dp")
     assert fam.fallback(probs["down"], 1) is None and fam.fallback(probs["down"], 8) is None
+    wide = GemvFamily(GemvTuning(token_tiles=(1, 4, 16), w8_dp_tiles=(1, 4, 16)))  # past the tensor cores' 8 tokens
+    assert wide.fallback(probs["gate_up"], 16) is None and wide.variants(probs["gate_up"])
     assert fam.fallback(GemvProblem(5120, 17408, "swiglu", "bf16"), 4) is None
     fb = fam.fallback(probs["down"], 4)
     assert (fb.w8_dp_tiles, fb.w8_mma_tiles) == ((1,), (4, 8)) and fb.engine(probs["down"], 4) == "mma"

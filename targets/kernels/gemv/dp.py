@@ -22,11 +22,12 @@ if TYPE_CHECKING:
 
 #: K elements per int16 x scale of the dp variants (template ``kDpBlock``)
 DP_BLOCK = 64
-#: bytes of staged int16 x (+ its block scales and sums) the dp variants may keep in dynamic shared memory by default
-#: (``GemvTuning.dp_x_bytes``): 160 KiB, the 27B down's x at 4 tokens (w8 143,616 B, w4 152,320 B) in sm_90's 227 KiB
-#: per CTA (opted in above 48 KiB); a target that cannot hold a variant's x takes ``GemvFamily.fallback``'s kernels,
-#: and a longer x takes them everywhere (a one-token tile: the FMA kernels)
-DP_X_BYTES = 160 * 1024
+#: bytes of staged int16 x (+ its block scales and sums) per token of the tile the dp variants may keep in dynamic shared
+#: memory by default (``GemvTuning.dp_x_bytes``): 40 KiB, so a one-token x stays under the 48 KiB a launch gets without
+#: the opt-in (a longer one stays on the FMA kernels), and the 27B down's x at 4 tokens (w8 143,616 B, w4 152,320 B)
+#: fits the 160 KiB of a 4-token tile -- in sm_90's 227 KiB per CTA; a target that cannot hold a variant's x, or a
+#: longer x, takes ``GemvFamily.fallback``'s kernels (tiles of 2 to 8 tokens: the tensor-core ones)
+DP_X_BYTES = 40 * 1024
 
 
 
@@ -77,11 +78,11 @@ def applies(t: GemvTuning, problem: GemvProblem, tile: int) -> bool:
     """True when ``problem`` at token tile ``tile`` runs on the integer-dot-product variants: a w8 / w4 problem, a
     tile of ``t.w8_dp_tiles`` / ``t.w4_dp_tiles`` that is not an mma tile
     (:func:`ninferc.targets.kernels.gemv.mma.applies`), K a multiple of 64 and the staged x (:func:`dp_x_bytes`) within
-    ``t.dp_x_bytes`` (``DP_X_BYTES`` by default; above 48 KiB the launch opts in; where no variant is resident on the
-    target, or the x exceeds ``t.dp_x_bytes``, a launch takes :meth:`~.family.GemvFamily.fallback`'s kernels)."""
+    ``tile * t.dp_x_bytes`` (``DP_X_BYTES`` per token by default; above 48 KiB the launch opts in; where no variant is
+    resident on the target, or the x exceeds that, a launch takes :meth:`~.family.GemvFamily.fallback`'s kernels)."""
     tiles = {"w8": t.w8_dp_tiles, "w4": t.w4_dp_tiles}.get(problem.wfmt, ())
     return (tile in tiles and problem.k % DP_BLOCK == 0 and not mma.applies(t, problem, tile)
-            and dp_x_bytes(problem.wfmt, problem.k, tile) <= t.dp_x_bytes)
+            and dp_x_bytes(problem.wfmt, problem.k, tile) <= tile * t.dp_x_bytes)
 
 
 def params(t: GemvTuning, problem: GemvProblem, threads: int, mode: str, carry: bool | None,

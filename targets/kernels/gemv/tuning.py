@@ -171,13 +171,14 @@ class GemvTuning:
             registers, no spills on NVRTC 13.0 / 13.5; 72 uncapped on 13.0, 3 CTAs/SM): on the H200 the w8 GDN in
             kernel's last CTA exit 23.9 -> 22.0 us; capping gate|up (swiglu) too cost it 1.0 us (bench/NOTES.md
             run 105: both capped, 27B w8 step 1.0075x).
-        dp_x_bytes: the most staged x (int16 x, its block scales and sums: :func:`.dp.dp_x_bytes`) a dp variant takes,
-            bytes. Default ``DP_X_BYTES`` (160 KiB, since 2026-12-06; 40 KiB before, no opt-in): the 27B w8 down at 4
-            tokens stages 143,616 B in opted-in dynamic shared memory. Where the target cannot hold a variant's x
-            (99 KiB per CTA on sm_86 / sm_89 / sm_120a, 227 KiB on sm_90) it has no resident CTA, and a tile of 2 or
-            more tokens takes :meth:`GemvFamily.fallback`'s kernels (the tensor-core ones); a longer x does too. The
-            27B w4 down at 4 tokens took 29.3 us on dp (152,320 B of x) against 35.8 on tensor cores on an H100
-            (bench/NOTES.md run 231).
+        dp_x_bytes: the most staged x (int16 x, its block scales and sums: :func:`.dp.dp_x_bytes`) per token of the
+            tile a dp variant takes, bytes (since 2026-12-06 per token; the whole tile's before). Default
+            ``DP_X_BYTES`` (40 KiB): a one-token x needs no opt-in, and the 27B w8 down at 4 tokens stages 143,616 B
+            of its 160 KiB in opted-in dynamic shared memory. Where the target cannot hold a variant's x (99 KiB per
+            CTA on sm_86 / sm_89 / sm_120a, 227 KiB on sm_90) it has no resident CTA, and a tile of 2 to 8 tokens
+            takes :meth:`GemvFamily.fallback`'s kernels (the tensor-core ones), as a longer x does. The 27B w4 down at
+            4 tokens took 29.3 us on dp (152,320 B of x) against 35.8 on tensor cores on an H100 (bench/NOTES.md run
+            231).
         w4_mma_epilogues: the epilogues whose w4 problems take the tensor-core variants at ``w4_mma_tiles``; the
             others take dp there where it is a dp tile, else fp32 FMAs. Default every epilogue. With
             ``("store", "residual_add", "swiglu")``, ``w4_dp_tiles=(1, 4)`` and ``dp_x_bytes`` of 160 KiB the 27B down
