@@ -116,9 +116,9 @@ int8 products plus an int32 add) per row and token -- an exact int32 ``sum(q * x
 order and the offset comes off as ``8 * sum(xq)`` per 32 elements, exact). About 10 (w8) / 33 (w4) instructions
 per 16-byte vector and row instead of ~56 / ~126. The only numerical difference from the FMA kernels is the int16
 rounding of x, which :func:`reference` reproduces (``dp=True``). Plain route only; K a multiple of 64; dynamic
-shared memory ``tile * K * (2 + 4/64 (+ 4/32 for w4))`` bytes, at most ``GemvTuning.dp_x_bytes`` (``DP_X_BYTES``, 160
-KiB, by default; else, and on a target that cannot hold the x, ``GemvFamily.fallback``: at one token the FMA kernels,
-at more the tensor-core ones). Each
+shared memory ``tile * K * (2 + 4/64 (+ 4/32 for w4))`` bytes, at most ``tile * GemvTuning.dp_x_bytes``
+(``DP_X_BYTES``, 40 KiB per token, by default; a longer x at one token takes the FMA kernels, and at 2-8 tokens --
+also where the target cannot hold the x -- ``GemvFamily.fallback``'s tensor-core ones). Each
 warp loads its first weight step into registers before the PDL wait and keeps one step in flight ahead of the one
 it multiplies; warp 0 computes the ``in_norm`` factor once per staging. By default the dp variants are persistent
 (template ``persist``): the grid is one balanced wave, :meth:`GemvFamily.persistent_grid` of the work items
