@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ninferc.ir.quant import quantize  # noqa: E402
 from ninferc.ir.reference import ref_rmsnorm  # noqa: E402
+from ninferc.targets.kernels.gemv import EPILOGUES as ALL_EPILOGUES  # noqa: E402
 from ninferc.targets.kernels.gemv import GemvFamily, GemvTuning, GemvProblem, kernel_args, norm_input, reference  # noqa: E402
 from ninferc.targets.plan import KernelSpec, PlanContext, compile_variants  # noqa: E402
 
@@ -35,7 +36,7 @@ FAM = GemvFamily(GemvTuning(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_th
 #: the same family with w4 on tensor cores at every token tile and w8 and bf16 at both tiles (FAM: on fp32 FMAs)
 FAM_MMA = GemvFamily(GemvTuning(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,), token_tiles=(1, 4),
                          mma_shapes=((128, 1), (128, 2), (128, 4)), w4_mma_tiles=(1, 4), w8_mma_tiles=(1, 4),
-                         bf16_mma_tiles=(1, 4)))
+                         bf16_mma_tiles=(1, 4), w4_mma_epilogues=ALL_EPILOGUES))
 #: the same family with w8 / w4 on integer dot products (dp2a on int16 x) at both token tiles
 FAM_DP = GemvFamily(GemvTuning(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,), token_tiles=(1, 4),
                         w4_mma_tiles=(), w8_mma_tiles=(), w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4),
@@ -230,13 +231,14 @@ def test_dp_x_range_and_partial_steps(fmt, k, kw, x_scale):
 
 
 def test_dp_add_norm_parts_at_four_tokens_past_48_kib_of_x():
-    """``w4_mma_epilogues`` without add_norm_parts and the 4-token tile a w4 dp tile (issue 38's A/B for the 27B down /
-    GDN out): a w4 add_norm_parts GEMV at 4 tokens plans on the persistent dp kernel with its staged x in opted-in
-    dynamic shared memory (K = 6,144: 53,760 B, the 27B GDN out's; ``dp_x_bytes`` 40 KiB per token), three tokens."""
-    fam = GemvFamily(GemvTuning(w4_dp_tiles=(1, 4), w4_mma_epilogues=("store", "residual_add", "swiglu"),
-                                dp_shapes=((256, 1),)))
+    """``w4_mma_epilogues`` without add_norm_parts and the 4-token tile a w4 dp tile (the defaults since 2026-12-06:
+    the 27B down / GDN out / attention o at 4 tokens): a w4 add_norm_parts GEMV at 4 tokens plans on the persistent dp
+    kernel with its staged x in opted-in dynamic shared memory (K = 6,144: 53,760 B, the 27B GDN out's; ``dp_x_bytes``
+    40 KiB per token), three tokens."""
+    fam = GemvFamily(GemvTuning(dp_shapes=((256, 1),)))
     prob = GemvProblem(6144, 40, "add_norm_parts", "w4")
-    assert fam.dp_for(prob, 4) and not fam.mma_for(prob, 4) and not GemvFamily().dp_for(prob, 4)
+    assert fam.dp_for(prob, 4) and not fam.mma_for(prob, 4) and GemvFamily().dp_for(prob, 4)
+    assert GemvFamily().mma_for(GemvProblem(6144, 40, "residual_add", "w4"), 4)  # the other epilogues: tensor cores
     specs = [s for s in fam.variants(prob) if s.param("max_tokens") == 4]
     c = PlanContext(ARCH, SMS, {u: r for u, (_, r) in compile_variants(specs, ARCH).items()})
     launch = fam.launch(prob, 3, c)

@@ -451,11 +451,11 @@ def _pid(p):
     return f"k{p.k}_n{p.n}_{p.epilogue}"
 
 
-#: w4 on tensor cores at every token tile (the registered family: the 4-token tile only)
-W4_MMA = GemvFamily(GemvTuning(w4_mma_tiles=(1, 4)))
-#: w8 on tensor cores (fp16 mma) at the 1- and 4-token tiles (the registered family: the 4-token tile only)
+#: w4 on tensor cores at every token tile and epilogue (the registered family: the 4-token tile, not add_norm_parts)
+W4_MMA = GemvFamily(GemvTuning(w4_mma_tiles=(1, 4), w4_mma_epilogues=EPILOGUES))
+#: w8 on tensor cores (fp16 mma) at the 1- and 4-token tiles (the registered family: the 8-token tile only)
 W8_MMA = GemvFamily(GemvTuning(w8_mma_tiles=(1, 4)))
-#: bf16 on tensor cores (bf16 mma) at the 1- and 4-token tiles (the registered family: off, fp32 FMAs)
+#: bf16 on tensor cores (bf16 mma) at the 1- and 4-token tiles (the registered family: the 4- and 8-token tiles)
 BF16_MMA = GemvFamily(GemvTuning(bf16_mma_tiles=(1, 4)))
 #: w8 / w4 on fp32 FMAs at the 1-token tile (the registered family runs that tile on integer dot products)
 FMA = GemvFamily(GemvTuning(w8_dp_tiles=(), w4_dp_tiles=()))
@@ -472,11 +472,11 @@ def test_quant_forced_variants_match_reference(device, loader, fmt, shape, mode,
     """One forced variant per case (threads alternate with T; coop with the most splits the cap allows,
     falling back to the other thread count, skipped only when no cooperative grid fits the device -- or when
     the variant has no cooperative form: the w8 mma and the dp kernels are plain only). w4 runs as the family runs
-    it (integer dot products for one token, tensor cores for the 4-token tile) and, as ``w4-mma``, on tensor cores
-    for every T; w8 as the family runs it (fp32 FMAs for one token, tensor cores for the 4-token tile where its x
-    fits) and, as ``w8-mma``, on tensor cores at both tiles; both formats as ``-fma`` on fp32 FMAs at the 1-token
-    tile and as ``-dp`` on integer dot products at both tiles (plain only); bf16 as ``bf16-mma`` on tensor cores at
-    both tiles (plain only; not yet a default)."""
+    it (integer dot products for one token and for its 4-token add_norm_parts GEMVs, tensor cores for the other
+    4-token ones) and, as ``w4-mma``, on tensor cores for every T and epilogue; w8 as the family runs it (integer dot
+    products at the 1- and 4-token tiles) and, as ``w8-mma``, on tensor cores at both tiles; both formats as ``-fma``
+    on fp32 FMAs at the 1-token tile and as ``-dp`` on integer dot products at both tiles (plain only); bf16 as
+    ``bf16-mma`` on tensor cores at both tiles (plain only)."""
     gemv = {"w4-mma": W4_MMA, "w8-mma": W8_MMA, "bf16-mma": BF16_MMA, "w8-fma": FMA, "w4-fma": FMA, "w8-dp": DP, "w4-dp": DP}.get(
         fmt, FAMILIES["gemv"])
     if fmt.endswith("-fma") and t != 1:

@@ -15,7 +15,8 @@ from targets_testlib import family_resources
 from ninferc.errors import PlanError
 from ninferc.targets.plan import KernelSpec
 from ninferc.ir.reference import ref_rmsnorm
-from ninferc.targets.kernels.gemv import (DP_ITEM_US, DP_STAGE_NS, LATENCY_US, OVERHEAD_STEPS, REDUCE_STEPS, TAIL_STEP_US,
+from ninferc.targets.kernels.gemv import (DP_ITEM_US, DP_STAGE_NS, EPILOGUES, LATENCY_US, OVERHEAD_STEPS, REDUCE_STEPS,
+                                          TAIL_STEP_US,
                                           GemvFamily, GemvProblem, GemvTuning,
                                           estimate_us, kernel_args, norm_input, reference)
 from ninferc.targets.plan import PlanContext, check_launch
@@ -191,13 +192,14 @@ def test_launch_variant_forced_and_errors(gemv):
 
 
 def test_w4_dp_for_add_norm_parts_at_four_tokens_fits_where_the_target_holds_its_x():
-    """The A/B setting of ``w4_dp_tiles`` / ``w4_mma_epilogues``: on the H200 the 27B w4 down at 4 tokens plans the
-    dp kernel with 152,320 B of staged x (gate|up stays on tensor cores); an L20 (99 KiB per CTA) cannot hold that x
-    and the launch takes the fallback's tensor-core kernel, which the family's variants list; bad values are
-    refused."""
+    """The default ``w4_dp_tiles`` (1, 4) / ``w4_mma_epilogues`` (no add_norm_parts): on the H200 the 27B w4 down at 4
+    tokens plans the dp kernel with 152,320 B of staged x (gate|up stays on tensor cores); an L20 (99 KiB per CTA)
+    cannot hold that x and the launch takes the fallback's tensor-core kernel, which the family's variants list; bad
+    values are refused."""
     from ninferc.targets.plan import compile_variants, family_variants
 
-    fam = GemvFamily(GemvTuning(w4_dp_tiles=(1, 4), w4_mma_epilogues=("store", "residual_add", "swiglu")))
+    fam = GemvFamily()
+    assert (fam.w4_dp_tiles, fam.w4_mma_epilogues) == ((1, 4), ("store", "residual_add", "swiglu"))
     down, gate_up = GemvProblem(17408, 5120, "add_norm_parts", "w4"), GemvProblem(5120, 17408, "swiglu", "w4")
     for arch, sku in (("sm_90", "h200"), ("sm_89", "l20")):
         s = get_sku(sku, arch)
@@ -210,7 +212,8 @@ def test_w4_dp_for_add_norm_parts_at_four_tokens_fits_where_the_target_holds_its
             assert dict(ln.kernel.params).get("dp") and ln.dynamic_smem_bytes == 152_320
         else:
             assert dict(ln.kernel.params).get("mma") and ln.kernel in specs
-            assert ln.kernel == GemvFamily().launch(down, 4, c).kernel  # the default family's (tensor cores)
+            every_mma = GemvFamily(GemvTuning(w4_dp_tiles=(1,), w4_mma_epilogues=EPILOGUES))
+            assert ln.kernel == every_mma.launch(down, 4, c).kernel  # the kernel before the dp tile
     with pytest.raises(PlanError, match="dp_x_bytes = 0"):
         GemvTuning(dp_x_bytes=0)
     with pytest.raises(PlanError, match="w4_mma_epilogues"):

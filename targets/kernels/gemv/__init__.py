@@ -63,7 +63,8 @@ group's fp32 sums are multiplied by its scale once (as the FMA path does). The w
 (128 bytes of each row, their scales and the chunk's x of every token) through a private ``mma_stages``-deep
 cp.async ring in shared memory, XOR-swizzled for the fragment reads; before the PDL wait only the first chunks'
 weight lines are prefetched into L2 (x is the previous kernel's output). Same epilogues, input modes and routes as
-the FMA kernels (the writer warp stores its 16 x T outputs in rounds of 32).
+the FMA kernels (the writer warp stores its 16 x T outputs in rounds of 32); by default not add_norm_parts, whose
+4-token GEMVs take the dp kernels (``GemvTuning.w4_mma_epilogues``) where the target holds their x.
 
 Tensor-core w8 (template ``mma`` with ``wfmt`` w8; the token tiles of ``GemvFamily.w8_mma_tiles``, default 8)
 -----------------------------------------------------------------------------------------------------------------
@@ -103,8 +104,8 @@ stored): ~110 instructions per KiB, for ~104 registers instead of 80 (sm_90). Ti
 tensor-core bf16 variants take the 4- and 8-token tiles where K is a multiple of 64 (every 27B and fixture GEMV), so
 these run only where K is not.
 
-Integer dot products (template ``dp``; the tiles of ``GemvFamily.w4_dp_tiles`` / ``w8_dp_tiles``: w4 1, w8 1 and 4)
--------------------------------------------------------------------------------------------------------------------
+Integer dot products (template ``dp``; the tiles of ``GemvFamily.w4_dp_tiles`` / ``w8_dp_tiles``: 1 and 4)
+----------------------------------------------------------------------------------------------------------
 The fp32-FMA kernels above spend ~3.5 (w8) / ~7 (w4) instructions per weight byte converting codes and x to fp32
 and multiplying, which caps them at ~3.3 / ~2.4 TB/s on the H200 against ~4.3 for bf16 (bench/NOTES.md runs 14,
 45). The ``dp`` variants keep the FMA kernels' warp shape, layout and loads, but first stage the CTA's tokens' x in

@@ -102,14 +102,15 @@ class GemvTuning:
         w8_dp_tiles / w4_dp_tiles: the token tiles whose w8 / w4 variants use integer dot products (template ``dp``,
             module docstring) where K is a multiple of 64, the staged x fits ``dp_x_bytes`` and the tile is not an mma
             tile (a tile of 2 or more that the dp variants cannot serve on a target: :meth:`GemvFamily.fallback`).
-            Defaults: w8 (1, 4), w4 (1,). w8 at 4 tokens on dp since 2026-12-06: on an H100, one process per setting
-            (bench/NOTES.md run 244, ``bench/results/batch_ab_w8_t4_{now,dp4}_h100_d3666fb.json``), 4 sequences
+            Defaults: (1, 4) for both (at 4 tokens w4's add_norm_parts GEMVs only: ``w4_mma_epilogues``). w8 at 4
+            tokens on dp since 2026-12-06: on an H100, one process per setting (bench/NOTES.md run 244,
+            ``bench/results/batch_ab_w8_t4_{now,dp4}_h100_d3666fb.json``), 4 sequences
             315.6 tok/s (12.67 ms per step) against 228.4 (17.51 ms) on tensor cores, one sequence x 4 tokens through
             the verify program 1.275x the one-token step against 1.734x, one sequence 99.30 / 99.33 tok/s: the w8
             tensor-core kernel converts every token's x to fp16 in each of its ~2,000 CTAs, the persistent dp one
             stages x once per CTA of one wave. w4 at 4 tokens on dp everywhere was slower (387.8 against 402.8 tok/s,
-            verify 1.587x against 1.530x); only its down and GDN out (``w4_mma_epilogues``) gained (423.4 tok/s,
-            1.486x), not yet the default (run 244). From the H200 (bench/NOTES.md runs
+            verify 1.587x against 1.530x); only its add_norm_parts GEMVs take it (``w4_mma_epilogues``). From the
+            H200 (bench/NOTES.md runs
             66-69, ``bench/results/dp_probe_h200_fcda2c0.json``, best variant of each kind at T = 1): w4 dp vs
             fp32 FMAs gate|up 30.8 vs 40.3 us, down 19.4 vs 22.1, GDN in 14.9 vs 20.5, GDN out 7.8 vs 9.3, q|k|v
             14.6 vs 18.8. w8 was mixed in isolation (GDN in 21.8 vs 24.2, gate|up 44.9 vs 45.3, down 24.8 vs 23.1)
@@ -180,10 +181,14 @@ class GemvTuning:
             4 tokens took 29.3 us on dp (152,320 B of x) against 35.8 on tensor cores on an H100 (bench/NOTES.md run
             231).
         w4_mma_epilogues: the epilogues whose w4 problems take the tensor-core variants at ``w4_mma_tiles``; the
-            others take dp there where it is a dp tile, else fp32 FMAs. Default every epilogue. With
-            ``("store", "residual_add", "swiglu")``, ``w4_dp_tiles=(1, 4)`` and ``dp_x_bytes`` of 160 KiB the 27B down
-            and GDN out (``add_norm_parts``: 320 row tiles of 16 rows, ~10 warps per SM on tensor cores, too few to
-            hide the dequantisation, run 229) run on dp at 4 tokens: the A/B of ``bench/README.md``'s runs waiting.
+            others take dp there where it is a dp tile (and :meth:`GemvFamily.fallback`'s tensor-core kernels where
+            the target cannot hold their x), else fp32 FMAs. Default ``("store", "residual_add", "swiglu")`` with
+            ``w4_dp_tiles`` (1, 4), since 2026-12-06: the 27B down, GDN out and attention o (``add_norm_parts``: 320
+            row tiles of 16 rows, ~10 warps per SM on tensor cores, too few to hide the dequantisation, run 229) run
+            on dp at 4 tokens. On an H100, one process per setting (bench/NOTES.md runs 236 and 244,
+            ``bench/results/batch_ab_w4_t4_{now,dpnorm}_h100_{6ee773d,d3666fb}.json``): 4 sequences 421.3 / 423.4
+            tok/s against 408.8 / 402.8, one sequence x 4 tokens through the verify program 1.454x / 1.486x the
+            one-token step against 1.491x / 1.530x, one sequence unchanged (147.92 / 147.98, 152.69 / 152.71).
         mma_shapes: the plain (threads, k_warps) shapes of the mma variants, in place of ``plain_shapes``: a
             16-row warp tile leaves few row groups on a short N (5,120 outputs = 320 tiles), so more warps
             share each tile's K to keep enough bytes in flight. At most 256 threads: a 512-thread CTA's 128
@@ -214,7 +219,7 @@ class GemvTuning:
     bf16_mma_tiles: tuple[int, ...] = (4, 8)
     bf16_unpack_tiles: tuple[int, ...] = (4,)
     w8_dp_tiles: tuple[int, ...] = (1, 4)
-    w4_dp_tiles: tuple[int, ...] = (1,)
+    w4_dp_tiles: tuple[int, ...] = (1, 4)
     dp_persistent: bool = True
     dp_shapes: tuple[tuple[int, int], ...] = ((256, 1), (640, 1))
     dp_carry: tuple[bool, ...] = (False, True)
@@ -223,7 +228,7 @@ class GemvTuning:
     dp_deep_threads: tuple[int, ...] = (640,)
     dp_min_ctas: tuple[tuple[str, str, int, int], ...] = (("w8", "store", 256, 4),)
     dp_x_bytes: int = DP_X_BYTES
-    w4_mma_epilogues: tuple[str, ...] = EPILOGUES
+    w4_mma_epilogues: tuple[str, ...] = ("store", "residual_add", "swiglu")
     mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))
     bf16_mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4))
 
