@@ -72,8 +72,10 @@ class GemvFamily:
         and the 99 KiB of sm_86 / sm_89 / sm_120a do not). That family is this tuning with ``tile`` moved from the
         format's dp tiles to its tensor-core tiles (w4: with the problem's epilogue among ``w4_mma_epilogues``): the
         kernels the tile took before it was a dp tile. None where ``tile`` is not a dp tile of the problem's format,
-        is 1 (the tensor-core kernels are slower than the FMA ones at one token; a one-token x within ``dp_x_bytes``
-        needs no opt-in, so it fits every target) or over ``MMA_MAX_TOKENS``, or is already a tensor-core tile."""
+        is 1 (the tensor-core kernels are slower than the FMA ones at one token; under the default ``dp_x_bytes`` a
+        one-token x needs no opt-in, so it fits every target; a larger setting can leave such a problem without a
+        resident variant, and ``launch`` then refuses it, naming it) or over ``MMA_MAX_TOKENS``, or is already a
+        tensor-core tile."""
         t, fmt = self.tuning, problem.wfmt
         if tile == 1 or tile > mma.MMA_MAX_TOKENS or fmt not in ("w8", "w4") or \
                 tile not in getattr(t, f"{fmt}_dp_tiles") or mma.applies(t, problem, tile):
