@@ -12,9 +12,11 @@ one's end.
 ``ninferc bench --tokens-per-seq`` times (``ninferc.bench.multi_token_graph``), replayed back to back with no sampler --
 to see which kernels of the speculative verify step are exposed under PDL (bench/NOTES.md run 234: the bf16 4-token
 verify step's kernels summed 1.8 ms less on tensor cores than on FMAs, the replayed step only 0.5 ms less).
+``--batch B`` (decode mode) records the decode step of B sequences instead: ``Engine.decode_batch``'s captured graph
+(model + greedy sampler), replayed with the ids it wrote -- what ``bench/batch_ab.py`` times, per kernel.
 
 Usage (on a GPU with torch): python3 bench/graph_profile.py --weights w4 [--context 512] [--steps 6]
-[--mode decode|prefill|verify] [--tokens T] [--set family.attr=value ...] --json F
+[--mode decode|prefill|verify] [--tokens T] [--batch B] [--set family.attr=value ...] --json F
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ def main(argv=None) -> int:
     ap.add_argument("--mode", default="decode", choices=["decode", "prefill", "verify"],
                     help="the decode step (default), or one sequence x --tokens through the prefill / verify program")
     ap.add_argument("--tokens", type=int, default=4, help="T of --mode prefill / verify (2..6 for verify)")
+    ap.add_argument("--batch", type=int, default=1,
+                    help="--mode decode: sequences per step (B > 1: Engine.decode_batch's graph, B prefilled sequences)")
     ap.add_argument("--max-context", type=int, default=None,
                     help="the engine's max_context (default context + 64 + steps; the bench's 512 row runs at 8,248)")
     ap.add_argument("--loop", default="stream", choices=["stream", "step"],
@@ -50,6 +54,8 @@ def main(argv=None) -> int:
                          "allocation, to see whether the step's kernels depend on where their buffers lie")
     ap.add_argument("--json", required=True)
     a = ap.parse_args(argv)
+    if a.batch < 1 or a.batch > 1 and a.mode != "decode":
+        ap.error(f"--batch {a.batch}: 1 or more, and above 1 only with --mode decode (found --mode {a.mode})")
     if a.set:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from family_ab import parse_variant
@@ -67,7 +73,7 @@ def main(argv=None) -> int:
 
     torch.cuda.init()
     multi = a.mode != "decode"
-    max_context = a.max_context or a.context + 64 + a.steps + (a.tokens if multi else 0)
+    max_context = a.max_context or a.context + 64 + a.steps + (a.tokens if multi else 0) + (4 if a.batch > 1 else 0)
     art = synthetic_artifact(a.preset, a.weights, a.kv_dtype, target=None, max_context=max_context,
                              mtp=a.mode == "verify")
     pad = None
@@ -75,7 +81,8 @@ def main(argv=None) -> int:
         import cupy
 
         pad = cupy.empty(int(a.pad_mib * 2**20), cupy.uint8)  # noqa: F841 (kept alive until the script ends)
-    eng = Engine(art, max_context=max_context, prefill_chunk=a.context, max_batch=1,
+    batched = a.batch > 1
+    eng = Engine(art, max_context=max_context, prefill_chunk=a.context, max_batch=a.batch,
                  log=lambda m: print(m, file=sys.stderr),
                  **({"max_logit_rows": a.tokens} if multi else {}),
                  **({"spec_tokens": a.tokens - 1} if a.mode == "verify" else {}))
@@ -85,10 +92,21 @@ def main(argv=None) -> int:
     s.prefill(ids, a.context)
     greedy = SamplingParams()
     tok = s.sample(greedy)
-    for _ in range(4):  # capture + warm the graph
-        s.decode(tok)
-        tok = s.sample(greedy)
-    s.synchronize()
+    batch = [s]
+    if batched:  # B prefilled sequences (distinct prompts), one eager step with their first ids, then the graph
+        for _ in range(a.batch - 1):
+            x = eng.session()
+            x.prefill(rng.integers(0, eng.vocab, a.context).tolist(), a.context)
+            batch.append(x)
+        eng.decode_batch(batch, [int(x.sample(greedy)) for x in batch])
+        for _ in range(3):  # capture + warm the B-sequence graph
+            eng.decode_batch(batch)
+        eng.stream.synchronize()
+    else:
+        for _ in range(4):  # capture + warm the graph
+            s.decode(tok)
+            tok = s.sample(greedy)
+        s.synchronize()
     graph = None
     if multi:  # the T-token graph at positions L.. (the session's length is unchanged)
         s.seq.ensure_capacity(s.seq.length + a.tokens, eng.pages, eng.max_pages)
@@ -100,6 +118,10 @@ def main(argv=None) -> int:
         if multi:
             for _ in range(a.steps):
                 graph.launch(stream=eng.stream)
+            eng.stream.synchronize()
+        elif batched:
+            for _ in range(a.steps):
+                eng.decode_batch(batch)
             eng.stream.synchronize()
         elif a.loop == "stream":
             for tok in s.decode_stream(greedy, a.steps):
@@ -116,7 +138,8 @@ def main(argv=None) -> int:
     gpu = sorted((e for e in trace["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
                   and "dur" in e), key=lambda e: e["ts"])
     kev = [e for e in gpu if e["cat"] == "kernel"]
-    sp = eng.step_plan(a.mode, a.tokens, 1, a.tokens) if multi else eng.step_plan("decode", 1, 1, 1)
+    sp = (eng.step_plan(a.mode, a.tokens, 1, a.tokens) if multi
+          else eng.step_plan("decode", a.batch, a.batch, a.batch))
     plan = [(step.name, ln.kernel.family, k.entry) for step, ln, k, _ in sp.launches]
     first = plan[0][2]
     starts = [i for i, e in enumerate(kev) if e["name"] == first]
@@ -164,6 +187,7 @@ def main(argv=None) -> int:
                          "end_us": float(np.median(en)), "dur_us": float(np.median([kev[si + i]["dur"] for si in starts]))})
     out = {"commit": git_commit(), "gpu": torch.cuda.get_device_name(), "weights": a.weights,
            "kv_dtype": a.kv_dtype, "context": a.context, "mode": a.mode, "tokens": a.tokens if multi else 1,
+           "batch": a.batch,
            "steps_matched": nstep,
            "step_wall_ms_median": float(np.median(walls)) / 1e3, "loop": a.loop,
            "between_steps_us_median": float(np.median(between)) if between else None,
