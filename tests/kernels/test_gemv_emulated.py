@@ -49,6 +49,10 @@ FAM8 = GemvFamily(GemvTuning(plain_shapes=((128, 1), (128, 2)), coop_threads=(25
                          bf16_mma_tiles=(), w8_dp_tiles=(), w4_dp_tiles=()))
 FAM8_MMA = GemvFamily(GemvTuning(plain_shapes=((128, 2),), coop_threads=(256,), token_tiles=(8,),
                              bf16_mma_shapes=((128, 2),), bf16_mma_tiles=(8,)))
+#: w4 on tensor cores at the 8-token tile (no dp tile there: every epilogue takes the mma kernels, whatever
+#: w4_mma_epilogues says), its rings in dynamic shared memory past the 48 KiB budget (4 warps x 2 x 6,400 B)
+FAM8_W4 = GemvFamily(GemvTuning(plain_shapes=((128, 2),), coop_threads=(256,), w4_token_tiles=(8,),
+                                mma_shapes=((128, 1), (128, 2)), w4_mma_tiles=(8,), w4_dp_tiles=()))
 FAMS = {"fma": FAM, "mma": FAM_MMA, "dp": FAM_DP}
 BF16_NAN = 0x7FC0
 #: fp32 accumulation in a different order than numpy's matmul (relative L2); bf16 outputs: a few one-ulp flips
@@ -316,6 +320,30 @@ def test_eight_token_tile_bf16_mma(epilogue, in_norm, t):
     launch = FAM8_MMA.launch_variant(prob, t, c, 128, "plain", max_tokens=8, k_warps=2)
     assert launch.kernel.uri == spec.uri and launch.dynamic_smem_bytes == 0
     _run(prob, launch, seed=50 + t)
+
+
+@pytest.mark.parametrize("epilogue,in_norm,mode", [("store", "none", "plain"), ("swiglu", "parts", "plain"),
+                                                   ("add_norm_parts", "none", "plain"), ("store", "none", "coop")])
+@pytest.mark.parametrize("t", [6, 8, 13])
+def test_eight_token_tile_w4_mma(epilogue, in_norm, mode, t):
+    """w4 on tensor cores at the 8-token tile: every B column of the m16n8k16 tile a token (6: a partial tile, 8,
+    13: two chunks), the warps' rings in 51,200 B of dynamic shared memory at 128 threads (2 stages of 6,400 B: the
+    tile's x is 4 KiB of each stage), plain with 2 warps per row group and the cooperative split-K route; the
+    add_norm_parts GEMV on these kernels too (8 is no dp tile). A launch given one byte too few traps."""
+    prob = GemvProblem(SHAPES["w4"], N, epilogue, "w4", in_norm=in_norm)
+    kw = 2 if mode == "plain" else 1
+    spec = FAM8_W4.spec(prob, 128, mode, 8, kw)
+    assert dict(spec.params)["mma"] and spec.param("mma_stages") == 2
+    assert FAM8_W4.dynamic_smem_bytes(prob, 8, spec) == 4 * 2 * 6_400 > 48 * 1024
+    assert FAM8_W4.shapes_for(prob, 8) == ((128, 1), (128, 2)) and FAM8_W4.coop_threads_for(prob, 8) == (128,)
+    c = PlanContext(ARCH, SMS, {u: r for u, (_, r) in compile_variants([spec], ARCH).items()})
+    launch = FAM8_W4.launch_variant(prob, t, c, 128, mode, 2 if mode == "coop" else None, max_tokens=8, k_warps=kw)
+    assert launch.kernel.uri == spec.uri and launch.dynamic_smem_bytes == 51_200 and FAM8_W4.tile_for(t, "w4") == 8
+    _run(prob, launch, seed=60 + t)
+    if t == 8 and mode == "plain" and epilogue == "store":
+        from cuda_host import HostKernelError
+        with pytest.raises(HostKernelError, match="__trap"):
+            _run(prob, dataclasses.replace(launch, dynamic_smem_bytes=51_199), seed=60)
 
 
 @pytest.mark.parametrize("epilogue,in_norm", [("store", "none"), ("swiglu", "parts"), ("add_norm_parts", "none")])

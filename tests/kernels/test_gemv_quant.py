@@ -19,7 +19,7 @@ from ninferc.ir.quant import GROUP_SIZE, quantize
 from ninferc.targets.arch import ARCHS
 from ninferc.targets.kernels import FAMILIES
 from ninferc.targets.kernels.gemv import (WFORMATS, GemvFamily, GemvTuning, GemvProblem, dequantize_weight, kernel_args,
-                                               mma_stages, reference)
+                                               mma_stages, reference, ring_fits)
 from ninferc.targets.plan import PlanContext, check_launch, compile_variants
 from ninferc.targets.skus import skus_for_arch
 
@@ -85,8 +85,8 @@ def test_uris_differ_per_format():
             th, mode = spec.threads, spec.param("mode")
             buri = spec.uri.replace("_unpack_w1", "")  # a bf16-only parameter (the weights converted once per vector)
             mt, kw = spec.param("max_tokens"), dict(spec.params).get("k_warps", 1)
-            if GEMV.mma_for(GemvProblem(256, 704, ep, "w4"), mt) and mma_stages(th, tile=mt) < 2:
-                continue  # no tensor-core w4 variant of this CTA size (its rings exceed static shared memory)
+            if GEMV.mma_for(GemvProblem(256, 704, ep, "w4"), mt) and not ring_fits(GEMV.tuning, th, mt):
+                continue  # no tensor-core w4 variant of this CTA size (its rings exceed the 48 KiB budget)
             w8mma = GEMV.mma_for(GemvProblem(256, 704, ep, "w8"), mt)  # tensor-core w8 (1-token tile): plain only
             dp8 = GEMV.dp_for(GemvProblem(256, 704, ep, "w8"), mt)  # integer dot products: plain only
             dp4 = GEMV.dp_for(GemvProblem(256, 704, ep, "w4"), mt)  # (the registered family: w4 at one token)

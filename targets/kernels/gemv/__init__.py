@@ -61,8 +61,9 @@ the 136 off with a second mma per k-tile instead was slower on the H200, runs 35
 the group read K in that permuted order for A and B alike (B pairs by PRMT of x), so the sum is the same; each
 group's fp32 sums are multiplied by its scale once (as the FMA path does). The warp streams chunks of 4 groups
 (128 bytes of each row, their scales and the chunk's x of every token) through a private ``mma_stages``-deep
-cp.async ring in shared memory, XOR-swizzled for the fragment reads; before the PDL wait only the first chunks'
-weight lines are prefetched into L2 (x is the previous kernel's output). Same epilogues, input modes and routes as
+cp.async ring in dynamic shared memory (:func:`.mma.dynamic_smem_bytes`), XOR-swizzled for the fragment reads, the
+x pieces copied through L1 (the CTA's row groups copy the same K slice: one L2 read serves them); before the PDL wait
+only the first chunks' weight lines are prefetched into L2 (x is the previous kernel's output). Same epilogues, input modes and routes as
 the FMA kernels (the writer warp stores its 16 x T outputs in rounds of 32); by default not add_norm_parts, whose
 4-token GEMVs take the dp kernels (``GemvTuning.w4_mma_epilogues``) where the target holds their x.
 
@@ -173,7 +174,8 @@ from ninferc.targets.kernels.gemv.cost import (DP_ITEM_US, DP_STAGE_NS, LATENCY_
 from ninferc.targets.kernels.gemv.dp import DP_BLOCK, DP_X_BYTES, dp_ring_bytes, dp_x, dp_x_bytes
 from ninferc.targets.kernels.gemv.family import GemvFamily
 from ninferc.targets.kernels.gemv.mma import (MMA_CHUNK, MMA_MAX_TOKENS, MMA_ROWS, MMA_STAGES, STATIC_SMEM_LIMIT,
-                                              W8_MMA_UNROLL, W8_MMA_X_BYTES, mma_stage_bytes, mma_stages)
+                                              W8_MMA_UNROLL, W8_MMA_X_BYTES, mma_stage_bytes, mma_stages,
+                                              ring_fits)
 from ninferc.targets.kernels.gemv.problem import EPILOGUES, IN_NORMS, MODES, VEC, VEC_OF, WARP, GemvProblem
 from ninferc.targets.kernels.gemv.reference import dequantize_weight, kernel_args, norm_input, reference
 from ninferc.targets.kernels.gemv.tuning import GemvTuning
@@ -182,7 +184,7 @@ __all__ = ["DP_BLOCK", "DP_ITEM_US", "DP_STAGE_NS", "DP_X_BYTES", "EPILOGUES", "
            "MMA_MAX_TOKENS", "MMA_ROWS", "MMA_STAGES", "MODES", "OVERHEAD_STEPS", "REDUCE_STEPS", "STATIC_SMEM_LIMIT",
            "TAIL_STEP_US", "VEC", "VEC_OF", "W8_MMA_UNROLL", "W8_MMA_X_BYTES", "WARP", "WFORMATS", "FAMILY",
            "GemvFamily", "GemvProblem", "GemvTuning", "dequantize_weight", "dp_ring_bytes", "dp_x", "dp_x_bytes",
-           "estimate_us", "kernel_args", "mma_stage_bytes", "mma_stages", "norm_input", "reference"]
+           "estimate_us", "kernel_args", "mma_stage_bytes", "mma_stages", "norm_input", "reference", "ring_fits"]
 
 FAMILY = GemvFamily()
 """The registered instance (discovered by :mod:`ninferc.targets.kernels`)."""

@@ -122,13 +122,17 @@ class GemvFamily:
     def dynamic_smem_bytes(self, problem: GemvProblem, tile: int, spec: KernelSpec | None = None) -> int:
         """Dynamic shared memory of a launch of ``problem`` at token tile ``tile``, bytes: the dp engine's
         (:func:`.dp.dynamic_smem_bytes`, with the weight ring of ``spec``'s template parameter ``ring``), the
-        tensor-core engine's (:func:`.mma.dynamic_smem_bytes`: w8, its fp16 x), else 0."""
+        tensor-core engine's (:func:`.mma.dynamic_smem_bytes`: w8, its fp16 x; w4, its warps' rings, for ``spec``'s
+        thread count -- the smallest of ``mma_shapes`` without a spec), else 0."""
         e = self.engine(problem, tile)
         if e == "dp":
             ring = int(dict(spec.params).get("ring", 0)) if spec is not None else 0
             threads = spec.threads if spec is not None else 0
             return dp.dynamic_smem_bytes(problem, tile, threads, self.rows_for(problem, tile), ring)
-        return mma.dynamic_smem_bytes(problem, tile) if e == "mma" else 0
+        if e == "mma":
+            threads = spec.threads if spec is not None else min(th for th, _ in self.tuning.mma_shapes)
+            return mma.dynamic_smem_bytes(problem, tile, threads)
+        return 0
 
     def tile_for(self, tokens: int, wfmt: str = "bf16") -> int:
         """The token tile (``max_tokens`` variant) a launch of T = ``tokens`` of weight format ``wfmt`` uses: the
@@ -171,7 +175,7 @@ class GemvFamily:
             params["wfmt"] = problem.wfmt
         engine = self.engine(problem, tile)
         if engine == "mma":
-            params.update(mma.params(problem, threads, mode, tile))
+            params.update(mma.params(self.tuning, problem, threads, mode, tile))
         elif engine == "dp":
             params.update(dp.params(self.tuning, problem, threads, mode, carry, ring, tile))
         if problem.norm_out:
@@ -329,7 +333,7 @@ class GemvFamily:
         if not problem.norm_out:
             for th in self.coop_threads_for(problem, tile):
                 spec = self.spec(problem, th, "coop", tile)
-                cap = ctx.cap(spec)
+                cap = ctx.cap(spec, self.dynamic_smem_bytes(problem, tile, spec))  # co-resident: the grid barrier
                 base = self.row_blocks(problem, th, 1, tile) * chunks
                 splits = min(cap // base, self.max_splits(problem))
                 if splits >= 2:
@@ -344,6 +348,7 @@ class GemvFamily:
         _, coop, kw, _, spec, grid, splits = min(cands, key=lambda c: c[:4])
         if coop:
             return ctx.make_launch(spec, grid, route="coop_splitk", tokens=tokens, split_k=splits,
+                                   dynamic_smem=self.dynamic_smem_bytes(problem, tile, spec),
                                    workspace_bytes=self.workspace_bytes(problem, tokens, splits))
         return ctx.make_launch(spec, grid, route="plain", tokens=tokens,
                                dynamic_smem=self.dynamic_smem_bytes(problem, tile, spec),
@@ -380,7 +385,8 @@ class GemvFamily:
                                     max(1, ctx.occupancy(spec, dyn).ctas_per_sm) * ctx.sms)
             return ctx.make_launch(spec, grid, route="plain", tokens=tokens, dynamic_smem=dyn,
                                    workspace_bytes=self.parts_bytes(problem, tokens, base // chunks))
-        cap = ctx.cap(spec)
+        dyn = self.dynamic_smem_bytes(problem, tile, spec)
+        cap = ctx.cap(spec, dyn)
         if splits is None:
             splits = min(cap // base, self.max_splits(problem))
         if splits < 1 or base * splits > cap:
@@ -389,4 +395,4 @@ class GemvFamily:
                 f"{base * max(splits, 1)} CTAs exceeds the cooperative cap of {cap} CTAs"
             )
         return ctx.make_launch(spec, base * splits, route="coop_splitk", tokens=tokens, split_k=splits,
-                               workspace_bytes=self.workspace_bytes(problem, tokens, splits))
+                               dynamic_smem=dyn, workspace_bytes=self.workspace_bytes(problem, tokens, splits))

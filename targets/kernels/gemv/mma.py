@@ -29,8 +29,11 @@ MMA_STAGES = 3
 MMA_CHUNK = 4
 #: most tokens an mma variant's CTA takes: the n = 8 columns of the m16n8k16 tile
 MMA_MAX_TOKENS = 8
-#: static shared memory a kernel may declare (CUDA C Programming Guide, "Shared Memory": 48 KB without the
-#: dynamic opt-in); the mma ring of a large CTA gets fewer stages to fit
+#: the w4 mma rings' shared-memory budget per CTA, bytes: a ring gets more than 2 stages only within it, and a CTA
+#: larger than the smallest of ``mma_shapes`` exists only where its 2-stage rings fit it. 48 KiB, the static shared
+#: memory a kernel may declare without the dynamic opt-in (CUDA C Programming Guide, "Shared Memory"), under which
+#: the rings lived and every w4 mma variant was measured (runs 35-43, 229-232); since 2026-12-06 the rings are dynamic
+#: shared memory, so the smallest CTA's 2 stages may exceed it (the 8-token tile: 4 warps x 2 x 6,400 B)
 STATIC_SMEM_LIMIT = 48 * 1024
 #: bytes of fp16 x (token tile x K segment) the w8 mma variants keep in dynamic shared memory at most (under the
 #: 48 KiB a launch gets without the opt-in, with the static buffers); a longer K is converted in segments
@@ -57,23 +60,35 @@ def mma_stage_bytes(tile: int) -> int:
 
 
 def mma_stages(threads: int, tile: int) -> int:
-    """Stages of each warp's cp.async ring in an mma variant of ``threads`` threads and token tile ``tile``:
+    """Stages of each warp's cp.async ring in a w4 mma variant of ``threads`` threads and token tile ``tile``:
     ``MMA_STAGES``, fewer when the CTA's rings would exceed ``STATIC_SMEM_LIMIT`` (1 token: 256 threads get 2;
-    4 tokens: 128 threads get 2). Below 2 the variant does not exist: :func:`shapes` and :func:`coop_threads` leave it
-    out, :func:`params` refuses it."""
-    return min(MMA_STAGES, STATIC_SMEM_LIMIT // (threads // WARP * mma_stage_bytes(tile)))
+    4 tokens: 128 threads get 2), and never fewer than 2 (the 8-token tile's 128-thread CTA: 51,200 B). Whether the
+    variant exists at all: :func:`ring_fits`."""
+    return max(2, min(MMA_STAGES, STATIC_SMEM_LIMIT // (threads // WARP * mma_stage_bytes(tile))))
+
+
+def ring_fits(t: GemvTuning, threads: int, tile: int) -> bool:
+    """True when a w4 mma variant of ``threads`` threads exists at token tile ``tile``: the smallest CTA of
+    ``t.mma_shapes`` always (its rings may exceed ``STATIC_SMEM_LIMIT``: dynamic shared memory, checked against the
+    target by the occupancy calculator), a larger one where its 2-stage rings fit ``STATIC_SMEM_LIMIT`` (the 256-thread
+    CTAs at 4 tokens, 68 KiB, were never measured)."""
+    return threads <= min(th for th, _ in t.mma_shapes) or \
+        threads // WARP * 2 * mma_stage_bytes(tile) <= STATIC_SMEM_LIMIT
 
 
 def applies(t: GemvTuning, problem: GemvProblem, tile: int) -> bool:
-    """True when ``problem`` at token tile ``tile`` runs on the tensor-core variants: a w4 problem of an epilogue of
-    ``t.w4_mma_epilogues`` and a tile of ``t.w4_mma_tiles``, or a w8 (bf16) problem, a tile of ``t.w8_mma_tiles`` (``t.bf16_mma_tiles``) and K a multiple
+    """True when ``problem`` at token tile ``tile`` runs on the tensor-core variants: a w4 problem at a tile of
+    ``t.w4_mma_tiles`` with an epilogue of ``t.w4_mma_epilogues`` (which part the tile's problems between these
+    kernels and the dp ones where it is also a tile of ``t.w4_dp_tiles``; at any other tile of ``w4_mma_tiles`` every
+    epilogue takes tensor cores), or a w8 (bf16) problem, a tile of ``t.w8_mma_tiles`` (``t.bf16_mma_tiles``) and K a multiple
     of 64 (the 64-element blocks; w8 stages the tile's fp16 x in K segments of at most ``W8_MMA_X_BYTES``:
     :func:`dynamic_smem_bytes`)."""
     if problem.wfmt == "w8":
         return tile in t.w8_mma_tiles and problem.k % 64 == 0
     if problem.wfmt == "bf16":
         return tile in t.bf16_mma_tiles and problem.k % 64 == 0
-    return problem.wfmt == "w4" and tile in t.w4_mma_tiles and problem.epilogue in t.w4_mma_epilogues
+    return problem.wfmt == "w4" and tile in t.w4_mma_tiles and \
+        (problem.epilogue in t.w4_mma_epilogues or tile not in t.w4_dp_tiles)
 
 
 def shapes(t: GemvTuning, problem: GemvProblem, tile: int) -> tuple[tuple[int, int], ...]:
@@ -82,7 +97,7 @@ def shapes(t: GemvTuning, problem: GemvProblem, tile: int) -> tuple[tuple[int, i
         return t.bf16_mma_shapes
     if problem.wfmt in STAGED_X:
         return t.mma_shapes
-    return tuple(s for s in t.mma_shapes if mma_stages(s[0], tile) >= 2)
+    return tuple(s for s in t.mma_shapes if ring_fits(t, s[0], tile))
 
 
 def coop_threads(t: GemvTuning, problem: GemvProblem, tile: int) -> tuple[int, ...]:
@@ -93,30 +108,34 @@ def coop_threads(t: GemvTuning, problem: GemvProblem, tile: int) -> tuple[int, .
     if problem.wfmt in STREAMED:
         return ()
     cands = sorted({*t.coop_threads, min(th for th, _ in t.mma_shapes)})
-    return tuple(th for th in cands if mma_stages(th, tile) >= 2)
+    return tuple(th for th in cands if ring_fits(t, th, tile))
 
 
-def params(problem: GemvProblem, threads: int, mode: str, tile: int) -> dict:
+def params(t: GemvTuning, problem: GemvProblem, threads: int, mode: str, tile: int) -> dict:
     """The engine's template parameters: ``mma`` (and w4 ``mma_stages``).
 
     Raises:
-        PlanError: a w8 or bf16 variant in coop mode, or a w4 variant whose rings do not fit static shared memory.
+        PlanError: a w8 or bf16 variant in coop mode, or a w4 variant that does not exist (:func:`ring_fits`).
     """
     if problem.wfmt in STREAMED:
         if mode != "plain":
             raise PlanError(f"gemv: the {problem.wfmt} mma variants run in plain mode only, not {mode!r}")
         return {"mma": True}
-    if mma_stages(threads, tile) < 2:
+    if not ring_fits(t, threads, tile):
         raise PlanError(f"gemv: no w4 mma variant of {threads} threads at a {tile}-token tile: its "
                         f"cp.async rings ({threads // WARP} warps x 2 stages x {mma_stage_bytes(tile)} B) "
-                        f"exceed the {STATIC_SMEM_LIMIT} B of static shared memory")
+                        f"exceed the {STATIC_SMEM_LIMIT} B budget of a CTA larger than the smallest of mma_shapes "
+                        f"({min(th for th, _ in t.mma_shapes)} threads)")
     return {"mma": True, "mma_stages": mma_stages(threads, tile)}
 
 
-def dynamic_smem_bytes(problem: GemvProblem, tile: int) -> int:
-    """Dynamic shared memory of a launch, bytes: w8, the fp16 x of the tile's tokens over one K segment -- the whole K
-    when ``tile * K * 2 <= W8_MMA_X_BYTES``, else the fewest equal segments (multiples of 64 elements) that fit; w4
-    none (its rings are static), bf16 none (x is read from global memory)."""
+def dynamic_smem_bytes(problem: GemvProblem, tile: int, threads: int) -> int:
+    """Dynamic shared memory of a launch of a ``threads``-thread CTA, bytes: w8, the fp16 x of the tile's tokens over
+    one K segment -- the whole K when ``tile * K * 2 <= W8_MMA_X_BYTES``, else the fewest equal segments (multiples
+    of 64 elements) that fit; w4, the warps' cp.async rings (``threads / 32 x mma_stages x mma_stage_bytes``); bf16
+    none (x is read from global memory)."""
+    if problem.wfmt == "w4":
+        return threads // WARP * mma_stages(threads, tile) * mma_stage_bytes(tile)
     if problem.wfmt not in STAGED_X:
         return 0
     blocks = problem.k // 64
