@@ -289,13 +289,6 @@ __device__ __forceinline__ void cp_async16(void* smem_dst, const void* src, int 
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"((unsigned)__cvta_generic_to_shared(smem_dst)),
                "l"(src), "r"(src_bytes) : "memory");
 }
-// 16 bytes cached in L1 as well (.ca): data several warps of a CTA copy at about the same time, e.g. the tokens' x of
-// the w4 mma GEMV, whose row groups read the same K slice -- one L2 read for the CTA instead of one per warp. Read-only
-// within the kernel (L1 is not coherent with other CTAs' writes); otherwise as cp_async16.
-__device__ __forceinline__ void cp_async16_l1(void* smem_dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" ::"r"((unsigned)__cvta_generic_to_shared(smem_dst)),
-               "l"(src), "r"(src_bytes) : "memory");
-}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }

@@ -19,7 +19,7 @@ The rendered source (template + inlined headers) is compiled by the host C++ com
 * ``ninfer_common.cuh`` is replaced by host versions of the helpers (bf16 rounding to nearest even, warp sums
   through the shuffle barrier, ``silu``, the vector loads, the grid / group barriers); other headers are
   compiled as they are;
-* ``cp_async16`` / ``cp_async16_l1`` / ``cp_async4`` read their source when issued but write shared memory only when the issuing
+* ``cp_async16`` / ``cp_async4`` read their source when issued but write shared memory only when the issuing
   thread's ``cp_async_wait<N>`` covers their commit group (all groups but the N most recent), as on the GPU, so a
   wait count one group short leaves the buffer's old bytes (NaN before the CTA's first copy) to be read;
 * ``ninfer::wait_count_geq`` (a thread waiting for a counter other CTAs raise) parks the fiber; in a cooperative
@@ -235,7 +235,6 @@ static inline void cp_issue(void* dst, const void* src, int size, int n) {
 }
 static inline void cp_async4(void* dst, const void* src) { cp_issue(dst, src, 4, 4); }
 static inline void cp_async16(void* dst, const void* src, int n) { cp_issue(dst, src, 16, n); }
-static inline void cp_async16_l1(void* dst, const void* src, int n) { cp_issue(dst, src, 16, n); }
 static inline void cp_async_commit() { ++::shim::cur->cp_groups; }
 template <int N> static inline void cp_async_wait() {
   ::shim::Fiber* f = ::shim::cur;

@@ -48,7 +48,16 @@ def candidates(gemv, prob, tokens, c):
     dyn = tile * -(-(prob.k // 64) // segs) * 64 * 2 if mma and prob.wfmt == "w8" else 0
     if dp:  # int16 x, fp32 block scales, w4: fp32 sums per 32 elements
         dyn = tile * (2 * prob.k + 4 * prob.k // 64 + (4 * prob.k // 32 if prob.wfmt == "w4" else 0))
-    assert gemv.dynamic_smem_bytes(prob, tile) == dyn
+
+    def dyn_of(th):
+        """w4 mma: each warp's ring of 2-3 stages (3 where the CTA's rings fit 48 KiB) of 4 scale groups of 16 rows'
+        codes and scales and the tile's x; the others: ``dyn``."""
+        if not (mma and prob.wfmt == "w4"):
+            return dyn
+        stage = 16 * 4 * (32 + 4) + tile * 4 * 64 * 2
+        return th // 32 * max(2, min(3, 48 * 1024 // (th // 32 * stage))) * stage
+
+    assert gemv.dynamic_smem_bytes(prob, tile) == dyn_of(128)  # no spec: the smallest mma CTA
     if dp:
         assert gemv.coop_threads_for(prob, tile) == ()
     persist = gemv.persistent(prob, tile)
@@ -60,7 +69,7 @@ def candidates(gemv, prob, tokens, c):
             ln = gemv.launch_variant(prob, tokens, c, th, "plain", max_tokens=tile, k_warps=kw, carry=carry)
             items = gemv.row_blocks(prob, th, kw, tile) * -(-tokens // tile)
             t = estimate_us(prob, tokens, threads=th, k_warps=kw, rows_per_warp=gemv.rows_for(prob, tile), tile=tile,
-                            ctas_per_sm=c.occupancy(spec, dyn).ctas_per_sm, sms=c.sms,
+                            ctas_per_sm=c.occupancy(spec, dyn_of(th)).ctas_per_sm, sms=c.sms,
                             bandwidth_per_sm_gbs=c.bandwidth_per_sm_gbs, mma=mma, dp=dp,
                             items_per_cta=-(-items // ln.ctas), carry=bool(carry))
             out.append((t, ln))
@@ -68,10 +77,10 @@ def candidates(gemv, prob, tokens, c):
         for th in gemv.coop_threads_for(prob, tile):
             spec = gemv.spec(prob, th, "coop", tile)
             base = gemv.row_blocks(prob, th, 1, tile) * -(-tokens // tile)
-            splits = min(c.cap(spec) // base, max(1, prob.k // prob.k_per_vec // 32))
+            splits = min(c.cap(spec, dyn_of(th)) // base, max(1, prob.k // prob.k_per_vec // 32))
             if splits >= 2:
                 t = estimate_us(prob, tokens, threads=th, k_warps=1, rows_per_warp=gemv.rows_for(prob, tile), tile=tile,
-                                ctas_per_sm=c.occupancy(spec).ctas_per_sm, sms=c.sms,
+                                ctas_per_sm=c.occupancy(spec, dyn_of(th)).ctas_per_sm, sms=c.sms,
                                 bandwidth_per_sm_gbs=c.bandwidth_per_sm_gbs, splits=splits, mma=mma)
                 out.append((t, gemv.launch_variant(prob, tokens, c, th, "coop", splits, max_tokens=tile)))
     return out
@@ -272,9 +281,10 @@ def test_dp_option_errors_name_the_value():
 
 
 def test_token_tiles_per_format_and_their_errors():
-    """w4 problems take ``w4_token_tiles``, bf16 and w8 ``token_tiles`` (defaults (1, 4) and (1, 4, 8)); an empty or
-    non-positive tile list is refused naming the value."""
-    fam = GemvFamily()
+    """w4 problems take ``w4_token_tiles``, bf16 and w8 ``token_tiles`` (both (1, 4, 8) by default since 2026-12-06;
+    w4 without its 8-token tile here); an empty or non-positive tile list is refused naming the value."""
+    assert GemvTuning().tiles("w4") == GemvTuning().tiles("w8") == GemvTuning().tiles("bf16") == (1, 4, 8)
+    fam = GemvFamily(GemvTuning(w4_token_tiles=(1, 4), w4_mma_tiles=(4,)))
     assert fam.tuning.tiles("w4") == (1, 4) and fam.tuning.tiles("w8") == fam.tuning.tiles("bf16") == (1, 4, 8)
     assert [fam.tile_for(t, "w4") for t in (1, 2, 5, 8, 16)] == [1, 4, 4, 4, 4]
     assert [fam.tile_for(t, "bf16") for t in (1, 2, 5, 8, 16)] == [1, 4, 8, 8, 8]

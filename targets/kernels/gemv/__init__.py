@@ -61,9 +61,10 @@ the 136 off with a second mma per k-tile instead was slower on the H200, runs 35
 the group read K in that permuted order for A and B alike (B pairs by PRMT of x), so the sum is the same; each
 group's fp32 sums are multiplied by its scale once (as the FMA path does). The warp streams chunks of 4 groups
 (128 bytes of each row, their scales and the chunk's x of every token) through a private ``mma_stages``-deep
-cp.async ring in dynamic shared memory (:func:`.mma.dynamic_smem_bytes`), XOR-swizzled for the fragment reads, the
-x pieces copied through L1 (the CTA's row groups copy the same K slice: one L2 read serves them); before the PDL wait
-only the first chunks' weight lines are prefetched into L2 (x is the previous kernel's output). Same epilogues, input modes and routes as
+cp.async ring in dynamic shared memory (:func:`.mma.dynamic_smem_bytes`), XOR-swizzled for the fragment reads (the x
+pieces through L2 only: copying them through L1 as well, one L2 read for the CTA's row groups, changed nothing on an
+H100, bench/NOTES.md run 246); before the PDL wait only the first chunks' weight lines are prefetched into L2 (x is
+the previous kernel's output). Same epilogues, input modes and routes as
 the FMA kernels (the writer warp stores its 16 x T outputs in rounds of 32); by default not add_norm_parts, whose
 4-token GEMVs take the dp kernels (``GemvTuning.w4_mma_epilogues``) where the target holds their x.
 

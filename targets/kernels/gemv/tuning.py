@@ -33,9 +33,15 @@ class GemvTuning:
             ``bench/results/batch_ab_{bf16,w8,w4}_tok8_h100_6269543.json``): bf16 8-sequence step 43.71 -> 42.49 ms,
             one sequence x 6 tokens through the verify program 41.32 -> 35.21 ms; w8 (with ``w8_mma_tiles`` 8)
             34.22 -> 32.47 and 31.97 -> 28.83 ms. w4 problems take ``w4_token_tiles`` instead.
-        w4_token_tiles: the token tiles of w4 problems. Default (1, 4): at 8 tokens the w4 FMA variants made the
-            8-sequence step 3.4x slower than two 4-token chunks on tensor cores (run 209: 15.45 -> 53.16 ms), and the
-            w4 mma variants at 8 tokens have no resident CTA on sm_90 (their cp.async ring of 8 tokens' x).
+        w4_token_tiles: the token tiles of w4 problems. Default (1, 4, 8), since 2026-12-06: the 8-token tile on
+            tensor cores (``w4_mma_tiles``; its 128-thread CTA's rings, 51,200 B, in dynamic shared memory) streams
+            the weights once for 5-8 tokens, where the 4-token tile streams them twice; on an H100 (bench/NOTES.md run
+            246, ``bench/results/batch_ab_w4_t6_{tile8_,}h100_e9e0271.json``, one process each) the 27B 8-sequence
+            step took 14.35 against 15.67 ms (557.4 against 510.6 tok/s), one sequence x 6 tokens through the verify
+            program 13.39 against 15.48 ms, one sequence unchanged (148.03 / 147.97 tok/s). Before: (1, 4) -- at 8
+            tokens the w4 FMA variants made the 8-sequence step 3.4x slower than two 4-token chunks on tensor cores
+            (run 209: 15.45 -> 53.16 ms), and the mma variants' rings of 8 tokens' x did not fit static shared
+            memory.
         rows_per_warp: W rows a warp accumulates at once (even), bf16 weights.
         quant_rows_per_warp: the same for w8 / w4 weights. Default 2, from the H200 sweep
             (runs 12-19's sweep, bench/results/gemv_sweep_h200_4086f82.json; 27B decode shapes, T = 1):
@@ -50,13 +56,14 @@ class GemvTuning:
             (``bench/prefetch_ab.py``: bf16 0 -> 1 step 15.06 -> 14.83 ms/token; 4 and 8 steps slower).
         w4_mma_tiles: the token tiles whose w4 variants run on tensor cores (template ``mma``: 16 rows per warp,
             the dot products on mma.sync; every w4 variant of such a tile is an mma variant -- the cost model has
-            no ALU term, so the two kinds are not compared by it). Default (4,), from the H200 sweep
+            no ALU term, so the two kinds are not compared by it). Default (4, 8); the 4-token tile from the H200 sweep
             (``bench/gemv_ksplit_sweep.py``, runs 35-43 run 42, every 27B decode shape, best variant of each kind,
             ``bench/results/gemv_ksplit_sweep_w4_t4_h200_5149fc8.json``): at T = 4 the mma variants take 28.2 /
             15.1 / 48.8 / 35.6 / 24.8 / 265 us (GDN in, GDN out, gate|up, down, q|k|v, LM head) against 51.3 /
             26.5 / 110.6 / 62.3 / 51.0 / 533 us on fp32 FMAs (1.7-2.3x); at T = 1 they are at parity or slower
             (gate|up 42.7 vs 40.5 us, down 25.4 vs 22.2; the 27B w4 decode 125.3 vs 131 tok/s), so the 1-token
-            tile keeps the FMA path.
+            tile keeps the FMA path. The 8-token tile since 2026-12-06 (``w4_token_tiles``): every epilogue, as it is
+            no dp tile.
         w8_mma_tiles: the token tiles whose w8 variants run on tensor cores (fp16 mma, module docstring), where K is
             a multiple of 64 (a long x is converted in segments of ``W8_MMA_X_BYTES``). Default (8,): the 8-token tile
             fills the m16n8k16 tile's n (run 209: the 8-sequence step on FMAs at that tile 38.07 ms, on tensor cores
@@ -180,9 +187,10 @@ class GemvTuning:
             takes :meth:`GemvFamily.fallback`'s kernels (the tensor-core ones), as a longer x does. The 27B w4 down at
             4 tokens took 29.3 us on dp (152,320 B of x) against 35.8 on tensor cores on an H100 (bench/NOTES.md run
             231).
-        w4_mma_epilogues: the epilogues whose w4 problems take the tensor-core variants at ``w4_mma_tiles``; the
-            others take dp there where it is a dp tile (and :meth:`GemvFamily.fallback`'s tensor-core kernels where
-            the target cannot hold their x), else fp32 FMAs. Default ``("store", "residual_add", "swiglu")`` with
+        w4_mma_epilogues: the epilogues whose w4 problems take the tensor-core variants at a tile of both
+            ``w4_mma_tiles`` and ``w4_dp_tiles``; the others take dp there (and :meth:`GemvFamily.fallback`'s
+            tensor-core kernels where the target cannot hold their x). At a tile of ``w4_mma_tiles`` alone every
+            epilogue takes tensor cores (the 8-token tile). Default ``("store", "residual_add", "swiglu")`` with
             ``w4_dp_tiles`` (1, 4), since 2026-12-06: the 27B down, GDN out and attention o (``add_norm_parts``: 320
             row tiles of 16 rows, ~10 warps per SM on tensor cores, too few to hide the dequantisation, run 229) run
             on dp at 4 tokens. On an H100, one process per setting (bench/NOTES.md runs 236 and 244,
@@ -209,12 +217,12 @@ class GemvTuning:
     plain_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 2), (256, 4))
     coop_threads: tuple[int, ...] = (256, 512)
     token_tiles: tuple[int, ...] = (1, 4, 8)
-    w4_token_tiles: tuple[int, ...] = (1, 4)
+    w4_token_tiles: tuple[int, ...] = (1, 4, 8)
     rows_per_warp: int = 4
     quant_rows_per_warp: int = 2
     norm_rows_per_warp: int = 2
     prefetch_steps: int = 1
-    w4_mma_tiles: tuple[int, ...] = (4,)
+    w4_mma_tiles: tuple[int, ...] = (4, 8)
     w8_mma_tiles: tuple[int, ...] = (8,)
     bf16_mma_tiles: tuple[int, ...] = (4, 8)
     bf16_unpack_tiles: tuple[int, ...] = (4,)
