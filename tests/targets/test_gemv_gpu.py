@@ -451,8 +451,9 @@ def _pid(p):
     return f"k{p.k}_n{p.n}_{p.epilogue}"
 
 
-#: w4 on tensor cores at every token tile and epilogue (the registered family: the 4-token tile, not add_norm_parts)
-W4_MMA = GemvFamily(GemvTuning(w4_mma_tiles=(1, 4), w4_mma_epilogues=EPILOGUES))
+#: w4 on tensor cores at every token tile and epilogue (the registered family: the 4-token tile but not its
+#: add_norm_parts GEMVs, and the 8-token tile, whose rings take 51,200 B of dynamic shared memory)
+W4_MMA = GemvFamily(GemvTuning(w4_mma_tiles=(1, 4, 8), w4_mma_epilogues=EPILOGUES))
 #: w8 on tensor cores (fp16 mma) at the 1- and 4-token tiles (the registered family: the 8-token tile only)
 W8_MMA = GemvFamily(GemvTuning(w8_mma_tiles=(1, 4)))
 #: bf16 on tensor cores (bf16 mma) at the 1- and 4-token tiles (the registered family: the 4- and 8-token tiles)

@@ -51,8 +51,8 @@ FADD of ``-(2^23 + bias)`` give ``q`` exactly (bias 128 for int8 read as offset 
 step (8 bf16, 16 int8 or 32 int4 elements), consecutive lanes take consecutive 16-byte vectors, so a warp
 reads 512 contiguous bytes of the row per step -- four full 128-byte lines, the same coalescing as bf16.
 
-Tensor-core w4 (template ``mma``; the token tiles of ``GemvTuning.w4_mma_tiles``, default the 4-token tile)
---------------------------------------------------------------------------------------------------------------
+Tensor-core w4 (template ``mma``; the token tiles of ``GemvTuning.w4_mma_tiles``, default the 4- and 8-token tiles)
+---------------------------------------------------------------------------------------------------------------------
 A warp owns 16 W rows, one ``mma.sync.m16n8k16`` A tile (rows g = lane / 4 and g + 8), and the chunk's tokens are
 the B columns (column g = token g, zero past T; n = 8, so T <= 8). Per scale group of 64 K elements, lane
 (g, q = lane % 4) takes codes 16q .. 16q + 15 of its two rows: each word of 8 codes gives the bf16 pairs

@@ -6,7 +6,8 @@ shapes, template parameters and shared memory; every function is pure arithmetic
 (:class:`~ninferc.targets.kernels.gemv.tuning.GemvTuning`) and the problem.
 
 Hardware facts: the m16n8k16 tile (PTX ISA, "Matrix Fragments for mma.m16n8k16"); 48 KiB of static shared memory per
-kernel (CUDA C Programming Guide, "Shared Memory").
+kernel (CUDA C Programming Guide, "Shared Memory": the w4 rings' budget, ``STATIC_SMEM_LIMIT``, and the w8 x's bound);
+what a target holds beyond it (dynamic shared memory, opted in per launch) its occupancy calculation decides.
 """
 
 from __future__ import annotations
