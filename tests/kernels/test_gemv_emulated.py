@@ -32,14 +32,15 @@ pytestmark = [pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU em
 
 ARCH, SMS = "sm_90", 132  # the plan the launches come from; the emulator runs any grid
 FAM = GemvFamily(GemvTuning(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,), token_tiles=(1, 4),
-                     w4_mma_tiles=(), w8_mma_tiles=(), bf16_mma_tiles=(), w8_dp_tiles=(), w4_dp_tiles=()))
+                     w4_token_tiles=(1, 4), w4_mma_tiles=(), w8_mma_tiles=(), bf16_mma_tiles=(), w8_dp_tiles=(),
+                     w4_dp_tiles=()))
 #: the same family with w4 on tensor cores at every token tile and w8 and bf16 at both tiles (FAM: on fp32 FMAs)
 FAM_MMA = GemvFamily(GemvTuning(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,), token_tiles=(1, 4),
-                         mma_shapes=((128, 1), (128, 2), (128, 4)), w4_mma_tiles=(1, 4), w8_mma_tiles=(1, 4),
-                         bf16_mma_tiles=(1, 4), w4_mma_epilogues=ALL_EPILOGUES))
+                         w4_token_tiles=(1, 4), mma_shapes=((128, 1), (128, 2), (128, 4)), w4_mma_tiles=(1, 4),
+                         w8_mma_tiles=(1, 4), bf16_mma_tiles=(1, 4), w4_mma_epilogues=ALL_EPILOGUES))
 #: the same family with w8 / w4 on integer dot products (dp2a on int16 x) at both token tiles
 FAM_DP = GemvFamily(GemvTuning(plain_shapes=((128, 1), (128, 2), (128, 4)), coop_threads=(256,), token_tiles=(1, 4),
-                        w4_mma_tiles=(), w8_mma_tiles=(), w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4),
+                        w4_token_tiles=(1, 4), w4_mma_tiles=(), w8_mma_tiles=(), w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4),
                         dp_shapes=((128, 1), (128, 2), (128, 4))))
 #: the 8-token tile alone (GemvTuning's default tiles since 2026-12-05 take it for w8 on tensor cores, and for bf16
 #: on fp32 FMAs until 2026-12-06, on tensor cores since; bf16 and w4 are forced to FMAs here to cover that template

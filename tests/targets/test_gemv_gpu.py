@@ -462,7 +462,7 @@ BF16_MMA = GemvFamily(GemvTuning(bf16_mma_tiles=(1, 4)))
 FMA = GemvFamily(GemvTuning(w8_dp_tiles=(), w4_dp_tiles=()))
 #: w8 / w4 on integer dot products at both token tiles (the registered family: the 1-token tile only)
 DP = GemvFamily(GemvTuning(w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4), w8_mma_tiles=(), w4_mma_tiles=(),
-                    dp_shapes=((128, 4), (256, 2), (128, 1), (256, 1))))
+                    w4_token_tiles=(1, 4), dp_shapes=((128, 4), (256, 2), (128, 1), (256, 1))))
 
 
 @pytest.mark.parametrize("t", Q_TOKENS)
@@ -568,9 +568,9 @@ def test_persistent_dp_many_items_per_cta(device, loader, option, shape, threads
     opts = dict(DP_OPTIONS[option])
     ring = opts.pop("ring")
     # token tiles (1, 4): T = 9 runs three 4-token chunks (the dp tiles; since run 209 the default tiles of bf16 / w8
-    # also hold 8, where no dp variant exists -- bench/NOTES.md run 213)
-    gemv = GemvFamily(GemvTuning(token_tiles=(1, 4), w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4), w8_mma_tiles=(),
-                                 w4_mma_tiles=(), dp_shapes=((threads, 1),), **opts))
+    # also hold 8, and since 2a90bb5 w4's, where no dp variant exists -- bench/NOTES.md runs 213 and 247)
+    gemv = GemvFamily(GemvTuning(token_tiles=(1, 4), w4_token_tiles=(1, 4), w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4),
+                                 w8_mma_tiles=(), w4_mma_tiles=(), dp_shapes=((threads, 1),), **opts))
     tile = gemv.tile_for(t, shape.wfmt)
     assert gemv.persistent(shape, tile), f"{shape} at tile {tile}: no persistent dp variant"
     specs = [s for s in gemv.variants(shape) if s.threads == threads and s.param("max_tokens") == tile
