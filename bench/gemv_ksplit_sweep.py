@@ -25,8 +25,7 @@ from ninferc.bench import git_commit
 from ninferc.runtime.kernels import DeviceKernel, cupy, device_arch, device_bandwidth_gbs, device_sm_count
 from ninferc.targets.arch import get_arch
 from ninferc.targets.cubin import read_resources
-from ninferc.targets.kernels.gemv import (STATIC_SMEM_LIMIT, GemvFamily, GemvProblem, GemvTuning, estimate_us,
-                                          kernel_args, mma_stage_bytes)
+from ninferc.targets.kernels.gemv import GemvFamily, GemvProblem, GemvTuning, estimate_us, kernel_args, ring_fits
 from ninferc.targets.plan import PlanContext
 
 #: (name, K, N, epilogue, in_norm) of the 27B decode GEMVs as lowered
@@ -34,9 +33,9 @@ SHAPES = [("gdn_in", 5120, 16480, "store", "parts"), ("gdn_out", 6144, 5120, "ad
           ("gate_up", 5120, 17408, "swiglu", "parts"), ("down", 17408, 5120, "add_norm_parts", "none"),
           ("qkv", 5120, 14336, "store", "parts"), ("lm_head", 5120, 248320, "store", "none")]
 CONFIGS = [(th, kw) for th in (128, 256, 512) for kw in (1, 2, 4, 8) if (th // 32) % kw == 0]
-#: the tensor-core w4 variants' shapes: those whose 2-stage cp.async rings fit the 48 KiB budget at one token
-#: (GemvFamily.shapes_for drops the ones that do not fit a larger tile)
-MMA_CONFIGS = [(th, kw) for th, kw in CONFIGS if th // 32 * 2 * mma_stage_bytes(1) <= STATIC_SMEM_LIMIT]
+#: the tensor-core w4 variants' shapes: those that exist at one token (mma.ring_fits; GemvFamily.shapes_for drops the
+#: ones that do not exist at a larger tile)
+MMA_CONFIGS = [(th, kw) for th, kw in CONFIGS if ring_fits(GemvTuning(), th, 1)]
 
 
 class Bufs:

@@ -98,7 +98,7 @@ def main(argv=None) -> int:
             x = eng.session()
             x.prefill(rng.integers(0, eng.vocab, a.context).tolist(), a.context)
             batch.append(x)
-        eng.decode_batch(batch, [int(x.sample(greedy)) for x in batch])
+        eng.decode_batch(batch, [tok] + [x.sample(greedy) for x in batch[1:]])
         for _ in range(3):  # capture + warm the B-sequence graph
             eng.decode_batch(batch)
         eng.stream.synchronize()

@@ -70,7 +70,7 @@ class GemvFamily:
         variants do not serve it: their staged x over ``dp_x_bytes``, or none of them resident on the target (the
         x over its shared memory per CTA: the 27B w8 down at 4 tokens stages 143,616 B, which sm_90's 227 KiB holds
         and the 99 KiB of sm_86 / sm_89 / sm_120a do not). That family is this tuning with ``tile`` moved from the
-        format's dp tiles to its tensor-core tiles (w4: with the problem's epilogue among ``w4_mma_epilogues``): the
+        format's dp tiles to its tensor-core tiles (there every w4 epilogue takes them: :func:`.mma.applies`): the
         kernels the tile took before it was a dp tile. None where ``tile`` is not a dp tile of the problem's format,
         is 1 (the tensor-core kernels are slower than the FMA ones at one token; under the default ``dp_x_bytes`` a
         one-token x needs no opt-in, so it fits every target; a larger setting can leave such a problem without a
@@ -82,8 +82,6 @@ class GemvFamily:
             return None
         moved = {f"{fmt}_dp_tiles": tuple(x for x in getattr(t, f"{fmt}_dp_tiles") if x != tile),
                  f"{fmt}_mma_tiles": tuple(sorted({*getattr(t, f"{fmt}_mma_tiles"), tile}))}
-        if fmt == "w4":
-            moved["w4_mma_epilogues"] = tuple(e for e in EPILOGUES if e in t.w4_mma_epilogues or e == problem.epilogue)
         return GemvFamily(dataclasses.replace(t, **moved))
 
     def coop_threads_for(self, problem: GemvProblem, tile: int) -> tuple[int, ...]:
@@ -130,7 +128,7 @@ class GemvFamily:
             threads = spec.threads if spec is not None else 0
             return dp.dynamic_smem_bytes(problem, tile, threads, self.rows_for(problem, tile), ring)
         if e == "mma":
-            threads = spec.threads if spec is not None else min(th for th, _ in self.tuning.mma_shapes)
+            threads = spec.threads if spec is not None else mma.smallest_cta(self.tuning)
             return mma.dynamic_smem_bytes(problem, tile, threads)
         return 0
 

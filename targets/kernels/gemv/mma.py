@@ -68,12 +68,18 @@ def mma_stages(threads: int, tile: int) -> int:
     return max(2, min(MMA_STAGES, STATIC_SMEM_LIMIT // (threads // WARP * mma_stage_bytes(tile))))
 
 
+def smallest_cta(t: GemvTuning) -> int:
+    """Threads of the smallest CTA of ``t.mma_shapes``: the one every tile has (:func:`ring_fits`), and a cooperative
+    candidate (:func:`coop_threads`)."""
+    return min(th for th, _ in t.mma_shapes)
+
+
 def ring_fits(t: GemvTuning, threads: int, tile: int) -> bool:
     """True when a w4 mma variant of ``threads`` threads exists at token tile ``tile``: the smallest CTA of
     ``t.mma_shapes`` always (its rings may exceed ``STATIC_SMEM_LIMIT``: dynamic shared memory, checked against the
     target by the occupancy calculator), a larger one where its 2-stage rings fit ``STATIC_SMEM_LIMIT`` (the 256-thread
     CTAs at 4 tokens, 68 KiB, were never measured)."""
-    return threads <= min(th for th, _ in t.mma_shapes) or \
+    return threads <= smallest_cta(t) or \
         threads // WARP * 2 * mma_stage_bytes(tile) <= STATIC_SMEM_LIMIT
 
 
@@ -108,7 +114,7 @@ def coop_threads(t: GemvTuning, problem: GemvProblem, tile: int) -> tuple[int, .
     4-token tile only 128-thread CTAs fit)."""
     if problem.wfmt in STREAMED:
         return ()
-    cands = sorted({*t.coop_threads, min(th for th, _ in t.mma_shapes)})
+    cands = sorted({*t.coop_threads, smallest_cta(t)})
     return tuple(th for th in cands if ring_fits(t, th, tile))
 
 
@@ -126,7 +132,7 @@ def params(t: GemvTuning, problem: GemvProblem, threads: int, mode: str, tile: i
         raise PlanError(f"gemv: no w4 mma variant of {threads} threads at a {tile}-token tile: its "
                         f"cp.async rings ({threads // WARP} warps x 2 stages x {mma_stage_bytes(tile)} B) "
                         f"exceed the {STATIC_SMEM_LIMIT} B budget of a CTA larger than the smallest of mma_shapes "
-                        f"({min(th for th, _ in t.mma_shapes)} threads)")
+                        f"({smallest_cta(t)} threads)")
     return {"mma": True, "mma_stages": mma_stages(threads, tile)}
 
 
