@@ -63,3 +63,13 @@ __device__ __forceinline__ void mma_bf16_ktile(float (&c)[4], unsigned int row_l
   const unsigned int a[4] = {row_lo, row8_lo, row_hi, row8_hi};
   ninfer::mma_bf16_16816(c, a, xlo, xhi);
 }
+
+// w8 mma path: the exponent e of token t's power of two 2^e (x is staged as fp16 x * 2^e), from the CTA's per-warp
+// maxima of |x_t|: e = 14 - floor(log2 max|x_t|), clamped so that 2^e and 2^-e are normal fp32 (max 0: any e works).
+template <int kWarpsN, int kTokensN>
+__device__ __forceinline__ int x_exponent(const float (&xmax)[kWarpsN][kTokensN], int t) {
+  float mx = 0.0f;
+  for (int q = 0; q < kWarpsN; ++q) mx = fmaxf(mx, xmax[q][t]);
+  const int e = 14 - ((int)((__float_as_uint(mx) >> 23) & 0xffu) - 127);
+  return e > 126 ? 126 : e < -126 ? -126 : e;
+}
