@@ -202,9 +202,11 @@ class GemvTuning:
             share each tile's K to keep enough bytes in flight. At most 256 threads: a 512-thread CTA's 128
             registers per thread make the 4-token variants spill (sm_86 / sm_89) and the 1-token one on sm_120a.
         bf16_mma_shapes: the same for the bf16 mma variants. Default the 128-thread shapes: at 256 threads their ~130
-            registers (4 blocks per warp step) leave one resident CTA per SM; on an H100 at 4 tokens the 27B gate|up
+            registers (4 blocks per warp step) left one resident CTA per SM; on an H100 at 4 tokens the 27B gate|up
             took 147.9 / 184.9 us at 256 threads (k_warps 4 / 8) against 129.7-130.7 at 128 (bench/NOTES.md run
-            232, ``bench/results/gemv_tokens_probe_sweep_h100_04ccdfc.json``).
+            232, ``bench/results/gemv_tokens_probe_sweep_h100_04ccdfc.json``). Since ef99dfa (the kernels' fragment
+            tail) the 256-thread variants hold 106-126 registers on sm_90, 2 CTAs per SM: not measured again
+            (bench/README.md, the runs waiting).
 
     Raises:
         PlanError: bad options (names them): a (threads, k_warps) shape whose threads are not a positive multiple of
