@@ -65,7 +65,8 @@ cp.async ring in dynamic shared memory (:func:`.mma.dynamic_smem_bytes`), XOR-sw
 pieces through L2 only: copying them through L1 as well, one L2 read for the CTA's row groups, changed nothing on an
 H100, bench/NOTES.md run 246); before the PDL wait only the first chunks' weight lines are prefetched into L2 (x is
 the previous kernel's output). Same epilogues, input modes and routes as
-the FMA kernels (the writer warp stores its 16 x T outputs in rounds of 32); by default not add_norm_parts, whose
+the FMA kernels (each lane of the writer warp stores the outputs its mma fragments hold: rows g and g + 8 of tokens
+2q and 2q + 1, templates/gemv_mma.inc.j2 -- w8 and bf16 alike); by default not add_norm_parts, whose
 4-token GEMVs take the dp kernels (``GemvTuning.w4_mma_epilogues``) where the target holds their x.
 
 Tensor-core w8 (template ``mma`` with ``wfmt`` w8; the token tiles of ``GemvFamily.w8_mma_tiles``, default 8)
