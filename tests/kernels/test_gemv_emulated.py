@@ -308,6 +308,43 @@ def test_eight_token_tile(fmt, epilogue, in_norm, t):
     _run(prob, launch, seed=40 + t)
 
 
+#: w8 on integer dot products at the 8-token tile alone (the registered family's since 2026-12-06), 128 threads
+FAM8_DP = GemvFamily(GemvTuning(token_tiles=(8,), w8_mma_tiles=(), w8_dp_tiles=(8,), dp_shapes=((128, 1),)))
+
+
+@pytest.mark.parametrize("epilogue,in_norm", [("store", "none"), ("swiglu", "parts"), ("add_norm_parts", "none"),
+                                              ("residual_add", "none")])
+@pytest.mark.parametrize("t", [6, 8, 13])
+def test_eight_token_tile_w8_dp(epilogue, in_norm, t):
+    """w8 on the persistent dp kernels at the 8-token tile: 6 tokens (token slots past the chunk stage zeros and are
+    never stored), 8, and 13 (two token chunks, the second partial; on a one-SM plan each CTA's range of items crosses
+    the chunk and stages x again)."""
+    prob = GemvProblem(SHAPES["w8"], N, epilogue, "w8", in_norm=in_norm)
+    specs = [s for s in FAM8_DP.variants(prob) if dict(s.params).get("dp")]  # with and without the carry
+    assert len(specs) == 2 and {s.param("max_tokens") for s in specs} == {FAM8_DP.tile_for(t, "w8")} == {8}
+    res = {u: r for u, (_, r) in compile_variants(specs, ARCH).items()}
+    for sms in (SMS, 1):
+        launch = FAM8_DP.launch(prob, t, PlanContext(ARCH, sms, res))
+        assert launch.kernel in specs
+        assert launch.dynamic_smem_bytes == FAM8_DP.dynamic_smem_bytes(prob, 8, launch.kernel)
+        _run(prob, launch, seed=60 + t + sms)
+
+
+@pytest.mark.parametrize("t", [6, 8])
+def test_w8_chunk_fallback_runs_the_four_token_dp_kernel(t):
+    """The default family's w8 8-token tile where its x fits no CTA (K = 17,408: 287 KB at 8 tokens against sm_90's
+    227 KiB) plans the 4-token dp kernel in two token chunks (``GemvTuning.dp_chunk_fallback``), and that launch
+    matches the reference (the second chunk partial at 6 tokens)."""
+    fam = GemvFamily()
+    prob = GemvProblem(17408, 40, "add_norm_parts", "w8")
+    specs = [v for v in fam.variants(prob) if v.param("max_tokens") in (4, 8)]
+    c = PlanContext(ARCH, SMS, {u: r for u, (_, r) in compile_variants(specs, ARCH).items()})
+    launch = fam.launch(prob, t, c)
+    assert dict(launch.kernel.params)["dp"] and launch.kernel.param("max_tokens") == 4 and launch.tokens == t
+    assert launch.dynamic_smem_bytes == fam.dynamic_smem_bytes(prob, 4, launch.kernel) > 227 * 1024 // 2
+    _run(prob, launch, seed=70 + t)
+
+
 @pytest.mark.parametrize("epilogue,in_norm", [("store", "none"), ("add_norm_parts", "none"), ("swiglu", "parts")])
 @pytest.mark.parametrize("t", [6, 8, 13])
 def test_eight_token_tile_bf16_mma(epilogue, in_norm, t):

@@ -454,13 +454,15 @@ def _pid(p):
 #: w4 on tensor cores at every token tile and epilogue (the registered family: the 4-token tile but not its
 #: add_norm_parts GEMVs, and the 8-token tile, whose rings take 51,200 B of dynamic shared memory)
 W4_MMA = GemvFamily(GemvTuning(w4_mma_tiles=(1, 4, 8), w4_mma_epilogues=EPILOGUES))
-#: w8 on tensor cores (fp16 mma) at every token tile (the registered family: the 8-token tile only)
+#: w8 on tensor cores (fp16 mma) at every token tile (the registered family: none, since the w8 8-token tile moved to
+#: the dp kernels; there only where a target cannot hold a tile's x, ``GemvFamily.fallback``)
 W8_MMA = GemvFamily(GemvTuning(w8_mma_tiles=(1, 4, 8)))
 #: bf16 on tensor cores (bf16 mma) at every token tile (the registered family: the 4- and 8-token tiles)
 BF16_MMA = GemvFamily(GemvTuning(bf16_mma_tiles=(1, 4, 8)))
 #: w8 / w4 on fp32 FMAs at the 1-token tile (the registered family runs that tile on integer dot products)
 FMA = GemvFamily(GemvTuning(w8_dp_tiles=(), w4_dp_tiles=()))
-#: w8 / w4 on integer dot products at both token tiles (the registered family: the 1-token tile only)
+#: w8 / w4 on integer dot products at the 1- and 4-token tiles, more CTA shapes (the registered family: w8 at every tile,
+#: w4 at one token and its 4-token add_norm_parts GEMVs)
 DP = GemvFamily(GemvTuning(w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4), w8_mma_tiles=(), w4_mma_tiles=(),
                     w4_token_tiles=(1, 4), dp_shapes=((128, 4), (256, 2), (128, 1), (256, 1))))
 
@@ -475,7 +477,7 @@ def test_quant_forced_variants_match_reference(device, loader, fmt, shape, mode,
     the variant has no cooperative form: the w8 mma and the dp kernels are plain only). w4 runs as the family runs
     it (integer dot products for one token and for its 4-token add_norm_parts GEMVs, tensor cores for the other
     4-token ones) and, as ``w4-mma``, on tensor cores for every T and epilogue; w8 as the family runs it (integer dot
-    products at the 1- and 4-token tiles) and, as ``w8-mma``, on tensor cores at both tiles; both formats as ``-fma``
+    products at every tile) and, as ``w8-mma``, on tensor cores at every tile; both formats as ``-fma``
     on fp32 FMAs at the 1-token tile and as ``-dp`` on integer dot products at both tiles (plain only); bf16 as
     ``bf16-mma`` on tensor cores at both tiles (plain only)."""
     gemv = {"w4-mma": W4_MMA, "w8-mma": W8_MMA, "bf16-mma": BF16_MMA, "w8-fma": FMA, "w4-fma": FMA, "w8-dp": DP, "w4-dp": DP}.get(

@@ -229,23 +229,30 @@ def test_w4_dp_for_add_norm_parts_at_four_tokens_fits_where_the_target_holds_its
         GemvTuning(w4_mma_epilogues=("bogus",))
 
 
-def test_w8_four_tokens_on_dp_where_the_target_holds_the_x_else_on_tensor_cores():
-    """The default w8 4-token tile is a dp tile (``w8_dp_tiles`` (1, 4), ``dp_x_bytes`` 40 KiB per token): on an H200
-    every 27B w8 GEMV at 4 tokens plans the persistent dp kernel, the down with its 143,616 B of staged x; on an L20 (99
-    KiB per CTA) the down cannot hold it and takes the tensor-core kernel (``GemvFamily.fallback``: the 4-token tile
-    moved to ``w8_mma_tiles``), the others stay on dp; a dp x over ``dp_x_bytes`` takes the fallback everywhere;
-    the 8-token tile stays on tensor cores, the one-token one on dp."""
+def test_w8_dp_tiles_where_the_target_holds_the_x_else_smaller_chunks_or_tensor_cores():
+    """The default w8 token tiles are dp tiles (``w8_dp_tiles`` (1, 4, 8), no ``w8_mma_tiles``, ``dp_x_bytes`` 40 KiB
+    per token). At 4 tokens: on an H200 every 27B w8 GEMV plans the persistent dp kernel, the down with its 143,616 B
+    of staged x; on an L20 (99 KiB per CTA) the down cannot hold it and takes the tensor-core kernel
+    (``GemvFamily.fallback``: the tile moved to ``w8_mma_tiles``); a dp x over ``dp_x_bytes`` takes the fallback
+    everywhere. At 8 tokens (``dp_chunk_fallback`` ("w8",)): the down's 8-token x fits no target, so on the H200 it
+    takes the 4-token dp kernel in two token chunks and on the L20 (where that x does not fit either) the 8-token
+    tensor-core kernel; GDN out's 8-token x (102,016 B) fits the H200 and not the L20 (two 4-token dp chunks there);
+    gate|up's (84,512 B) fits both. Without the chunk fallback the down takes tensor cores at 8 tokens. One token: dp."""
     from ninferc.targets.plan import compile_variants, family_variants
 
     fam = GemvFamily()
-    assert (fam.w8_dp_tiles, fam.w8_mma_tiles, fam.dp_x_bytes) == ((1, 4), (8,), 40 * 1024)
+    assert (fam.w8_dp_tiles, fam.w8_mma_tiles, fam.dp_x_bytes, fam.dp_chunk_fallback) == \
+        ((1, 4, 8), (), 40 * 1024, ("w8",))
     probs = {"down": GemvProblem(17408, 5120, "add_norm_parts", "w8"),
              "gate_up": GemvProblem(5120, 17408, "swiglu", "w8"),
              "gdn_out": GemvProblem(6144, 5120, "add_norm_parts", "w8")}
     small = GemvFamily(GemvTuning(dp_x_bytes=32 * 1024))  # 128 KiB at 4 tokens: the down's x over it, gate|up's not
+    no_chunks = GemvFamily(GemvTuning(dp_chunk_fallback=()))
+    at8 = {("sm_90", "down"): ("dp", 4), ("sm_90", "gate_up"): ("dp", 8), ("sm_90", "gdn_out"): ("dp", 8),
+           ("sm_89", "down"): ("mma", 8), ("sm_89", "gate_up"): ("dp", 8), ("sm_89", "gdn_out"): ("dp", 4)}
     for arch, sku in (("sm_90", "h200"), ("sm_89", "l20")):
         s = get_sku(sku, arch)
-        specs = [v for f in (fam, small) for p in probs.values() for v in family_variants(f, p, arch)]
+        specs = [v for f in (fam, small, no_chunks) for p in probs.values() for v in family_variants(f, p, arch)]
         c = PlanContext(arch, s.sms, {u: r for u, (_, r) in compile_variants(specs, arch).items()},
                         bandwidth_gbs=s.bandwidth_gbs)
         for name, p in probs.items():
@@ -253,18 +260,31 @@ def test_w8_four_tokens_on_dp_where_the_target_holds_the_x_else_on_tensor_cores(
             engine = "mma" if name == "down" and arch == "sm_89" else "dp"
             assert dict(ln.kernel.params).get(engine), (arch, name, ln.kernel.uri)
             assert ln.kernel in family_variants(fam, p, arch)
-            assert dict(fam.launch(p, 8, c).kernel.params).get("mma")
+            ln8 = fam.launch(p, 8, c)
+            engine, tile = at8[arch, name]
+            assert dict(ln8.kernel.params).get(engine) and ln8.kernel.param("max_tokens") == tile, \
+                (arch, name, ln8.kernel.uri)
+            assert ln8.tokens == 8 and ln8.kernel in family_variants(fam, p, arch)
             assert dict(fam.launch(p, 1, c).kernel.params).get("dp")
         if arch == "sm_90":
             assert fam.launch(probs["down"], 4, c).dynamic_smem_bytes == 143_616
+            assert dict(no_chunks.launch(probs["down"], 8, c).kernel.params).get("mma")
         assert dict(small.launch(probs["down"], 4, c).kernel.params).get("mma")
         assert dict(small.launch(probs["gate_up"], 4, c).kernel.params).get("dp")
-    assert fam.fallback(probs["down"], 1) is None and fam.fallback(probs["down"], 8) is None
+    assert fam.fallback(probs["down"], 1) is None
     wide = GemvFamily(GemvTuning(token_tiles=(1, 4, 16), w8_dp_tiles=(1, 4, 16)))  # past the tensor cores' 8 tokens
     assert wide.fallback(probs["gate_up"], 16) is None and wide.variants(probs["gate_up"])
     assert fam.fallback(GemvProblem(5120, 17408, "swiglu", "bf16"), 4) is None
     fb = fam.fallback(probs["down"], 4)
-    assert (fb.w8_dp_tiles, fb.w8_mma_tiles) == ((1,), (4, 8)) and fb.engine(probs["down"], 4) == "mma"
+    assert (fb.w8_dp_tiles, fb.w8_mma_tiles) == ((1, 8), (4,)) and fb.engine(probs["down"], 4) == "mma"
+    fb8 = fam.fallback(probs["down"], 8)
+    assert (fb8.w8_dp_tiles, fb8.w8_mma_tiles) == ((1, 4), (8,)) and fb8.engine(probs["down"], 8) == "mma"
+    assert fam.chunk_fallback(probs["down"], 8).tuning.tiles("w8") == (1, 4)
+    assert fam.chunk_fallback(probs["down"], 4) is None  # no dp tile of 2..3 tokens: never the one-token kernel
+    assert fam.chunk_fallback(GemvProblem(5120, 17408, "swiglu", "w4"), 8) is None  # w4 not listed (nor a dp tile)
+    assert no_chunks.chunk_fallback(probs["down"], 8) is None
+    with pytest.raises(PlanError, match=r"dp_chunk_fallback = \('bf16',\)"):
+        GemvTuning(dp_chunk_fallback=("bf16",))
 
 
 def test_dp_option_errors_name_the_value():

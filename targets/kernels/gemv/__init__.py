@@ -69,8 +69,8 @@ the FMA kernels (each lane of the writer warp stores the outputs its mma fragmen
 2q and 2q + 1, templates/gemv_mma.inc.j2 -- w8 and bf16 alike); by default not add_norm_parts, whose
 4-token GEMVs take the dp kernels (``GemvTuning.w4_mma_epilogues``) where the target holds their x.
 
-Tensor-core w8 (template ``mma`` with ``wfmt`` w8; the token tiles of ``GemvFamily.w8_mma_tiles``, default 8)
------------------------------------------------------------------------------------------------------------------
+Tensor-core w8 (template ``mma`` with ``wfmt`` w8; the token tiles of ``GemvFamily.w8_mma_tiles``, default none)
+--------------------------------------------------------------------------------------------------------------------
 The same 16-row warp tile, on ``mma.sync.m16n8k16`` with **fp16** inputs: int8 codes are not exact in bf16 (8
 significant bits) but are in fp16 (11). Each CTA first converts its tokens' x into fp16 in dynamic shared memory
 (``tile * K * 2`` bytes, or K segments of at most ``W8_MMA_X_BYTES`` converted in turn:
@@ -82,7 +82,9 @@ one LOP3 per pair puts the offset-binary bytes u = q + 128 of elements (e, e + 2
 and one ``add.rn.f16x2`` of -1152 gives q exactly, the mma reads K in that permuted order for A and B alike (x is
 stored in shared memory with each quad permuted to match), and the row scale and ``2^-e`` multiply the warp's
 fp32 totals. About 11 instructions per 8 codes (2 rows x 4) and k-tile against ~30 on fp32 FMAs. Plain route only
-(a cooperative split would convert x once per split); same epilogues and input modes.
+(a cooperative split would convert x once per split); same epilogues and input modes. Since 2026-12-06 every w8 tile
+is a dp tile (the 8-token one: bench/NOTES.md run 254), so these run only where the target cannot hold a tile's dp x
+and no smaller dp tile serves (``GemvFamily.fallback``, ``GemvFamily.chunk_fallback``).
 
 Tensor-core bf16 (template ``mma`` without ``wfmt``; the token tiles of ``GemvTuning.bf16_mma_tiles``, default 4 and 8)
 ---------------------------------------------------------------------------------------------------------------------
@@ -107,8 +109,8 @@ stored): ~110 instructions per KiB, for ~104 registers instead of 80 (sm_90). Ti
 tensor-core bf16 variants take the 4- and 8-token tiles where K is a multiple of 64 (every 27B and fixture GEMV), so
 these run only where K is not.
 
-Integer dot products (template ``dp``; the tiles of ``GemvFamily.w4_dp_tiles`` / ``w8_dp_tiles``: 1 and 4)
-----------------------------------------------------------------------------------------------------------
+Integer dot products (template ``dp``; the tiles of ``GemvFamily.w4_dp_tiles`` / ``w8_dp_tiles``: 1 and 4 / 1, 4, 8)
+---------------------------------------------------------------------------------------------------------------------
 The fp32-FMA kernels above spend ~3.5 (w8) / ~7 (w4) instructions per weight byte converting codes and x to fp32
 and multiplying, which caps them at ~3.3 / ~2.4 TB/s on the H200 against ~4.3 for bf16 (bench/NOTES.md runs 14,
 45). The ``dp`` variants keep the FMA kernels' warp shape, layout and loads, but first stage the CTA's tokens' x in
@@ -122,7 +124,8 @@ per 16-byte vector and row instead of ~56 / ~126. The only numerical difference 
 rounding of x, which :func:`reference` reproduces (``dp=True``). Plain route only; K a multiple of 64; dynamic
 shared memory ``tile * K * (2 + 4/64 (+ 4/32 for w4))`` bytes, at most ``tile * GemvTuning.dp_x_bytes``
 (``DP_X_BYTES``, 40 KiB per token, by default; a longer x at one token takes the FMA kernels, and at 2-8 tokens --
-also where the target cannot hold the x -- ``GemvFamily.fallback``'s tensor-core ones). Each
+also where the target cannot hold the x -- ``GemvFamily.fallback``'s tensor-core ones, for w8 only after a smaller dp
+tile in token chunks, ``GemvFamily.chunk_fallback``). Each
 warp loads its first weight step into registers before the PDL wait and keeps one step in flight ahead of the one
 it multiplies; warp 0 computes the ``in_norm`` factor once per staging. By default the dp variants are persistent
 (template ``persist``): the grid is one balanced wave, :meth:`GemvFamily.persistent_grid` of the work items

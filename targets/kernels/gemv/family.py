@@ -84,6 +84,23 @@ class GemvFamily:
                  f"{fmt}_mma_tiles": tuple(sorted({*getattr(t, f"{fmt}_mma_tiles"), tile}))}
         return GemvFamily(dataclasses.replace(t, **moved))
 
+    def chunk_fallback(self, problem: GemvProblem, tile: int) -> GemvFamily | None:
+        """The family a launch of ``problem`` at a dp token tile ``tile`` tries first where the dp variants do not
+        serve that tile (before :meth:`fallback`'s tensor-core kernels), for the weight formats of
+        ``dp_chunk_fallback``: this tuning without the format's token tiles >= ``tile``, so that the launch takes
+        the largest smaller tile -- on dp where it serves there (:meth:`launch` checks that on its target), in token
+        chunks that each stream the weights once. The 27B w8 down (K = 17,408) at 8 tokens: its 8-token x (287 KB)
+        fits no target, the 4-token one (143,616 B) fits sm_90's 227 KiB per CTA. None where the format is not
+        listed, ``tile`` is not a dp tile of the problem's format or no dp tile in 2..``tile`` - 1 remains."""
+        t, fmt = self.tuning, problem.wfmt
+        if fmt not in t.dp_chunk_fallback or tile not in getattr(t, f"{fmt}_dp_tiles"):
+            return None
+        smaller = tuple(x for x in t.tiles(fmt) if x < tile)
+        if not any(x >= 2 and x in getattr(t, f"{fmt}_dp_tiles") for x in smaller):
+            return None
+        field = "w4_token_tiles" if fmt == "w4" else "token_tiles"  # the copy serves this problem's launch alone
+        return GemvFamily(dataclasses.replace(t, **{field: smaller}))
+
     def coop_threads_for(self, problem: GemvProblem, tile: int) -> tuple[int, ...]:
         """The cooperative thread counts of ``problem`` at token tile ``tile`` (the engine's ``coop_threads``; the dp
         engine has none: plain only)."""
@@ -315,7 +332,7 @@ class GemvFamily:
         tile = self.tile_for(tokens, problem.wfmt)
         fb = self.fallback(problem, tile)
         if fb is not None and not self.dp_for(problem, tile):  # a dp tile whose x exceeds dp_x_bytes
-            return fb.launch(problem, tokens, ctx)
+            return self._fallback_launch(problem, tokens, ctx, tile, fb)
         chunks = self.token_chunks(tokens, tile)
         cands = []
         for th, kw in self.shapes_for(problem, tile):
@@ -338,7 +355,7 @@ class GemvFamily:
                     cands.append((self._estimate(problem, tokens, ctx, spec, 1, splits), 1, 1, th, spec,
                                   base * splits, splits))
         if not cands and fb is not None:
-            return fb.launch(problem, tokens, ctx)
+            return self._fallback_launch(problem, tokens, ctx, tile, fb)
         if not cands:
             raise PlanError(
                 f"gemv (K={problem.k}, N={problem.n}, {problem.epilogue}, {problem.wfmt}) on {ctx.arch.name}: "
@@ -352,6 +369,18 @@ class GemvFamily:
                                dynamic_smem=self.dynamic_smem_bytes(problem, tile, spec),
                                workspace_bytes=self.parts_bytes(problem, tokens,
                                                                 self.row_blocks(problem, spec.threads, kw, tile)))
+
+    def _fallback_launch(self, problem: GemvProblem, tokens: int, ctx: PlanContext, tile: int,
+                         fb: GemvFamily) -> Launch:
+        """The launch of T = ``tokens`` where the dp variants do not serve ``problem`` at its dp tile ``tile`` on
+        ``ctx``: the :meth:`chunk_fallback`'s launch where that lands on dp variants (a smaller dp tile in token
+        chunks), else ``fb``'s (:meth:`fallback`, the tensor-core kernels at ``tile``)."""
+        ch = self.chunk_fallback(problem, tile)
+        if ch is not None:
+            ln = ch.launch(problem, tokens, ctx)
+            if dict(ln.kernel.params).get("dp"):
+                return ln
+        return fb.launch(problem, tokens, ctx)
 
     def _plain_grid(self, problem: GemvProblem, threads: int, k_warps: int, tile: int, chunks: int, cap: int) -> int:
         """CTAs of a plain launch: one per work item (row block x token chunk), or for the persistent dp variants

@@ -225,10 +225,10 @@ class GemvTuning:
     norm_rows_per_warp: int = 2
     prefetch_steps: int = 1
     w4_mma_tiles: tuple[int, ...] = (4, 8)
-    w8_mma_tiles: tuple[int, ...] = (8,)
+    w8_mma_tiles: tuple[int, ...] = ()
     bf16_mma_tiles: tuple[int, ...] = (4, 8)
     bf16_unpack_tiles: tuple[int, ...] = (4,)
-    w8_dp_tiles: tuple[int, ...] = (1, 4)
+    w8_dp_tiles: tuple[int, ...] = (1, 4, 8)
     w4_dp_tiles: tuple[int, ...] = (1, 4)
     dp_persistent: bool = True
     dp_shapes: tuple[tuple[int, int], ...] = ((256, 1), (640, 1))
@@ -238,6 +238,7 @@ class GemvTuning:
     dp_deep_threads: tuple[int, ...] = (640,)
     dp_min_ctas: tuple[tuple[str, str, int, int], ...] = (("w8", "store", 256, 4),)
     dp_x_bytes: int = DP_X_BYTES
+    dp_chunk_fallback: tuple[str, ...] = ("w8",)
     w4_mma_epilogues: tuple[str, ...] = ("store", "residual_add", "swiglu")
     mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 4), (256, 8))
     bf16_mma_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4))
@@ -275,6 +276,9 @@ class GemvTuning:
                             "variants spill under their 128-register cap on every arch)")
         if int(self.dp_x_bytes) < 1:
             raise PlanError(f"gemv: dp_x_bytes = {self.dp_x_bytes} must be a positive byte count")
+        if any(f not in ("w8", "w4") for f in self.dp_chunk_fallback):
+            raise PlanError(f"gemv: dp_chunk_fallback = {tuple(self.dp_chunk_fallback)} must name weight formats with "
+                            "dp variants ('w8', 'w4')")
         bad_ep = [e for e in self.w4_mma_epilogues if e not in EPILOGUES]
         if bad_ep:
             raise PlanError(f"gemv: w4_mma_epilogues {bad_ep} are not epilogues (known: {', '.join(EPILOGUES)})")
@@ -315,6 +319,7 @@ class GemvTuning:
             "dp_min_ctas": tuple((str(f), str(e), int(t), int(c)) for f, e, t, c in self.dp_min_ctas),
             "dp_x_bytes": int(self.dp_x_bytes),
             "w4_mma_epilogues": tuple(str(e) for e in self.w4_mma_epilogues),
+            "dp_chunk_fallback": tuple(str(f) for f in self.dp_chunk_fallback),
         }
         for name, value in norm.items():
             object.__setattr__(self, name, value)
