@@ -399,8 +399,9 @@ class GemvFamily:
         ``ring``: its weight-ring stages (None: ``dp_ring``; 0: none).
 
         Raises:
-            PlanError: the cooperative grid cannot fit even with one split, or ``splits`` exceeds the cap; the
-                spec's own errors (:meth:`spec`).
+            PlanError: a plain variant with no resident CTA on the target (its dynamic shared memory, e.g. a dp
+                tile's x, over what an SM holds: a launch would fail), the cooperative grid cannot fit even with one
+                split, or ``splits`` exceeds the cap; the spec's own errors (:meth:`spec`).
         """
         tile = self.tuning.tiles(problem.wfmt)[-1] if max_tokens is None else max_tokens
         chunks = self.token_chunks(tokens, tile)
@@ -408,8 +409,11 @@ class GemvFamily:
         spec = self.spec(problem, threads, mode, max_tokens, k_warps, carry, ring)
         if mode == "plain":
             dyn = self.dynamic_smem_bytes(problem, tile, spec)
-            grid = self._plain_grid(problem, threads, k_warps, tile, chunks,
-                                    max(1, ctx.occupancy(spec, dyn).ctas_per_sm) * ctx.sms)
+            occ = ctx.occupancy(spec, dyn)
+            if occ.ctas_per_sm < 1:
+                raise PlanError(f"{spec.uri} on {ctx.arch.name}: no resident CTA per SM (limited by {occ.limiter}; "
+                                f"{dyn:,} B of dynamic shared memory for {tokens} tokens at the {tile}-token tile)")
+            grid = self._plain_grid(problem, threads, k_warps, tile, chunks, occ.ctas_per_sm * ctx.sms)
             return ctx.make_launch(spec, grid, route="plain", tokens=tokens, dynamic_smem=dyn,
                                    workspace_bytes=self.parts_bytes(problem, tokens, base // chunks))
         dyn = self.dynamic_smem_bytes(problem, tile, spec)

@@ -65,10 +65,11 @@ class GemvTuning:
             tile keeps the FMA path. The 8-token tile since 2026-12-06 (``w4_token_tiles``): every epilogue, as it is
             no dp tile.
         w8_mma_tiles: the token tiles whose w8 variants run on tensor cores (fp16 mma, module docstring), where K is
-            a multiple of 64 (a long x is converted in segments of ``W8_MMA_X_BYTES``). Default (8,): the 8-token tile
+            a multiple of 64 (a long x is converted in segments of ``W8_MMA_X_BYTES``). Default none since 2026-12-06:
+            every w8 tile is a dp tile (``w8_dp_tiles``), and a tile runs here only where no dp kernel serves it
+            (:meth:`GemvFamily.fallback`, after :meth:`GemvFamily.chunk_fallback`). Before, (8,): the 8-token tile
             fills the m16n8k16 tile's n (run 209: the 8-sequence step on FMAs at that tile 38.07 ms, on tensor cores
-            32.47, two 4-token chunks 34.22); the 4-token tile is a dp tile since 2026-12-06 (``w8_dp_tiles``) and
-            runs here only where the dp kernels cannot (:meth:`GemvFamily.fallback`). The 4-token tile from the H200
+            32.47, two 4-token chunks 34.22, the 4-token tile then on tensor cores too). The 4-token tile from the H200
             sweeps, against fp32 FMAs: at T = 4
             they win 1.5-1.6x where they fit (runs 45-55 run 47,
             ``bench/results/gemv_ksplit_sweep_w8_t4_h200_13d5dd2.json``, best of each kind, mma vs FMA: GDN in 33.0 vs
@@ -109,7 +110,14 @@ class GemvTuning:
         w8_dp_tiles / w4_dp_tiles: the token tiles whose w8 / w4 variants use integer dot products (template ``dp``,
             module docstring) where K is a multiple of 64, the staged x fits ``dp_x_bytes`` and the tile is not an mma
             tile (a tile of 2 or more that the dp variants cannot serve on a target: :meth:`GemvFamily.fallback`).
-            Defaults: (1, 4) for both (at 4 tokens w4's add_norm_parts GEMVs only: ``w4_mma_epilogues``). w8 at 4
+            Defaults: (1, 4, 8) for w8 and (1, 4) for w4 (at 4 tokens w4's add_norm_parts GEMVs only:
+            ``w4_mma_epilogues``). w8 at 8 tokens on dp since 2026-12-06: on an H100, one process (bench/NOTES.md runs
+            254 and 257, ``bench/results/batch_ab_w8_b8_{dp8_h100_bfabdbd,chunk_h100_332c9e8}.json``), the 27B
+            8-sequence step 16.71 ms (478.8 tok/s) against 26.65 (300.1) with the 8-token tile on tensor cores, one
+            sequence x 6 tokens through the verify program 1.534x the one-token step against 2.214x, one sequence
+            unchanged (97.60 / 97.56 tok/s); the w4 recipe's w8 LM head at 8 tokens too: the w4 8-sequence step
+            12.35 against 12.67 ms. At one CTA of 640 threads per SM, 74-85 registers, 84-102 KB of x (sm_90); the
+            tensor-core kernel staged every token's x as fp16 in each of 320-1,088 CTAs of ~10 warps per SM. w8 at 4
             tokens on dp since 2026-12-06: on an H100, one process per setting (bench/NOTES.md run 244,
             ``bench/results/batch_ab_w8_t4_{now,dp4}_h100_d3666fb.json``), 4 sequences
             315.6 tok/s (12.67 ms per step) against 228.4 (17.51 ms) on tensor cores, one sequence x 4 tokens through
@@ -187,6 +195,16 @@ class GemvTuning:
             takes :meth:`GemvFamily.fallback`'s kernels (the tensor-core ones), as a longer x does. The 27B w4 down at
             4 tokens took 29.3 us on dp (152,320 B of x) against 35.8 on tensor cores on an H100 (bench/NOTES.md run
             231).
+        dp_chunk_fallback: the weight formats ("w8", "w4") whose dp tile that a target cannot serve (the x over
+            ``dp_x_bytes``, or no CTA resident) first tries the largest smaller dp tile of at least 2 tokens, in token
+            chunks that each stream the weights once, and takes :meth:`GemvFamily.fallback`'s tensor-core kernels
+            only where that lands on no dp kernel either (:meth:`GemvFamily.chunk_fallback`). Default ("w8",): the 27B
+            w8 down (K = 17,408) at 8 tokens stages 287 KB of x, more than any SM holds; as two 4-token dp chunks the
+            8-sequence step took 16.71 ms against 20.01 on the 8-token tensor-core kernel, one sequence x 6 tokens
+            through the verify program 1.534x against 1.693x the one-token step (H100, one process, bench/NOTES.md run
+            257, ``bench/results/batch_ab_w8_b8_chunk_h100_332c9e8.json``; on an L20 the 4-token x does not fit either,
+            so the down keeps the 8-token tensor-core kernel there). w4's 8-token tile is no dp tile (tensor cores
+            took the 8-sequence step to 12.58 ms against 17.38 with every w4 GEMV on dp, run 255).
         w4_mma_epilogues: the epilogues whose w4 problems take the tensor-core variants at a tile of both
             ``w4_mma_tiles`` and ``w4_dp_tiles``; the others take dp there (and :meth:`GemvFamily.fallback`'s
             tensor-core kernels where the target cannot hold their x). At a tile of ``w4_mma_tiles`` alone every
@@ -213,7 +231,7 @@ class GemvTuning:
             32 or whose k_warps does not divide its warps, an empty shape list, odd or < 2 rows per warp, an empty
             or non-positive token tile, a negative prefetch_steps, an mma tile over ``MMA_MAX_TOKENS``, an empty
             dp_carry, a dp_ring of 1 or < 0, an unknown dp_preload, dp_deep_threads that are not CTA sizes, a bad
-            dp_min_ctas entry, a bf16_unpack_tiles entry outside 2..4.
+            dp_min_ctas entry, a bf16_unpack_tiles entry outside 2..4, a dp_chunk_fallback entry that is not w8 / w4.
     """
 
     plain_shapes: tuple[tuple[int, int], ...] = ((128, 1), (128, 2), (128, 4), (256, 2), (256, 4))
