@@ -322,7 +322,8 @@ class GemvFamily:
         count with the most splits its cap allows, when that is >= 2; a persistent dp shape with each
         ``dp_carry`` setting) with the least :func:`estimate_us`; ties
         to the plain route, fewer k_warps, fewer threads. A dp tile whose x exceeds ``dp_x_bytes``, or none of
-        whose variants is resident on the target, launches its :meth:`fallback`'s kernels.
+        whose variants is resident on the target, launches a smaller dp tile in token chunks where
+        :meth:`chunk_fallback` gives one that serves, else its :meth:`fallback`'s (tensor-core) kernels.
 
         Raises:
             PlanError: T < 1, or no variant can be resident at all on this target.
