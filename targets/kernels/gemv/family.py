@@ -413,7 +413,9 @@ class GemvFamily:
             occ = ctx.occupancy(spec, dyn)
             if occ.ctas_per_sm < 1:
                 raise PlanError(f"{spec.uri} on {ctx.arch.name}: no resident CTA per SM (limited by {occ.limiter}; "
-                                f"{dyn:,} B of dynamic shared memory for {tokens} tokens at the {tile}-token tile)")
+                                f"{dyn:,} B of dynamic shared memory for {tokens} tokens at the {tile}-token tile, "
+                                f"{occ.smem_per_cta:,} B per CTA in all, where a CTA may take at most "
+                                f"{ctx.arch.max_smem_per_cta_optin:,} B)")
             grid = self._plain_grid(problem, threads, k_warps, tile, chunks, occ.ctas_per_sm * ctx.sms)
             return ctx.make_launch(spec, grid, route="plain", tokens=tokens, dynamic_smem=dyn,
                                    workspace_bytes=self.parts_bytes(problem, tokens, base // chunks))
