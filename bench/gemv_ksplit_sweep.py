@@ -38,8 +38,14 @@ CONFIGS = [(th, kw) for th in (128, 256, 512) for kw in (1, 2, 4, 8) if (th // 3
 MMA_CONFIGS = [(th, kw) for th, kw in CONFIGS if ring_fits(GemvTuning(), th, 1)]
 
 
+#: token rows of :class:`Bufs`' activations (x, y, h, xs; ss 8,192 per token): launches of up to 8 tokens (the GEMV's
+#: largest tile; 4 before 2026-12-06, so the x values of runs before then differ -- times do not depend on them)
+MAX_TOKENS = 8
+
+
 class Bufs:
-    """Distinct weight copies of one problem (so a graph of launches streams from DRAM, not L2) + activations."""
+    """Distinct weight copies of one problem (so a graph of launches streams from DRAM, not L2) + activations of
+    ``MAX_TOKENS`` tokens."""
 
     def __init__(self, cp, p: GemvProblem, min_bytes: int):
         self.copies = max(3, -(-min_bytes // p.weight_bytes))
@@ -56,13 +62,13 @@ class Bufs:
             else:
                 self.w.append(rng.randint(0, 256, (R, K // 2), dtype=cp.int32).astype(cp.uint8))
                 self.sc.append(cp.full((R, K // 64), 1e-3, cp.float32))
-        self.x = rng.randint(0x3000, 0x3C00, (4, K), dtype=cp.int32).astype(cp.uint16)
+        self.x = rng.randint(0x3000, 0x3C00, (MAX_TOKENS, K), dtype=cp.int32).astype(cp.uint16)
         n = p.n
-        self.y = cp.zeros((4, n), cp.uint16 if p.epilogue == "swiglu" else cp.float32)
-        self.h = rng.standard_normal((4, n), dtype=cp.float32)
-        self.xs = cp.zeros((4, n), cp.uint16)
+        self.y = cp.zeros((MAX_TOKENS, n), cp.uint16 if p.epilogue == "swiglu" else cp.float32)
+        self.h = rng.standard_normal((MAX_TOKENS, n), dtype=cp.float32)
+        self.xs = cp.zeros((MAX_TOKENS, n), cp.uint16)
         self.nw = cp.zeros(n, cp.float32)
-        self.ss = cp.ones(4 * 8192, cp.float32)
+        self.ss = cp.ones(MAX_TOKENS * 8192, cp.float32)
         self.ws = cp.empty(64 << 20, cp.uint8)
         self.barrier = cp.zeros(64, cp.uint32)
 

@@ -11,9 +11,16 @@ meaningless; only times. (Runs 229-232, bench/NOTES.md, cut the bf16 mma kernel 
 memory, also without the staging and reading x from global memory; the kernel does the latter since.)
 
 ``--sweep`` times every plain CTA shape of the tensor-core kernels at the T-token tile: w4 as built and with 2 scale
-groups per ring stage (``chunk2``), bf16 as built.
+groups per ring stage (``chunk2``), bf16 as built (``--bf16-shapes`` replaces ``GemvTuning.bf16_mma_shapes`` there).
 
-Usage (GPU machine): python bench/gemv_tokens_probe.py [--formats bf16,w4] [--shapes gate_up,down] [--json FILE]
+At T = 5..8 (the 8-token tile; since 2026-12-06) the bf16 tensor-core kernel also runs with fewer distinct x rows --
+``x4``: lane row fr reads token fr % 4's x, ``x1``: every lane token 0's (the same mma and weight stream, the x
+traffic of 4 and 1 tokens) -- and ``--part-grids`` times the planned T-token kernel on a grid of 1 and 2 CTAs per SM
+(the first row blocks only; its ``us_scaled`` is the time per CTA times the planned grid): near the full time per
+CTA, the SMs that hold one CTA more than others (320 row tiles on 132 SMs) set the kernel's time.
+
+Usage (GPU machine): python bench/gemv_tokens_probe.py [--formats bf16,w4] [--shapes gate_up,down,gdn_out] [--tokens T]
+    [--part-grids] [--sweep [--bf16-shapes 64x2,128x4,...]] [--json FILE]
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gemv_ksplit_sweep import Bufs, device_setup, load_specs, time_graph, write_rows  # noqa: E402
+from gemv_ksplit_sweep import MAX_TOKENS, Bufs, device_setup, load_specs, time_graph, write_rows  # noqa: E402
 from w4_stream_probe import variants as w4_variants  # noqa: E402
 
 from ninferc.runtime.kernels import DeviceKernel  # noqa: E402
@@ -34,7 +41,8 @@ from ninferc.targets.plan import PlanContext  # noqa: E402
 from ninferc.targets.kernels.gemv import GemvFamily, GemvProblem, GemvTuning, mma  # noqa: E402
 
 SHAPES = {"gate_up": lambda f: GemvProblem(5120, 17408, "swiglu", f, in_norm="parts"),
-          "down": lambda f: GemvProblem(17408, 5120, "add_norm_parts", f)}
+          "down": lambda f: GemvProblem(17408, 5120, "add_norm_parts", f),
+          "gdn_out": lambda f: GemvProblem(6144, 5120, "add_norm_parts", f)}
 
 # bf16 mma: the four k-tiles of a block
 BF16_MMA_MATH = re.compile(r"(            mma_bf16_ktile\(c, .*\n){4}")
@@ -42,6 +50,8 @@ BF16_MMA_NOMATH = ("            c[0] += __uint_as_float((wa[u][0].x ^ wa[u][0].y
                    "wa[u][1].y ^ wa[u][1].z ^ wa[u][1].w ^ x0.x ^ x0.w ^ x1.y) & 0x3f7fffffu);\n"
                    "            c[2] += __uint_as_float((wb[u][0].x ^ wb[u][0].y ^ wb[u][0].z ^ wb[u][0].w ^ wb[u][1].x ^ "
                    "wb[u][1].y ^ wb[u][1].z ^ wb[u][1].w ^ x0.y ^ x0.z ^ x1.x ^ x1.z ^ x1.w) & 0x3f7fffffu);\n")
+# bf16 mma: the lane's B column (its token's x)
+BF16_MMA_XTOK = "const int xtok = fr < nt ? fr : 0;"
 # w4 mma with 2 scale groups per ring stage (the stage's 16-byte pieces swizzled within the row's 4 pieces)
 W4_CHUNK2 = [("constexpr int kChunk = 4;", "constexpr int kChunk = 2;"),
              ("((cp ^ (r % 8)) * 16)", "((cp ^ (r % kPieces)) * 16)"),
@@ -67,8 +77,13 @@ def cuts(src: str, engine: str) -> dict[str, str]:
     if engine == "bf16_mma":
         nomath, n = BF16_MMA_MATH.subn(BF16_MMA_NOMATH, src)
         assert n == 1, "bf16 mma block not found"
-        return {"nomath": nomath}
-    assert "constexpr bool kUnpackW = true" in src, "the planned bf16 4-token kernel is not the unpack_w one"
+        out = {"nomath": nomath}
+        if "constexpr int kMaxTokens = 8;" in src:  # the 8-token tile: the x traffic of 4 and 1 tokens
+            out["x4"] = _once(src, BF16_MMA_XTOK, "const int xtok = fr % 4 < nt ? fr % 4 : 0;")
+            out["x1"] = _once(src, BF16_MMA_XTOK, "const int xtok = 0;")
+        return out
+    if "constexpr bool kUnpackW = true" not in src:  # the 8-token FMA kernel converts per token: no cut of it
+        return {}
     return {"nomath": _once(src, BF16_FMA_MATH, BF16_FMA_NOMATH, first=True)}
 
 
@@ -83,15 +98,16 @@ def sweep_sources(src: str, engine: str) -> dict[str, str]:
     return {"as built": src}
 
 
-def sweep(cp, arch, sms, bw, stream, fmt: str, shape: str, T: int, rows: list) -> None:
+def sweep(cp, arch, sms, bw, stream, fmt: str, shape: str, T: int, rows: list, bf16_shapes=None) -> None:
     """Every plain CTA shape of the tensor-core kernels at tile T, as built (w4), with 2 scale groups per ring stage
     (w4; ``mma.MMA_CHUNK`` set to 2 while the variants are made, so the rings get their stages from the smaller
-    stage)."""
+    stage); bf16 at ``bf16_shapes`` ((threads, k_warps) pairs) when given, else at the tuning's."""
     p = SHAPES[shape](fmt)
     bufs = Bufs(cp, p, 1 << 30)
     engines = ("w4_mma", "w4_mma_chunk2") if fmt == "w4" else ("bf16_mma",)
     for engine in engines:
-        fam = GemvFamily(GemvTuning(bf16_mma_tiles=(T,)) if fmt == "bf16" else GemvTuning())
+        fam = GemvFamily(GemvTuning(bf16_mma_tiles=(T,), **({"bf16_mma_shapes": bf16_shapes} if bf16_shapes else {}))
+                         if fmt == "bf16" else GemvTuning())
         chunk = mma.MMA_CHUNK
         mma.MMA_CHUNK = 2 if engine == "w4_mma_chunk2" else chunk
         try:
@@ -118,20 +134,45 @@ def sweep(cp, arch, sms, bw, stream, fmt: str, shape: str, T: int, rows: list) -
     cp.get_default_memory_pool().free_all_blocks()
 
 
+def part_grids(cp, stream, bufs, p, ln, k, sms: int, t1: float, rows: list, key: dict) -> None:
+    """``--part-grids``: launch ``ln``'s kernel ``k`` on grids of 1 and 2 CTAs per SM (only those smaller than its
+    planned grid; the first row blocks, so only their outputs are written) and record each time with ``us_scaled``,
+    the time per CTA times the planned grid."""
+    for per_sm in (1, 2):
+        grid = per_sm * sms
+        if grid >= ln.ctas:
+            continue
+        calls = [lambda i=i: k.launch((grid, 1, 1), ln.block, bufs.args(p, ln, i), smem=ln.dynamic_smem_bytes,
+                                      stream=stream, pdl=True) for i in range(max(bufs.copies, 24))]
+        t = time_graph(cp, stream, calls)
+        r = {**key, "variant": f"grid{grid}", "uri": ln.kernel.uri, "threads": ln.threads, "ctas": grid,
+             "planned_ctas": ln.ctas, "us": t * 1e6, "us_scaled": t * 1e6 * ln.ctas / grid, "vs_t1": t / t1}
+        rows.append(r)
+        print(f"{key['format']:4} {key['shape']:7} {key['kernels']:8} T={key['tokens']} grid {grid:5} of {ln.ctas:5} "
+              f"{r['us']:7.1f} us (x {ln.ctas / grid:.2f} = {r['us_scaled']:7.1f}) {r['vs_t1']:.3f}x", flush=True)
+
+
 def main(argv=None) -> int:
     """Time every launch and cut of each format and shape; print one line each, write ``--json`` rows (us, GB/s of
     weight bytes, ratio to the planned T = 1 launch)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--formats", default="bf16,w4")
     ap.add_argument("--shapes", default="gate_up,down")
-    ap.add_argument("--tokens", type=int, default=4, help="T of the multi-token launches (2..4: the probe's x has 4 rows)")
+    ap.add_argument("--tokens", type=int, default=4, help="T of the multi-token launches (2..8)")
+    ap.add_argument("--part-grids", action="store_true", help="also time the planned T-token kernel on 1 and 2 CTAs "
+                    "per SM (the first row blocks)")
+    ap.add_argument("--bf16-shapes", default=None, help="--sweep's bf16 CTA shapes, THREADSxK_WARPS,... "
+                    "(default: GemvTuning.bf16_mma_shapes)")
     ap.add_argument("--sweep", action="store_true", help="also time every CTA shape of the tensor-core kernels "
                     "(w4 as built and with 2 scale groups per stage, bf16 as built)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
+    T = a.tokens
+    if not 2 <= T <= MAX_TOKENS:
+        ap.error(f"--tokens {T}: the probe's activations hold 2..{MAX_TOKENS} tokens")
+    bf16_shapes = tuple(tuple(int(v) for v in s.split("x")) for s in a.bf16_shapes.split(",")) if a.bf16_shapes else None
     cp, arch, sms, bw, stream = device_setup()
     rows = []
-    T = a.tokens
     for fmt in a.formats.split(","):
         for shape in a.shapes.split(","):
             p = SHAPES[shape](fmt)
@@ -170,13 +211,16 @@ def main(argv=None) -> int:
                         print(f"{fmt:4} {shape:7} {fname:8} T={tokens} {tag:14} th{ln.threads} ctas {ln.ctas:5} "
                               f"occ {ln.ctas_per_sm} regs {regs:3} {r['us']:7.1f} us {r['gbps']:6.0f} GB/s "
                               f"{r['vs_t1']:.3f}x", flush=True)
+                    if a.part_grids and tokens > 1 and fname == "planned":
+                        part_grids(cp, stream, bufs, p, ln, kernels[ln.kernel.uri], sms, t1, rows,
+                                   {"format": fmt, "shape": shape, "kernels": fname, "tokens": tokens})
                 kernels = None
             bufs = None  # frees the buffers (not `del`: the timing lambdas above close over the name)
             cp.get_default_memory_pool().free_all_blocks()
     if a.sweep:
         for fmt in a.formats.split(","):
             for shape in a.shapes.split(","):
-                sweep(cp, arch, sms, bw, stream, fmt, shape, T, rows)
+                sweep(cp, arch, sms, bw, stream, fmt, shape, T, rows, bf16_shapes)
     if a.json:
         write_rows(a.json, cp, sms, bw, "bench/gemv_tokens_probe.py", argv if argv is not None else sys.argv[1:], rows)
     return 0
