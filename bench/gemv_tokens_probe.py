@@ -15,7 +15,8 @@ groups per ring stage (``chunk2``), bf16 as built (``--bf16-shapes`` replaces ``
 
 At T = 5..8 (the 8-token tile; since 2026-12-06) the bf16 tensor-core kernel also runs with fewer distinct x rows --
 ``x4``: lane row fr reads token fr % 4's x, ``x1``: every lane token 0's (the same mma and weight stream, the x
-traffic of 4 and 1 tokens) -- and ``--part-grids`` times the planned T-token kernel on a grid of 1 and 2 CTAs per SM
+traffic of 4 and 1 tokens); a kernel with the in_norm parts also runs without its per-token norm factors (``nonorm``:
+1.0, no read of the parts before the writer warp streams) -- and ``--part-grids`` times the planned T-token kernel on a grid of 1 and 2 CTAs per SM
 (the first row blocks only; its ``us_scaled`` is the time per CTA times the planned grid): near the full time per
 CTA, the SMs that hold one CTA more than others (320 row tiles on 132 SMs) set the kernel's time.
 
@@ -52,6 +53,8 @@ BF16_MMA_NOMATH = ("            c[0] += __uint_as_float((wa[u][0].x ^ wa[u][0].y
                    "wb[u][1].y ^ wb[u][1].z ^ wb[u][1].w ^ x0.y ^ x0.z ^ x1.x ^ x1.z ^ x1.w) & 0x3f7fffffu);\n")
 # bf16 mma: the lane's B column (its token's x)
 BF16_MMA_XTOK = "const int xtok = fr < nt ? fr : 0;"
+# the in_norm parts' per-token factor (every mma kernel with in_norm parts)
+NORM_IN_FACTOR = "inv_rms[t] = norm_factor(ps, ss_in + (size_t)(t0 + t) * ss_parts, ss_parts, lane, k, in_eps);"
 # w4 mma with 2 scale groups per ring stage (the stage's 16-byte pieces swizzled within the row's 4 pieces)
 W4_CHUNK2 = [("constexpr int kChunk = 4;", "constexpr int kChunk = 2;"),
              ("((cp ^ (r % 8)) * 16)", "((cp ^ (r % kPieces)) * 16)"),
@@ -78,6 +81,8 @@ def cuts(src: str, engine: str) -> dict[str, str]:
         nomath, n = BF16_MMA_MATH.subn(BF16_MMA_NOMATH, src)
         assert n == 1, "bf16 mma block not found"
         out = {"nomath": nomath}
+        if "constexpr bool kParts = true;" in src:  # in_norm parts: no per-token norm factor before the stream
+            out["nonorm"] = _once(src, NORM_IN_FACTOR, "inv_rms[t] = 1.0f;")
         if "constexpr int kMaxTokens = 8;" in src:  # the 8-token tile: the x traffic of 4 and 1 tokens
             out["x4"] = _once(src, BF16_MMA_XTOK, "const int xtok = fr % 4 < nt ? fr % 4 : 0;")
             out["x1"] = _once(src, BF16_MMA_XTOK, "const int xtok = 0;")
