@@ -447,7 +447,7 @@ class DecodeStaging:
 
     Raises:
         PlanError: ``stage_kv`` not True, False or "auto", ``stage_min_resident`` < 1, ``stage_keys``,
-            ``stage_min_ctas`` or ``stage_l1_keep`` < 0 (each names the value).
+            ``stage_min_ctas``, ``stage_l1_keep`` or ``stage_l1_batch`` < 0 (each names the value).
     """
 
     stage_kv: bool | str = "auto"
@@ -456,6 +456,7 @@ class DecodeStaging:
     stage_min_resident: int = 3
     stage_mma: bool = False
     stage_l1_keep: int = 64 * 1024
+    stage_l1_batch: int = 5
 
     def __post_init__(self):
         name = "attn_decode"  # (AttnDecodeFamily.name; this class is defined first)
@@ -469,7 +470,10 @@ class DecodeStaging:
             raise PlanError(f"{name}: stage_min_ctas = {self.stage_min_ctas} must be >= 0 (0 = no launch bound)")
         if self.stage_l1_keep < 0:
             raise PlanError(f"{name}: stage_l1_keep = {self.stage_l1_keep} must be >= 0 (0 = no L1 rule)")
-        for f in ("stage_keys", "stage_min_ctas", "stage_min_resident", "stage_l1_keep"):
+        if self.stage_l1_batch < 0:
+            raise PlanError(f"{name}: stage_l1_batch = {self.stage_l1_batch} must be >= 0 (0 = the verify step's "
+                            f"kernel only)")
+        for f in ("stage_keys", "stage_min_ctas", "stage_min_resident", "stage_l1_keep", "stage_l1_batch"):
             object.__setattr__(self, f, int(getattr(self, f)))
         object.__setattr__(self, "stage_mma", bool(self.stage_mma))
 
@@ -501,8 +505,8 @@ class AttnDecodeFamily(_OneKernelFamily):
         staging: the staged kernel's options (:class:`DecodeStaging`: whether K/V tiles go through shared memory,
             their keys, the tensor-core loops, the launch bound, the "auto" rule's threshold). Each field is also
             an attribute of the family under its old name (``stage_kv``, ``stage_keys``, ``stage_mma``,
-            ``stage_min_ctas``, ``stage_min_resident``, ``stage_l1_keep``); setting one replaces :attr:`staging` by a
-            copy with it.
+            ``stage_min_ctas``, ``stage_min_resident``, ``stage_l1_keep``, ``stage_l1_batch``); setting one replaces
+            :attr:`staging` by a copy with it.
         fuse_prep: fold ``attn_prep`` into the decode kernel (template ``prep``; bf16 KV, staged, not ``stage_mma``):
             every CTA computes its KV group's queries from ``proj`` (q_norm + RoPE, attn_prep's arithmetic) and the
             CTA whose key range ends at the context also the new K / V row, written to the page and into its
@@ -528,6 +532,7 @@ class AttnDecodeFamily(_OneKernelFamily):
     stage_min_resident = _staging_field("stage_min_resident")
     stage_mma = _staging_field("stage_mma")
     stage_l1_keep = _staging_field("stage_l1_keep")
+    stage_l1_batch = _staging_field("stage_l1_batch")
 
     def __init__(self, threads: int = 128, max_pages_per_split: int = 64, balance_keys: int = 16,
                  balance_keys_int8: int = 16, staging: DecodeStaging = DecodeStaging(),
@@ -583,15 +588,24 @@ class AttnDecodeFamily(_OneKernelFamily):
         """The balanced split's keys granule for ``problem``'s KV dtype (0 = page-aligned splits)."""
         return self.balance_keys if problem.kv_dtype == "bf16" else self.balance_keys_int8
 
-    def tile_candidates(self, problem: AttentionProblem, prep: bool = True) -> tuple[int, ...]:
-        """The staged tiles (keys) the ``"auto"`` rule of :meth:`choose` may take for ``problem``, in its order of
-        preference: ``stage_keys`` where set; else the page, and for the verify step's kernel (``prep`` False) with
-        ``stage_l1_keep`` and bf16 KV also the half page (at least 16 keys: pages are multiples of 32) where the
-        staged kernel takes it."""
+    def l1_rule(self, prep: bool = True, batch: int = 1) -> bool:
+        """Whether :meth:`choose`'s L1 rule (``stage_l1_keep``) applies to the kernel of a step of ``batch`` rows:
+        the verify step's (``prep`` False) always, the decode step's from ``stage_l1_batch`` sequences on; never
+        without ``stage_l1_keep`` or with ``stage_keys`` set."""
+        if not self.stage_l1_keep or self.stage_keys:
+            return False
+        return not prep or (self.stage_l1_batch > 0 and batch >= self.stage_l1_batch)
+
+    def tile_candidates(self, problem: AttentionProblem, prep: bool = True, batch: int | None = None) -> tuple[int, ...]:
+        """The staged tiles (keys) the ``"auto"`` rule of :meth:`choose` may take for ``problem`` in a step of
+        ``batch`` rows (None: of any, the tiles the plan compiles), in its order of preference: ``stage_keys`` where
+        set; else the page, and where the L1 rule applies (:meth:`l1_rule`) to bf16 KV also the half page (at least
+        16 keys: pages are multiples of 32) where the staged kernel takes it."""
         if self.stage_keys:
             return (self.stage_keys,)
         page = problem.page_size
-        if prep or not self.stage_l1_keep or problem.kv_dtype != "bf16":
+        rule = self.l1_rule(prep, batch) if batch is not None else self.l1_rule(prep, max(self.stage_l1_batch, 1))
+        if not rule or problem.kv_dtype != "bf16":
             return (page,)
         try:  # a half page the staged kernel cannot take (stage_mma's tile rules) is no candidate
             self.spec(problem, True, prep=False, tile=page // 2)
@@ -611,7 +625,8 @@ class AttnDecodeFamily(_OneKernelFamily):
                                                   if problem.kv_dtype == "bf16" else [])
         return [self.spec(problem, prep=prep)]
 
-    def choose(self, problem: AttentionProblem, ctx: PlanContext, prep: bool = True) -> tuple[KernelSpec, int]:
+    def choose(self, problem: AttentionProblem, ctx: PlanContext, prep: bool = True,
+               batch: int = 1) -> tuple[KernelSpec, int]:
         """(kernel, dynamic shared memory bytes) the plan launches for ``problem`` on ``ctx``'s target: the one
         ``stage_kv`` forces (tiles of ``stage_keys`` or a page), or under ``"auto"``, for bf16 KV, the staged kernel
         of the first of :meth:`tile_candidates` that, with its dynamic shared memory, keeps >= ``stage_min_resident``
@@ -632,12 +647,13 @@ class AttnDecodeFamily(_OneKernelFamily):
             staged = True  # the folded prep needs the staged tile (spec() names what else it needs)
         elif self.stage_kv == "auto":
             staged = False
-            for t in self.tile_candidates(problem, prep) if problem.kv_dtype == "bf16" else ():
+            rule = self.l1_rule(prep, batch)
+            for t in self.tile_candidates(problem, prep, batch) if problem.kv_dtype == "bf16" else ():
                 spec, dyn = self.spec(problem, True, prep=prep, tile=t), self.dynamic_smem_bytes(problem, True, t)
                 if ctx.resources_of(spec).static_smem_bytes + dyn > ctx.arch.max_smem_per_cta_optin:
                     continue
                 occ = ctx.occupancy(spec, dyn)
-                l1_ok = prep or self.stage_keys or l1_left(ctx.arch, occ) >= self.stage_l1_keep
+                l1_ok = not rule or l1_left(ctx.arch, occ) >= self.stage_l1_keep
                 if occ.ctas_per_sm >= self.stage_min_resident and l1_ok:
                     staged, tile = True, t
                     break
@@ -718,7 +734,7 @@ class AttnDecodeFamily(_OneKernelFamily):
         """
         if batch < 1:
             raise PlanError(f"{self.name}: B = {batch} must be at least 1")
-        spec, dyn = self.choose(problem, ctx, prep)
+        spec, dyn = self.choose(problem, ctx, prep, batch)
         occ = ctx.occupancy(spec, dyn)
         if occ.ctas_per_sm < 1:
             raise PlanError(f"{spec.uri} on {ctx.arch.name}: 0 resident CTAs per SM (limited by {occ.limiter})")
@@ -744,7 +760,7 @@ class AttnDecodeFamily(_OneKernelFamily):
         if tokens > ctx.arch.max_grid_dims[2]:
             raise PlanError(f"{self.name} on {ctx.arch.name}: B = {tokens} exceeds the grid z limit "
                             f"{ctx.arch.max_grid_dims[2]}")
-        spec, dyn = self.choose(problem, ctx, prep)
+        spec, dyn = self.choose(problem, ctx, prep, tokens)
         return ctx.make_launch(spec, (splits, problem.heads_kv, int(tokens)), route="split_kv",
                                tokens=tokens, split_k=splits, dynamic_smem=dyn,
                                workspace_bytes=self.workspace_bytes(problem, tokens, splits))

@@ -221,40 +221,47 @@ def test_auto_stages_bf16_pages_where_three_ctas_stay_resident_and_l1_is_left(ar
     stay resident."""
     a = get_arch(arch)
     no_l1 = A.AttnDecodeFamily(staging=A.DecodeStaging(stage_l1_keep=0))
+    verify_only = A.AttnDecodeFamily(staging=A.DecodeStaging(stage_l1_batch=0))
     for sku in skus_of(arch):
         ctx = ctx_for(arch, sku.sms)
         for p in (BIG, BIG8, TINY, TINY8):
-            for prep in (True, False):
-                spec, dyn = DECODE.choose(p, ctx, prep)
+            for prep, batch in ((True, 1), (True, 4), (True, 5), (True, 8), (False, 1), (False, 4)):
+                spec, dyn = DECODE.choose(p, ctx, prep, batch)
                 staged = "stage" in dict(spec.params)
                 if p.kv_dtype == "int8":
                     assert not staged and dyn == 0
                     continue
                 want = None  # the rule, from the occupancy calculator and l1_left
-                tiles = (p.page_size,) if prep else (p.page_size, p.page_size // 2)
-                assert DECODE.tile_candidates(p, prep) == tiles
+                rule = not prep or batch >= 5  # the decode step's kernel from stage_l1_batch (5) sequences on
+                tiles = (p.page_size, p.page_size // 2) if rule else (p.page_size,)
+                assert DECODE.tile_candidates(p, prep, batch) == tiles
+                # the plan compiles every tile a step of any batch may take
+                assert DECODE.tile_candidates(p, prep) == (p.page_size, p.page_size // 2)
                 for t in tiles:
                     occ = ctx.occupancy(DECODE.spec(p, True, prep=prep, tile=t), DECODE.dynamic_smem_bytes(p, True, t))
-                    if occ.ctas_per_sm >= 3 and (prep or l1_left(a, occ) >= 64 * 1024):
+                    if occ.ctas_per_sm >= 3 and (not rule or l1_left(a, occ) >= 64 * 1024):
                         want = t
                         break
                 assert staged == (want is not None), (sku.name, p, prep)
                 if staged:
                     assert dict(spec.params).get("tile", p.page_size) == want
                 if p is BIG:  # the rule's outcome for the 27B shape on today's targets
-                    assert want == ((64 if prep else 32) if a.name == "sm_90" else None), (sku.name, prep, want)
+                    assert want == ((32 if rule else 64) if a.name == "sm_90" else None), (sku.name, prep, batch, want)
                     page = ctx.occupancy(DECODE.spec(p, True, prep=prep), DECODE.dynamic_smem_bytes(p, True))
                     if a.name == "sm_90":
                         assert (page.ctas_per_sm, l1_left(a, page)) == (3, 28 * 1024)
                     # without the L1 rule: the page tile where 3 CTAs stay resident (sm_90), as before the rule
-                    s0 = no_l1.choose(p, ctx, prep)[0]
+                    s0 = no_l1.choose(p, ctx, prep, batch)[0]
                     assert ("stage" in dict(s0.params), dict(s0.params).get("tile")) == (a.name == "sm_90", None)
+                    # with stage_l1_batch 0 the decode step's kernel never takes the rule
+                    sv = verify_only.choose(p, ctx, prep, batch)[0]
+                    assert dict(sv.params).get("tile") == (None if prep or a.name != "sm_90" else 32)
                 assert dyn == (DECODE.dynamic_smem_bytes(p, True, want) if staged else 0)
-                ln = DECODE.launch(p, 1, ctx, prep)
+                ln = DECODE.launch(p, batch, ctx, prep)
                 assert (ln.kernel, ln.dynamic_smem_bytes) == (spec, dyn)
                 fill = ctx.occupancy(spec, dyn).ctas_per_sm * sku.sms
-                assert DECODE.splits(p, 1, ctx, prep)[0] <= max(fill // p.heads_kv, 1) or \
-                    DECODE.splits(p, 1, ctx, prep)[0] <= -(-p.max_pages // DECODE.max_pages_per_split)
+                assert DECODE.splits(p, batch, ctx, prep)[0] <= max(fill // (batch * p.heads_kv), 1) or \
+                    DECODE.splits(p, batch, ctx, prep)[0] <= -(-p.max_pages // DECODE.max_pages_per_split)
                 for forced in (True, False):
                     f = A.AttnDecodeFamily(staging=A.DecodeStaging(stage_kv=forced))
                     got = f.choose(p, ctx, prep)[0]
@@ -263,6 +270,8 @@ def test_auto_stages_bf16_pages_where_three_ctas_stay_resident_and_l1_is_left(ar
         A.DecodeStaging(stage_kv="yes")
     with pytest.raises(PlanError, match="stage_l1_keep = -1 must be >= 0"):
         A.DecodeStaging(stage_l1_keep=-1)
+    with pytest.raises(PlanError, match="stage_l1_batch = -2 must be >= 0"):
+        A.DecodeStaging(stage_l1_batch=-2)
 
 
 def test_verify_tile_candidates_and_a_set_tile():
@@ -498,14 +507,18 @@ def test_problem_from_the_fixture_config(tiny_dir):
 BF16_URIS = {
     "tiny": ["attn_prep__hd64_hkv2_hq4_page64_rot16_th128", "attn_decode__balance16_hd64_hkv2_hq4_page64_th128",
              "attn_decode__balance16_hd64_hkv2_hq4_min_ctas4_page64_prep1_rot16_stage1_th128",
+             "attn_decode__balance16_hd64_hkv2_hq4_min_ctas4_page64_prep1_rot16_stage1_th128_tile32",
              "attn_combine__dctas4_hd64_hkv2_hq4_th128", "attn_decode__balance16_hd64_hkv2_hq4_page64_th128",
              "attn_decode__balance16_hd64_hkv2_hq4_min_ctas4_page64_prep1_rot16_stage1_th128",
+             "attn_decode__balance16_hd64_hkv2_hq4_min_ctas4_page64_prep1_rot16_stage1_th128_tile32",
              "attn_prefill__hd64_hkv2_hq4_ktile32_page64_qtile64_route-mma_th128",
              "attn_prefill__hd64_hkv2_hq4_ktile32_page64_qtile16_route-simt_th128"],
     "27b": ["attn_prep__hd256_hkv4_hq24_page64_rot64_th128", "attn_decode__balance16_hd256_hkv4_hq24_page64_th128",
             "attn_decode__balance16_hd256_hkv4_hq24_min_ctas4_page64_prep1_rot64_stage1_th128",
+            "attn_decode__balance16_hd256_hkv4_hq24_min_ctas4_page64_prep1_rot64_stage1_th128_tile32",
             "attn_combine__dctas4_hd256_hkv4_hq24_th128", "attn_decode__balance16_hd256_hkv4_hq24_page64_th128",
             "attn_decode__balance16_hd256_hkv4_hq24_min_ctas4_page64_prep1_rot64_stage1_th128",
+            "attn_decode__balance16_hd256_hkv4_hq24_min_ctas4_page64_prep1_rot64_stage1_th128_tile32",
             "attn_prefill__hd256_hkv4_hq24_ktile32_page64_qtile64_route-mma_th128",
             "attn_prefill__hd256_hkv4_hq24_ktile32_page64_qtile16_route-simt_th128"],
 }
