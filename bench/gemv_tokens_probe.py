@@ -16,7 +16,7 @@ groups per ring stage (``chunk2``), bf16 as built (``--bf16-shapes`` replaces ``
 At T = 5..8 (the 8-token tile; since 2026-12-06) the bf16 tensor-core kernel also runs with fewer distinct x rows --
 ``x4``: lane row fr reads token fr % 4's x, ``x1``: every lane token 0's (the same mma and weight stream, the x
 traffic of 4 and 1 tokens); a kernel with the in_norm parts also runs without its per-token norm factors (``nonorm``:
-1.0, no read of the parts before the writer warp streams) -- and ``--part-grids`` times the planned T-token kernel on a grid of 1 and 2 CTAs per SM
+1.0, no read of the parts before the writer warp streams) and with them computed after the stream (``norm_late``) -- and ``--part-grids`` times the planned T-token kernel on a grid of 1 and 2 CTAs per SM
 (the first row blocks only; its ``us_scaled`` is the time per CTA times the planned grid): near the full time per
 CTA, the SMs that hold one CTA more than others (320 row tiles on 132 SMs) set the kernel's time.
 
@@ -55,6 +55,10 @@ BF16_MMA_NOMATH = ("            c[0] += __uint_as_float((wa[u][0].x ^ wa[u][0].y
 BF16_MMA_XTOK = "const int xtok = fr < nt ? fr : 0;"
 # the in_norm parts' per-token factor (every mma kernel with in_norm parts)
 NORM_IN_FACTOR = "inv_rms[t] = norm_factor(ps, ss_in + (size_t)(t0 + t) * ss_parts, ss_parts, lane, k, in_eps);"
+NORM_IN_BLOCK = ("  float inv_rms[kMaxTokens];\n  if constexpr (kParts) {\n#pragma unroll\n"
+                 "    for (int t = 0; t < kMaxTokens; ++t) {\n      inv_rms[t] = 0.0f;\n      if (kw == 0 && t < nt) {\n"
+                 "        float ps[8];\n        " + NORM_IN_FACTOR + "\n      }\n    }\n  }\n")
+TAIL_START = "  const int ta = 2 * fq, tb = 2 * fq + 1;"
 # w4 mma with 2 scale groups per ring stage (the stage's 16-byte pieces swizzled within the row's 4 pieces)
 W4_CHUNK2 = [("constexpr int kChunk = 4;", "constexpr int kChunk = 2;"),
              ("((cp ^ (r % 8)) * 16)", "((cp ^ (r % kPieces)) * 16)"),
@@ -83,6 +87,10 @@ def cuts(src: str, engine: str) -> dict[str, str]:
         out = {"nomath": nomath}
         if "constexpr bool kParts = true;" in src:  # in_norm parts: no per-token norm factor before the stream
             out["nonorm"] = _once(src, NORM_IN_FACTOR, "inv_rms[t] = 1.0f;")
+            # ... or the same factors computed after the stream, just before the tail uses them
+            late = _once(src, NORM_IN_BLOCK, "  float inv_rms[kMaxTokens];\n")
+            out["norm_late"] = _once(late, TAIL_START, NORM_IN_BLOCK.replace("  float inv_rms[kMaxTokens];\n", "")
+                                     + TAIL_START)
         if "constexpr int kMaxTokens = 8;" in src:  # the 8-token tile: the x traffic of 4 and 1 tokens
             out["x4"] = _once(src, BF16_MMA_XTOK, "const int xtok = fr % 4 < nt ? fr % 4 : 0;")
             out["x1"] = _once(src, BF16_MMA_XTOK, "const int xtok = 0;")
