@@ -429,8 +429,8 @@ class DecodeStaging:
             :meth:`AttnDecodeFamily.choose`; on the H100 the unstaged verify step was as fast as the half-page one,
             20.38 against 20.41 ms, and faster than the page tile's 21.83, run 237).
         stage_l1_keep: bytes of L1 data cache (:func:`ninferc.targets.occupancy.l1_left`) the verify step's staged
-            kernel's resident CTAs must leave per SM where ``stage_keys`` is 0 (0: no such rule; the decode step's
-            kernel has none: :meth:`AttnDecodeFamily.choose` says why). The SM keeps its L1 / shared split
+            kernel's resident CTAs must leave per SM where ``stage_keys`` is 0 (0: no such rule), and the decode
+            step's from ``stage_l1_batch`` sequences on (:meth:`AttnDecodeFamily.l1_rule`). The SM keeps its L1 / shared split
             while programmatic dependent launch chains the kernels after the attention, and the step's GEMVs
             read their x through L1: with the 27B page tile (3 CTAs/SM, 28 KiB of L1 left on sm_90) the bf16
             4-token verify step took 21.83 ms on an H100, with the half-page tile (4 CTAs/SM, 92 KiB left) 20.41,
@@ -438,6 +438,8 @@ class DecodeStaging:
             between the 60 KiB ``attn_prefill`` leaves (the 4-token prefill program's down after it 13.7 us slower
             than in a GDN layer, run 236) and the 92 KiB measured as enough -- on sm_90; on the 128 KiB-per-SM sm_86 /
             sm_89 / sm_120a the threshold is not measured (it changes no 27B or fixture plan there).
+        stage_l1_batch: the fewest sequences of a decode step whose kernel takes the ``stage_l1_keep`` rule too (0:
+            the verify step's kernel only). Default 5, the first batch whose GEMVs take the 8-token tile: STAGE_L1_BATCH_EVIDENCE
         stage_min_ctas: for the staged bf16-KV kernel, the launch bound's minimum CTAs per SM (template
             ``min_ctas``; 0 = none): a register budget for ptxas, 65,536 / (min_ctas x threads) registers. Default 4
             (128 registers at 128 threads): without it this machine's NVRTC 13.5 gives the 27B staged kernel 96
@@ -635,10 +637,15 @@ class AttnDecodeFamily(_OneKernelFamily):
         (:func:`ninferc.targets.occupancy.l1_left`); else the global-memory kernel. ``prep=False``: the verify
         step's kernel (:meth:`verify_launch`): without the folded prep whatever ``fuse_prep`` says.
 
-        The L1 rule is the verify step's only, as measured (bench/NOTES.md runs 236-238, H100, 27B): the bf16
-        4-token verify step took 21.00 ms with the half-page tile against 22.56 with the page tile (1.153x against
-        1.242x the one-token step), while the decode step kept the page tile's speed or was faster with it: 4
-        sequences 20.64 against 20.62 ms, one sequence 1.004x (w8) / 1.005x (w4) faster with the page tile.
+        The L1 rule is the verify step's (``prep`` False) and, from ``stage_l1_batch`` sequences, the decode step's
+        (:meth:`l1_rule`), as measured (bench/NOTES.md runs 236-238, H100, 27B): the bf16 4-token verify step took
+        21.00 ms with the half-page tile against 22.56 with the page tile (1.153x against 1.242x the one-token step),
+        while the decode step kept the page tile's speed or was faster with it at 4 sequences (20.64 against 20.62
+        ms) and one (1.004x (w8) / 1.005x (w4) faster with the page tile); at 8 sequences: STAGE_L1_BATCH_EVIDENCE.
+        Where no staged tile leaves that L1, the verify step's kernel reads K / V from global memory and the decode
+        step's keeps the first staged tile that stays resident (its folded prep needs one; the global-memory kernel
+        would put ``attn_prep`` back into the decode step).
+        ``batch``: the step's rows (sequences of a decode step; a verify step's tokens).
 
         Raises:
             PlanError: a forced staged kernel whose shared memory exceeds the target's opt-in limit."""
@@ -647,16 +654,20 @@ class AttnDecodeFamily(_OneKernelFamily):
             staged = True  # the folded prep needs the staged tile (spec() names what else it needs)
         elif self.stage_kv == "auto":
             staged = False
-            rule = self.l1_rule(prep, batch)
+            rule, resident = self.l1_rule(prep, batch), []
             for t in self.tile_candidates(problem, prep, batch) if problem.kv_dtype == "bf16" else ():
                 spec, dyn = self.spec(problem, True, prep=prep, tile=t), self.dynamic_smem_bytes(problem, True, t)
                 if ctx.resources_of(spec).static_smem_bytes + dyn > ctx.arch.max_smem_per_cta_optin:
                     continue
                 occ = ctx.occupancy(spec, dyn)
-                l1_ok = not rule or l1_left(ctx.arch, occ) >= self.stage_l1_keep
-                if occ.ctas_per_sm >= self.stage_min_resident and l1_ok:
+                if occ.ctas_per_sm < self.stage_min_resident:
+                    continue
+                resident.append(t)
+                if not rule or l1_left(ctx.arch, occ) >= self.stage_l1_keep:
                     staged, tile = True, t
                     break
+            if not staged and prep and resident:  # the decode step's kernel stays staged (the fused prep needs it)
+                staged, tile = True, resident[0]
         else:
             staged = self.stage_kv
         spec, dyn = self.spec(problem, staged, prep=prep, tile=tile), self.dynamic_smem_bytes(problem, staged, tile)
