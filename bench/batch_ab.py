@@ -60,7 +60,7 @@ def main(argv=None) -> int:
         art = synthetic_artifact("qwen3.8-27b", recipe_name(a.weights), "bf16", target=None,
                                  max_context=max_ctx, batch=a.batch, mtp=bool(tps))
         eng = Engine(art, max_context=max_ctx, prefill_chunk=a.context, max_batch=a.batch,
-                     max_logit_rows=max(a.batch, *tps), spec_tokens=a.tokens_per_seq - 1 if tps else 0)
+                     max_logit_rows=max((a.batch, *tps)), spec_tokens=a.tokens_per_seq - 1 if tps else 0)
         res = run_bench(eng, prompt_tokens=[a.context], decode_tokens=a.steps, chunk=a.context, batch=a.batch,
                         log=lambda m: None, tokens_per_seq=tps)
         b = res["batch_decode"][0]

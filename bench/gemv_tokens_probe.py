@@ -15,10 +15,12 @@ groups per ring stage (``chunk2``), bf16 as built (``--bf16-shapes`` replaces ``
 
 At T = 5..8 (the 8-token tile; since 2026-12-06) the bf16 tensor-core kernel also runs with fewer distinct x rows --
 ``x4``: lane row fr reads token fr % 4's x, ``x1``: every lane token 0's (the same mma and weight stream, the x
-traffic of 4 and 1 tokens); a kernel with the in_norm parts also runs without its per-token norm factors (``nonorm``:
-1.0, no read of the parts before the writer warp streams) and with them computed after the stream (``norm_late``) -- and ``--part-grids`` times the planned T-token kernel on a grid of 1 and 2 CTAs per SM
-(the first row blocks only; its ``us_scaled`` is the time per CTA times the planned grid): near the full time per
-CTA, the SMs that hold one CTA more than others (320 row tiles on 132 SMs) set the kernel's time.
+traffic of 4 and 1 tokens). A kernel with the in_norm parts also runs without its per-token norm factors (``nonorm``:
+1.0, no read of the parts before the writer warp streams) and with them computed after the stream (``norm_late``).
+``--part-grids`` times the planned T-token kernel on a grid of 1 and 2 CTAs per SM (the first row blocks only; its
+``us_scaled`` is the time per CTA times the planned grid): near the full time per CTA, the SMs that hold one CTA more
+than others (320 row tiles on 132 SMs) set the kernel's time. (bench/NOTES.md runs 259-260: alone, the 8-token
+GEMVs cost 1.11-1.21x their one-token time; neither x traffic nor the uneven CTAs per SM set it.)
 
 Usage (GPU machine): python bench/gemv_tokens_probe.py [--formats bf16,w4] [--shapes gate_up,down,gdn_out] [--tokens T]
     [--part-grids] [--sweep [--bf16-shapes 64x2,128x4,...]] [--json FILE]

@@ -8,7 +8,8 @@
 #   bash bench/gpu.sh serve_demo         the README's serve transcript ($OUT/serve_demo.txt)
 #   bash bench/gpu.sh serve_27b W...     the 27B shape served per weight format (below)
 #   bash bench/gpu.sh mtp_27b W...       speculative decoding's machinery and the multi-token steps at the 27B shape
-# Helpers: el (elapsed), gpu_tests NAME SECONDS PYTEST-ARGS (a time-boxed GPU test run), bench_27b, ab_run, trace_run,
+# Helpers: el (elapsed), gpu_tests NAME SECONDS PYTEST-ARGS (a time-boxed GPU test run), rest_tests SECONDS (the
+# runtime, CLI and server GPU tests, the HF peer ones in a process of their own), bench_27b, ab_run, trace_run,
 # serve_27b, prefix_27b, mtp_27b, serve_demo, cli_demo. bench/README.md lists the runs waiting for a device.
 # The device returns at most 8 files from $OUT (run 225 lost one): the helpers keep server logs under /tmp and copy a
 # log's tail to $OUT only when its server never became healthy.
@@ -213,9 +214,18 @@ cli_demo() {  # the README's CLI demo on the fixture (bf16, w8 + int8 KV and w4 
 tier() {  # tier [KERNEL_SECS [REST_SECS]]: the whole GPU tier in one call, as runs 195-198 ran it -- the kernel and
   # target tests under pytest-xdist (14 workers; CuPy's pools are emptied after each GPU test and the GEMV weights drawn
   # once per machine, so they fit an 80 GB card), then the runtime, CLI and server tests one worker per file (servers
-  # and engines of their own); $OUT/kernels.{log,xml}, $OUT/rest.{log,xml}
+  # and engines of their own), and the HF peer tests in a process of their own; $OUT/kernels.{log,xml},
+  # $OUT/rest.{log,xml}, $OUT/peer.{log,xml}
   gpu_tests kernels ${1:-400} tests/kernels tests/targets -n 14 -p xdist
-  gpu_tests rest ${2:-160} tests/runtime tests/ninferc tests/server -n 3 --dist loadfile -p xdist
+  rest_tests ${2:-160}
+}
+rest_tests() {  # rest_tests SECONDS: the runtime, CLI and server GPU tests (tier's second half). The HF peer tests run
+  # apart: under `-n 3/4 --dist loadfile` their `import torch` failed inside torch (its schema parser refused
+  # `annotate(strtag) -> ()`) on runs 216, 258 and 259, while alone, under xdist alone, and after every runtime, CLI and
+  # server GPU test in one process they passed (runs 260-265); what in a shared worker breaks it is not known
+  gpu_tests rest $(( $1 - 40 )) tests/runtime tests/ninferc tests/server -n 4 --dist loadfile -p xdist \
+    --ignore tests/ninferc/test_peer_hf_gpu.py
+  gpu_tests peer 60 tests/ninferc/test_peer_hf_gpu.py
 }
 suite() {  # suite [PATHS...]: the GPU tier, $OUT/suite.log and suite.xml
   local per_test=""

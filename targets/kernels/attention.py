@@ -423,23 +423,30 @@ class DecodeStaging:
             that was measured).
         stage_keys: keys per staged tile (template ``tile``). A smaller tile needs less shared memory per CTA, so
             more CTAs are resident and the split rule keeps more splits. 0 (default): the page, or for the verify
-            step's kernel where the page tile's resident CTAs leave less than ``stage_l1_keep`` of the SM's L1, the
+            step's kernel (and the decode step's from ``stage_l1_batch`` sequences on, which stays staged) where the
+            page tile's resident CTAs leave less than ``stage_l1_keep`` of the SM's L1, the
             half-page tile, and where that one keeps fewer than ``stage_min_resident`` CTAs (or also leaves too
             little L1) the global-memory kernel (:meth:`AttnDecodeFamily.tile_candidates`, chosen in
             :meth:`AttnDecodeFamily.choose`; on the H100 the unstaged verify step was as fast as the half-page one,
             20.38 against 20.41 ms, and faster than the page tile's 21.83, run 237).
         stage_l1_keep: bytes of L1 data cache (:func:`ninferc.targets.occupancy.l1_left`) the verify step's staged
             kernel's resident CTAs must leave per SM where ``stage_keys`` is 0 (0: no such rule), and the decode
-            step's from ``stage_l1_batch`` sequences on (:meth:`AttnDecodeFamily.l1_rule`). The SM keeps its L1 / shared split
-            while programmatic dependent launch chains the kernels after the attention, and the step's GEMVs
-            read their x through L1: with the 27B page tile (3 CTAs/SM, 28 KiB of L1 left on sm_90) the bf16
+            step's from ``stage_l1_batch`` sequences on (:meth:`AttnDecodeFamily.l1_rule`). The SM keeps its L1 /
+            shared split while programmatic dependent launch chains the kernels after the attention, and the step's
+            GEMVs read their x through L1: with the 27B page tile (3 CTAs/SM, 28 KiB of L1 left on sm_90) the bf16
             4-token verify step took 21.83 ms on an H100, with the half-page tile (4 CTAs/SM, 92 KiB left) 20.41,
             and the attention layers' GEMVs their GDN-layer times (bench/NOTES.md runs 236-237). Default 64 KiB,
             between the 60 KiB ``attn_prefill`` leaves (the 4-token prefill program's down after it 13.7 us slower
             than in a GDN layer, run 236) and the 92 KiB measured as enough -- on sm_90; on the 128 KiB-per-SM sm_86 /
-            sm_89 / sm_120a the threshold is not measured (it changes no 27B or fixture plan there).
+            sm_89 / sm_120a the threshold is not measured (there it changes no 27B plan; the fixture's decode step
+            of 8 or 16 sequences takes the half-page tile on sm_120a).
         stage_l1_batch: the fewest sequences of a decode step whose kernel takes the ``stage_l1_keep`` rule too (0:
-            the verify step's kernel only). Default 5, the first batch whose GEMVs take the 8-token tile: STAGE_L1_BATCH_EVIDENCE
+            the verify step's kernel only). Default 5, the first batch whose GEMVs take the 8-token tile: on an
+            H100 (bench/NOTES.md runs 260 and 264, ``bench/results/batch_ab_{bf16,w8,w4}_b8_l1_h100_058733a.json``) the
+            27B bf16 8-sequence step took 21.40 ms with the half-page tile against 24.83 with the page tile (1.160x;
+            the attention layers' gate|up and down had taken 178 / 116 us there against 138 / 69 in a GDN layer,
+            run 252), w8 and w4 the same within 0.3 % (their GEMVs stage x in shared memory); at 4 sequences the rule
+            cost bf16 0.8 % (``batch_ab_bf16_b4_l1_h100_058733a.json``). Batches 5-7 take it unmeasured.
         stage_min_ctas: for the staged bf16-KV kernel, the launch bound's minimum CTAs per SM (template
             ``min_ctas``; 0 = none): a register budget for ptxas, 65,536 / (min_ctas x threads) registers. Default 4
             (128 registers at 128 threads): without it this machine's NVRTC 13.5 gives the 27B staged kernel 96
@@ -598,7 +605,8 @@ class AttnDecodeFamily(_OneKernelFamily):
             return False
         return not prep or (self.stage_l1_batch > 0 and batch >= self.stage_l1_batch)
 
-    def tile_candidates(self, problem: AttentionProblem, prep: bool = True, batch: int | None = None) -> tuple[int, ...]:
+    def tile_candidates(self, problem: AttentionProblem, prep: bool = True,
+                        batch: int | None = None) -> tuple[int, ...]:
         """The staged tiles (keys) the ``"auto"`` rule of :meth:`choose` may take for ``problem`` in a step of
         ``batch`` rows (None: of any, the tiles the plan compiles), in its order of preference: ``stage_keys`` where
         set; else the page, and where the L1 rule applies (:meth:`l1_rule`) to bf16 KV also the half page (at least
@@ -641,7 +649,8 @@ class AttnDecodeFamily(_OneKernelFamily):
         (:meth:`l1_rule`), as measured (bench/NOTES.md runs 236-238, H100, 27B): the bf16 4-token verify step took
         21.00 ms with the half-page tile against 22.56 with the page tile (1.153x against 1.242x the one-token step),
         while the decode step kept the page tile's speed or was faster with it at 4 sequences (20.64 against 20.62
-        ms) and one (1.004x (w8) / 1.005x (w4) faster with the page tile); at 8 sequences: STAGE_L1_BATCH_EVIDENCE.
+        ms) and one (1.004x (w8) / 1.005x (w4) faster with the page tile); at 8 sequences the bf16 step took 21.40 ms
+        with the half-page tile against 24.83 (run 260; ``stage_l1_batch``).
         Where no staged tile leaves that L1, the verify step's kernel reads K / V from global memory and the decode
         step's keeps the first staged tile that stays resident (its folded prep needs one; the global-memory kernel
         would put ``attn_prep`` back into the decode step).

@@ -219,12 +219,15 @@ def test_emulated_prefill(name, prev, new, route):
 @pytest.mark.parametrize("split_mode", SPLIT_MODES)
 @pytest.mark.parametrize("name,ctxs", [("tiny-bf16", (63, 64, 65)), ("tiny-bf16", (1, 129)), ("hd256-bf16", (65, 130)),
                                        ("hd256-bf16", (64, 2))])
-def test_emulated_decode_with_prep_folded(name, ctxs, split_mode):
+@pytest.mark.parametrize("keys", [0, 32], ids=["page", "tile32"])
+def test_emulated_decode_with_prep_folded(name, ctxs, split_mode, keys):
     """``fuse_prep``: the staged decode kernel computes the step's q and new K / V row itself (no attn_prep launch)
     from the pool as it was before the step (garbage in the new rows): the pages it writes equal the emulated
     attn_prep's bit for bit (same arithmetic), its partials equal the unfused staged kernel's on attn_prep's output
-    bit for bit, and the end-to-end output matches the reference attention."""
+    bit for bit, and the end-to-end output matches the reference attention -- with tiles of a page and of half a page
+    (``keys`` 32: the decode step's kernel from ``stage_l1_batch`` sequences on, the L1 rule)."""
     p = SHAPES[name]
+    assert p.page_size == 64
     reverse = split_mode == "per_page" or split_mode in BALANCED
     B = len(ctxs)
     rng = np.random.default_rng(zlib.crc32(repr((3, name, ctxs, split_mode)).encode()))
@@ -245,8 +248,10 @@ def test_emulated_decode_with_prep_folded(name, ctxs, split_mode):
             run(ln, PREP.kernel_args(p, ln, dev), reverse)
             dev["q"] = dev["q_out"]
         fam = A.AttnDecodeFamily(DECODE.threads, DECODE.max_pages_per_split, granule, granule,
-                                 staging=A.DecodeStaging(stage_kv=True),
+                                 staging=A.DecodeStaging(stage_kv=True, stage_keys=keys),
                                  fuse_prep=fused)
+        if keys:
+            assert dict(fam.spec(p, True).params)["tile"] == keys
         ln_d = dataclasses.replace(DECODE.launch(p, B, ctx), kernel=fam.spec(p, True), grid=(splits, p.heads_kv, B),
                                    split_k=splits, workspace_bytes=DECODE.workspace_bytes(p, B, splits),
                                    dynamic_smem_bytes=fam.dynamic_smem_bytes(p, True))
