@@ -66,7 +66,7 @@ def test_mtp_table():
 
 
 def test_serving_table_h100():
-    name = "serve_27b_bf16_h100_9e63be4.json"
+    name = "serve_27b_bf16_h100_058733a.json"
     _assert_in_readme(_tool().serve_table([("bf16", _load(name))], "H100"), name)
 
 

@@ -223,8 +223,10 @@ class GemvTuning:
             registers (4 blocks per warp step) left one resident CTA per SM; on an H100 at 4 tokens the 27B gate|up
             took 147.9 / 184.9 us at 256 threads (k_warps 4 / 8) against 129.7-130.7 at 128 (bench/NOTES.md run
             232, ``bench/results/gemv_tokens_probe_sweep_h100_04ccdfc.json``). Since ef99dfa (the kernels' fragment
-            tail) the 256-thread variants hold 106-126 registers on sm_90, 2 CTAs per SM: not measured again
-            (bench/README.md, the runs waiting).
+            tail) the 256-thread variants hold 106-126 registers on sm_90, 2 CTAs per SM, and still lose: the 8-sequence
+            step 0.963x with them (bench/NOTES.md run 254). At 8 tokens the gate|up alone takes 120.0 us on 128 x 2
+            CTAs against 136.8 on the cost model's 128 x 4 (run 259), but the 8-sequence step only 1.004x with 128 x 2
+            alone and 0.980x with 128 x 1 / 128 x 2 (run 260), so the three 128-thread shapes stay.
 
     Raises:
         PlanError: bad options (names them): a (threads, k_warps) shape whose threads are not a positive multiple of
