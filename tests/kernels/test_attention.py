@@ -511,6 +511,7 @@ def test_problem_from_the_fixture_config(tiny_dir):
 #: page-aligned kernel's URI is unchanged: AttnDecodeFamily(balance_keys=0))
 #: (2026-12-02: the staged decode kernels, stage_kv "auto", are bf16-only variants; the combine runs 4 CTAs per head)
 #: (2026-12-03: the staged kernel computes its own q and new K / V row, fuse_prep "auto": template parameter prep)
+#: (2026-12-06: the decode step's half-page tile, ``tile32``, from ``stage_l1_batch`` sequences on: one variant more)
 BF16_URIS = {
     "tiny": ["attn_prep__hd64_hkv2_hq4_page64_rot16_th128", "attn_decode__balance16_hd64_hkv2_hq4_page64_th128",
              "attn_decode__balance16_hd64_hkv2_hq4_min_ctas4_page64_prep1_rot16_stage1_th128",
