@@ -1,5 +1,6 @@
 """README.md's result tables are what ``bench/readme_table.py`` prints from the result files README cites: a table
-edited by hand, or a result file replaced without regenerating the table, fails here."""
+edited by hand, or a result file replaced without regenerating the table, fails here; and the quick start's compile
+lines are what ``ninferc compile`` prints."""
 
 import importlib.util
 import json
@@ -75,3 +76,24 @@ def test_serving_table_refuses_results_of_different_levels():
     b = dict(a, levels=a["levels"][:2])
     with pytest.raises(ValueError, match="concurrency levels"):
         _tool().serve_table([("bf16", a), ("w4", b)], "H100")
+
+
+def test_quick_start_compile_output(tmp_path, monkeypatch):
+    """The quick start's ``ninferc compile`` lines (graph, plan, MTP, bytes written) are what that command prints today:
+    a plan that gains or loses kernels, or an artifact that changes size, without the README following fails here
+    (both had gone stale once, found by a fresh-user trial on 2026-12-06)."""
+    from click.testing import CliRunner
+
+    from ninferc.cli import main
+
+    readme = (REPO / "README.md").read_text()
+    start = readme.index("$ ninferc compile $M --target sm_90 --sku h200 -o tiny.ninfer\n")
+    block = readme[start:readme.index("$ ninferc run", start)].splitlines()[1:]
+    assert [line.split(" ")[0] for line in block] == ["graph:", "plan:", "mtp:", "wrote"], block
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(main, ["compile", str(REPO / "tests" / "fixtures" / "qwen35-tiny-code"), "--target", "sm_90",
+                                  "--sku", "h200", "-o", "tiny.ninfer"])
+    assert r.exit_code == 0, r.output
+    printed = [line.strip() for line in r.output.replace("\r", "\n").splitlines()
+               if line.startswith(("graph:", "plan:", "mtp:", "wrote "))]
+    assert printed == block, f"README's quick start shows {block}, ninferc compile printed {printed}"
