@@ -597,13 +597,13 @@ class AttnDecodeFamily(_OneKernelFamily):
         """The balanced split's keys granule for ``problem``'s KV dtype (0 = page-aligned splits)."""
         return self.balance_keys if problem.kv_dtype == "bf16" else self.balance_keys_int8
 
-    def l1_rule(self, prep: bool = True, batch: int = 1) -> bool:
-        """Whether :meth:`choose`'s L1 rule (``stage_l1_keep``) applies to the kernel of a step of ``batch`` rows:
-        the verify step's (``prep`` False) always, the decode step's from ``stage_l1_batch`` sequences on; never
-        without ``stage_l1_keep`` or with ``stage_keys`` set."""
+    def l1_rule(self, prep: bool = True, batch: int | None = None) -> bool:
+        """Whether :meth:`choose`'s L1 rule (``stage_l1_keep``) applies to the kernel of a step of ``batch`` rows
+        (None: of some batch): the verify step's (``prep`` False) always, the decode step's from ``stage_l1_batch``
+        sequences on; never without ``stage_l1_keep`` or with ``stage_keys`` set."""
         if not self.stage_l1_keep or self.stage_keys:
             return False
-        return not prep or (self.stage_l1_batch > 0 and batch >= self.stage_l1_batch)
+        return not prep or (self.stage_l1_batch > 0 and (batch is None or batch >= self.stage_l1_batch))
 
     def tile_candidates(self, problem: AttentionProblem, prep: bool = True,
                         batch: int | None = None) -> tuple[int, ...]:
@@ -614,8 +614,7 @@ class AttnDecodeFamily(_OneKernelFamily):
         if self.stage_keys:
             return (self.stage_keys,)
         page = problem.page_size
-        rule = self.l1_rule(prep, batch) if batch is not None else self.l1_rule(prep, max(self.stage_l1_batch, 1))
-        if not rule or problem.kv_dtype != "bf16":
+        if not self.l1_rule(prep, batch) or problem.kv_dtype != "bf16":
             return (page,)
         try:  # a half page the staged kernel cannot take (stage_mma's tile rules) is no candidate
             self.spec(problem, True, prep=False, tile=page // 2)
