@@ -122,15 +122,19 @@ class PrefixCache:
 
     def pages_held(self) -> int:
         """Distinct KV pages the cache holds a reference to."""
-        return len({p for c in self._lru.values() for p in c.pages})
+        return self.page_counts()[0]
 
     def pages_only_cached(self) -> int:
         """Pages held by the cache and by nobody else (what evicting everything would free)."""
+        return self.page_counts()[1]
+
+    def page_counts(self) -> tuple[int, int]:
+        """(:meth:`pages_held`, :meth:`pages_only_cached`) in one pass over the checkpoints' pages."""
         counts: dict[int, int] = {}
         for c in self._lru.values():
             for p in c.pages:
                 counts[p] = counts.get(p, 0) + 1
-        return sum(1 for p, n in counts.items() if self.pools.pages.refs(p) == n)
+        return len(counts), sum(1 for p, n in counts.items() if self.pools.pages.refs(p) == n)
 
     def lookup(self, tokens, *, mtp: bool) -> Checkpoint | None:
         """The longest checkpoint whose tokens are a prefix of ``tokens`` ending at most one token before its end

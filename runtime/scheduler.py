@@ -126,6 +126,8 @@ class GenerationRequest:
             where the messages end and the generation prompt begins, the prefix a conversation's next turn
             repeats); positions outside 1..len(prompt_ids) - 2 or not past the request's cache hit are ignored (with
             none left, the end-of-prompt checkpoint is taken).
+        labels: what the caller wants in the request's log record and nothing else reads (the server's
+            ``endpoint`` and ``stream``); copied to :attr:`RequestStats.labels`.
     """
 
     request_id: str
@@ -137,6 +139,7 @@ class GenerationRequest:
     output: OutputFilter | None = None
     sink: Callable[[object], None] = lambda ev: None
     checkpoint_at: tuple[int, ...] = ()
+    labels: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -150,7 +153,9 @@ class TokenEvent:
 
 @dataclass
 class RequestStats:
-    """Timings (seconds, ``time.monotonic``) and counts of one request; rates in tokens per second."""
+    """Timings (seconds, ``time.monotonic``, or the scheduler's clock) and counts of one request; rates in tokens per
+    second. ``arrival_unix``: the wall-clock time of arrival (``time.time()``, seconds since the epoch, UTC) for the
+    log record; ``labels``: the request's :attr:`GenerationRequest.labels`."""
 
     request_id: str
     prompt_tokens: int
@@ -164,6 +169,8 @@ class RequestStats:
     steps_shared: int = 0  # decode steps this request shared with at least one other request
     decode_steps: int = 0
     spec: object = None    # SpecStats when the request decoded speculatively
+    arrival_unix: float = 0.0
+    labels: dict = field(default_factory=dict)
 
     @property
     def queue_s(self) -> float:
@@ -243,7 +250,8 @@ class _Active:
 
     def __init__(self, req: GenerationRequest, now: float):
         self.req = req
-        self.stats = RequestStats(req.request_id, len(req.prompt_ids), arrival=now)
+        self.stats = RequestStats(req.request_id, len(req.prompt_ids), arrival=now, arrival_unix=time.time(),
+                                  labels=dict(req.labels))
         self.seq = None
         self.prefilled = 0       # prompt tokens whose KV is in place
         self.sampler = HostSampler(req.params, req.prompt_ids)
@@ -279,6 +287,7 @@ class Snapshot:
     cache_enabled: bool = False
     cache_checkpoints: int = 0
     cache_pages: int = 0
+    cache_pages_only: int = 0  # pages only the prefix cache holds: evicted on demand, so usable by a new request
     cache_bytes: int = 0
     cache_queries: int = 0
     cache_hits: int = 0
@@ -770,7 +779,8 @@ class Scheduler:
             c = self.cache
             if c is not None:
                 s.cache_enabled = True
-                s.cache_checkpoints, s.cache_pages, s.cache_bytes = c.checkpoints, c.pages_held(), c.bytes
+                s.cache_pages, s.cache_pages_only = c.page_counts()
+                s.cache_checkpoints, s.cache_bytes = c.checkpoints, c.bytes
                 st = c.stats
                 s.cache_queries, s.cache_hits = st.queries, st.hits
                 s.cache_query_tokens, s.cache_hit_tokens = st.query_tokens, st.hit_tokens

@@ -413,7 +413,9 @@ def _generation(state: ServerState, request: Request, req, ids: list[int], max_t
         rid = f"{rid}-{uuid.uuid4().hex[:8]}"
     return GenerationRequest(request_id=rid, prompt_ids=ids, max_tokens=max_tokens,
                              params=params, stop_ids=frozenset(stop_ids), logprobs=logprobs,
-                             output=TextOutput(state.tokenizer, stop), checkpoint_at=checkpoint_at)
+                             output=TextOutput(state.tokenizer, stop), checkpoint_at=checkpoint_at,
+                             labels={"endpoint": "chat.completions" if chat else "completions",
+                                     "stream": bool(req.stream)})
 
 
 def _client_gone() -> JSONResponse:

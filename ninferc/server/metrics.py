@@ -8,8 +8,10 @@ name                                         type       meaning
 ==========================================  =========  ==========================================================
 ``ninferc:num_requests_running``             gauge      admitted requests (prefilling or decoding)
 ``ninferc:num_requests_waiting``             gauge      requests waiting for admission
-``ninferc:kv_cache_usage_perc``              gauge      fraction of KV pages held, 0..1
-``ninferc:kv_pages_total`` / ``_free``       gauge      KV pages in the pool / free now
+``ninferc:kv_cache_usage_perc``              gauge      fraction of KV pages held by requests, 0..1 (pages only
+                                                        the prefix cache holds are evicted on demand and count
+                                                        as free, as vLLM counts its cached free blocks)
+``ninferc:kv_pages_total`` / ``_free``       gauge      KV pages in the pool / on the free list now
 ``ninferc:gdn_slots_total`` / ``_free``      gauge      GDN state slots / free now
 ``ninferc:prompt_tokens_total``              counter    prompt tokens of admitted requests
 ``ninferc:generation_tokens_total``          counter    generated tokens
@@ -29,7 +31,17 @@ name                                         type       meaning
 / ``_hit_tokens``
 ``ninferc:prefix_cache_checkpoints``,        gauge      checkpoints, KV pages referenced and state bytes held
 ``_pages``, ``_bytes``                                  by the prefix cache
+``ninferc:prefix_cache_pages_evictable``     gauge      KV pages only the prefix cache holds
+``ninferc:spec_decode_num_drafts``           counter    speculative verify rounds (each drafts K tokens)
+``ninferc:spec_decode_num_draft_tokens``     counter    draft tokens proposed
+``ninferc:spec_decode_num_accepted_tokens``  counter    draft tokens the verifier accepted
+``ninferc:spec_decode_num_accepted_tokens``  counter    accepted drafts by position in the round, label
+``_per_pos``                                            ``position`` (0 = the first draft)
 ==========================================  =========  ==========================================================
+
+The ``spec_decode`` counters (vLLM's names and meanings) count a request's rounds when it ends (finish or error),
+so they lag a long request; acceptance rate = accepted_tokens / draft_tokens, mean tokens per round =
+1 + accepted_tokens / drafts.
 
 The per-request log line (stderr, and one JSON object per line with ``--request-log``)::
 
@@ -48,6 +60,7 @@ from __future__ import annotations
 
 import json
 import threading
+from datetime import datetime, timezone
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -75,8 +88,9 @@ class _PoolCollector:
         for name, doc, v in (
                 ("ninferc:num_requests_running", "Admitted requests (prefilling or decoding).", s.running),
                 ("ninferc:num_requests_waiting", "Requests waiting for admission.", s.waiting),
-                ("ninferc:kv_cache_usage_perc", "Fraction of KV pages held (0..1).",
-                 (s.pages_total - s.pages_free) / s.pages_total if s.pages_total else 0.0),
+                ("ninferc:kv_cache_usage_perc", "Fraction of KV pages held by requests (0..1); pages only the "
+                 "prefix cache holds count as free (evicted on demand).",
+                 (s.pages_total - s.pages_free - s.cache_pages_only) / s.pages_total if s.pages_total else 0.0),
                 ("ninferc:kv_pages_total", "KV pages in the pool.", s.pages_total),
                 ("ninferc:kv_pages_free", "KV pages free now.", s.pages_free),
                 ("ninferc:gdn_slots_total", "GDN state slots.", s.slots_total),
@@ -90,6 +104,8 @@ class _PoolCollector:
                 ("ninferc:prefix_cache_checkpoints", "GDN state checkpoints held by the prefix cache.",
                  s.cache_checkpoints),
                 ("ninferc:prefix_cache_pages", "KV pages the prefix cache holds a reference to.", s.cache_pages),
+                ("ninferc:prefix_cache_pages_evictable", "KV pages only the prefix cache holds (evicted on demand).",
+                 s.cache_pages_only),
                 ("ninferc:prefix_cache_bytes", "Bytes of checkpoint state held by the prefix cache.", s.cache_bytes)):
             g = GaugeMetricFamily(name, doc)
             g.add_metric([], float(v))
@@ -136,6 +152,13 @@ class ServerMetrics(Observer):
                              registry=r)
         self.queue = Histogram("ninferc:request_queue_time_seconds", "Arrival to admission.", buckets=LATENCY_BUCKETS,
                                registry=r)
+        self.spec_drafts = Counter("ninferc:spec_decode_num_drafts", "Speculative verify rounds (counted when "
+                                   "their request ends).", registry=r)
+        self.spec_draft_tokens = Counter("ninferc:spec_decode_num_draft_tokens", "Draft tokens proposed.", registry=r)
+        self.spec_accepted = Counter("ninferc:spec_decode_num_accepted_tokens", "Draft tokens accepted.", registry=r)
+        self.spec_accepted_pos = Counter("ninferc:spec_decode_num_accepted_tokens_per_pos",
+                                         "Accepted draft tokens by position in the round (0 = first draft).",
+                                         ["position"], registry=r)
         for reason in ("stop", "length", "abort"):
             self.success.labels(reason)
         for reason in ("overloaded", "queue_timeout", "shutting_down"):
@@ -163,12 +186,23 @@ class ServerMetrics(Observer):
         self._last.pop(stats.request_id, None)
         self.success.labels(stats.finish_reason).inc()
         self.e2e.observe(stats.wall_s)
+        self._count_spec(stats)
         self._log(stats)
 
     def on_error(self, stats: RequestStats, error: ServingError) -> None:
         self._last.pop(stats.request_id, None)
         self.errors.labels(str(error.code)).inc()
+        self._count_spec(stats)
         self._log(stats, error)
+
+    def _count_spec(self, s: RequestStats) -> None:
+        if s.spec is None or not s.spec.rounds:
+            return
+        self.spec_drafts.inc(s.spec.rounds)
+        self.spec_draft_tokens.inc(s.spec.drafted)
+        self.spec_accepted.inc(s.spec.accepted)
+        for pos, n in enumerate(s.spec.accepted_at):
+            self.spec_accepted_pos.labels(str(pos)).inc(n)
 
     def on_reject(self, reason: str) -> None:
         self.rejected.labels(reason).inc()
@@ -202,8 +236,13 @@ def format_request_line(s: RequestStats, error: ServingError | None = None) -> s
 
 
 def request_record(s: RequestStats, error: ServingError | None = None) -> dict:
-    """The JSON-lines record of one request (seconds and tokens per second)."""
-    rec = {"request_id": s.request_id, "finish_reason": s.finish_reason, "prompt_tokens": s.prompt_tokens,
+    """The JSON-lines record of one request (seconds and tokens per second): ``time`` is the arrival in ISO 8601 UTC
+    (milliseconds), ``arrival_unix`` the same in seconds since the epoch, then the request's labels (the server's
+    ``endpoint``: ``chat.completions`` / ``completions``, and ``stream``), then the figures of the log line."""
+    when = datetime.fromtimestamp(s.arrival_unix, tz=timezone.utc)
+    rec = {"time": when.isoformat(timespec="milliseconds").replace("+00:00", "Z"), "arrival_unix": s.arrival_unix,
+           **s.labels,
+           "request_id": s.request_id, "finish_reason": s.finish_reason, "prompt_tokens": s.prompt_tokens,
            "cached_tokens": s.cached_tokens, "generated_tokens": s.generated, "queue_s": s.queue_s,
            "ttft_s": s.ttft_s, "prefill_s": s.prefill_s, "decode_s": s.decode_s, "prefill_tok_s": s.prefill_tok_s,
            "decode_tok_s": s.decode_tok_s, "wall_s": s.wall_s, "decode_steps": s.decode_steps,

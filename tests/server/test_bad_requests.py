@@ -144,8 +144,11 @@ def test_metrics_parse_and_count_what_was_sent(start_server, tiny_dir):
     assert d("ninferc:time_to_first_token_seconds_count") == 3
     assert d("ninferc:inter_token_latency_seconds_count") == sum(n - 1 for _, n in sent)
     assert d("ninferc:e2e_request_latency_seconds_count") == 3
-    # idle: the only pages in use are those the prefix cache holds
-    assert m["ninferc:kv_cache_usage_perc"] == m["ninferc:prefix_cache_pages"] / m["ninferc:kv_pages_total"] > 0
+    # idle: the only pages off the free list are those the prefix cache alone holds, which a new request may evict:
+    # usage 0, as vLLM counts its cached free blocks
+    assert m["ninferc:prefix_cache_pages_evictable"] == m["ninferc:prefix_cache_pages"] > 0
+    assert m["ninferc:kv_pages_free"] == m["ninferc:kv_pages_total"] - m["ninferc:prefix_cache_pages"]
+    assert m["ninferc:kv_cache_usage_perc"] == 0.0
     assert d("ninferc:prefix_cache_queries_total") == 3
     assert d("ninferc:http_errors_total{status=400}") == 1  # the n = 3 request
 

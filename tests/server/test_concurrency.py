@@ -116,6 +116,11 @@ def test_disconnect_mid_stream_returns_pages_and_slots(start_server, tiny_dir):
                     assert any(g.startswith("data: ") for g in got)
                     m = srv.metrics()
                     assert m["ninferc:gdn_slots_free"] == 1 and m["ninferc:kv_pages_free"] < m["ninferc:kv_pages_total"]
+                    # the running request's pages are in use (not the prefix cache's alone)
+                    held = m["ninferc:kv_pages_total"] - m["ninferc:kv_pages_free"]
+                    assert m["ninferc:kv_cache_usage_perc"] == pytest.approx(
+                        (held - m["ninferc:prefix_cache_pages_evictable"]) / m["ninferc:kv_pages_total"])
+                    assert m["ninferc:kv_cache_usage_perc"] > 0
             else:
                 try:
                     h.post(srv.url + "/v1/completions", json=body, timeout=0.5)

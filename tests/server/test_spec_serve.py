@@ -17,9 +17,14 @@ pytestmark = pytest.mark.slow  # seconds each on 2 cores: `pytest -m "not slow"`
 
 
 @pytest.fixture(scope="module")
-def spec_server(start_server, tiny_dir):
+def request_log(tmp_path_factory):
+    return tmp_path_factory.mktemp("spec_serve") / "requests.jsonl"
+
+
+@pytest.fixture(scope="module")
+def spec_server(start_server, tiny_dir, request_log):
     return start_server(tiny_dir, "--model-id", "tiny", "--spec", "mtp", "--draft-tokens", "3",
-                        "--max-concurrency", "4")
+                        "--max-concurrency", "4", "--request-log", str(request_log))
 
 
 def test_spec_server_equals_plain_server_alone_and_concurrent(spec_server, client, goldens):
@@ -53,6 +58,44 @@ def test_spec_server_equals_plain_server_alone_and_concurrent(spec_server, clien
         gen, steps = (int(re.search(rf" {f}=(\d+)", ln).group(1)) for f in ("gen", "steps"))
         assert float(m.group(1)) == pytest.approx((gen - 1) / steps, abs=0.006), ln
     assert any(float(m.group(1)) > 1.2 for m in specs)  # the fixture's head accepts ~20-50 % of its drafts
+
+
+def test_spec_counters_in_metrics_and_records_in_the_request_log(spec_server, request_log):
+    """The ``spec_decode`` counters of /metrics sum the ended requests' rounds, drafts and acceptances, as their
+    JSON-lines records give them; each record names its arrival time, endpoint and whether it streamed."""
+    import json
+    from datetime import datetime, timezone
+
+    sc = openai.OpenAI(base_url=spec_server.url + "/v1", api_key="x", max_retries=0, timeout=300)
+    import time
+
+    n0 = len(spec_server.wait_request_lines(0))
+    t_before = datetime.now(timezone.utc)
+    sc.completions.create(model="tiny", prompt="def add(a, b):", max_tokens=24, temperature=0)
+    "".join(ch.choices[0].delta.content or "" for ch in sc.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "import sys"}], max_tokens=16, temperature=0,
+        stream=True) if ch.choices)
+    spec_server.wait_request_lines(2, after=n0)
+    deadline = time.monotonic() + 10  # the record is written just after the stderr line
+    while len(recs := [json.loads(ln) for ln in request_log.read_text().splitlines()]) < n0 + 2:
+        assert time.monotonic() < deadline, recs
+        time.sleep(0.05)
+    m = spec_server.metrics()
+    spec = [r["spec"] for r in recs if "spec" in r]
+    assert len(spec) >= 2
+    assert m["ninferc:spec_decode_num_drafts_total"] == sum(s["rounds"] for s in spec) > 0
+    assert m["ninferc:spec_decode_num_draft_tokens_total"] == sum(s["drafted"] for s in spec) == 3 * sum(
+        s["rounds"] for s in spec)
+    assert m["ninferc:spec_decode_num_accepted_tokens_total"] == sum(s["accepted"] for s in spec) > 0
+    for pos in range(3):
+        assert m.get(f"ninferc:spec_decode_num_accepted_tokens_per_pos_total{{position={pos}}}", 0.0) == sum(
+            s["accepted_at"][pos] for s in spec if len(s["accepted_at"]) > pos)
+    last2 = recs[-2:]
+    assert [(r["endpoint"], r["stream"]) for r in last2] == [("completions", False), ("chat.completions", True)]
+    for r in last2:
+        when = datetime.fromisoformat(r["time"].replace("Z", "+00:00"))
+        assert r["time"].endswith("Z") and abs(when.timestamp() - r["arrival_unix"]) < 1e-3
+        assert (when - t_before).total_seconds() > -1.0 and when <= datetime.now(timezone.utc)
 
 
 def test_spec_chat_with_stop_and_usage(spec_server, client):
