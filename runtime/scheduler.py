@@ -151,6 +151,11 @@ class TokenEvent:
     sampled: list[Sampled]
 
 
+def _tokens(n: int) -> str:
+    """``n`` tokens, singular for one (error messages)."""
+    return f"{n} token" if n == 1 else f"{n} tokens"
+
+
 @dataclass
 class RequestStats:
     """Timings (seconds, ``time.monotonic``, or the scheduler's clock) and counts of one request; rates in tokens per
@@ -362,27 +367,28 @@ class Scheduler:
         self._update_snapshot()
 
     # -- any thread ---------------------------------------------------------------------------------------
-    def check(self, prompt_tokens: int, max_tokens: int | None) -> int:
+    def check(self, prompt_tokens: int, max_tokens: int | None, *, prompt_param: str = "prompt") -> int:
         """The ``max_tokens`` a request of ``prompt_tokens`` may have: the given value, or the rest of the
         context when None (vLLM's default).
 
         Raises:
-            TooLarge: the prompt plus ``max_tokens`` exceeds the context, or its KV reservation exceeds the
-                whole pool; names the token counts and the limit.
+            TooLarge: the prompt alone leaves no room for a generated token (``param`` = ``prompt_param``: the
+                server's ``prompt`` or ``messages``), the prompt plus ``max_tokens`` exceeds the context, or its KV
+                reservation exceeds the whole pool (``param`` ``max_tokens``); names the token counts and the limit.
         """
         ctx = self.backend.max_context
+        if prompt_tokens >= ctx:
+            raise TooLarge(f"the prompt is {_tokens(prompt_tokens)}; the context is {_tokens(ctx)}, which leaves no "
+                           "room for a generated token", param=prompt_param)
         if max_tokens is None:
             max_tokens = ctx - prompt_tokens
-            if max_tokens < 1:
-                raise TooLarge(f"the prompt is {prompt_tokens} tokens; the context is {ctx} tokens, which leaves no "
-                               "room for a generated token", param="messages")
         if prompt_tokens + max_tokens > ctx:
-            raise TooLarge(f"the prompt ({prompt_tokens} tokens) plus max_tokens ({max_tokens}) is "
-                           f"{prompt_tokens + max_tokens} tokens, over the context of {ctx} tokens",
+            raise TooLarge(f"the prompt ({_tokens(prompt_tokens)}) plus max_tokens ({max_tokens}) is "
+                           f"{prompt_tokens + max_tokens} tokens, over the context of {_tokens(ctx)}",
                            param="max_tokens")
         need = self.pools.pages_for(prompt_tokens + max_tokens)
         if need > self.pools.pages.num_pages:
-            raise TooLarge(f"the prompt ({prompt_tokens} tokens) plus max_tokens ({max_tokens}) needs {need} KV pages, "
+            raise TooLarge(f"the prompt ({_tokens(prompt_tokens)}) plus max_tokens ({max_tokens}) needs {need} KV pages, "
                            f"more than the server's whole pool of {self.pools.pages.num_pages} pages "
                            f"({self.pools.pages.num_pages * self.pools.page_size} tokens)", param="max_tokens")
         return max_tokens

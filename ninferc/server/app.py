@@ -405,7 +405,7 @@ def _generation(state: ServerState, request: Request, req, ids: list[int], max_t
         raise HTTPError(503, f"the engine is not ready ({state.engine.state})", "service_unavailable",
                         code="not_ready")
     try:
-        max_tokens = sched.check(len(ids), max_tokens)
+        max_tokens = sched.check(len(ids), max_tokens, prompt_param="messages" if chat else "prompt")
     except ServingError as exc:
         raise HTTPError.of(exc) from None
     rid = request.state.request_id

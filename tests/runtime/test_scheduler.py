@@ -65,6 +65,13 @@ def test_refusals_overloaded_too_large_and_queue_timeout():
                                         r"context of 64 tokens"):
         s.check(60, 10)
     assert s.check(60, None) == 4
+    for mt in (None, 1, 100):  # a prompt with no room for a generated token names the prompt, whatever max_tokens
+        with pytest.raises(TooLarge, match=r"^the prompt is 64 tokens; the context is 64 tokens, which leaves no ") as e:
+            s.check(64, mt, prompt_param="messages")
+        assert e.value.param == "messages"
+    with pytest.raises(TooLarge, match=r"the prompt \(1 token\) plus max_tokens \(64\)") as e:
+        s.check(1, 64)
+    assert e.value.param == "max_tokens"
     s.step()
     now[0] = 6.0
     s.step()

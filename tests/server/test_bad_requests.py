@@ -58,6 +58,8 @@ CASES = [
     ("max_tokens negative", "/v1/completions", {**OK, "max_tokens": -5}, 400, "max_tokens"),
     ("max_tokens over the context", "/v1/completions", {**OK, "max_tokens": 1000}, 400, "context_length_exceeded"),
     ("prompt over the context", "/v1/completions", {**OK, "prompt": "x = 1\n" * 300}, 400, "context_length_exceeded"),
+    ("prompt over the context names the prompt", "/v1/completions", {**OK, "prompt": "x = 1\n" * 300}, 400,
+     "prompt context_length_exceeded the prompt is"),
     ("temperature negative", "/v1/completions", {**OK, "temperature": -0.5}, 400, "temperature"),
     ("temperature NaN", "/v1/completions", b'{"model": "tiny", "prompt": "x", "temperature": NaN}', 400, "temperature"),
     ("top_p 0", "/v1/completions", {**OK, "temperature": 1, "top_p": 0}, 400, "top_p"),
