@@ -295,6 +295,8 @@ def _check_model(state: ServerState, name: str) -> None:
 def _refuse_unsupported(req) -> None:
     if req.n != 1:
         raise HTTPError(400, f"n = {req.n} is not supported: ninferc returns one choice per request", param="n")
+    if req.stream_options is not None and not req.stream:  # as vLLM answers it
+        raise HTTPError(400, "stream_options applies only with stream: true", param="stream_options")
     if req.logit_bias:
         raise HTTPError(400, "logit_bias is not supported", param="logit_bias")
     if req.response_format not in (None, {"type": "text"}):

@@ -65,6 +65,8 @@ CASES = [
     ("top_p 0", "/v1/completions", {**OK, "temperature": 1, "top_p": 0}, 400, "top_p"),
     ("top_p above 1", "/v1/completions", {**OK, "temperature": 1, "top_p": 1.5}, 400, "top_p"),
     ("n = 2", "/v1/completions", {**OK, "n": 2}, 400, "n"),
+    ("stream_options without stream", "/v1/completions", {**OK, "stream_options": {"include_usage": True}}, 400,
+     "stream_options applies only with stream: true"),
     ("response_format json", "/v1/chat/completions",
      {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}},
      400, "response_format"),
