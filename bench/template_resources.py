@@ -108,7 +108,7 @@ def _gemv_extras(fam, arch):
 
     small = ((128, 1), (128, 2), (128, 4))
     dp_all = dict(w8_dp_tiles=(1, 4), w4_dp_tiles=(1, 4), w8_mma_tiles=(), w4_mma_tiles=())
-    caps = tuple((f, e, t, 4) for f in ("w8", "w4") for e in EPILOGUES for t in (128, 256))
+    caps = tuple((f, e, 1, t, 4) for f in ("w8", "w4") for e in EPILOGUES for t in (128, 256))
     configs = [dict(w8_dp_tiles=(), w4_dp_tiles=()), dict(w4_mma_tiles=(1, 4), w8_mma_tiles=(1, 4), bf16_mma_tiles=(1, 4)),
                dict(plain_shapes=small, coop_threads=(256,), mma_shapes=small, w4_mma_tiles=(1, 4),
                     w8_mma_tiles=(1, 4), bf16_mma_tiles=(1, 4)),

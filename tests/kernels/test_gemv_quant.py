@@ -105,8 +105,8 @@ def test_uris_differ_per_format():
                 assert uris["w8"] == re.sub(r"_rw\d+_", "_rw16_", buri.replace(f"_tok{mt}_", f"_tok{mt}_mma1_")
                                             ) + "_wfmt-w8"
             else:
-                # a dp_min_ctas entry for (w8, epilogue, threads) adds its register cap, sorted before the mode
-                cap = next((c for f, e, t, c in GEMV.dp_min_ctas if (f, e, t) == ("w8", ep, th)), 0)
+                # a dp_min_ctas entry for (w8, epilogue, tile, threads) adds its register cap, sorted before the mode
+                cap = next((c for f, e, m, t, c in GEMV.dp_min_ctas if (f, e, m, t) == ("w8", ep, mt, th)), 0)
                 d8 = dbase.replace("_plain_", f"_min_ctas{cap}_plain_") if cap > 1 else dbase
                 assert uris["w8"] == (d8 if dp8 else qbase) + "_wfmt-w8"
             if GEMV.mma_for(GemvProblem(256, 704, ep, "w4"), mt):  # tensor-core w4 (4-token tile): 16 rows per warp

@@ -548,7 +548,7 @@ DP_OPTIONS = {"nocarry": dict(dp_carry=(False,), dp_deep_threads=(), ring=0), "c
               "ring5": dict(dp_carry=(False,), ring=5),
               "ring3_late": dict(dp_carry=(False,), dp_preload="late", ring=3),
               "deep": dict(dp_carry=(False,), dp_deep_threads=(256, 640), ring=0),
-              "cap": dict(dp_min_ctas=tuple((f, e, t, 4) for f in ("w8", "w4") for e in EPILOGUES for t in (256,)),
+              "cap": dict(dp_min_ctas=tuple((f, e, 1, t, 4) for f in ("w8", "w4") for e in EPILOGUES for t in (256,)),
                           ring=None)}
 #: shapes with every epilogue / input mode a persistent dp kernel has: swiglu + in_norm, add_norm_parts, store +
 #: in_norm, a row count that is not a multiple of the CTA's outputs (invalid rows in the last row block)

@@ -326,23 +326,28 @@ def test_token_tiles_per_format_and_their_errors():
             GemvTuning(token_tiles=bad)
 
 
-def test_dp_min_ctas_caps_only_its_format_epilogue_and_cta_size():
-    """``dp_min_ctas`` (wfmt, epilogue, threads, n): template ``min_ctas`` n on exactly those dp variants; the
-    default caps the w8 ``store`` GEMVs of 256 threads at 4 CTAs/SM."""
+def test_dp_min_ctas_caps_only_its_format_epilogue_tile_and_cta_size():
+    """``dp_min_ctas`` (wfmt, epilogue, tile, threads, n): template ``min_ctas`` n on exactly those dp variants; the
+    default caps the one-token w8 ``store`` GEMVs of 256 threads at 4 CTAs/SM, and an entry for the 4-token tile caps
+    that tile alone."""
     fam = GemvFamily()
     w8 = GemvProblem(5120, 16480, "store", "w8", in_norm="parts")
     assert dict(fam.spec(w8, 256, "plain", 1, 1, False).params)["min_ctas"] == 4
     assert dict(fam.spec(w8, 256, "plain", 1, 1, True).params)["min_ctas"] == 4  # carry too
     assert "min_ctas" not in dict(fam.spec(w8, 640, "plain", 1, 1, False).params)
+    assert "min_ctas" not in dict(fam.spec(w8, 256, "plain", 4, 1, False).params)  # another tile
     swiglu = GemvProblem(5120, 17408, "swiglu", "w8", in_norm="parts")
     assert "min_ctas" not in dict(fam.spec(swiglu, 256, "plain", 1, 1, False).params)
+    four = GemvFamily(GemvTuning(dp_min_ctas=(("w8", "swiglu", 4, 256, 3),)))
+    assert dict(four.spec(swiglu, 256, "plain", 4, 1, True).params)["min_ctas"] == 3
+    assert "min_ctas" not in dict(four.spec(swiglu, 256, "plain", 1, 1, True).params)
+    assert "min_ctas" not in dict(four.spec(w8, 256, "plain", 4, 1, True).params)
     w4 = GemvProblem(5120, 16480, "store", "w4", in_norm="parts")
     assert "min_ctas" not in dict(GemvFamily(GemvTuning(w4_dp_tiles=(1,))).spec(w4, 256, "plain", 1, 1, False).params)
     assert "min_ctas" not in dict(GemvFamily(GemvTuning(dp_min_ctas=())).spec(w8, 256, "plain", 1, 1, False).params)
-    with pytest.raises(PlanError, match="dp_min_ctas entries"):
-        GemvFamily(GemvTuning(dp_min_ctas=(("bf16", "store", 256, 4),)))
-    with pytest.raises(PlanError, match="dp_min_ctas entries"):
-        GemvFamily(GemvTuning(dp_min_ctas=(("w8", 256, 4),)))
+    for bad in (("bf16", "store", 1, 256, 4), ("w8", "store", 256, 4), ("w8", "store", 0, 256, 4)):
+        with pytest.raises(PlanError, match="dp_min_ctas entries"):
+            GemvFamily(GemvTuning(dp_min_ctas=(bad,)))
 
 
 def test_dp_depth_other_than_1_or_2_fails_to_compile_naming_it():

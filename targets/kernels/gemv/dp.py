@@ -90,7 +90,7 @@ def params(t: GemvTuning, problem: GemvProblem, threads: int, mode: str, carry: 
     """The engine's template parameters: ``dp``; with ``t.dp_persistent`` ``persist`` and ``carry`` (``carry``;
     None: the first of ``t.dp_carry``) or else a weight ``ring`` (``ring``; None: ``t.dp_ring``; 0: none); ``preload``
     when ``t.dp_preload`` is not "regs" and there is no carry, else ``depth`` 2 for the ``t.dp_deep_threads`` CTAs
-    without carry or ring; ``min_ctas`` from ``t.dp_min_ctas`` at the one-token ``tile`` only.
+    without carry or ring; ``min_ctas`` from the ``t.dp_min_ctas`` entry of its format, epilogue, ``tile`` and CTA size.
 
     Raises:
         PlanError: a coop ``mode`` (every CTA stages its tokens' whole x: plain only).
@@ -108,8 +108,8 @@ def params(t: GemvTuning, problem: GemvProblem, threads: int, mode: str, carry: 
         out["preload"] = t.dp_preload
     elif threads in t.dp_deep_threads and "carry" not in out and "ring" not in out:
         out["depth"] = 2
-    cap = next((c for f, e, th, c in t.dp_min_ctas if f == problem.wfmt and e == problem.epilogue and th == threads),
-               0) if tile == 1 else 0
+    cap = next((c for f, e, m, th, c in t.dp_min_ctas
+                if (f, e, m, th) == (problem.wfmt, problem.epilogue, tile, threads)), 0)
     if cap > 1:
         out["min_ctas"] = cap
     return out

@@ -179,14 +179,17 @@ class GemvTuning:
             one process (``bench/results/family_ab_{w4,w8}_deep_h200_2458298.json``); on the 256-thread kernels
             the registers cost the 4th CTA per SM (72.5 vs 70.9 us per GDN layer). The cost model does not count
             the second step (its in-flight term is one step per warp).
-        dp_min_ctas: (wfmt, epilogue, threads, n) entries: the dp variants of that weight format, epilogue and CTA
-            size compile with ``__launch_bounds__(threads, n)`` (template ``min_ctas``), a register cap of 65,536 /
-            (threads x n) on the 64K-register SMs -- the occupancy and grid then follow the capped kernel's real
-            register count -- at the one-token tile (at 4 tokens the capped w8 in_norm-parts kernel spilled 8 B on
-            NVRTC 13.5). Default: the w8 ``store`` GEMVs (GDN in, q|k|v) at 4 CTAs of 256 threads per SM (64
-            registers, no spills on NVRTC 13.0 / 13.5; 72 uncapped on 13.0, 3 CTAs/SM): on the H200 the w8 GDN in
-            kernel's last CTA exit 23.9 -> 22.0 us; capping gate|up (swiglu) too cost it 1.0 us (bench/NOTES.md
-            run 105: both capped, 27B w8 step 1.0075x).
+        dp_min_ctas: (wfmt, epilogue, tile, threads, n) entries: the dp variants of that weight format, epilogue,
+            token tile and CTA size compile with ``__launch_bounds__(threads, n)`` (template ``min_ctas``), a register
+            cap of 65,536 / (threads x n) on the 64K-register SMs -- the occupancy and grid then follow the capped
+            kernel's real register count. Default: the w8 ``store`` GEMVs (GDN in, q|k|v) of the one-token tile at 4
+            CTAs of 256 threads per SM (64 registers, no spills on NVRTC 13.0 / 13.5; 72 uncapped on 13.0, 3
+            CTAs/SM): on the H200 the w8 GDN in kernel's last CTA exit 23.9 -> 22.0 us; capping gate|up (swiglu)
+            too cost it 1.0 us (bench/NOTES.md run 105: both capped, 27B w8 step 1.0075x). At 4 tokens a cap spilled
+            8 B (NVRTC 13.5) while each token's products sat behind a branch; with dp_step's straight run (eb82660)
+            the 4-token w8 kernels of 256 threads take 88-90 registers uncapped (2 CTAs/SM) and 79-80 capped at 3
+            with no spill; 4-token entries (``("w8", "swiglu", 4, 256, 3)``, ``("w8", "store", 4, 256, 3)``) wait
+            for a device's A/B (bench/README.md).
         dp_x_bytes: the most staged x (int16 x, its block scales and sums: :func:`.dp.dp_x_bytes`) per token of the
             tile a dp variant takes, bytes (since 2026-12-06 per token; the whole tile's before). Default
             ``DP_X_BYTES`` (40 KiB): a one-token x needs no opt-in, and the 27B w8 down at 4 tokens stages 143,616 B
@@ -256,7 +259,7 @@ class GemvTuning:
     dp_ring: int = 0
     dp_preload: str = "regs"
     dp_deep_threads: tuple[int, ...] = (640,)
-    dp_min_ctas: tuple[tuple[str, str, int, int], ...] = (("w8", "store", 256, 4),)
+    dp_min_ctas: tuple[tuple[str, str, int, int, int], ...] = (("w8", "store", 1, 256, 4),)
     dp_x_bytes: int = DP_X_BYTES
     dp_chunk_fallback: tuple[str, ...] = ("w8",)
     w4_mma_epilogues: tuple[str, ...] = ("store", "residual_add", "swiglu")
@@ -311,11 +314,12 @@ class GemvTuning:
         if any(int(t) <= 0 or int(t) % WARP or int(t) > 1024 for t in self.dp_deep_threads):
             raise PlanError(f"gemv: dp_deep_threads = {tuple(self.dp_deep_threads)} must be CTA sizes: multiples "
                             f"of {WARP} up to 1024")
-        bad = [e for e in self.dp_min_ctas if len(e) != 4 or e[0] not in ("w8", "w4") or e[1] not in EPILOGUES
-               or int(e[2]) % WARP or int(e[3]) < 1]
+        bad = [e for e in self.dp_min_ctas if len(e) != 5 or e[0] not in ("w8", "w4") or e[1] not in EPILOGUES
+               or int(e[2]) < 1 or int(e[3]) % WARP or int(e[4]) < 1]
         if bad:
             raise PlanError(f"gemv: dp_min_ctas entries {bad} must be (wfmt 'w8' | 'w4', epilogue one of "
-                            f"{', '.join(EPILOGUES)}, threads a multiple of {WARP}, min resident CTAs per SM >= 1)")
+                            f"{', '.join(EPILOGUES)}, token tile >= 1, threads a multiple of {WARP}, min resident "
+                            "CTAs per SM >= 1)")
         norm = {  # the canonical types (ints, tuples; token tiles sorted and unique, dp_carry unique in order)
             "plain_shapes": tuple((int(t), int(k)) for t, k in plain_shapes),
             "mma_shapes": tuple((int(t), int(k)) for t, k in mma_shapes),
@@ -336,7 +340,7 @@ class GemvTuning:
             "dp_carry": tuple(dict.fromkeys(bool(c) for c in self.dp_carry)),
             "dp_ring": int(self.dp_ring), "dp_preload": str(self.dp_preload),
             "dp_deep_threads": tuple(int(t) for t in self.dp_deep_threads),
-            "dp_min_ctas": tuple((str(f), str(e), int(t), int(c)) for f, e, t, c in self.dp_min_ctas),
+            "dp_min_ctas": tuple((str(f), str(e), int(m), int(t), int(c)) for f, e, m, t, c in self.dp_min_ctas),
             "dp_x_bytes": int(self.dp_x_bytes),
             "w4_mma_epilogues": tuple(str(e) for e in self.w4_mma_epilogues),
             "dp_chunk_fallback": tuple(str(f) for f in self.dp_chunk_fallback),
