@@ -34,6 +34,9 @@ class PagePool:
         self._free = list(range(num_pages - 1, -1, -1))  # pop() hands out 0, 1, 2 ...
         self._refs = [0] * num_pages
         self.on_free = on_free
+        #: bumped by every take / share / give: equal versions mean no page changed holders in between (what the
+        #: prefix cache's page counts, read by every scheduler iteration's snapshot, are memoised on)
+        self.version = 0
 
     @property
     def free(self) -> int:
@@ -52,6 +55,7 @@ class PagePool:
         out = [self._free.pop() for _ in range(n)]
         for p in out:
             self._refs[p] = 1
+        self.version += 1
         return out
 
     def share(self, pages: list[int]) -> None:
@@ -66,6 +70,7 @@ class PagePool:
                                  f"(pool of {self.num_pages} pages)")
         for p in pages:
             self._refs[p] += 1
+        self.version += 1
 
     def give(self, pages: list[int]) -> None:
         """One holder less for each of ``pages``; those with none left return to the free list (their contents are
@@ -80,6 +85,7 @@ class PagePool:
                 raise ValueError(f"KV page {p} returned to a pool of {self.num_pages} pages while "
                                  f"{'already free' if 0 <= p < self.num_pages else 'out of range'}")
         freed = []
+        self.version += 1
         for p in pages:
             self._refs[p] -= 1
             if self._refs[p] == 0:

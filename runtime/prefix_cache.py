@@ -113,6 +113,7 @@ class PrefixCache:
         self._by_len: dict[int, dict[bytes, Checkpoint]] = {}
         self.bytes = 0
         self.stats = CacheStats()
+        self._counts: tuple[int, tuple[int, int]] | None = None  # (pool version, page_counts) of the last count
 
     # -- queries ------------------------------------------------------------------------------------------
     @property
@@ -129,12 +130,18 @@ class PrefixCache:
         return self.page_counts()[1]
 
     def page_counts(self) -> tuple[int, int]:
-        """(:meth:`pages_held`, :meth:`pages_only_cached`) in one pass over the checkpoints' pages."""
-        counts: dict[int, int] = {}
-        for c in self._lru.values():
-            for p in c.pages:
-                counts[p] = counts.get(p, 0) + 1
-        return len(counts), sum(1 for p, n in counts.items() if self.pools.pages.refs(p) == n)
+        """(:meth:`pages_held`, :meth:`pages_only_cached`) in one pass over the checkpoints' pages, counted again
+        only when a page changed holders since the last count (:attr:`PagePool.version`: the cache's own inserts
+        and drops share and give pages too), so the scheduler's per-iteration snapshot costs a comparison on a
+        decode step that crosses no page boundary."""
+        pool = self.pools.pages
+        if self._counts is None or self._counts[0] != pool.version:
+            counts: dict[int, int] = {}
+            for c in self._lru.values():
+                for p in c.pages:
+                    counts[p] = counts.get(p, 0) + 1
+            self._counts = (pool.version, (len(counts), sum(1 for p, n in counts.items() if pool.refs(p) == n)))
+        return self._counts[1]
 
     def lookup(self, tokens, *, mtp: bool) -> Checkpoint | None:
         """The longest checkpoint whose tokens are a prefix of ``tokens`` ending at most one token before its end

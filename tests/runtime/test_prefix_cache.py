@@ -118,6 +118,13 @@ def test_pool_accounting_and_clear(ck, base):
         _one(s, p)
     assert s.pools.pages.free == idle - s.cache.pages_held() < idle
     assert s.cache.pages_held() == s.cache.pages_only_cached()
+    # the counts follow any change of holders (memoised on the pool's version): a sequence sharing a cached page
+    # makes it no longer the cache's alone, giving it back makes it so again
+    held, page = s.cache.pages_held(), next(iter(s.cache._lru.values())).pages[0]
+    s.pools.pages.share([page])
+    assert s.cache.page_counts() == (held, held - 1)
+    s.pools.pages.give([page])
+    assert s.cache.page_counts() == (held, held)
     s.clear_cache()
     s.step()
     assert s.cache.checkpoints == 0 and s.pools.pages.free == idle
