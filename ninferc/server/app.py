@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -271,9 +272,47 @@ async def _read_json(request: Request, limit: int) -> object:
     except UnicodeDecodeError as exc:
         raise HTTPError(400, f"request body is not valid UTF-8 (byte {exc.start})", code="invalid_body") from None
     try:
-        return json.loads(text)
+        obj = json.loads(text)
     except json.JSONDecodeError as exc:
         raise HTTPError(400, f"request body is not valid JSON: {exc}", code="invalid_json") from None
+    except RecursionError:  # json's decoder recurses per nesting level
+        raise HTTPError(400, "request body is nested too deeply to parse (Python's recursion limit, "
+                             f"{sys.getrecursionlimit()} levels)", code="invalid_json") from None
+    try:
+        bad = _lone_surrogate(obj)
+    except RecursionError:
+        raise HTTPError(400, "request body is nested too deeply to check (Python's recursion limit, "
+                             f"{sys.getrecursionlimit()} levels)", code="invalid_json") from None
+    if bad is not None:
+        path, at = bad
+        raise HTTPError(400, f"{path or 'the request body'} holds a lone UTF-16 surrogate (a \\uD800-\\uDFFF escape "
+                             f"without its pair) at character {at}: text must be valid Unicode",
+                        param=path or None, code="invalid_body")
+    return obj
+
+
+def _lone_surrogate(obj, path: str = "") -> tuple[str, int] | None:
+    """(dotted path, character index) of the first string in a parsed JSON value -- keys and values -- holding a
+    lone UTF-16 surrogate, else None. JSON's ``\\uD800``-``\\uDFFF`` escapes decode to such characters when unpaired
+    (RFC 8259 section 8.2 allows them; Python's ``json`` keeps them), and no tokenizer or UTF-8 encoder takes them."""
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return path, exc.start
+        return None
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            sub = f"{path}.{k}" if path else str(k)
+            found = _lone_surrogate(k, sub) or _lone_surrogate(v, sub)
+            if found is not None:
+                return found
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            found = _lone_surrogate(v, f"{path}.{i}" if path else str(i))
+            if found is not None:
+                return found
+    return None
 
 
 def _parse(model, obj):
