@@ -59,7 +59,10 @@ def kv_pages(kv_capacity: str, *, max_concurrency: int, max_context: int, page_s
     ``kv_capacity`` tokens (rounded up to whole pages).
 
     Raises:
-        NinfercError: not ``auto`` nor an integer, or fewer tokens than one page.
+        NinfercError: not ``auto`` nor an integer, or fewer pages than one request of ``max_context`` tokens needs
+            (as vLLM refuses a KV cache smaller than ``max_model_len`` at startup: a request the context admits, the
+            chat default of "the rest of the context" among them, could otherwise never be admitted); the message
+            names both sizes and the two ways out.
     """
     per_seq = -(-max_context // page_size)
     if kv_capacity == "auto":
@@ -70,7 +73,12 @@ def kv_pages(kv_capacity: str, *, max_concurrency: int, max_context: int, page_s
         raise NinfercError(f"--kv-capacity must be 'auto' or a number of tokens, found {kv_capacity!r}") from None
     if tokens < page_size:
         raise NinfercError(f"--kv-capacity {tokens} is less than one KV page ({page_size} tokens)")
-    return -(-tokens // page_size)
+    pages = -(-tokens // page_size)
+    if pages < per_seq:
+        raise NinfercError(f"--kv-capacity {tokens} tokens ({pages} KV pages of {page_size}) cannot hold one request of "
+                           f"the context, {max_context} tokens ({per_seq} pages): pass --kv-capacity "
+                           f"{per_seq * page_size} or more, or --max-context {pages * page_size} or less")
+    return pages
 
 
 @click.command("serve")
@@ -146,7 +154,6 @@ def serve_cmd(path, preset, synthetic_weights, weights_fmt, kv_dtype, host, port
         raise NinfercError(why)
     if api_key is not None and not api_key.strip():
         raise NinfercError("--api-key is empty")
-    check_bind(host, port)  # before anything is loaded: a port in use is a one-line error, not a late exit
     log_file = None
     if request_log is not None:
         try:
@@ -175,6 +182,11 @@ def serve_cmd(path, preset, synthetic_weights, weights_fmt, kv_dtype, host, port
     num_pages = kv_pages(kv_capacity, max_concurrency=max_concurrency, max_context=ctx, page_size=opened.page_size)
     ps = opened.page_size
     cache_bytes = None if no_prefix_cache else int(prefix_cache_gib * 2**30)
+    from click.core import ParameterSource
+
+    if no_prefix_cache and ctx_obj.get_parameter_source("prefix_cache_gib") not in (ParameterSource.DEFAULT,
+                                                                                     ParameterSource.DEFAULT_MAP):
+        raise NinfercError("--prefix-cache-gib applies to the prefix cache, which --no-prefix-cache turns off")
     if no_prefix_cache and prefix_checkpoint_interval is not None:
         raise NinfercError("--prefix-checkpoint-interval applies to the prefix cache, which --no-prefix-cache turns "
                            "off")
@@ -192,6 +204,9 @@ def serve_cmd(path, preset, synthetic_weights, weights_fmt, kv_dtype, host, port
         if isinstance(t, int) and t not in eos:
             eos.append(t)
     defaults = {k: gen_cfg[k] for k in ("temperature", "top_p", "top_k") if isinstance(gen_cfg.get(k), (int, float))}
+    # after every argument check (a wrong flag is named as such even where the port is taken) and before the engine
+    # loads anything: a port in use is a one-line error, not a late exit
+    check_bind(host, port)
     _log(f"ninferc serve: model {model_id!r} ({path or preset + ', synthetic ' + (weights_fmt or 'bf16') + ' weights'}), backend {opened.backend}, context {ctx} tokens, "
          f"concurrency {max_concurrency}, pending {max_pending}, prefill chunk {prefill_chunk}, "
          f"chat template {'yes' if chat else 'none (chat requests get 400)'}"

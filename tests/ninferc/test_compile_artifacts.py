@@ -121,6 +121,13 @@ def test_run_defaults_to_the_artifacts_compiled_context(tiny_dir, tmp_path):
     (["serve", "--preset", "qwen3.8-27b", "--synthetic-weights", "--backend", "reference"],
      "runs on the cuda backend only"),
     (["serve", "--preset", "qwen3.8-27b", "--synthetic-weights", "--max-context", "10000000"], "10000000"),
+    # a pool smaller than one request of the context: refused at startup, as vLLM does (it admitted no chat request
+    # without max_tokens: the default, the rest of the context, never fit; 2026-12-06)
+    (["serve", "{tiny}", "--kv-capacity", "1024"], "--kv-capacity 1024 tokens (16 KV pages of 64) cannot hold one "
+     "request of the context, 4096 tokens (64 pages): pass --kv-capacity 4096 or more, or --max-context 1024 or less"),
+    (["serve", "{tiny}", "--kv-capacity", "63"], "--kv-capacity 63 is less than one KV page (64 tokens)"),
+    (["serve", "{tiny}", "--no-prefix-cache", "--prefix-cache-gib", "1"],
+     "--prefix-cache-gib applies to the prefix cache, which --no-prefix-cache turns off"),
     (["run", "{tiny}", "--prompt", "abc", "--max-context", "512", "--prefill-chunk", "1024"],
      "--prefill-chunk 1024 is more than --max-context 512"),
     (["run", "{tiny}", "--prompt", "abc", "--prefill-chunk", "99999"],

@@ -38,6 +38,15 @@ CASES = [
     ("malformed JSON", "/v1/completions", b'{"model": "tiny", "prompt": ', 400, "invalid_json"),
     ("not an object", "/v1/completions", b'[1, 2]', 400, "invalid_body"),
     ("non-UTF-8 body", "/v1/completions", b'{"model": "tiny", "prompt": "\xff\xfe"}', 400, "invalid_body"),
+    # a JSON \\uD800-\\uDFFF escape without its pair parses to a str no tokenizer takes (it was a 500, 2026-12-06)
+    ("lone surrogate in the prompt", "/v1/completions", b'{"model": "tiny", "prompt": "ab\\udfffc"}', 400,
+     "prompt invalid_body prompt holds a lone UTF-16 surrogate (a \\uD800-\\uDFFF escape without its pair) at character 2"),
+    ("lone surrogate in a message", "/v1/chat/completions",
+     b'{"model": "tiny", "messages": [{"role": "user", "content": "\\ud800"}]}', 400, "messages.0.content"),
+    ("lone surrogate in a stop string", "/v1/completions", b'{"model": "tiny", "prompt": "x", "stop": ["a", "\\udc00"]}',
+     400, "stop.1"),
+    ("nested past the recursion limit", "/v1/completions", b'{"model": "tiny", "prompt": ' + b"[" * 100_000 + b"1"
+     + b"]" * 100_000 + b"}", 400, "nested too deeply"),
     ("wrong type", "/v1/completions", {**OK, "max_tokens": "ten"}, 400, "max_tokens"),
     ("missing prompt", "/v1/completions", {"model": "tiny"}, 400, "prompt"),
     ("no messages", "/v1/chat/completions", {"model": "tiny"}, 400, "messages"),
@@ -241,4 +250,7 @@ def test_serve_refuses_a_request_log_it_cannot_open_and_a_port_in_use(tiny_dir, 
         held.listen()
         port = held.getsockname()[1]
         r = CliRunner().invoke(main, ["serve", str(tiny_dir), "--port", str(port)])
+        # a wrong flag is named as such even where the port is taken (the port was checked first until 2026-12-06)
+        wrong = CliRunner().invoke(main, ["serve", str(tiny_dir), "--port", str(port), "--kv-capacity", "64"])
     assert r.exit_code == 2 and f"--port {port}: cannot bind (Address already in use)" in r.output, r.output
+    assert wrong.exit_code == 2 and "--kv-capacity 64 tokens" in wrong.output and "bind" not in wrong.output, wrong.output
