@@ -553,7 +553,7 @@ class Scheduler:
             if spec:
                 from ninferc.runtime.spec import SpecStats
 
-                a.stats.spec = SpecStats()
+                a.stats.spec = SpecStats(draft_tokens=self.spec.draft_tokens)
             a.reserve = tokens
             a.stats.admitted = now
             self.running.append(a)

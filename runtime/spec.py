@@ -69,6 +69,12 @@ class SpecStats:
     accepted_at: list[int] = field(default_factory=list)
     per_round: list[int] = field(default_factory=list)  # accepted drafts of each round, in order
     delivered: int = 0
+    #: drafts per round (``--draft-tokens``): ``accepted_at`` holds a count per draft position from the start, zeros
+    #: where a request ended before any round (its one token from the prefill)
+    draft_tokens: int = 0
+
+    def __post_init__(self):
+        self.accepted_at.extend([0] * (self.draft_tokens - len(self.accepted_at)))
 
     @property
     def tokens_per_round(self) -> float | None:
@@ -99,9 +105,12 @@ class SpecStats:
 
     def describe(self) -> str:
         """``mtp 3.29 tok/round, 76 % accepted`` (the per-request log's ``spec=`` field: tokens per verify step, and
-        the share of drafted tokens accepted)."""
+        the share of drafted tokens accepted); ``mtp no rounds`` where the request ended before a round (its record's
+        ``tokens_per_round`` and ``acceptance`` are null)."""
+        if not self.rounds:  # the request ended with the prefill's token: no round, nothing to rate
+            return "mtp no rounds"
         tpr, acc = self.tokens_per_round, self.acceptance
-        return f"mtp {tpr or 0:.2f} tok/round, {100 * (acc or 0):.0f} % accepted"
+        return f"mtp {tpr:.2f} tok/round, {100 * (acc or 0):.0f} % accepted"
 
 
 def _target(sampler: HostSampler, logits: np.ndarray):

@@ -246,6 +246,13 @@ def test_stats_describe():
     st.add(3, 0)
     assert st.tokens_per_round == 2.5 and st.acceptance == 0.5 and st.accepted_at == [1, 1, 1]
     assert st.describe() == "mtp 2.50 tok/round, 50 % accepted"
+    # a request that ended with the prefill's token: no round to rate (the log said "0.00 tok/round, 0 % accepted"
+    # while its record said null), a count per draft position all the same (it was [], 2026-12-06)
+    none = SpecStats(draft_tokens=3)
+    assert none.describe() == "mtp no rounds" and none.accepted_at == [0, 0, 0]
+    assert none.tokens_per_round is None and none.acceptance is None
+    none.add(3, 1)
+    assert none.accepted_at == [1, 0, 0] and none.describe() == "mtp 2.00 tok/round, 33 % accepted"
 
 
 def _int8_kv_backend(ck, **kw):

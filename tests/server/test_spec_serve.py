@@ -75,9 +75,10 @@ def test_spec_counters_in_metrics_and_records_in_the_request_log(spec_server, re
     "".join(ch.choices[0].delta.content or "" for ch in sc.chat.completions.create(
         model="tiny", messages=[{"role": "user", "content": "import sys"}], max_tokens=16, temperature=0,
         stream=True) if ch.choices)
-    spec_server.wait_request_lines(2, after=n0)
+    sc.completions.create(model="tiny", prompt="x", max_tokens=1, temperature=0)  # the prefill's token only: no round
+    lines = spec_server.wait_request_lines(3, after=n0)
     deadline = time.monotonic() + 10  # the record is written just after the stderr line
-    while len(recs := [json.loads(ln) for ln in request_log.read_text().splitlines()]) < n0 + 2:
+    while len(recs := [json.loads(ln) for ln in request_log.read_text().splitlines()]) < n0 + 3:
         assert time.monotonic() < deadline, recs
         time.sleep(0.05)
     m = spec_server.metrics()
@@ -87,10 +88,13 @@ def test_spec_counters_in_metrics_and_records_in_the_request_log(spec_server, re
     assert m["ninferc:spec_decode_num_draft_tokens_total"] == sum(s["drafted"] for s in spec) == 3 * sum(
         s["rounds"] for s in spec)
     assert m["ninferc:spec_decode_num_accepted_tokens_total"] == sum(s["accepted"] for s in spec) > 0
+    assert all(len(s["accepted_at"]) == 3 for s in spec)  # a count per draft position, rounds or none
     for pos in range(3):
         assert m.get(f"ninferc:spec_decode_num_accepted_tokens_per_pos_total{{position={pos}}}", 0.0) == sum(
-            s["accepted_at"][pos] for s in spec if len(s["accepted_at"]) > pos)
-    last2 = recs[-2:]
+            s["accepted_at"][pos] for s in spec)
+    assert "spec=mtp no rounds" in lines[-1] and "tok/round" not in lines[-1], lines[-1]
+    assert recs[-1]["spec"]["rounds"] == 0 and recs[-1]["spec"]["tokens_per_round"] is None
+    last2 = recs[-3:-1]
     assert [(r["endpoint"], r["stream"]) for r in last2] == [("completions", False), ("chat.completions", True)]
     for r in last2:
         when = datetime.fromisoformat(r["time"].replace("Z", "+00:00"))
