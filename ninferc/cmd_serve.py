@@ -101,7 +101,7 @@ def kv_pages(kv_capacity: str, *, max_concurrency: int, max_context: int, page_s
               help="tokens one request may hold, prompt + generated [default: the artifact's compile-time "
                    "--max-context; 4096 for a checkpoint directory]")
 @click.option("--kv-capacity", default="auto", show_default=True,
-              help="KV pool size in tokens, or 'auto' = --max-concurrency x --max-context")
+              help="KV pool size in tokens (at least --max-context), or 'auto' = --max-concurrency x --max-context")
 @click.option("--max-concurrency", default=4, type=click.IntRange(1, 256), show_default=True,
               help="requests decoded together (each holds a GDN state slot)")
 @click.option("--max-pending", default=16, type=click.IntRange(min=0), show_default=True,

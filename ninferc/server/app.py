@@ -2,8 +2,8 @@
 rendering, SSE streaming, metrics. It never touches the backend: requests go to the engine thread through the
 scheduler's thread-safe ``submit`` / ``cancel``, and come back as events on an asyncio queue.
 
-Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``, ``GET /v1/models``, ``GET /health``,
-``GET /metrics``, ``POST /reset_prefix_cache`` (drop the prefix cache's checkpoints; vLLM's name). Every response
+Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``, ``GET /v1/models`` (and ``/v1/models/NAME``),
+``GET /health``, ``GET /metrics``, ``POST /reset_prefix_cache`` (drop the prefix cache's checkpoints; vLLM's name). Every response
 carries ``x-request-id`` (the client's, when it sent one). Errors use the OpenAI shape ``{"error": {"message",
 "type", "param", "code"}}`` and never carry a traceback.
 """
@@ -145,11 +145,20 @@ def create_app(state: ServerState):
         sched.clear_cache()
         return {"status": "ok"}
 
+    def model_card() -> dict:
+        return {"id": state.model_id, "object": "model", "created": state.created, "owned_by": "ninferc",
+                "max_model_len": state.max_context}
+
     @app.get("/v1/models")
     async def models(request: Request):
         _auth(state, request)
-        return {"object": "list", "data": [{"id": state.model_id, "object": "model", "created": state.created,
-                                            "owned_by": "ninferc", "max_model_len": state.max_context}]}
+        return {"object": "list", "data": [model_card()]}
+
+    @app.get("/v1/models/{model:path}")
+    async def model(request: Request, model: str):  # the openai client's models.retrieve(NAME)
+        _auth(state, request)
+        _check_model(state, model)
+        return model_card()
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
@@ -336,6 +345,10 @@ def _refuse_unsupported(req) -> None:
         raise HTTPError(400, f"n = {req.n} is not supported: ninferc returns one choice per request", param="n")
     if req.stream_options is not None and not req.stream:  # as vLLM answers it
         raise HTTPError(400, "stream_options applies only with stream: true", param="stream_options")
+    if req.stream_options is not None and req.stream_options.continuous_usage_stats and not \
+            req.stream_options.include_usage:  # vLLM ignores it there; a setting that does nothing is refused
+        raise HTTPError(400, "stream_options.continuous_usage_stats applies with stream_options.include_usage: true",
+                        param="stream_options.continuous_usage_stats")
     if req.logit_bias:
         raise HTTPError(400, "logit_bias is not supported", param="logit_bias")
     if req.response_format not in (None, {"type": "text"}):
@@ -534,6 +547,7 @@ async def _serve(state: ServerState, request: Request, gen: GenerationRequest, r
             watch.cancel()
     # streaming: the response starts now (the first event is a token, so the request was admitted)
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    fmt.continuous_usage = include_usage and req.stream_options.continuous_usage_stats
 
     async def events():
         done = False
@@ -579,6 +593,10 @@ class _Formatter:
         self.created = int(time.time())
         self.text: list[str] = []
         self.sampled: list = []
+        #: streaming with ``stream_options.continuous_usage_stats`` (vLLM's extension): every chunk carries the usage
+        #: so far (``completion_tokens`` counts the tokens generated, shown or held back)
+        self.continuous_usage = False
+        self.generated = 0
 
     def add(self, ev: TokenEvent) -> None:
         self.text.append(ev.text)
@@ -645,6 +663,9 @@ class _Formatter:
         obj = "chat.completion.chunk" if self.chat else "text_completion"
         out = {"id": self.id, "object": obj, "created": self.created, "model": self.state.model_id,
                "choices": [] if choice is None else [choice]}
+        if self.continuous_usage:
+            p = len(self.gen.prompt_ids)
+            out["usage"] = {"prompt_tokens": p, "completion_tokens": self.generated, "total_tokens": p + self.generated}
         out.update(extra)
         return out
 
@@ -653,6 +674,7 @@ class _Formatter:
                             "finish_reason": None})
 
     def delta_chunk(self, ev: TokenEvent) -> dict | None:
+        self.generated += len(ev.ids)
         if not ev.text and self.gen.logprobs is None:
             return None  # nothing to show yet (an unfinished character, a held-back stop-string prefix, a stop id)
         offset = sum(len(t) for t in self.text)
@@ -663,6 +685,7 @@ class _Formatter:
         return self._chunk({"index": 0, "text": ev.text, "logprobs": lp, "finish_reason": None})
 
     def finish_chunk(self, ev: FinishEvent) -> dict:
+        self.generated = ev.stats.generated
         if self.chat:
             delta = {"content": ev.text} if ev.text else {}
             return self._chunk({"index": 0, "delta": delta, "logprobs": None, "finish_reason": ev.reason})

@@ -76,6 +76,9 @@ CASES = [
     ("n = 2", "/v1/completions", {**OK, "n": 2}, 400, "n"),
     ("stream_options without stream", "/v1/completions", {**OK, "stream_options": {"include_usage": True}}, 400,
      "stream_options applies only with stream: true"),
+    ("continuous usage without include_usage", "/v1/completions",
+     {**OK, "stream": True, "stream_options": {"continuous_usage_stats": True}}, 400,
+     "stream_options.continuous_usage_stats applies with stream_options.include_usage: true"),
     ("response_format json", "/v1/chat/completions",
      {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}},
      400, "response_format"),
@@ -113,7 +116,7 @@ def test_body_over_the_limit_is_413(keyed):
 
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}])
 def test_missing_or_wrong_api_key_is_401(keyed, headers):
-    for path in ("/v1/completions", "/v1/models"):
+    for path in ("/v1/completions", "/v1/models", "/v1/models/tiny"):
         r = httpx.post(keyed.url + path, json=OK, headers=headers) if path.endswith("s") and "compl" in path \
             else httpx.get(keyed.url + path, headers=headers)
         assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"

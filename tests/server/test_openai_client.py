@@ -57,6 +57,25 @@ def test_completions_streaming_text_and_usage_chunk(client, goldens):
     assert all(ch.usage is None for ch in chunks)
 
 
+def test_continuous_usage_stats_put_the_usage_so_far_on_every_chunk(client, goldens):
+    """vLLM's ``stream_options.continuous_usage_stats``: each chunk carries the usage so far, the completion tokens
+    never decreasing and reaching the final count (it was accepted and ignored until 2026-12-06)."""
+    c = goldens["cases"][1]
+    for chat in (False, True):
+        kw = dict(model="tiny", max_tokens=12, temperature=0, stream=True,
+                  stream_options={"include_usage": True, "continuous_usage_stats": True})
+        stream = (client.chat.completions.create(messages=[{"role": "user", "content": c["prompt"]}], **kw) if chat
+                  else client.completions.create(prompt=c["prompt"], **kw))
+        _, chunks = _stream_text(stream)
+        used = [ch.usage for ch in chunks]
+        assert all(u is not None for u in used) and len(used) >= 3
+        done = [u.completion_tokens for u in used]
+        assert done == sorted(done) and done[-1] == 12 and (done[0] == 0) == chat  # chat's role chunk comes first
+        assert {u.prompt_tokens for u in used} == {used[-1].prompt_tokens}
+        assert all(u.total_tokens == u.prompt_tokens + u.completion_tokens for u in used)
+        assert chunks[-1].choices == [] and chunks[-1].usage.prompt_tokens_details.cached_tokens is not None
+
+
 def test_completions_with_token_ids_prompt(client, goldens):
     c = goldens["cases"][3]
     r = client.completions.create(model="tiny", prompt=c["prompt_ids"], max_tokens=16, temperature=0)
@@ -205,5 +224,12 @@ def test_legacy_top_logprobs_keep_the_sampled_tokens_own_logprob(tiny_dir):
 
 
 def test_models_lists_the_model(client):
+    import openai
+
     ms = client.models.list()
     assert [m.id for m in ms.data] == ["tiny"]
+    # models.retrieve (GET /v1/models/NAME; a 404 until 2026-12-06): the same card, another name a 404
+    m = client.models.retrieve("tiny")
+    assert m.id == "tiny" and m.model_dump() == ms.data[0].model_dump()
+    with pytest.raises(openai.NotFoundError, match="model 'gpt-9' does not exist"):
+        client.models.retrieve("gpt-9")
