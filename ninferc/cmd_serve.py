@@ -28,6 +28,7 @@ from pathlib import Path
 import click
 
 from ninferc.errors import NinfercError, RuntimeMemoryError, path_problem
+from ninferc.server.reasoning import PARSERS as REASONING_PARSERS, THINK_START
 
 #: the context of a checkpoint directory served without --max-context (tokens)
 DEFAULT_CONTEXT = 4096
@@ -122,6 +123,9 @@ def kv_pages(kv_capacity: str, *, max_concurrency: int, max_context: int, page_s
 @click.option("--draft-tokens", default=3, type=int, show_default=True, help="with --spec: drafts per round, 1-5")
 @click.option("--draft-lm-head", type=click.Choice(["bf16", "w8", "w4"]), default="bf16", show_default=True,
               help="with --spec: the drafts' LM head format (verification always uses the model's own)")
+@click.option("--reasoning-parser", type=click.Choice(list(REASONING_PARSERS)), default=None,
+              help="chat answers' <think> blocks go to the message's reasoning_content, the rest to content "
+                   "(vLLM's flag; needs a chat template that writes <think>) [default: all text is content]")
 @click.option("--no-prefix-cache", is_flag=True, help="turn prefix reuse across requests off")
 @click.option("--prefix-cache-gib", default=DEFAULT_PREFIX_CACHE_GIB, type=click.FloatRange(min=0, min_open=True),
               show_default=True, help="byte budget of the prefix cache's GDN state checkpoints, GiB")
@@ -130,7 +134,8 @@ def kv_pages(kv_capacity: str, *, max_concurrency: int, max_context: int, page_s
                    "at the ends of prompts and generations) [default: --prefill-chunk rounded down to pages]")
 def serve_cmd(path, preset, synthetic_weights, weights_fmt, kv_dtype, host, port, model_id, backend, max_context, kv_capacity, max_concurrency, max_pending,
               pending_timeout_ms, prefill_chunk, api_key, request_log, drain_timeout, no_cuda_graph, spec,
-              draft_tokens, draft_lm_head, no_prefix_cache, prefix_cache_gib, prefix_checkpoint_interval):
+              draft_tokens, draft_lm_head, reasoning_parser, no_prefix_cache, prefix_cache_gib,
+              prefix_checkpoint_interval):
     """Serve a model over the OpenAI API (chat and text completions, streaming), with continuous batching, a
     per-request log line on stderr and Prometheus metrics at /metrics."""
     import uvicorn
@@ -197,6 +202,9 @@ def serve_cmd(path, preset, synthetic_weights, weights_fmt, kv_dtype, host, port
     model_id = model_id or (preset if path is None else path.stem if path.is_file() else path.name)
     tok = opened.tokenizer
     chat = chat_template_for(tok)
+    if reasoning_parser is not None and (chat is None or THINK_START not in chat.source):
+        raise NinfercError(f"--reasoning-parser {reasoning_parser} splits off <think> blocks, and this model's chat "
+                           f"template {'is missing' if chat is None else 'never writes <think>'}")
     gen_cfg = opened.generation_config
     eos = list(opened.config.eos_token_ids)
     g_eos = gen_cfg.get("eos_token_id")
@@ -211,7 +219,8 @@ def serve_cmd(path, preset, synthetic_weights, weights_fmt, kv_dtype, host, port
          f"concurrency {max_concurrency}, pending {max_pending}, prefill chunk {prefill_chunk}, "
          f"chat template {'yes' if chat else 'none (chat requests get 400)'}"
          + (f", spec mtp with {spec_cfg.draft_tokens} drafts per round (draft LM head {draft_lm_head})"
-            if spec_cfg else ""))
+            if spec_cfg else "")
+         + (f", reasoning parser {reasoning_parser}" if reasoning_parser else ""))
 
     def make_backend():
         be = opened.make(num_pages=num_pages, num_slots=max_concurrency, prefill_chunk=prefill_chunk,
@@ -228,7 +237,8 @@ def serve_cmd(path, preset, synthetic_weights, weights_fmt, kv_dtype, host, port
         return be
 
     state = ServerState(engine=None, tokenizer=tok, chat=chat, model_id=model_id, max_context=ctx,
-                        eos_ids=tuple(eos), chat_stop_ids=end_of_turn_ids(tok), defaults=defaults, api_key=api_key)
+                        eos_ids=tuple(eos), chat_stop_ids=end_of_turn_ids(tok), defaults=defaults, api_key=api_key,
+                        reasoning_parser=reasoning_parser)
     metrics = ServerMetrics(lambda: state.engine.scheduler.snapshot() if state.engine.scheduler else None, log=_log,
                             request_log=log_file)
     state.metrics = metrics

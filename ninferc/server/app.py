@@ -28,6 +28,7 @@ from ninferc.runtime.scheduler import (Draining, ErrorEvent, FinishEvent, Genera
 from ninferc.sampling import MAX_TOP_LOGPROBS, SamplingParams
 from ninferc.server.protocol import (MAX_STOP_STRINGS, MAX_STOP_TOKEN_IDS, ChatCompletionRequest, CompletionRequest,
                                      describe_validation_error, error_body)
+from ninferc.server.reasoning import ReasoningSplitter, split_reasoning, starts_in_reasoning
 from ninferc.tokenizer import TextOutput
 
 #: request bodies above this many bytes get 413 (a 136 KB prompt is far below; 16 MiB is ~4 M tokens of text)
@@ -70,6 +71,8 @@ class ServerState:
             OpenAI's (temperature 1, top_p 1).
         metrics: the :class:`~ninferc.server.metrics.ServerMetrics`.
         api_key: required as ``Authorization: Bearer`` on ``/v1/*`` when set.
+        reasoning_parser: ``qwen3``: chat answers' ``<think>`` blocks go to ``reasoning_content``
+            (:mod:`ninferc.server.reasoning`); None: all text is ``content``.
     """
 
     engine: object
@@ -84,6 +87,7 @@ class ServerState:
     api_key: str | None = None
     max_body_bytes: int = MAX_BODY_BYTES
     created: int = field(default_factory=lambda: int(time.time()))
+    reasoning_parser: str | None = None
     draining: bool = False
 
 
@@ -198,7 +202,8 @@ def create_app(state: ServerState):
         logprobs = (req.top_logprobs or 0) if req.logprobs else None
         gen = _generation(state, request, req, ids, max_tokens, logprobs, chat=True,
                           checkpoint_at=() if history_end is None else (history_end,))
-        return await _serve(state, request, gen, req, chat=True)
+        thinking = starts_in_reasoning(text) if state.reasoning_parser else None
+        return await _serve(state, request, gen, req, chat=True, thinking=thinking)
 
     @app.post("/v1/completions")
     async def completions(request: Request):
@@ -495,7 +500,10 @@ async def _next_or_disconnect(q: asyncio.Queue, watch: asyncio.Task):
     return None
 
 
-async def _serve(state: ServerState, request: Request, gen: GenerationRequest, req, *, chat: bool):
+async def _serve(state: ServerState, request: Request, gen: GenerationRequest, req, *, chat: bool,
+                 thinking: bool | None = None):
+    """Submit ``gen`` and answer: the whole response, or an SSE stream once the first token is out. ``thinking``:
+    with a reasoning parser, whether the answer starts inside a ``<think>`` block (None: no parser)."""
     if state.draining:
         raise HTTPError.of(Draining("the server is shutting down and admits no new requests"))
     loop = asyncio.get_running_loop()
@@ -515,7 +523,7 @@ async def _serve(state: ServerState, request: Request, gen: GenerationRequest, r
         raise HTTPError.of(exc) from None
     rid = gen.request_id
     watch = asyncio.ensure_future(_disconnected(request))
-    fmt = _Formatter(state, req, gen, chat)
+    fmt = _Formatter(state, req, gen, chat, thinking)
     handed_over = False  # the streaming generator owns the request from then on
     ended = False  # the engine has ended the request (its finish or error event arrived)
     try:
@@ -587,8 +595,11 @@ async def _serve(state: ServerState, request: Request, gen: GenerationRequest, r
 class _Formatter:
     """Builds the OpenAI response objects of one request (chat or completions, whole or streamed)."""
 
-    def __init__(self, state: ServerState, req, gen: GenerationRequest, chat: bool):
+    def __init__(self, state: ServerState, req, gen: GenerationRequest, chat: bool, thinking: bool | None = None):
         self.state, self.req, self.gen, self.chat = state, req, gen, chat
+        #: with a reasoning parser (chat only): whether the answer starts inside a <think> block; the stream's splitter
+        self.thinking = thinking if chat else None
+        self.splitter = ReasoningSplitter(thinking) if self.thinking is not None else None
         self.id = ("chatcmpl-" if chat else "cmpl-") + gen.request_id
         self.created = int(time.time())
         self.text: list[str] = []
@@ -644,8 +655,11 @@ class _Formatter:
     def response(self, ev: FinishEvent) -> dict:
         text = "".join(self.text) + ev.text
         if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                      "logprobs": self._logprobs(self.sampled), "finish_reason": ev.reason}
+            message = {"role": "assistant", "content": text}
+            if self.thinking is not None:
+                message["reasoning_content"], message["content"] = split_reasoning(text, self.thinking)
+            choice = {"index": 0, "message": message, "logprobs": self._logprobs(self.sampled),
+                      "finish_reason": ev.reason}
             obj = "chat.completion"
         else:
             choice = {"index": 0, "text": text, "logprobs": self._logprobs(self.sampled),
@@ -681,15 +695,34 @@ class _Formatter:
         self.text.append(ev.text)
         lp = self._logprobs(ev.sampled, offset)
         if self.chat:
-            return self._chunk({"index": 0, "delta": {"content": ev.text}, "logprobs": lp, "finish_reason": None})
+            delta = self._delta(*self.splitter.feed(ev.text)) if self.splitter else {"content": ev.text}
+            if not delta and lp is None:
+                return None  # all of it held back (a marker's possible start)
+            return self._chunk({"index": 0, "delta": delta or {"content": ""}, "logprobs": lp,
+                                "finish_reason": None})
         return self._chunk({"index": 0, "text": ev.text, "logprobs": lp, "finish_reason": None})
 
     def finish_chunk(self, ev: FinishEvent) -> dict:
         self.generated = ev.stats.generated
         if self.chat:
-            delta = {"content": ev.text} if ev.text else {}
+            if self.splitter:
+                r, c = self.splitter.feed(ev.text)
+                r2, c2 = self.splitter.flush()
+                delta = self._delta(r + r2, c + c2)
+            else:
+                delta = {"content": ev.text} if ev.text else {}
             return self._chunk({"index": 0, "delta": delta, "logprobs": None, "finish_reason": ev.reason})
         return self._chunk({"index": 0, "text": ev.text, "logprobs": None, "finish_reason": ev.reason})
+
+    @staticmethod
+    def _delta(reasoning: str, content: str) -> dict:
+        """A chat delta of the split text's pieces: ``reasoning_content`` and / or ``content``, each where non-empty."""
+        out = {}
+        if reasoning:
+            out["reasoning_content"] = reasoning
+        if content:
+            out["content"] = content
+        return out
 
     def usage_chunk(self, ev: FinishEvent) -> dict:
         return self._chunk(None, usage=self.usage(ev))
