@@ -3,9 +3,9 @@ rendering, SSE streaming, metrics. It never touches the backend: requests go to 
 scheduler's thread-safe ``submit`` / ``cancel``, and come back as events on an asyncio queue.
 
 Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``, ``GET /v1/models`` (and ``/v1/models/NAME``),
-``GET /health``, ``GET /metrics``, ``POST /reset_prefix_cache`` (drop the prefix cache's checkpoints; vLLM's name). Every response
-carries ``x-request-id`` (the client's, when it sent one). Errors use the OpenAI shape ``{"error": {"message",
-"type", "param", "code"}}`` and never carry a traceback.
+``POST /tokenize`` and ``/detokenize`` (vLLM's), ``GET /health``, ``GET /metrics``, ``POST /reset_prefix_cache`` (drop
+the prefix cache's checkpoints; vLLM's name). Every response carries ``x-request-id`` (the client's, when it sent
+one). Errors use the OpenAI shape ``{"error": {"message", "type", "param", "code"}}`` and never carry a traceback.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from ninferc.runtime.scheduler import (Draining, ErrorEvent, FinishEvent, Genera
                                        TokenEvent)
 from ninferc.sampling import MAX_TOP_LOGPROBS, SamplingParams
 from ninferc.server.protocol import (MAX_STOP_STRINGS, MAX_STOP_TOKEN_IDS, ChatCompletionRequest, CompletionRequest,
-                                     describe_validation_error, error_body)
+                                     DetokenizeRequest, TokenizeRequest, describe_validation_error, error_body)
 from ninferc.server.reasoning import ReasoningSplitter, split_reasoning, starts_in_reasoning
 from ninferc.tokenizer import TextOutput
 
@@ -164,6 +164,41 @@ def create_app(state: ServerState):
         _check_model(state, model)
         return model_card()
 
+    @app.post("/tokenize")
+    async def tokenize(request: Request):  # vLLM's and llama-server's: count a prompt's tokens before sending it
+        _auth(state, request)
+        req = _parse(TokenizeRequest, await _read_json(request, state.max_body_bytes))
+        if req.model is not None:
+            _check_model(state, req.model)
+        if (req.prompt is None) == (req.messages is None):
+            raise HTTPError(400, "give exactly one of prompt (text) or messages (a chat, rendered by the model's "
+                                 "template)", param="prompt" if req.prompt is None else "messages")
+        if req.messages is not None:
+            if not req.messages:
+                raise HTTPError(400, "messages is empty", param="messages")
+            _, text = _render_chat(state, req.messages, req.chat_template_kwargs or {}, req.add_generation_prompt)
+        else:
+            if req.chat_template_kwargs is not None or "add_generation_prompt" in req.model_fields_set:
+                raise HTTPError(400, "chat_template_kwargs and add_generation_prompt apply to messages",
+                                param="chat_template_kwargs" if req.chat_template_kwargs is not None
+                                else "add_generation_prompt")
+            text = req.prompt
+        ids = state.tokenizer.encode(text)
+        return {"count": len(ids), "max_model_len": state.max_context, "tokens": ids,
+                "token_strs": [state.tokenizer.token_str(t) for t in ids] if req.return_token_strs else None}
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request):
+        _auth(state, request)
+        req = _parse(DetokenizeRequest, await _read_json(request, state.max_body_bytes))
+        if req.model is not None:
+            _check_model(state, req.model)
+        vocab = state.tokenizer.vocab_size
+        for i, t in enumerate(req.tokens):
+            if not 0 <= t < vocab:
+                raise HTTPError(400, f"tokens[{i}] = {t} is not a token id (0..{vocab - 1})", param=f"tokens.{i}")
+        return {"prompt": state.tokenizer.decode(req.tokens)}
+
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
         _auth(state, request)
@@ -175,24 +210,7 @@ def create_app(state: ServerState):
         if req.top_logprobs is not None and not 0 <= req.top_logprobs <= MAX_TOP_LOGPROBS:
             raise HTTPError(400, f"top_logprobs must be in 0..{MAX_TOP_LOGPROBS}, found {req.top_logprobs}",
                             param="top_logprobs")
-        _check_template_kwargs(req.chat_template_kwargs or {})
-        if state.chat is None:
-            raise HTTPError(400, "this model has no chat template (neither chat_template.jinja nor a chat_template in "
-                                 "tokenizer_config.json); use /v1/completions with a prompt", param="messages",
-                            code="no_chat_template")
-        from ninferc.chat import ChatTemplateError
-
-        messages = [m.model_dump(exclude_none=True) for m in req.messages]
-        for i, m in enumerate(messages):
-            if m.get("tool_calls"):
-                raise HTTPError(400, f"tool calls are not supported (messages[{i}].tool_calls)",
-                                param=f"messages.{i}.tool_calls")
-        try:
-            text = state.chat.render(messages, add_generation_prompt=True, **(req.chat_template_kwargs or {}))
-        except ChatTemplateError as exc:
-            raise HTTPError(400, str(exc), param="messages") from None
-        except TypeError as exc:
-            raise HTTPError(400, f"chat_template_kwargs: {exc}", param="chat_template_kwargs") from None
+        messages, text = _render_chat(state, req.messages, req.chat_template_kwargs or {})
         ids, history_end = _encode_chat(state, messages, req.chat_template_kwargs or {}, text)
         if req.max_tokens is not None and req.max_completion_tokens is not None \
                 and req.max_tokens != req.max_completion_tokens:
@@ -382,6 +400,32 @@ def _prompt_ids(state: ServerState, prompt) -> list[int]:
 #: chat_template_kwargs the family's templates test with ``is true`` / ``is false``: anything but a boolean would
 #: silently take the default
 TEMPLATE_BOOLEANS = ("enable_thinking",)
+
+
+def _render_chat(state: ServerState, messages, kwargs: dict, add_generation_prompt: bool = True
+                 ) -> tuple[list[dict], str]:
+    """(the messages as dicts, the rendered prompt text) of a request's validated ``messages`` (pydantic models) with
+    its ``chat_template_kwargs``. HTTPError 400: a kwarg the renderer sets or a switch of the wrong type, no chat
+    template, a message with ``tool_calls``, or a template that raises (its message)."""
+    _check_template_kwargs(kwargs)
+    if state.chat is None:
+        raise HTTPError(400, "this model has no chat template (neither chat_template.jinja nor a chat_template in "
+                             "tokenizer_config.json); use /v1/completions with a prompt", param="messages",
+                        code="no_chat_template")
+    from ninferc.chat import ChatTemplateError
+
+    dicts = [m.model_dump(exclude_none=True) for m in messages]
+    for i, m in enumerate(dicts):
+        if m.get("tool_calls"):
+            raise HTTPError(400, f"tool calls are not supported (messages[{i}].tool_calls)",
+                            param=f"messages.{i}.tool_calls")
+    try:
+        text = state.chat.render(dicts, add_generation_prompt=add_generation_prompt, **kwargs)
+    except ChatTemplateError as exc:
+        raise HTTPError(400, str(exc), param="messages") from None
+    except TypeError as exc:
+        raise HTTPError(400, f"chat_template_kwargs: {exc}", param="chat_template_kwargs") from None
+    return dicts, text
 
 
 def _check_template_kwargs(kwargs: dict) -> None:

@@ -99,6 +99,26 @@ class CompletionRequest(_Sampling):
     suffix: str | None = None
 
 
+class TokenizeRequest(_Strict):
+    """``POST /tokenize`` (vLLM's and llama-server's): the token ids of ``prompt`` (text), or of chat ``messages``
+    rendered by the model's template (``add_generation_prompt``, default true, and ``chat_template_kwargs`` as a chat
+    request's); ``return_token_strs`` adds each id's vocabulary string. ``model`` may be left out."""
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    add_generation_prompt: StrictBool = True
+    chat_template_kwargs: dict[str, Any] | None = None
+    return_token_strs: StrictBool = False
+
+
+class DetokenizeRequest(_Strict):
+    """``POST /detokenize``: the text of ``tokens`` (special tokens skipped, as the completions' text)."""
+
+    model: str | None = None
+    tokens: list[StrictInt]
+
+
 def error_body(message: str, type_: str = "invalid_request_error", param: str | None = None,
                code: str | int | None = None) -> dict:
     """The OpenAI error shape ``{"error": {"message", "type", "param", "code"}}``."""

@@ -233,3 +233,31 @@ def test_models_lists_the_model(client):
     assert m.id == "tiny" and m.model_dump() == ms.data[0].model_dump()
     with pytest.raises(openai.NotFoundError, match="model 'gpt-9' does not exist"):
         client.models.retrieve("gpt-9")
+
+
+def test_tokenize_and_detokenize(tiny_server, client, goldens, tiny_dir):
+    """vLLM's ``/tokenize`` (text, or chat messages rendered as a chat request renders them) and ``/detokenize``."""
+    import httpx
+
+    c = goldens["cases"][0]
+    r = httpx.post(tiny_server.url + "/tokenize", json={"model": "tiny", "prompt": c["prompt"]}).json()
+    assert r == {"count": len(c["prompt_ids"]), "max_model_len": 4096, "tokens": c["prompt_ids"], "token_strs": None}
+    r = httpx.post(tiny_server.url + "/tokenize", json={"prompt": c["prompt"], "return_token_strs": True}).json()
+    assert len(r["token_strs"]) == r["count"] and all(isinstance(t, str) and t for t in r["token_strs"])
+    back = httpx.post(tiny_server.url + "/detokenize", json={"model": "tiny", "tokens": c["greedy_ids"]}).json()
+    assert back == {"prompt": c["greedy_text"]}
+    chat = json.loads((tiny_dir / "goldens-chat.json").read_text())["cases"][0]
+    r = httpx.post(tiny_server.url + "/tokenize", json={"messages": chat["messages"],
+                                                        "chat_template_kwargs": chat["chat_template_kwargs"]}).json()
+    assert r["tokens"] == chat["ids"]
+    assert r["count"] == client.chat.completions.create(model="tiny", messages=chat["messages"], max_tokens=1,
+                                                        temperature=0).usage.prompt_tokens
+    bad = [({"prompt": "x", "messages": [{"role": "user", "content": "x"}]}, "/tokenize", "give exactly one of"),
+           ({}, "/tokenize", "give exactly one of"),
+           ({"prompt": "x", "add_generation_prompt": False}, "/tokenize", "apply to messages"),
+           ({"model": "gpt-9", "prompt": "x"}, "/tokenize", "does not exist"),
+           ({"tokens": [1, 99999]}, "/detokenize", "tokens[1] = 99999 is not a token id"),
+           ({"tokens": "abc"}, "/detokenize", "tokens")]
+    for body, path, frag in bad:
+        r = httpx.post(tiny_server.url + path, json=body)
+        assert 400 <= r.status_code < 500 and frag in r.json()["error"]["message"], (body, r.text)
