@@ -68,11 +68,17 @@ class Checkpoint(Mapping):
                 raise CheckpointError(f"{index}: unreadable index ({type(exc).__name__}: {exc})") from None
             if not isinstance(wm, dict):
                 raise CheckpointError(f"{index}: weight_map must be an object, found {type(wm).__name__}")
-            root = self.dir.resolve()
             for name, fname in wm.items():
-                f = (self.dir / str(fname)).resolve()
-                if not isinstance(fname, str) or f.parent != root or not f.is_file():
-                    raise CheckpointError(f"{index}: tensor {name!r} is mapped to {fname!r}, which is not a file in "
+                # a file name of this folder (no path: the index may not point elsewhere); the entry itself may be a
+                # symbolic link, as in the Hugging Face cache (snapshots/<sha>/NAME -> ../../blobs/<hash>)
+                plain = isinstance(fname, str) and fname not in ("", ".", "..") and Path(fname).name == fname
+                if not plain:
+                    raise CheckpointError(f"{index}: tensor {name!r} is mapped to {fname!r}, which is not a file name "
+                                          f"of {self.dir} (a name without a folder)")
+                if not (self.dir / fname).is_file():
+                    what = ("a link to a missing file" if (self.dir / fname).is_symlink() else
+                            "missing" if not (self.dir / fname).exists() else "not a regular file")
+                    raise CheckpointError(f"{index}: tensor {name!r} is mapped to {fname!r}, which is {what} in "
                                           f"{self.dir}")
                 self._where[name] = self.dir / fname
         else:

@@ -1,7 +1,9 @@
 """Model config parsing, the 27B preset, and clear errors for bad checkpoint directories."""
 
 import json
+import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ from ninferc.errors import CheckpointError, ConfigError
 from ninferc.ir.config import ModelConfig, preset
 from ninferc.ir.qwen3_5 import param_specs
 from ninferc.ir.summary import param_summary, state_summary
+from ninferc.tokenizer import Tokenizer
 
 
 def test_preset_27b_shape_and_counts():
@@ -304,6 +307,26 @@ def test_index_naming_a_file_outside_the_directory_is_refused(tmp_path, tiny_dir
     d = _copy_with_index(tmp_path, tiny_dir, lambda wm: wm.update({"lm_head.weight": "../elsewhere.safetensors"}))
     with pytest.raises(CheckpointError, match="'lm_head.weight' is mapped to '../elsewhere.safetensors', which is not"):
         Checkpoint(d, notice=None)
+
+
+def test_hf_cache_layout_of_linked_files_loads(tmp_path, tiny_dir, goldens):
+    """The Hugging Face cache's layout: snapshots/<sha>/NAME are relative links to ../../blobs/<hash> (they were
+    refused as "not a file in" the folder until 2026-12-06); a link to a missing blob is named as one."""
+    blobs, snap = tmp_path / "blobs", tmp_path / "snapshots" / "0123abc"
+    blobs.mkdir()
+    snap.mkdir(parents=True)
+    for i, f in enumerate(sorted(tiny_dir.iterdir())):
+        shutil.copy(f, blobs / f"h{i}")
+        os.symlink(Path("..") / ".." / "blobs" / f"h{i}", snap / f.name)
+    ck = Checkpoint(snap, notice=None)
+    assert sorted(ck.specs) and ck.config.num_hidden_layers > 0
+    c = goldens["cases"][0]
+    r = CliRunner().invoke(main, ["run", str(snap), "--prompt", c["prompt"], "--max-new", "3"])
+    assert r.exit_code == 0 and r.stdout[:-1] == Tokenizer.from_dir(tiny_dir).decode(c["greedy_ids"][:3]), r.output
+    shard = next(p for p in snap.iterdir() if p.name.startswith("model-0000"))
+    (blobs / Path(os.readlink(shard)).name).unlink()
+    with pytest.raises(CheckpointError, match=f"mapped to '{shard.name}', which is a link to a missing file"):
+        Checkpoint(snap, notice=None)
 
 
 def test_index_naming_a_tensor_its_shard_lacks_is_refused(tmp_path, tiny_dir):
