@@ -86,7 +86,8 @@ def write_artifact(
         progress: optional wrapper around the tensor iteration (e.g. tqdm).
 
     Raises:
-        ArtifactError: an array of an unsupported dtype.
+        ArtifactError: an array of an unsupported dtype; the file cannot be written (an OSError: a full disk, a
+            quota, an I/O error; the message names the path and the OS's reason; the temporary file is removed).
     """
     path = Path(path)
     rev = {np.dtype(v): k for k, v in NP_DTYPES.items()}
@@ -150,6 +151,9 @@ def write_artifact(
                 os.close(dfd)
         except OSError:  # a filesystem that cannot fsync a directory: the rename is still atomic
             pass
+    except OSError as exc:  # a full disk, a quota, an I/O error: named, and nothing is left at the path
+        raise ArtifactError(f"{path}: cannot write the artifact ({exc.strerror or exc}; it takes {offset + base:,} "
+                            f"bytes); nothing was written at {path}") from None
     finally:
         if tmp.exists():
             tmp.unlink()

@@ -25,6 +25,36 @@ class _Group(click.Group):
             where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
             click.echo(f"error: {exc.format_message()} (see '{where} --help')", err=True)
             sys.exit(2)
+        except BrokenPipeError:  # the reader of stdout left (`ninferc plan ... | head`): stop quietly, as Unix tools do
+            _quiet_stdout()
+            sys.exit(1)
+        except OSError as exc:
+            if exc.filename is not None or exc.errno not in _OUTPUT_ERRNOS:
+                raise
+            # writing stdout failed (`> /dev/full`, a full disk behind a redirection): the reason, not a traceback
+            _quiet_stdout()
+            click.echo(f"error: cannot write the output ({exc.strerror})", err=True)
+            sys.exit(2)
+
+
+def _output_errnos() -> frozenset:
+    import errno
+
+    return frozenset(getattr(errno, n) for n in ("ENOSPC", "EDQUOT", "EIO", "EFBIG", "EROFS") if hasattr(errno, n))
+
+
+#: an OSError without a file name and of one of these errnos is a failed write of the command's output
+_OUTPUT_ERRNOS = _output_errnos()
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush of what is still buffered cannot fail again."""
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

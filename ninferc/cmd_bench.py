@@ -102,9 +102,12 @@ def bench_cmd(artifact, preset, synthetic_weights, target, sku, weights_fmt, rec
         raise NinfercError("--weights/--recipe/--kv-dtype/--synthetic-weights/--target/--sku apply to --preset; an "
                            "artifact's formats and target were chosen by ninferc compile (and its launches are "
                            "planned for the GPU it runs on)")
-    if json_path is not None and (json_path.is_dir() or not json_path.resolve().parent.is_dir()):
-        raise NinfercError(f"--json {json_path}: " + ("is a directory; give a file name" if json_path.is_dir() else
-                                                      f"folder {json_path.resolve().parent} does not exist"))
+    if json_path is not None:
+        from ninferc.errors import output_problem
+
+        why = output_problem(json_path, "--json", "bench.json")
+        if why:
+            raise NinfercError(why)
     from ninferc.ir.quant import recipe_name as make_recipe_name
 
     recipe_name = make_recipe_name(weights_fmt, recipe)  # a malformed recipe fails before the GPU

@@ -40,14 +40,11 @@ def compile_cmd(model_dir, target, sku, sms, out, max_context, page_size, weight
     from ninferc.ir.quant import recipe_name as make_recipe_name
 
     recipe_name = make_recipe_name(weights, recipe)  # a malformed recipe fails before any work
-    if out.is_dir():
-        raise NinfercError(f"-o {out}: is a directory; give the artifact's file name (e.g. {out / 'model.ninfer'})")
-    if not out.resolve().parent.is_dir():
-        raise NinfercError(f"-o {out}: folder {out.resolve().parent} does not exist")
-    import os
+    from ninferc.errors import output_problem
 
-    if not os.access(out.resolve().parent, os.W_OK):  # before the compile, not after it
-        raise NinfercError(f"-o {out}: folder {out.resolve().parent} is not writable")
+    why = output_problem(out, "-o")  # before the compile, not after it
+    if why:
+        raise NinfercError(why)
     if dump_ir is not None:  # made (with its parents) now, so a bad path fails before any work
         if dump_ir.exists() and not dump_ir.is_dir():
             raise NinfercError(f"--dump-ir {dump_ir}: exists and is not a directory")

@@ -61,3 +61,40 @@ def path_problem(path, expected: str) -> str | None:
             "a block device" if stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else
             "not a regular file")
     return f"{str(path)!r} is {kind}, not a file or a directory (expected {expected})"
+
+
+def output_problem(path, flag: str, example: str = "model.ninfer") -> str | None:
+    """Why ``path`` cannot take a file a command writes (None when it can), checked before the work: a directory, a
+    symbolic link loop, something that is not a regular file (a FIFO or a device: ``compile``'s temp file + rename
+    would replace it with a regular file, ``bench --json`` would block on a FIFO), a missing or unwritable folder.
+    Each message starts with ``flag path:``. A link to a regular file is fine (``compile`` replaces the link).
+    """
+    import errno
+    import os
+    import stat
+    from pathlib import Path
+
+    head = f"{flag} {path}:"
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return f"{head} is a symbolic link loop"
+        st = None  # absent (or a dangling link): the folder decides
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        return f"{head} is a directory; give a file name (e.g. {Path(path) / example})"
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a character device" if stat.S_ISCHR(st.st_mode) else
+                "a block device" if stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else
+                "not a regular file")
+        return f"{head} is {kind}, not a regular file; give a regular file's name"
+    folder = Path(os.path.abspath(path)).parent
+    try:
+        is_dir = folder.is_dir()
+    except OSError:  # a loop among the folder's links
+        is_dir = False
+    if not is_dir:
+        return f"{head} folder {folder} does not exist"
+    if not os.access(folder, os.W_OK):
+        return f"{head} folder {folder} is not writable"
+    return None

@@ -126,3 +126,36 @@ def test_a_killed_writers_temp_file_is_removed_by_the_next_write(tmp_path):
     stale.write_bytes(b"half an artifact")
     write_artifact(p, {"model": {}}, {"w": np.zeros(4, np.float32)}, {"tokenizer.json": b"{}"})
     assert not stale.exists() and Artifact.open(p, model=False).tensor("w").shape == (4,)
+
+
+def test_a_failed_write_is_named_and_leaves_nothing(tmp_path, monkeypatch):
+    """A full disk while writing (here: the fsync before the rename fails with ENOSPC) is an ArtifactError naming the
+    path and the OS's reason, with no temporary file and no artifact left (it was a traceback, 2026-12-06)."""
+    import errno
+
+    import ninferc.artifact as artifact_mod
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(artifact_mod.os, "fsync", full)
+    p = tmp_path / "m.ninfer"
+    with pytest.raises(ArtifactError, match=re.escape(f"{p}: cannot write the artifact (No space left on device; "
+                                                      "it takes ") + r"[\d,]+ bytes\); nothing was written at"):
+        write_artifact(p, {"model": {}}, {"w": np.zeros(4, np.float32)}, {"tokenizer.json": b"{}"})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failed_write_of_stdout_is_one_error_line(tiny_dir):
+    """``> /dev/full``: one ``error:`` line and status 2, not a traceback (2026-12-06)."""
+    import os
+    import subprocess
+    import sys
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full on this system")
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "ninferc", "inspect", str(tiny_dir)], stdout=full,
+                           stderr=subprocess.PIPE, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "error: cannot write the output (No space left on device)"], r.stderr

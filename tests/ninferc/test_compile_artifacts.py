@@ -134,6 +134,13 @@ def test_run_defaults_to_the_artifacts_compiled_context(tiny_dir, tmp_path):
      "--prefill-chunk 99999 is more than the default max context 4096"),
     (["compile", "{tiny}", "--target", "sm_89", "--sku", "l20", "-o", "/nonexistent-dir/x.ninfer"],
      "folder /nonexistent-dir does not exist"),
+    # what temp file + rename would replace, or where the folder cannot be found (a FIFO became a regular file and a
+    # symlink loop was a traceback until 2026-12-06)
+    (["compile", "{tiny}", "--target", "sm_89", "--sku", "l20", "-o", "/dev/null"],
+     "-o /dev/null: is a character device, not a regular file"),
+    (["compile", "{tiny}", "--target", "sm_89", "--sku", "l20", "-o", "{loop}"], "is a symbolic link loop"),
+    (["compile", "{tiny}", "--target", "sm_89", "--sku", "l20", "-o", "{fifo}"], "is a FIFO, not a regular file"),
+    (["compile", "{tiny}", "--target", "sm_89", "--sku", "l20", "-o", "{loop}/x.ninfer"], "symbolic link loop"),
     (["compile", "{tiny}", "--target", "sm_89", "--sku", "l20", "-o", "x.ninfer", "--dump-ir", "{tiny}/config.json"],
      "config.json: exists and is not a directory"),
     (["compile", "{tiny}", "--target", "sm_89", "--sku", "l20", "-o", "x.ninfer", "--dump-ir",
@@ -147,8 +154,14 @@ def test_run_defaults_to_the_artifacts_compiled_context(tiny_dir, tmp_path):
     (["compile", "{tiny}", "--target", "sm_89", "--sku", "l20", "-o", "x.ninfer", "--page-size", "48"],
      "KV page size 48 must be a positive multiple of 32 tokens"),
 ])
-def test_cli_rejects_bad_input_clearly(tiny_dir, args, needle):
-    r = CliRunner().invoke(main, [a.format(tiny=tiny_dir) for a in args])
+def test_cli_rejects_bad_input_clearly(tiny_dir, tmp_path, args, needle):
+    import os
+
+    loop, fifo = tmp_path / "loop1", tmp_path / "out.fifo"
+    os.symlink(tmp_path / "loop2", loop)
+    os.symlink(loop, tmp_path / "loop2")
+    os.mkfifo(fifo)
+    r = CliRunner().invoke(main, [a.format(tiny=tiny_dir, loop=loop, fifo=fifo) for a in args])
     assert r.exit_code == 2 and needle in r.output, r.output
     assert "Traceback" not in r.output
     if "KV page size" in needle:
@@ -174,6 +187,8 @@ def test_cli_rejects_bad_input_clearly(tiny_dir, args, needle):
      "comma-separated integers, found '16,,32'"),
     (("bench", "x.ninfer", "--sku", "l20"), "--target/--sku apply to --preset"),
     (("bench", "--preset", "qwen3.8-27b", "--synthetic-weights", "--json", "/"), "--json /: is a directory"),
+    (("bench", "--preset", "qwen3.8-27b", "--synthetic-weights", "--json", "/dev/zero"),
+     "--json /dev/zero: is a character device"),
     (("bench", "--preset", "qwen3.8-27b", "--synthetic-weights", "--json", "/nonexistent-dir/r.json"),
      "folder /nonexistent-dir does not exist"),
     (("bench", "--preset", "qwen3.8-27b", "--synthetic-weights", "--recipe", "mlp=w8,mlp=w4"),
