@@ -125,7 +125,7 @@ def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
               help="with --spec: the drafts' LM head format (verification always uses the model's own)")
 def run_cmd(path, prompt, prompt_file, chat, stop, max_new, max_context, prefill_chunk, greedy, temperature, top_p,
             top_k, seed, no_cuda_graph, backend, ignore_eos, spec, draft_tokens, draft_lm_head):
-    """Generate a continuation of --prompt: text on stdout, timings on stderr."""
+    """Generate a continuation of --prompt: text on stdout as it is decoded, then one newline; timings on stderr."""
     from click.core import ParameterSource
 
     from ninferc.generate import generate

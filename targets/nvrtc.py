@@ -142,7 +142,8 @@ def nvrtc_compile(source: str, arch: str, name: str, options: tuple[str, ...]) -
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             path = _write_failed_source(source, name, log)
             raise CompileError(
-                f"NVRTC {nvrtc_version()[0]}.{nvrtc_version()[1]} failed to compile {name} for {arch} "
+                _resource_summary(log, name, arch)
+                + f"NVRTC {nvrtc_version()[0]}.{nvrtc_version()[1]} failed to compile {name} for {arch} "
                 f"({err!r}); rendered source written to {path}\n{log.strip()}"
             )
         size = _check(nvrtc, nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
@@ -157,6 +158,21 @@ def nvrtc_compile(source: str, arch: str, name: str, options: tuple[str, ...]) -
         return bytes(cubin), ptx, log
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
+
+
+_SHARED_OVER = re.compile(r"uses too much shared data \((0x[0-9a-fA-F]+) bytes, (0x[0-9a-fA-F]+) max\)")
+
+
+def _resource_summary(log: str, name: str, arch: str) -> str:
+    """A first line in words for a compile that failed on a resource limit ptxas reports (its log's own numbers):
+    static shared memory over the per-kernel maximum, which a specialisation parameter in the kernel's name (a KV
+    page size, a tile) sets; "" for any other failure."""
+    m = _SHARED_OVER.search(log)
+    if m is None:
+        return ""
+    used, cap = int(m.group(1), 16), int(m.group(2), 16)
+    return (f"{name} declares {used:,} B of static shared memory, over the {cap:,} B a kernel may declare on {arch} "
+            "(ptxas); the parameters in its name set that size (e.g. a smaller --page-size or tile fits).\n")
 
 
 # ------------------------------------------------------------------------------------------------

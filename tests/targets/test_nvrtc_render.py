@@ -102,3 +102,15 @@ def test_compile_error_carries_log_and_source_path(cache):
 def test_invalid_arch(cache):
     with pytest.raises(CompileError, match="invalid NVRTC arch"):
         compile_cubin(SRC, "compute_90", name="k")
+
+
+def test_static_shared_memory_over_the_limit_is_named_first(cache):
+    """A kernel whose static shared memory is over the per-kernel maximum: the error's first line says so in words,
+    with ptxas's own numbers (before 2026-12-06 only the raw log named it, after the NVRTC warnings)."""
+    src = ('extern "C" __global__ void k(float* y) { __shared__ float s[16384]; s[threadIdx.x] = y[threadIdx.x]; '
+           '__syncthreads(); y[threadIdx.x] = s[16383 - threadIdx.x]; }\n')
+    with pytest.raises(CompileError) as got:
+        compile_cubin(src, "sm_89", name="k")
+    first = str(got.value).splitlines()[0]
+    assert first == ("k declares 65,536 B of static shared memory, over the 49,152 B a kernel may declare on sm_89 "
+                     "(ptxas); the parameters in its name set that size (e.g. a smaller --page-size or tile fits)."), first
