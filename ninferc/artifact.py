@@ -293,6 +293,9 @@ class Artifact:
                                 f"{exc}; file corrupt, or not written by ninferc)") from None
         if not isinstance(end, int) or size < end:
             raise ArtifactError(f"{path}: truncated: payloads end at byte {end} but the file has {size} bytes")
+        if size > end:  # the writer ends the file at its last payload (write_artifact: no padding after it)
+            raise ArtifactError(f"{path}: {size - end:,} bytes follow the last payload (it ends at byte {end:,}, the file "
+                                f"has {size:,}): something was appended to the artifact, or it is not one file")
         from ninferc.artifact_schema import validate_header
 
         header = validate_header(path, header, header_end=_PREFIX.size + len(hdr), file_size=size, model=model)

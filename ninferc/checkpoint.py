@@ -175,7 +175,7 @@ class Checkpoint(Mapping):
             arr = arr[:, 0, :]
         if not np.isfinite(arr).all():
             bad = int(arr.size - np.count_nonzero(np.isfinite(arr)))
-            raise CheckpointError(f"{self.dir}: tensor {hf} has {bad} non-finite values (NaN or Inf) of {arr.size}; "
+            raise CheckpointError(f"{self.dir}: tensor {hf} has {bad} non-finite value{'' if bad == 1 else 's'} (NaN or Inf) of {arr.size}; "
                                   "the checkpoint is damaged")
         return arr
 

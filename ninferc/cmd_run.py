@@ -132,6 +132,8 @@ def run_cmd(path, prompt, prompt_file, chat, stop, max_new, max_context, prefill
     from ninferc.tokenizer import TextOutput
 
     ctx = click.get_current_context()
+    if any(not s for s in stop):
+        raise NinfercError("--stop '' is an empty string, which no text can end with; leave it out")
     prompt = read_prompt(prompt, prompt_file)
 
     def given(name: str) -> bool:

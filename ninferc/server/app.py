@@ -492,6 +492,10 @@ def _generation(state: ServerState, request: Request, req, ids: list[int], max_t
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     if len(stop) > MAX_STOP_STRINGS:
         raise HTTPError(400, f"stop: {len(stop)} strings, at most {MAX_STOP_STRINGS}", param="stop")
+    for i, s in enumerate(stop):
+        if not s:
+            raise HTTPError(400, "stop holds an empty string, which no text can end with; leave it out",
+                            param="stop" if isinstance(req.stop, str) else f"stop.{i}")
     stop_ids = list(req.stop_token_ids or [])
     if len(stop_ids) > MAX_STOP_TOKEN_IDS:
         raise HTTPError(400, f"stop_token_ids: {len(stop_ids)} ids, at most {MAX_STOP_TOKEN_IDS}",

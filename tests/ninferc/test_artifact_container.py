@@ -45,6 +45,10 @@ def test_truncated(art_path):
     art_path.write_bytes(data[:30])
     with pytest.raises(ArtifactError, match="truncated inside the fixed prefix"):
         Artifact.open(art_path, model=False)
+    # bytes appended after the last payload (`echo junk >> m.ninfer` passed --verify until 2026-12-06)
+    art_path.write_bytes(data + b"junk\n")
+    with pytest.raises(ArtifactError, match=f"5 bytes follow the last payload \\(it ends at byte {len(data):,}"):
+        Artifact.open(art_path, model=False)
 
 
 def test_flipped_byte_names_the_tensor(art_path):

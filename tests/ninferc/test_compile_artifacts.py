@@ -113,6 +113,7 @@ def test_run_defaults_to_the_artifacts_compiled_context(tiny_dir, tmp_path):
     (["run", "{tiny}", "--prompt", "abc", "--temperature", "1", "--top-k", "100000"],
      "--top-k 100000 is more than the vocabulary (4096 tokens)"),
     (["run", "{tiny}", "--prompt", "abc", "--no-cuda-graph"], "--no-cuda-graph applies to the cuda backend"),
+    (["run", "{tiny}", "--prompt", "abc", "--stop", "x", "--stop", ""], "--stop '' is an empty string"),
     (["serve"], "give exactly one of a .ninfer file, a checkpoint directory, or --preset NAME --synthetic-weights"),
     (["serve", "{tiny}", "--preset", "qwen3.8-27b", "--synthetic-weights"], "give exactly one of"),
     (["serve", "--preset", "qwen3.8-27b"], "--preset needs --synthetic-weights"),

@@ -74,6 +74,7 @@ CASES = [
     ("top_p 0", "/v1/completions", {**OK, "temperature": 1, "top_p": 0}, 400, "top_p"),
     ("top_p above 1", "/v1/completions", {**OK, "temperature": 1, "top_p": 1.5}, 400, "top_p"),
     ("n = 2", "/v1/completions", {**OK, "n": 2}, 400, "n"),
+    ("empty stop string", "/v1/completions", {**OK, "stop": ["a", ""]}, 400, "stop.1 None stop holds an empty string"),
     ("stream_options without stream", "/v1/completions", {**OK, "stream_options": {"include_usage": True}}, 400,
      "stream_options applies only with stream: true"),
     ("continuous usage without include_usage", "/v1/completions",
