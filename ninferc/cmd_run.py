@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ninferc.errors import NinfercError, path_problem
+from ninferc.errors import NinfercError, option_given, path_problem
 from ninferc.sampling import SamplingParams
 
 #: KV capacity of ``ninferc run`` on a checkpoint directory when --max-context is not given (tokens)
@@ -126,8 +126,6 @@ def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
 def run_cmd(path, prompt, prompt_file, chat, stop, max_new, max_context, prefill_chunk, greedy, temperature, top_p,
             top_k, seed, no_cuda_graph, backend, ignore_eos, spec, draft_tokens, draft_lm_head):
     """Generate a continuation of --prompt: text on stdout as it is decoded, then one newline; timings on stderr."""
-    from click.core import ParameterSource
-
     from ninferc.generate import generate
     from ninferc.tokenizer import TextOutput
 
@@ -137,7 +135,7 @@ def run_cmd(path, prompt, prompt_file, chat, stop, max_new, max_context, prefill
     prompt = read_prompt(prompt, prompt_file)
 
     def given(name: str) -> bool:
-        return ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
+        return option_given(ctx, name)
 
     if greedy and temperature:
         raise NinfercError(f"--greedy conflicts with --temperature {temperature}")

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import click
 
-from ninferc.errors import NinfercError, RuntimeMemoryError, path_problem
+from ninferc.errors import NinfercError, RuntimeMemoryError, option_given, path_problem
 from ninferc.server.reasoning import PARSERS as REASONING_PARSERS, THINK_START
 
 #: the context of a checkpoint directory served without --max-context (tokens)
@@ -187,10 +187,7 @@ def serve_cmd(path, preset, synthetic_weights, weights_fmt, kv_dtype, host, port
     num_pages = kv_pages(kv_capacity, max_concurrency=max_concurrency, max_context=ctx, page_size=opened.page_size)
     ps = opened.page_size
     cache_bytes = None if no_prefix_cache else int(prefix_cache_gib * 2**30)
-    from click.core import ParameterSource
-
-    if no_prefix_cache and ctx_obj.get_parameter_source("prefix_cache_gib") not in (ParameterSource.DEFAULT,
-                                                                                     ParameterSource.DEFAULT_MAP):
+    if no_prefix_cache and option_given(ctx_obj, "prefix_cache_gib"):
         raise NinfercError("--prefix-cache-gib applies to the prefix cache, which --no-prefix-cache turns off")
     if no_prefix_cache and prefix_checkpoint_interval is not None:
         raise NinfercError("--prefix-checkpoint-interval applies to the prefix cache, which --no-prefix-cache turns "
@@ -333,11 +330,9 @@ def spec_config(spec: str | None, draft_tokens: int, draft_lm_head: str, ctx):
     Raises:
         NinfercError: ``--draft-tokens`` or ``--draft-lm-head`` given without ``--spec``; a bad draft count.
     """
-    from click.core import ParameterSource
-
     if spec is None:
         for name in ("draft_tokens", "draft_lm_head"):
-            if ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP):
+            if option_given(ctx, name):
                 raise NinfercError(f"--{name.replace('_', '-')} applies with --spec mtp")
         return None
     from ninferc.runtime.spec import SpecConfig

@@ -57,10 +57,23 @@ def path_problem(path, expected: str) -> str | None:
         return f"{str(path)!r} cannot be read ({exc.strerror}; expected {expected})"
     if stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode):
         return None
-    kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a character device" if stat.S_ISCHR(st.st_mode) else
-            "a block device" if stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else
-            "not a regular file")
-    return f"{str(path)!r} is {kind}, not a file or a directory (expected {expected})"
+    return f"{str(path)!r} is {_file_kind(st.st_mode)}, not a file or a directory (expected {expected})"
+
+
+def _file_kind(mode: int) -> str:
+    """What a stat mode that is neither a regular file nor a directory is, in words (``a FIFO``, ...)."""
+    import stat
+
+    return ("a FIFO" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode) else
+            "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+
+
+def option_given(ctx, name: str) -> bool:
+    """Whether the click option ``name`` (its parameter name, e.g. ``draft_tokens``) was given on the command line or
+    by an environment variable, not left at its default: an option that would be ignored is refused by name."""
+    from click.core import ParameterSource
+
+    return ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
 
 
 def output_problem(path, flag: str, example: str = "model.ninfer") -> str | None:
@@ -84,10 +97,7 @@ def output_problem(path, flag: str, example: str = "model.ninfer") -> str | None
     if st is not None and stat.S_ISDIR(st.st_mode):
         return f"{head} is a directory; give a file name (e.g. {Path(path) / example})"
     if st is not None and not stat.S_ISREG(st.st_mode):
-        kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a character device" if stat.S_ISCHR(st.st_mode) else
-                "a block device" if stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else
-                "not a regular file")
-        return f"{head} is {kind}, not a regular file; give a regular file's name"
+        return f"{head} is {_file_kind(st.st_mode)}, not a regular file; give a regular file's name"
     folder = Path(os.path.abspath(path)).parent
     try:
         is_dir = folder.is_dir()

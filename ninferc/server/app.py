@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import secrets
 import sys
 import time
@@ -310,6 +311,8 @@ async def _read_json(request: Request, limit: int) -> object:
     except RecursionError:  # json's decoder recurses per nesting level
         raise HTTPError(400, "request body is nested too deeply to parse (Python's recursion limit, "
                              f"{sys.getrecursionlimit()} levels)", code="invalid_json") from None
+    if _SURROGATE_ESCAPE.search(text) is None:  # no \uD800-\uDFFF escape: no string to walk the body for
+        return obj
     try:
         bad = _lone_surrogate(obj)
     except RecursionError:
@@ -321,6 +324,10 @@ async def _read_json(request: Request, limit: int) -> object:
                              f"without its pair) at character {at}: text must be valid Unicode",
                         param=path or None, code="invalid_body")
     return obj
+
+
+#: a JSON escape of a UTF-16 surrogate (paired or not): only a body holding one can decode to a lone surrogate
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def _lone_surrogate(obj, path: str = "") -> tuple[str, int] | None:
