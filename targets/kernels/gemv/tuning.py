@@ -185,12 +185,12 @@ class GemvTuning:
             kernel's real register count. Default: the w8 ``store`` GEMVs (GDN in, q|k|v) of the one-token tile at 4
             CTAs of 256 threads per SM (64 registers, no spills on NVRTC 13.0 / 13.5; 72 uncapped on 13.0, 3
             CTAs/SM): on the H200 the w8 GDN in kernel's last CTA exit 23.9 -> 22.0 us; capping gate|up (swiglu)
-            too cost it 1.0 us (bench/NOTES.md run 105: both capped, 27B w8 step 1.0075x). And the 4-token w8
-            ``swiglu`` and ``store`` GEMVs (gate|up, GDN in, q|k|v, the LM head) at 3 CTAs of 256 threads (79-80
-            registers, no spill on the four archs, NVRTC 13.5): dp_step's straight run over the tokens (eb82660)
-            took them from 71-80 to 84-90 registers uncapped, 2 CTAs/SM instead of 3, where the sm_90 plan moved
-            them to 640-thread CTAs; the cap keeps the shapes the plan had (a cap spilled 8 B while each token's
-            products sat behind a branch).
+            too cost it 1.0 us (bench/NOTES.md run 105: both capped, 27B w8 step 1.0075x). At 4 tokens a cap spilled
+            8 B (NVRTC 13.5) while each token's products sat behind a branch. A straight run over the tile's tokens
+            (no branch: ~204 -> ~136 SASS instructions per w8 step) took those kernels to 84-90 registers and, capped
+            at 3 CTAs, timed the same on an H100 (bench/NOTES.md runs 267-269: verify 1.279-1.280x vs 1.277-1.280x,
+            4 sequences 308-313 vs 313-315 tok/s), so the branches stayed (``bench/patches/gemv_dp_straight_run.patch``
+            re-applies it).
         dp_x_bytes: the most staged x (int16 x, its block scales and sums: :func:`.dp.dp_x_bytes`) per token of the
             tile a dp variant takes, bytes (since 2026-12-06 per token; the whole tile's before). Default
             ``DP_X_BYTES`` (40 KiB): a one-token x needs no opt-in, and the 27B w8 down at 4 tokens stages 143,616 B
@@ -260,8 +260,7 @@ class GemvTuning:
     dp_ring: int = 0
     dp_preload: str = "regs"
     dp_deep_threads: tuple[int, ...] = (640,)
-    dp_min_ctas: tuple[tuple[str, str, int, int, int], ...] = (("w8", "store", 1, 256, 4), ("w8", "swiglu", 4, 256, 3),
-                                                                ("w8", "store", 4, 256, 3))
+    dp_min_ctas: tuple[tuple[str, str, int, int, int], ...] = (("w8", "store", 1, 256, 4),)
     dp_x_bytes: int = DP_X_BYTES
     dp_chunk_fallback: tuple[str, ...] = ("w8",)
     w4_mma_epilogues: tuple[str, ...] = ("store", "residual_add", "swiglu")
