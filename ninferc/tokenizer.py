@@ -93,8 +93,16 @@ class Tokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` (no special tokens added, as HF's tokenizer does for this family; special tokens
-        written in the text, such as a chat template's ``<|im_start|>``, are recognised as themselves)."""
-        return self._tok.encode(text, add_special_tokens=False).ids
+        written in the text, such as a chat template's ``<|im_start|>``, are recognised as themselves). Releases the
+        GIL while it works (:meth:`_encoding`), so a thread tokenising a long prompt leaves the others running."""
+        return self._encoding(text).ids
+
+    def _encoding(self, text: str):
+        """The ``tokenizers`` Encoding of ``text``. Through ``encode_batch`` of one text: the same ids and offsets as
+        ``encode``, but ``encode`` holds the GIL for the whole call (tokenizers 0.23: 8 MB of prompt, ~13 s with every
+        other Python thread of the process stopped -- the server's event loop among them) and ``encode_batch``
+        releases it."""
+        return self._tok.encode_batch([text], add_special_tokens=False)[0]
 
     def encode_split(self, text: str, at: int) -> tuple[list[int], int | None]:
         """Token ids of ``text`` (as :meth:`encode`, one tokenisation) and how many of them cover exactly
@@ -102,7 +110,7 @@ class Tokenizer:
         tokenizer's character offsets). Raises ValueError for ``at`` outside 0..len(text)."""
         if not 0 <= at <= len(text):
             raise ValueError(f"encode_split: character index {at} is outside 0..{len(text)}")
-        enc = self._tok.encode(text, add_special_tokens=False)
+        enc = self._encoding(text)
         n = sum(1 for _, e in enc.offsets if e <= at)
         ok = all(s >= at for s, _ in enc.offsets[n:])
         return enc.ids, n if ok else None

@@ -177,14 +177,15 @@ def create_app(state: ServerState):
         if req.messages is not None:
             if not req.messages:
                 raise HTTPError(400, "messages is empty", param="messages")
-            _, text = _render_chat(state, req.messages, req.chat_template_kwargs or {}, req.add_generation_prompt)
+            _, text = await _off_loop(_render_chat, state, req.messages, req.chat_template_kwargs or {},
+                                      req.add_generation_prompt)
         else:
             if req.chat_template_kwargs is not None or "add_generation_prompt" in req.model_fields_set:
                 raise HTTPError(400, "chat_template_kwargs and add_generation_prompt apply to messages",
                                 param="chat_template_kwargs" if req.chat_template_kwargs is not None
                                 else "add_generation_prompt")
             text = req.prompt
-        ids = state.tokenizer.encode(text)
+        ids = await _off_loop(state.tokenizer.encode, text)
         return {"count": len(ids), "max_model_len": state.max_context, "tokens": ids,
                 "token_strs": [state.tokenizer.token_str(t) for t in ids] if req.return_token_strs else None}
 
@@ -198,7 +199,7 @@ def create_app(state: ServerState):
         for i, t in enumerate(req.tokens):
             if not 0 <= t < vocab:
                 raise HTTPError(400, f"tokens[{i}] = {t} is not a token id (0..{vocab - 1})", param=f"tokens.{i}")
-        return {"prompt": state.tokenizer.decode(req.tokens)}
+        return {"prompt": await _off_loop(state.tokenizer.decode, req.tokens)}
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
@@ -211,8 +212,8 @@ def create_app(state: ServerState):
         if req.top_logprobs is not None and not 0 <= req.top_logprobs <= MAX_TOP_LOGPROBS:
             raise HTTPError(400, f"top_logprobs must be in 0..{MAX_TOP_LOGPROBS}, found {req.top_logprobs}",
                             param="top_logprobs")
-        messages, text = _render_chat(state, req.messages, req.chat_template_kwargs or {})
-        ids, history_end = _encode_chat(state, messages, req.chat_template_kwargs or {}, text)
+        messages, text = await _off_loop(_render_chat, state, req.messages, req.chat_template_kwargs or {})
+        ids, history_end = await _off_loop(_encode_chat, state, messages, req.chat_template_kwargs or {}, text)
         if req.max_tokens is not None and req.max_completion_tokens is not None \
                 and req.max_tokens != req.max_completion_tokens:
             raise HTTPError(400, f"max_tokens ({req.max_tokens}) and max_completion_tokens "
@@ -238,7 +239,7 @@ def create_app(state: ServerState):
             raise HTTPError(400, "suffix is not supported", param="suffix")
         if req.logprobs is not None and not 0 <= req.logprobs <= MAX_TOP_LOGPROBS:
             raise HTTPError(400, f"logprobs must be in 0..{MAX_TOP_LOGPROBS}, found {req.logprobs}", param="logprobs")
-        ids = _prompt_ids(state, req.prompt)
+        ids = await _off_loop(_prompt_ids, state, req.prompt)
         max_tokens = 16 if req.max_tokens is None else req.max_tokens
         gen = _generation(state, request, req, ids, max_tokens, req.logprobs, chat=False)
         return await _serve(state, request, gen, req, chat=False)
@@ -387,6 +388,15 @@ def _refuse_unsupported(req) -> None:
         raise HTTPError(400, "tools / tool_choice are not supported (tool calling is not implemented)", param="tools")
     if getattr(req, "parallel_tool_calls", None) is not None:
         raise HTTPError(400, "parallel_tool_calls is not supported", param="parallel_tool_calls")
+
+
+async def _off_loop(fn, *args):
+    """``fn(*args)`` run in a worker thread and awaited: a chat template's rendering and a prompt's tokenisation (or a
+    detokenisation) take time in proportion to the request -- 8 MB of prompt text tokenises in ~13 s -- and on the
+    event loop they stopped every other request's stream and ``/health`` meanwhile (a new-user trial, 2026-12-07).
+    The tokenizer releases the GIL while it works (:meth:`ninferc.tokenizer.Tokenizer.encode`); a template renders in
+    Python, whose threads take turns. Exceptions (HTTPError among them) are raised here."""
+    return await asyncio.to_thread(fn, *args)
 
 
 def _prompt_ids(state: ServerState, prompt) -> list[int]:

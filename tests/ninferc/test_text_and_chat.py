@@ -142,3 +142,23 @@ def test_encode_split_counts_the_tokens_of_a_prefix(tok):
     assert tok.encode_split(text, at + 5)[1] is None  # inside the special token <|im_start|>
     with pytest.raises(ValueError, match="outside 0.."):
         tok.encode_split(text, len(text) + 1)
+
+
+def test_encode_lets_other_threads_run_and_equals_the_tokenizers_encode(tok):
+    """:meth:`Tokenizer.encode` releases the GIL (the server tokenises a prompt in a worker thread; tokenizers'
+    ``encode`` held the GIL throughout and stopped the event loop with it): while a thread encodes ~1 MB of text the
+    main thread wakes many times, and the ids are those of ``tokenizers``' own ``encode``."""
+    import threading
+    import time
+
+    text = " ".join(f"w{i % 9973}x{i % 7}" for i in range(120_000))
+    out, wakeups = {}, 0
+    th = threading.Thread(target=lambda: out.setdefault("ids", tok.encode(text)))
+    t0 = time.monotonic()
+    th.start()
+    while th.is_alive():
+        time.sleep(0.005)
+        wakeups += 1
+    took = time.monotonic() - t0
+    assert out["ids"] == tok._tok.encode(text, add_special_tokens=False).ids
+    assert took < 0.1 or wakeups >= 5, (took, wakeups)

@@ -242,3 +242,32 @@ def test_sigterm_under_load_finishes_or_aborts_and_exits_0(start_server, tiny_di
         assert set(finish.values()) == {"length"}  # drained: everything finished
     else:
         assert "abort" in finish.values() and set(finish.values()) <= {"length", "abort"}
+
+
+def test_a_long_prompt_being_tokenised_leaves_the_server_answering(tiny_server):
+    """A prompt of 2.4 MB (far over the context: a 400 once it is counted) takes seconds to tokenise; that work runs
+    off the event loop with the GIL released, so ``/health`` keeps answering meanwhile (it waited out the whole
+    tokenisation, 9-14 s for 8 MB, before 2026-12-07)."""
+    big = "a b " * 600_000
+    out = {}
+
+    def send():
+        out["r"] = httpx.post(tiny_server.url + "/v1/completions", timeout=300,
+                              json={"model": "tiny", "prompt": big, "max_tokens": 4})
+
+    th = threading.Thread(target=send)
+    t0 = time.monotonic()
+    th.start()
+    waits = []
+    while th.is_alive():
+        t = time.monotonic()
+        assert httpx.get(tiny_server.url + "/health", timeout=120).status_code == 200
+        waits.append(time.monotonic() - t)
+        time.sleep(0.02)
+    th.join()
+    took = time.monotonic() - t0
+    r = out["r"]
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded", r.text
+    assert took > 1.0, took  # the tokenisation did take a while
+    assert max(waits) < min(1.0, took / 2), (max(waits), took)
+    assert len(waits) >= 10, (len(waits), took)
