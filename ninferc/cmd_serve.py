@@ -237,7 +237,7 @@ def serve_cmd(path, preset, synthetic_weights, weights_fmt, kv_dtype, host, port
                         eos_ids=tuple(eos), chat_stop_ids=end_of_turn_ids(tok), defaults=defaults, api_key=api_key,
                         reasoning_parser=reasoning_parser)
     metrics = ServerMetrics(lambda: state.engine.scheduler.snapshot() if state.engine.scheduler else None, log=_log,
-                            request_log=log_file)
+                            request_log=log_file, spec=spec_cfg is not None)
     state.metrics = metrics
 
     def make_scheduler(be):

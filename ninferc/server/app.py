@@ -489,10 +489,14 @@ def _generation(state: ServerState, request: Request, req, ids: list[int], max_t
     d = state.defaults
     temperature = req.temperature if req.temperature is not None else d.get("temperature", 1.0)
     seed = req.seed if req.seed is not None else secrets.randbits(63)
+    top_k = req.top_k if req.top_k is not None else int(d.get("top_k", 0))
+    if top_k < -1:
+        raise HTTPError(400, f"top_k must be a count of tokens >= 1, or 0 or -1 for no limit, found {top_k}",
+                        param="top_k")
     try:
         params = SamplingParams(
             temperature=float(temperature),
-            top_k=req.top_k if req.top_k is not None else int(d.get("top_k", 0)),
+            top_k=max(top_k, 0),  # -1: vLLM's "no limit", which its clients send
             top_p=float(req.top_p if req.top_p is not None else d.get("top_p", 1.0)),
             min_p=float(req.min_p if req.min_p is not None else 0.0),
             seed=seed,

@@ -32,7 +32,7 @@ name                                         type       meaning
 ``ninferc:prefix_cache_checkpoints``,        gauge      checkpoints, KV pages referenced and state bytes held
 ``_pages``, ``_bytes``                                  by the prefix cache
 ``ninferc:prefix_cache_pages_evictable``     gauge      KV pages only the prefix cache holds
-``ninferc:spec_decode_num_drafts``           counter    speculative verify rounds (each drafts K tokens)
+``ninferc:spec_decode_num_drafts``           counter    with ``--spec``: speculative verify rounds (each drafts K)
 ``ninferc:spec_decode_num_draft_tokens``     counter    draft tokens proposed
 ``ninferc:spec_decode_num_accepted_tokens``  counter    draft tokens the verifier accepted
 ``ninferc:spec_decode_num_accepted_tokens``  counter    accepted drafts by position in the round, label
@@ -48,7 +48,9 @@ The per-request log line (stderr, and one JSON object per line with ``--request-
     [req ID] done finish=stop prompt=P cached=C gen=G queue=Qms ttft=Tms prefill=X tok/s decode=Y tok/s wall=Ws
         steps=S shared=N [spec=mtp 1.62 tok/round, 21 % accepted] [error=CODE: message]
 
-queue = arrival to admission; ttft = arrival to the first token; prefill = (prompt - cached) / (first token time -
+queue = arrival to admission (for a request that ended before it was admitted -- cancelled, timed out, shut down --
+its whole wait; the queue-time histogram counts admitted requests); ttft = arrival to the first token (``-`` without
+one); prefill = (prompt - cached) / (first token time -
 admission time), so it includes the iterations the request's chunks waited behind other requests' steps; decode =
 (gen - 1) / (last token time - first token time); steps = decode (or speculative) steps, shared = those it shared
 with other requests; spec = the tokens the request took per verify step ((gen - 1) / steps: a round cut short by
@@ -92,7 +94,8 @@ class _PoolCollector:
                  "prefix cache holds count as free (evicted on demand).",
                  (s.pages_total - s.pages_free - s.cache_pages_only) / s.pages_total if s.pages_total else 0.0),
                 ("ninferc:kv_pages_total", "KV pages in the pool.", s.pages_total),
-                ("ninferc:kv_pages_free", "KV pages free now.", s.pages_free),
+                ("ninferc:kv_pages_free", "KV pages no request and no cached prefix holds now (kv_cache_usage_perc "
+                 "counts prefix_cache_pages_evictable as free too).", s.pages_free),
                 ("ninferc:gdn_slots_total", "GDN state slots.", s.slots_total),
                 ("ninferc:gdn_slots_free", "GDN state slots free now.", s.slots_free)):
             g = GaugeMetricFamily(name, doc)
@@ -131,9 +134,10 @@ class ServerMetrics(Observer):
             the engine is ready).
         log: where the log line goes (stderr in the server).
         request_log: an open text file for JSON lines, or None.
+        spec: whether the server decodes speculatively: the ``spec_decode`` counters exist only then (as in vLLM).
     """
 
-    def __init__(self, snapshot, *, log=lambda s: None, request_log=None):
+    def __init__(self, snapshot, *, log=lambda s: None, request_log=None, spec: bool = False):
         self.registry = CollectorRegistry()
         r = self.registry
         self.prompt_tokens = Counter("ninferc:prompt_tokens", "Prompt tokens of admitted requests.", registry=r)
@@ -152,13 +156,9 @@ class ServerMetrics(Observer):
                              registry=r)
         self.queue = Histogram("ninferc:request_queue_time_seconds", "Arrival to admission.", buckets=LATENCY_BUCKETS,
                                registry=r)
-        self.spec_drafts = Counter("ninferc:spec_decode_num_drafts", "Speculative verify rounds (counted when "
-                                   "their request ends).", registry=r)
-        self.spec_draft_tokens = Counter("ninferc:spec_decode_num_draft_tokens", "Draft tokens proposed.", registry=r)
-        self.spec_accepted = Counter("ninferc:spec_decode_num_accepted_tokens", "Draft tokens accepted.", registry=r)
-        self.spec_accepted_pos = Counter("ninferc:spec_decode_num_accepted_tokens_per_pos",
-                                         "Accepted draft tokens by position in the round (0 = first draft).",
-                                         ["position"], registry=r)
+        self.spec_drafts = None
+        if spec:
+            self._spec_counters(r)
         for reason in ("stop", "length", "abort"):
             self.success.labels(reason)
         for reason in ("overloaded", "queue_timeout", "shutting_down"):
@@ -167,6 +167,15 @@ class ServerMetrics(Observer):
         self.log, self.request_log = log, request_log
         self._last: dict[str, float] = {}
         self._lock = threading.Lock()
+
+    def _spec_counters(self, r: CollectorRegistry) -> None:
+        self.spec_drafts = Counter("ninferc:spec_decode_num_drafts", "Speculative verify rounds (counted when "
+                                   "their request ends).", registry=r)
+        self.spec_draft_tokens = Counter("ninferc:spec_decode_num_draft_tokens", "Draft tokens proposed.", registry=r)
+        self.spec_accepted = Counter("ninferc:spec_decode_num_accepted_tokens", "Draft tokens accepted.", registry=r)
+        self.spec_accepted_pos = Counter("ninferc:spec_decode_num_accepted_tokens_per_pos",
+                                         "Accepted draft tokens by position in the round (0 = first draft).",
+                                         ["position"], registry=r)
 
     # -- Observer ---------------------------------------------------------------------------------------------
     def on_admit(self, stats: RequestStats) -> None:
@@ -196,7 +205,7 @@ class ServerMetrics(Observer):
         self._log(stats, error)
 
     def _count_spec(self, s: RequestStats) -> None:
-        if s.spec is None or not s.spec.rounds:
+        if s.spec is None or not s.spec.rounds or self.spec_drafts is None:
             return
         self.spec_drafts.inc(s.spec.rounds)
         self.spec_draft_tokens.inc(s.spec.drafted)
@@ -221,12 +230,21 @@ def _f(v, fmt: str) -> str:
     return "-" if v is None else format(v, fmt)
 
 
+def _rate(v: float | None) -> str:
+    """Tokens per second with the unit, or ``-`` (no unit) where the rate does not exist."""
+    return "-" if v is None else f"{v:.1f} tok/s"
+
+
+def _ms(v: float | None) -> str:
+    """Seconds as milliseconds with the unit, or ``-`` (no unit) where the time does not exist."""
+    return "-" if v is None else f"{v * 1e3:.1f}ms"
+
+
 def format_request_line(s: RequestStats, error: ServingError | None = None) -> str:
     """The per-request log line (module docstring); ``-`` where a figure does not exist (no token yet)."""
-    ms = lambda v: None if v is None else v * 1e3  # noqa: E731
     line = (f"[req {s.request_id}] done finish={s.finish_reason} prompt={s.prompt_tokens} cached={s.cached_tokens} "
-            f"gen={s.generated} queue={_f(ms(s.queue_s), '.1f')}ms ttft={_f(ms(s.ttft_s), '.1f')}ms "
-            f"prefill={_f(s.prefill_tok_s, '.1f')} tok/s decode={_f(s.decode_tok_s, '.1f')} tok/s "
+            f"gen={s.generated} queue={_ms(s.queue_s)} ttft={_ms(s.ttft_s)} "
+            f"prefill={_rate(s.prefill_tok_s)} decode={_rate(s.decode_tok_s)} "
             f"wall={s.wall_s:.2f}s steps={s.decode_steps} shared={s.steps_shared}")
     if s.spec is not None:
         line += f" spec={s.spec.describe()}"

@@ -73,6 +73,8 @@ CASES = [
     ("temperature NaN", "/v1/completions", b'{"model": "tiny", "prompt": "x", "temperature": NaN}', 400, "temperature"),
     ("top_p 0", "/v1/completions", {**OK, "temperature": 1, "top_p": 0}, 400, "top_p"),
     ("top_p above 1", "/v1/completions", {**OK, "temperature": 1, "top_p": 1.5}, 400, "top_p"),
+    ("top_k below -1", "/v1/completions", {**OK, "temperature": 1, "top_k": -2}, 400,
+     "top_k None top_k must be a count of tokens >= 1, or 0 or -1 for no limit, found -2"),
     ("n = 2", "/v1/completions", {**OK, "n": 2}, 400, "n"),
     ("empty stop string", "/v1/completions", {**OK, "stop": ["a", ""]}, 400, "stop.1 None stop holds an empty string"),
     ("stream_options without stream", "/v1/completions", {**OK, "stream_options": {"include_usage": True}}, 400,
@@ -133,6 +135,19 @@ def test_routes_and_methods(keyed):
     assert r.headers["x-request-id"] == "my-id-1"
 
 
+def test_log_line_and_record_of_a_request_that_ended_waiting():
+    """A request cancelled before admission: its queue time is its whole wait, and the times and rates it never had
+    read ``-`` with no unit (the line read ``ttft=-ms``)."""
+    from ninferc.runtime.scheduler import RequestStats
+    from ninferc.server.metrics import format_request_line, request_record
+
+    s = RequestStats("r1", 12, finish_reason="abort", arrival=10.0, finished=11.25, arrival_unix=1.8e9)
+    line = format_request_line(s)
+    assert "finish=abort prompt=12 cached=0 gen=0 queue=1250.0ms ttft=- prefill=- decode=- wall=1.25s" in line, line
+    rec = request_record(s)
+    assert rec["queue_s"] == 1.25 and rec["ttft_s"] is None and rec["decode_tok_s"] is None
+
+
 def test_metrics_parse_and_count_what_was_sent(start_server, tiny_dir):
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -153,6 +168,7 @@ def test_metrics_parse_and_count_what_was_sent(start_server, tiny_dir):
                  "ninferc:inter_token_latency_seconds", "ninferc:e2e_request_latency_seconds",
                  "ninferc:request_queue_time_seconds"):
         assert want in names, want
+    assert not [n for n in names if "spec_decode" in n]  # a server without --spec has no spec_decode counters
     m = srv.metrics()
     d = lambda k: m[k] - m0.get(k, 0.0)  # noqa: E731
     assert d("ninferc:prompt_tokens_total") == prompt_tokens

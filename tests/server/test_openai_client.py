@@ -178,6 +178,13 @@ def test_seeded_sampling_same_text_alone_and_beside_others(client):
     assert c != a  # another seed draws another text (24 tokens at temperature 0.9)
 
 
+def test_top_k_minus_one_is_no_limit_as_in_vllm(client):
+    """``top_k: -1`` (vLLM's "no limit", which its clients send) samples as 0 does; a limit of 2 samples otherwise."""
+    kw = dict(model="tiny", prompt="def main(", max_tokens=24, temperature=1.5, seed=77)
+    texts = {k: client.completions.create(**kw, extra_body={"top_k": k}).choices[0].text for k in (0, -1, 2)}
+    assert texts[-1] == texts[0] and texts[2] != texts[0], texts
+
+
 def test_logprobs_chat_and_completions(client):
     r = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "def f():"}],
                                        max_tokens=5, temperature=0, logprobs=True, top_logprobs=3)
