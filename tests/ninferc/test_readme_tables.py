@@ -61,7 +61,7 @@ def test_serving_table():
 
 def test_mtp_table():
     for device, rows in (("H200", (("bf16", "20a5964"), ("bf16_draftw4", "20a5964"), ("w4", "20a5964"))),
-                         ("H100", (("bf16", "9e63be4"), ("w8", "bfabdbd"), ("w4_draftw4", "ef99dfa")))):
+                         ("H100", (("bf16", "5f14cc8"), ("w8", "5f14cc8"), ("w4", "5f14cc8")))):
         files = [f"mtp_27b_{w}_{device.lower()}_{commit}.json" for w, commit in rows]
         _assert_in_readme(_tool().mtp_table([_load(f) for f in files], device), *files)
 
