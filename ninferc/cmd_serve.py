@@ -124,8 +124,8 @@ def kv_pages(kv_capacity: str, *, max_concurrency: int, max_context: int, page_s
 @click.option("--draft-lm-head", type=click.Choice(["bf16", "w8", "w4"]), default="bf16", show_default=True,
               help="with --spec: the drafts' LM head format (verification always uses the model's own)")
 @click.option("--reasoning-parser", type=click.Choice(list(REASONING_PARSERS)), default=None,
-              help="chat answers' <think> blocks go to the message's reasoning_content, the rest to content "
-                   "(vLLM's flag; needs a chat template that writes <think>) [default: all text is content]")
+              help="chat answers' <think> blocks go to the message's reasoning (and reasoning_content), the rest to "
+                   "content (vLLM's flag; needs a chat template that writes <think>) [default: all text is content]")
 @click.option("--no-prefix-cache", is_flag=True, help="turn prefix reuse across requests off")
 @click.option("--prefix-cache-gib", default=DEFAULT_PREFIX_CACHE_GIB, type=click.FloatRange(min=0, min_open=True),
               show_default=True, help="byte budget of the prefix cache's GDN state checkpoints, GiB")

@@ -91,18 +91,19 @@ class Tokenizer:
         """Number of ids the tokenizer knows (including added tokens)."""
         return self._tok.get_vocab_size()
 
-    def encode(self, text: str) -> list[int]:
-        """Token ids of ``text`` (no special tokens added, as HF's tokenizer does for this family; special tokens
-        written in the text, such as a chat template's ``<|im_start|>``, are recognised as themselves). Releases the
-        GIL while it works (:meth:`_encoding`), so a thread tokenising a long prompt leaves the others running."""
-        return self._encoding(text).ids
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        """Token ids of ``text`` (special tokens written in the text, such as a chat template's ``<|im_start|>``, are
+        recognised as themselves; ``add_special_tokens``: the tokenizer's post-processor adds its own, which for this
+        family's tokenizers is none). Releases the GIL while it works (:meth:`_encoding`), so a thread tokenising a
+        long prompt leaves the others running."""
+        return self._encoding(text, add_special_tokens).ids
 
-    def _encoding(self, text: str):
+    def _encoding(self, text: str, add_special_tokens: bool = False):
         """The ``tokenizers`` Encoding of ``text``. Through ``encode_batch`` of one text: the same ids and offsets as
         ``encode``, but ``encode`` holds the GIL for the whole call (tokenizers 0.23: 8 MB of prompt, ~13 s with every
         other Python thread of the process stopped -- the server's event loop among them) and ``encode_batch``
         releases it."""
-        return self._tok.encode_batch([text], add_special_tokens=False)[0]
+        return self._tok.encode_batch([text], add_special_tokens=add_special_tokens)[0]
 
     def encode_split(self, text: str, at: int) -> tuple[list[int], int | None]:
         """Token ids of ``text`` (as :meth:`encode`, one tokenisation) and how many of them cover exactly
@@ -115,9 +116,10 @@ class Tokenizer:
         ok = all(s >= at for s, _ in enc.offsets[n:])
         return enc.ids, n if ok else None
 
-    def decode(self, ids: list[int]) -> str:
-        """Text of ``ids`` (special tokens skipped)."""
-        return self._tok.decode(list(ids), skip_special_tokens=True)
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        """Text of ``ids``; special tokens (``<|im_start|>``, ``<|endoftext|>``, ...) skipped unless
+        ``skip_special_tokens`` is false."""
+        return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
     def stream(self) -> "StreamDecoder":
         """A fresh incremental decoder for one generation."""

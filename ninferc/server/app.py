@@ -72,7 +72,7 @@ class ServerState:
             OpenAI's (temperature 1, top_p 1).
         metrics: the :class:`~ninferc.server.metrics.ServerMetrics`.
         api_key: required as ``Authorization: Bearer`` on ``/v1/*`` when set.
-        reasoning_parser: ``qwen3``: chat answers' ``<think>`` blocks go to ``reasoning_content``
+        reasoning_parser: ``qwen3``: chat answers' ``<think>`` blocks go to ``reasoning`` and ``reasoning_content``
             (:mod:`ninferc.server.reasoning`); None: all text is ``content``.
     """
 
@@ -185,7 +185,8 @@ def create_app(state: ServerState):
                                 param="chat_template_kwargs" if req.chat_template_kwargs is not None
                                 else "add_generation_prompt")
             text = req.prompt
-        ids = await _off_loop(state.tokenizer.encode, text)
+        special = req.add_special_tokens if req.add_special_tokens is not None else req.messages is None
+        ids = await _off_loop(state.tokenizer.encode, text, special)
         return {"count": len(ids), "max_model_len": state.max_context, "tokens": ids,
                 "token_strs": [state.tokenizer.token_str(t) for t in ids] if req.return_token_strs else None}
 
@@ -199,7 +200,7 @@ def create_app(state: ServerState):
         for i, t in enumerate(req.tokens):
             if not 0 <= t < vocab:
                 raise HTTPError(400, f"tokens[{i}] = {t} is not a token id (0..{vocab - 1})", param=f"tokens.{i}")
-        return {"prompt": await _off_loop(state.tokenizer.decode, req.tokens)}
+        return {"prompt": await _off_loop(state.tokenizer.decode, req.tokens, False)}
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
@@ -212,6 +213,9 @@ def create_app(state: ServerState):
         if req.top_logprobs is not None and not 0 <= req.top_logprobs <= MAX_TOP_LOGPROBS:
             raise HTTPError(400, f"top_logprobs must be in 0..{MAX_TOP_LOGPROBS}, found {req.top_logprobs}",
                             param="top_logprobs")
+        if not req.include_reasoning and not state.reasoning_parser:
+            raise HTTPError(400, "include_reasoning: false needs a server started with --reasoning-parser (without "
+                                 "one the reasoning is part of content)", param="include_reasoning")
         messages, text = await _off_loop(_render_chat, state, req.messages, req.chat_template_kwargs or {})
         ids, history_end = await _off_loop(_encode_chat, state, messages, req.chat_template_kwargs or {}, text)
         if req.max_tokens is not None and req.max_completion_tokens is not None \
@@ -669,6 +673,8 @@ class _Formatter:
         #: with a reasoning parser (chat only): whether the answer starts inside a <think> block; the stream's splitter
         self.thinking = thinking if chat else None
         self.splitter = ReasoningSplitter(thinking) if self.thinking is not None else None
+        #: the request's ``include_reasoning`` (vLLM's): false drops the reasoning from the answer
+        self.include_reasoning = bool(getattr(req, "include_reasoning", True))
         self.id = ("chatcmpl-" if chat else "cmpl-") + gen.request_id
         self.created = int(time.time())
         self.text: list[str] = []
@@ -726,7 +732,8 @@ class _Formatter:
         if self.chat:
             message = {"role": "assistant", "content": text}
             if self.thinking is not None:
-                message["reasoning_content"], message["content"] = split_reasoning(text, self.thinking)
+                reasoning, message["content"] = split_reasoning(text, self.thinking)
+                message.update(self._reasoning(reasoning if self.include_reasoning else None))
             choice = {"index": 0, "message": message, "logprobs": self._logprobs(self.sampled),
                       "finish_reason": ev.reason}
             obj = "chat.completion"
@@ -784,11 +791,17 @@ class _Formatter:
         return self._chunk({"index": 0, "text": ev.text, "logprobs": None, "finish_reason": ev.reason})
 
     @staticmethod
-    def _delta(reasoning: str, content: str) -> dict:
-        """A chat delta of the split text's pieces: ``reasoning_content`` and / or ``content``, each where non-empty."""
+    def _reasoning(text: str | None) -> dict:
+        """The reasoning's fields: vLLM's ``reasoning`` (its name since vLLM PR 27752, 2025-10) and
+        ``reasoning_content`` (the earlier name, DeepSeek's, which many clients still read), the same text."""
+        return {"reasoning": text, "reasoning_content": text}
+
+    def _delta(self, reasoning: str, content: str) -> dict:
+        """A chat delta of the split text's pieces: the reasoning (both names; left out with ``include_reasoning``
+        false) and / or ``content``, each where non-empty."""
         out = {}
-        if reasoning:
-            out["reasoning_content"] = reasoning
+        if reasoning and self.include_reasoning:
+            out.update(self._reasoning(reasoning))
         if content:
             out["content"] = content
         return out

@@ -83,6 +83,7 @@ class ChatCompletionRequest(_Sampling):
     logprobs: StrictBool = False
     top_logprobs: StrictInt | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    include_reasoning: StrictBool = True
     tools: list[Any] | None = None
     tool_choice: Any = None
     parallel_tool_calls: Any = None
@@ -102,18 +103,22 @@ class CompletionRequest(_Sampling):
 class TokenizeRequest(_Strict):
     """``POST /tokenize`` (vLLM's and llama-server's): the token ids of ``prompt`` (text), or of chat ``messages``
     rendered by the model's template (``add_generation_prompt``, default true, and ``chat_template_kwargs`` as a chat
-    request's); ``return_token_strs`` adds each id's vocabulary string. ``model`` may be left out."""
+    request's); ``add_special_tokens`` (vLLM's; default true for ``prompt``, false for ``messages``) lets the
+    tokenizer add its own special tokens, which for this family's tokenizers are none; ``return_token_strs`` adds each
+    id's vocabulary string. ``model`` may be left out."""
 
     model: str | None = None
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
     add_generation_prompt: StrictBool = True
     chat_template_kwargs: dict[str, Any] | None = None
+    add_special_tokens: StrictBool | None = None
     return_token_strs: StrictBool = False
 
 
 class DetokenizeRequest(_Strict):
-    """``POST /detokenize``: the text of ``tokens`` (special tokens skipped, as the completions' text)."""
+    """``POST /detokenize``: the text of ``tokens``, special tokens written out (vLLM's: a tokenised chat prompt reads
+    back whole), unlike a completion's text."""
 
     model: str | None = None
     tokens: list[StrictInt]

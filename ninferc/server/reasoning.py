@@ -1,14 +1,15 @@
 """The reasoning parser of ``ninferc serve --reasoning-parser qwen3``: a chat answer's thinking, the text between
-``<think>`` and ``</think>``, goes to the message's ``reasoning_content`` and the rest to ``content`` (the field vLLM's
-``--reasoning-parser`` and llama-server's ``--reasoning-format`` fill; the OpenAI client passes it through as an
-extra attribute).
+``<think>`` and ``</think>``, goes to the message's ``reasoning`` and ``reasoning_content`` (the fields vLLM's
+``--reasoning-parser`` fills -- ``reasoning`` since late 2025, ``reasoning_content`` before, the name llama-server's
+``--reasoning-format`` and many clients use -- the same text in both) and the rest to ``content``; the OpenAI client
+passes them through as extra attributes.
 
 Where the thinking starts: Qwen3.5-family chat templates end the generation prompt with ``<think>\\n`` when
 thinking is on and with an empty ``<think>\\n\\n</think>\\n\\n`` block when ``enable_thinking`` is false, so the
 model's output begins inside the block or after it. :func:`starts_in_reasoning` reads that off the rendered prompt
 (its last ``<think>`` after its last ``</think>``); where the prompt holds no open block, an output that itself
 begins with ``<think>`` (leading whitespace aside) opens one. An answer that ends inside the block (``max_tokens``
-reached while thinking) is all ``reasoning_content``, its ``content`` null, as vLLM answers it.
+reached while thinking) is all reasoning, its ``content`` null, as vLLM answers it.
 
 The markers are matched on the decoded text, not on token ids: the fixture's tokenizer spells them in ordinary
 pieces, real checkpoints as added tokens that decoding keeps (they are not ``special``). While streaming, a tail that
@@ -51,7 +52,7 @@ class ReasoningSplitter:
     def __init__(self, in_reasoning: bool):
         self._state = "reasoning" if in_reasoning else "start"
         self._buf = ""
-        #: whether any reasoning text or marker was seen (a whole answer's ``reasoning_content`` is null otherwise)
+        #: whether any reasoning text or marker was seen (a whole answer's reasoning is null otherwise)
         self.saw_reasoning = in_reasoning
 
     def feed(self, text: str) -> tuple[str, str]:
@@ -87,7 +88,7 @@ class ReasoningSplitter:
 
 
 def split_reasoning(text: str, in_reasoning: bool) -> tuple[str | None, str | None]:
-    """``(reasoning_content, content)`` of a whole answer: ``(None, text)`` where it holds no block; else the block's
+    """``(reasoning, content)`` of a whole answer: ``(None, text)`` where it holds no block; else the block's
     text and what follows it, None where nothing does (the answer ended inside its block), as vLLM answers."""
     sp = ReasoningSplitter(in_reasoning)
     r1, c1 = sp.feed(text)

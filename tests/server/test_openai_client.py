@@ -253,10 +253,15 @@ def test_tokenize_and_detokenize(tiny_server, client, goldens, tiny_dir):
     assert len(r["token_strs"]) == r["count"] and all(isinstance(t, str) and t for t in r["token_strs"])
     back = httpx.post(tiny_server.url + "/detokenize", json={"model": "tiny", "tokens": c["greedy_ids"]}).json()
     assert back == {"prompt": c["greedy_text"]}
+    r = httpx.post(tiny_server.url + "/tokenize", json={"prompt": c["prompt"], "add_special_tokens": True}).json()
+    assert r["tokens"] == c["prompt_ids"]  # this family's tokenizer adds no special tokens of its own
     chat = json.loads((tiny_dir / "goldens-chat.json").read_text())["cases"][0]
     r = httpx.post(tiny_server.url + "/tokenize", json={"messages": chat["messages"],
                                                         "chat_template_kwargs": chat["chat_template_kwargs"]}).json()
     assert r["tokens"] == chat["ids"]
+    # /detokenize writes special tokens out, as vLLM's does: the rendered chat prompt reads back whole
+    back = httpx.post(tiny_server.url + "/detokenize", json={"tokens": chat["ids"]}).json()["prompt"]
+    assert back == chat["text"] and "<|im_start|>" in back, back
     assert r["count"] == client.chat.completions.create(model="tiny", messages=chat["messages"], max_tokens=1,
                                                         temperature=0).usage.prompt_tokens
     bad = [({"prompt": "x", "messages": [{"role": "user", "content": "x"}]}, "/tokenize", "give exactly one of"),

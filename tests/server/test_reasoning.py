@@ -81,13 +81,28 @@ def test_server_splits_thinking_from_the_answer(reasoning_client, client):
         plain = client.chat.completions.create(**kw).choices[0].message.content
         assert plain and "</think>" not in plain
         m = reasoning_client.chat.completions.create(**kw).choices[0].message
-        got = (getattr(m, "reasoning_content", None), m.content)
+        got = (getattr(m, "reasoning", None), m.content)
         assert got == ((plain, None) if thinking else (None, plain))
+        assert getattr(m, "reasoning_content", None) == got[0]  # the earlier name, the same text
         chunks = list(reasoning_client.chat.completions.create(stream=True, **kw))
         deltas = [ch.choices[0].delta for ch in chunks if ch.choices]
-        r = "".join(getattr(d, "reasoning_content", None) or "" for d in deltas)
+        r = "".join(getattr(d, "reasoning", None) or "" for d in deltas)
+        assert r == "".join(getattr(d, "reasoning_content", None) or "" for d in deltas)
         c = "".join(d.content or "" for d in deltas)
         assert (r, c) == ((plain, "") if thinking else ("", plain))
+        # include_reasoning false (vLLM's): the reasoning is dropped, whole and streamed; the content stays
+        kw["extra_body"] = {**kw["extra_body"], "include_reasoning": False}
+        m = reasoning_client.chat.completions.create(**kw).choices[0].message
+        assert (getattr(m, "reasoning", None), getattr(m, "reasoning_content", None), m.content) == (
+            None, None, None if thinking else plain)
+        deltas = [ch.choices[0].delta for ch in reasoning_client.chat.completions.create(stream=True, **kw)
+                  if ch.choices]
+        assert not any(getattr(d, "reasoning", None) or getattr(d, "reasoning_content", None) for d in deltas)
+        assert "".join(d.content or "" for d in deltas) == ("" if thinking else plain)
+    # a server without the parser cannot leave the reasoning out of content
+    with pytest.raises(openai.BadRequestError, match="include_reasoning: false needs a server started with"):
+        client.chat.completions.create(model="tiny", messages=msgs, max_tokens=2,
+                                       extra_body={"include_reasoning": False})
     # completions are not parsed
     t = reasoning_client.completions.create(model="tiny", prompt="<think>\n", max_tokens=4, temperature=0)
     assert t.choices[0].text == client.completions.create(model="tiny", prompt="<think>\n", max_tokens=4,
