@@ -226,10 +226,6 @@ class ServerMetrics(Observer):
                 self.request_log.flush()
 
 
-def _f(v, fmt: str) -> str:
-    return "-" if v is None else format(v, fmt)
-
-
 def _rate(v: float | None) -> str:
     """Tokens per second with the unit, or ``-`` (no unit) where the rate does not exist."""
     return "-" if v is None else f"{v:.1f} tok/s"
