@@ -196,10 +196,7 @@ def create_app(state: ServerState):
         req = _parse(DetokenizeRequest, await _read_json(request, state.max_body_bytes))
         if req.model is not None:
             _check_model(state, req.model)
-        vocab = state.tokenizer.vocab_size
-        for i, t in enumerate(req.tokens):
-            if not 0 <= t < vocab:
-                raise HTTPError(400, f"tokens[{i}] = {t} is not a token id (0..{vocab - 1})", param=f"tokens.{i}")
+        _check_token_ids(req.tokens, state.tokenizer.vocab_size, "tokens")
         return {"prompt": await _off_loop(state.tokenizer.decode, req.tokens, False)}
 
     @app.post("/v1/chat/completions")
@@ -411,11 +408,17 @@ def _prompt_ids(state: ServerState, prompt) -> list[int]:
                              "separate requests)", param="prompt")
     if isinstance(prompt, str):
         return state.tokenizer.encode(prompt)
-    vocab = state.engine.backend.vocab_size if state.engine.backend is not None else None
-    for i, t in enumerate(prompt):
-        if t < 0 or (vocab is not None and t >= vocab):
-            raise HTTPError(400, f"prompt[{i}] = {t} is not a token id (0..{(vocab or 1) - 1})", param="prompt")
+    _check_token_ids(prompt, state.engine.backend.vocab_size if state.engine.backend is not None else None, "prompt")
     return list(prompt)
+
+
+def _check_token_ids(ids: list[int], vocab: int | None, field: str) -> None:
+    """HTTPError 400 naming the first of ``ids`` outside 0..vocab - 1 (``vocab`` None: only negatives), its index and
+    the range, ``param`` ``field.INDEX``."""
+    for i, t in enumerate(ids):
+        if t < 0 or (vocab is not None and t >= vocab):
+            limit = f"0..{vocab - 1}" if vocab is not None else ">= 0"
+            raise HTTPError(400, f"{field}[{i}] = {t} is not a token id ({limit})", param=f"{field}.{i}")
 
 
 #: chat_template_kwargs the family's templates test with ``is true`` / ``is false``: anything but a boolean would
