@@ -109,7 +109,7 @@ def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
                    "a checkpoint directory]")
 @click.option("--prefill-chunk", default=1024, type=click.IntRange(min=1), show_default=True, help="prompt tokens per prefill step")
 @click.option("--greedy", is_flag=True, help="argmax decoding (the default unless --temperature > 0)")
-@click.option("--temperature", default=0.0, show_default=True, help="0 = greedy; else 0.01-100")
+@click.option("--temperature", default=0.0, show_default=True, help="0 = greedy; else 1e-5 to 100")
 @click.option("--top-p", default=1.0, show_default=True, help="nucleus mass kept when sampling, in (0, 1]")
 @click.option("--top-k", default=0, type=click.IntRange(min=0), show_default=True,
               help="keep the k most likely tokens when sampling; 0 = off, at most the vocabulary")

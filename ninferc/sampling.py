@@ -26,11 +26,13 @@ from ninferc.errors import NinfercError
 
 
 #: Sampling temperatures allowed besides 0 (greedy): a range we chose, not a hardware limit (HF and vLLM accept any
-#: positive value). The GPU sampler divides fp32 logits by the temperature; below 0.01 logit gaps of ~0.1 become
-#: gaps of >= 10 (draws are argmax in all but name -- use 0) and far smaller values underflow (1e-320 gave NaN
-#: probabilities); above 100 typical logit spreads of ~10-30 shrink below 0.3 (close to a uniform draw over the
-#: vocabulary), and inf made the draw uniform.
-TEMPERATURE_RANGE = (0.01, 100.0)
+#: positive value; vLLM draws greedily below 1e-5, its sampling epsilon). The GPU sampler divides fp32 logits by the
+#: temperature (multiplies by 1 / t): at 1e-5 a logit gap of 1e-6 is still a gap of 0.1, logits of 1e3 scale to 1e8
+#: (fp32's range is 3.4e38), and draws below ~0.01 are argmax but for near-ties; far smaller values overflow 1 / t (1e-320
+#: gave NaN probabilities). Above 100 typical logit spreads of ~10-30 shrink below 0.3 (close to a uniform draw over
+#: the vocabulary), and inf made the draw uniform. The lower bound was 0.01 until 2026-12-07: clients that send a
+#: small temperature for "nearly greedy" (0.001, 0.005) got a 400 (a new-user trial).
+TEMPERATURE_RANGE = (1e-5, 100.0)
 #: presence / frequency penalty range (OpenAI's API reference: "Number between -2.0 and 2.0")
 PENALTY_RANGE = (-2.0, 2.0)
 #: repetition penalty range: (0, REPETITION_PENALTY_MAX]; 1 = off (vLLM requires > 0; we bound it like the

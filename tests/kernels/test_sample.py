@@ -299,6 +299,28 @@ def test_reference_sampler_distribution_and_determinism():
             assert (toks == int(np.argmax(row))).all()
 
 
+def test_reference_sampler_at_the_smallest_temperature():
+    """At the temperature range's floor (1e-5; sampling.TEMPERATURE_RANGE) the kernel's arithmetic (fp32 logits times
+    1 / t) still draws between near-ties -- a gap of 2^-20 is 0.095 after scaling -- as the host's fp64 distribution
+    does, and never a token 0.01 below the top (a gap of 1,000)."""
+    V, N, t = 8, 20_000, 1e-5
+    row = np.array([0.5, 2.0, 2.0 - 2.0 ** -20, -1.0, 1.99, 0.0, 0.0, -np.inf], np.float32)
+    seeds = np.arange(N, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15 % 2**63) + np.uint64(5)
+    for k, p in ((0, 1.0), (0, 0.9), (2, 1.0), (1, 1.0)):
+        probs = filtered_probs(row, SamplingParams(temperature=t, top_k=k, top_p=p))
+        toks = _vector_reference(row, t, k, p, seeds, step=1)
+        counts = np.bincount(toks, minlength=V)
+        assert counts[probs == 0].sum() == 0 and set(np.flatnonzero(counts)) <= {1, 2}
+        _chi_square_ok(counts, probs, N)
+        if k == 1:
+            assert (toks == 1).all()
+        else:
+            assert abs(probs[1] - 1 / (1 + np.exp(-2.0 ** -20 / t))) < 1e-6 and counts[2] > 0.4 * N
+        few = reference(SampleProblem(V), np.broadcast_to(row, (50, V)), temperature=[t] * 50, top_k=[k] * 50,
+                        top_p=[p] * 50, seed=seeds[:50], step=[1] * 50)
+        np.testing.assert_array_equal(few, toks[:50])
+
+
 def _vector_reference(row, t, k, p, seeds, step):
     """reference() vectorised over many seeds of one row (same arithmetic)."""
     keep = kept_mask(row, t, k, p)

@@ -196,3 +196,25 @@ def test_distribution_matches_filtered_probs(t, k, p):
     df = max(1, obs.shape[0] - 1)
     chi2 = float(((obs - ex) ** 2 / ex).sum())
     assert chi2 <= df + 6 * np.sqrt(2 * df) + 10, f"chi2 {chi2:.1f} (df {df}): {counts} vs {exp.round(1)}"
+
+
+@pytest.mark.parametrize("k,p", [(0, 1.0), (0, 0.9), (1, 1.0)])
+def test_smallest_temperature_draws_between_near_ties(k, p):
+    """At the temperature range's floor (1e-5, sampling.TEMPERATURE_RANGE) a gap of 2^-20 between the top two logits
+    is 0.095 after scaling: the kernel draws both (about 52 / 48 %) and never the token 0.01 below them, as the host's
+    fp64 distribution says; k = 1 is the argmax."""
+    v, n, t = 8, 20_000, 1e-5
+    row = np.array([0.5, 2.0, 2.0 - 2.0 ** -20, -1.0, 1.99, 0.0, 0.0, -np.inf], np.float32)
+    x = np.broadcast_to(row, (n, v)).copy()
+    prob = SampleProblem(v, "sample")
+    ln = FAM.launch(prob, n, _ctx())
+    seeds = (np.arange(n, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15 % 2**63) + np.uint64(5))
+    got = _run(prob, ln, x, v, temperature=cp.full(n, t, cp.float32), top_k=cp.full(n, k, cp.int32),
+               top_p=cp.full(n, p, cp.float32), seed=cp.asarray(seeds), step=cp.full(n, 1, cp.int32))
+    counts = np.bincount(got, minlength=v)
+    assert set(np.flatnonzero(counts)) == ({1} if k == 1 else {1, 2}), counts
+    probs = filtered_probs(row, SamplingParams(temperature=t, top_k=k, top_p=p))
+    if k != 1:
+        assert abs(counts[1] / n - probs[1]) < 0.02, (counts, probs)
+    want = reference(prob, x[:200], [t] * 200, [k] * 200, [p] * 200, seeds[:200], [1] * 200)
+    np.testing.assert_array_equal(got[:200], want)

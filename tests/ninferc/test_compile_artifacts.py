@@ -104,7 +104,7 @@ def test_run_defaults_to_the_artifacts_compiled_context(tiny_dir, tmp_path):
     (["run", "{tiny}", "--prompt", "abc", "--temperature", "1", "--seed", "-1"],
      "seed must be an integer in [0, 2**64), found -1"),
     (["run", "{tiny}", "--prompt", "abc", "--temperature", "1", "--seed", str(2**64)], "seed must be an integer"),
-    (["run", "{tiny}", "--prompt", "abc", "--temperature", "1e-320"], "temperature must be 0 (greedy) or in [0.01, 100]"),
+    (["run", "{tiny}", "--prompt", "abc", "--temperature", "1e-320"], "temperature must be 0 (greedy) or in [1e-05, 100]"),
     (["run", "{tiny}", "--prompt", "abc", "--temperature", "inf"], "found inf"),
     (["run", "{tiny}", "--prompt", "abc", "--greedy", "--top-p", "0.5"],
      "--top-p 0.5 applies only when sampling (--temperature > 0)"),

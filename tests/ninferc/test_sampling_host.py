@@ -83,14 +83,27 @@ def test_sampling_matches_the_filtered_distribution():
     assert chi2 < 20.5  # 99.9th percentile of chi-square with <= 5 degrees of freedom
 
 
+def test_small_temperatures_are_accepted_down_to_the_floor():
+    """0.005 (a client's "nearly greedy") is a temperature like any other; 1e-5 is the floor (TEMPERATURE_RANGE): a
+    gap of 1e-6 between two logits is still a draw there (ratio e^0.1), a gap of 0.01 is not."""
+    x = np.array([1.0, 3.0, 3.0 - 1e-6, 2.99, -2.0])
+    for t in (0.005, 1e-5):
+        SamplingParams(temperature=t)
+    p = filtered_probs(x, SamplingParams(temperature=1e-5))
+    assert p[0] == p[3] == p[4] == 0
+    np.testing.assert_allclose(p[1] / p[2], math.exp((x[1] - x[2]) / 1e-5), rtol=1e-9)
+    with pytest.raises(NinfercError, match=r"temperature must be 0 \(greedy\) or in \[1e-05, 100\], found 1e-06"):
+        SamplingParams(temperature=1e-6)
+
+
 @pytest.mark.parametrize("kw,needle", [
     (dict(min_p=1.5), "min_p must be in [0, 1]"),
     (dict(min_p=float("nan")), "min_p must be in [0, 1]"),
     (dict(presence_penalty=2.5), "presence_penalty must be in [-2, 2]"),
     (dict(frequency_penalty=-3), "frequency_penalty must be in [-2, 2]"),
     (dict(repetition_penalty=0.0), "repetition_penalty must be in (0, 10]"),
-    (dict(temperature=float("nan")), "temperature must be 0 (greedy) or in [0.01, 100]"),
-    (dict(temperature=-1), "temperature must be 0 (greedy) or in [0.01, 100]"),
+    (dict(temperature=float("nan")), "temperature must be 0 (greedy) or in [1e-05, 100]"),
+    (dict(temperature=-1), "temperature must be 0 (greedy) or in [1e-05, 100]"),
     (dict(top_p=0.0), "top_p must be in (0, 1]"),
     (dict(top_k=-1), "top_k must be an integer >= 0"),
     (dict(top_k=1.5), "top_k must be an integer >= 0"),
