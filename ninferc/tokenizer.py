@@ -121,9 +121,10 @@ class Tokenizer:
         ``skip_special_tokens`` is false."""
         return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
-    def stream(self) -> "StreamDecoder":
-        """A fresh incremental decoder for one generation."""
-        return StreamDecoder(self._tok)
+    def stream(self, skip_special_tokens: bool = True) -> "StreamDecoder":
+        """A fresh incremental decoder for one generation (special tokens skipped unless ``skip_special_tokens`` is
+        false)."""
+        return StreamDecoder(self._tok, skip_special_tokens)
 
     def token_str(self, token_id: int) -> str:
         """The vocabulary string of ``token_id`` (special tokens as written, e.g. ``<|im_end|>``); "" if unknown."""
@@ -138,9 +139,9 @@ class StreamDecoder:
     """Feed ids one at a time; get back the text they complete (possibly empty while a multi-byte
     character is still incomplete). Backed by `tokenizers.decoders.DecodeStream`."""
 
-    def __init__(self, tok: _HFTokenizer):
+    def __init__(self, tok: _HFTokenizer, skip_special_tokens: bool = True):
         self._tok = tok
-        self._ds = DecodeStream(skip_special_tokens=True)
+        self._ds = DecodeStream(skip_special_tokens=skip_special_tokens)
 
     def step(self, token_id: int) -> str:
         """Feed one id; returns the text it completes (may be empty mid-character)."""
@@ -165,17 +166,22 @@ class TextOutput:
     character: bytes of an unfinished character wait for the next id) and stop strings.
 
     A stop string is matched across token boundaries; the text returned stops before it (OpenAI's semantics: the
-    stop string is not part of the output). While the text's tail could still be the start of a stop string, that
-    tail is held back -- only the ambiguous part -- and released as soon as it cannot be, or by :meth:`flush`.
+    stop string is not part of the output), or after it with ``include_stop`` (vLLM's
+    ``include_stop_str_in_output``). While the text's tail could still be the start of a stop string, that tail is
+    held back -- only the ambiguous part -- and released as soon as it cannot be, or by :meth:`flush`.
 
     Args:
         tokenizer: a :class:`Tokenizer`.
-        stop: stop strings (empty ones are ignored).
+        stop: stop strings (empty ones are ignored). Where two match, the one that starts first ends the text (of
+            those starting at the same character, the first given).
+        include_stop: keep the stop string that ended the text at its end.
+        skip_special_tokens: leave special tokens (``<|im_end|>``, ...) out of the text (default), or write them.
     """
 
-    def __init__(self, tokenizer: Tokenizer, stop=()):
-        self._dec = tokenizer.stream()
+    def __init__(self, tokenizer: Tokenizer, stop=(), *, include_stop: bool = False, skip_special_tokens: bool = True):
+        self._dec = tokenizer.stream(skip_special_tokens)
         self.stop = tuple(s for s in stop if s)
+        self.include_stop = include_stop
         self._held = ""
         self.stopped = False
 
@@ -187,10 +193,11 @@ class TextOutput:
         buf = self._held + self._dec.step(token_id)
         if not self.stop:
             return buf, False
-        cut = min((i for i in (buf.find(s) for s in self.stop) if i >= 0), default=-1)
-        if cut >= 0:
+        found = [(i, s) for s in self.stop if (i := buf.find(s)) >= 0]
+        if found:
+            cut, s = min(found, key=lambda f: f[0])
             self.stopped, self._held = True, ""
-            return buf[:cut], True
+            return buf[:cut + len(s) if self.include_stop else cut], True
         hold = 0
         for s in self.stop:  # the longest tail of buf that is a proper prefix of a stop string
             for k in range(min(len(s) - 1, len(buf)), hold, -1):

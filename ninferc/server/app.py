@@ -213,7 +213,8 @@ def create_app(state: ServerState):
         if not req.include_reasoning and not state.reasoning_parser:
             raise HTTPError(400, "include_reasoning: false needs a server started with --reasoning-parser (without "
                                  "one the reasoning is part of content)", param="include_reasoning")
-        messages, text = await _off_loop(_render_chat, state, req.messages, req.chat_template_kwargs or {})
+        messages, text = await _off_loop(_render_chat, state, req.messages, req.chat_template_kwargs or {},
+                                         req.add_generation_prompt)
         ids, history_end = await _off_loop(_encode_chat, state, messages, req.chat_template_kwargs or {}, text)
         if req.max_tokens is not None and req.max_completion_tokens is not None \
                 and req.max_tokens != req.max_completion_tokens:
@@ -232,8 +233,6 @@ def create_app(state: ServerState):
         req = _parse(CompletionRequest, await _read_json(request, state.max_body_bytes))
         _check_model(state, req.model)
         _refuse_unsupported(req)
-        if req.echo:
-            raise HTTPError(400, "echo is not supported", param="echo")
         if req.best_of not in (None, 1):
             raise HTTPError(400, f"best_of {req.best_of} is not supported (only 1)", param="best_of")
         if req.suffix:
@@ -387,8 +386,17 @@ def _refuse_unsupported(req) -> None:
         raise HTTPError(400, "response_format other than {'type': 'text'} is not supported", param="response_format")
     if getattr(req, "tools", None) or getattr(req, "tool_choice", None) not in (None, "none"):
         raise HTTPError(400, "tools / tool_choice are not supported (tool calling is not implemented)", param="tools")
-    if getattr(req, "parallel_tool_calls", None) is not None:
-        raise HTTPError(400, "parallel_tool_calls is not supported", param="parallel_tool_calls")
+    if req.min_tokens != 0:
+        raise HTTPError(400, f"min_tokens = {req.min_tokens} is not supported (only 0)", param="min_tokens")
+    if req.store:
+        raise HTTPError(400, "store: true is not supported: ninferc keeps no completions", param="store")
+    if req.service_tier not in (None, "auto", "default"):
+        raise HTTPError(400, f"service_tier {req.service_tier!r} is not supported (auto or default: one tier)",
+                        param="service_tier")
+    if getattr(req, "modalities", None) not in (None, ["text"]):
+        raise HTTPError(400, f"modalities {req.modalities!r} are not supported (text only)", param="modalities")
+    if getattr(req, "echo", False):
+        raise HTTPError(400, "echo is not supported", param="echo")
 
 
 async def _off_loop(fn, *args):
@@ -548,7 +556,9 @@ def _generation(state: ServerState, request: Request, req, ids: list[int], max_t
         rid = f"{rid}-{uuid.uuid4().hex[:8]}"
     return GenerationRequest(request_id=rid, prompt_ids=ids, max_tokens=max_tokens,
                              params=params, stop_ids=frozenset(stop_ids), logprobs=logprobs,
-                             output=TextOutput(state.tokenizer, stop), checkpoint_at=checkpoint_at,
+                             output=TextOutput(state.tokenizer, stop,
+                                                include_stop=req.include_stop_str_in_output,
+                                                skip_special_tokens=req.skip_special_tokens), checkpoint_at=checkpoint_at,
                              labels={"endpoint": "chat.completions" if chat else "completions",
                                      "stream": bool(req.stream)})
 

@@ -1,9 +1,13 @@
 """Request models of the OpenAI API subset ``ninferc serve`` implements (pydantic), and the error shape.
 
 Field semantics follow OpenAI's API reference; the extensions vLLM accepts (``top_k``, ``min_p``,
-``repetition_penalty``, ``stop_token_ids``, ``ignore_eos``, ``chat_template_kwargs``) are accepted too. A field
-that OpenAI defines but ninferc does not implement is refused with a 400 that names it (``n`` > 1, ``tools``,
-``response_format`` other than text, ``logit_bias``, ``echo``, ``best_of`` > 1, ``suffix``, ...), and so is any
+``repetition_penalty``, ``stop_token_ids``, ``ignore_eos``, ``chat_template_kwargs``, ``skip_special_tokens``,
+``include_stop_str_in_output``, chat's ``add_generation_prompt``) are accepted too. OpenAI's bookkeeping fields that do
+not change what is generated (``user``, ``safety_identifier``, ``metadata``, ``prompt_cache_key``, ``store`` false,
+``service_tier`` auto / default, ``modalities`` text, ``parallel_tool_calls`` without tools) are accepted and have no
+effect; a null where OpenAI's schema allows one means the field's default. A field that OpenAI or vLLM defines but
+ninferc does not implement is refused with a 400 that names it (``n`` > 1, ``tools``, ``response_format`` other than
+text, ``logit_bias``, ``echo``, ``best_of`` > 1, ``suffix``, ``min_tokens`` > 0, ``store`` true, ...), and so is any
 field that is not part of the API: nothing is silently ignored.
 """
 
@@ -11,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, model_validator
 
 #: most stop strings one request may give
 MAX_STOP_STRINGS = 16
@@ -50,8 +54,22 @@ class ChatMessage(BaseModel):
     name: str | None = None
 
 
+#: fields whose null stands for their default (OpenAI's schema marks them nullable; clients generated from it send
+#: ``"n": null``, which vLLM's models accept)
+NULL_MEANS_DEFAULT = ("n", "stream", "logprobs", "echo", "ignore_eos", "include_reasoning", "skip_special_tokens",
+                      "include_stop_str_in_output", "add_generation_prompt", "min_tokens")
+
+
 class _Sampling(_Strict):
     """Fields shared by chat and completions requests."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_means_default(cls, data):
+        """A null in a field of :data:`NULL_MEANS_DEFAULT` is left out (the field takes its default)."""
+        if isinstance(data, dict) and any(data.get(k, 0) is None for k in NULL_MEANS_DEFAULT):
+            data = {k: v for k, v in data.items() if not (k in NULL_MEANS_DEFAULT and v is None)}
+        return data
 
     model: str
     max_tokens: StrictInt | None = None
@@ -69,10 +87,21 @@ class _Sampling(_Strict):
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
     n: StrictInt = 1
+    # vLLM's output options: special tokens (``<|im_end|>``, ...) written into the text; the stop string that ended
+    # the text kept at its end
+    skip_special_tokens: StrictBool = True
+    include_stop_str_in_output: StrictBool = False
+    # OpenAI's bookkeeping: no effect on what is generated (nothing is stored; the prefix cache needs no key)
     user: str | None = None
-    # OpenAI fields accepted only at their "off" value (refused otherwise, by name)
+    safety_identifier: str | None = None
+    metadata: dict[str, str] | None = None
+    prompt_cache_key: str | None = None
+    store: StrictBool | None = None
+    service_tier: str | None = None
+    # fields accepted only at their "off" value (refused otherwise, by name)
     logit_bias: dict[str, Any] | None = None
     response_format: dict[str, Any] | None = None
+    min_tokens: StrictInt = 0
 
 
 class ChatCompletionRequest(_Sampling):
@@ -84,9 +113,12 @@ class ChatCompletionRequest(_Sampling):
     top_logprobs: StrictInt | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     include_reasoning: StrictBool = True
+    add_generation_prompt: StrictBool = True
     tools: list[Any] | None = None
     tool_choice: Any = None
-    parallel_tool_calls: Any = None
+    parallel_tool_calls: StrictBool | None = None
+    modalities: list[str] | None = None
+    echo: StrictBool = False
 
 
 class CompletionRequest(_Sampling):

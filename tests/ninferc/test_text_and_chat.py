@@ -64,6 +64,33 @@ def test_stop_at_the_very_start_and_several_strings(tok, goldens):
     assert stopped and text == full[:full.index(earlier)]
 
 
+def test_include_stop_keeps_the_stop_string_that_ended_the_text(tok, goldens):
+    """vLLM's include_stop_str_in_output: the text ends after the stop string, the earliest-starting one of several;
+    the same text streamed token by token."""
+    ids = goldens["cases"][1]["greedy_ids"]
+    full = tok.decode(ids)
+    later, earlier = full[30:34], full[10:13]
+    out, pieces = TextOutput(tok, [later, earlier], include_stop=True), []
+    for t in ids:
+        piece, stopped = out.push(t)
+        pieces.append(piece)
+        if stopped:
+            break
+    assert stopped and "".join(pieces) == full[:full.index(earlier) + len(earlier)]
+
+
+def test_special_tokens_written_only_when_asked(tok):
+    """vLLM's skip_special_tokens: false writes ``<|im_start|>`` / ``<|im_end|>`` into the text (the incremental
+    decoder and the whole-text decode agree); the default leaves them out."""
+    ids = tok.encode("<|im_start|>user\nhi<|im_end|>\n")
+    assert tok.token_str(ids[0]) == "<|im_start|>" and tok.token_id("<|im_end|>") in ids
+    for skip in (True, False):
+        out = TextOutput(tok, skip_special_tokens=skip)
+        text = "".join(out.push(t)[0] for t in ids) + out.flush()
+        assert text == tok.decode(ids, skip_special_tokens=skip)
+        assert ("<|im_end|>" in text) is (not skip)
+
+
 def test_never_emits_a_broken_utf8_character(tok):
     s = "naïve café — ünïcödé ✓ 漢字"
     ids = tok.encode(s)

@@ -273,3 +273,64 @@ def test_tokenize_and_detokenize(tiny_server, client, goldens, tiny_dir):
     for body, path, frag in bad:
         r = httpx.post(tiny_server.url + path, json=body)
         assert 400 <= r.status_code < 500 and frag in r.json()["error"]["message"], (body, r.text)
+
+
+def test_bookkeeping_fields_and_nulls_change_nothing(client, tiny_server, goldens):
+    """OpenAI's bookkeeping fields (user, safety_identifier, metadata, prompt_cache_key, store false, service_tier
+    auto / default, modalities text, parallel_tool_calls without tools) and nulls where OpenAI's schema allows them
+    (n, stream, logprobs, echo, ...) are accepted and change nothing: the same greedy text as the plain request, on
+    both endpoints (a new-user trial, 2026-12-07: each was a 400, which breaks clients that always send them)."""
+    import httpx
+
+    c = goldens["cases"][0]
+    plain = client.completions.create(model="tiny", prompt=c["prompt"], max_tokens=12, temperature=0)
+    body = {"model": "tiny", "prompt": c["prompt"], "max_tokens": 12, "temperature": 0, "n": None, "stream": None,
+            "logprobs": None, "echo": None, "ignore_eos": None, "min_tokens": None, "skip_special_tokens": None,
+            "include_stop_str_in_output": None, "user": "u1", "safety_identifier": "s1", "metadata": {"k": "v"},
+            "prompt_cache_key": "conv-1", "store": False, "service_tier": "auto"}
+    r = httpx.post(tiny_server.url + "/v1/completions", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["text"] == plain.choices[0].text and r.json()["usage"]["completion_tokens"] == 12
+    msgs = [{"role": "user", "content": "def f():"}]
+    kw = {"enable_thinking": False}
+    plain = client.chat.completions.create(model="tiny", messages=msgs, max_tokens=12, temperature=0,
+                                           extra_body={"chat_template_kwargs": kw})
+    body = {"model": "tiny", "messages": msgs, "max_tokens": 12, "temperature": 0, "chat_template_kwargs": kw,
+            "n": None, "stream": None, "logprobs": None, "echo": False, "add_generation_prompt": None,
+            "include_reasoning": None, "min_tokens": 0, "parallel_tool_calls": False, "modalities": ["text"],
+            "store": None, "service_tier": "default", "metadata": {}, "user": "u1"}
+    r = httpx.post(tiny_server.url + "/v1/chat/completions", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["content"] == plain.choices[0].message.content
+
+
+def test_include_stop_str_in_output_keeps_the_stop_string(client, goldens):
+    """vLLM's include_stop_str_in_output: the text ends after the stop string (which spans two tokens here), whole
+    and streamed; finish_reason stop."""
+    c = goldens["cases"][0]
+    full = c["greedy_text"]
+    a = len(_tok().decode(c["greedy_ids"][:8]))
+    stop = full[a - 2:a + 2]
+    extra = {"include_stop_str_in_output": True}
+    r = client.completions.create(model="tiny", prompt=c["prompt"], max_tokens=48, temperature=0, stop=[stop],
+                                  extra_body=extra)
+    assert r.choices[0].text == full[:a + 2] and r.choices[0].finish_reason == "stop"
+    text, chunks = _stream_text(client.completions.create(model="tiny", prompt=c["prompt"], max_tokens=48,
+                                                          temperature=0, stop=stop, stream=True, extra_body=extra))
+    assert text == full[:a + 2]
+
+
+def test_add_generation_prompt_false_renders_no_assistant_header(client, tiny_server):
+    """Chat's add_generation_prompt (vLLM's; default true): false renders the messages alone, as /tokenize does --
+    the prompt is the tokens of the template's output without ``<|im_start|>assistant ...``."""
+    import httpx
+
+    msgs = [{"role": "user", "content": "def f():"}]
+    counts = {}
+    for agp in (True, False):
+        t = httpx.post(tiny_server.url + "/tokenize", json={"messages": msgs, "add_generation_prompt": agp}).json()
+        r = client.chat.completions.create(model="tiny", messages=msgs, max_tokens=2, temperature=0,
+                                           extra_body={"add_generation_prompt": agp})
+        assert r.usage.prompt_tokens == t["count"]
+        counts[agp] = t["count"]
+    assert counts[False] < counts[True]
