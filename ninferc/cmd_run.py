@@ -253,6 +253,6 @@ def _run_spec(opened, ids: list[int], *, max_new: int, params, prefill_chunk: in
     st, sp = end.stats, end.stats.spec
     log(f"prompt {st.prompt_tokens} tokens, generated {st.generated} ({end.reason}); TTFT {(st.ttft_s or 0) * 1e3:.1f} "
         f"ms, prefill {st.prefill_tok_s or float('nan'):.1f} tok/s, decode {st.decode_tok_s or float('nan'):.1f} tok/s")
-    log(f"spec: mtp, {spec.draft_tokens} drafts per round: {sp.rounds} rounds, {sp.drafted} drafted, {sp.accepted} "
+    log(f"spec: mtp, {spec.draft_tokens} draft{'s' if spec.draft_tokens != 1 else ''} per round: {sp.rounds} rounds, {sp.drafted} drafted, {sp.accepted} "
         f"accepted ({100 * (sp.acceptance or 0):.1f} %), {sp.tokens_per_round or 0:.2f} tokens per round; accepted "
         f"by draft position {sp.accepted_at}")

@@ -215,7 +215,7 @@ def serve_cmd(path, preset, synthetic_weights, weights_fmt, kv_dtype, host, port
     _log(f"ninferc serve: model {model_id!r} ({path or preset + ', synthetic ' + (weights_fmt or 'bf16') + ' weights'}), backend {opened.backend}, context {ctx} tokens, "
          f"concurrency {max_concurrency}, pending {max_pending}, prefill chunk {prefill_chunk}, "
          f"chat template {'yes' if chat else 'none (chat requests get 400)'}"
-         + (f", spec mtp with {spec_cfg.draft_tokens} drafts per round (draft LM head {draft_lm_head})"
+         + (f", spec mtp with {spec_cfg.draft_tokens} draft{'s' if spec_cfg.draft_tokens != 1 else ''} per round (draft LM head {draft_lm_head})"
             if spec_cfg else "")
          + (f", reasoning parser {reasoning_parser}" if reasoning_parser else ""))
 
