@@ -38,7 +38,7 @@ def _load_config(model_dir: str) -> dict:
                    "8192 within --max-context.")
 @click.option("--batch", "batches", type=click.IntRange(min=1), multiple=True,
               help="Decode batch B (sequences, one token each) to plan (repeatable). Default: 1 4 8 16.")
-@click.option("--max-context", default=4096, type=click.IntRange(min=1), show_default=True, help="KV capacity per sequence (tokens).")
+@click.option("--max-context", default=4096, type=click.IntRange(min=2), show_default=True, help="KV capacity per sequence (tokens).")
 @click.option("--page-size", default=64, type=int, show_default=True, help="KV page size (tokens; a positive multiple of 32).")
 @click.option("--weights", type=click.Choice(["bf16", "w8", "w4"]), default="bf16", show_default=True,
               help="Weight format the plan's GEMV/GEMM kernels read (as ninferc compile --weights).")

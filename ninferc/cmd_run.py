@@ -104,7 +104,7 @@ def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
               help="render the prompt as a user message through the model's chat template; stop at its end of turn")
 @click.option("--stop", "stop", multiple=True, help="stop when the text contains this string (repeatable; not printed)")
 @click.option("--max-new", default=128, type=click.IntRange(min=1), show_default=True, help="tokens to generate at most")
-@click.option("--max-context", default=None, type=click.IntRange(min=1),
+@click.option("--max-context", default=None, type=click.IntRange(min=2),
               help="KV capacity per sequence (tokens) [default: the artifact's compile-time --max-context; 4096 for "
                    "a checkpoint directory]")
 @click.option("--prefill-chunk", default=1024, type=click.IntRange(min=1), show_default=True, help="prompt tokens per prefill step")
@@ -219,7 +219,13 @@ def run_cmd(path, prompt, prompt_file, chat, stop, max_new, max_context, prefill
     sys.stdout.write(text.flush() + "\n")
     sys.stdout.flush()
     log(f"prompt {res.prompt_tokens} tokens, generated {len(res.ids)} ({res.stopped_by}); "
-        f"TTFT {res.ttft_s * 1e3:.1f} ms, prefill {res.prefill_tok_s:.1f} tok/s, decode {res.decode_tok_s:.1f} tok/s")
+        f"TTFT {res.ttft_s * 1e3:.1f} ms, prefill {_rate(res.prefill_tok_s)}, decode {_rate(res.decode_tok_s)}")
+
+
+def _rate(tok_s: float | None) -> str:
+    """``"123.4 tok/s"``, or ``"-"`` where there is no rate (NaN or None: a decode of one token has no interval),
+    as the server's log line writes it."""
+    return "-" if tok_s is None or tok_s != tok_s else f"{tok_s:.1f} tok/s"
 
 
 def _run_spec(opened, ids: list[int], *, max_new: int, params, prefill_chunk: int, stop_ids, text, spec, cuda_graph,
@@ -252,7 +258,7 @@ def _run_spec(opened, ids: list[int], *, max_new: int, params, prefill_chunk: in
     sys.stdout.flush()
     st, sp = end.stats, end.stats.spec
     log(f"prompt {st.prompt_tokens} tokens, generated {st.generated} ({end.reason}); TTFT {(st.ttft_s or 0) * 1e3:.1f} "
-        f"ms, prefill {st.prefill_tok_s or float('nan'):.1f} tok/s, decode {st.decode_tok_s or float('nan'):.1f} tok/s")
+        f"ms, prefill {_rate(st.prefill_tok_s)}, decode {_rate(st.decode_tok_s)}")
     log(f"spec: mtp, {spec.draft_tokens} draft{'s' if spec.draft_tokens != 1 else ''} per round: {sp.rounds} rounds, {sp.drafted} drafted, {sp.accepted} "
         f"accepted ({100 * (sp.acceptance or 0):.1f} %), {sp.tokens_per_round or 0:.2f} tokens per round; accepted "
         f"by draft position {sp.accepted_at}")

@@ -98,7 +98,7 @@ def kv_pages(kv_capacity: str, *, max_concurrency: int, max_context: int, page_s
 @click.option("--model-id", default=None, help="the model name clients use [default: the file or folder name]")
 @click.option("--backend", type=click.Choice(["cuda", "reference"]), default=None,
               help="default: cuda for a .ninfer artifact, reference for a checkpoint directory")
-@click.option("--max-context", default=None, type=click.IntRange(min=1),
+@click.option("--max-context", default=None, type=click.IntRange(min=2),
               help="tokens one request may hold, prompt + generated [default: the artifact's compile-time "
                    "--max-context; 4096 for a checkpoint directory]")
 @click.option("--kv-capacity", default="auto", show_default=True,
@@ -229,8 +229,8 @@ def serve_cmd(path, preset, synthetic_weights, weights_fmt, kv_dtype, host, port
             one = be.state_nbytes(Sequence(slot=0, mtp=spec_cfg is not None))
             _log(f"prefix cache: budget {cache_bytes:,} B for GDN state checkpoints of {one:,} B each (every GDN "
                  f"layer's conv window and recurrent state) = {cache_bytes // max(one, 1)} checkpoints; their KV pages "
-                 f"come from the KV pool; checkpoints every {interval or 'no'} prompt tokens and at the ends of "
-                 "prompts and generations")
+                 "come from the KV pool; checkpoints " + (f"every {interval} prompt tokens and " if interval else "")
+                 + "at the ends of prompts and generations")
         return be
 
     state = ServerState(engine=None, tokenizer=tok, chat=chat, model_id=model_id, max_context=ctx,

@@ -26,6 +26,11 @@ Sources (every number below cites one of these):
   Ada (cc 8.9), Hopper (cc 9.0) and Blackwell (cc 12.0) guides: the L1 data cache and shared memory are one
   on-chip store per SM of 128 KB (cc 8.6 / 8.9 / 12.0) or 256 KB (cc 9.0); what the carveout does not give to
   shared memory is L1.
+* [DIE] NVIDIA's architecture whitepapers, the largest die of each target in its full configuration: GA102 (cc 8.6,
+  the Ampere GA102 whitepaper: 10,752 CUDA cores = 84 SMs of 128), AD102 (cc 8.9, the Ada Lovelace whitepaper:
+  18,432 = 144 SMs), GH100 (cc 9.0, the Hopper whitepaper: 8 GPCs x 9 TPCs x 2 = 144 SMs; products enable 132),
+  GB202 (cc 12.0, the RTX Blackwell whitepaper: 192 SMs; the RTX PRO 6000 enables 188). No product of a target has
+  more SMs than its largest die, so an SM count above it is a typo (``--sms 1320``), not a GPU.
 * Cooperative launch: supported on every device of cc >= 6.0 ([PG] "Grid Synchronization" /
   ``cudaDevAttrCooperativeLaunch``); all four targets qualify.
 """
@@ -79,6 +84,8 @@ class Arch:
             bytes (flagged by ``.nv.shared.reserved.0``) [NOTES].
         pdl: programmatic dependent launch (``cudaLaunchAttributeProgrammaticStreamSerialization``; the next
             kernel's CTAs start while the previous one drains) is available: compute capability 9.0 and newer [PG].
+        max_sms: SMs of the target's largest die in its full configuration [DIE]: the most ``--sms`` may say.
+        largest_die: that die's name [DIE].
         wgmma: warpgroup MMA (``wgmma.mma_async``) exists: PTX ISA, sm_90a only (arch-specific code, compiled for
             the ``a`` variant, :func:`ninferc.targets.nvrtc.nvrtc_arch`); the GEMM's Hopper routes need it.
     """
@@ -93,6 +100,8 @@ class Arch:
     l1_smem_per_sm: int
     barrier_factor: int
     cubin_folds_reserved_smem: bool
+    max_sms: int
+    largest_die: str
     warp_size: int = 32
     regs_per_sm: int = 64 * KiB
     regs_per_cta: int = 64 * KiB
@@ -139,22 +148,22 @@ _CARVEOUT_228K = tuple(k * KiB for k in (0, 8, 16, 32, 64, 100, 132, 164, 196, 2
 SM_86 = Arch(
     name="sm_86", cc=(8, 6), max_threads_per_sm=1536, max_ctas_per_sm=16,
     smem_per_sm=100 * KiB, max_smem_per_cta_optin=99 * KiB, smem_carveouts=_CARVEOUT_100K, l1_smem_per_sm=128 * KiB,
-    barrier_factor=0, cubin_folds_reserved_smem=False,
+    barrier_factor=0, cubin_folds_reserved_smem=False, max_sms=84, largest_die="GA102",
 )
 SM_89 = Arch(
     name="sm_89", cc=(8, 9), max_threads_per_sm=1536, max_ctas_per_sm=24,
     smem_per_sm=100 * KiB, max_smem_per_cta_optin=99 * KiB, smem_carveouts=_CARVEOUT_100K, l1_smem_per_sm=128 * KiB,
-    barrier_factor=0, cubin_folds_reserved_smem=False,
+    barrier_factor=0, cubin_folds_reserved_smem=False, max_sms=144, largest_die="AD102",
 )
 SM_90 = Arch(
     name="sm_90", cc=(9, 0), max_threads_per_sm=2048, max_ctas_per_sm=32,
     smem_per_sm=228 * KiB, max_smem_per_cta_optin=227 * KiB, smem_carveouts=_CARVEOUT_228K, l1_smem_per_sm=256 * KiB,
-    barrier_factor=2, cubin_folds_reserved_smem=True, pdl=True, wgmma=True,
+    barrier_factor=2, cubin_folds_reserved_smem=True, max_sms=144, largest_die="GH100", pdl=True, wgmma=True,
 )
 SM_120A = Arch(
     name="sm_120a", cc=(12, 0), max_threads_per_sm=1536, max_ctas_per_sm=24,
     smem_per_sm=100 * KiB, max_smem_per_cta_optin=99 * KiB, smem_carveouts=_CARVEOUT_100K, l1_smem_per_sm=128 * KiB,
-    barrier_factor=1, cubin_folds_reserved_smem=True, pdl=True,
+    barrier_factor=1, cubin_folds_reserved_smem=True, max_sms=192, largest_die="GB202", pdl=True,
 )
 
 ARCHS: dict[str, Arch] = {a.name: a for a in (SM_86, SM_89, SM_90, SM_120A)}

@@ -91,7 +91,7 @@ def make_target(target: str | Arch, sku: str | Sku | None = None, sms: int | Non
         TargetError: unknown arch (names it and the supported list), unknown SKU (lists the arch's SKUs), or a SKU
             of another arch (names both).
         PlanError: neither a SKU nor an SM count, an SM count contradicting the SKU (names both), or an SM count
-            below 1.
+            below 1 or above the arch's largest die (:attr:`Arch.max_sms`).
     """
     a = get_arch(target)
     if sku is None and sms is None:
@@ -104,6 +104,9 @@ def make_target(target: str | Arch, sku: str | Sku | None = None, sms: int | Non
         sku_obj = get_sku(sku_obj.key, a.name)  # raises the cross-arch TargetError
     if sms is not None and int(sms) < 1:
         raise PlanError(f"plan for {a.name}: SM count must be positive, got {sms}")
+    if sms is not None and int(sms) > a.max_sms:
+        raise PlanError(f"plan for {a.name}: SM count {sms} is more than {a.name}'s largest die has ({a.largest_die}: "
+                        f"{a.max_sms} SMs, NVIDIA's whitepaper; targets/arch.py [DIE])")
     if sku_obj is not None and sms is not None and int(sms) != sku_obj.sms:
         raise PlanError(f"plan for {a.name}: --sms {sms} contradicts SKU {sku_obj.name} ({sku_obj.sms} SMs)")
     source = sms_source or ("sku" if sku_obj is not None else "sms")

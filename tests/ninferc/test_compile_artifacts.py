@@ -169,6 +169,30 @@ def test_cli_rejects_bad_input_clearly(tiny_dir, tmp_path, args, needle):
         assert "graph:" not in r.output  # refused before the graph is built, not after
 
 
+def test_compile_refuses_to_overwrite_its_own_checkpoint(tiny_dir, tmp_path):
+    """``-o`` naming one of the checkpoint's files -- directly, or the blob a Hugging Face cache's link points to -- is
+    refused before the compile, and the file is left as it was (it was overwritten, 2026-12-07)."""
+    import os
+    import shutil
+
+    ck = tmp_path / "ck"
+    shutil.copytree(tiny_dir, ck)
+    snap = tmp_path / "snapshot"  # a cache's layout: links in the snapshot folder, the bytes in blobs
+    snap.mkdir()
+    for f in ck.iterdir():
+        os.symlink(f, snap / f.name)
+    shard = next(f for f in ck.iterdir() if f.name.endswith(".safetensors"))
+    for model, out in ((ck, ck / "config.json"), (ck, ck / shard.name), (snap, ck / shard.name),
+                       (snap, snap / shard.name)):
+        before = out.read_bytes()
+        r = CliRunner().invoke(main, ["compile", str(model), "--target", "sm_89", "--sku", "l20", "-o", str(out)])
+        assert r.exit_code == 2 and f"is the checkpoint's own file {out.name}" in r.output, r.output
+        assert "graph:" not in r.output and out.read_bytes() == before
+    r = CliRunner().invoke(main, ["compile", str(ck), "--target", "sm_89", "--sku", "l20", "-o",
+                                  str(ck / "model.ninfer")])  # a new file in the folder is fine
+    assert r.exit_code == 0, r.output
+
+
 @pytest.mark.parametrize("args, needle", [
     (("bench",), "exactly one of ARTIFACT or --preset"),
     (("bench", "--preset", "qwen3.8-27b"), "--preset needs --synthetic-weights"),
@@ -228,5 +252,25 @@ def test_bench_refuses_an_artifact_context_past_its_model(tmp_path, tiny_dir):
 def test_compile_refuses_a_context_no_prompt_fits(tiny_dir, tmp_path):
     r = CliRunner().invoke(main, ["compile", str(tiny_dir), "--target", "sm_89", "--sku", "l20", "-o",
                                   str(tmp_path / "x.ninfer"), "--max-context", "1"])
-    assert r.exit_code == 2 and "--max-context 1 leaves no room for a prompt token and a generated one" in r.output
+    assert r.exit_code == 2 and "'--max-context': 1 is not in the range x>=2" in r.output, r.output
     assert not (tmp_path / "x.ninfer").exists()
+    from ninferc.errors import NinfercError
+    from ninferc.pipeline import compile_model
+
+    with pytest.raises(NinfercError, match="--max-context 1 leaves no room for a prompt token and a generated one"):
+        compile_model(tiny_dir, "sm_89", tmp_path / "y.ninfer", sku="l20", max_context=1)
+    assert not (tmp_path / "y.ninfer").exists()
+
+
+@pytest.mark.parametrize("spec", [(), ("--spec", "mtp", "--draft-tokens", "1")])
+def test_run_timing_line_of_one_token_has_no_decode_rate(tiny_dir, spec):
+    """One generated token has no decode interval: ``run``'s timing line says ``decode -`` (as the server's log line
+    does), not ``nan tok/s``; with two tokens it is a rate. Plain and speculative paths."""
+    for n, want in ((1, "decode -"), (2, " tok/s")):
+        r = CliRunner().invoke(main, ["run", str(tiny_dir), "--backend", "reference", "--prompt", "def f():",
+                                      "--max-new", str(n), "--ignore-eos", *spec])
+        assert r.exit_code == 0, r.output
+        line = next(ln for ln in r.stderr.splitlines() if ln.startswith("prompt "))
+        assert f"generated {n} (length)" in line and "nan" not in line and line.endswith(want), line
+        if spec:
+            assert "1 draft per round" in r.stderr

@@ -101,6 +101,8 @@ def test_draft_tokens_plans_the_verify_steps():
     (("--target", "sm_89", "--sku", "rtx9999", "--preset", "qwen3.8-27b"), "known SKUs for sm_89"),
     (("--target", "sm_75", "--sms", "40", "--preset", "qwen3.8-27b"), "supported targets"),
     (("--target", "sm_89", "--sms", "92", "--preset", "nope"), "unknown preset"),
+    (("--target", "sm_89", "--sms", "100000", "--preset", "qwen3.8-27b"),
+     "SM count 100000 is more than sm_89's largest die has (AD102: 144 SMs"),
     (("--target", "sm_89", "--sms", "92"), "exactly one of MODEL_DIR or --preset"),
     (("--target", "sm_89", "--sms", "92", "/nonexistent-dir"), "does not exist"),
     (("--target", "sm_89", "--sms", "92", "--preset", "qwen3.8-27b", "--weights", "w4", "--recipe", "embedding=w4"),

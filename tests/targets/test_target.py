@@ -48,6 +48,11 @@ def test_a_bare_sm_count_assumes_the_arch_typical_bandwidth_per_sm():
       + ", ".join(s.key for s in skus_for_arch("sm_89")) + ")"]),
     (("sm_89", "l20", 100), {}, PlanError, ["--sms 100 contradicts SKU NVIDIA L20 (92 SMs)"]),
     (("sm_89", None, 0), {}, PlanError, ["SM count must be positive, got 0"]),
+    # a typo of an SM count (1320 for 132) is refused against the arch's largest die, named with its count
+    (("sm_89", None, 100000), {}, PlanError, ["SM count 100000 is more than sm_89's largest die has (AD102: 144 SMs"]),
+    (("sm_90", None, 1320), {}, PlanError, ["SM count 1320 is more than sm_90's largest die has (GH100: 144 SMs"]),
+    (("sm_86", None, 85), {}, PlanError, ["(GA102: 84 SMs"]),
+    (("sm_120a", None, 193), {}, PlanError, ["(GB202: 192 SMs"]),
     (("sm_89", None, 92), {"sms_source": "guess"}, PlanError, ["'guess'", "sku, sms, device"]),
 ])
 def test_errors_name_the_value_and_the_limit(args, kw, err, needles):
@@ -55,6 +60,18 @@ def test_errors_name_the_value_and_the_limit(args, kw, err, needles):
         make_target(*args, **kw)
     for n in needles:
         assert n in str(e.value), (n, str(e.value))
+
+
+def test_every_sku_and_the_largest_die_fit_the_arch_limit():
+    """Every SKU's SM count is at most its arch's largest die (the limit cannot refuse a real product), and a plan
+    for the full die itself is accepted."""
+    from ninferc.targets.arch import ARCHS
+    from ninferc.targets.skus import SKUS
+
+    for s in SKUS:
+        assert s.sms <= ARCHS[s.arch].max_sms, s
+    for a in ARCHS.values():
+        assert make_target(a.name, sms=a.max_sms).sms == a.max_sms
 
 
 def test_as_target_converts_an_arch_name_and_keeps_a_target():
