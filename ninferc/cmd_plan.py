@@ -48,9 +48,13 @@ def _load_config(model_dir: str) -> dict:
 @click.option("--draft-tokens", type=click.IntRange(1, 5), default=None,
               help="Also plan the speculative verify step of each decode batch B: B sequences of K + 1 tokens (the "
                    "step of ninferc serve --spec mtp --draft-tokens K; columns V=B(K+1)).")
+@click.option("--explain", "explain", default=None, metavar="STEPS",
+              help="Also show why the GEMV launches of the steps matching STEPS (a glob over the step names, e.g. "
+                   "'L0.mlp.*' or '*gate_up') are the variants they are: every variant compared, best first, with the "
+                   "cost model's estimate (with --json: an \"explain\" list).")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON instead of a table.")
 def plan_cmd(model_dir, target, sku, sms, preset, tokens, batches, max_context, page_size, weights, recipe, kv_dtype,
-             draft_tokens, as_json):
+             draft_tokens, explain, as_json):
     """Print the launch plan (block, registers, shared memory, CTAs/SM, limiter, grid per B/T, cooperative
     cap, waves, route) of every kernel of MODEL_DIR or --preset on --target with --sku or --sms (with
     --draft-tokens, of the speculative verify steps too)."""
@@ -78,9 +82,17 @@ def plan_cmd(model_dir, target, sku, sms, preset, tokens, batches, max_context, 
                            decode_batches=batches or DECODE_BATCHES, prefill_tokens=tokens,
                            draft_tokens=draft_tokens or 0, progress=_kernel_bar)
     if as_json:
-        click.echo(plan.dumps(), nl=False)
+        if explain is not None:
+            from ninferc.targets.model_plan import _dump_json
+
+            click.echo(_dump_json({**plan.to_json(), "explain": plan.explain(explain)}, 0))
+        else:
+            click.echo(plan.dumps(), nl=False)
     else:
         click.echo(plan.table(), nl=False)
+        if explain is not None:
+            click.echo("")
+            click.echo(plan.explain_text(explain), nl=False)
 
 
 def _kernel_bar(total: int):

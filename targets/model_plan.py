@@ -122,6 +122,95 @@ class ModelPlan:
         """``to_json()`` as stable, diff-friendly JSON text."""
         return _dump_json(self.to_json(), 0) + "\n"
 
+    def explain(self, pattern: str) -> list[dict]:
+        """Why each GEMV launch of the steps whose name matches ``pattern`` (an ``fnmatch`` glob: ``L0.mlp.*``,
+        ``*gate_up``) is the variant it is: the candidates the GEMV's route selection compared
+        (:meth:`~ninferc.targets.kernels.gemv.family.GemvFamily.candidates`), best first, with the cost model's
+        estimate (:func:`~ninferc.targets.kernels.gemv.cost.estimate_us`, microseconds; only its order is used) for
+        this plan's SM count and DRAM bandwidth per SM. Launches of the same problem, mode and T in several layers
+        are one record (``step`` names the first, ``steps`` counts them).
+
+        Returns:
+            ``[{"step", "steps", "mode", "tokens", "k", "n", "epilogue", "wfmt", "chosen", "candidates": [{
+            "estimate_us", "route", "threads", "k_warps", "splits", "grid", "ctas_per_sm", "uri"}...]}...]`` in
+            execution order; a launch the selection did not choose (a dp tile whose x does not fit, served by the
+            fallback's kernels) has no candidates and a ``note``. Steps of other families (GEMM, attention, GDN) have
+            one variant per problem and size, or their own routes, shown in the table's ``route`` column.
+        """
+        import dataclasses
+        import fnmatch
+
+        from ninferc.targets.kernels import FAMILIES
+        from ninferc.targets.lower import linear_problem
+
+        gemv, ctx = FAMILIES["gemv"], self.context()
+        out, seen = [], {}
+        for step in self.program.steps:
+            if not fnmatch.fnmatchcase(step.name, pattern):
+                continue
+            for mode in ("decode", "prefill", "verify"):
+                for ln in self.launches.get((step.name, mode), []):
+                    if ln.kernel.family != "gemv":
+                        continue
+                    prob = linear_problem(step.problem)
+                    name = re.sub(r"^L\d+\.", "L*.", step.name)
+                    key = (name, dataclasses.astuple(prob), mode, ln.tokens)
+                    if key in seen:
+                        seen[key]["steps"] += 1
+                        continue
+                    cands = gemv.candidates(prob, ln.tokens, ctx)
+                    rec = {"step": step.name, "steps": 1, "mode": mode, "tokens": ln.tokens, "k": prob.k, "n": prob.n,
+                           "epilogue": prob.epilogue, "wfmt": prob.wfmt, "chosen": ln.kernel.uri,
+                           "candidates": [{"estimate_us": round(c.estimate_us, 2), "route": c.route,
+                                           "threads": c.threads, "k_warps": c.k_warps, "splits": c.splits,
+                                           "grid": c.grid, "ctas_per_sm": c.ctas_per_sm, "uri": c.spec.uri}
+                                          for c in cands]}
+                    if not cands or cands[0].spec.uri != ln.kernel.uri:
+                        rec["note"] = ("not chosen by the cost model: the token tile's variants do not serve this "
+                                       "problem here (dp x over dp_x_bytes, or none resident), so a smaller dp tile "
+                                       "in token chunks or the tensor-core fallback runs it")
+                    seen[key] = rec
+                    out.append(rec)
+        return out
+
+    def explain_text(self, pattern: str, top: int = 6) -> str:
+        """:meth:`explain` as text: per record the ``top`` best candidates (``*`` marks the chosen one) and how much
+        slower than the best each is modelled, then how many more there were."""
+        recs = self.explain(pattern)
+        bw = self.context().bandwidth_per_sm_gbs
+        lines = [f"why (the GEMV cost model, targets/kernels/gemv/cost.py, on {self.sms} SMs at {bw:.1f} GB/s of DRAM "
+                 f"bandwidth per SM; {self.planned_for.bandwidth_note()}): the variants compared per launch, best "
+                 "first (ties: the plain route, fewer k_warps, fewer threads); est = modelled microseconds, only their order "
+                 "is used"]
+        if not recs:
+            lines.append(f"  no GEMV launch in the steps matching {pattern!r} (names as the table's step column, "
+                         "with a layer number for L*: e.g. 'L0.mlp.*' or '*gate_up')")
+        label = {"decode": "B={}", "prefill": "T={}", "verify": "V={}"}
+        for r in recs:
+            many = f" (and {r['steps'] - 1} more layer{'s' if r['steps'] > 2 else ''} like it)" if r["steps"] > 1 else ""
+            lines.append(f"{r['step']}{many}: gemv K={r['k']} N={r['n']} {r['epilogue']} {r['wfmt']}, "
+                         f"{r['mode']} {label[r['mode']].format(r['tokens'])} ({r['tokens']} token"
+                         f"{'s' if r['tokens'] != 1 else ''})")
+            if "note" in r:
+                lines.append(f"    {r['note']}; runs {r['chosen']}")
+            cands = r["candidates"]
+            if not cands:
+                continue
+            best = cands[0]["estimate_us"]
+            rows = [["", "est us", "vs best", "route", "threads", "k_warps", "splits", "grid", "CTAs/SM", "kernel"]]
+            for c in cands[:top]:
+                rows.append(["*" if c["uri"] == r["chosen"] and c is cands[0] else "", f"{c['estimate_us']:.2f}",
+                             f"+{100 * (c['estimate_us'] / best - 1):.1f} %" if c is not cands[0] else "",
+                             c["route"], str(c["threads"]), str(c["k_warps"]), str(c["splits"]), str(c["grid"]),
+                             str(c["ctas_per_sm"]), c["uri"]])
+            widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+            for row in rows:
+                lines.append("    " + "  ".join(c.ljust(w) if i in (0, 3, 9) else c.rjust(w)
+                                                for i, (c, w) in enumerate(zip(row, widths))).rstrip())
+            if len(cands) > top:
+                lines.append(f"    ... {len(cands) - top} more, up to +{100 * (cands[-1]['estimate_us'] / best - 1):.0f} %")
+        return "\n".join(lines) + "\n"
+
     def table(self) -> str:
         """Human table; steps identical across layers are folded into one row (``L*``, with a count)."""
         groups: dict[tuple, dict] = {}

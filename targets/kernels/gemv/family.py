@@ -19,6 +19,32 @@ from ninferc.targets.kernels.gemv.tuning import TUNING_FIELDS, GemvTuning
 from ninferc.targets.plan import KernelSpec, Launch, PlanContext
 
 
+@dataclasses.dataclass(frozen=True)
+class GemvCandidate:
+    """One variant the GEMV's route selection compared (:meth:`GemvFamily.candidates`).
+
+    Attributes:
+        estimate_us: the cost model's time of the launch (:func:`~ninferc.targets.kernels.gemv.cost.estimate_us`),
+            microseconds; only its order between candidates is used.
+        route: ``"plain"`` or ``"coop_splitk"``. threads, k_warps: the CTA shape. splits: K splits (1 = plain).
+        grid: CTAs. ctas_per_sm: resident CTAs per SM of the compiled kernel. spec: the kernel.
+    """
+
+    estimate_us: float
+    route: str
+    threads: int
+    k_warps: int
+    splits: int
+    grid: int
+    ctas_per_sm: int
+    spec: KernelSpec
+
+    @property
+    def key(self) -> tuple:
+        """The selection order: the estimate, then the plain route, fewer k_warps, fewer threads."""
+        return (self.estimate_us, self.route != "plain", self.k_warps, self.threads)
+
+
 class GemvFamily:
     """The ``gemv`` kernel family (the package docstring describes the kernels, routes and cost model).
 
@@ -334,6 +360,41 @@ class GemvFamily:
         fb = self.fallback(problem, tile)
         if fb is not None and not self.dp_for(problem, tile):  # a dp tile whose x exceeds dp_x_bytes
             return self._fallback_launch(problem, tokens, ctx, tile, fb)
+        cands = self.candidates(problem, tokens, ctx)
+        if not cands and fb is not None:
+            return self._fallback_launch(problem, tokens, ctx, tile, fb)
+        if not cands:
+            raise PlanError(
+                f"gemv (K={problem.k}, N={problem.n}, {problem.epilogue}, {problem.wfmt}) on {ctx.arch.name}: "
+                f"no variant ({', '.join(f'{t} threads' for t in self.threads)}) has a resident CTA per SM")
+        best = cands[0]
+        spec = best.spec
+        if best.route == "coop_splitk":
+            return ctx.make_launch(spec, best.grid, route="coop_splitk", tokens=tokens, split_k=best.splits,
+                                   dynamic_smem=self.dynamic_smem_bytes(problem, tile, spec),
+                                   workspace_bytes=self.workspace_bytes(problem, tokens, best.splits))
+        return ctx.make_launch(spec, best.grid, route="plain", tokens=tokens,
+                               dynamic_smem=self.dynamic_smem_bytes(problem, tile, spec),
+                               workspace_bytes=self.parts_bytes(problem, tokens,
+                                                                self.row_blocks(problem, spec.threads, best.k_warps,
+                                                                                tile)))
+
+    def candidates(self, problem: GemvProblem, tokens: int, ctx: PlanContext) -> list[GemvCandidate]:
+        """The variants :meth:`launch` compares for T = ``tokens`` on ``ctx``, best first (:attr:`GemvCandidate.key`):
+        every plain shape with a resident CTA, each ``dp_carry`` setting of a persistent dp shape, and every
+        cooperative thread count with the most K splits its cap allows, when that is >= 2 (not for add_norm_parts).
+        Empty where the launch does not choose among them: the token tile's dp x exceeds ``dp_x_bytes`` (the
+        fallback's kernels), or no variant is resident (:meth:`launch` falls back or raises). ``ninferc plan
+        --explain`` prints them.
+
+        Raises:
+            PlanError: T < 1.
+        """
+        if tokens < 1:
+            raise PlanError(f"gemv: T = {tokens} must be at least 1")
+        tile = self.tile_for(tokens, problem.wfmt)
+        if self.fallback(problem, tile) is not None and not self.dp_for(problem, tile):
+            return []
         chunks = self.token_chunks(tokens, tile)
         cands = []
         for th, kw in self.shapes_for(problem, tile):
@@ -344,32 +405,20 @@ class GemvFamily:
                 if occ > 0:
                     grid = self._plain_grid(problem, th, kw, tile, chunks, occ * ctx.sms)
                     items = self.row_blocks(problem, th, kw, tile) * chunks
-                    cands.append((self._estimate(problem, tokens, ctx, spec, kw, items_per_cta=-(-items // grid)),
-                                  0, kw, th, spec, grid, 1))
+                    est = self._estimate(problem, tokens, ctx, spec, kw, items_per_cta=-(-items // grid))
+                    cands.append(GemvCandidate(est, "plain", th, kw, 1, grid, occ, spec))
         if not problem.norm_out:
             for th in self.coop_threads_for(problem, tile):
                 spec = self.spec(problem, th, "coop", tile)
-                cap = ctx.cap(spec, self.dynamic_smem_bytes(problem, tile, spec))  # co-resident: the grid barrier
+                dyn = self.dynamic_smem_bytes(problem, tile, spec)
+                cap = ctx.cap(spec, dyn)  # co-resident: the grid barrier
                 base = self.row_blocks(problem, th, 1, tile) * chunks
                 splits = min(cap // base, self.max_splits(problem))
                 if splits >= 2:
-                    cands.append((self._estimate(problem, tokens, ctx, spec, 1, splits), 1, 1, th, spec,
-                                  base * splits, splits))
-        if not cands and fb is not None:
-            return self._fallback_launch(problem, tokens, ctx, tile, fb)
-        if not cands:
-            raise PlanError(
-                f"gemv (K={problem.k}, N={problem.n}, {problem.epilogue}, {problem.wfmt}) on {ctx.arch.name}: "
-                f"no variant ({', '.join(f'{t} threads' for t in self.threads)}) has a resident CTA per SM")
-        _, coop, kw, _, spec, grid, splits = min(cands, key=lambda c: c[:4])
-        if coop:
-            return ctx.make_launch(spec, grid, route="coop_splitk", tokens=tokens, split_k=splits,
-                                   dynamic_smem=self.dynamic_smem_bytes(problem, tile, spec),
-                                   workspace_bytes=self.workspace_bytes(problem, tokens, splits))
-        return ctx.make_launch(spec, grid, route="plain", tokens=tokens,
-                               dynamic_smem=self.dynamic_smem_bytes(problem, tile, spec),
-                               workspace_bytes=self.parts_bytes(problem, tokens,
-                                                                self.row_blocks(problem, spec.threads, kw, tile)))
+                    cands.append(GemvCandidate(self._estimate(problem, tokens, ctx, spec, 1, splits), "coop_splitk",
+                                               th, 1, splits, base * splits, ctx.occupancy(spec, dyn).ctas_per_sm,
+                                               spec))
+        return sorted(cands, key=lambda c: c.key)
 
     def _fallback_launch(self, problem: GemvProblem, tokens: int, ctx: PlanContext, tile: int,
                          fb: GemvFamily) -> Launch:
