@@ -119,3 +119,35 @@ def test_draft_tokens_plans_the_verify_steps():
 def test_errors_are_one_line_exit_2(args, needle):
     r = run(*args)
     assert r.exit_code == 2 and needle in r.output, r.output
+
+
+def test_explain_lists_the_compared_gemv_variants_best_first():
+    """``--explain``: per GEMV launch of the matching steps, the candidates best first by the cost model, the first
+    the kernel the plan launches (the JSON's records agree), layers of one problem folded; in the table, an H100 and
+    an H200 (same 132 SMs, other bandwidth per SM) can choose differently, and the text says by how much."""
+    args = ("--target", "sm_90", "--preset", "qwen3.8-27b", "--tokens", "64", "--batch", "1", "--batch", "4",
+            "--draft-tokens", "3")
+    r = run(*args, "--sku", "h200", "--json", "--explain", "*mlp*")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    chosen = {(k["kernel"], g["mode"], g["tokens"]): k["uri"] for k in d["kernels"] for g in k["grids"]}
+    recs = d["explain"]
+    assert {(x["mode"], x["tokens"]) for x in recs} == {("decode", 1), ("decode", 4), ("verify", 4)}  # V=16: GEMM
+    assert all(".mlp." in x["step"] for x in recs) and any(x["steps"] > 1 for x in recs)
+    for x in recs:
+        assert chosen[(x["step"], x["mode"], x["tokens"])] == x["chosen"]
+        est = [c["estimate_us"] for c in x["candidates"]]
+        if "note" not in x:
+            assert len(est) >= 2 and x["candidates"][0]["uri"] == x["chosen"] and est == sorted(est)
+    texts = {}
+    for sku in ("h100sxm", "h200"):
+        r = run(*args, "--sku", sku, "--explain", "L0.gdn.in_*")
+        assert r.exit_code == 0, r.output
+        texts[sku] = r.output[r.output.index("\nwhy ("):]
+        assert "L0.gdn.in_qkv_in_z_in_b_in_a: gemv K=5120 N=16480 store bf16, decode B=1 (1 token)" in texts[sku]
+        assert texts[sku].count("\n    * ") == texts[sku].count(": gemv K=")  # one chosen mark per launch
+    assert "25.4 GB/s of DRAM bandwidth per SM" in texts["h100sxm"] and "36.4 GB/s" in texts["h200"]
+    first = {sku: t.split("\n    * ")[1].split("\n")[0].split()[-1] for sku, t in texts.items()}
+    assert first["h100sxm"] != first["h200"]  # th256 k4 against th128 k4 (the 2026-12-07 trial's question)
+    r = run(*args, "--sku", "h200", "--explain", "nothing*")
+    assert r.exit_code == 0 and "no GEMV launch in the steps matching 'nothing*'" in r.output
