@@ -79,6 +79,10 @@ SKUS: tuple[Sku, ...] = (
     Sku("h100sxm", "NVIDIA H100 SXM5", "sm_90", 132, 80, 3350, 50,
         "NVIDIA H100 datasheet via HPCtech: SXM 132 SMs, 3350 GB/s, 50 MB L2; "
         "TechPowerUp GTC 2022 news: SXM5 132 SMs", ("h100", "h100sxm5")),
+    Sku("h100pcie", "NVIDIA H100 PCIe", "sm_90", 114, 80, 2000, 50,
+        "NVIDIA H100 datasheet via HPCtech (the h100sxm entry's source): PCIe 114 SMs (57 TPCs), 80 GB HBM2e, 2000 "
+        "GB/s, 50 MB L2; NVIDIA H100 PCIe product brief PB-11133-001: more than 2,000 GB/s. (`--sku h100` is the SXM5)",
+        ("h100pcie5",)),
     Sku("h200", "NVIDIA H200 SXM", "sm_90", 132, 141, 4800, 60,
         "lent H200 driver read-out: 132 SMs, 60 MiB L2; NVIDIA: 141 GB HBM3e, 4.8 TB/s",
         ("h200sxm",)),
