@@ -554,11 +554,11 @@ def _generation(state: ServerState, request: Request, req, ids: list[int], max_t
     rid = request.state.request_id
     if sched.has(rid):  # a client reusing an x-request-id while the first is in flight: keep ids unique
         rid = f"{rid}-{uuid.uuid4().hex[:8]}"
+    output = TextOutput(state.tokenizer, stop, include_stop=req.include_stop_str_in_output,
+                        skip_special_tokens=req.skip_special_tokens)
     return GenerationRequest(request_id=rid, prompt_ids=ids, max_tokens=max_tokens,
                              params=params, stop_ids=frozenset(stop_ids), logprobs=logprobs,
-                             output=TextOutput(state.tokenizer, stop,
-                                                include_stop=req.include_stop_str_in_output,
-                                                skip_special_tokens=req.skip_special_tokens), checkpoint_at=checkpoint_at,
+                             output=output, checkpoint_at=checkpoint_at,
                              labels={"endpoint": "chat.completions" if chat else "completions",
                                      "stream": bool(req.stream)})
 
