@@ -218,7 +218,7 @@ def run_cmd(path, prompt, prompt_file, chat, stop, max_new, max_context, prefill
                    on_token=on_token)
     sys.stdout.write(text.flush() + "\n")
     sys.stdout.flush()
-    log(f"prompt {res.prompt_tokens} tokens, generated {len(res.ids)} ({res.stopped_by}); "
+    log(f"prompt {res.prompt_tokens} token{'s' if res.prompt_tokens != 1 else ''}, generated {len(res.ids)} ({res.stopped_by}); "
         f"TTFT {res.ttft_s * 1e3:.1f} ms, prefill {_rate(res.prefill_tok_s)}, decode {_rate(res.decode_tok_s)}")
 
 
@@ -257,7 +257,7 @@ def _run_spec(opened, ids: list[int], *, max_new: int, params, prefill_chunk: in
     sys.stdout.write(end.text + "\n")
     sys.stdout.flush()
     st, sp = end.stats, end.stats.spec
-    log(f"prompt {st.prompt_tokens} tokens, generated {st.generated} ({end.reason}); TTFT {(st.ttft_s or 0) * 1e3:.1f} "
+    log(f"prompt {st.prompt_tokens} token{'s' if st.prompt_tokens != 1 else ''}, generated {st.generated} ({end.reason}); TTFT {(st.ttft_s or 0) * 1e3:.1f} "
         f"ms, prefill {_rate(st.prefill_tok_s)}, decode {_rate(st.decode_tok_s)}")
     log(f"spec: mtp, {spec.draft_tokens} draft{'s' if spec.draft_tokens != 1 else ''} per round: {sp.rounds} rounds, {sp.drafted} drafted, {sp.accepted} "
         f"accepted ({100 * (sp.acceptance or 0):.1f} %), {sp.tokens_per_round or 0:.2f} tokens per round; accepted "

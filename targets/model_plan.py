@@ -247,7 +247,7 @@ class ModelPlan:
         fmts = self.formats_json()
         fmt = f", weights {fmts['weights']}, KV {fmts['kv_dtype']}" if fmts else ""
         bw = self.planned_for.bandwidth_note()
-        lines = [f"target {self.target}{sku}, {self.sms} SMs, {bw}, NVRTC {self.nvrtc[0]}.{self.nvrtc[1]}, "
+        lines = [f"target {self.target}{sku}, {self.sms} SM{'s' if self.sms != 1 else ''}, {bw}, NVRTC {self.nvrtc[0]}.{self.nvrtc[1]}, "
                  f"max context {self.program.max_context}, KV page {self.program.page_size} tokens{fmt}",
                  "columns: x = layers sharing the row; B=n / T=n = grid CTAs for a decode step of n sequences / a "
                  "prefill chunk of n tokens" + (f" / V=n: a speculative verify step of n tokens (n / {k1} sequences "
