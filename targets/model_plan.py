@@ -131,11 +131,14 @@ class ModelPlan:
         are one record (``step`` names the first, ``steps`` counts them).
 
         Returns:
-            ``[{"step", "steps", "mode", "tokens", "k", "n", "epilogue", "wfmt", "chosen", "candidates": [{
-            "estimate_us", "route", "threads", "k_warps", "splits", "grid", "ctas_per_sm", "uri"}...]}...]`` in
-            execution order; a launch the selection did not choose (a dp tile whose x does not fit, served by the
-            fallback's kernels) has no candidates and a ``note``. Steps of other families (GEMM, attention, GDN) have
-            one variant per problem and size, or their own routes, shown in the table's ``route`` column.
+            ``[{"step", "steps", "mode", "columns", "tokens", "k", "n", "epilogue", "wfmt", "chosen", "candidates":
+            [{"estimate_us", "route", "threads", "k_warps", "splits", "grid", "ctas_per_sm", "uri"}...]}...]`` in
+            execution order: ``columns`` the table's columns the launch serves (``B=4``; an LM head's prefill
+            launches, one logits row each, serve every ``T=n``), ``tokens`` the GEMV's T; where the token tile's dp
+            variants do not serve the problem, a ``note`` says why and what runs instead, whose variants are the
+            candidates (:meth:`~ninferc.targets.kernels.gemv.family.GemvFamily.deciding`). The columns a GEMM serves
+            (more tokens than the GEMV takes) have no record; steps of other families (attention, GDN) have their own
+            routes, shown in the table's ``route`` column.
         """
         import dataclasses
         import fnmatch
@@ -144,33 +147,45 @@ class ModelPlan:
         from ninferc.targets.lower import linear_problem
 
         gemv, ctx = FAMILIES["gemv"], self.context()
+        k1 = self.draft_tokens + 1
+        sizes = {"decode": list(self.decode_batches), "prefill": list(self.prefill_tokens),
+                 "verify": [b * k1 for b in self.decode_batches]}
+        label = {"decode": "B={}", "prefill": "T={}", "verify": "V={}"}
         out, seen = [], {}
         for step in self.program.steps:
             if not fnmatch.fnmatchcase(step.name, pattern):
                 continue
             for mode in ("decode", "prefill", "verify"):
-                for ln in self.launches.get((step.name, mode), []):
+                lns = self.launches.get((step.name, mode), [])
+                cols = sizes[mode] if len(sizes[mode]) == len(lns) else [ln.tokens for ln in lns]
+                for col, ln in zip(cols, lns):
                     if ln.kernel.family != "gemv":
                         continue
                     prob = linear_problem(step.problem)
-                    name = re.sub(r"^L\d+\.", "L*.", step.name)
-                    key = (name, dataclasses.astuple(prob), mode, ln.tokens)
+                    key = (re.sub(r"^L\d+\.", "L*.", step.name), dataclasses.astuple(prob), mode, ln.tokens)
+                    column = label[mode].format(col)
                     if key in seen:
-                        seen[key]["steps"] += 1
+                        rec = seen[key]
+                        if step.name not in rec["_names"]:
+                            rec["_names"].add(step.name)
+                            rec["steps"] += 1
+                        if column not in rec["columns"]:
+                            rec["columns"].append(column)
                         continue
-                    cands = gemv.candidates(prob, ln.tokens, ctx)
-                    rec = {"step": step.name, "steps": 1, "mode": mode, "tokens": ln.tokens, "k": prob.k, "n": prob.n,
-                           "epilogue": prob.epilogue, "wfmt": prob.wfmt, "chosen": ln.kernel.uri,
+                    why, cands = gemv.deciding(prob, ln.tokens, ctx)
+                    rec = {"step": step.name, "steps": 1, "mode": mode, "columns": [column], "tokens": ln.tokens,
+                           "k": prob.k, "n": prob.n, "epilogue": prob.epilogue, "wfmt": prob.wfmt,
+                           "chosen": ln.kernel.uri,
                            "candidates": [{"estimate_us": round(c.estimate_us, 2), "route": c.route,
                                            "threads": c.threads, "k_warps": c.k_warps, "splits": c.splits,
                                            "grid": c.grid, "ctas_per_sm": c.ctas_per_sm, "uri": c.spec.uri}
-                                          for c in cands]}
-                    if not cands or cands[0].spec.uri != ln.kernel.uri:
-                        rec["note"] = ("not chosen by the cost model: the token tile's variants do not serve this "
-                                       "problem here (dp x over dp_x_bytes, or none resident), so a smaller dp tile "
-                                       "in token chunks or the tensor-core fallback runs it")
+                                          for c in cands], "_names": {step.name}}
+                    if why:
+                        rec["note"] = why
                     seen[key] = rec
                     out.append(rec)
+        for rec in out:
+            del rec["_names"]
         return out
 
     def explain_text(self, pattern: str, top: int = 6) -> str:
@@ -183,16 +198,15 @@ class ModelPlan:
                  "first (ties: the plain route, fewer k_warps, fewer threads); est = modelled microseconds, only their order "
                  "is used"]
         if not recs:
-            lines.append(f"  no GEMV launch in the steps matching {pattern!r} (names as the table's step column, "
-                         "with a layer number for L*: e.g. 'L0.mlp.*' or '*gate_up')")
-        label = {"decode": "B={}", "prefill": "T={}", "verify": "V={}"}
+            lines.append(f"  no GEMV launch in the steps matching {pattern!r} (a case-sensitive glob over the table's "
+                         "step names, a layer number for L*: e.g. 'L0.mlp.*' or '*gate_up'; columns of more tokens "
+                         "than a GEMV takes run the GEMM)")
         for r in recs:
             many = f" (and {r['steps'] - 1} more layer{'s' if r['steps'] > 2 else ''} like it)" if r["steps"] > 1 else ""
             lines.append(f"{r['step']}{many}: gemv K={r['k']} N={r['n']} {r['epilogue']} {r['wfmt']}, "
-                         f"{r['mode']} {label[r['mode']].format(r['tokens'])} ({r['tokens']} token"
-                         f"{'s' if r['tokens'] != 1 else ''})")
+                         f"{r['mode']} {' '.join(r['columns'])} (T = {r['tokens']} in the GEMV)")
             if "note" in r:
-                lines.append(f"    {r['note']}; runs {r['chosen']}")
+                lines.append(f"    {r['note']}")
             cands = r["candidates"]
             if not cands:
                 continue

@@ -137,17 +137,35 @@ def test_explain_lists_the_compared_gemv_variants_best_first():
     for x in recs:
         assert chosen[(x["step"], x["mode"], x["tokens"])] == x["chosen"]
         est = [c["estimate_us"] for c in x["candidates"]]
-        if "note" not in x:
-            assert len(est) >= 2 and x["candidates"][0]["uri"] == x["chosen"] and est == sorted(est)
+        assert len(est) >= 2 and x["candidates"][0]["uri"] == x["chosen"] and est == sorted(est)
     texts = {}
     for sku in ("h100sxm", "h200"):
         r = run(*args, "--sku", sku, "--explain", "L0.gdn.in_*")
         assert r.exit_code == 0, r.output
         texts[sku] = r.output[r.output.index("\nwhy ("):]
-        assert "L0.gdn.in_qkv_in_z_in_b_in_a: gemv K=5120 N=16480 store bf16, decode B=1 (1 token)" in texts[sku]
+        assert "L0.gdn.in_qkv_in_z_in_b_in_a: gemv K=5120 N=16480 store bf16, decode B=1 (T = 1 in the GEMV)" in texts[sku]
         assert texts[sku].count("\n    * ") == texts[sku].count(": gemv K=")  # one chosen mark per launch
     assert "25.4 GB/s of DRAM bandwidth per SM" in texts["h100sxm"] and "36.4 GB/s" in texts["h200"]
     first = {sku: t.split("\n    * ")[1].split("\n")[0].split()[-1] for sku, t in texts.items()}
     assert first["h100sxm"] != first["h200"]  # th256 k4 against th128 k4 (the 2026-12-07 trial's question)
     r = run(*args, "--sku", "h200", "--explain", "nothing*")
     assert r.exit_code == 0 and "no GEMV launch in the steps matching 'nothing*'" in r.output
+
+
+def test_explain_folds_columns_not_layers_and_says_why_a_dp_tile_falls_back():
+    """An LM head's prefill launches (one logits row for every T) are one record serving every T column, one step
+    (a trial read "and 2 more layers like it"); where the 4-token dp variants cannot be resident (the 27B w4 down's x,
+    152,320 B, against sm_89's 101,376 B per CTA), the note says so and the tensor-core variants compared follow."""
+    r = run(str(TINY), "--target", "sm_90", "--sku", "h200", "--json", "--explain", "lm_head")
+    assert r.exit_code == 0, r.output
+    pre = [x for x in json.loads(r.output)["explain"] if x["mode"] == "prefill"]
+    assert len(pre) == 1 and pre[0]["steps"] == 1 and pre[0]["tokens"] == 1
+    assert pre[0]["columns"] == ["T=1", "T=64", "T=1024"]
+    r = run("--preset", "qwen3.8-27b", "--weights", "w4", "--target", "sm_89", "--sku", "l20", "--batch", "4",
+            "--tokens", "64", "--explain", "L0.mlp.down")
+    assert r.exit_code == 0, r.output
+    text = r.output[r.output.index("\nwhy ("):]
+    assert ("no 4-token dp variant has a resident CTA on sm_89 (each stages 152,320 B of x in shared memory; a CTA "
+            "may take 101,376 B): the 4-token tensor-core variants run it, compared") in text
+    chosen = text.split("\n    * ")[1].split("\n")[0].split()[-1]
+    assert "_tok4_mma1_" in chosen and chosen in r.output[:r.output.index("\nwhy (")]  # the table's kernel

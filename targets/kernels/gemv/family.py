@@ -420,6 +420,33 @@ class GemvFamily:
                                                spec))
         return sorted(cands, key=lambda c: c.key)
 
+    def deciding(self, problem: GemvProblem, tokens: int, ctx: PlanContext
+                 ) -> tuple[str, list[GemvCandidate]]:
+        """How :meth:`launch` arrives at its kernel for T = ``tokens`` on ``ctx``, for ``ninferc plan --explain``:
+        ``("", candidates)`` where it picks among this family's :meth:`candidates`; where the token tile's dp variants
+        do not serve the problem, a sentence saying why (their staged x over ``dp_x_bytes``, or no CTA of theirs
+        resident on the target) and what runs instead, with the candidates that family compared (a smaller dp tile in
+        token chunks, :meth:`chunk_fallback`, or the tile's tensor-core variants, :meth:`fallback`). Candidates are
+        empty only where :meth:`launch` raises."""
+        tile = self.tile_for(tokens, problem.wfmt)
+        fb = self.fallback(problem, tile)
+        cands = self.candidates(problem, tokens, ctx)
+        if cands or fb is None:
+            return "", cands
+        x = dp.dp_x_bytes(problem.wfmt, problem.k, tile)
+        if not self.dp_for(problem, tile):
+            why = (f"the {tile}-token dp variants would stage {x:,} B of x in shared memory, over their limit of "
+                   f"{tile * self.tuning.dp_x_bytes:,} B (dp_x_bytes, {self.tuning.dp_x_bytes:,} B per token)")
+        else:
+            why = (f"no {tile}-token dp variant has a resident CTA on {ctx.arch.name} (each stages {x:,} B of x in "
+                   f"shared memory; a CTA may take {ctx.arch.max_smem_per_cta_optin:,} B)")
+        ch = self.chunk_fallback(problem, tile)
+        if ch is not None and dict(ch.launch(problem, tokens, ctx).kernel.params).get("dp"):
+            sub = ch.tile_for(tokens, problem.wfmt)
+            return (f"{why}: the {sub}-token dp tile runs it in {ch.token_chunks(tokens, sub)} token chunks, its "
+                    "variants compared", ch.candidates(problem, tokens, ctx))
+        return f"{why}: the {tile}-token tensor-core variants run it, compared", fb.candidates(problem, tokens, ctx)
+
     def _fallback_launch(self, problem: GemvProblem, tokens: int, ctx: PlanContext, tile: int,
                          fb: GemvFamily) -> Launch:
         """The launch of T = ``tokens`` where the dp variants do not serve ``problem`` at its dp tile ``tile`` on
