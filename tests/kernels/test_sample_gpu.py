@@ -173,18 +173,27 @@ def test_history_and_advance():
     assert (hh == -9).sum() == b * hist_ld - b
 
 
+def _draw_row(row, n, t, k, p, *, seed0, step):
+    """(tokens [n] int, seeds [n] uint64): the sample kernel's draws from ``n`` copies of one fp32 logits ``row``,
+    every copy with temperature ``t``, top-k ``k``, top-p ``p``, decode step ``step`` and its own seed (a Weyl
+    sequence from ``seed0``)."""
+    v = row.shape[0]
+    prob = SampleProblem(v, "sample")
+    ln = FAM.launch(prob, n, _ctx())
+    seeds = (np.arange(n, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15 % 2**63) + np.uint64(seed0))
+    got = _run(prob, ln, np.broadcast_to(row, (n, v)).copy(), v, temperature=cp.full(n, t, cp.float32),
+               top_k=cp.full(n, k, cp.int32), top_p=cp.full(n, p, cp.float32), seed=cp.asarray(seeds),
+               step=cp.full(n, step, cp.int32))
+    return got, seeds
+
+
 @pytest.mark.parametrize("t,k,p", [(1.0, 0, 1.0), (0.7, 8, 1.0), (1.3, 0, 0.8), (1.0, 10, 0.9)])
 def test_distribution_matches_filtered_probs(t, k, p):
     v, n = 23, 20_000
     rng = np.random.default_rng(2)
     row = (rng.standard_normal(v) * 1.5).astype(np.float32)
     row[4] = -np.inf
-    x = np.broadcast_to(row, (n, v)).copy()
-    prob = SampleProblem(v, "sample")
-    ln = FAM.launch(prob, n, _ctx())
-    seeds = (np.arange(n, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15 % 2**63) + np.uint64(17))
-    got = _run(prob, ln, x, v, temperature=cp.full(n, t, cp.float32), top_k=cp.full(n, k, cp.int32),
-               top_p=cp.full(n, p, cp.float32), seed=cp.asarray(seeds), step=cp.full(n, 3, cp.int32))
+    got, _ = _draw_row(row, n, t, k, p, seed0=17, step=3)
     probs = filtered_probs(row, SamplingParams(temperature=t, top_k=k, top_p=p))
     counts = np.bincount(got, minlength=v)
     assert counts.sum() == n and counts[probs == 0].sum() == 0, f"tokens outside the kept set: {counts}"
@@ -205,16 +214,12 @@ def test_smallest_temperature_draws_between_near_ties(k, p):
     fp64 distribution says; k = 1 is the argmax."""
     v, n, t = 8, 20_000, 1e-5
     row = np.array([0.5, 2.0, 2.0 - 2.0 ** -20, -1.0, 1.99, 0.0, 0.0, -np.inf], np.float32)
-    x = np.broadcast_to(row, (n, v)).copy()
-    prob = SampleProblem(v, "sample")
-    ln = FAM.launch(prob, n, _ctx())
-    seeds = (np.arange(n, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15 % 2**63) + np.uint64(5))
-    got = _run(prob, ln, x, v, temperature=cp.full(n, t, cp.float32), top_k=cp.full(n, k, cp.int32),
-               top_p=cp.full(n, p, cp.float32), seed=cp.asarray(seeds), step=cp.full(n, 1, cp.int32))
+    got, seeds = _draw_row(row, n, t, k, p, seed0=5, step=1)
     counts = np.bincount(got, minlength=v)
     assert set(np.flatnonzero(counts)) == ({1} if k == 1 else {1, 2}), counts
     probs = filtered_probs(row, SamplingParams(temperature=t, top_k=k, top_p=p))
     if k != 1:
         assert abs(counts[1] / n - probs[1]) < 0.02, (counts, probs)
-    want = reference(prob, x[:200], [t] * 200, [k] * 200, [p] * 200, seeds[:200], [1] * 200)
+    want = reference(SampleProblem(v, "sample"), np.broadcast_to(row, (200, v)), [t] * 200, [k] * 200, [p] * 200,
+                     seeds[:200], [1] * 200)
     np.testing.assert_array_equal(got[:200], want)
