@@ -169,3 +169,10 @@ def test_explain_folds_columns_not_layers_and_says_why_a_dp_tile_falls_back():
             "may take 101,376 B): the 4-token tensor-core variants run it, compared") in text
     chosen = text.split("\n    * ")[1].split("\n")[0].split()[-1]
     assert "_tok4_mma1_" in chosen and chosen in r.output[:r.output.index("\nwhy (")]  # the table's kernel
+    # the other fallback: the w8 down's 8-token x fits no CTA on sm_90 either; the 4-token dp tile runs it in chunks
+    r = run("--preset", "qwen3.8-27b", "--weights", "w8", "--target", "sm_90", "--sku", "h200", "--batch", "8",
+            "--tokens", "64", "--explain", "L0.mlp.down")
+    assert r.exit_code == 0, r.output
+    assert ("no 8-token dp variant has a resident CTA on sm_90 (each stages 287,232 B of x in shared memory; a CTA may "
+            "take 232,448 B): the 4-token dp tile runs it in 2 token chunks, its variants compared") in r.output
+    assert "\n    *   " in r.output and "_dp1_add_norm_parts_tok4_" in r.output.split("\n    *   ")[1].split("\n")[0]

@@ -440,24 +440,31 @@ class GemvFamily:
         else:
             why = (f"no {tile}-token dp variant has a resident CTA on {ctx.arch.name} (each stages {x:,} B of x in "
                    f"shared memory; a CTA may take {ctx.arch.max_smem_per_cta_optin:,} B)")
-        ch = self.chunk_fallback(problem, tile)
-        if ch is not None and dict(ch.launch(problem, tokens, ctx).kernel.params).get("dp"):
-            sub = ch.tile_for(tokens, problem.wfmt)
-            return (f"{why}: the {sub}-token dp tile runs it in {ch.token_chunks(tokens, sub)} token chunks, its "
-                    "variants compared", ch.candidates(problem, tokens, ctx))
+        runner, ln = self._fallback(problem, tokens, ctx, tile, fb)
+        if runner is not fb:
+            sub = runner.tile_for(tokens, problem.wfmt)
+            return (f"{why}: the {sub}-token dp tile runs it in {runner.token_chunks(tokens, sub)} token chunks, its "
+                    "variants compared", runner.candidates(problem, tokens, ctx))
         return f"{why}: the {tile}-token tensor-core variants run it, compared", fb.candidates(problem, tokens, ctx)
 
     def _fallback_launch(self, problem: GemvProblem, tokens: int, ctx: PlanContext, tile: int,
                          fb: GemvFamily) -> Launch:
         """The launch of T = ``tokens`` where the dp variants do not serve ``problem`` at its dp tile ``tile`` on
-        ``ctx``: the :meth:`chunk_fallback`'s launch where that lands on dp variants (a smaller dp tile in token
-        chunks), else ``fb``'s (:meth:`fallback`, the tensor-core kernels at ``tile``)."""
+        ``ctx`` (:meth:`_fallback`)."""
+        return self._fallback(problem, tokens, ctx, tile, fb)[1]
+
+    def _fallback(self, problem: GemvProblem, tokens: int, ctx: PlanContext, tile: int,
+                  fb: GemvFamily) -> tuple[GemvFamily, Launch]:
+        """(the family that runs it, its launch) where the dp variants do not serve ``problem`` at its dp tile
+        ``tile`` on ``ctx``: the :meth:`chunk_fallback` family where its launch lands on dp variants (a smaller dp tile
+        in token chunks), else ``fb`` (:meth:`fallback`, the tensor-core kernels at ``tile``). The one decision both
+        :meth:`launch` and :meth:`deciding` read."""
         ch = self.chunk_fallback(problem, tile)
         if ch is not None:
             ln = ch.launch(problem, tokens, ctx)
             if dict(ln.kernel.params).get("dp"):
-                return ln
-        return fb.launch(problem, tokens, ctx)
+                return ch, ln
+        return fb, fb.launch(problem, tokens, ctx)
 
     def _plain_grid(self, problem: GemvProblem, threads: int, k_warps: int, tile: int, chunks: int, cap: int) -> int:
         """CTAs of a plain launch: one per work item (row block x token chunk), or for the persistent dp variants
