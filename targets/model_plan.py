@@ -33,6 +33,12 @@ DECODE_BATCHES = (1, 4, 8, 16)  # 8: the server benches' largest concurrency, th
 PREFILL_TOKENS = (1, 64, 1024, 8192)
 
 
+def _fold_layers(step: str) -> str:
+    """A step name with its layer number folded (``L12.mlp.down`` -> ``L*.mlp.down``): the table's and ``--explain``'s
+    key for steps identical across layers."""
+    return re.sub(r"^L\d+\.", "L*.", step)
+
+
 @dataclass
 class ModelPlan:
     """Result of :func:`plan_model` (see module docstring).
@@ -162,7 +168,7 @@ class ModelPlan:
                     if ln.kernel.family != "gemv":
                         continue
                     prob = linear_problem(step.problem)
-                    key = (re.sub(r"^L\d+\.", "L*.", step.name), dataclasses.astuple(prob), mode, ln.tokens)
+                    key = (_fold_layers(step.name), dataclasses.astuple(prob), mode, ln.tokens)
                     column = label[mode].format(col)
                     if key in seen:
                         rec = seen[key]
@@ -230,7 +236,7 @@ class ModelPlan:
         groups: dict[tuple, dict] = {}
         order = []
         for rec in self.records():
-            key = (re.sub(r"^L\d+\.", "L*.", rec["kernel"]), rec["uri"],
+            key = (_fold_layers(rec["kernel"]), rec["uri"],
                    tuple((g["mode"], g["tokens"], g["ctas"], g["route"]) for g in rec["grids"]))
             if key not in groups:
                 groups[key] = {"rec": rec, "n": 0}
