@@ -29,6 +29,7 @@ import click
 
 from ninferc.errors import NinfercError, RuntimeMemoryError, option_given, path_problem
 from ninferc.server.reasoning import PARSERS as REASONING_PARSERS, THINK_START
+from ninferc.server.tools import PARSERS as TOOL_PARSERS, template_reads_tools
 
 #: the context of a checkpoint directory served without --max-context (tokens)
 DEFAULT_CONTEXT = 4096
@@ -126,6 +127,13 @@ def kv_pages(kv_capacity: str, *, max_concurrency: int, max_context: int, page_s
 @click.option("--reasoning-parser", type=click.Choice(list(REASONING_PARSERS)), default=None,
               help="chat answers' <think> blocks go to the message's reasoning (and reasoning_content), the rest to "
                    "content (vLLM's flag; needs a chat template that writes <think>) [default: all text is content]")
+@click.option("--tool-call-parser", type=click.Choice(list(TOOL_PARSERS)), default=None,
+              help="chat requests may carry tools, and the calls in an answer go to tool_calls (vLLM's flag and "
+                   "names: qwen3_coder for Qwen3.5 / 3.6 / 3.8, hermes for Qwen3; needs a chat template that reads "
+                   "tools) [default: a request with tools gets 400]")
+@click.option("--enable-auto-tool-choice", is_flag=True,
+              help="vLLM's companion flag, accepted for its command lines: --tool-call-parser alone turns tool_choice "
+                   "auto on (the only choice besides none ninferc implements)")
 @click.option("--no-prefix-cache", is_flag=True, help="turn prefix reuse across requests off")
 @click.option("--prefix-cache-gib", default=DEFAULT_PREFIX_CACHE_GIB, type=click.FloatRange(min=0, min_open=True),
               show_default=True, help="byte budget of the prefix cache's GDN state checkpoints, GiB")
@@ -134,7 +142,8 @@ def kv_pages(kv_capacity: str, *, max_concurrency: int, max_context: int, page_s
                    "at the ends of prompts and generations) [default: --prefill-chunk rounded down to pages]")
 def serve_cmd(path, preset, synthetic_weights, weights_fmt, kv_dtype, host, port, model_id, backend, max_context, kv_capacity, max_concurrency, max_pending,
               pending_timeout_ms, prefill_chunk, api_key, request_log, drain_timeout, no_cuda_graph, spec,
-              draft_tokens, draft_lm_head, reasoning_parser, no_prefix_cache, prefix_cache_gib,
+              draft_tokens, draft_lm_head, reasoning_parser, tool_call_parser, enable_auto_tool_choice,
+              no_prefix_cache, prefix_cache_gib,
               prefix_checkpoint_interval):
     """Serve a model over the OpenAI API (chat and text completions, streaming), with continuous batching, a
     per-request log line on stderr and Prometheus metrics at /metrics."""
@@ -202,6 +211,13 @@ def serve_cmd(path, preset, synthetic_weights, weights_fmt, kv_dtype, host, port
     if reasoning_parser is not None and (chat is None or THINK_START not in chat.source):
         raise NinfercError(f"--reasoning-parser {reasoning_parser} splits off <think> blocks, and this model's chat "
                            f"template {'is missing' if chat is None else 'never writes <think>'}")
+    if enable_auto_tool_choice and tool_call_parser is None:
+        raise NinfercError("--enable-auto-tool-choice needs --tool-call-parser (qwen3_coder or hermes): the server "
+                           "must know how the model writes a call")
+    if tool_call_parser is not None and (chat is None or not template_reads_tools(chat.source)):
+        raise NinfercError(f"--tool-call-parser {tool_call_parser} reads the calls of a model shown the request's "
+                           f"tools, and this model's chat template "
+                           f"{'is missing' if chat is None else 'never reads tools'}")
     gen_cfg = opened.generation_config
     eos = list(opened.config.eos_token_ids)
     g_eos = gen_cfg.get("eos_token_id")
@@ -217,7 +233,8 @@ def serve_cmd(path, preset, synthetic_weights, weights_fmt, kv_dtype, host, port
          f"chat template {'yes' if chat else 'none (chat requests get 400)'}"
          + (f", spec mtp with {spec_cfg.draft_tokens} draft{'s' if spec_cfg.draft_tokens != 1 else ''} per round (draft LM head {draft_lm_head})"
             if spec_cfg else "")
-         + (f", reasoning parser {reasoning_parser}" if reasoning_parser else ""))
+         + (f", reasoning parser {reasoning_parser}" if reasoning_parser else "")
+         + (f", tool-call parser {tool_call_parser}" if tool_call_parser else ""))
 
     def make_backend():
         be = opened.make(num_pages=num_pages, num_slots=max_concurrency, prefill_chunk=prefill_chunk,
@@ -235,7 +252,7 @@ def serve_cmd(path, preset, synthetic_weights, weights_fmt, kv_dtype, host, port
 
     state = ServerState(engine=None, tokenizer=tok, chat=chat, model_id=model_id, max_context=ctx,
                         eos_ids=tuple(eos), chat_stop_ids=end_of_turn_ids(tok), defaults=defaults, api_key=api_key,
-                        reasoning_parser=reasoning_parser)
+                        reasoning_parser=reasoning_parser, tool_parser=tool_call_parser)
     metrics = ServerMetrics(lambda: state.engine.scheduler.snapshot() if state.engine.scheduler else None, log=_log,
                             request_log=log_file, spec=spec_cfg is not None)
     state.metrics = metrics

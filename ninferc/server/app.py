@@ -30,6 +30,7 @@ from ninferc.sampling import MAX_TOP_LOGPROBS, SamplingParams
 from ninferc.server.protocol import (MAX_STOP_STRINGS, MAX_STOP_TOKEN_IDS, ChatCompletionRequest, CompletionRequest,
                                      DetokenizeRequest, TokenizeRequest, describe_validation_error, error_body)
 from ninferc.server.reasoning import ReasoningSplitter, split_reasoning, starts_in_reasoning
+from ninferc.server.tools import ToolCallSplitter, check_tools, history_tool_calls, split_tool_calls
 from ninferc.tokenizer import TextOutput
 
 #: request bodies above this many bytes get 413 (a 136 KB prompt is far below; 16 MiB is ~4 M tokens of text)
@@ -74,6 +75,9 @@ class ServerState:
         api_key: required as ``Authorization: Bearer`` on ``/v1/*`` when set.
         reasoning_parser: ``qwen3``: chat answers' ``<think>`` blocks go to ``reasoning`` and ``reasoning_content``
             (:mod:`ninferc.server.reasoning`); None: all text is ``content``.
+        tool_parser: ``qwen3_coder`` or ``hermes``: chat requests may carry ``tools`` (``tool_choice`` auto), and the
+            calls in an answer go to ``tool_calls`` (:mod:`ninferc.server.tools`); None: a request with tools gets a
+            400.
     """
 
     engine: object
@@ -89,6 +93,7 @@ class ServerState:
     max_body_bytes: int = MAX_BODY_BYTES
     created: int = field(default_factory=lambda: int(time.time()))
     reasoning_parser: str | None = None
+    tool_parser: str | None = None
     draining: bool = False
 
 
@@ -177,13 +182,17 @@ def create_app(state: ServerState):
         if req.messages is not None:
             if not req.messages:
                 raise HTTPError(400, "messages is empty", param="messages")
+            try:
+                tools = check_tools(req.tools) if req.tools else None
+            except ValueError as exc:
+                raise HTTPError(400, exc.args[0], param=exc.args[1]) from None
             _, text = await _off_loop(_render_chat, state, req.messages, req.chat_template_kwargs or {},
-                                      req.add_generation_prompt)
+                                      req.add_generation_prompt, tools)
         else:
-            if req.chat_template_kwargs is not None or "add_generation_prompt" in req.model_fields_set:
-                raise HTTPError(400, "chat_template_kwargs and add_generation_prompt apply to messages",
-                                param="chat_template_kwargs" if req.chat_template_kwargs is not None
-                                else "add_generation_prompt")
+            for name in ("chat_template_kwargs", "add_generation_prompt", "tools"):
+                if name in req.model_fields_set:
+                    raise HTTPError(400, "chat_template_kwargs, add_generation_prompt and tools apply to messages",
+                                    param=name)
             text = req.prompt
         special = req.add_special_tokens if req.add_special_tokens is not None else req.messages is None
         ids = await _off_loop(state.tokenizer.encode, text, special)
@@ -213,9 +222,11 @@ def create_app(state: ServerState):
         if not req.include_reasoning and not state.reasoning_parser:
             raise HTTPError(400, "include_reasoning: false needs a server started with --reasoning-parser (without "
                                  "one the reasoning is part of content)", param="include_reasoning")
+        tool_use = _tool_use(state, req)
+        tools = tool_use.tools if tool_use else None
         messages, text = await _off_loop(_render_chat, state, req.messages, req.chat_template_kwargs or {},
-                                         req.add_generation_prompt)
-        ids, history_end = await _off_loop(_encode_chat, state, messages, req.chat_template_kwargs or {}, text)
+                                         req.add_generation_prompt, tools)
+        ids, history_end = await _off_loop(_encode_chat, state, messages, req.chat_template_kwargs or {}, text, tools)
         if req.max_tokens is not None and req.max_completion_tokens is not None \
                 and req.max_tokens != req.max_completion_tokens:
             raise HTTPError(400, f"max_tokens ({req.max_tokens}) and max_completion_tokens "
@@ -225,7 +236,7 @@ def create_app(state: ServerState):
         gen = _generation(state, request, req, ids, max_tokens, logprobs, chat=True,
                           checkpoint_at=() if history_end is None else (history_end,))
         thinking = starts_in_reasoning(text) if state.reasoning_parser else None
-        return await _serve(state, request, gen, req, chat=True, thinking=thinking)
+        return await _serve(state, request, gen, req, chat=True, thinking=thinking, tool_use=tool_use)
 
     @app.post("/v1/completions")
     async def completions(request: Request):
@@ -384,8 +395,6 @@ def _refuse_unsupported(req) -> None:
         raise HTTPError(400, "logit_bias is not supported", param="logit_bias")
     if req.response_format not in (None, {"type": "text"}):
         raise HTTPError(400, "response_format other than {'type': 'text'} is not supported", param="response_format")
-    if getattr(req, "tools", None) or getattr(req, "tool_choice", None) not in (None, "none"):
-        raise HTTPError(400, "tools / tool_choice are not supported (tool calling is not implemented)", param="tools")
     if req.min_tokens != 0:
         raise HTTPError(400, f"min_tokens = {req.min_tokens} is not supported (only 0)", param="min_tokens")
     if req.store:
@@ -434,11 +443,13 @@ def _check_token_ids(ids: list[int], vocab: int | None, field: str) -> None:
 TEMPLATE_BOOLEANS = ("enable_thinking",)
 
 
-def _render_chat(state: ServerState, messages, kwargs: dict, add_generation_prompt: bool = True
-                 ) -> tuple[list[dict], str]:
+def _render_chat(state: ServerState, messages, kwargs: dict, add_generation_prompt: bool = True,
+                 tools: list[dict] | None = None) -> tuple[list[dict], str]:
     """(the messages as dicts, the rendered prompt text) of a request's validated ``messages`` (pydantic models) with
-    its ``chat_template_kwargs``. HTTPError 400: a kwarg the renderer sets or a switch of the wrong type, no chat
-    template, a message with ``tool_calls``, or a template that raises (its message)."""
+    its ``chat_template_kwargs`` and the ``tools`` to show the model (None: none). Past assistant turns'
+    ``tool_calls`` reach the template with their arguments parsed (:func:`ninferc.server.tools.history_tool_calls`).
+    HTTPError 400: a kwarg the renderer sets or a switch of the wrong type, no chat template, a malformed past tool
+    call, or a template that raises (its message)."""
     _check_template_kwargs(kwargs)
     if state.chat is None:
         raise HTTPError(400, "this model has no chat template (neither chat_template.jinja nor a chat_template in "
@@ -447,17 +458,60 @@ def _render_chat(state: ServerState, messages, kwargs: dict, add_generation_prom
     from ninferc.chat import ChatTemplateError
 
     dicts = [m.model_dump(exclude_none=True) for m in messages]
-    for i, m in enumerate(dicts):
-        if m.get("tool_calls"):
-            raise HTTPError(400, f"tool calls are not supported (messages[{i}].tool_calls)",
-                            param=f"messages.{i}.tool_calls")
     try:
-        text = state.chat.render(dicts, add_generation_prompt=add_generation_prompt, **kwargs)
+        history_tool_calls(dicts)
+    except ValueError as exc:
+        raise HTTPError(400, exc.args[0], param=exc.args[1]) from None
+    try:
+        text = state.chat.render(dicts, add_generation_prompt=add_generation_prompt, tools=tools, **kwargs)
     except ChatTemplateError as exc:
         raise HTTPError(400, str(exc), param="messages") from None
     except TypeError as exc:
         raise HTTPError(400, f"chat_template_kwargs: {exc}", param="chat_template_kwargs") from None
     return dicts, text
+
+
+@dataclass
+class ToolUse:
+    """A chat request's tool calling: the ``tools`` its prompt shows the model, the parser of the answer's calls
+    (``--tool-call-parser``) and ``parallel_tool_calls``."""
+
+    tools: list[dict]
+    parser: str
+    parallel: bool = True
+
+    def splitter(self) -> ToolCallSplitter:
+        return ToolCallSplitter(self.parser, self.tools, self.parallel)
+
+
+def _tool_use(state: ServerState, req) -> ToolUse | None:
+    """The :class:`ToolUse` of a chat request, or None where it offers no tools or ``tool_choice`` is ``"none"`` (the
+    tools are then left out of the prompt: the model is not to call any). HTTPError 400: ``tool_choice`` without
+    tools, ``"required"`` or a named function (both need constrained decoding, which ninferc does not implement), a
+    malformed tool, or tools on a server started without ``--tool-call-parser``."""
+    choice = req.tool_choice
+    if not req.tools:
+        if choice not in (None, "none"):
+            raise HTTPError(400, f"tool_choice {json.dumps(choice)[:80]} needs tools", param="tool_choice")
+        return None
+    if choice == "none":
+        return None
+    if choice not in (None, "auto"):
+        what = "'required'" if choice == "required" else "a named function" if isinstance(choice, dict) else \
+            json.dumps(choice)[:80]
+        raise HTTPError(400, f"tool_choice {what} is not supported: forcing a call needs constrained decoding, which "
+                             "ninferc does not implement; use 'auto' (the model decides) or 'none'",
+                        param="tool_choice")
+    if state.tool_parser is None:
+        raise HTTPError(400, "tools need a server started with --tool-call-parser (qwen3_coder for Qwen3.5 / 3.6 / "
+                             "3.8 checkpoints, hermes for Qwen3's); this one cannot read the calls in an answer",
+                        param="tools")
+    try:
+        tools = check_tools(req.tools)
+    except ValueError as exc:
+        raise HTTPError(400, exc.args[0], param=exc.args[1]) from None
+    parallel = True if req.parallel_tool_calls is None else req.parallel_tool_calls
+    return ToolUse(tools, state.tool_parser, parallel)
 
 
 def _check_template_kwargs(kwargs: dict) -> None:
@@ -476,20 +530,21 @@ def _check_template_kwargs(kwargs: dict) -> None:
                             param="chat_template_kwargs")
 
 
-def _encode_chat(state: ServerState, messages: list[dict], kwargs: dict, text: str) -> tuple[list[int], int | None]:
+def _encode_chat(state: ServerState, messages: list[dict], kwargs: dict, text: str, tools: list[dict] | None = None
+                 ) -> tuple[list[int], int | None]:
     """The token ids of a rendered chat prompt ``text``, and where its messages end and the generation prompt
     (``<|im_start|>assistant ...``) begins -- the position of the prefix checkpoint a conversation's next turn can
     reuse: that turn's prompt repeats these messages, then the answer as the template renders a past turn (its
     reasoning dropped, or the thinking switch's empty block omitted), which need not equal what was generated. None
     when the prefix cache is off, the template without the generation prompt is not a prefix of ``text``, or no
-    token boundary falls there."""
+    token boundary falls there. ``tools``: those the prompt shows (:func:`_render_chat`'s)."""
     sched = state.engine.scheduler
     if sched is None or sched.cache is None:
         return state.tokenizer.encode(text), None
     from ninferc.chat import ChatTemplateError
 
     try:
-        hist = state.chat.render(messages, add_generation_prompt=False, **kwargs)
+        hist = state.chat.render(messages, add_generation_prompt=False, tools=tools, **kwargs)
     except (ChatTemplateError, TypeError):
         hist = ""
     if not hist or len(hist) >= len(text) or not text.startswith(hist):
@@ -587,9 +642,10 @@ async def _next_or_disconnect(q: asyncio.Queue, watch: asyncio.Task):
 
 
 async def _serve(state: ServerState, request: Request, gen: GenerationRequest, req, *, chat: bool,
-                 thinking: bool | None = None):
+                 thinking: bool | None = None, tool_use: ToolUse | None = None):
     """Submit ``gen`` and answer: the whole response, or an SSE stream once the first token is out. ``thinking``:
-    with a reasoning parser, whether the answer starts inside a ``<think>`` block (None: no parser)."""
+    with a reasoning parser, whether the answer starts inside a ``<think>`` block (None: no parser); ``tool_use``:
+    the request's tool calling (None: none)."""
     if state.draining:
         raise HTTPError.of(Draining("the server is shutting down and admits no new requests"))
     loop = asyncio.get_running_loop()
@@ -609,7 +665,7 @@ async def _serve(state: ServerState, request: Request, gen: GenerationRequest, r
         raise HTTPError.of(exc) from None
     rid = gen.request_id
     watch = asyncio.ensure_future(_disconnected(request))
-    fmt = _Formatter(state, req, gen, chat, thinking)
+    fmt = _Formatter(state, req, gen, chat, thinking, tool_use)
     handed_over = False  # the streaming generator owns the request from then on
     ended = False  # the engine has ended the request (its finish or error event arrived)
     try:
@@ -681,8 +737,12 @@ async def _serve(state: ServerState, request: Request, gen: GenerationRequest, r
 class _Formatter:
     """Builds the OpenAI response objects of one request (chat or completions, whole or streamed)."""
 
-    def __init__(self, state: ServerState, req, gen: GenerationRequest, chat: bool, thinking: bool | None = None):
+    def __init__(self, state: ServerState, req, gen: GenerationRequest, chat: bool, thinking: bool | None = None,
+                 tool_use: ToolUse | None = None):
         self.state, self.req, self.gen, self.chat = state, req, gen, chat
+        #: the request's tool calling (chat only), and the stream's splitter of the content into text and calls
+        self.tool_use = tool_use if chat else None
+        self.tool_splitter = self.tool_use.splitter() if self.tool_use else None
         #: with a reasoning parser (chat only): whether the answer starts inside a <think> block; the stream's splitter
         self.thinking = thinking if chat else None
         self.splitter = ReasoningSplitter(thinking) if self.thinking is not None else None
@@ -747,8 +807,14 @@ class _Formatter:
             if self.thinking is not None:
                 reasoning, message["content"] = split_reasoning(text, self.thinking)
                 message.update(self._reasoning(reasoning if self.include_reasoning else None))
+            calls = []
+            if self.tool_use and message["content"] is not None:
+                u = self.tool_use
+                message["content"], calls = split_tool_calls(u.parser, message["content"], u.tools, u.parallel)
+                if calls:
+                    message["tool_calls"] = [c.message() for c in calls]
             choice = {"index": 0, "message": message, "logprobs": self._logprobs(self.sampled),
-                      "finish_reason": ev.reason}
+                      "finish_reason": self._finish_reason(ev, calls)}
             obj = "chat.completion"
         else:
             choice = {"index": 0, "text": text, "logprobs": self._logprobs(self.sampled),
@@ -784,7 +850,12 @@ class _Formatter:
         self.text.append(ev.text)
         lp = self._logprobs(ev.sampled, offset)
         if self.chat:
-            delta = self._delta(*self.splitter.feed(ev.text)) if self.splitter else {"content": ev.text}
+            reasoning, content = self.splitter.feed(ev.text) if self.splitter else ("", ev.text)
+            calls = []
+            if self.tool_splitter:
+                content, calls = self.tool_splitter.feed(content)
+            delta = self._delta(reasoning, content, calls) if self.splitter or self.tool_splitter else \
+                {"content": ev.text}
             if not delta and lp is None:
                 return None  # all of it held back (a marker's possible start)
             return self._chunk({"index": 0, "delta": delta or {"content": ""}, "logprobs": lp,
@@ -794,13 +865,19 @@ class _Formatter:
     def finish_chunk(self, ev: FinishEvent) -> dict:
         self.generated = ev.stats.generated
         if self.chat:
+            r, c = "", ev.text
             if self.splitter:
                 r, c = self.splitter.feed(ev.text)
                 r2, c2 = self.splitter.flush()
-                delta = self._delta(r + r2, c + c2)
-            else:
-                delta = {"content": ev.text} if ev.text else {}
-            return self._chunk({"index": 0, "delta": delta, "logprobs": None, "finish_reason": ev.reason})
+                r, c = r + r2, c + c2
+            calls = []
+            if self.tool_splitter:
+                c, calls = self.tool_splitter.feed(c)
+                c += self.tool_splitter.flush()[0]
+            delta = self._delta(r, c, calls)
+            return self._chunk({"index": 0, "delta": delta, "logprobs": None,
+                                "finish_reason": self._finish_reason(ev, self.tool_splitter.calls
+                                                                     if self.tool_splitter else [])})
         return self._chunk({"index": 0, "text": ev.text, "logprobs": None, "finish_reason": ev.reason})
 
     @staticmethod
@@ -809,15 +886,24 @@ class _Formatter:
         ``reasoning_content`` (the earlier name, DeepSeek's, which many clients still read), the same text."""
         return {"reasoning": text, "reasoning_content": text}
 
-    def _delta(self, reasoning: str, content: str) -> dict:
+    def _delta(self, reasoning: str, content: str, calls: list = ()) -> dict:
         """A chat delta of the split text's pieces: the reasoning (both names; left out with ``include_reasoning``
-        false) and / or ``content``, each where non-empty."""
+        false), ``content`` and the ``tool_calls`` whose blocks closed (each whole, with its index among the
+        answer's calls), each where non-empty."""
         out = {}
         if reasoning and self.include_reasoning:
             out.update(self._reasoning(reasoning))
         if content:
             out["content"] = content
+        if calls:
+            first = len(self.tool_splitter.calls) - len(calls)
+            out["tool_calls"] = [c.delta(first + k) for k, c in enumerate(calls)]
         return out
+
+    @staticmethod
+    def _finish_reason(ev: FinishEvent, calls: list) -> str:
+        """``tool_calls`` where the answer made calls and ended by itself (OpenAI's), else the engine's reason."""
+        return "tool_calls" if calls and ev.reason == "stop" else ev.reason
 
     def usage_chunk(self, ev: FinishEvent) -> dict:
         return self._chunk(None, usage=self.usage(ev))

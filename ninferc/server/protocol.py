@@ -5,9 +5,11 @@ Field semantics follow OpenAI's API reference; the extensions vLLM accepts (``to
 ``include_stop_str_in_output``, chat's ``add_generation_prompt``) are accepted too. OpenAI's bookkeeping fields that do
 not change what is generated (``user``, ``safety_identifier``, ``metadata``, ``prompt_cache_key``, ``store`` false,
 ``service_tier`` auto / default, ``modalities`` text, ``parallel_tool_calls`` without tools) are accepted and have no
-effect; a null where OpenAI's schema allows one means the field's default. A field that OpenAI or vLLM defines but
-ninferc does not implement is refused with a 400 that names it (``n`` > 1, ``tools``, ``response_format`` other than
-text, ``logit_bias``, ``echo``, ``best_of`` > 1, ``suffix``, ``min_tokens`` > 0, ``store`` true, ...), and so is any
+effect; a null where OpenAI's schema allows one means the field's default. ``tools`` (``tool_choice`` auto) need a
+server started with ``--tool-call-parser`` (:mod:`ninferc.server.tools`); with ``tool_choice`` none they are left
+out. A field that OpenAI or vLLM defines but ninferc does not implement is refused with a 400 that names it (``n`` >
+1, ``tool_choice`` required or a named function, ``response_format`` other than text, ``logit_bias``, ``echo``,
+``best_of`` > 1, ``suffix``, ``min_tokens`` > 0, ``store`` true, ...), and so is any
 field that is not part of the API: nothing is silently ignored.
 """
 
@@ -45,7 +47,8 @@ class TextPart(_Strict):
 
 class ChatMessage(BaseModel):
     """One message. Keys besides ``role`` / ``content`` / ``name`` are passed to the chat template as they are
-    (templates may read them); ``tool_calls`` is refused (tool calling is not implemented)."""
+    (templates may read them: an assistant turn's ``tool_calls``, with their arguments parsed from JSON, and a tool
+    message's ``tool_call_id``)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -134,8 +137,8 @@ class CompletionRequest(_Sampling):
 
 class TokenizeRequest(_Strict):
     """``POST /tokenize`` (vLLM's and llama-server's): the token ids of ``prompt`` (text), or of chat ``messages``
-    rendered by the model's template (``add_generation_prompt``, default true, and ``chat_template_kwargs`` as a chat
-    request's); ``add_special_tokens`` (vLLM's; default true for ``prompt``, false for ``messages``) lets the
+    rendered by the model's template (``add_generation_prompt``, default true, and ``chat_template_kwargs`` and
+    ``tools`` as a chat request's); ``add_special_tokens`` (vLLM's; default true for ``prompt``, false for ``messages``) lets the
     tokenizer add its own special tokens, which for this family's tokenizers are none; ``return_token_strs`` adds each
     id's vocabulary string. ``model`` may be left out."""
 
@@ -144,6 +147,7 @@ class TokenizeRequest(_Strict):
     messages: list[ChatMessage] | None = None
     add_generation_prompt: StrictBool = True
     chat_template_kwargs: dict[str, Any] | None = None
+    tools: list[Any] | None = None
     add_special_tokens: StrictBool | None = None
     return_token_strs: StrictBool = False
 

@@ -1,0 +1,385 @@
+"""Tool calling in ``ninferc serve --tool-call-parser``: the parsers on answers cut every way, the parameter types,
+the request checks, the OpenAI client's view of whole and streamed answers with calls (an in-process app whose
+scheduler replays a scripted answer: the fixture model, trained on code, never writes a call), and the served
+fixture with a template that shows the model its tools."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import threading
+
+import httpx
+import openai
+import pytest
+from click.testing import CliRunner
+
+from ninferc.cli import main
+from ninferc.server.tools import (ToolCallSplitter, check_tools, history_tool_calls, parse_call, split_tool_calls,
+                                  template_reads_tools)
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string"}, "days": {"type": "integer"}, "metric": {"type": "boolean"},
+        "hours": {"type": "array"}, "where": {"type": "object"}, "ratio": {"type": ["number", "null"]}}}}}
+TOOLS = [WEATHER, {"type": "function", "function": {"name": "now", "parameters": {"type": "object"}}}]
+
+CODER_CALL = ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n"
+              "</parameter>\n</function>\n</tool_call>")
+HERMES_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n</tool_call>'
+PARIS = ("get_weather", {"city": "Paris", "days": 3})
+
+CASES = [
+    # (parser, answer, content, [(name, arguments)])
+    ("qwen3_coder", "Let me look.\n\n" + CODER_CALL, "Let me look.", [PARIS]),
+    ("qwen3_coder", "\n\n" + CODER_CALL + "\n", None, [PARIS]),
+    ("qwen3_coder", CODER_CALL + "\n" + CODER_CALL.replace("Paris", "Oslo"), None,
+     [PARIS, ("get_weather", {"city": "Oslo", "days": 3})]),
+    ("qwen3_coder", "<tool_call>\n<function=now>\n</function>\n</tool_call>", None, [("now", {})]),
+    ("qwen3_coder", "no call here\n", "no call here\n", []),  # no call: the text as written, whitespace too
+    ("qwen3_coder", "a <tool_ b", "a <tool_ b", []),  # a marker's prefix inside the text is text
+    ("qwen3_coder", "ends on <tool_", "ends on <tool_", []),
+    ("qwen3_coder", "cut " + CODER_CALL[:40], "cut " + CODER_CALL[:40], []),  # max_tokens inside a call: text
+    ("qwen3_coder", "<tool_call>not a call</tool_call> then", "<tool_call>not a call</tool_call> then", []),
+    ("qwen3_coder", "x\n" + CODER_CALL + "\nafter", "x\nafter", [PARIS]),  # text after a call stays content
+    ("qwen3_coder", "<tool_call>\n<function=f>\nstray\n<parameter=a>\n1\n</parameter>\n</function>\n</tool_call>",
+     "<tool_call>\n<function=f>\nstray\n<parameter=a>\n1\n</parameter>\n</function>\n</tool_call>", []),
+    ("hermes", "Sure.\n" + HERMES_CALL, "Sure.", [PARIS]),
+    ("hermes", '<tool_call>{"name": "now", "arguments": "{}"}</tool_call>', None, [("now", {})]),
+    ("hermes", "<tool_call>{not json}</tool_call>", "<tool_call>{not json}</tool_call>", []),
+    ("hermes", '<tool_call>{"arguments": {}}</tool_call>', '<tool_call>{"arguments": {}}</tool_call>', []),
+    ("hermes", "", "", []),
+]
+
+
+def _calls(calls):
+    return [(c.name, json.loads(c.arguments)) for c in calls]
+
+
+@pytest.mark.parametrize("parser,text,content,calls", CASES)
+def test_split_whole_and_streamed_in_every_cut(parser, text, content, calls):
+    got_content, got_calls = split_tool_calls(parser, text, TOOLS)
+    assert (got_content, _calls(got_calls)) == (content, calls)
+    assert all(c.id.startswith("call_") and len(c.id) == 29 for c in got_calls)
+    assert len({c.id for c in got_calls}) == len(got_calls)
+    rng = random.Random(len(text))
+    cuts = [[1] * len(text), [len(text)]] + [[rng.randint(1, 6) for _ in range(len(text))] for _ in range(20)]
+    for sizes in cuts:
+        sp, c, made, i = ToolCallSplitter(parser, TOOLS), "", [], 0
+        for n in sizes:
+            a, new = sp.feed(text[i:i + n])
+            c, made, i = c + a, made + new, i + n
+            if i >= len(text):
+                break
+        c += sp.flush()[0]
+        assert (c, _calls(made)) == (content or "", calls), sizes
+
+
+def test_streaming_holds_back_only_a_possible_marker_and_trailing_whitespace():
+    sp = ToolCallSplitter("qwen3_coder", TOOLS)
+    assert sp.feed("Let me look.\n<tool") == ("Let me look.", [])  # "\n<tool" may start a call
+    assert sp.feed("box> no") == ("\n<toolbox> no", [])  # it did not
+    assert sp.feed("\n\n" + CODER_CALL[:20]) == ("", [])
+    content, new = sp.feed(CODER_CALL[20:])
+    assert content == "" and _calls(new) == [PARIS]
+    assert sp.flush() == ("", [])
+    # without the tools' schemas every parameter is a string
+    assert _calls(split_tool_calls("qwen3_coder", CODER_CALL)[1]) == [("get_weather", {"city": "Paris", "days": "3"})]
+
+
+def test_parallel_tool_calls_false_keeps_the_first_call():
+    content, calls = split_tool_calls("qwen3_coder", CODER_CALL + CODER_CALL.replace("Paris", "Oslo"), TOOLS,
+                                      parallel=False)
+    assert content is None and _calls(calls) == [PARIS]
+
+
+@pytest.mark.parametrize("name,value,typed", [
+    ("city", "  Paris ", "  Paris "),  # a string: as written, less the newline after its tag and before the next
+    ("city", "\nline 1\nline 2\n", "\nline 1\nline 2\n"),
+    ("city", "3", "3"),
+    ("days", "3", 3),
+    ("days", "three", "three"),  # not the schema's type: the text
+    ("days", "true", "true"),  # JSON's true is not an integer
+    ("metric", "True", True),
+    ("hours", "[1, 2]", [1, 2]),
+    ("where", '{"lat": 48.9}', {"lat": 48.9}),
+    ("ratio", "0.5", 0.5),
+    ("ratio", "null", None),
+    ("unknown", "42", "42"),  # a parameter the schema does not name: a string
+])
+def test_qwen3_coder_parameter_types_follow_the_schema(name, value, typed):
+    body = f"\n<function=get_weather>\n<parameter={name}>\n{value}\n</parameter>\n</function>\n"
+    call = parse_call("qwen3_coder", body, {"get_weather": WEATHER["function"]["parameters"]["properties"]})
+    assert json.loads(call.arguments) == {name: typed}
+
+
+def test_request_checks():
+    assert check_tools(TOOLS) == TOOLS
+    for bad, param in [([{"type": "retrieval"}], "tools.0"), ([{"type": "function"}], "tools.0.function"),
+                       ([{"type": "function", "function": {"name": "a b"}}], "tools.0.function.name"),
+                       ([WEATHER, {"type": "function", "function": {"name": "f", "parameters": []}}],
+                        "tools.1.function.parameters")]:
+        with pytest.raises(ValueError) as e:
+            check_tools(bad)
+        assert e.value.args[1] == param
+    msgs = [{"role": "user", "content": "x"},
+            {"role": "assistant", "tool_calls": [{"id": "call_1", "type": "function",
+                                                  "function": {"name": "now", "arguments": '{"tz": "UTC"}'}}]}]
+    history_tool_calls(msgs)
+    assert msgs[1]["tool_calls"][0]["function"]["arguments"] == {"tz": "UTC"}  # parsed for the template
+    for bad, param in [([{"role": "user", "tool_calls": [{}]}], "messages.0.tool_calls"),
+                       ([{"role": "assistant", "tool_calls": [{"function": {"arguments": "{}"}}]}],
+                        "messages.0.tool_calls.0.function"),
+                       ([{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "[1]"}}]}],
+                        "messages.0.tool_calls.0.function.arguments")]:
+        with pytest.raises(ValueError) as e:
+            history_tool_calls(bad)
+        assert e.value.args[1] == param
+    assert template_reads_tools("{% if tools %}{{ tools | tojson }}{% endif %}")
+    assert not template_reads_tools("{% for m in messages %}{{ m.content }}{% endfor %}")
+
+
+# -- the OpenAI client against the app, whose scheduler replays a scripted answer ---------------------------------
+
+class _ScriptedScheduler:
+    """Answers every request with ``script`` (text pieces, one event each) and ``reason``, as the engine thread
+    would: the events go through the request's sink."""
+
+    cache = None
+
+    def __init__(self):
+        self.script, self.reason, self.prompts = [], "stop", []
+
+    def check(self, n_prompt, max_tokens, prompt_param="prompt"):
+        return max_tokens or 64
+
+    def has(self, rid):
+        return False
+
+    def cancel(self, rid):
+        pass
+
+    def submit(self, gen):
+        from ninferc.runtime.scheduler import FinishEvent, RequestStats, TokenEvent
+
+        self.prompts.append(gen.prompt_ids)
+        script, reason = list(self.script), self.reason
+
+        def emit():
+            for piece in script:
+                gen.sink(TokenEvent(ids=[0], text=piece, sampled=[]))
+            gen.sink(FinishEvent(reason, "", RequestStats(gen.request_id, len(gen.prompt_ids),
+                                                          generated=len(script), finish_reason=reason)))
+
+        threading.Thread(target=emit, daemon=True).start()
+
+
+class _Engine:
+    backend = None
+    state = "ready"
+
+    def __init__(self):
+        self.scheduler = _ScriptedScheduler()
+
+
+TOOL_TEMPLATE = """{%- if tools -%}
+{{- '<|im_start|>system\\n<tools>' -}}
+{%- for tool in tools -%}{{- '\\n' + (tool | tojson) -}}{%- endfor -%}
+{{- '\\n</tools><|im_end|>\\n' -}}
+{%- endif -%}
+{%- for message in messages -%}
+{%- if message.role == 'tool' -%}
+{{- '<|im_start|>user\\n<tool_response>\\n' + message.content + '\\n</tool_response><|im_end|>\\n' -}}
+{%- elif message.role == 'assistant' and message.tool_calls -%}
+{{- '<|im_start|>assistant\\n' + (message.content or '') -}}
+{%- for tc in message.tool_calls -%}
+{{- '\\n<tool_call>\\n<function=' + tc.function.name + '>\\n' -}}
+{%- for k, v in tc.function.arguments | items -%}
+{{- '<parameter=' + k + '>\\n' + (v if v is string else v | tojson) + '\\n</parameter>\\n' -}}
+{%- endfor -%}
+{{- '</function>\\n</tool_call>' -}}
+{%- endfor -%}
+{{- '<|im_end|>\\n' -}}
+{%- else -%}
+{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' -}}
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+{{- '<|im_start|>assistant\\n' -}}
+{%- if enable_thinking is defined and enable_thinking is false -%}{{- '<think>\\n\\n</think>\\n\\n' -}}
+{%- else -%}{{- '<think>\\n' -}}{%- endif -%}
+{%- endif -%}
+"""
+
+
+@pytest.fixture(scope="module")
+def scripted(tiny_dir):
+    """(the openai client, the scripted scheduler) of an in-process app with ``--tool-call-parser qwen3_coder`` and
+    ``--reasoning-parser qwen3``."""
+    from fastapi.testclient import TestClient
+
+    from ninferc.chat import ChatTemplate
+    from ninferc.server.app import ServerState, create_app
+    from ninferc.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_dir(tiny_dir)
+    state = ServerState(engine=_Engine(), tokenizer=tok, chat=ChatTemplate(TOOL_TEMPLATE), model_id="tiny",
+                        max_context=4096, reasoning_parser="qwen3", tool_parser="qwen3_coder")
+    http = TestClient(create_app(state))
+    client = openai.OpenAI(base_url="http://testserver/v1", api_key="unused", max_retries=0, http_client=http)
+    return client, state.engine.scheduler, tok
+
+
+ASK = [{"role": "user", "content": "Weather in Paris for 3 days?"}]
+
+
+def _stream(client, **kw):
+    """A streamed answer put together as a client does: (reasoning, content, calls by index, finish_reason)."""
+    reasoning, content, calls, finish = "", "", {}, None
+    for ch in client.chat.completions.create(stream=True, **kw):
+        d = ch.choices[0].delta
+        reasoning += getattr(d, "reasoning", None) or ""
+        content += d.content or ""
+        for tc in d.tool_calls or []:
+            calls.setdefault(tc.index, {"id": tc.id, "name": tc.function.name, "arguments": ""})
+            calls[tc.index]["arguments"] += tc.function.arguments or ""
+        finish = ch.choices[0].finish_reason or finish
+    return reasoning, content, [calls[i] for i in sorted(calls)], finish
+
+
+def test_client_reads_calls_whole_and_streamed(scripted):
+    client, sched, tok = scripted
+    answer = "I should look it up.\n</think>\n\nLet me check.\n\n" + CODER_CALL + "\n" + \
+        CODER_CALL.replace("Paris", "Oslo")
+    rng = random.Random(5)
+    cuts, i = [], 0
+    while i < len(answer):
+        n = rng.randint(1, 7)
+        cuts.append(answer[i:i + n])
+        i += n
+    sched.script = cuts
+    r = client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS)
+    m, choice = r.choices[0].message, r.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    # the content starts after </think> (its newlines are the reasoning parser's to keep) and ends before the call
+    assert (getattr(m, "reasoning", None), m.content) == ("I should look it up.\n", "\n\nLet me check.")
+    assert [(c.type, c.function.name, json.loads(c.function.arguments)) for c in m.tool_calls] == [
+        ("function", "get_weather", {"city": "Paris", "days": 3}),
+        ("function", "get_weather", {"city": "Oslo", "days": 3})]
+    assert len({c.id for c in m.tool_calls}) == 2
+    # the prompt showed the model its tools
+    prompt = tok.decode(sched.prompts[-1], False)
+    assert prompt.startswith("<|im_start|>system\n<tools>\n" + json.dumps(WEATHER, ensure_ascii=False))
+    reasoning, content, calls, finish = _stream(client, model="tiny", messages=ASK, tools=TOOLS)
+    assert (reasoning, content, finish) == ("I should look it up.\n", "\n\nLet me check.", "tool_calls")
+    assert [(c["name"], json.loads(c["arguments"])) for c in calls] == [
+        (tc.function.name, json.loads(tc.function.arguments)) for tc in m.tool_calls]
+    assert all(c["id"].startswith("call_") for c in calls)
+
+
+def test_no_call_cut_call_and_tool_choice_none(scripted):
+    client, sched, tok = scripted
+    sched.script = ["</think>", "Paris is ", "sunny.\n"]
+    r = client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS)
+    assert (r.choices[0].message.content, r.choices[0].message.tool_calls, r.choices[0].finish_reason) == (
+        "Paris is sunny.\n", None, "stop")
+    # max_tokens inside a call: the call's text is content, the reason is length
+    sched.script, sched.reason = ["</think>", CODER_CALL[:30]], "length"
+    for stream in (False, True):
+        if stream:
+            _, content, calls, finish = _stream(client, model="tiny", messages=ASK, tools=TOOLS)
+        else:
+            r = client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS)
+            content, calls, finish = r.choices[0].message.content, r.choices[0].message.tool_calls, \
+                r.choices[0].finish_reason
+        assert (content, calls or [], finish) == (CODER_CALL[:30], [], "length")
+    # tool_choice none: no tools in the prompt, and a call the model writes anyway is text
+    sched.script, sched.reason = ["</think>", CODER_CALL], "stop"
+    r = client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, tool_choice="none")
+    assert (r.choices[0].message.content, r.choices[0].message.tool_calls) == (CODER_CALL, None)
+    assert "<tools>" not in tok.decode(sched.prompts[-1], False)
+
+
+def test_a_conversation_with_past_calls_and_their_results(scripted):
+    client, sched, tok = scripted
+    sched.script = ["</think>", "It is sunny."]
+    history = ASK + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": "get_weather", "arguments": '{"city": "Paris", "days": 3}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"}]
+    r = client.chat.completions.create(model="tiny", messages=history, tools=TOOLS)
+    assert r.choices[0].message.content == "It is sunny."
+    prompt = tok.decode(sched.prompts[-1], False)
+    assert ("<|im_start|>assistant\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+            "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call><|im_end|>\n<|im_start|>user\n"
+            "<tool_response>\nsunny, 21 C\n</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n") in prompt
+
+
+@pytest.mark.parametrize("kw,param,frag", [
+    ({"tool_choice": "required"}, "tool_choice", "'required' is not supported"),
+    ({"tool_choice": {"type": "function", "function": {"name": "now"}}}, "tool_choice",
+     "a named function is not supported"),
+    ({"tool_choice": "sometimes"}, "tool_choice", '"sometimes" is not supported'),
+    ({"tools": [{"type": "function", "function": {"name": "bad name"}}]}, "tools.0.function.name",
+     "must be 1-64 letters"),
+])
+def test_tool_requests_ninferc_refuses(scripted, kw, param, frag):
+    client, _, _ = scripted
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="tiny", messages=ASK, **{"tools": TOOLS, **kw})
+    err = e.value.body
+    assert err["param"] == param and frag in err["message"], err
+    assert client.chat.completions.create(model="tiny", messages=ASK).choices[0].finish_reason  # still serving
+
+
+def test_a_past_call_whose_arguments_are_not_json_is_a_400(scripted):
+    client, _, _ = scripted
+    bad = ASK + [{"role": "assistant", "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "now", "arguments": "{oops"}}]}]
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="tiny", messages=bad, tools=TOOLS)
+    assert e.value.body["param"] == "messages.1.tool_calls.0.function.arguments"
+    assert "messages[1].tool_calls[0].function.arguments is not JSON" in e.value.body["message"]
+
+
+# -- the served fixture --------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tool_dir(tmp_path_factory, tiny_dir):
+    d = tmp_path_factory.mktemp("tools") / "tiny-tools"
+    shutil.copytree(tiny_dir, d)
+    (d / "chat_template.jinja").chmod(0o644)
+    (d / "chat_template.jinja").write_text(TOOL_TEMPLATE)
+    return d
+
+
+def test_serve_refuses_a_parser_it_cannot_use(tiny_dir, tool_dir):
+    r = CliRunner().invoke(main, ["serve", str(tiny_dir), "--tool-call-parser", "qwen3_coder"])
+    assert r.exit_code == 2 and "chat template never reads tools" in r.output, r.output
+    r = CliRunner().invoke(main, ["serve", str(tool_dir), "--enable-auto-tool-choice"])
+    assert r.exit_code == 2 and "--enable-auto-tool-choice needs --tool-call-parser" in r.output, r.output
+    r = CliRunner().invoke(main, ["serve", str(tool_dir), "--tool-call-parser", "mistral"])
+    assert r.exit_code == 2 and "'mistral' is not one of 'qwen3_coder', 'hermes'" in r.output, r.output
+
+
+def test_served_fixture_shows_tools_and_answers_without_calls(start_server, tool_dir):
+    """vLLM's command line works as it is; the fixture model answers with text (it was never taught to call), which
+    comes back as content with finish_reason stop, the same as with no tools offered but for the longer prompt."""
+    srv = start_server(tool_dir, "--model-id", "tiny", "--tool-call-parser", "qwen3_coder",
+                       "--enable-auto-tool-choice")
+    assert any("tool-call parser qwen3_coder" in ln for ln in srv.lines)
+    client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    kw = dict(model="tiny", messages=ASK, max_tokens=8, temperature=0)
+    with_tools = client.chat.completions.create(tools=TOOLS, **kw)
+    plain = client.chat.completions.create(**kw)
+    assert with_tools.choices[0].message.tool_calls is None and with_tools.choices[0].finish_reason == "length"
+    assert with_tools.choices[0].message.content
+    counted = httpx.post(srv.url + "/tokenize", json={"model": "tiny", "messages": ASK, "tools": TOOLS}).json()
+    assert with_tools.usage.prompt_tokens == counted["count"] > plain.usage.prompt_tokens
+    shown = httpx.post(srv.url + "/detokenize", json={"tokens": counted["tokens"]}).json()["prompt"]
+    assert json.dumps(WEATHER, ensure_ascii=False) in shown
+    r = httpx.post(srv.url + "/tokenize", json={"prompt": "x", "tools": TOOLS})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tools"
