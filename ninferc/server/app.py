@@ -183,16 +183,16 @@ def create_app(state: ServerState):
             if not req.messages:
                 raise HTTPError(400, "messages is empty", param="messages")
             try:
-                tools = check_tools(req.tools) if req.tools else None
+                tools = check_tools(req.tools) if req.tools and req.tool_choice != "none" else None
             except ValueError as exc:
                 raise HTTPError(400, exc.args[0], param=exc.args[1]) from None
             _, text = await _off_loop(_render_chat, state, req.messages, req.chat_template_kwargs or {},
                                       req.add_generation_prompt, tools)
         else:
-            for name in ("chat_template_kwargs", "add_generation_prompt", "tools"):
+            for name in ("chat_template_kwargs", "add_generation_prompt", "tools", "tool_choice"):
                 if name in req.model_fields_set:
-                    raise HTTPError(400, "chat_template_kwargs, add_generation_prompt and tools apply to messages",
-                                    param=name)
+                    raise HTTPError(400, "chat_template_kwargs, add_generation_prompt, tools and tool_choice apply to "
+                                         "messages", param=name)
             text = req.prompt
         special = req.add_special_tokens if req.add_special_tokens is not None else req.messages is None
         ids = await _off_loop(state.tokenizer.encode, text, special)
@@ -902,8 +902,9 @@ class _Formatter:
 
     @staticmethod
     def _finish_reason(ev: FinishEvent, calls: list) -> str:
-        """``tool_calls`` where the answer made calls and ended by itself (OpenAI's), else the engine's reason."""
-        return "tool_calls" if calls and ev.reason == "stop" else ev.reason
+        """``tool_calls`` where the answer made calls and ended by itself or at ``max_tokens`` (vLLM reports the
+        calls it extracted so, whatever followed them), else the engine's reason (``abort`` stays)."""
+        return "tool_calls" if calls and ev.reason in ("stop", "length") else ev.reason
 
     def usage_chunk(self, ev: FinishEvent) -> dict:
         return self._chunk(None, usage=self.usage(ev))

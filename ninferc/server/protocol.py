@@ -137,8 +137,8 @@ class CompletionRequest(_Sampling):
 
 class TokenizeRequest(_Strict):
     """``POST /tokenize`` (vLLM's and llama-server's): the token ids of ``prompt`` (text), or of chat ``messages``
-    rendered by the model's template (``add_generation_prompt``, default true, and ``chat_template_kwargs`` and
-    ``tools`` as a chat request's); ``add_special_tokens`` (vLLM's; default true for ``prompt``, false for ``messages``) lets the
+    rendered by the model's template (``add_generation_prompt``, default true, ``chat_template_kwargs``, and ``tools``
+    -- left out with ``tool_choice`` none -- as a chat request's); ``add_special_tokens`` (vLLM's; default true for ``prompt``, false for ``messages``) lets the
     tokenizer add its own special tokens, which for this family's tokenizers are none; ``return_token_strs`` adds each
     id's vocabulary string. ``model`` may be left out."""
 
@@ -148,6 +148,7 @@ class TokenizeRequest(_Strict):
     add_generation_prompt: StrictBool = True
     chat_template_kwargs: dict[str, Any] | None = None
     tools: list[Any] | None = None
+    tool_choice: Any = None
     add_special_tokens: StrictBool | None = None
     return_token_strs: StrictBool = False
 

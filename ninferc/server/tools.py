@@ -18,18 +18,22 @@ The family writes a call as a ``<tool_call>`` ... ``</tool_call>`` block; the pa
       </function>
       </tool_call>
 
-  A parameter's value is the text between its tags less one leading and one trailing newline. It stays a string
-  where the tool's JSON schema (``parameters.properties[NAME].type``) says ``string`` or says nothing; otherwise it
-  is read as JSON (``3`` -> 3, ``true`` -> true, ``{"a": 1}`` -> an object, ``null`` -> null) and kept as text when
-  that fails or gives a value of another type than the schema's.
+  A parameter's value is the text between its tags less one leading and one trailing newline (a missing
+  ``</parameter>`` ends it at the next ``<parameter=`` or at ``</function>``, as vLLM's parser reads it). ``null``
+  is null whatever the type; otherwise the value stays a string where the tool's JSON schema
+  (``parameters.properties[NAME].type``) says ``string`` or says nothing, and is read as JSON elsewhere (``3`` -> 3,
+  ``true`` -> true, ``{"a": 1}`` -> an object; an object or array written as a Python literal, ``{'a': 1}``, is read
+  as one, as vLLM reads it), kept as text when that fails or gives a value of another type than the schema's.
 - ``hermes`` (Qwen2.5 / Qwen3 checkpoints): the body is one JSON object ``{"name": ..., "arguments": {...}}``.
 
-What is content: the text outside well-formed blocks. Whitespace directly before a call, and an answer's trailing
+An answer that made calls ends with ``finish_reason: "tool_calls"`` (also where ``max_tokens`` cut it after them,
+as vLLM reports it). What is content: the text outside well-formed blocks. Whitespace directly before a call, and an answer's trailing
 whitespace once it has made a call, are dropped (``"Let me look.\\n\\n<tool_call>..."`` -> content ``"Let me
 look."``); an answer whose content is then empty has ``content: null``. A block that does not parse (or one that
 ``max_tokens`` cut before its ``</tool_call>``) stays in the content as the model wrote it, so nothing is lost.
 While streaming, text that may be the start of ``<tool_call>`` and trailing whitespace are held back until the next
-text decides them, and a call is sent whole, in one delta, once its block closes (:class:`ToolCallSplitter`); the
+text decides them, and a call is sent whole once its block closes (two that close in one piece of text share a
+delta) (:class:`ToolCallSplitter`); the
 streamed pieces add up to the whole answer's content and calls whatever the cuts.
 
 The markers are matched on the decoded text: real checkpoints spell ``<tool_call>`` as one added token that
@@ -38,6 +42,7 @@ decoding keeps (it is not ``special``).
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import uuid
@@ -54,7 +59,7 @@ PARSERS = ("qwen3_coder", "hermes")
 NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 _FUNCTION = re.compile(r"\s*<function=([^>\n]+)>(.*)</function>\s*", re.DOTALL)
-_PARAMETER = re.compile(r"<parameter=([^>\n]+)>(.*?)</parameter>", re.DOTALL)
+_PARAMETER = re.compile(r"<parameter=([^>\n]+)>(.*?)(?:</parameter>|(?=<parameter=)|\Z)", re.DOTALL)
 _JSON_TYPES = {"integer": int, "number": (int, float), "boolean": bool, "object": dict, "array": list}
 
 
@@ -93,6 +98,8 @@ def parameter_schemas(tools: list[dict] | None) -> dict[str, dict]:
 
 def _typed(value: str, schema) -> object:
     """A qwen3_coder parameter's text as the type its JSON schema names (module docstring)."""
+    if value.strip().lower() == "null":
+        return None
     kind = schema.get("type") if isinstance(schema, dict) else None
     if isinstance(kind, list):  # ["integer", "null"]: the first non-null type
         kind = next((k for k in kind if k != "null"), None)
@@ -104,7 +111,12 @@ def _typed(value: str, schema) -> object:
     try:
         got = json.loads(text)
     except ValueError:
-        return value
+        if kind not in ("object", "array"):
+            return value
+        try:  # a Python literal (single quotes, True / None): literal_eval reads literals only, never runs code
+            got = ast.literal_eval(text)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return value
     want = _JSON_TYPES.get(kind)
     if got is None or want is None:
         return got
@@ -255,8 +267,12 @@ def check_tools(tools: list) -> list[dict]:
 def history_tool_calls(messages: list[dict]) -> None:
     """Past assistant turns' ``tool_calls`` made ready for a chat template, in place: each checked (``function`` with
     a ``name`` and ``arguments``) and its ``arguments`` JSON text parsed into an object, as the family's templates
-    iterate ``arguments | items`` (vLLM does the same). Raises ValueError ``(message, param)`` naming a bad one."""
+    iterate ``arguments | items`` (vLLM does the same). Raises ValueError ``(message, param)`` naming a bad one, or a
+    message's legacy ``function_call``."""
     for i, m in enumerate(messages):
+        if m.get("function_call") is not None:  # OpenAI's deprecated single call: a template would drop it unseen
+            raise ValueError(f"messages[{i}].function_call (OpenAI's deprecated form) is not supported; send the call "
+                             "as tool_calls", f"messages.{i}.function_call")
         calls = m.get("tool_calls")
         if not calls:
             continue

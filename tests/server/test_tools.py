@@ -89,6 +89,13 @@ def test_streaming_holds_back_only_a_possible_marker_and_trailing_whitespace():
     assert _calls(split_tool_calls("qwen3_coder", CODER_CALL)[1]) == [("get_weather", {"city": "Paris", "days": "3"})]
 
 
+def test_qwen3_coder_parameter_without_its_closing_tag():
+    """vLLM's parser ends a parameter missing ``</parameter>`` at the next parameter or at ``</function>``."""
+    body = "\n<function=get_weather>\n<parameter=city>\nParis\n<parameter=days>\n3\n</function>\n"
+    call = parse_call("qwen3_coder", body, {"get_weather": WEATHER["function"]["parameters"]["properties"]})
+    assert json.loads(call.arguments) == {"city": "Paris", "days": 3}
+
+
 def test_parallel_tool_calls_false_keeps_the_first_call():
     content, calls = split_tool_calls("qwen3_coder", CODER_CALL + CODER_CALL.replace("Paris", "Oslo"), TOOLS,
                                       parallel=False)
@@ -107,6 +114,10 @@ def test_parallel_tool_calls_false_keeps_the_first_call():
     ("where", '{"lat": 48.9}', {"lat": 48.9}),
     ("ratio", "0.5", 0.5),
     ("ratio", "null", None),
+    ("city", "null", None),  # null is null whatever the type (vLLM's reading)
+    ("where", "{'a': 1, 'b': None}", {"a": 1, "b": None}),  # a Python literal where an object is wanted
+    ("hours", "(1, 2)", "(1, 2)"),  # a literal of another type than the schema's: the text
+    ("where", "__import__('os')", "__import__('os')"),  # never evaluated: literals only
     ("unknown", "42", "42"),  # a parameter the schema does not name: a string
 ])
 def test_qwen3_coder_parameter_types_follow_the_schema(name, value, typed):
@@ -133,7 +144,9 @@ def test_request_checks():
                        ([{"role": "assistant", "tool_calls": [{"function": {"arguments": "{}"}}]}],
                         "messages.0.tool_calls.0.function"),
                        ([{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "[1]"}}]}],
-                        "messages.0.tool_calls.0.function.arguments")]:
+                        "messages.0.tool_calls.0.function.arguments"),
+                       ([{"role": "assistant", "function_call": {"name": "f", "arguments": "{}"}}],
+                        "messages.0.function_call")]:
         with pytest.raises(ValueError) as e:
             history_tool_calls(bad)
         assert e.value.args[1] == param
@@ -285,7 +298,16 @@ def test_no_call_cut_call_and_tool_choice_none(scripted):
     r = client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS)
     assert (r.choices[0].message.content, r.choices[0].message.tool_calls, r.choices[0].finish_reason) == (
         "Paris is sunny.\n", None, "stop")
-    # max_tokens inside a call: the call's text is content, the reason is length
+    # max_tokens after a call: the call stands and the reason is tool_calls (vLLM's); inside the next one, its text is
+    # content
+    sched.script, sched.reason = ["</think>", CODER_CALL, "\n" + CODER_CALL[:30]], "length"
+    r = client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS)
+    assert (r.choices[0].message.content, len(r.choices[0].message.tool_calls), r.choices[0].finish_reason) == (
+        "\n" + CODER_CALL[:30], 1, "tool_calls")  # the newline before a block that is no call is text
+    _, content, calls, finish = _stream(client, model="tiny", messages=ASK, tools=TOOLS)
+    assert (content, [(c["name"], json.loads(c["arguments"])) for c in calls], finish) == (
+        "\n" + CODER_CALL[:30], [PARIS], "tool_calls")
+    # max_tokens inside the only call: the call's text is content, the reason is length
     sched.script, sched.reason = ["</think>", CODER_CALL[:30]], "length"
     for stream in (False, True):
         if stream:
@@ -383,3 +405,8 @@ def test_served_fixture_shows_tools_and_answers_without_calls(start_server, tool
     assert json.dumps(WEATHER, ensure_ascii=False) in shown
     r = httpx.post(srv.url + "/tokenize", json={"prompt": "x", "tools": TOOLS})
     assert r.status_code == 400 and r.json()["error"]["param"] == "tools"
+    # tool_choice none: /tokenize renders the prompt the chat request gets, without the tools
+    none = httpx.post(srv.url + "/tokenize", json={"model": "tiny", "messages": ASK, "tools": TOOLS,
+                                                   "tool_choice": "none"}).json()
+    assert none["count"] == plain.usage.prompt_tokens
+    assert client.chat.completions.create(tools=TOOLS, tool_choice="none", **kw).usage.prompt_tokens == none["count"]
