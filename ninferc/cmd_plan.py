@@ -81,6 +81,14 @@ def plan_cmd(model_dir, target, sku, sms, preset, tokens, batches, max_context, 
                            max_context=max_context, page_size=page_size,
                            decode_batches=batches or DECODE_BATCHES, prefill_tokens=tokens,
                            draft_tokens=draft_tokens or 0, progress=_kernel_bar)
+    if explain is not None:
+        import fnmatch
+
+        names = [s.name for s in plan.program.steps]
+        if not any(fnmatch.fnmatchcase(n, explain) for n in names):  # a typo, not a step without GEMVs
+            raise PlanError(f"ninferc plan: --explain {explain!r} matches none of the plan's {len(names)} steps (a "
+                            "case-sensitive glob over the table's step names, e.g. " +
+                            ", ".join(repr(n) for n in names[:3]) + ", 'L0.mlp.*' or '*gate_up')")
     if as_json:
         if explain is not None:
             from ninferc.targets.model_plan import _dump_json

@@ -148,8 +148,11 @@ def test_explain_lists_the_compared_gemv_variants_best_first():
     assert "25.4 GB/s of DRAM bandwidth per SM" in texts["h100sxm"] and "36.4 GB/s" in texts["h200"]
     first = {sku: t.split("\n    * ")[1].split("\n")[0].split()[-1] for sku, t in texts.items()}
     assert first["h100sxm"] != first["h200"]  # th256 k4 against th128 k4 (the 2026-12-07 trial's question)
-    r = run(*args, "--sku", "h200", "--explain", "nothing*")
-    assert r.exit_code == 0 and "no GEMV launch in the steps matching 'nothing*'" in r.output
+    r = run(*args, "--sku", "h200", "--explain", "nothing*")  # a typo: an error naming it and the step names' form
+    assert r.exit_code == 2 and "--explain 'nothing*' matches none of the plan's" in r.output, r.output
+    assert "'L0.mlp.*'" in r.output
+    r = run(*args, "--sku", "h200", "--explain", "L0.gdn.mixer.*")  # steps with no GEMV: said so
+    assert r.exit_code == 0 and "no GEMV launch in the steps matching 'L0.gdn.mixer.*'" in r.output, r.output
 
 
 def test_explain_folds_columns_not_layers_and_says_why_a_dp_tile_falls_back():
