@@ -187,12 +187,13 @@ def create_app(state: ServerState):
             except ValueError as exc:
                 raise HTTPError(400, exc.args[0], param=exc.args[1]) from None
             _, text = await _off_loop(_render_chat, state, req.messages, req.chat_template_kwargs or {},
-                                      req.add_generation_prompt, tools)
+                                      req.add_generation_prompt, tools, req.continue_final_message)
         else:
-            for name in ("chat_template_kwargs", "add_generation_prompt", "tools", "tool_choice"):
+            for name in ("chat_template_kwargs", "add_generation_prompt", "continue_final_message", "tools",
+                         "tool_choice"):
                 if name in req.model_fields_set:
-                    raise HTTPError(400, "chat_template_kwargs, add_generation_prompt, tools and tool_choice apply to "
-                                         "messages", param=name)
+                    raise HTTPError(400, "chat_template_kwargs, add_generation_prompt, continue_final_message, tools "
+                                         "and tool_choice apply to messages", param=name)
             text = req.prompt
         special = req.add_special_tokens if req.add_special_tokens is not None else req.messages is None
         ids = await _off_loop(state.tokenizer.encode, text, special)
@@ -225,7 +226,7 @@ def create_app(state: ServerState):
         tool_use = _tool_use(state, req)
         tools = tool_use.tools if tool_use else None
         messages, text = await _off_loop(_render_chat, state, req.messages, req.chat_template_kwargs or {},
-                                         req.add_generation_prompt, tools)
+                                         req.add_generation_prompt, tools, req.continue_final_message)
         ids, history_end = await _off_loop(_encode_chat, state, messages, req.chat_template_kwargs or {}, text, tools)
         if req.max_tokens is not None and req.max_completion_tokens is not None \
                 and req.max_tokens != req.max_completion_tokens:
@@ -444,12 +445,17 @@ TEMPLATE_BOOLEANS = ("enable_thinking",)
 
 
 def _render_chat(state: ServerState, messages, kwargs: dict, add_generation_prompt: bool = True,
-                 tools: list[dict] | None = None) -> tuple[list[dict], str]:
+                 tools: list[dict] | None = None, continue_final: bool = False) -> tuple[list[dict], str]:
     """(the messages as dicts, the rendered prompt text) of a request's validated ``messages`` (pydantic models) with
     its ``chat_template_kwargs`` and the ``tools`` to show the model (None: none). Past assistant turns'
     ``tool_calls`` reach the template with their arguments parsed (:func:`ninferc.server.tools.history_tool_calls`).
+    ``continue_final`` (vLLM's ``continue_final_message``): the answer continues the last message, an assistant's,
+    so the text ends where that message's text does (HF's ``apply_chat_template(continue_final_message=True)``: cut
+    after the last occurrence of the message's text, its end-of-turn left out).
     HTTPError 400: a kwarg the renderer sets or a switch of the wrong type, no chat template, a malformed past tool
-    call, or a template that raises (its message)."""
+    call, a template that raises (its message), or a ``continue_final`` whose conditions do not hold (the generation
+    prompt asked for too, a last message that is not an assistant's with text, a template that does not write it
+    as given)."""
     _check_template_kwargs(kwargs)
     if state.chat is None:
         raise HTTPError(400, "this model has no chat template (neither chat_template.jinja nor a chat_template in "
@@ -462,13 +468,36 @@ def _render_chat(state: ServerState, messages, kwargs: dict, add_generation_prom
         history_tool_calls(dicts)
     except ValueError as exc:
         raise HTTPError(400, exc.args[0], param=exc.args[1]) from None
+    final = _final_text(dicts, add_generation_prompt) if continue_final else None
     try:
         text = state.chat.render(dicts, add_generation_prompt=add_generation_prompt, tools=tools, **kwargs)
     except ChatTemplateError as exc:
         raise HTTPError(400, str(exc), param="messages") from None
     except TypeError as exc:
         raise HTTPError(400, f"chat_template_kwargs: {exc}", param="chat_template_kwargs") from None
+    if final is not None:
+        end = text.rfind(final)
+        if end < 0:
+            raise HTTPError(400, "continue_final_message: the chat template does not write the last message's text as "
+                                 "given, so there is no end of it to continue from", param=f"messages.{len(dicts) - 1}")
+        text = text[:end + len(final)]
     return dicts, text
+
+
+def _final_text(dicts: list[dict], add_generation_prompt: bool) -> str:
+    """The text of the last message, which ``continue_final_message`` continues; HTTPError 400 where it cannot."""
+    if add_generation_prompt:
+        raise HTTPError(400, "continue_final_message continues the last message, and add_generation_prompt (default "
+                             "true) starts a new one: send add_generation_prompt: false with it",
+                        param="continue_final_message")
+    last, i = dicts[-1], len(dicts) - 1
+    content = last.get("content")
+    text = content if isinstance(content, str) else "".join(p.get("text", "") for p in content or ())
+    if last.get("role") != "assistant" or not text:
+        what = "an empty one" if last.get("role") == "assistant" else f"a {last.get('role')!r} one"
+        raise HTTPError(400, f"continue_final_message continues an assistant's text, and the last message "
+                             f"(messages[{i}]) is {what}", param=f"messages.{i}")
+    return text
 
 
 @dataclass

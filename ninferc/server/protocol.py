@@ -2,15 +2,15 @@
 
 Field semantics follow OpenAI's API reference; the extensions vLLM accepts (``top_k``, ``min_p``,
 ``repetition_penalty``, ``stop_token_ids``, ``ignore_eos``, ``chat_template_kwargs``, ``skip_special_tokens``,
-``include_stop_str_in_output``, chat's ``add_generation_prompt``) are accepted too. OpenAI's bookkeeping fields that do
-not change what is generated (``user``, ``safety_identifier``, ``metadata``, ``prompt_cache_key``, ``store`` false,
-``service_tier`` auto / default, ``modalities`` text, ``parallel_tool_calls`` without tools) are accepted and have no
-effect; a null where OpenAI's schema allows one means the field's default. ``tools`` (``tool_choice`` auto) need a
-server started with ``--tool-call-parser`` (:mod:`ninferc.server.tools`); with ``tool_choice`` none they are left
-out. A field that OpenAI or vLLM defines but ninferc does not implement is refused with a 400 that names it (``n`` >
-1, ``tool_choice`` required or a named function, ``response_format`` other than text, ``logit_bias``, ``echo``,
-``best_of`` > 1, ``suffix``, ``min_tokens`` > 0, ``store`` true, ...), and so is any
-field that is not part of the API: nothing is silently ignored.
+``include_stop_str_in_output``, chat's ``add_generation_prompt`` and ``continue_final_message``) are accepted too.
+OpenAI's bookkeeping fields that do not change what is generated (``user``, ``safety_identifier``, ``metadata``,
+``prompt_cache_key``, ``store`` false, ``service_tier`` auto / default, ``modalities`` text, ``parallel_tool_calls``
+without tools) are accepted and have no effect; a null where OpenAI's schema allows one means the field's default.
+``tools`` (``tool_choice`` auto) need a server started with ``--tool-call-parser`` (:mod:`ninferc.server.tools`); with
+``tool_choice`` none they are left out. A field that OpenAI or vLLM defines but ninferc does not implement is refused
+with a 400 that names it (``n`` > 1, ``tool_choice`` required or a named function, ``response_format`` other than text,
+``logit_bias``, ``echo``, ``best_of`` > 1, ``suffix``, ``min_tokens`` > 0, ``store`` true, ...), and so is any field
+that is not part of the API: nothing is silently ignored.
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ class ChatMessage(BaseModel):
 #: fields whose null stands for their default (OpenAI's schema marks them nullable; clients generated from it send
 #: ``"n": null``, which vLLM's models accept)
 NULL_MEANS_DEFAULT = ("n", "stream", "logprobs", "echo", "ignore_eos", "include_reasoning", "skip_special_tokens",
-                      "include_stop_str_in_output", "add_generation_prompt", "min_tokens")
+                      "include_stop_str_in_output", "add_generation_prompt", "min_tokens",
+                      "continue_final_message")
 
 
 class _Sampling(_Strict):
@@ -117,6 +118,7 @@ class ChatCompletionRequest(_Sampling):
     chat_template_kwargs: dict[str, Any] | None = None
     include_reasoning: StrictBool = True
     add_generation_prompt: StrictBool = True
+    continue_final_message: StrictBool = False
     tools: list[Any] | None = None
     tool_choice: Any = None
     parallel_tool_calls: StrictBool | None = None
@@ -146,6 +148,7 @@ class TokenizeRequest(_Strict):
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
     add_generation_prompt: StrictBool = True
+    continue_final_message: StrictBool = False
     chat_template_kwargs: dict[str, Any] | None = None
     tools: list[Any] | None = None
     tool_choice: Any = None

@@ -26,15 +26,14 @@ The family writes a call as a ``<tool_call>`` ... ``</tool_call>`` block; the pa
   as one, as vLLM reads it), kept as text when that fails or gives a value of another type than the schema's.
 - ``hermes`` (Qwen2.5 / Qwen3 checkpoints): the body is one JSON object ``{"name": ..., "arguments": {...}}``.
 
-An answer that made calls ends with ``finish_reason: "tool_calls"`` (also where ``max_tokens`` cut it after them,
-as vLLM reports it). What is content: the text outside well-formed blocks. Whitespace directly before a call, and an answer's trailing
-whitespace once it has made a call, are dropped (``"Let me look.\\n\\n<tool_call>..."`` -> content ``"Let me
-look."``); an answer whose content is then empty has ``content: null``. A block that does not parse (or one that
-``max_tokens`` cut before its ``</tool_call>``) stays in the content as the model wrote it, so nothing is lost.
-While streaming, text that may be the start of ``<tool_call>`` and trailing whitespace are held back until the next
-text decides them, and a call is sent whole once its block closes (two that close in one piece of text share a
-delta) (:class:`ToolCallSplitter`); the
-streamed pieces add up to the whole answer's content and calls whatever the cuts.
+An answer that made calls ends with ``finish_reason: "tool_calls"`` (also where ``max_tokens`` cut it after them, as
+vLLM reports it). What is content: the text outside well-formed blocks. Whitespace directly before a call, and an
+answer's trailing whitespace once it has made a call, are dropped (``"Let me look.\\n\\n<tool_call>..."`` -> content
+``"Let me look."``); an answer whose content is then empty has ``content: null``. A block that does not parse (or one
+that ``max_tokens`` cut before its ``</tool_call>``) stays in the content as the model wrote it, so nothing is lost.
+While streaming, text that may be the start of ``<tool_call>`` and trailing whitespace are held back until the next text
+decides them, and a call is sent whole once its block closes (two that close in one piece of text share a delta)
+(:class:`ToolCallSplitter`); the streamed pieces add up to the whole answer's content and calls whatever the cuts.
 
 The markers are matched on the decoded text: real checkpoints spell ``<tool_call>`` as one added token that
 decoding keeps (it is not ``special``).

@@ -334,3 +334,29 @@ def test_add_generation_prompt_false_renders_no_assistant_header(client, tiny_se
         assert r.usage.prompt_tokens == t["count"]
         counts[agp] = t["count"]
     assert counts[False] < counts[True]
+
+
+def test_continue_final_message_continues_the_assistant_text(client, tiny_server):
+    """vLLM's continue_final_message (with add_generation_prompt false): the prompt ends where the last message, an
+    assistant's, ends -- no end-of-turn after it -- so the answer continues it, as a completion of that text does."""
+    import httpx
+
+    msgs = [{"role": "user", "content": "Write add."}, {"role": "assistant", "content": "def add(a, b):"}]
+    body = {"messages": msgs, "add_generation_prompt": False, "continue_final_message": True}
+    t = httpx.post(tiny_server.url + "/tokenize", json=body).json()
+    text = httpx.post(tiny_server.url + "/detokenize", json={"tokens": t["tokens"]}).json()["prompt"]
+    assert text == "<|im_start|>user\nWrite add.<|im_end|>\n<|im_start|>assistant\ndef add(a, b):"
+    extra = {"add_generation_prompt": False, "continue_final_message": True}
+    r = client.chat.completions.create(model="tiny", messages=msgs, max_tokens=12, temperature=0, extra_body=extra)
+    assert r.usage.prompt_tokens == t["count"]
+    c = client.completions.create(model="tiny", prompt=t["tokens"], max_tokens=12, temperature=0)
+    assert r.choices[0].message.content == c.choices[0].text and c.choices[0].text
+    for bad, param, frag in [
+            ({"continue_final_message": True}, "continue_final_message", "send add_generation_prompt: false"),
+            ({**extra, "messages": msgs[:1]}, "messages.0", "the last message (messages[0]) is a 'user' one"),
+            ({**extra, "messages": msgs[:1] + [{"role": "assistant", "content": ""}]}, "messages.1",
+             "is an empty one")]:
+        kw = {"model": "tiny", "messages": msgs, "max_tokens": 2, **bad}
+        r = httpx.post(tiny_server.url + "/v1/chat/completions", json=kw)
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+        assert frag in r.json()["error"]["message"], r.text
