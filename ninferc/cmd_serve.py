@@ -268,15 +268,30 @@ def serve_cmd(path, preset, synthetic_weights, weights_fmt, kv_dtype, host, port
     app = create_app(state)
 
     class _Server(uvicorn.Server):
-        """uvicorn's server whose first SIGINT / SIGTERM drains the engine before the HTTP side stops."""
+        """uvicorn's server whose first SIGINT / SIGTERM drains the engine before the HTTP side stops; a second one
+        stops now: the requests in flight end with ``abort`` (their streams get their last chunk) and the server
+        exits 0 without waiting out ``--drain-timeout``; a third stops waiting for open connections too. uvicorn's
+        own handler is not called: it would re-raise the signal at exit (status 143 for SIGTERM)."""
 
         draining_thread = None
+        stopping_now = False
 
         def handle_exit(self, sig, frame):
             import threading
 
             if self.draining_thread is not None:  # a second signal: stop now
-                return super().handle_exit(sig, frame)
+                if self.stopping_now:  # a third: do not wait for open connections either
+                    self.force_exit = True
+                    return
+                self.stopping_now = True
+                sched = engine.scheduler
+                n = sched.inflight if sched is not None else 0
+                _log(f"ninferc serve: signal {sig} again: stopping now, {n} request{'s' if n != 1 else ''} in flight "
+                     "end with finish_reason abort")
+                if sched is not None:  # off the signal handler: the event loop may hold the scheduler's lock here
+                    threading.Thread(target=sched.abort_all, daemon=True).start()
+                self.should_exit = True
+                return
             _log(f"ninferc serve: signal {sig}: draining (up to {drain_timeout:g} s), no new requests")
             state.draining = True
 

@@ -17,7 +17,8 @@ name                                         type       meaning
 ``ninferc:generation_tokens_total``          counter    generated tokens
 ``ninferc:request_success_total``            counter    finished requests, label ``finished_reason``
                                                         (stop, length, abort)
-``ninferc:request_error_total``              counter    requests ended by an error, label ``code``
+``ninferc:request_error_total``              counter    requests ended by an error, label ``code`` (a queue
+                                                        timeout counts as a rejection only)
 ``ninferc:request_rejected_total``           counter    requests refused, label ``reason`` (overloaded,
                                                         queue_timeout, shutting_down)
 ``ninferc:http_errors_total``                counter    error responses, label ``status`` (400, 401, 404, 413,
@@ -67,7 +68,10 @@ from datetime import datetime, timezone
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from ninferc.runtime.scheduler import Observer, RequestStats, ServingError
+from ninferc.runtime.scheduler import Observer, QueueTimeout, RequestStats, ServingError
+
+#: the code of a request that timed out waiting for admission: logged as a request, counted as a rejection
+QUEUE_TIMEOUT = QueueTimeout.code
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
                 40.0, 80.0, 160.0, 640.0, 2560.0)
@@ -200,7 +204,8 @@ class ServerMetrics(Observer):
 
     def on_error(self, stats: RequestStats, error: ServingError) -> None:
         self._last.pop(stats.request_id, None)
-        self.errors.labels(str(error.code)).inc()
+        if error.code != QUEUE_TIMEOUT:  # counted once, as a rejection (on_reject), though logged as a request
+            self.errors.labels(str(error.code)).inc()
         self._count_spec(stats)
         self._log(stats, error)
 

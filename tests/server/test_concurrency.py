@@ -89,6 +89,9 @@ def test_admission_429_at_once_and_503_after_the_pending_timeout(start_server, t
     m = srv.metrics()
     assert m["ninferc:request_rejected_total{reason=overloaded}"] == 1
     assert m["ninferc:request_rejected_total{reason=queue_timeout}"] == 2
+    assert m.get("ninferc:request_error_total{code=request_queue_timeout}", 0) == 0  # counted once, as rejections
+    timed_out = [ln for ln in srv.request_lines() if "error=request_queue_timeout" in ln]  # and logged as requests
+    assert len(timed_out) == 2 and all("ttft=- " in ln for ln in timed_out), timed_out
 
 
 def _idle(srv, timeout=10.0):
@@ -242,6 +245,35 @@ def test_sigterm_under_load_finishes_or_aborts_and_exits_0(start_server, tiny_di
         assert set(finish.values()) == {"length"}  # drained: everything finished
     else:
         assert "abort" in finish.values() and set(finish.values()) <= {"length", "abort"}
+
+
+def test_a_second_sigterm_stops_now_and_exits_0(start_server, tiny_dir):
+    """The second signal does not wait out --drain-timeout: the stream ends with abort at once and the exit status is
+    0 (uvicorn's own handler re-raised the signal at exit: 143, and waited for the stream; a new-user trial,
+    2026-12-07)."""
+    srv = start_server(tiny_dir, "--model-id", "tiny", "--drain-timeout", "60")
+    finish, first = {}, threading.Event()
+
+    def streamer():
+        c = openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0, timeout=120)
+        for ch in c.completions.create(model="tiny", prompt="def g():", max_tokens=3000, temperature=0,
+                                       stream=True, extra_body={"ignore_eos": True}):
+            first.set()
+            if ch.choices and ch.choices[0].finish_reason:
+                finish["reason"] = ch.choices[0].finish_reason
+
+    t = threading.Thread(target=streamer)
+    t.start()
+    assert first.wait(60)
+    srv.proc.send_signal(signal.SIGTERM)
+    srv.wait_for_line("draining")
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    srv.proc.send_signal(signal.SIGTERM)
+    assert srv.proc.wait(30) == 0 and time.monotonic() - t0 < 20
+    t.join(30)
+    assert finish == {"reason": "abort"}
+    assert any("again: stopping now, 1 request in flight" in ln for ln in srv.lines), srv.lines
 
 
 def test_a_long_prompt_being_tokenised_leaves_the_server_answering(tiny_server):
