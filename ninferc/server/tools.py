@@ -182,6 +182,8 @@ class ToolCallSplitter:
         self.parser, self.parallel = parser, parallel
         self._schemas = parameter_schemas(tools)
         self._buf, self._ws, self._in_call = "", "", False
+        self._seen = 0  # inside a block: how much of the buffer is known to hold no </tool_call> (a long block is
+        # searched once, not once per piece)
         self.calls: list[ToolCall] = []
 
     def _text(self, s: str) -> str:
@@ -197,9 +199,11 @@ class ToolCallSplitter:
         new: list[ToolCall] = []
         while True:
             if self._in_call:
-                end = self._buf.find(CALL_END)
+                end = self._buf.find(CALL_END, self._seen)
                 if end < 0:
+                    self._seen = max(0, len(self._buf) - len(CALL_END) + 1)
                     return "".join(out), new
+                self._seen = 0
                 body, self._buf, self._in_call = self._buf[:end], self._buf[end + len(CALL_END):], False
                 call = parse_call(self.parser, body, self._schemas)
                 if call is None:  # not a call after all: the block is text
@@ -223,7 +227,7 @@ class ToolCallSplitter:
     def flush(self) -> tuple[str, list[ToolCall]]:
         pending = (CALL_START if self._in_call else "") + self._buf  # an unclosed block, or a marker's prefix
         s = self._ws + pending
-        self._buf, self._ws, self._in_call = "", "", False
+        self._buf, self._ws, self._in_call, self._seen = "", "", False, 0
         if self.calls and not s.strip():
             s = ""
         return s, []
