@@ -401,24 +401,37 @@ class Scheduler:
             Draining: the server is shutting down.
             TooLarge: see :meth:`check`. NinfercError: an empty prompt, ``max_tokens`` < 1, a duplicate id.
         """
-        if not req.prompt_ids:
-            raise ServingError("the prompt is empty after tokenisation; give at least one token", param="prompt")
-        if req.max_tokens < 1:
-            raise ServingError(f"max_tokens must be at least 1, found {req.max_tokens}", param="max_tokens")
-        self.check(len(req.prompt_ids), req.max_tokens)
+        self.submit_group([req])
+
+    def submit_group(self, reqs: list[GenerationRequest]) -> None:
+        """Queue every request of ``reqs`` or none (thread-safe): the server's request of ``n`` choices, each a
+        request of its own, is refused whole (:class:`Overloaded` where the group does not fit in the room left)
+        rather than half admitted. Raises as :meth:`submit`."""
+        for req in reqs:
+            if not req.prompt_ids:
+                raise ServingError("the prompt is empty after tokenisation; give at least one token", param="prompt")
+            if req.max_tokens < 1:
+                raise ServingError(f"max_tokens must be at least 1, found {req.max_tokens}", param="max_tokens")
+            self.check(len(req.prompt_ids), req.max_tokens)
+        ids = [r.request_id for r in reqs]
         with self._lock:
             if self._draining:
                 self.observer.on_reject("shutting_down")
                 raise Draining("the server is shutting down and admits no new requests")
-            if req.request_id in self._inflight:
-                raise ServingError(f"request id {req.request_id!r} is already in flight")
-            if len(self._inflight) >= self.max_concurrency + self.max_pending:
+            for rid in ids:
+                if rid in self._inflight or ids.count(rid) > 1:
+                    raise ServingError(f"request id {rid!r} is already in flight")
+            if len(self._inflight) + len(reqs) > self.max_concurrency + self.max_pending:
                 self.observer.on_reject("overloaded")
-                raise Overloaded(f"the server is at capacity: {self.max_concurrency} requests running and "
+                what = "" if len(reqs) == 1 else f" for {len(reqs)} more"
+                raise Overloaded(f"the server is at capacity{what}: {self.max_concurrency} requests running and "
                                  f"{self.max_pending} waiting (--max-concurrency, --max-pending); retry later")
-            a = _Active(req, self.clock())
-            self._inflight[req.request_id] = a
-        self._inbox.put(("new", a))
+            now = self.clock()
+            group = [_Active(req, now) for req in reqs]
+            for a in group:
+                self._inflight[a.req.request_id] = a
+        for a in group:
+            self._inbox.put(("new", a))
 
     def cancel(self, request_id: str) -> None:
         """Abort a request (thread-safe; a finished or unknown id is ignored). It ends within one iteration with

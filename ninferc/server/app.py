@@ -27,7 +27,7 @@ from ninferc.errors import NinfercError
 from ninferc.runtime.scheduler import (Draining, ErrorEvent, FinishEvent, GenerationRequest, ServingError,
                                        TokenEvent)
 from ninferc.sampling import MAX_TOP_LOGPROBS, SamplingParams
-from ninferc.server.protocol import (MAX_STOP_STRINGS, MAX_STOP_TOKEN_IDS, ChatCompletionRequest, CompletionRequest,
+from ninferc.server.protocol import (MAX_CHOICES, MAX_STOP_STRINGS, MAX_STOP_TOKEN_IDS, ChatCompletionRequest, CompletionRequest,
                                      DetokenizeRequest, TokenizeRequest, describe_validation_error, error_body)
 from ninferc.server.reasoning import ReasoningSplitter, split_reasoning, starts_in_reasoning
 from ninferc.server.tools import ToolCallSplitter, check_tools, history_tool_calls, split_tool_calls
@@ -234,10 +234,12 @@ def create_app(state: ServerState):
                                  f"({req.max_completion_tokens}) disagree; give one", param="max_tokens")
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         logprobs = (req.top_logprobs or 0) if req.logprobs else None
-        gen = _generation(state, request, req, ids, max_tokens, logprobs, chat=True,
-                          checkpoint_at=() if history_end is None else (history_end,))
+        gens = [_generation(state, request, req, ids, max_tokens, logprobs, chat=True, index=i,
+                            checkpoint_at=() if history_end is None else (history_end,)) for i in range(req.n)]
         thinking = starts_in_reasoning(text) if state.reasoning_parser else None
-        return await _serve(state, request, gen, req, chat=True, thinking=thinking, tool_use=tool_use)
+        if len(gens) > 1:
+            return await _serve_n(state, request, gens, req, chat=True, thinking=thinking, tool_use=tool_use)
+        return await _serve(state, request, gens[0], req, chat=True, thinking=thinking, tool_use=tool_use)
 
     @app.post("/v1/completions")
     async def completions(request: Request):
@@ -253,8 +255,11 @@ def create_app(state: ServerState):
             raise HTTPError(400, f"logprobs must be in 0..{MAX_TOP_LOGPROBS}, found {req.logprobs}", param="logprobs")
         ids = await _off_loop(_prompt_ids, state, req.prompt)
         max_tokens = 16 if req.max_tokens is None else req.max_tokens
-        gen = _generation(state, request, req, ids, max_tokens, req.logprobs, chat=False)
-        return await _serve(state, request, gen, req, chat=False)
+        gens = [_generation(state, request, req, ids, max_tokens, req.logprobs, chat=False, index=i)
+                for i in range(req.n)]
+        if len(gens) > 1:
+            return await _serve_n(state, request, gens, req, chat=False)
+        return await _serve(state, request, gens[0], req, chat=False)
 
     return _RequestId(app)
 
@@ -384,8 +389,11 @@ def _check_model(state: ServerState, name: str) -> None:
 
 
 def _refuse_unsupported(req) -> None:
-    if req.n != 1:
-        raise HTTPError(400, f"n = {req.n} is not supported: ninferc returns one choice per request", param="n")
+    if not 1 <= req.n <= MAX_CHOICES:
+        raise HTTPError(400, f"n must be in 1..{MAX_CHOICES}, found {req.n}", param="n")
+    if req.n > 1 and req.stream_options is not None and req.stream_options.continuous_usage_stats:
+        raise HTTPError(400, "stream_options.continuous_usage_stats is not supported with n > 1",
+                        param="stream_options.continuous_usage_stats")
     if req.stream_options is not None and not req.stream:  # as vLLM answers it
         raise HTTPError(400, "stream_options applies only with stream: true", param="stream_options")
     if req.stream_options is not None and req.stream_options.continuous_usage_stats and not \
@@ -582,12 +590,14 @@ def _encode_chat(state: ServerState, messages: list[dict], kwargs: dict, text: s
 
 
 def _generation(state: ServerState, request: Request, req, ids: list[int], max_tokens, logprobs, *,
-                chat: bool, checkpoint_at: tuple[int, ...] = ()) -> GenerationRequest:
+                chat: bool, checkpoint_at: tuple[int, ...] = (), index: int = 0) -> GenerationRequest:
     """The scheduler request of a validated API request (sampling parameters checked; 400 naming the field;
-    ``checkpoint_at``: :class:`GenerationRequest`'s)."""
+    ``checkpoint_at``: :class:`GenerationRequest`'s). ``index``: which of the request's ``n`` choices (its request
+    id gets ``-INDEX`` and its seed, where the request gives one, ``seed + INDEX`` mod 2**64, so each choice is a
+    draw of its own and a request reproduces its choices)."""
     d = state.defaults
     temperature = req.temperature if req.temperature is not None else d.get("temperature", 1.0)
-    seed = req.seed if req.seed is not None else secrets.randbits(63)
+    seed = (req.seed + index) % 2**64 if req.seed is not None else secrets.randbits(63)
     top_k = req.top_k if req.top_k is not None else int(d.get("top_k", 0))
     if top_k < -1:
         raise HTTPError(400, f"top_k must be a count of tokens >= 1, or 0 or -1 for no limit, found {top_k}",
@@ -635,7 +645,7 @@ def _generation(state: ServerState, request: Request, req, ids: list[int], max_t
         max_tokens = sched.check(len(ids), max_tokens, prompt_param="messages" if chat else "prompt")
     except ServingError as exc:
         raise HTTPError.of(exc) from None
-    rid = request.state.request_id
+    rid = request.state.request_id + (f"-{index}" if index else "")
     if sched.has(rid):  # a client reusing an x-request-id while the first is in flight: keep ids unique
         rid = f"{rid}-{uuid.uuid4().hex[:8]}"
     output = TextOutput(state.tokenizer, stop, include_stop=req.include_stop_str_in_output,
@@ -763,12 +773,132 @@ async def _serve(state: ServerState, request: Request, gen: GenerationRequest, r
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
+async def _serve_n(state: ServerState, request: Request, gens: list[GenerationRequest], req, *, chat: bool,
+                   thinking: bool | None = None, tool_use: ToolUse | None = None):
+    """:func:`_serve` for a request of ``n`` > 1 choices, ``gens[i]`` choice ``i``: all are submitted or none
+    (:meth:`~ninferc.runtime.scheduler.Scheduler.submit_group`: a group over the room left is a 429); the whole
+    response lists the choices in order, with the prompt counted once in the usage and the choices' tokens summed; a
+    stream starts with the first token of any choice (an error before it is the answer), sends every choice's role
+    chunk, then interleaves the choices' chunks as their tokens come, each choice's finish chunk last, and ends after
+    the last choice's. A choice ended by an error mid-stream sends the error and ends the stream; the client leaving
+    cancels every choice."""
+    if state.draining:
+        raise HTTPError.of(Draining("the server is shutting down and admits no new requests"))
+    loop = asyncio.get_running_loop()
+    q: asyncio.Queue = asyncio.Queue()
+
+    def sink_of(i):
+        def sink(ev):
+            try:
+                loop.call_soon_threadsafe(q.put_nowait, (i, ev))
+            except RuntimeError:  # the event loop has closed (shutdown)
+                pass
+        return sink
+
+    sched = state.engine.scheduler
+    for i, g in enumerate(gens):
+        g.sink = sink_of(i)
+    try:
+        sched.submit_group(gens)
+    except ServingError as exc:
+        raise HTTPError.of(exc) from None
+    fmts = [_Formatter(state, req, g, chat, thinking, tool_use, index=i) for i, g in enumerate(gens)]
+    for f in fmts[1:]:
+        f.id, f.created = fmts[0].id, fmts[0].created
+    ended = [False] * len(gens)
+    watch = asyncio.ensure_future(_disconnected(request))
+
+    def cancel_rest():
+        for i, g in enumerate(gens):
+            if not ended[i]:
+                sched.cancel(g.request_id)
+
+    def usage(finishes: list) -> dict:
+        u = [f.usage(ev) for f, ev in zip(fmts, finishes)]
+        done = sum(x["completion_tokens"] for x in u)
+        return {"prompt_tokens": u[0]["prompt_tokens"], "completion_tokens": done,
+                "total_tokens": u[0]["prompt_tokens"] + done, "prompt_tokens_details": u[0]["prompt_tokens_details"]}
+
+    handed_over = False
+    early: list = []  # streaming: the event the stream starts with
+    try:
+        if not req.stream:
+            finishes = [None] * len(gens)
+            while not all(ended):
+                got = await _next_or_disconnect(q, watch)
+                if got is None:
+                    return _client_gone()
+                i, ev = got
+                if isinstance(ev, TokenEvent):
+                    fmts[i].add(ev)
+                elif isinstance(ev, ErrorEvent):
+                    ended[i] = True
+                    raise HTTPError.of(ev.error)
+                elif isinstance(ev, FinishEvent):
+                    ended[i], finishes[i] = True, ev
+            whole = [f.response(ev) for f, ev in zip(fmts, finishes)]
+            return {**whole[0], "choices": [w["choices"][0] for w in whole], "usage": usage(finishes)}
+        got = await _next_or_disconnect(q, watch)  # a choice's first event: the stream starts with it
+        if got is None:
+            return _client_gone()
+        i, ev = got
+        if isinstance(ev, ErrorEvent):
+            ended[i] = True
+            raise HTTPError.of(ev.error)
+        early.append(got)
+        handed_over = True
+    finally:
+        if not handed_over:
+            cancel_rest()
+            watch.cancel()
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+
+    async def events():
+        finishes = [None] * len(gens)
+        try:
+            if chat:
+                for f in fmts:
+                    yield fmts[0].sse(f.role_chunk())
+            pending = list(early)
+            while not all(ended):
+                if pending:
+                    i, ev = pending.pop(0)
+                else:
+                    got = await _next_or_disconnect(q, watch)
+                    if got is None:
+                        return
+                    i, ev = got
+                if isinstance(ev, TokenEvent):
+                    chunk = fmts[i].delta_chunk(ev)
+                    if chunk is not None:
+                        yield fmts[0].sse(chunk)
+                elif isinstance(ev, FinishEvent):
+                    ended[i], finishes[i] = True, ev
+                    yield fmts[0].sse(fmts[i].finish_chunk(ev))
+                elif isinstance(ev, ErrorEvent):
+                    ended[i] = True
+                    yield fmts[0].sse(error_body(str(ev.error), ev.error.type, None, ev.error.code))
+                    yield b"data: [DONE]\n\n"
+                    return
+            if include_usage:
+                yield fmts[0].sse(fmts[0]._chunk(None, usage=usage(finishes)))
+            yield b"data: [DONE]\n\n"
+        finally:
+            cancel_rest()
+            watch.cancel()
+
+    return StreamingResponse(events(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
 class _Formatter:
     """Builds the OpenAI response objects of one request (chat or completions, whole or streamed)."""
 
     def __init__(self, state: ServerState, req, gen: GenerationRequest, chat: bool, thinking: bool | None = None,
-                 tool_use: ToolUse | None = None):
+                 tool_use: ToolUse | None = None, index: int = 0):
         self.state, self.req, self.gen, self.chat = state, req, gen, chat
+        #: the choice's index among the request's ``n``
+        self.index = index
         #: the request's tool calling (chat only), and the stream's splitter of the content into text and calls
         self.tool_use = tool_use if chat else None
         self.tool_splitter = self.tool_use.splitter() if self.tool_use else None
@@ -842,11 +972,11 @@ class _Formatter:
                 message["content"], calls = split_tool_calls(u.parser, message["content"], u.tools, u.parallel)
                 if calls:
                     message["tool_calls"] = [c.message() for c in calls]
-            choice = {"index": 0, "message": message, "logprobs": self._logprobs(self.sampled),
+            choice = {"index": self.index, "message": message, "logprobs": self._logprobs(self.sampled),
                       "finish_reason": self._finish_reason(ev, calls)}
             obj = "chat.completion"
         else:
-            choice = {"index": 0, "text": text, "logprobs": self._logprobs(self.sampled),
+            choice = {"index": self.index, "text": text, "logprobs": self._logprobs(self.sampled),
                       "finish_reason": ev.reason}
             obj = "text_completion"
         return {"id": self.id, "object": obj, "created": self.created, "model": self.state.model_id,
@@ -868,7 +998,7 @@ class _Formatter:
         return out
 
     def role_chunk(self) -> dict:
-        return self._chunk({"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+        return self._chunk({"index": self.index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                             "finish_reason": None})
 
     def delta_chunk(self, ev: TokenEvent) -> dict | None:
@@ -887,9 +1017,9 @@ class _Formatter:
                 {"content": ev.text}
             if not delta and lp is None:
                 return None  # all of it held back (a marker's possible start)
-            return self._chunk({"index": 0, "delta": delta or {"content": ""}, "logprobs": lp,
+            return self._chunk({"index": self.index, "delta": delta or {"content": ""}, "logprobs": lp,
                                 "finish_reason": None})
-        return self._chunk({"index": 0, "text": ev.text, "logprobs": lp, "finish_reason": None})
+        return self._chunk({"index": self.index, "text": ev.text, "logprobs": lp, "finish_reason": None})
 
     def finish_chunk(self, ev: FinishEvent) -> dict:
         self.generated = ev.stats.generated
@@ -904,10 +1034,10 @@ class _Formatter:
                 c, calls = self.tool_splitter.feed(c)
                 c += self.tool_splitter.flush()[0]
             delta = self._delta(r, c, calls)
-            return self._chunk({"index": 0, "delta": delta, "logprobs": None,
+            return self._chunk({"index": self.index, "delta": delta, "logprobs": None,
                                 "finish_reason": self._finish_reason(ev, self.tool_splitter.calls
                                                                      if self.tool_splitter else [])})
-        return self._chunk({"index": 0, "text": ev.text, "logprobs": None, "finish_reason": ev.reason})
+        return self._chunk({"index": self.index, "text": ev.text, "logprobs": None, "finish_reason": ev.reason})
 
     @staticmethod
     def _reasoning(text: str | None) -> dict:

@@ -8,7 +8,7 @@ OpenAI's bookkeeping fields that do not change what is generated (``user``, ``sa
 without tools) are accepted and have no effect; a null where OpenAI's schema allows one means the field's default.
 ``tools`` (``tool_choice`` auto) need a server started with ``--tool-call-parser`` (:mod:`ninferc.server.tools`); with
 ``tool_choice`` none they are left out. A field that OpenAI or vLLM defines but ninferc does not implement is refused
-with a 400 that names it (``n`` > 1, ``tool_choice`` required or a named function, ``response_format`` other than text,
+with a 400 that names it (``n`` > 16, ``tool_choice`` required or a named function, ``response_format`` other than text,
 ``logit_bias``, ``echo``, ``best_of`` > 1, ``suffix``, ``min_tokens`` > 0, ``store`` true, ...), and so is any field
 that is not part of the API: nothing is silently ignored.
 """
@@ -21,6 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Valida
 
 #: most stop strings one request may give
 MAX_STOP_STRINGS = 16
+#: most choices (``n``) one request may ask for: each is a request of the scheduler's, admitted together or not at all
+MAX_CHOICES = 16
 #: most stop token ids one request may give
 MAX_STOP_TOKEN_IDS = 64
 

@@ -9,7 +9,7 @@ from ninferc.checkpoint import Checkpoint
 from ninferc.generate import generate
 from ninferc.reference_backend import ReferenceBackend, ReferenceBatchBackend
 from ninferc.runtime.scheduler import (ErrorEvent, FinishEvent, Overloaded, QueueTimeout,
-                                       Scheduler, TooLarge)
+                                       Scheduler, ServingError, TooLarge)
 from ninferc.sampling import SamplingParams
 from ninferc.testing import FAKE_VOCAB as V
 from ninferc.testing import FakeBackend
@@ -170,3 +170,22 @@ def test_a_cancel_ends_only_requests_submitted_before_it():
     s.submit(_req("a", [5], 3, ev))    # the same id again
     _run(s)
     assert ev["a"][-1].reason == "length" and _ids(ev["a"])[-3:] == [6, 7, 8]
+
+
+def test_a_group_is_admitted_whole_or_not_at_all():
+    """``submit_group`` (the server's request of n choices): a group over the room left is refused with nothing in
+    flight; one that fits is queued whole; a duplicate id inside the group or in flight is refused."""
+    be = FakeBackend(num_pages=8, page_size=16, num_slots=2, max_context=64)
+    s = Scheduler(be, max_concurrency=1, max_pending=2)
+    ev = {}
+    s.submit(_req("a", [1, 2], 3, ev))
+    with pytest.raises(Overloaded, match="at capacity for 3 more"):
+        s.submit_group([_req(f"g{i}", [1, 2], 3, ev) for i in range(3)])
+    assert s.inflight == 1
+    with pytest.raises(ServingError, match="'g0' is already in flight"):
+        s.submit_group([_req("g0", [1, 2], 3, ev), _req("g0", [1, 2], 3, ev)])
+    assert s.inflight == 1
+    s.submit_group([_req(f"g{i}", [1, 2], 3, ev) for i in range(2)])
+    assert s.inflight == 3
+    _run(s)
+    assert all(isinstance(ev[k][-1], FinishEvent) for k in ("a", "g0", "g1"))

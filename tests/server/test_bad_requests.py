@@ -75,7 +75,11 @@ CASES = [
     ("top_p above 1", "/v1/completions", {**OK, "temperature": 1, "top_p": 1.5}, 400, "top_p"),
     ("top_k below -1", "/v1/completions", {**OK, "temperature": 1, "top_k": -2}, 400,
      "top_k None top_k must be a count of tokens >= 1, or 0 or -1 for no limit, found -2"),
-    ("n = 2", "/v1/completions", {**OK, "n": 2}, 400, "n"),
+    ("n = 17", "/v1/completions", {**OK, "n": 17}, 400, "n None n must be in 1..16, found 17"),
+    ("n = 0", "/v1/completions", {**OK, "n": 0}, 400, "n must be in 1..16, found 0"),
+    ("n = 2 with continuous usage", "/v1/completions",
+     {**OK, "n": 2, "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}, 400,
+     "continuous_usage_stats is not supported with n > 1"),
     ("empty stop string", "/v1/completions", {**OK, "stop": ["a", ""]}, 400, "stop.1 None stop holds an empty string"),
     ("stream_options without stream", "/v1/completions", {**OK, "stream_options": {"include_usage": True}}, 400,
      "stream_options applies only with stream: true"),
@@ -177,7 +181,7 @@ def test_metrics_parse_and_count_what_was_sent(start_server, tiny_dir):
         r = httpx.post(srv.url + "/v1/completions", json={"model": "tiny", "prompt": p, "max_tokens": n,
                                                          "temperature": 0}, timeout=60).json()
         prompt_tokens += r["usage"]["prompt_tokens"]
-    httpx.post(srv.url + "/v1/completions", json={"model": "tiny", "prompt": "x", "n": 3})  # refused: not counted
+    httpx.post(srv.url + "/v1/completions", json={"model": "tiny", "prompt": "x", "n": 17})  # refused: not counted
     text = httpx.get(srv.url + "/metrics").text
     names = {f.name for f in text_string_to_metric_families(text)}
     for want in ("ninferc:num_requests_running", "ninferc:num_requests_waiting", "ninferc:kv_cache_usage_perc",

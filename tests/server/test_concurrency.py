@@ -303,3 +303,36 @@ def test_a_long_prompt_being_tokenised_leaves_the_server_answering(tiny_server):
     assert took > 1.0, took  # the tokenisation did take a while
     assert max(waits) < min(1.0, took / 2), (max(waits), took)
     assert len(waits) >= 10, (len(waits), took)
+
+
+def test_n_choices_are_admitted_together_or_not_at_all(start_server, tiny_dir):
+    """A request of n choices over the server's room (concurrency 1, one pending) is a 429 and submits none of them;
+    n within the room is served (one choice running, one waiting); a client leaving a stream or a whole response of
+    n choices cancels every choice."""
+    srv = start_server(tiny_dir, "--model-id", "tiny", "--max-concurrency", "1", "--max-pending", "1")
+    body = {"model": "tiny", "prompt": "def f():", "max_tokens": 4, "temperature": 0}
+    r = httpx.post(srv.url + "/v1/completions", json={**body, "n": 3}, timeout=60)
+    assert r.status_code == 429 and "at capacity for 3 more" in r.json()["error"]["message"], r.text
+    r = httpx.post(srv.url + "/v1/completions", json={**body, "n": 2}, timeout=60)
+    assert r.status_code == 200 and [c["index"] for c in r.json()["choices"]] == [0, 1]
+    _idle(srv)
+    m = srv.metrics()
+    assert m["ninferc:request_success_total{finished_reason=length}"] == 2  # the two served choices, nothing else
+    assert m["ninferc:request_success_total{finished_reason=abort}"] == 0
+    assert m["ninferc:request_rejected_total{reason=overloaded}"] == 1
+    for stream in (True, False):
+        with httpx.Client(timeout=60) as h:
+            long = {**body, "n": 2, "max_tokens": 3000, "stream": stream}
+            if stream:
+                with h.stream("POST", srv.url + "/v1/completions", json=long) as r:
+                    it = r.iter_lines()
+                    assert any(next(it).startswith("data: ") for _ in range(6))  # choice 0 streams, 1 waits
+            else:
+                try:
+                    h.post(srv.url + "/v1/completions", json=long, timeout=0.5)
+                except httpx.ReadTimeout:
+                    pass
+        t0 = time.monotonic()
+        _idle(srv)
+        assert time.monotonic() - t0 < 5.0
+    assert srv.metrics()["ninferc:request_success_total{finished_reason=abort}"] == 4

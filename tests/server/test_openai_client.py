@@ -360,3 +360,42 @@ def test_continue_final_message_continues_the_assistant_text(client, tiny_server
         r = httpx.post(tiny_server.url + "/v1/chat/completions", json=kw)
         assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
         assert frag in r.json()["error"]["message"], r.text
+
+
+def test_n_choices_whole_and_streamed(client, tiny_server):
+    """n > 1: choice i is the request's own draw with seed + i (the same as n = 1 with that seed), greedy choices are
+    equal, the prompt counts once in the usage and the choices' tokens add up; streamed, each choice's chunks add up
+    to its whole text and every choice ends with its own finish chunk."""
+    kw = dict(model="tiny", prompt="def fib(n):", max_tokens=10, temperature=1.0, seed=7)
+    r = client.completions.create(n=3, **kw)
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    alone = [client.completions.create(**{**kw, "seed": 7 + i}) for i in range(3)]
+    assert [c.text for c in r.choices] == [a.choices[0].text for a in alone]
+    assert len({c.text for c in r.choices}) > 1  # three draws, not one
+    assert r.usage.prompt_tokens == alone[0].usage.prompt_tokens
+    assert r.usage.completion_tokens == sum(a.usage.completion_tokens for a in alone)
+    texts, finish, usage = {}, {}, None
+    for ch in client.completions.create(n=3, stream=True, stream_options={"include_usage": True}, **kw):
+        for c in ch.choices:
+            texts[c.index] = texts.get(c.index, "") + c.text
+            if c.finish_reason:
+                assert c.index not in finish
+                finish[c.index] = c.finish_reason
+        usage = ch.usage or usage
+    assert [texts[i] for i in range(3)] == [c.text for c in r.choices]
+    assert finish == {i: c.finish_reason for i, c in enumerate(r.choices)}
+    assert usage.completion_tokens == r.usage.completion_tokens
+    # chat, greedy: equal choices, whole and streamed
+    msgs = [{"role": "user", "content": "def add(a, b):"}]
+    g = client.chat.completions.create(model="tiny", messages=msgs, max_tokens=6, temperature=0, n=2)
+    assert [c.index for c in g.choices] == [0, 1] and g.choices[0].message.content == g.choices[1].message.content
+    roles, content = {}, {}
+    for ch in client.chat.completions.create(model="tiny", messages=msgs, max_tokens=6, temperature=0, n=2,
+                                             stream=True):
+        for c in ch.choices:
+            roles[c.index] = roles.get(c.index) or c.delta.role
+            content[c.index] = content.get(c.index, "") + (c.delta.content or "")
+    assert roles == {0: "assistant", 1: "assistant"}
+    assert content == {0: g.choices[0].message.content, 1: g.choices[0].message.content}
+    lines = tiny_server.wait_request_lines(0)
+    assert any(f"[req {g.id.removeprefix('chatcmpl-')}-1]" in ln for ln in lines)  # choice 1 logged as ID-1
