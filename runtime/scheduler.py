@@ -414,12 +414,15 @@ class Scheduler:
                 raise ServingError(f"max_tokens must be at least 1, found {req.max_tokens}", param="max_tokens")
             self.check(len(req.prompt_ids), req.max_tokens)
         ids = [r.request_id for r in reqs]
+        twice = next((rid for k, rid in enumerate(ids) if rid in ids[:k]), None)
+        if twice is not None:
+            raise ServingError(f"request id {twice!r} is given twice in one group")
         with self._lock:
             if self._draining:
                 self.observer.on_reject("shutting_down")
                 raise Draining("the server is shutting down and admits no new requests")
             for rid in ids:
-                if rid in self._inflight or ids.count(rid) > 1:
+                if rid in self._inflight:
                     raise ServingError(f"request id {rid!r} is already in flight")
             if len(self._inflight) + len(reqs) > self.max_concurrency + self.max_pending:
                 self.observer.on_reject("overloaded")

@@ -237,9 +237,7 @@ def create_app(state: ServerState):
         gens = [_generation(state, request, req, ids, max_tokens, logprobs, chat=True, index=i,
                             checkpoint_at=() if history_end is None else (history_end,)) for i in range(req.n)]
         thinking = starts_in_reasoning(text) if state.reasoning_parser else None
-        if len(gens) > 1:
-            return await _serve_n(state, request, gens, req, chat=True, thinking=thinking, tool_use=tool_use)
-        return await _serve(state, request, gens[0], req, chat=True, thinking=thinking, tool_use=tool_use)
+        return await _serve(state, request, gens, req, chat=True, thinking=thinking, tool_use=tool_use)
 
     @app.post("/v1/completions")
     async def completions(request: Request):
@@ -257,9 +255,7 @@ def create_app(state: ServerState):
         max_tokens = 16 if req.max_tokens is None else req.max_tokens
         gens = [_generation(state, request, req, ids, max_tokens, req.logprobs, chat=False, index=i)
                 for i in range(req.n)]
-        if len(gens) > 1:
-            return await _serve_n(state, request, gens, req, chat=False)
-        return await _serve(state, request, gens[0], req, chat=False)
+        return await _serve(state, request, gens, req, chat=False)
 
     return _RequestId(app)
 
@@ -680,108 +676,18 @@ async def _next_or_disconnect(q: asyncio.Queue, watch: asyncio.Task):
     return None
 
 
-async def _serve(state: ServerState, request: Request, gen: GenerationRequest, req, *, chat: bool,
+async def _serve(state: ServerState, request: Request, gens: list[GenerationRequest], req, *, chat: bool,
                  thinking: bool | None = None, tool_use: ToolUse | None = None):
-    """Submit ``gen`` and answer: the whole response, or an SSE stream once the first token is out. ``thinking``:
-    with a reasoning parser, whether the answer starts inside a ``<think>`` block (None: no parser); ``tool_use``:
-    the request's tool calling (None: none)."""
-    if state.draining:
-        raise HTTPError.of(Draining("the server is shutting down and admits no new requests"))
-    loop = asyncio.get_running_loop()
-    q: asyncio.Queue = asyncio.Queue()
+    """Submit the request's choices (``gens[i]`` choice ``i``; one unless ``n`` > 1) and answer. ``thinking``: with a
+    reasoning parser, whether the answer starts inside a ``<think>`` block (None: no parser); ``tool_use``: the
+    request's tool calling (None: none).
 
-    def sink(ev):
-        try:
-            loop.call_soon_threadsafe(q.put_nowait, ev)
-        except RuntimeError:  # the event loop has closed (shutdown): nobody is listening any more
-            pass
-
-    gen.sink = sink
-    sched = state.engine.scheduler
-    try:
-        sched.submit(gen)
-    except ServingError as exc:
-        raise HTTPError.of(exc) from None
-    rid = gen.request_id
-    watch = asyncio.ensure_future(_disconnected(request))
-    fmt = _Formatter(state, req, gen, chat, thinking, tool_use)
-    handed_over = False  # the streaming generator owns the request from then on
-    ended = False  # the engine has ended the request (its finish or error event arrived)
-    try:
-        first = await _next_or_disconnect(q, watch)
-        if first is None:
-            return _client_gone()
-        if isinstance(first, ErrorEvent):
-            ended = True
-            raise HTTPError.of(first.error)
-        if req.stream:
-            handed_over = True
-        else:
-            ev = first
-            while not isinstance(ev, FinishEvent):
-                if isinstance(ev, TokenEvent):
-                    fmt.add(ev)
-                elif isinstance(ev, ErrorEvent):
-                    ended = True
-                    raise HTTPError.of(ev.error)
-                ev = await _next_or_disconnect(q, watch)
-                if ev is None:
-                    return _client_gone()
-            ended = True
-            return fmt.response(ev)
-    finally:
-        if not handed_over:
-            if not ended:
-                sched.cancel(rid)  # the client left (or this handler failed): end it within one iteration
-            watch.cancel()
-    # streaming: the response starts now (the first event is a token, so the request was admitted)
-    include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    fmt.continuous_usage = include_usage and req.stream_options.continuous_usage_stats
-
-    async def events():
-        done = False
-        try:
-            if chat:
-                yield fmt.sse(fmt.role_chunk())
-            ev = first
-            while True:
-                if isinstance(ev, TokenEvent):
-                    chunk = fmt.delta_chunk(ev)
-                    if chunk is not None:
-                        yield fmt.sse(chunk)
-                elif isinstance(ev, FinishEvent):
-                    done = True
-                    yield fmt.sse(fmt.finish_chunk(ev))
-                    if include_usage:
-                        yield fmt.sse(fmt.usage_chunk(ev))
-                    yield b"data: [DONE]\n\n"
-                    return
-                elif isinstance(ev, ErrorEvent):
-                    done = True
-                    yield fmt.sse(error_body(str(ev.error), ev.error.type, None, ev.error.code))
-                    yield b"data: [DONE]\n\n"
-                    return
-                ev = await _next_or_disconnect(q, watch)
-                if ev is None:
-                    return
-        finally:
-            if not done:
-                sched.cancel(rid)
-            watch.cancel()
-
-    return StreamingResponse(events(), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-
-
-async def _serve_n(state: ServerState, request: Request, gens: list[GenerationRequest], req, *, chat: bool,
-                   thinking: bool | None = None, tool_use: ToolUse | None = None):
-    """:func:`_serve` for a request of ``n`` > 1 choices, ``gens[i]`` choice ``i``: all are submitted or none
-    (:meth:`~ninferc.runtime.scheduler.Scheduler.submit_group`: a group over the room left is a 429); the whole
-    response lists the choices in order, with the prompt counted once in the usage and the choices' tokens summed; a
-    stream starts with the first token of any choice (an error before it is the answer), sends every choice's role
-    chunk, then interleaves the choices' chunks as their tokens come, each choice's finish chunk last, and ends after
-    the last choice's. A choice ended by an error mid-stream sends the error and ends the stream; the client leaving
-    cancels every choice."""
+    All choices are submitted or none (:meth:`~ninferc.runtime.scheduler.Scheduler.submit_group`: a group over the
+    room left is a 429). The whole response lists the choices in order, the prompt counted once in the usage and the
+    choices' tokens summed. A stream starts with the first event of any choice (an error before it is the answer,
+    with its status, not an error inside a 200 stream), sends every choice's role chunk, then the choices' chunks as
+    their tokens come, each choice's finish chunk last, and ends after the last choice's; a choice ended by an error
+    mid-stream sends the error and ends the stream. The client leaving cancels every choice within one iteration."""
     if state.draining:
         raise HTTPError.of(Draining("the server is shutting down and admits no new requests"))
     loop = asyncio.get_running_loop()
@@ -791,21 +697,21 @@ async def _serve_n(state: ServerState, request: Request, gens: list[GenerationRe
         def sink(ev):
             try:
                 loop.call_soon_threadsafe(q.put_nowait, (i, ev))
-            except RuntimeError:  # the event loop has closed (shutdown)
+            except RuntimeError:  # the event loop has closed (shutdown): nobody is listening any more
                 pass
         return sink
 
-    sched = state.engine.scheduler
     for i, g in enumerate(gens):
         g.sink = sink_of(i)
+    sched = state.engine.scheduler
     try:
         sched.submit_group(gens)
     except ServingError as exc:
         raise HTTPError.of(exc) from None
     fmts = [_Formatter(state, req, g, chat, thinking, tool_use, index=i) for i, g in enumerate(gens)]
-    for f in fmts[1:]:
+    for f in fmts[1:]:  # one response: choice 0's id and time
         f.id, f.created = fmts[0].id, fmts[0].created
-    ended = [False] * len(gens)
+    ended = [False] * len(gens)  # the engine has ended the choice (its finish or error event arrived)
     watch = asyncio.ensure_future(_disconnected(request))
 
     def cancel_rest():
@@ -816,11 +722,9 @@ async def _serve_n(state: ServerState, request: Request, gens: list[GenerationRe
     def usage(finishes: list) -> dict:
         u = [f.usage(ev) for f, ev in zip(fmts, finishes)]
         done = sum(x["completion_tokens"] for x in u)
-        return {"prompt_tokens": u[0]["prompt_tokens"], "completion_tokens": done,
-                "total_tokens": u[0]["prompt_tokens"] + done, "prompt_tokens_details": u[0]["prompt_tokens_details"]}
+        return {**u[0], "completion_tokens": done, "total_tokens": u[0]["prompt_tokens"] + done}
 
-    handed_over = False
-    early: list = []  # streaming: the event the stream starts with
+    handed_over = False  # the streaming generator owns the request from then on
     try:
         if not req.stream:
             finishes = [None] * len(gens)
@@ -838,51 +742,49 @@ async def _serve_n(state: ServerState, request: Request, gens: list[GenerationRe
                     ended[i], finishes[i] = True, ev
             whole = [f.response(ev) for f, ev in zip(fmts, finishes)]
             return {**whole[0], "choices": [w["choices"][0] for w in whole], "usage": usage(finishes)}
-        got = await _next_or_disconnect(q, watch)  # a choice's first event: the stream starts with it
-        if got is None:
+        first = await _next_or_disconnect(q, watch)  # the stream starts with it (the request was admitted)
+        if first is None:
             return _client_gone()
-        i, ev = got
-        if isinstance(ev, ErrorEvent):
-            ended[i] = True
-            raise HTTPError.of(ev.error)
-        early.append(got)
+        if isinstance(first[1], ErrorEvent):
+            ended[first[0]] = True
+            raise HTTPError.of(first[1].error)
         handed_over = True
     finally:
         if not handed_over:
-            cancel_rest()
+            cancel_rest()  # the client left, an error answered, or this handler failed
             watch.cancel()
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    fmts[0].continuous_usage = include_usage and req.stream_options.continuous_usage_stats  # n = 1 only
 
     async def events():
         finishes = [None] * len(gens)
         try:
             if chat:
                 for f in fmts:
-                    yield fmts[0].sse(f.role_chunk())
-            pending = list(early)
-            while not all(ended):
-                if pending:
-                    i, ev = pending.pop(0)
-                else:
-                    got = await _next_or_disconnect(q, watch)
-                    if got is None:
-                        return
-                    i, ev = got
+                    yield f.sse(f.role_chunk())
+            got = first
+            while True:
+                i, ev = got
                 if isinstance(ev, TokenEvent):
                     chunk = fmts[i].delta_chunk(ev)
                     if chunk is not None:
-                        yield fmts[0].sse(chunk)
+                        yield fmts[i].sse(chunk)
                 elif isinstance(ev, FinishEvent):
                     ended[i], finishes[i] = True, ev
-                    yield fmts[0].sse(fmts[i].finish_chunk(ev))
+                    yield fmts[i].sse(fmts[i].finish_chunk(ev))
+                    if all(ended):
+                        if include_usage:
+                            yield fmts[0].sse(fmts[0].usage_chunk(usage(finishes)))
+                        yield b"data: [DONE]\n\n"
+                        return
                 elif isinstance(ev, ErrorEvent):
                     ended[i] = True
-                    yield fmts[0].sse(error_body(str(ev.error), ev.error.type, None, ev.error.code))
+                    yield fmts[i].sse(error_body(str(ev.error), ev.error.type, None, ev.error.code))
                     yield b"data: [DONE]\n\n"
                     return
-            if include_usage:
-                yield fmts[0].sse(fmts[0]._chunk(None, usage=usage(finishes)))
-            yield b"data: [DONE]\n\n"
+                got = await _next_or_disconnect(q, watch)
+                if got is None:
+                    return
         finally:
             cancel_rest()
             watch.cancel()
@@ -1009,12 +911,7 @@ class _Formatter:
         self.text.append(ev.text)
         lp = self._logprobs(ev.sampled, offset)
         if self.chat:
-            reasoning, content = self.splitter.feed(ev.text) if self.splitter else ("", ev.text)
-            calls = []
-            if self.tool_splitter:
-                content, calls = self.tool_splitter.feed(content)
-            delta = self._delta(reasoning, content, calls) if self.splitter or self.tool_splitter else \
-                {"content": ev.text}
+            delta = self._delta(*self._split(ev.text))
             if not delta and lp is None:
                 return None  # all of it held back (a marker's possible start)
             return self._chunk({"index": self.index, "delta": delta or {"content": ""}, "logprobs": lp,
@@ -1024,20 +921,26 @@ class _Formatter:
     def finish_chunk(self, ev: FinishEvent) -> dict:
         self.generated = ev.stats.generated
         if self.chat:
-            r, c = "", ev.text
-            if self.splitter:
-                r, c = self.splitter.feed(ev.text)
-                r2, c2 = self.splitter.flush()
-                r, c = r + r2, c + c2
-            calls = []
-            if self.tool_splitter:
-                c, calls = self.tool_splitter.feed(c)
-                c += self.tool_splitter.flush()[0]
-            delta = self._delta(r, c, calls)
+            delta = self._delta(*self._split(ev.text, last=True))
             return self._chunk({"index": self.index, "delta": delta, "logprobs": None,
                                 "finish_reason": self._finish_reason(ev, self.tool_splitter.calls
                                                                      if self.tool_splitter else [])})
         return self._chunk({"index": self.index, "text": ev.text, "logprobs": None, "finish_reason": ev.reason})
+
+    def _split(self, text: str, last: bool = False) -> tuple[str, str, list]:
+        """A streamed chat answer's new ``text`` through the reasoning parser's splitter, then its content through the
+        tool-call splitter (each where the request has one): ``(reasoning, content, calls)`` decided so far;
+        ``last``: the answer's end, what the splitters held back flushed."""
+        reasoning, content = self.splitter.feed(text) if self.splitter else ("", text)
+        if last and self.splitter:
+            r, c = self.splitter.flush()
+            reasoning, content = reasoning + r, content + c
+        calls = []
+        if self.tool_splitter:
+            content, calls = self.tool_splitter.feed(content)
+            if last:
+                content += self.tool_splitter.flush()[0]
+        return reasoning, content, calls
 
     @staticmethod
     def _reasoning(text: str | None) -> dict:
@@ -1065,5 +968,6 @@ class _Formatter:
         calls it extracted so, whatever followed them), else the engine's reason (``abort`` stays)."""
         return "tool_calls" if calls and ev.reason in ("stop", "length") else ev.reason
 
-    def usage_chunk(self, ev: FinishEvent) -> dict:
-        return self._chunk(None, usage=self.usage(ev))
+    def usage_chunk(self, usage: dict) -> dict:
+        """The stream's last chunk (``stream_options.include_usage``): no choices, the request's ``usage``."""
+        return self._chunk(None, usage=usage)

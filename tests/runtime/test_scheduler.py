@@ -182,8 +182,10 @@ def test_a_group_is_admitted_whole_or_not_at_all():
     with pytest.raises(Overloaded, match="at capacity for 3 more"):
         s.submit_group([_req(f"g{i}", [1, 2], 3, ev) for i in range(3)])
     assert s.inflight == 1
-    with pytest.raises(ServingError, match="'g0' is already in flight"):
+    with pytest.raises(ServingError, match="'g0' is given twice in one group"):
         s.submit_group([_req("g0", [1, 2], 3, ev), _req("g0", [1, 2], 3, ev)])
+    with pytest.raises(ServingError, match="'a' is already in flight"):
+        s.submit_group([_req("g0", [1, 2], 3, ev), _req("a", [1, 2], 3, ev)])
     assert s.inflight == 1
     s.submit_group([_req(f"g{i}", [1, 2], 3, ev) for i in range(2)])
     assert s.inflight == 3

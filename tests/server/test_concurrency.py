@@ -107,31 +107,41 @@ def _idle(srv, timeout=10.0):
     raise AssertionError(f"pages / slots not back to idle: {srv.metrics()}")
 
 
+def _leave(srv, body: dict, stream: bool, while_streaming=None) -> None:
+    """Send ``body`` to /v1/completions and leave: a stream after its first 6 lines (``while_streaming()`` called
+    then), a whole response after 0.5 s; then the server must be idle again within 5 s."""
+    with httpx.Client(timeout=60) as h:
+        if stream:
+            with h.stream("POST", srv.url + "/v1/completions", json={**body, "stream": True}) as r:
+                it = r.iter_lines()
+                assert any([next(it).startswith("data: ") for _ in range(6)])
+                if while_streaming is not None:
+                    while_streaming()
+        else:
+            try:
+                h.post(srv.url + "/v1/completions", json={**body, "stream": False}, timeout=0.5)
+            except httpx.ReadTimeout:
+                pass
+    t0 = time.monotonic()
+    _idle(srv)
+    assert time.monotonic() - t0 < 5.0
+
+
 def test_disconnect_mid_stream_returns_pages_and_slots(start_server, tiny_dir):
     srv = start_server(tiny_dir, "--model-id", "tiny", "--max-concurrency", "2")
+
+    def pages_in_use():
+        m = srv.metrics()
+        assert m["ninferc:gdn_slots_free"] == 1 and m["ninferc:kv_pages_free"] < m["ninferc:kv_pages_total"]
+        # the running request's pages are in use (not the prefix cache's alone)
+        held = m["ninferc:kv_pages_total"] - m["ninferc:kv_pages_free"]
+        assert m["ninferc:kv_cache_usage_perc"] == pytest.approx(
+            (held - m["ninferc:prefix_cache_pages_evictable"]) / m["ninferc:kv_pages_total"])
+        assert m["ninferc:kv_cache_usage_perc"] > 0
+
+    body = {"model": "tiny", "prompt": "def main():", "max_tokens": 3000, "temperature": 0}
     for stream in (True, False):
-        with httpx.Client(timeout=60) as h:
-            body = {"model": "tiny", "prompt": "def main():", "max_tokens": 3000, "temperature": 0, "stream": stream}
-            if stream:
-                with h.stream("POST", srv.url + "/v1/completions", json=body) as r:
-                    it = r.iter_lines()
-                    got = [next(it) for _ in range(6)]
-                    assert any(g.startswith("data: ") for g in got)
-                    m = srv.metrics()
-                    assert m["ninferc:gdn_slots_free"] == 1 and m["ninferc:kv_pages_free"] < m["ninferc:kv_pages_total"]
-                    # the running request's pages are in use (not the prefix cache's alone)
-                    held = m["ninferc:kv_pages_total"] - m["ninferc:kv_pages_free"]
-                    assert m["ninferc:kv_cache_usage_perc"] == pytest.approx(
-                        (held - m["ninferc:prefix_cache_pages_evictable"]) / m["ninferc:kv_pages_total"])
-                    assert m["ninferc:kv_cache_usage_perc"] > 0
-            else:
-                try:
-                    h.post(srv.url + "/v1/completions", json=body, timeout=0.5)
-                except httpx.ReadTimeout:
-                    pass
-        t0 = time.monotonic()
-        _idle(srv)
-        assert time.monotonic() - t0 < 5.0
+        _leave(srv, body, stream, pages_in_use)
     aborted = [ln for ln in srv.wait_request_lines(2) if "finish=abort" in ln]
     assert len(aborted) == 2
     gen = [int(re.search(r"gen=(\d+)", ln).group(1)) for ln in aborted]
@@ -320,19 +330,6 @@ def test_n_choices_are_admitted_together_or_not_at_all(start_server, tiny_dir):
     assert m["ninferc:request_success_total{finished_reason=length}"] == 2  # the two served choices, nothing else
     assert m["ninferc:request_success_total{finished_reason=abort}"] == 0
     assert m["ninferc:request_rejected_total{reason=overloaded}"] == 1
-    for stream in (True, False):
-        with httpx.Client(timeout=60) as h:
-            long = {**body, "n": 2, "max_tokens": 3000, "stream": stream}
-            if stream:
-                with h.stream("POST", srv.url + "/v1/completions", json=long) as r:
-                    it = r.iter_lines()
-                    assert any(next(it).startswith("data: ") for _ in range(6))  # choice 0 streams, 1 waits
-            else:
-                try:
-                    h.post(srv.url + "/v1/completions", json=long, timeout=0.5)
-                except httpx.ReadTimeout:
-                    pass
-        t0 = time.monotonic()
-        _idle(srv)
-        assert time.monotonic() - t0 < 5.0
+    for stream in (True, False):  # streamed: choice 0 runs, choice 1 waits; both end when the client leaves
+        _leave(srv, {**body, "n": 2, "max_tokens": 3000}, stream)
     assert srv.metrics()["ninferc:request_success_total{finished_reason=abort}"] == 4

@@ -174,6 +174,10 @@ class _ScriptedScheduler:
     def cancel(self, rid):
         pass
 
+    def submit_group(self, gens):
+        for g in gens:
+            self.submit(g)
+
     def submit(self, gen):
         from ninferc.runtime.scheduler import FinishEvent, RequestStats, TokenEvent
 
