@@ -61,14 +61,14 @@ def test_serving_table():
 
 def test_mtp_table():
     for device, rows in (("H200", (("bf16", "20a5964"), ("bf16_draftw4", "20a5964"), ("w4", "20a5964"))),
-                         ("H100", (("bf16", "5f14cc8"), ("w8", "5f14cc8"), ("w4", "5f14cc8")))):
+                         ("H100", (("bf16", "1e2c649"), ("bf16_draftw4", "1e2c649"), ("w8", "1e2c649"), ("w4", "1e2c649")))):
         files = [f"mtp_27b_{w}_{device.lower()}_{commit}.json" for w, commit in rows]
         _assert_in_readme(_tool().mtp_table([_load(f) for f in files], device), *files)
 
 
 def test_serving_table_h100():
-    name = "serve_27b_bf16_h100_058733a.json"
-    _assert_in_readme(_tool().serve_table([("bf16", _load(name))], "H100"), name)
+    files = [("bf16", "serve_27b_bf16_h100_1e2c649.json"), ("w4", "serve_27b_w4_h100_1e2c649.json")]
+    _assert_in_readme(_tool().serve_table([(w, _load(f)) for w, f in files], "H100"), *(f for _, f in files))
 
 
 def test_serving_table_refuses_results_of_different_levels():
