@@ -38,7 +38,8 @@ def bad(names):
             out.append(f"{m} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
     return out
 need = bad(["elftools", "safetensors", "tokenizers", "ml_dtypes", "networkx", "jinja2", "click", "tqdm", "fastapi",
-            "uvicorn", "prometheus_client", "openai", "httpx", "xdist", "ninferc.cli", "ninferc.server.app"])
+            "uvicorn", "prometheus_client", "openai", "httpx", "xdist", "llguidance", "ninferc.cli",
+            "ninferc.server.app"])
 for w in bad(["torch"]):
     print("warning: cannot import", w, "-- the HF peer GPU tests will fail")
 if need:

@@ -10,7 +10,7 @@ from ninferc.errors import NinfercError
 from ninferc.ir.config import ModelConfig
 from ninferc.ir.qwen3_5 import build_graph, build_mtp_graph, mtp_param_specs
 from ninferc.ir.reference import ReferenceExecutor
-from ninferc.sampling import HostSampler, NonFiniteLogits, SamplingParams, rows_on_device
+from ninferc.sampling import HostSampler, SampleError, SamplingParams, rows_on_device
 
 
 class ReferenceBackend:
@@ -432,7 +432,7 @@ class ReferenceBatchBackend:
         for i, (s, lp) in enumerate(rows):
             try:
                 out.append(s.sample(logits[i], lp))
-            except NonFiniteLogits as exc:
+            except SampleError as exc:  # NaN / Inf logits, or a grammar that allows no token
                 out.append(exc)
         return out
 

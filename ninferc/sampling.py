@@ -3,7 +3,10 @@
 Semantics (as in vLLM's v1 sampler, which follows HF `generate` for the shared parts), applied to one row of
 fp32 logits in this order:
 
-1. penalties (also under greedy decoding): ``repetition_penalty`` r over every token of the prompt and of the
+1. adjustments (also under greedy decoding), in vLLM v1's order: ``logit_bias`` added to its tokens' logits
+   (OpenAI's definition: a bias in [-100, 100] per token id); while fewer than ``min_tokens`` tokens were generated,
+   the sequence's stop ids (EOS, the chat template's end of turn, ``stop_token_ids``) set to -inf (vLLM's
+   ``min_tokens``); then the penalties: ``repetition_penalty`` r over every token of the prompt and of the
    output so far (a positive logit is divided by r, a negative one multiplied by r; HF
    ``RepetitionPenaltyLogitsProcessor``); ``frequency_penalty`` f and ``presence_penalty`` p over the output so
    far: ``logit -= f * count + p * (count > 0)`` (OpenAI's definition);
@@ -40,9 +43,15 @@ PENALTY_RANGE = (-2.0, 2.0)
 REPETITION_PENALTY_MAX = 10.0
 #: most alternatives one position's ``top_logprobs`` may ask for (OpenAI's limit)
 MAX_TOP_LOGPROBS = 20
+#: ``logit_bias`` values allowed (OpenAI's API reference: "from -100 to 100"; vLLM clamps to it, we refuse outside)
+LOGIT_BIAS_RANGE = (-100.0, 100.0)
 
 
-class NonFiniteLogits(NinfercError):
+class SampleError(NinfercError):
+    """No token can be drawn for one row (that request ends with an error; the step's other rows go on)."""
+
+
+class NonFiniteLogits(SampleError):
     """A logits row holds NaN or Inf: the model produced garbage and no token may be drawn from it."""
 
 
@@ -64,6 +73,10 @@ class SamplingParams:
         seed: an integer in [0, 2**64) (the GPU sampler's Philox key is 64 bits).
         presence_penalty, frequency_penalty: in :data:`PENALTY_RANGE`; 0 = off.
         repetition_penalty: in (0, :data:`REPETITION_PENALTY_MAX`]; 1 = off.
+        logit_bias: ``((token id, bias), ...)``, ids >= 0 and unique (the caller checks them against the
+            vocabulary), biases in :data:`LOGIT_BIAS_RANGE`; added to the logits before anything else.
+        min_tokens: >= 0; the sampler's stop ids (:class:`HostSampler`) cannot be drawn before this many tokens
+            were generated.
 
     Raises:
         NinfercError: a value outside its range, NaN, or of the wrong type (names the value and the range).
@@ -77,6 +90,8 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
+    logit_bias: tuple = ()
+    min_tokens: int = 0
 
     def __post_init__(self):
         lo, hi = TEMPERATURE_RANGE
@@ -99,6 +114,21 @@ class SamplingParams:
         r = _num("repetition_penalty", self.repetition_penalty)
         if not 0.0 < r <= REPETITION_PENALTY_MAX:
             raise NinfercError(f"repetition_penalty must be in (0, {REPETITION_PENALTY_MAX:g}], found {r}")
+        blo, bhi = LOGIT_BIAS_RANGE
+        seen = set()
+        for item in self.logit_bias:
+            tok, bias = item
+            if isinstance(tok, bool) or not isinstance(tok, (int, np.integer)) or tok < 0:
+                raise NinfercError(f"logit_bias: token id must be an integer >= 0, found {tok!r}")
+            if tok in seen:
+                raise NinfercError(f"logit_bias: token id {tok} is given twice")
+            seen.add(tok)
+            b = _num(f"logit_bias[{tok}]", bias)
+            if not blo <= b <= bhi:
+                raise NinfercError(f"logit_bias[{tok}] must be in [{blo:g}, {bhi:g}], found {b}")
+        if isinstance(self.min_tokens, bool) or not isinstance(self.min_tokens, (int, np.integer)) \
+                or self.min_tokens < 0:
+            raise NinfercError(f"min_tokens must be an integer >= 0, found {self.min_tokens!r}")
 
     @property
     def greedy(self) -> bool:
@@ -191,26 +221,81 @@ class HostSampler:
     Args:
         params: the sampling parameters.
         prompt_ids: the prompt (read by the repetition penalty only).
+        stop_ids: the ids that end this sequence (EOS, ``stop_token_ids``): held back (-inf) while fewer than
+            ``params.min_tokens`` tokens were generated.
+        constraint: None, or a grammar's state (:class:`ninferc.structured.TokenConstraint`: ``allowed()`` -> bool
+            [V] or None, ``advance(token)``): the ids it does not allow are set to -inf before anything else.
     """
 
-    def __init__(self, params: SamplingParams, prompt_ids=()):
+    def __init__(self, params: SamplingParams, prompt_ids=(), stop_ids=(), constraint=None):
         self.params = params
+        self.constraint = constraint
         self.rng = np.random.default_rng(params.seed)
         self.prompt_ids = tuple(prompt_ids) if params.repetition_penalty != 1.0 else ()
         self.counts: dict[int, int] = {}
         #: tokens drawn so far (the GPU sampler's Philox counter for this sequence when it samples on the device)
         self.draws = 0
+        self._stop_ids = np.fromiter(sorted(set(stop_ids)), np.int64) if params.min_tokens else np.zeros(0, np.int64)
+        if params.logit_bias:
+            self._bias_ids = np.array([t for t, _ in params.logit_bias], np.int64)
+            self._bias = np.array([b for _, b in params.logit_bias], np.float32)
+
+    @property
+    def holding_stops(self) -> bool:
+        """True while ``min_tokens`` holds the stop ids back (fewer tokens generated than it asks, and some stop id
+        to hold)."""
+        return self.draws < self.params.min_tokens and self._stop_ids.size > 0
 
     @property
     def device_ok(self) -> bool:
-        """Whether the GPU sampler can draw for this sequence: no penalties and no min_p (the GPU sampler applies
-        temperature, top-k and top-p)."""
-        return not self.params.penalised and self.params.min_p == 0.0
+        """Whether the GPU sampler can draw for this sequence's next token: no penalties, no min_p, no logit_bias,
+        and no stop id held back by ``min_tokens`` (the GPU sampler applies temperature, top-k and top-p). Once
+        ``min_tokens`` tokens were generated a sequence may move to the GPU sampler (never back)."""
+        p = self.params
+        return (not p.penalised and p.min_p == 0.0 and not p.logit_bias and not self.holding_stops
+                and self.constraint is None)
+
+    def adjust(self, logits: np.ndarray) -> np.ndarray:
+        """The logits after step 1 of the module docstring (the grammar's mask, logit bias, the stop ids held back by
+        ``min_tokens``, penalties) for the next token, given the history recorded so far: ``logits`` [V] (any float
+        dtype) itself when nothing applies, else a fp32 copy. Ids at or past V in ``logit_bias`` or the stop ids are
+        left out.
+
+        Raises:
+            SampleError: the grammar allows no id of the row (or its state is an error)."""
+        p = self.params
+        x = np.asarray(logits)
+        held = self.holding_stops
+        allowed = None
+        if self.constraint is not None:
+            try:
+                allowed = self.constraint.allowed()
+            except NinfercError as exc:
+                raise SampleError(str(exc)) from None
+        if not (p.logit_bias or held or p.penalised or allowed is not None):
+            return x
+        x = np.array(x, dtype=np.float32)
+        if allowed is not None:
+            n = min(x.shape[0], allowed.shape[0])
+            if not allowed[:n].any():
+                raise SampleError("structured output: the grammar allows no token here")
+            x[:n][~allowed[:n]] = -np.inf
+            x[n:] = -np.inf
+        if p.logit_bias:
+            keep = self._bias_ids < x.shape[0]
+            x[self._bias_ids[keep]] += self._bias[keep]
+        if held:
+            x[self._stop_ids[self._stop_ids < x.shape[0]]] = -np.inf
+        if p.penalised:
+            x = apply_penalties(x, p, self.prompt_ids, self.counts)
+        return x
 
     def observe(self, token: int) -> None:
         """Record a generated ``token`` (the frequency / presence / repetition penalties count it)."""
         self.counts[int(token)] = self.counts.get(int(token), 0) + 1
         self.draws += 1
+        if self.constraint is not None:
+            self.constraint.advance(int(token))
 
     def __call__(self, logits: np.ndarray) -> int:
         """One token id from ``logits`` [V] (any float dtype); see :meth:`sample`. The token is not recorded:
@@ -245,8 +330,7 @@ class HostSampler:
                                   "can be drawn (NINFERC_CHECK_FINITE=1 on the GPU names the first op "
                                   "that writes one)")
         p = self.params
-        if p.penalised:
-            x = apply_penalties(x, p, self.prompt_ids, self.counts)
+        x = self.adjust(x)
         if p.greedy:
             return int(np.argmax(x))
         probs = filtered_probs(x, p)
@@ -255,7 +339,8 @@ class HostSampler:
 
 def rows_on_device(rows) -> bool:
     """Whether the GPU sampler can draw every row of a step: ``rows[i] = (HostSampler, logprobs or None)``, each
-    :attr:`HostSampler.device_ok` (no penalties, no min_p) with no logprobs asked (the GPU sampler returns ids only).
+    :attr:`HostSampler.device_ok` (no penalties, min_p or logit_bias, no stop id held back by min_tokens) with no
+    logprobs asked (the GPU sampler returns ids only).
     The rule both batched backends share: the CUDA backend draws those rows on the device, the reference backend
     schedules them the same way (decode ahead)."""
     return all(s.device_ok and lp is None for s, lp in rows)

@@ -130,6 +130,10 @@ class Tokenizer:
         """The vocabulary string of ``token_id`` (special tokens as written, e.g. ``<|im_end|>``); "" if unknown."""
         return self._tok.id_to_token(int(token_id)) or ""
 
+    def to_json(self) -> str:
+        """The tokenizer's ``tokenizer.json`` text (HF tokenizers' serialisation; what llguidance compiles against)."""
+        return self._tok.to_str()
+
     def token_id(self, token: str) -> int | None:
         """Id of the token string ``token``, or None if unknown."""
         return self._tok.token_to_id(token)
@@ -176,13 +180,19 @@ class TextOutput:
             those starting at the same character, the first given).
         include_stop: keep the stop string that ended the text at its end.
         skip_special_tokens: leave special tokens (``<|im_end|>``, ...) out of the text (default), or write them.
+        min_tokens: the first this many ids cannot end the text: a stop string ends it only where it ends in the
+            text of a later id (vLLM's ``min_tokens``, which checks stop strings from the id after them on).
     """
 
-    def __init__(self, tokenizer: Tokenizer, stop=(), *, include_stop: bool = False, skip_special_tokens: bool = True):
+    def __init__(self, tokenizer: Tokenizer, stop=(), *, include_stop: bool = False, skip_special_tokens: bool = True,
+                 min_tokens: int = 0):
         self._dec = tokenizer.stream(skip_special_tokens)
         self.stop = tuple(s for s in stop if s)
         self.include_stop = include_stop
+        self.min_tokens = min_tokens
+        self._pushed = 0
         self._held = ""
+        self._held_early = 0  # characters at the start of the held text that the first min_tokens ids wrote
         self.stopped = False
 
     def push(self, token_id: int) -> tuple[str, bool]:
@@ -190,10 +200,14 @@ class TextOutput:
         ids give ``("", True)``."""
         if self.stopped:
             return "", True
+        self._pushed += 1
         buf = self._held + self._dec.step(token_id)
         if not self.stop:
             return buf, False
-        found = [(i, s) for s in self.stop if (i := buf.find(s)) >= 0]
+        # text that may not end in a stop string: all of it while within the first min_tokens ids, else the part of
+        # the held text that those ids wrote (a stop string may start there and end in this id's text)
+        early = len(buf) if self._pushed <= self.min_tokens else self._held_early
+        found = [(i, s) for s in self.stop if (i := buf.find(s, max(0, early - len(s) + 1))) >= 0]
         if found:
             cut, s = min(found, key=lambda f: f[0])
             self.stopped, self._held = True, ""
@@ -205,6 +219,7 @@ class TextOutput:
                     hold = k
                     break
         self._held = buf[len(buf) - hold:] if hold else ""
+        self._held_early = max(0, early - (len(buf) - hold))
         return buf[:len(buf) - hold], False
 
     def flush(self) -> str:

@@ -12,8 +12,8 @@ The policy (scheduler) owns the page tables and GDN slots; this class turns each
 * ``sample(logits, rows)``: rows whose parameters the GPU sampler implements (temperature, top-k, top-p; no
   penalties, no min_p, no logprobs) are drawn on the device with their own seed and draw counter (the Philox
   counter of :mod:`ninferc.targets.kernels.sample`, so a row's draw does not depend on its neighbours); the step
-  then reads back B ids. Rows needing penalties, min_p or logprobs take the host sampler on the step's logits
-  (``[B, V]`` fp32 copied to the host), stated in ``host_rows`` of :attr:`stats`. A row with non-finite logits
+  then reads back B ids. Rows needing penalties, min_p, logit_bias, min_tokens or logprobs take the host sampler on
+  the step's logits (``[B, V]`` fp32 copied to the host), stated in ``host_rows`` of :attr:`stats`. A row with non-finite logits
   becomes :class:`~ninferc.sampling.NonFiniteLogits`: on the host, any NaN or Inf; on the device, the sampler's -1
   for a row whose maximum is not finite (a NaN or +Inf in it, or only -Inf; ``targets/kernels/sample.py``) -- a
   -Inf among finite logits is a token of probability 0 there, not an error, and the step needs no second pass over
@@ -43,7 +43,7 @@ from __future__ import annotations
 import numpy as np
 
 from ninferc.errors import NinfercError
-from ninferc.sampling import NonFiniteLogits, Sampled, rows_on_device
+from ninferc.sampling import NonFiniteLogits, SampleError, Sampled, rows_on_device
 
 #: sampled-id buffers (device + pinned host) in rotation: the scheduler holds at most two unread samples (the step
 #: it reads and the one queued ahead of it), a synchronous sample a third
@@ -221,7 +221,7 @@ class CudaBatchBackend:
         for i, (s, lp) in enumerate(rows):
             try:
                 out[i] = s.sample(host[i], lp)
-            except NonFiniteLogits as exc:
+            except SampleError as exc:  # NaN / Inf logits, or a grammar that allows no token
                 out[i] = exc
         return out
 
@@ -238,7 +238,7 @@ class CudaBatchBackend:
         if len(rows) != B:
             raise NinfercError(f"sample: {len(rows)} parameter rows for {B} logit rows")
         if not self.samples_on_device(rows):
-            raise NinfercError("sample_async: a row needs the host sampler (penalties, min_p or logprobs)")
+            raise NinfercError("sample_async: a row needs the host sampler (penalties, min_p, logit_bias, min_tokens or logprobs)")
         slot = self._ring_next
         self._ring_next = (slot + 1) % SAMPLE_RING
         dev = self._ids_dev[slot]
@@ -393,7 +393,7 @@ class CudaBatchBackend:
         kernel).
 
         Raises:
-            NinfercError: a sampler the GPU sampler cannot draw for (penalties, min_p)."""
+            NinfercError: a sampler the GPU sampler cannot draw for (penalties, min_p, logit_bias, min_tokens)."""
         return self._verify_step(seqs, token_lists, draw=self._verify_draw(token_lists, samplers))
 
     def _verify_draw(self, token_lists: list[list[int]], samplers: list) -> str:
@@ -401,9 +401,9 @@ class CudaBatchBackend:
         and Philox counters written to the engine's sampling arrays).
 
         Raises:
-            NinfercError: a sampler the GPU sampler cannot draw for (penalties, min_p)."""
+            NinfercError: a sampler the GPU sampler cannot draw for (penalties, min_p, logit_bias, min_tokens)."""
         if any(not s.device_ok for s in samplers):
-            raise NinfercError("verify_ids: a request needs the host sampler (penalties or min_p)")
+            raise NinfercError("verify_ids: a request needs the host sampler (penalties, min_p, logit_bias or min_tokens)")
         if all(s.params.greedy for s in samplers):
             return "argmax"
         e, cp = self.engine, self.engine.cp

@@ -51,7 +51,7 @@ from typing import Callable, Protocol
 
 from ninferc.errors import NinfercError
 from ninferc.runtime.backend import KVPools
-from ninferc.sampling import HostSampler, NonFiniteLogits, Sampled, SamplingParams
+from ninferc.sampling import HostSampler, SampleError, Sampled, SamplingParams
 
 
 class ServingError(NinfercError):
@@ -128,6 +128,8 @@ class GenerationRequest:
             none left, the end-of-prompt checkpoint is taken).
         labels: what the caller wants in the request's log record and nothing else reads (the server's
             ``endpoint`` and ``stream``); copied to :attr:`RequestStats.labels`.
+        constraint: None, or the request's grammar state (:class:`ninferc.structured.TokenConstraint`; the server's
+            ``response_format``), which its sampler applies (:class:`~ninferc.sampling.HostSampler`).
     """
 
     request_id: str
@@ -140,6 +142,7 @@ class GenerationRequest:
     sink: Callable[[object], None] = lambda ev: None
     checkpoint_at: tuple[int, ...] = ()
     labels: dict = field(default_factory=dict)
+    constraint: object = None
 
 
 @dataclass
@@ -259,7 +262,7 @@ class _Active:
                                   labels=dict(req.labels))
         self.seq = None
         self.prefilled = 0       # prompt tokens whose KV is in place
-        self.sampler = HostSampler(req.params, req.prompt_ids)
+        self.sampler = HostSampler(req.params, req.prompt_ids, req.stop_ids, req.constraint)
         self.last: int | None = None  # sampled, not yet appended
         self.out_ids: list[int] = []
         self.cancelled = False
@@ -677,7 +680,7 @@ class Scheduler:
         for a in rows:
             a.drafts = None
         # every row greedy or plainly sampled: acceptance from a token the backend draws from each verify row (one
-        # read of the ids per round); otherwise from the rows' logits on the host (penalties, min_p, logprobs)
+        # read of the ids per round); otherwise from the rows' logits on the host (penalties, min_p, logit_bias, min_tokens, logprobs)
         on_ids = hasattr(be, "verify_ids") and all(ids_suffice(a.sampler, a.req.logprobs) for a in rows)
         token_lists = [[a.last] + d for a, d in zip(rows, drafts)]
         # the next round's draft count per row if every draft is kept; where it is the same non-zero count for every
@@ -693,7 +696,7 @@ class Scheduler:
         for i, (a, lg, d) in enumerate(zip(rows, verified, drafts)):
             try:
                 toks = accept_ids(a.sampler, lg, d) if on_ids else accept_drafts(a.sampler, lg, d, a.req.logprobs)
-            except NonFiniteLogits as exc:
+            except SampleError as exc:  # NaN / Inf logits, or a grammar that allows no token
                 toks = exc
             outs.append(toks)
             ms.append(0 if isinstance(toks, Exception) else len(toks) - 1)

@@ -13,8 +13,8 @@ A round for one sequence whose last sampled token ``x`` is not yet appended (at 
    ``p_j`` with the draft removed and renormalised; when all k are kept, a bonus token is drawn from ``z_k``. The
    ``p_j`` are exactly the plain sampler's distributions (penalties counted over the tokens accepted so far), so
    the output distribution equals non-speculative sampling, and greedy output equals plain greedy output. A
-   request without penalties, min_p or logprobs is accepted from one token drawn per row instead
-   (:func:`accept_ids`, the same rule in distribution: the rows' argmax or independent draws, drawn where the
+   request without penalties, min_p, logit_bias, min_tokens or logprobs is accepted from one token drawn per row
+   instead (:func:`accept_ids`, the same rule in distribution: the rows' argmax or independent draws, drawn where the
    logits are -- on the GPU, no logits leave the device);
 4. the backend keeps the first m + 1 tokens (``x`` and the m accepted drafts): length L + m + 1, GDN state of slot
    m, MTP rows for them on the next draft (the chained rows are dropped).
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ninferc.errors import NinfercError
-from ninferc.sampling import (HostSampler, NonFiniteLogits, Sampled, apply_penalties, filtered_probs, log_softmax,
+from ninferc.sampling import (HostSampler, NonFiniteLogits, Sampled, filtered_probs, log_softmax,
                               rows_on_device)
 from ninferc.targets.lower import MAX_DRAFT_TOKENS
 
@@ -114,16 +114,14 @@ class SpecStats:
 
 
 def _target(sampler: HostSampler, logits: np.ndarray):
-    """(penalised logits, sampling probabilities or None when greedy) of one verify row, as the plain sampler would
-    compute them with the history it holds now."""
+    """(adjusted logits -- bias, min_tokens, penalties -- and sampling probabilities, or None when greedy) of one verify
+    row, as the plain sampler would compute them with the history it holds now."""
     x = np.asarray(logits)
     if not np.isfinite(x).all():
         raise NonFiniteLogits(f"the model produced {int((~np.isfinite(x)).sum())} non-finite logits of {x.size} "
                               "in a verify row (NaN or Inf); no token can be drawn")
-    p = sampler.params
-    if p.penalised:
-        x = apply_penalties(x, p, sampler.prompt_ids, sampler.counts)
-    return x, (None if p.greedy else filtered_probs(x, p))
+    x = sampler.adjust(x)
+    return x, (None if sampler.params.greedy else filtered_probs(x, sampler.params))
 
 
 def accept_drafts(sampler: HostSampler, logits: np.ndarray, drafts: list[int], logprobs: int | None = None

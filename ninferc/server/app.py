@@ -15,6 +15,7 @@ import json
 import re
 import secrets
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -29,8 +30,9 @@ from ninferc.runtime.scheduler import (Draining, ErrorEvent, FinishEvent, Genera
 from ninferc.sampling import MAX_TOP_LOGPROBS, SamplingParams
 from ninferc.server.protocol import (MAX_CHOICES, MAX_STOP_STRINGS, MAX_STOP_TOKEN_IDS, ChatCompletionRequest, CompletionRequest,
                                      DetokenizeRequest, TokenizeRequest, describe_validation_error, error_body)
-from ninferc.server.reasoning import ReasoningSplitter, split_reasoning, starts_in_reasoning
+from ninferc.server.reasoning import THINK_END, ReasoningSplitter, split_reasoning, starts_in_reasoning
 from ninferc.server.tools import ToolCallSplitter, check_tools, history_tool_calls, split_tool_calls
+from ninferc.structured import GrammarCompiler, StructuredOutputError
 from ninferc.tokenizer import TextOutput
 
 #: request bodies above this many bytes get 413 (a 136 KB prompt is far below; 16 MiB is ~4 M tokens of text)
@@ -95,6 +97,7 @@ class ServerState:
     reasoning_parser: str | None = None
     tool_parser: str | None = None
     draining: bool = False
+    grammar_compiler: object = None
 
 
 def create_app(state: ServerState):
@@ -225,6 +228,10 @@ def create_app(state: ServerState):
                                  "one the reasoning is part of content)", param="include_reasoning")
         tool_use = _tool_use(state, req)
         tools = tool_use.tools if tool_use else None
+        if tool_use is not None and req.response_format not in (None, {"type": "text"}):
+            raise HTTPError(400, "response_format and tools cannot be combined: a constrained answer cannot hold a "
+                                 "tool call; give one (or tool_choice: none)", param="response_format")
+        grammar = await _off_loop(_grammar, state, req)
         messages, text = await _off_loop(_render_chat, state, req.messages, req.chat_template_kwargs or {},
                                          req.add_generation_prompt, tools, req.continue_final_message)
         ids, history_end = await _off_loop(_encode_chat, state, messages, req.chat_template_kwargs or {}, text, tools)
@@ -234,9 +241,10 @@ def create_app(state: ServerState):
                                  f"({req.max_completion_tokens}) disagree; give one", param="max_tokens")
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         logprobs = (req.top_logprobs or 0) if req.logprobs else None
-        gens = [_generation(state, request, req, ids, max_tokens, logprobs, chat=True, index=i,
-                            checkpoint_at=() if history_end is None else (history_end,)) for i in range(req.n)]
         thinking = starts_in_reasoning(text) if state.reasoning_parser else None
+        gens = [_generation(state, request, req, ids, max_tokens, logprobs, chat=True, index=i,
+                            checkpoint_at=() if history_end is None else (history_end,), grammar=grammar,
+                            grammar_after_thinking=bool(thinking)) for i in range(req.n)]
         return await _serve(state, request, gens, req, chat=True, thinking=thinking, tool_use=tool_use)
 
     @app.post("/v1/completions")
@@ -252,8 +260,9 @@ def create_app(state: ServerState):
         if req.logprobs is not None and not 0 <= req.logprobs <= MAX_TOP_LOGPROBS:
             raise HTTPError(400, f"logprobs must be in 0..{MAX_TOP_LOGPROBS}, found {req.logprobs}", param="logprobs")
         ids = await _off_loop(_prompt_ids, state, req.prompt)
+        grammar = await _off_loop(_grammar, state, req)
         max_tokens = 16 if req.max_tokens is None else req.max_tokens
-        gens = [_generation(state, request, req, ids, max_tokens, req.logprobs, chat=False, index=i)
+        gens = [_generation(state, request, req, ids, max_tokens, req.logprobs, chat=False, index=i, grammar=grammar)
                 for i in range(req.n)]
         return await _serve(state, request, gens, req, chat=False)
 
@@ -396,12 +405,6 @@ def _refuse_unsupported(req) -> None:
             req.stream_options.include_usage:  # vLLM ignores it there; a setting that does nothing is refused
         raise HTTPError(400, "stream_options.continuous_usage_stats applies with stream_options.include_usage: true",
                         param="stream_options.continuous_usage_stats")
-    if req.logit_bias:
-        raise HTTPError(400, "logit_bias is not supported", param="logit_bias")
-    if req.response_format not in (None, {"type": "text"}):
-        raise HTTPError(400, "response_format other than {'type': 'text'} is not supported", param="response_format")
-    if req.min_tokens != 0:
-        raise HTTPError(400, f"min_tokens = {req.min_tokens} is not supported (only 0)", param="min_tokens")
     if req.store:
         raise HTTPError(400, "store: true is not supported: ninferc keeps no completions", param="store")
     if req.service_tier not in (None, "auto", "default"):
@@ -520,7 +523,7 @@ class ToolUse:
 def _tool_use(state: ServerState, req) -> ToolUse | None:
     """The :class:`ToolUse` of a chat request, or None where it offers no tools or ``tool_choice`` is ``"none"`` (the
     tools are then left out of the prompt: the model is not to call any). HTTPError 400: ``tool_choice`` without
-    tools, ``"required"`` or a named function (both need constrained decoding, which ninferc does not implement), a
+    tools, ``"required"`` or a named function (ninferc does not force a call), a
     malformed tool, or tools on a server started without ``--tool-call-parser``."""
     choice = req.tool_choice
     if not req.tools:
@@ -532,9 +535,8 @@ def _tool_use(state: ServerState, req) -> ToolUse | None:
     if choice not in (None, "auto"):
         what = "'required'" if choice == "required" else "a named function" if isinstance(choice, dict) else \
             json.dumps(choice)[:80]
-        raise HTTPError(400, f"tool_choice {what} is not supported: forcing a call needs constrained decoding, which "
-                             "ninferc does not implement; use 'auto' (the model decides) or 'none'",
-                        param="tool_choice")
+        raise HTTPError(400, f"tool_choice {what} is not supported: ninferc does not force a call; use 'auto' (the "
+                             "model decides) or 'none'", param="tool_choice")
     if state.tool_parser is None:
         raise HTTPError(400, "tools need a server started with --tool-call-parser (qwen3_coder for Qwen3.5 / 3.6 / "
                              "3.8 checkpoints, hermes for Qwen3's); this one cannot read the calls in an answer",
@@ -586,15 +588,23 @@ def _encode_chat(state: ServerState, messages: list[dict], kwargs: dict, text: s
 
 
 def _generation(state: ServerState, request: Request, req, ids: list[int], max_tokens, logprobs, *,
-                chat: bool, checkpoint_at: tuple[int, ...] = (), index: int = 0) -> GenerationRequest:
+                chat: bool, checkpoint_at: tuple[int, ...] = (), index: int = 0, grammar: str | None = None,
+                grammar_after_thinking: bool = False) -> GenerationRequest:
     """The scheduler request of a validated API request (sampling parameters checked; 400 naming the field;
     ``checkpoint_at``: :class:`GenerationRequest`'s). ``index``: which of the request's ``n`` choices (its request
     id gets ``-INDEX`` and its seed, where the request gives one, ``seed + INDEX`` mod 2**64, so each choice is a
-    draw of its own and a request reproduces its choices)."""
+    draw of its own and a request reproduces its choices). ``grammar``: the request's compiled ``response_format``
+    (:func:`_grammar`), each choice constrained by a state of its own; with ``grammar_after_thinking`` (the prompt
+    opened a ``<think>`` block and the server splits reasoning) from the token that closes the block on (vLLM's rule:
+    the reasoning is free, the answer constrained)."""
     d = state.defaults
     temperature = req.temperature if req.temperature is not None else d.get("temperature", 1.0)
     seed = (req.seed + index) % 2**64 if req.seed is not None else secrets.randbits(63)
     top_k = req.top_k if req.top_k is not None else int(d.get("top_k", 0))
+    vocab = state.engine.backend.vocab_size if state.engine.backend is not None else None
+    logit_bias = _logit_bias(req.logit_bias, vocab)
+    if req.min_tokens < 0:
+        raise HTTPError(400, f"min_tokens must be >= 0, found {req.min_tokens}", param="min_tokens")
     if top_k < -1:
         raise HTTPError(400, f"top_k must be a count of tokens >= 1, or 0 or -1 for no limit, found {top_k}",
                         param="top_k")
@@ -607,11 +617,11 @@ def _generation(state: ServerState, request: Request, req, ids: list[int], max_t
             seed=seed,
             presence_penalty=float(req.presence_penalty or 0.0),
             frequency_penalty=float(req.frequency_penalty or 0.0),
-            repetition_penalty=float(req.repetition_penalty if req.repetition_penalty is not None else 1.0))
+            repetition_penalty=float(req.repetition_penalty if req.repetition_penalty is not None else 1.0),
+            logit_bias=logit_bias, min_tokens=req.min_tokens)
     except NinfercError as exc:
         msg = str(exc)
-        raise HTTPError(400, msg, param=msg.split(" ", 1)[0]) from None
-    vocab = state.engine.backend.vocab_size if state.engine.backend is not None else None
+        raise HTTPError(400, msg, param=msg.split(" ", 1)[0].split("[")[0].rstrip(":")) from None
     if vocab is not None and params.top_k > vocab:
         raise HTTPError(400, f"top_k {params.top_k} is more than the vocabulary ({vocab} tokens); 0 = no limit",
                         param="top_k")
@@ -631,6 +641,7 @@ def _generation(state: ServerState, request: Request, req, ids: list[int], max_t
             raise HTTPError(400, f"stop_token_ids: {t} is not a token id", param="stop_token_ids")
     if not req.ignore_eos:
         stop_ids += list(state.eos_ids) + (list(state.chat_stop_ids) if chat else [])
+    req_max = max_tokens
     if max_tokens is not None and max_tokens < 1:
         raise HTTPError(400, f"max_tokens must be at least 1, found {max_tokens}", param="max_tokens")
     sched = state.engine.scheduler
@@ -641,16 +652,80 @@ def _generation(state: ServerState, request: Request, req, ids: list[int], max_t
         max_tokens = sched.check(len(ids), max_tokens, prompt_param="messages" if chat else "prompt")
     except ServingError as exc:
         raise HTTPError.of(exc) from None
+    if req.min_tokens > max_tokens:  # vLLM's rule; also where max_tokens is what the context leaves
+        raise HTTPError(400, f"min_tokens ({req.min_tokens}) is more than max_tokens ({max_tokens}"
+                        f"{'' if req_max is not None else ': what the context leaves after the prompt'})",
+                        param="min_tokens")
     rid = request.state.request_id + (f"-{index}" if index else "")
     if sched.has(rid):  # a client reusing an x-request-id while the first is in flight: keep ids unique
         rid = f"{rid}-{uuid.uuid4().hex[:8]}"
     output = TextOutput(state.tokenizer, stop, include_stop=req.include_stop_str_in_output,
-                        skip_special_tokens=req.skip_special_tokens)
+                        skip_special_tokens=req.skip_special_tokens, min_tokens=req.min_tokens)
+    after = (THINK_END, state.tokenizer.stream(skip_special_tokens=False)) if grammar_after_thinking else None
+    constraint = None if grammar is None else _compiler(state).constraint(grammar, after=after, stop_ids=stop_ids)
     return GenerationRequest(request_id=rid, prompt_ids=ids, max_tokens=max_tokens,
                              params=params, stop_ids=frozenset(stop_ids), logprobs=logprobs,
-                             output=output, checkpoint_at=checkpoint_at,
+                             output=output, checkpoint_at=checkpoint_at, constraint=constraint,
                              labels={"endpoint": "chat.completions" if chat else "completions",
                                      "stream": bool(req.stream)})
+
+
+_COMPILER_LOCK = threading.Lock()
+
+
+def _compiler(state: ServerState) -> GrammarCompiler:
+    """The server's :class:`~ninferc.structured.GrammarCompiler`, built on first use (the model's vocabulary width is
+    known once the engine has loaded; the end ids are the EOS ids and the chat template's end of turn)."""
+    with _COMPILER_LOCK:
+        if state.grammar_compiler is None:
+            be = state.engine.backend
+            if be is None:
+                raise HTTPError(503, f"the engine is not ready ({state.engine.state})", "service_unavailable",
+                                code="not_ready")
+            state.grammar_compiler = GrammarCompiler(state.tokenizer.to_json(), be.vocab_size,
+                                                     tuple(state.eos_ids) + tuple(state.chat_stop_ids))
+        return state.grammar_compiler
+
+
+def _grammar(state: ServerState, req) -> str | None:
+    """The compiled ``response_format`` of a request (:meth:`~ninferc.structured.GrammarCompiler.grammar`), or None.
+    HTTPError 400: a malformed format or a schema that cannot be enforced, and the combinations a grammar cannot
+    honour (``min_tokens`` -- the value may end before --, ``ignore_eos`` -- nothing would end the answer)."""
+    if req.response_format in (None, {"type": "text"}):
+        return None
+    if req.min_tokens:
+        raise HTTPError(400, "min_tokens cannot be combined with response_format: the value may be complete before "
+                             "min_tokens tokens", param="min_tokens")
+    if req.ignore_eos:
+        raise HTTPError(400, "ignore_eos cannot be combined with response_format: a constrained answer ends with EOS",
+                        param="ignore_eos")
+    try:
+        return _compiler(state).grammar(req.response_format)
+    except StructuredOutputError as exc:
+        raise HTTPError(400, str(exc), param=exc.param) from None
+
+
+def _logit_bias(bias: dict | None, vocab: int | None) -> tuple:
+    """``logit_bias`` of a request as :class:`~ninferc.sampling.SamplingParams` takes it: ``((id, bias), ...)`` in
+    id order. Keys are token ids written as decimal strings (OpenAI's JSON), each below ``vocab``; the values'
+    range is checked by ``SamplingParams`` (:data:`~ninferc.sampling.LOGIT_BIAS_RANGE`).
+
+    Raises:
+        HTTPError: 400 naming the key that is not a token id, or is one the vocabulary lacks."""
+    out = {}
+    for key, value in (bias or {}).items():
+        k = key.strip()
+        if not (k.isdigit() and k.isascii()):
+            raise HTTPError(400, f"logit_bias: key {key!r} is not a token id (a string of digits, e.g. \"151645\")",
+                            param="logit_bias")
+        tok = int(k)
+        if vocab is not None and tok >= vocab:
+            raise HTTPError(400, f"logit_bias: token id {tok} is past the vocabulary ({vocab} tokens)",
+                            param="logit_bias")
+        if tok in out:
+            raise HTTPError(400, f"logit_bias: token id {tok} is given twice ({key!r})", param="logit_bias")
+        out[tok] = value
+    return tuple(sorted(out.items()))
 
 
 def _client_gone() -> JSONResponse:

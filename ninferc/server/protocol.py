@@ -2,14 +2,16 @@
 
 Field semantics follow OpenAI's API reference; the extensions vLLM accepts (``top_k``, ``min_p``,
 ``repetition_penalty``, ``stop_token_ids``, ``ignore_eos``, ``chat_template_kwargs``, ``skip_special_tokens``,
-``include_stop_str_in_output``, chat's ``add_generation_prompt`` and ``continue_final_message``) are accepted too.
+``include_stop_str_in_output``, ``min_tokens``, chat's ``add_generation_prompt`` and ``continue_final_message``) are
+accepted too, and so are OpenAI's ``logit_bias`` and ``response_format`` (``json_object``, ``json_schema``:
+:mod:`ninferc.structured`).
 OpenAI's bookkeeping fields that do not change what is generated (``user``, ``safety_identifier``, ``metadata``,
 ``prompt_cache_key``, ``store`` false, ``service_tier`` auto / default, ``modalities`` text, ``parallel_tool_calls``
 without tools) are accepted and have no effect; a null where OpenAI's schema allows one means the field's default.
 ``tools`` (``tool_choice`` auto) need a server started with ``--tool-call-parser`` (:mod:`ninferc.server.tools`); with
 ``tool_choice`` none they are left out. A field that OpenAI or vLLM defines but ninferc does not implement is refused
-with a 400 that names it (``n`` > 16, ``tool_choice`` required or a named function, ``response_format`` other than text,
-``logit_bias``, ``echo``, ``best_of`` > 1, ``suffix``, ``min_tokens`` > 0, ``store`` true, ...), and so is any field
+with a 400 that names it (``n`` > 16, ``tool_choice`` required or a named function, other ``response_format`` types,
+``echo``, ``best_of`` > 1, ``suffix``, ``store`` true, ...), and so is any field
 that is not part of the API: nothing is silently ignored.
 """
 
@@ -104,10 +106,13 @@ class _Sampling(_Strict):
     prompt_cache_key: str | None = None
     store: StrictBool | None = None
     service_tier: str | None = None
-    # fields accepted only at their "off" value (refused otherwise, by name)
-    logit_bias: dict[str, Any] | None = None
-    response_format: dict[str, Any] | None = None
+    # OpenAI's: token id (a string of digits) -> bias in [-100, 100] added to that token's logit before sampling
+    logit_bias: dict[str, Number] | None = None
+    # vLLM's: the stop ids (EOS, end of turn, stop_token_ids) and stop strings cannot end the text before this many
+    # tokens were generated
     min_tokens: StrictInt = 0
+    # OpenAI's: {"type": "text" | "json_object" | "json_schema", ...} (ninferc.structured)
+    response_format: dict[str, Any] | None = None
 
 
 class ChatCompletionRequest(_Sampling):

@@ -109,8 +109,49 @@ def test_small_temperatures_are_accepted_down_to_the_floor():
     (dict(top_k=1.5), "top_k must be an integer >= 0"),
     (dict(temperature="hot"), "temperature must be a number"),
     (dict(seed=-1), "seed must be an integer in [0, 2**64)"),
+    (dict(logit_bias=((3, 100.5),)), "logit_bias[3] must be in [-100, 100], found 100.5"),
+    (dict(logit_bias=((3, float("nan")),)), "logit_bias[3] must be in [-100, 100]"),
+    (dict(logit_bias=((-1, 1.0),)), "logit_bias: token id must be an integer >= 0, found -1"),
+    (dict(logit_bias=((3, 1.0), (3, 2.0))), "logit_bias: token id 3 is given twice"),
+    (dict(min_tokens=-2), "min_tokens must be an integer >= 0, found -2"),
 ])
 def test_bad_parameters_name_the_value_and_range(kw, needle):
     with pytest.raises(NinfercError) as e:
         SamplingParams(**kw)
     assert needle in str(e.value)
+
+
+def test_logit_bias_adds_to_the_logits_and_logprobs_stay_raw():
+    """OpenAI's logit_bias: added to the token's logit before anything else (-100 bans, +100 forces under greedy and
+    nearly under sampling); the reported logprobs are the model's raw distribution (vLLM's default), not the biased."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=64).astype(np.float32)
+    top = int(np.argmax(x))
+    s = HostSampler(SamplingParams(logit_bias=((top, -100.0),)))
+    got = s.sample(x, logprobs=1)
+    assert got.token == int(np.argsort(-x)[1]) and got.top[0][0] == top  # the raw top-1 is still reported first
+    assert s.adjust(x)[top] == pytest.approx(x[top] - 100.0) and s.adjust(x)[5] == x[5]
+    forced = HostSampler(SamplingParams(temperature=1.0, seed=3, logit_bias=((7, 100.0),)))
+    assert [forced.sample(x).token for _ in range(20)] == [7] * 20
+    mild = HostSampler(SamplingParams(logit_bias=((9, 0.5), (11, -0.25))))
+    y = mild.adjust(x)
+    assert y[9] == pytest.approx(x[9] + 0.5) and y[11] == pytest.approx(x[11] - 0.25)
+    assert not mild.device_ok and HostSampler(SamplingParams(temperature=1.0)).device_ok
+    # ids past the row (a bias given for a larger vocabulary) are left out, not an IndexError
+    assert HostSampler(SamplingParams(logit_bias=((500, 5.0),))).adjust(x).shape == (64,)
+
+
+def test_min_tokens_holds_the_stop_ids_back_until_reached_then_frees_the_gpu_sampler():
+    """vLLM's min_tokens: the stop ids cannot be drawn while fewer than min_tokens tokens were generated (the k-th
+    token, k <= min_tokens, is drawn without them), then can; the sampler is host-only meanwhile, device-capable
+    after; without stop ids nothing is held."""
+    x = np.zeros(16, np.float32)
+    x[2] = 5.0  # the stop id is the argmax
+    s = HostSampler(SamplingParams(min_tokens=3), stop_ids=[2, 15])
+    toks = []
+    for _ in range(5):
+        assert s.device_ok == (len(toks) >= 3)
+        toks.append(s.sample(x).token)
+    assert toks[:3] == [0, 0, 0] and toks[3:] == [2, 2]
+    assert not HostSampler(SamplingParams(min_tokens=3)).holding_stops  # no stop ids: nothing to hold
+    assert HostSampler(SamplingParams(min_tokens=3)).device_ok

@@ -46,6 +46,30 @@ def test_stop_string_spanning_two_tokens_is_cut_and_excluded(tok, goldens):
     assert stopped and text == full[:len(a) - 2] and len(pieces) == 9
 
 
+def test_min_tokens_lets_no_stop_string_end_in_the_first_ids(tok, goldens):
+    """vLLM's min_tokens: a stop string ends the text only where it ends in the text of an id after the first
+    min_tokens (it may start earlier); the same stop string without min_tokens ends the text at its first match."""
+    ids = goldens["cases"][0]["greedy_ids"]
+    full = tok.decode(ids)
+    a, b = tok.decode(ids[:8]), tok.decode(ids[:9])
+    stop = a[-2:] + b[len(a):len(a) + 2]  # ends in the text of id 9 (index 8)
+
+    def feed(min_tokens):
+        out, pieces = TextOutput(tok, [stop], min_tokens=min_tokens), []
+        for t in ids:
+            piece, stopped = out.push(t)
+            pieces.append(piece)
+            if stopped:
+                return "".join(pieces), True
+        return "".join(pieces) + out.flush(), False
+
+    assert feed(8) == (full[:len(a) - 2], True)   # the match ends in id 9's text: after the first 8, so it ends it
+    text, stopped = feed(9)                        # within the first 9: skipped, the text goes on to a later match
+    later = full.find(stop, len(b))
+    assert text == (full[:later] if later >= 0 else full) and stopped == (later >= 0)
+    assert text.startswith(b) and len(text) > len(b)
+
+
 def test_held_back_prefix_released_when_the_match_fails(tok, goldens):
     ids = goldens["cases"][0]["greedy_ids"]
     full = tok.decode(ids)

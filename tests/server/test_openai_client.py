@@ -399,3 +399,53 @@ def test_n_choices_whole_and_streamed(client, tiny_server):
     assert content == {0: g.choices[0].message.content, 1: g.choices[0].message.content}
     lines = tiny_server.wait_request_lines(0)
     assert any(f"[req {g.id.removeprefix('chatcmpl-')}-1]" in ln for ln in lines)  # choice 1 logged as ID-1
+
+
+def test_logit_bias_bans_and_forces_tokens_and_logprobs_stay_raw(client, goldens):
+    """OpenAI's logit_bias through the openai client: -100 on greedy's first token makes the text start otherwise,
+    +100 on one token makes greedy emit only it; the logprobs reported are the model's own (unbiased)."""
+    c = goldens["cases"][0]
+    ids = c["greedy_ids"]
+    banned = client.completions.create(model="tiny", prompt=c["prompt"], max_tokens=4, temperature=0,
+                                       logit_bias={str(ids[0]): -100}, logprobs=1)
+    lp = banned.choices[0].logprobs
+    assert lp.tokens[0] != _tok().decode([ids[0]])
+    assert lp.top_logprobs[0] and _tok().decode([ids[0]]) in lp.top_logprobs[0]  # still the model's top-1
+    x = 42
+    forced = client.completions.create(model="tiny", prompt=c["prompt"], max_tokens=5, temperature=0.8, seed=1,
+                                       logit_bias={str(x): 100}, logprobs=0)
+    assert forced.choices[0].text == _tok().decode([x] * 5)
+    # raw: unbiased, token 42 is unlikely at first (the model then learns to copy it: -10.3, -7.5, -4.0, -0.3, -0.1)
+    assert forced.choices[0].logprobs.token_logprobs[0] < -5
+    msgs = [{"role": "user", "content": "def f():"}]
+    chat = client.chat.completions.create(model="tiny", messages=msgs, max_tokens=3, temperature=0,
+                                          logit_bias={str(x): 100}, extra_body={"chat_template_kwargs":
+                                                                                {"enable_thinking": False}})
+    assert chat.choices[0].message.content == _tok().decode([x] * 3)
+
+
+def test_min_tokens_holds_stop_ids_and_stop_strings_back(client, goldens):
+    """vLLM's min_tokens: a stop id greedy would emit at position p is held back while fewer than min_tokens tokens
+    were generated (greedy takes the next best there), and a stop string ending in the first min_tokens tokens'
+    text does not end the text."""
+    c = goldens["cases"][2]
+    ids = c["greedy_ids"]
+    first = ids.index(ids[5])
+    plain = client.completions.create(model="tiny", prompt=c["prompt"], max_tokens=48, temperature=0,
+                                      extra_body={"stop_token_ids": [ids[5]]})
+    assert plain.usage.completion_tokens == first + 1
+    held = client.completions.create(model="tiny", prompt=c["prompt"], max_tokens=first + 3, temperature=0,
+                                     logprobs=0, extra_body={"stop_token_ids": [ids[5]], "min_tokens": first + 3})
+    assert held.choices[0].finish_reason == "length" and held.usage.completion_tokens == first + 3
+    assert held.choices[0].text.startswith(_tok().decode(ids[:first]))
+    assert held.choices[0].logprobs.tokens[first] != _tok().decode([ids[first]])
+    c = goldens["cases"][0]
+    full = c["greedy_text"]
+    a = len(_tok().decode(c["greedy_ids"][:8]))
+    stop = full[a - 2:a + 2]  # ends in the text of token 9
+    r = client.completions.create(model="tiny", prompt=c["prompt"], max_tokens=12, temperature=0, stop=[stop],
+                                  extra_body={"min_tokens": 9})
+    twelve = _tok().decode(c["greedy_ids"][:12])
+    later = twelve.find(stop, a + 2)
+    assert r.choices[0].text == (twelve[:later] if later >= 0 else twelve)
+    assert r.choices[0].finish_reason == ("stop" if later >= 0 else "length")

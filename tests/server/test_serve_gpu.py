@@ -107,6 +107,45 @@ def test_seeded_device_sampling_repeats_and_logprobs_take_the_host_path(gclient)
     assert r.usage.completion_tokens == 8
 
 
+
+def test_logit_bias_and_min_tokens_on_the_gpu(gclient, goldens, tok):
+    """logit_bias and min_tokens take the host sampler on the CUDA engine's logits: -100 on greedy's first token moves
+    it, +100 forces one token; a sampled request with min_tokens moves to the GPU sampler once it is reached, and its
+    seed still repeats its text; beside it, a plain request keeps the goldens."""
+    c = goldens["cases"][0]
+    ids = c["greedy_ids"]
+    r = _greedy(gclient, c, 3, logit_bias={str(ids[0]): -100})
+    assert not r.choices[0].text.startswith(tok.decode(ids[:1]))
+    assert _greedy(gclient, c, 4, logit_bias={"42": 100}).choices[0].text == tok.decode([42] * 4)
+    kw = dict(model="tiny", prompt="class Parser:\n", max_tokens=16, temperature=0.9, seed=99,
+              extra_body={"min_tokens": 6, "stop_token_ids": [198, 271]})
+    a = gclient.completions.create(**kw)
+    assert a.usage.completion_tokens >= 6 and a.choices[0].text == gclient.completions.create(**kw).choices[0].text
+    n = golden_len(c)
+    assert _greedy(gclient, c, n).choices[0].text == tok.decode(ids[:n])
+
+
+def test_response_format_on_the_gpu(gclient):
+    """A json_schema answer on the CUDA engine (the host sampler masks its rows): greedy parses and fits the schema;
+    3 sampled choices each keep to it (parse where they end)."""
+    import json
+
+    schema = {"type": "object", "properties": {"color": {"enum": ["red", "green"]}, "n": {"type": "integer"}},
+              "required": ["color", "n"], "additionalProperties": False}
+    kw = dict(model="tiny", messages=[{"role": "user", "content": "config"}], max_tokens=300,
+              response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": schema}},
+              extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    r = gclient.chat.completions.create(temperature=0, **kw)
+    v = json.loads(r.choices[0].message.content)
+    assert r.choices[0].finish_reason == "stop" and set(v) == {"color", "n"} and v["color"] in ("red", "green")
+    r = gclient.chat.completions.create(temperature=0.8, seed=2, n=3, **kw)
+    for ch in r.choices:  # each choice its own grammar state; a sampled one may run to max_tokens inside the value
+        assert ch.message.content.startswith("{")
+        if ch.finish_reason == "stop":
+            v = json.loads(ch.message.content)
+            assert set(v) == {"color", "n"} and v["color"] in ("red", "green")
+
+
 # -- prefix reuse on the CUDA engine ---------------------------------------------------------------------------
 
 from test_prefix_serve import test_reset_prefix_cache_restores_idle  # noqa: E402

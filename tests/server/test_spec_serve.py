@@ -113,6 +113,38 @@ def test_spec_chat_with_stop_and_usage(spec_server, client):
     assert sc.completions.create(**kw).choices[0].text == sc.completions.create(**kw).choices[0].text
 
 
+def test_spec_with_logit_bias_and_min_tokens_equals_plain(spec_server, client, goldens):
+    """logit_bias and min_tokens move a request's acceptance to the host (its rows' logits, adjusted as the plain
+    sampler adjusts them, position by position within a round): greedy output equals the plain server's, where the
+    bias and the held-back stop id change what greedy emits."""
+    sc = openai.OpenAI(base_url=spec_server.url + "/v1", api_key="x", max_retries=0, timeout=300)
+    c = goldens["cases"][2]
+    ids = c["greedy_ids"]
+    first = ids.index(ids[5])
+    kw = dict(model="tiny", prompt=c["prompt"], max_tokens=24, temperature=0, logit_bias={str(ids[1]): -100},
+              extra_body={"stop_token_ids": [ids[5]], "min_tokens": first + 4})
+    a, b = client.completions.create(**kw), sc.completions.create(**kw)
+    assert a.choices[0].text == b.choices[0].text and a.usage.completion_tokens == b.usage.completion_tokens
+    assert not a.choices[0].text.startswith(goldens["cases"][2]["greedy_text"][:8])  # the bias did change it
+    assert a.usage.completion_tokens > first + 4  # the stop id was held back
+
+
+def test_spec_with_response_format_equals_plain(spec_server, client):
+    """A response_format request's rounds are accepted on the host, each verify row masked by the grammar state the
+    tokens accepted before it left: the JSON equals the plain server's."""
+    import json
+
+    sc = openai.OpenAI(base_url=spec_server.url + "/v1", api_key="x", max_retries=0, timeout=300)
+    schema = {"type": "object", "properties": {"color": {"enum": ["red", "green"]}, "n": {"type": "integer"}},
+              "required": ["color", "n"], "additionalProperties": False}
+    kw = dict(model="tiny", messages=[{"role": "user", "content": "config"}], max_tokens=250, temperature=0,
+              response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": schema}},
+              extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    a, b = client.chat.completions.create(**kw), sc.chat.completions.create(**kw)
+    assert a.choices[0].message.content == b.choices[0].message.content and b.choices[0].finish_reason == "stop"
+    assert set(json.loads(b.choices[0].message.content)) == {"color", "n"}
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--draft-tokens", "2"], "--draft-tokens applies with --spec mtp"),
     (["--spec", "mtp", "--draft-tokens", "0"], "--draft-tokens must be an integer in 1..5, found 0"),
