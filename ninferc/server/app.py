@@ -31,7 +31,8 @@ from ninferc.sampling import MAX_TOP_LOGPROBS, SamplingParams
 from ninferc.server.protocol import (MAX_CHOICES, MAX_STOP_STRINGS, MAX_STOP_TOKEN_IDS, ChatCompletionRequest, CompletionRequest,
                                      DetokenizeRequest, TokenizeRequest, describe_validation_error, error_body)
 from ninferc.server.reasoning import THINK_END, ReasoningSplitter, split_reasoning, starts_in_reasoning
-from ninferc.server.tools import ToolCallSplitter, check_tools, history_tool_calls, split_tool_calls
+from ninferc.server.tools import (ForcedCallSplitter, ToolCallSplitter, check_tools, forced_call_schema,
+                                  history_tool_calls, split_with)
 from ninferc.structured import GrammarCompiler, StructuredOutputError
 from ninferc.tokenizer import TextOutput
 
@@ -231,7 +232,7 @@ def create_app(state: ServerState):
         if tool_use is not None and req.response_format not in (None, {"type": "text"}):
             raise HTTPError(400, "response_format and tools cannot be combined: a constrained answer cannot hold a "
                                  "tool call; give one (or tool_choice: none)", param="response_format")
-        grammar = await _off_loop(_grammar, state, req)
+        grammar = await _off_loop(_grammar, state, req, tool_use)
         messages, text = await _off_loop(_render_chat, state, req.messages, req.chat_template_kwargs or {},
                                          req.add_generation_prompt, tools, req.continue_final_message)
         ids, history_end = await _off_loop(_encode_chat, state, messages, req.chat_template_kwargs or {}, text, tools)
@@ -510,21 +511,34 @@ def _final_text(dicts: list[dict], add_generation_prompt: bool) -> str:
 @dataclass
 class ToolUse:
     """A chat request's tool calling: the ``tools`` its prompt shows the model, the parser of the answer's calls
-    (``--tool-call-parser``) and ``parallel_tool_calls``."""
+    (``--tool-call-parser``; None for a forced call) and ``parallel_tool_calls``; ``forced``: ``tool_choice``
+    ``"required"`` or a named function's name (the answer is constrained to the call's JSON,
+    :func:`~ninferc.server.tools.forced_call_schema`), None for ``auto``."""
 
     tools: list[dict]
-    parser: str
+    parser: str | None
     parallel: bool = True
+    forced: str | None = None
 
-    def splitter(self) -> ToolCallSplitter:
+    def splitter(self):
+        """A fresh splitter of one answer's content into text and calls."""
+        if self.forced is not None:
+            return ForcedCallSplitter(None if self.forced == "required" else self.forced)
         return ToolCallSplitter(self.parser, self.tools, self.parallel)
+
+    def schema(self) -> dict | None:
+        """The JSON schema a forced call's answer is constrained to (None for ``auto``)."""
+        if self.forced is None:
+            return None
+        return forced_call_schema(self.tools, None if self.forced == "required" else self.forced, self.parallel)
 
 
 def _tool_use(state: ServerState, req) -> ToolUse | None:
     """The :class:`ToolUse` of a chat request, or None where it offers no tools or ``tool_choice`` is ``"none"`` (the
-    tools are then left out of the prompt: the model is not to call any). HTTPError 400: ``tool_choice`` without
-    tools, ``"required"`` or a named function (ninferc does not force a call), a
-    malformed tool, or tools on a server started without ``--tool-call-parser``."""
+    tools are then left out of the prompt: the model is not to call any). ``"required"`` or a named function force a
+    call (constrained decoding; no parser needed). HTTPError 400: ``tool_choice`` without tools or malformed, a
+    function it names that the tools lack, a malformed tool, or ``auto`` tools on a server started without
+    ``--tool-call-parser``."""
     choice = req.tool_choice
     if not req.tools:
         if choice not in (None, "none"):
@@ -532,12 +546,20 @@ def _tool_use(state: ServerState, req) -> ToolUse | None:
         return None
     if choice == "none":
         return None
-    if choice not in (None, "auto"):
-        what = "'required'" if choice == "required" else "a named function" if isinstance(choice, dict) else \
-            json.dumps(choice)[:80]
-        raise HTTPError(400, f"tool_choice {what} is not supported: ninferc does not force a call; use 'auto' (the "
-                             "model decides) or 'none'", param="tool_choice")
-    if state.tool_parser is None:
+    forced = None
+    if choice == "required":
+        forced = "required"
+    elif isinstance(choice, dict):
+        fn = choice.get("function")
+        if choice.get("type") != "function" or not isinstance(fn, dict) or not isinstance(fn.get("name"), str) \
+                or set(choice) != {"type", "function"} or set(fn) != {"name"}:
+            raise HTTPError(400, f"tool_choice {json.dumps(choice)[:120]}: a named function is "
+                                 "{\"type\": \"function\", \"function\": {\"name\": ...}}", param="tool_choice")
+        forced = fn["name"]
+    elif choice not in (None, "auto"):
+        raise HTTPError(400, f"tool_choice {json.dumps(choice)[:80]} is not one of none, auto, required or a named "
+                             "function", param="tool_choice")
+    if forced is None and state.tool_parser is None:
         raise HTTPError(400, "tools need a server started with --tool-call-parser (qwen3_coder for Qwen3.5 / 3.6 / "
                              "3.8 checkpoints, hermes for Qwen3's); this one cannot read the calls in an answer",
                         param="tools")
@@ -546,7 +568,12 @@ def _tool_use(state: ServerState, req) -> ToolUse | None:
     except ValueError as exc:
         raise HTTPError(400, exc.args[0], param=exc.args[1]) from None
     parallel = True if req.parallel_tool_calls is None else req.parallel_tool_calls
-    return ToolUse(tools, state.tool_parser, parallel)
+    use = ToolUse(tools, state.tool_parser, parallel, forced)
+    try:
+        use.schema()  # a named function the tools lack
+    except ValueError as exc:
+        raise HTTPError(400, exc.args[0], param=exc.args[1]) from None
+    return use
 
 
 def _check_template_kwargs(kwargs: dict) -> None:
@@ -682,26 +709,39 @@ def _compiler(state: ServerState) -> GrammarCompiler:
             if be is None:
                 raise HTTPError(503, f"the engine is not ready ({state.engine.state})", "service_unavailable",
                                 code="not_ready")
-            state.grammar_compiler = GrammarCompiler(state.tokenizer.to_json(), be.vocab_size,
-                                                     tuple(state.eos_ids) + tuple(state.chat_stop_ids))
+            ends = tuple(state.eos_ids) + tuple(state.chat_stop_ids)
+            if not ends:
+                raise HTTPError(400, "this model names no EOS id, so a constrained answer (response_format, a forced "
+                                     "tool call) could never end", param="response_format")
+            state.grammar_compiler = GrammarCompiler(state.tokenizer.to_json(), be.vocab_size, ends)
         return state.grammar_compiler
 
 
-def _grammar(state: ServerState, req) -> str | None:
-    """The compiled ``response_format`` of a request (:meth:`~ninferc.structured.GrammarCompiler.grammar`), or None.
-    HTTPError 400: a malformed format or a schema that cannot be enforced, and the combinations a grammar cannot
-    honour (``min_tokens`` -- the value may end before --, ``ignore_eos`` -- nothing would end the answer)."""
-    if req.response_format in (None, {"type": "text"}):
+def _grammar(state: ServerState, req, tool_use: ToolUse | None = None) -> str | None:
+    """The compiled ``response_format`` of a request (:meth:`~ninferc.structured.GrammarCompiler.grammar`), or of
+    its forced tool call (:meth:`ToolUse.schema`), or None. HTTPError 400: a malformed format or a schema that cannot
+    be enforced, and the combinations a grammar cannot honour (``min_tokens`` -- the value may end before --,
+    ``ignore_eos`` -- nothing would end the answer)."""
+    schema = tool_use.schema() if tool_use is not None else None
+    if schema is not None:
+        fmt, what = {"type": "json_schema", "json_schema": {"name": "tool_call", "schema": schema}}, "tool_choice"
+    elif req.response_format in (None, {"type": "text"}):
         return None
+    else:
+        fmt, what = req.response_format, None
+    name = what or "response_format"
     if req.min_tokens:
-        raise HTTPError(400, "min_tokens cannot be combined with response_format: the value may be complete before "
+        raise HTTPError(400, f"min_tokens cannot be combined with {name}: the value may be complete before "
                              "min_tokens tokens", param="min_tokens")
     if req.ignore_eos:
-        raise HTTPError(400, "ignore_eos cannot be combined with response_format: a constrained answer ends with EOS",
+        raise HTTPError(400, f"ignore_eos cannot be combined with {name}: a constrained answer ends with EOS",
                         param="ignore_eos")
     try:
-        return _compiler(state).grammar(req.response_format)
+        return _compiler(state).grammar(fmt)
     except StructuredOutputError as exc:
+        if what:  # a tool's parameters schema the compiler refused
+            raise HTTPError(400, f"tool_choice {tool_use.forced!r}: the tools' parameters cannot be enforced: "
+                                 f"{str(exc).split(': ', 1)[-1]}", param="tools") from None
         raise HTTPError(400, str(exc), param=exc.param) from None
 
 
@@ -945,8 +985,7 @@ class _Formatter:
                 message.update(self._reasoning(reasoning if self.include_reasoning else None))
             calls = []
             if self.tool_use and message["content"] is not None:
-                u = self.tool_use
-                message["content"], calls = split_tool_calls(u.parser, message["content"], u.tools, u.parallel)
+                message["content"], calls = split_with(self.tool_use.splitter(), message["content"])
                 if calls:
                     message["tool_calls"] = [c.message() for c in calls]
             choice = {"index": self.index, "message": message, "logprobs": self._logprobs(self.sampled),
@@ -1014,7 +1053,8 @@ class _Formatter:
         if self.tool_splitter:
             content, calls = self.tool_splitter.feed(content)
             if last:
-                content += self.tool_splitter.flush()[0]
+                held, more = self.tool_splitter.flush()
+                content, calls = content + held, calls + more
         return reasoning, content, calls
 
     @staticmethod
@@ -1037,11 +1077,14 @@ class _Formatter:
             out["tool_calls"] = [c.delta(first + k) for k, c in enumerate(calls)]
         return out
 
-    @staticmethod
-    def _finish_reason(ev: FinishEvent, calls: list) -> str:
+    def _finish_reason(self, ev: FinishEvent, calls: list) -> str:
         """``tool_calls`` where the answer made calls and ended by itself or at ``max_tokens`` (vLLM reports the
-        calls it extracted so, whatever followed them), else the engine's reason (``abort`` stays)."""
-        return "tool_calls" if calls and ev.reason in ("stop", "length") else ev.reason
+        calls it extracted so, whatever followed them), else the engine's reason (``abort`` stays); a call forced by
+        name ends with ``stop`` (OpenAI's answer, which vLLM follows since its PR 25054)."""
+        if calls and ev.reason in ("stop", "length"):
+            named = self.tool_use is not None and self.tool_use.forced not in (None, "required")
+            return "stop" if named else "tool_calls"
+        return ev.reason
 
     def usage_chunk(self, usage: dict) -> dict:
         """The stream's last chunk (``stream_options.include_usage``): no choices, the request's ``usage``."""

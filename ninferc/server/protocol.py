@@ -9,8 +9,8 @@ OpenAI's bookkeeping fields that do not change what is generated (``user``, ``sa
 ``prompt_cache_key``, ``store`` false, ``service_tier`` auto / default, ``modalities`` text, ``parallel_tool_calls``
 without tools) are accepted and have no effect; a null where OpenAI's schema allows one means the field's default.
 ``tools`` (``tool_choice`` auto) need a server started with ``--tool-call-parser`` (:mod:`ninferc.server.tools`); with
-``tool_choice`` none they are left out. A field that OpenAI or vLLM defines but ninferc does not implement is refused
-with a 400 that names it (``n`` > 16, ``tool_choice`` required or a named function, other ``response_format`` types,
+``tool_choice`` none they are left out; ``required`` or a named function force a call (constrained decoding). A field that OpenAI or vLLM defines but ninferc does not implement is refused
+with a 400 that names it (``n`` > 16, other ``response_format`` types,
 ``echo``, ``best_of`` > 1, ``suffix``, ``store`` true, ...), and so is any field
 that is not part of the API: nothing is silently ignored.
 """

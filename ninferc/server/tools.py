@@ -37,6 +37,12 @@ decides them, and a call is sent whole once its block closes (two that close in 
 
 The markers are matched on the decoded text: real checkpoints spell ``<tool_call>`` as one added token that
 decoding keeps (it is not ``special``).
+
+A forced call (``tool_choice`` ``"required"`` or ``{"type": "function", "function": {"name": ...}}``) needs no parser:
+the answer is constrained to JSON (:func:`forced_call_schema`, :mod:`ninferc.structured`) -- the named function's
+arguments object, or for ``required`` an array of ``{"name", "parameters"}`` objects (one at most with
+``parallel_tool_calls`` false) -- which :class:`ForcedCallSplitter` turns into the calls, as vLLM does. Its
+``finish_reason`` is OpenAI's: ``tool_calls`` for ``required``, ``stop`` for a named function.
 """
 
 from __future__ import annotations
@@ -237,11 +243,73 @@ def split_tool_calls(parser: str, text: str, tools: list[dict] | None = None, pa
                      ) -> tuple[str | None, list[ToolCall]]:
     """A whole answer's content ``text`` -> (content, calls); content is None where calls were made and no other
     text is left."""
-    sp = ToolCallSplitter(parser, tools, parallel)
+    return split_with(ToolCallSplitter(parser, tools, parallel), text)
+
+
+def split_with(sp, text: str) -> tuple[str | None, list[ToolCall]]:
+    """A whole answer's content ``text`` through a fresh splitter ``sp`` (:class:`ToolCallSplitter` or
+    :class:`ForcedCallSplitter`) -> (content, calls); content is None where calls were made and no other text is
+    left."""
     a, calls = sp.feed(text)
-    b, _ = sp.flush()
-    content = a + b
+    b, more = sp.flush()
+    content, calls = a + b, calls + more
     return (None if calls and not content else content), calls
+
+
+def forced_call_schema(tools: list[dict], name: str | None, parallel: bool = True) -> dict:
+    """The JSON schema a forced call's answer is constrained to: the named function's ``parameters`` (an object
+    where it gives none), or for ``name`` None (``tool_choice: "required"``) a non-empty array -- one item at most
+    without ``parallel`` -- of ``{"name": <a tool's name>, "parameters": <its parameters>}`` (vLLM's form).
+
+    Raises:
+        ValueError: ``(message, param)``: ``name`` is not one of ``tools``."""
+    params = {t["function"]["name"]: t["function"].get("parameters") or {"type": "object"} for t in tools}
+    if name is not None:
+        if name not in params:
+            raise ValueError(f"tool_choice names function {name!r}, which is not among the request's tools "
+                             f"({', '.join(params)})", "tool_choice")
+        return params[name]
+    item = {"anyOf": [{"type": "object", "properties": {"name": {"const": n}, "parameters": p},
+                       "required": ["name", "parameters"], "additionalProperties": False} for n, p in params.items()]}
+    return {"type": "array", "minItems": 1, **({} if parallel else {"maxItems": 1}), "items": item}
+
+
+class ForcedCallSplitter:
+    """The answer of a forced call (module docstring), given in pieces: ``feed`` holds everything back (a JSON value is
+    a call only once whole); ``flush`` at the end returns ``("", calls)`` when the text parses as the constrained JSON,
+    else ``(text, [])`` (an answer ``max_tokens`` cut stays content, as the model wrote it). ``calls``: the calls.
+    Arguments are re-serialised (``json.dumps``), so the grammar's free whitespace does not reach them.
+
+    Args:
+        name: the named function, or None for ``required``.
+    """
+
+    def __init__(self, name: str | None):
+        self.name = name
+        self._buf = ""
+        self.calls: list[ToolCall] = []
+
+    def feed(self, text: str) -> tuple[str, list[ToolCall]]:
+        self._buf += text
+        return "", []
+
+    def flush(self) -> tuple[str, list[ToolCall]]:
+        text, self._buf = self._buf, ""
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return text, []
+        if self.name is not None:
+            calls = [ToolCall(self.name, json.dumps(value, ensure_ascii=False))] if isinstance(value, dict) else []
+        elif isinstance(value, list) and all(isinstance(v, dict) and isinstance(v.get("name"), str)
+                                             and isinstance(v.get("parameters"), dict) for v in value):
+            calls = [ToolCall(v["name"], json.dumps(v["parameters"], ensure_ascii=False)) for v in value]
+        else:
+            calls = []
+        if not calls:
+            return text, []
+        self.calls.extend(calls)
+        return "", calls
 
 
 def check_tools(tools: list) -> list[dict]:

@@ -163,7 +163,7 @@ class _ScriptedScheduler:
     cache = None
 
     def __init__(self):
-        self.script, self.reason, self.prompts = [], "stop", []
+        self.script, self.reason, self.prompts, self.gens = [], "stop", [], []
 
     def check(self, n_prompt, max_tokens, prompt_param="prompt"):
         return max_tokens or 64
@@ -182,6 +182,7 @@ class _ScriptedScheduler:
         from ninferc.runtime.scheduler import FinishEvent, RequestStats, TokenEvent
 
         self.prompts.append(gen.prompt_ids)
+        self.gens.append(gen)
         script, reason = list(self.script), self.reason
 
         def emit():
@@ -193,8 +194,12 @@ class _ScriptedScheduler:
         threading.Thread(target=emit, daemon=True).start()
 
 
+class _Backend:
+    vocab_size = 4096  # the fixture's (the grammar compiler of a forced call needs it)
+
+
 class _Engine:
-    backend = None
+    backend = _Backend()
     state = "ready"
 
     def __init__(self):
@@ -243,7 +248,8 @@ def scripted(tiny_dir):
 
     tok = Tokenizer.from_dir(tiny_dir)
     state = ServerState(engine=_Engine(), tokenizer=tok, chat=ChatTemplate(TOOL_TEMPLATE), model_id="tiny",
-                        max_context=4096, reasoning_parser="qwen3", tool_parser="qwen3_coder")
+                        max_context=4096, reasoning_parser="qwen3", tool_parser="qwen3_coder", eos_ids=(0,),
+                        chat_stop_ids=(2,))
     http = TestClient(create_app(state))
     client = openai.OpenAI(base_url="http://testserver/v1", api_key="unused", max_retries=0, http_client=http)
     return client, state.engine.scheduler, tok
@@ -344,11 +350,58 @@ def test_a_conversation_with_past_calls_and_their_results(scripted):
             "<tool_response>\nsunny, 21 C\n</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n") in prompt
 
 
+def test_forced_calls_named_and_required_whole_streamed_and_cut(scripted):
+    """tool_choice a named function or "required": the answer is constrained JSON (the request carries a grammar
+    state) that becomes the calls, arguments re-serialised; finish_reason stop for a named call, tool_calls for
+    required (OpenAI's); an answer max_tokens cut stays content."""
+    client, sched, _ = scripted
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    sched.script = ["ok</thi", "nk>\n\n{", '"city"', ':  "Par', 'is",\n  "days": 3', "}"]  # thinking, then JSON
+    r = client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, tool_choice=named)
+    m = r.choices[0].message
+    assert r.choices[0].finish_reason == "stop" and m.content is None
+    assert [(c.function.name, c.function.arguments) for c in m.tool_calls] == [
+        ("get_weather", '{"city": "Paris", "days": 3}')]
+    assert sched.gens[-1].constraint is not None
+    reasoning, content, calls, finish = _stream(client, model="tiny", messages=ASK, tools=TOOLS, tool_choice=named)
+    assert (reasoning, content, finish) == ("ok", "", "stop")
+    assert [(c["name"], c["arguments"]) for c in calls] == [("get_weather", '{"city": "Paris", "days": 3}')]
+    sched.script = ['</think>[{"name": "now", "parameters": {}},',
+                    ' {"name": "get_weather", "parameters": {"city": "Oslo"}}]']
+    r = client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, tool_choice="required")
+    assert r.choices[0].finish_reason == "tool_calls"
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in r.choices[0].message.tool_calls] == [
+        ("now", {}), ("get_weather", {"city": "Oslo"})]
+    _, _, calls, finish = _stream(client, model="tiny", messages=ASK, tools=TOOLS, tool_choice="required")
+    assert finish == "tool_calls" and [c["name"] for c in calls] == ["now", "get_weather"]
+    sched.script, sched.reason = ['</think>{"city": "Par'], "length"
+    r = client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, tool_choice=named)
+    assert r.choices[0].finish_reason == "length" and r.choices[0].message.content == '{"city": "Par'
+    assert not r.choices[0].message.tool_calls
+    sched.reason = "stop"
+
+
+def test_forced_call_schemas():
+    from ninferc.server.tools import forced_call_schema
+
+    assert forced_call_schema(TOOLS, "get_weather") == WEATHER["function"]["parameters"]
+    assert forced_call_schema(TOOLS, "now") == {"type": "object"}
+    req = forced_call_schema(TOOLS, None)
+    assert req["minItems"] == 1 and "maxItems" not in req
+    assert [a["properties"]["name"] for a in req["items"]["anyOf"]] == [{"const": "get_weather"}, {"const": "now"}]
+    assert forced_call_schema(TOOLS, None, parallel=False)["maxItems"] == 1
+    with pytest.raises(ValueError, match="'later', which is not among the request's tools"):
+        forced_call_schema(TOOLS, "later")
+
+
 @pytest.mark.parametrize("kw,param,frag", [
-    ({"tool_choice": "required"}, "tool_choice", "'required' is not supported"),
-    ({"tool_choice": {"type": "function", "function": {"name": "now"}}}, "tool_choice",
-     "a named function is not supported"),
-    ({"tool_choice": "sometimes"}, "tool_choice", '"sometimes" is not supported'),
+    ({"tool_choice": {"type": "function", "function": {"name": "later"}}}, "tool_choice",
+     "names function 'later', which is not among the request's tools (get_weather, now)"),
+    ({"tool_choice": {"type": "function", "name": "now"}}, "tool_choice", "a named function is"),
+    ({"tool_choice": {"type": "function", "function": {"name": "now"}}, "response_format": {"type": "json_object"}},
+     "response_format", "response_format and tools cannot be combined"),
+    ({"tool_choice": "required", "extra_body": {"min_tokens": 3}}, "min_tokens", "cannot be combined with tool_choice"),
+    ({"tool_choice": "sometimes"}, "tool_choice", '"sometimes" is not one of none, auto, required'),
     ({"tools": [{"type": "function", "function": {"name": "bad name"}}]}, "tools.0.function.name",
      "must be 1-64 letters"),
 ])
@@ -414,3 +467,27 @@ def test_served_fixture_shows_tools_and_answers_without_calls(start_server, tool
                                                    "tool_choice": "none"}).json()
     assert none["count"] == plain.usage.prompt_tokens
     assert client.chat.completions.create(tools=TOOLS, tool_choice="none", **kw).usage.prompt_tokens == none["count"]
+
+
+PICK = {"type": "function", "function": {"name": "pick", "parameters": {
+    "type": "object", "properties": {"color": {"enum": ["red", "green"]}}, "required": ["color"],
+    "additionalProperties": False}}}
+
+
+def test_served_fixture_makes_forced_calls_without_a_parser(start_server, tool_dir):
+    """A forced call needs no --tool-call-parser: the fixture model (never taught to call) is constrained to the
+    call's JSON, which comes back as tool_calls whose arguments fit the tool's schema, named and required."""
+    srv = start_server(tool_dir, "--model-id", "tiny")
+    client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    kw = dict(model="tiny", messages=ASK, max_tokens=300, temperature=0, tools=[PICK, TOOLS[1]],
+              extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    r = client.chat.completions.create(tool_choice={"type": "function", "function": {"name": "pick"}}, **kw)
+    (call,) = r.choices[0].message.tool_calls
+    assert r.choices[0].finish_reason == "stop" and call.function.name == "pick"
+    assert json.loads(call.function.arguments)["color"] in ("red", "green")
+    r = client.chat.completions.create(tool_choice="required", parallel_tool_calls=False, **kw)
+    assert r.choices[0].finish_reason == "tool_calls" and len(r.choices[0].message.tool_calls) == 1
+    assert r.choices[0].message.tool_calls[0].function.name in ("pick", "now")
+    with pytest.raises(openai.BadRequestError) as e:  # auto still needs the parser
+        client.chat.completions.create(tools=[PICK], **{k: v for k, v in kw.items() if k != "tools"})
+    assert e.value.body["param"] == "tools"
