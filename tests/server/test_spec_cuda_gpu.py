@@ -139,7 +139,7 @@ def test_rounds_with_different_draft_counts_and_the_context_end(backend, goldens
         assert ids == c["greedy_ids"][:m]
 
 
-def test_serve_with_spec_mtp(start_server, art, goldens):
+def test_serve_with_spec_mtp(start_server, art, goldens, tiny_dir):
     """``ninferc serve --spec mtp`` on the CUDA backend: a greedy completion equals the golden prefix, and the
     request's log line carries the speculation stats."""
     import openai
@@ -153,6 +153,23 @@ def test_serve_with_spec_mtp(start_server, art, goldens):
     assert r.usage.completion_tokens == m
     line = srv.wait_request_lines(1)[-1]
     assert "spec=mtp" in line and "tok/round" in line
+    # rows accepted on the host from the verify step's logits (logit_bias, response_format): a banned token never
+    # comes, and a json_schema answer parses
+    from ninferc.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_dir(tiny_dir)
+    banned = c["greedy_ids"][1]
+    r = cl.completions.create(model="tiny", prompt=c["prompt_ids"], max_tokens=m, temperature=0,
+                              logit_bias={str(banned): -100}, extra_body={"ignore_eos": True})
+    assert r.usage.completion_tokens == m
+    assert not r.choices[0].text.startswith(tok.decode(c["greedy_ids"][:2]))
+    schema = {"type": "object", "properties": {"color": {"enum": ["red", "green"]}}, "required": ["color"],
+              "additionalProperties": False}
+    r = cl.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "config"}], max_tokens=300,
+                                   temperature=0, response_format={"type": "json_schema", "json_schema": {
+                                       "name": "c", "schema": schema}},
+                                   extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    assert r.choices[0].finish_reason == "stop" and json.loads(r.choices[0].message.content)["color"] in ("red", "green")
 
 
 def test_spec_rounds_at_a_forced_acceptance(backend):
