@@ -51,6 +51,11 @@ class SampleError(NinfercError):
     """No token can be drawn for one row (that request ends with an error; the step's other rows go on)."""
 
 
+class GrammarError(SampleError):
+    """The request's grammar (``response_format``, a forced tool call) failed at this row: a schema the grammar
+    engine cannot follow further (its limits, a value it cannot complete). The request's fault, not the engine's."""
+
+
 class NonFiniteLogits(SampleError):
     """A logits row holds NaN or Inf: the model produced garbage and no token may be drawn from it."""
 
@@ -271,14 +276,14 @@ class HostSampler:
             try:
                 allowed = self.constraint.allowed()
             except NinfercError as exc:
-                raise SampleError(str(exc)) from None
+                raise GrammarError(str(exc)) from None
         if not (p.logit_bias or held or p.penalised or allowed is not None):
             return x
         x = np.array(x, dtype=np.float32)
         if allowed is not None:
             n = min(x.shape[0], allowed.shape[0])
             if not allowed[:n].any():
-                raise SampleError("structured output: the grammar allows no token here")
+                raise GrammarError("structured output: the grammar allows no token here")
             x[:n][~allowed[:n]] = -np.inf
             x[n:] = -np.inf
         if p.logit_bias:

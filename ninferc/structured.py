@@ -18,8 +18,12 @@ Semantics (OpenAI's API reference for ``response_format``):
   formats it knows). A schema llguidance cannot compile -- an unknown type, a keyword it does not implement -- is
   refused with its message, not loosened.
 
-Whitespace between JSON tokens is flexible (llguidance's default), as in vLLM. After the value the only tokens
-allowed are the end ids the compiler was given (the model's EOS and the chat template's end of turn), so a
+Between JSON tokens the answer may put one space, or one line break and an indentation (:data:`JSON_OPTIONS`). An
+object schema that lists ``properties`` without ``additionalProperties`` takes no other keys (:func:`closed_objects`,
+OpenAI's strict mode, vLLM's default); ``strict`` itself changes nothing. A schema that admits no value (a ``$ref``
+cycle with no way out) is refused before any token; one the engine fails to follow later (its limits: a row of more
+than 2,000 items, for instance) ends the request with a 400 (:class:`~ninferc.runtime.scheduler.GrammarFailed`, an
+error event when streaming). After the value the only tokens allowed are the end ids the compiler was given (the model's EOS and the chat template's end of turn), so a
 constrained answer ends with ``finish_reason`` ``stop`` unless ``max_tokens`` cuts it (then its JSON is incomplete,
 as vLLM's and OpenAI's are).
 
@@ -32,19 +36,62 @@ parser).
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Sequence
 
 import numpy as np
 
 from ninferc.errors import NinfercError
 
+#: OpenAI's rule for a json_schema's ``name`` (as for a function's)
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
-#: llguidance's JSON options: whitespace between JSON tokens as JSON allows it (space, tab, newline, return), at most
-#: 20 characters in a row -- enough for a newline and the indentation of a value nested 9 deep at 2 spaces or 4 deep at
-#: 4 -- where llguidance's default is unbounded: a model unsure of what comes next may otherwise fill ``max_tokens``
-#: with whitespace inside the value (the fixture model did, 2026-12-07; vLLM's ``disable_any_whitespace`` answers
-#: the same failure by allowing none)
-JSON_OPTIONS = {"whitespace_pattern": r"[\x20\x0A\x0D\x09]{0,20}"}
+
+#: llguidance's JSON options: between JSON tokens one space, or one line break and up to 16 spaces or tabs of
+#: indentation (pretty-printed JSON to 8 levels at 2 spaces, 4 at 4), or nothing -- where llguidance's default allows
+#: any run of whitespace: a model unsure of what comes next may fill ``max_tokens`` with it inside the value (the
+#: fixture model did, 2026-12-07, also with runs bounded at 20 characters: objects of ~40 tokens took 117-395; vLLM's
+#: ``disable_any_whitespace`` answers the same failure by allowing none)
+JSON_OPTIONS = {"whitespace_pattern": r"(?:\r?\n[ \t]{0,16}| ?)"}
+
+#: keys of a JSON schema whose values are schemas, and those whose values are lists / maps of schemas (what
+#: :func:`closed_objects` walks)
+_SUB = ("items", "additionalItems", "contains", "not", "if", "then", "else", "propertyNames", "additionalProperties",
+        "unevaluatedProperties", "unevaluatedItems")
+_SUB_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SUB_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+
+
+def closed_objects(schema):
+    """A copy of ``schema`` where every object schema that lists ``properties`` and says nothing of
+    ``additionalProperties`` has ``additionalProperties: false``: the keys it names and no others, as OpenAI's strict
+    mode requires and vLLM's default backend (xgrammar, strict mode) assumes. JSON Schema's own default allows any
+    other key, which a model then invents (a new-user trial, 2026-12-07: pydantic's schemas, which leave it out, got
+    extra keys). A schema that says ``additionalProperties`` keeps what it says."""
+    if isinstance(schema, list):
+        return [closed_objects(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for k, v in schema.items():
+        if k in _SUB and isinstance(v, dict):
+            out[k] = closed_objects(v)
+        elif k in _SUB_LISTS and isinstance(v, list):
+            out[k] = [closed_objects(s) for s in v]
+        elif k in _SUB_MAPS and isinstance(v, dict):
+            out[k] = {name: closed_objects(s) for name, s in v.items()}
+        else:
+            out[k] = v
+    if "properties" in out and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    return out
+
+
+def _short(message: str, limit: int = 300) -> str:
+    """The first line of an llguidance message, at most ``limit`` characters (its errors can dump the whole grammar
+    and parser state: 26 KB for a 2,001-item enum)."""
+    line = message.strip().splitlines()[0] if message.strip() else "unknown error"
+    return line if len(line) <= limit else line[:limit] + " ..."
 
 
 class StructuredOutputError(NinfercError):
@@ -88,6 +135,9 @@ class GrammarCompiler:
         if response_format is None:
             return None
         kind = response_format.get("type")
+        if kind is None:
+            raise StructuredOutputError("response_format.type is required (text, json_object or json_schema)",
+                                        "response_format.type")
         if kind == "text":
             if set(response_format) != {"type"}:
                 raise StructuredOutputError(f"response_format text takes no other key, found "
@@ -109,17 +159,19 @@ class GrammarCompiler:
             if extra:
                 raise StructuredOutputError(f"response_format.json_schema: unknown keys {sorted(extra)} (name, schema, "
                                             "strict, description)", "response_format.json_schema")
-            if not isinstance(js.get("name"), str) or not js["name"]:
-                raise StructuredOutputError("response_format.json_schema.name is required (a string)",
+            if not isinstance(js.get("name"), str) or not _NAME.fullmatch(js["name"]):
+                raise StructuredOutputError("response_format.json_schema.name is required: 1-64 letters, digits, '_' "
+                                            f"or '-' (OpenAI's rule; found {str(js.get('name'))[:80]!r})",
                                             "response_format.json_schema.name")
             if "strict" in js and not isinstance(js["strict"], (bool, type(None))):
                 raise StructuredOutputError("response_format.json_schema.strict must be a boolean",
                                             "response_format.json_schema.strict")
             schema = js.get("schema")
             param = "response_format.json_schema.schema"
-            if not isinstance(schema, (dict, bool)):
-                raise StructuredOutputError("response_format.json_schema.schema is required: a JSON schema object",
-                                            param)
+            if not isinstance(schema, dict):
+                raise StructuredOutputError("response_format.json_schema.schema is required: a JSON schema object "
+                                            f"(found {json.dumps(schema)[:80]})", param)
+            schema = closed_objects(schema)
         else:
             raise StructuredOutputError(f"response_format type {kind!r} is not supported (text, json_object, "
                                         "json_schema)", "response_format.type")
@@ -129,7 +181,12 @@ class GrammarCompiler:
             raise StructuredOutputError(f"{param}: {exc}", param) from None
         is_error, messages = self._llg.LLMatcher.validate_grammar_with_warnings(grammar, self._tok)
         if is_error:
-            raise StructuredOutputError(f"{param}: the schema cannot be enforced: {messages[0]}", param)
+            raise StructuredOutputError(f"{param}: the schema cannot be enforced: {_short(messages[0])}", param)
+        m = self._llg.LLMatcher(self._tok, grammar, log_level=0)
+        m.compute_bitmask()  # the first step: a schema that admits no value fails here (llguidance: no extension)
+        if m.is_error():
+            raise StructuredOutputError(f"{param}: the schema admits no JSON value (a $ref cycle with no way out?): "
+                                        f"{_short(m.get_error())}", param)
         return grammar
 
     def constraint(self, grammar: str, *, after: tuple[str, object] | None = None,
@@ -174,8 +231,11 @@ class TokenConstraint:
             return None
         if self._mask is None:
             if self._m.is_error():
-                raise NinfercError(f"structured output: {self._m.get_error()}")
+                raise NinfercError(f"structured output: {_short(self._m.get_error())}")
             bits = np.frombuffer(self._m.compute_bitmask(), np.uint8)
+            if self._m.is_error():  # no way on (llguidance then allows only the end ids: an incomplete value)
+                raise NinfercError(f"structured output: the schema cannot be followed from here: "
+                                   f"{_short(self._m.get_error())}")
             mask = np.unpackbits(bits, bitorder="little")[:self.vocab_size].astype(bool)
             if mask.shape[0] < self.vocab_size:
                 mask = np.concatenate([mask, np.zeros(self.vocab_size - mask.shape[0], bool)])

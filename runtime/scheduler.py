@@ -51,7 +51,7 @@ from typing import Callable, Protocol
 
 from ninferc.errors import NinfercError
 from ninferc.runtime.backend import KVPools
-from ninferc.sampling import HostSampler, SampleError, Sampled, SamplingParams
+from ninferc.sampling import GrammarError, HostSampler, SampleError, Sampled, SamplingParams
 
 
 class ServingError(NinfercError):
@@ -95,6 +95,21 @@ class EngineFailed(ServingError):
     """The engine failed (HTTP 500); the message says why."""
 
     status, type, code = 500, "internal_error", "engine_error"
+
+
+class GrammarFailed(ServingError):
+    """A request's grammar (``response_format``, a forced tool call) failed while generating (HTTP 400: the schema,
+    not the engine)."""
+
+    status, type, code = 400, "invalid_request_error", "grammar_error"
+
+
+def row_error(exc: Exception) -> ServingError:
+    """The error a request ends with when its row could not be sampled: :class:`GrammarFailed` for its grammar,
+    :class:`EngineFailed` otherwise (non-finite logits)."""
+    if isinstance(exc, GrammarError):
+        return GrammarFailed(str(exc), param="response_format")
+    return EngineFailed(str(exc))
 
 
 class OutputFilter(Protocol):
@@ -710,7 +725,7 @@ class Scheduler:
         now = self.clock()
         for a, d, toks, m in zip(rows, drafts, outs, ms):
             if isinstance(toks, Exception):
-                self._end_error(a, EngineFailed(str(toks)))
+                self._end_error(a, row_error(toks))
                 continue
             self._emit_many(a, toks, now, spec_round=(len(d), m))
 
@@ -723,7 +738,7 @@ class Scheduler:
     def _emit_sampled(self, a: _Active, s, now: float) -> None:
         """Emit one sampled token, or end the request when its row's logits were not finite (the others go on)."""
         if isinstance(s, Exception):
-            self._end_error(a, EngineFailed(str(s)))
+            self._end_error(a, row_error(s))
         else:
             self._emit_many(a, [s], now)
 

@@ -32,7 +32,7 @@ from ninferc.server.protocol import (MAX_CHOICES, MAX_STOP_STRINGS, MAX_STOP_TOK
                                      DetokenizeRequest, TokenizeRequest, describe_validation_error, error_body)
 from ninferc.server.reasoning import THINK_END, ReasoningSplitter, split_reasoning, starts_in_reasoning
 from ninferc.server.tools import (ForcedCallSplitter, ToolCallSplitter, check_tools, forced_call_schema,
-                                  history_tool_calls, split_with)
+                                  history_tool_calls, split_with, template_reads_tools)
 from ninferc.structured import GrammarCompiler, StructuredOutputError
 from ninferc.tokenizer import TextOutput
 
@@ -559,6 +559,9 @@ def _tool_use(state: ServerState, req) -> ToolUse | None:
     elif choice not in (None, "auto"):
         raise HTTPError(400, f"tool_choice {json.dumps(choice)[:80]} is not one of none, auto, required or a named "
                              "function", param="tool_choice")
+    if forced is not None and (state.chat is None or not template_reads_tools(state.chat.source)):
+        raise HTTPError(400, f"tool_choice {json.dumps(choice)[:80]}: this model's chat template never shows tools to "
+                             "the model, so it could not know the function it is made to call", param="tool_choice")
     if forced is None and state.tool_parser is None:
         raise HTTPError(400, "tools need a server started with --tool-call-parser (qwen3_coder for Qwen3.5 / 3.6 / "
                              "3.8 checkpoints, hermes for Qwen3's); this one cannot read the calls in an answer",
@@ -754,7 +757,7 @@ def _logit_bias(bias: dict | None, vocab: int | None) -> tuple:
         HTTPError: 400 naming the key that is not a token id, or is one the vocabulary lacks."""
     out = {}
     for key, value in (bias or {}).items():
-        k = key.strip()
+        k = key
         if not (k.isdigit() and k.isascii()):
             raise HTTPError(400, f"logit_bias: key {key!r} is not a token id (a string of digits, e.g. \"151645\")",
                             param="logit_bias")

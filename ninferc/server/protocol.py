@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationError, model_validator
 
 #: most stop strings one request may give
 MAX_STOP_STRINGS = 16
@@ -107,7 +107,7 @@ class _Sampling(_Strict):
     store: StrictBool | None = None
     service_tier: str | None = None
     # OpenAI's: token id (a string of digits) -> bias in [-100, 100] added to that token's logit before sampling
-    logit_bias: dict[str, Number] | None = None
+    logit_bias: dict[str, Union[StrictInt, StrictFloat]] | None = None
     # vLLM's: the stop ids (EOS, end of turn, stop_token_ids) and stop strings cannot end the text before this many
     # tokens were generated
     min_tokens: StrictInt = 0

@@ -314,8 +314,8 @@ class ForcedCallSplitter:
 
 def check_tools(tools: list) -> list[dict]:
     """A request's ``tools``, checked: each ``{"type": "function", "function": {"name", "description"?,
-    "parameters"?}}`` with OpenAI's name rule (:data:`NAME_RE`), ``parameters`` an object. Raises ValueError
-    ``(message, param)`` naming the first bad entry."""
+    "parameters"?}}`` with OpenAI's name rule (:data:`NAME_RE`), names unique, ``parameters`` a JSON schema of an
+    object (its ``type``, where given, ``object``). Raises ValueError ``(message, param)`` naming the first bad entry."""
     out = []
     for i, t in enumerate(tools):
         if not isinstance(t, dict) or t.get("type") != "function":
@@ -328,9 +328,12 @@ def check_tools(tools: list) -> list[dict]:
         if not isinstance(name, str) or not NAME_RE.fullmatch(name):
             raise ValueError(f"tools[{i}].function.name must be 1-64 letters, digits, '_' or '-' "
                              f"(found {name!r})", f"tools.{i}.function.name")
-        if fn.get("parameters") is not None and not isinstance(fn["parameters"], dict):
-            raise ValueError(f"tools[{i}].function.parameters must be a JSON schema object",
-                             f"tools.{i}.function.parameters")
+        params = fn.get("parameters")
+        if params is not None and (not isinstance(params, dict) or params.get("type", "object") != "object"):
+            raise ValueError(f"tools[{i}].function.parameters must be a JSON schema of an object (arguments are "
+                             f"named), found {json.dumps(params)[:80]}", f"tools.{i}.function.parameters")
+        if any(o["function"]["name"] == name for o in out):
+            raise ValueError(f"tools[{i}]: a function named {name!r} is given twice", f"tools.{i}.function.name")
         out.append(t)
     return out
 

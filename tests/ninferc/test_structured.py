@@ -103,3 +103,26 @@ def test_bad_formats_name_the_field(comp, fmt, param, needle):
 
 def test_text_and_none_are_no_constraint(comp):
     assert comp.grammar(None) is None and comp.grammar({"type": "text"}) is None
+
+
+def test_closed_objects_close_every_object_schema_that_lists_properties():
+    from ninferc.structured import closed_objects
+
+    schema = {"type": "object", "properties": {"a": {"type": "object", "properties": {"b": {"type": "integer"}}},
+                                               "c": {"type": "array", "items": {"properties": {"d": {}}}},
+                                               "e": {"type": "object", "additionalProperties": True,
+                                                     "properties": {"f": {}}}},
+              "$defs": {"P": {"properties": {"x": {}}}}, "anyOf": [{"properties": {"y": {}}}, {"type": "string"}]}
+    out = closed_objects(schema)
+    assert out["additionalProperties"] is False and out["properties"]["a"]["additionalProperties"] is False
+    assert out["properties"]["c"]["items"]["additionalProperties"] is False
+    assert out["properties"]["e"]["additionalProperties"] is True  # said explicitly: kept
+    assert out["$defs"]["P"]["additionalProperties"] is False and out["anyOf"][0]["additionalProperties"] is False
+    assert "additionalProperties" not in out["anyOf"][1] and "additionalProperties" not in schema  # a copy
+    assert closed_objects({"type": "object"}) == {"type": "object"}  # json_object stays open
+
+
+def test_a_schema_with_no_value_is_refused_with_a_short_message(comp):
+    with pytest.raises(StructuredOutputError, match="admits no JSON value") as e:
+        comp.grammar({"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#"}}})
+    assert len(str(e.value)) < 500

@@ -27,7 +27,7 @@ def _check(value):
 def test_json_object_chat_and_completions_parse(client):
     """json_object: any JSON object (its strings unbounded: on prompts where the fixture model writes a long string
     max_tokens cuts it, so these prompts are ones where it closes the object)."""
-    for prompt in ("config", "def main():"):
+    for prompt in ("{}", "x"):
         r = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": prompt}],
                                            max_tokens=150, temperature=0, response_format={"type": "json_object"},
                                            extra_body=NO_THINK)
@@ -82,6 +82,13 @@ def test_without_response_format_the_same_request_is_not_json(client):
     ({"response_format": {"type": "json_object", "schema": {}}}, "response_format", "takes no other key"),
     ({"response_format": {"type": "json_object"}, "min_tokens": 4}, "min_tokens", "cannot be combined"),
     ({"response_format": {"type": "json_object"}, "ignore_eos": True}, "ignore_eos", "cannot be combined"),
+    ({"response_format": {}}, "response_format.type", "response_format.type is required"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "a b", "schema": SCHEMA}}},
+     "response_format.json_schema.name", "1-64 letters, digits"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": True}}},
+     "response_format.json_schema.schema", "a JSON schema object (found true)"),
+    ({"logit_bias": {"7": True}}, "logit_bias.7", ""),
+    ({"logit_bias": {" 7": 1}}, "logit_bias", "key ' 7' is not a token id"),
 ])
 def test_bad_response_formats_are_400s_naming_the_field(client, body, param, needle):
     with pytest.raises(openai.BadRequestError) as e:
@@ -108,3 +115,36 @@ def test_with_the_reasoning_parser_the_thinking_is_free_and_the_answer_constrain
                                   response_format=JSON_SCHEMA, extra_body=NO_THINK)
     assert r.choices[0].finish_reason == "stop"
     _check(json.loads(r.choices[0].message.content))
+
+
+def test_a_schema_the_grammar_cannot_follow_is_a_400_before_or_while_generating(client):
+    """A $ref cycle with no way out admits no value: a 400 before any token. A property whose schema is itself (no
+    base case) fails after '{"a":' -- the request ends with a 400 grammar_error (an error event when streaming), its
+    message one short line, and the server goes on."""
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model="tiny", prompt="x", max_tokens=20, extra_body={"response_format": {
+            "type": "json_schema", "json_schema": {"name": "loop", "schema": {"anyOf": [{"$ref": "#"}]}}}})
+    assert e.value.body["param"] == "response_format.json_schema.schema"
+    assert "admits no JSON value" in e.value.body["message"] and len(e.value.body["message"]) < 500
+    selfish = {"type": "object", "properties": {"a": {"$ref": "#/properties/a"}}, "required": ["a"]}
+    fmt = {"type": "json_schema", "json_schema": {"name": "selfish", "schema": selfish}}
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model="tiny", prompt="x", max_tokens=40, temperature=0,
+                                  extra_body={"response_format": fmt})
+    assert e.value.body["code"] == "grammar_error" and e.value.body["param"] == "response_format"
+    assert e.value.body["message"].startswith("structured output:") and len(e.value.body["message"]) < 500
+    assert client.completions.create(model="tiny", prompt="x", max_tokens=2).usage.completion_tokens == 2
+
+
+def test_objects_are_closed_and_whitespace_is_one_break_and_indentation(client):
+    """An object schema with properties and no additionalProperties takes no other key (pydantic's schemas leave it
+    out); between JSON tokens at most one line break."""
+    schema = {"type": "object", "properties": {"color": {"enum": ["red", "green"]}}}  # nothing required
+    r = client.completions.create(model="tiny", prompt="def f():", max_tokens=200, temperature=1.0, seed=3, n=4,
+                                  extra_body={"response_format": {"type": "json_schema",
+                                                                  "json_schema": {"name": "c", "schema": schema}}})
+    for ch in r.choices:
+        assert "\n\n" not in ch.text and "\n \n" not in ch.text
+        if ch.finish_reason == "stop":
+            assert set(json.loads(ch.text)) <= {"color"}
+    assert any(ch.finish_reason == "stop" for ch in r.choices)

@@ -25,6 +25,9 @@ WEATHER = {"type": "function", "function": {
         "city": {"type": "string"}, "days": {"type": "integer"}, "metric": {"type": "boolean"},
         "hours": {"type": "array"}, "where": {"type": "object"}, "ratio": {"type": ["number", "null"]}}}}}
 TOOLS = [WEATHER, {"type": "function", "function": {"name": "now", "parameters": {"type": "object"}}}]
+PICK = {"type": "function", "function": {"name": "pick", "parameters": {
+    "type": "object", "properties": {"color": {"enum": ["red", "green"]}}, "required": ["color"],
+    "additionalProperties": False}}}
 
 CODER_CALL = ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n"
               "</parameter>\n</function>\n</tool_call>")
@@ -402,6 +405,10 @@ def test_forced_call_schemas():
      "response_format", "response_format and tools cannot be combined"),
     ({"tool_choice": "required", "extra_body": {"min_tokens": 3}}, "min_tokens", "cannot be combined with tool_choice"),
     ({"tool_choice": "sometimes"}, "tool_choice", '"sometimes" is not one of none, auto, required'),
+    ({"tools": [PICK, PICK]}, "tools.1.function.name", "a function named 'pick' is given twice"),
+    ({"tools": [{"type": "function", "function": {"name": "g", "parameters": {"type": "string"}}}],
+      "tool_choice": {"type": "function", "function": {"name": "g"}}}, "tools.0.function.parameters",
+     "must be a JSON schema of an object"),
     ({"tools": [{"type": "function", "function": {"name": "bad name"}}]}, "tools.0.function.name",
      "must be 1-64 letters"),
 ])
@@ -469,10 +476,6 @@ def test_served_fixture_shows_tools_and_answers_without_calls(start_server, tool
     assert client.chat.completions.create(tools=TOOLS, tool_choice="none", **kw).usage.prompt_tokens == none["count"]
 
 
-PICK = {"type": "function", "function": {"name": "pick", "parameters": {
-    "type": "object", "properties": {"color": {"enum": ["red", "green"]}}, "required": ["color"],
-    "additionalProperties": False}}}
-
 
 def test_served_fixture_makes_forced_calls_without_a_parser(start_server, tool_dir):
     """A forced call needs no --tool-call-parser: the fixture model (never taught to call) is constrained to the
@@ -491,3 +494,11 @@ def test_served_fixture_makes_forced_calls_without_a_parser(start_server, tool_d
     with pytest.raises(openai.BadRequestError) as e:  # auto still needs the parser
         client.chat.completions.create(tools=[PICK], **{k: v for k, v in kw.items() if k != "tools"})
     assert e.value.body["param"] == "tools"
+
+
+def test_a_forced_call_needs_a_template_that_shows_the_tools(client):
+    """The fixture's own template never reads tools: a forced call would make the model call a function it was never
+    shown, so it is a 400 naming tool_choice."""
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="tiny", messages=ASK, tools=[PICK], tool_choice="required", max_tokens=4)
+    assert e.value.body["param"] == "tool_choice" and "never shows tools" in e.value.body["message"]
