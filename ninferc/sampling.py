@@ -3,7 +3,8 @@
 Semantics (as in vLLM's v1 sampler, which follows HF `generate` for the shared parts), applied to one row of
 fp32 logits in this order:
 
-1. adjustments (also under greedy decoding), in vLLM v1's order: ``logit_bias`` added to its tokens' logits
+1. adjustments (also under greedy decoding), in vLLM v1's order: a grammar's mask (``response_format``, a forced
+   tool call: the ids it does not allow set to -inf; :mod:`ninferc.structured`); ``logit_bias`` added to its tokens' logits
    (OpenAI's definition: a bias in [-100, 100] per token id); while fewer than ``min_tokens`` tokens were generated,
    the sequence's stop ids (EOS, the chat template's end of turn, ``stop_token_ids``) set to -inf (vLLM's
    ``min_tokens``); then the penalties: ``repetition_penalty`` r over every token of the prompt and of the
@@ -267,7 +268,7 @@ class HostSampler:
         left out.
 
         Raises:
-            SampleError: the grammar allows no id of the row (or its state is an error)."""
+            GrammarError: the grammar allows no id of the row (or its state is an error)."""
         p = self.params
         x = np.asarray(logits)
         held = self.holding_stops
