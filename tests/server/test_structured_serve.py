@@ -148,3 +148,19 @@ def test_objects_are_closed_and_whitespace_is_one_break_and_indentation(client):
         if ch.finish_reason == "stop":
             assert set(json.loads(ch.text)) <= {"color"}
     assert any(ch.finish_reason == "stop" for ch in r.choices)
+
+
+def test_the_openai_clients_parse_helper_with_a_pydantic_model(client):
+    """The README's example: ``client.chat.completions.parse(response_format=PydanticModel)`` (the client sends the
+    model's JSON schema, strict) gets a parsed object."""
+    from typing import Literal
+
+    from pydantic import BaseModel
+
+    class Pick(BaseModel):
+        color: Literal["red", "green", "blue"]
+        count: int
+
+    r = client.chat.completions.parse(model="tiny", messages=[{"role": "user", "content": "Pick a color and a count."}],
+                                      response_format=Pick, max_tokens=200, temperature=0, extra_body=NO_THINK)
+    assert r.choices[0].finish_reason == "stop" and isinstance(r.choices[0].message.parsed, Pick)
