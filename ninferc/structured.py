@@ -219,7 +219,7 @@ class TokenConstraint:
         self._banned = np.array(banned, np.int64)
         self._mask: np.ndarray | None = None
         if matcher.is_error():
-            raise StructuredOutputError(f"response_format: {matcher.get_error()}")
+            raise StructuredOutputError(f"response_format: {_short(matcher.get_error())}")
 
     def allowed(self) -> np.ndarray | None:
         """bool [vocab_size]: the ids that may come next; None while the constraint has not started (``after``).

@@ -229,9 +229,6 @@ def create_app(state: ServerState):
                                  "one the reasoning is part of content)", param="include_reasoning")
         tool_use = _tool_use(state, req)
         tools = tool_use.tools if tool_use else None
-        if tool_use is not None and req.response_format not in (None, {"type": "text"}):
-            raise HTTPError(400, "response_format and tools cannot be combined: a constrained answer cannot hold a "
-                                 "tool call; give one (or tool_choice: none)", param="response_format")
         grammar = await _off_loop(_grammar, state, req, tool_use)
         messages, text = await _off_loop(_render_chat, state, req.messages, req.chat_template_kwargs or {},
                                          req.add_generation_prompt, tools, req.continue_final_message)
@@ -633,8 +630,6 @@ def _generation(state: ServerState, request: Request, req, ids: list[int], max_t
     top_k = req.top_k if req.top_k is not None else int(d.get("top_k", 0))
     vocab = state.engine.backend.vocab_size if state.engine.backend is not None else None
     logit_bias = _logit_bias(req.logit_bias, vocab)
-    if req.min_tokens < 0:
-        raise HTTPError(400, f"min_tokens must be >= 0, found {req.min_tokens}", param="min_tokens")
     if top_k < -1:
         raise HTTPError(400, f"top_k must be a count of tokens >= 1, or 0 or -1 for no limit, found {top_k}",
                         param="top_k")
@@ -723,8 +718,11 @@ def _compiler(state: ServerState) -> GrammarCompiler:
 def _grammar(state: ServerState, req, tool_use: ToolUse | None = None) -> str | None:
     """The compiled ``response_format`` of a request (:meth:`~ninferc.structured.GrammarCompiler.grammar`), or of
     its forced tool call (:meth:`ToolUse.schema`), or None. HTTPError 400: a malformed format or a schema that cannot
-    be enforced, and the combinations a grammar cannot honour (``min_tokens`` -- the value may end before --,
-    ``ignore_eos`` -- nothing would end the answer)."""
+    be enforced, and the combinations a grammar cannot honour (tools with a ``response_format`` -- the answer cannot
+    be both --, ``min_tokens`` -- the value may end before --, ``ignore_eos`` -- nothing would end the answer)."""
+    if tool_use is not None and req.response_format not in (None, {"type": "text"}):
+        raise HTTPError(400, "response_format and tools cannot be combined: a constrained answer cannot hold a "
+                             "tool call; give one (or tool_choice: none)", param="response_format")
     schema = tool_use.schema() if tool_use is not None else None
     if schema is not None:
         fmt, what = {"type": "json_schema", "json_schema": {"name": "tool_call", "schema": schema}}, "tool_choice"

@@ -102,7 +102,7 @@ CASES = [
     ("min_tokens above the completions default of max_tokens", "/v1/completions", {**OK, "max_tokens": None, "min_tokens": 100000},
      400, "min_tokens (100000) is more than max_tokens (16)"),
     ("min_tokens negative", "/v1/completions", {**OK, "min_tokens": -1}, 400,
-     "min_tokens None min_tokens must be >= 0, found -1"),
+     "min_tokens None min_tokens must be an integer >= 0, found -1"),
     ("logit_bias key not a token id", "/v1/completions", {**OK, "logit_bias": {"hello": 5}}, 400,
      "logit_bias None logit_bias: key 'hello' is not a token id"),
     ("logit_bias id past the vocabulary", "/v1/completions", {**OK, "logit_bias": {"99999": 5}}, 400,
