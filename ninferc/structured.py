@@ -113,7 +113,7 @@ class GrammarCompiler:
         end_ids: ids that may end a constrained answer (EOS, the end of turn); at least one.
 
     Raises:
-        NinfercError: no end id, or llguidance is not installed (it is a dependency of the project).
+        NinfercError: no end id. ImportError: llguidance is not installed (a dependency of the project).
     """
 
     def __init__(self, tokenizer_json: str, vocab_size: int, end_ids: Sequence[int]):
@@ -207,7 +207,17 @@ class GrammarCompiler:
 
 class TokenConstraint:
     """One sequence's grammar state: which ids may come next (:meth:`allowed`), advanced by :meth:`advance` with each
-    token taken. Not thread-safe (the engine thread owns it)."""
+    token taken. Not thread-safe (the engine thread owns it). Made by :meth:`GrammarCompiler.constraint`.
+
+    Args:
+        matcher: a fresh ``llguidance.LLMatcher`` of the grammar.
+        vocab_size: V, the logit row width (the mask's length; ids past the grammar's tokenizer are never allowed).
+        after: None, or ``(marker, decoder)``: nothing is masked until the generated text holds ``marker``.
+        banned: end ids never allowed (another end than the request's own).
+
+    Raises:
+        StructuredOutputError: the matcher is already in error (llguidance's message, shortened).
+    """
 
     def __init__(self, matcher, vocab_size: int, *, after: tuple[str, object] | None = None,
                  banned: Sequence[int] = ()):
