@@ -9,8 +9,8 @@ import numpy as np
 from ninferc.errors import NinfercError
 from ninferc.ir.config import ModelConfig
 from ninferc.ir.qwen3_5 import build_graph, build_mtp_graph, mtp_param_specs
-from ninferc.ir.reference import ReferenceExecutor
-from ninferc.sampling import HostSampler, SampleError, SamplingParams, rows_on_device
+from ninferc.ir.reference import ReferenceExecutor, ref_linear
+from ninferc.sampling import HostSampler, SampleError, SamplingParams, rows_on_device, score_rows
 
 
 class ReferenceBackend:
@@ -180,8 +180,9 @@ class ReferenceBatchBackend:
         self.page_size, self.num_pages, self.num_slots, self.max_context = page_size, num_pages, num_slots, max_context
         self.exec = ReferenceExecutor(graph if graph is not None else build_graph(config, lm_rows="last"), weights)
         g = self.exec.graph
-        #: the tensor the LM head reads: the model's hidden state after its final norm (the MTP head's input)
-        self._lm_in = next(op.inputs[0] for op in g.ops() if op.kind == "LMHead")
+        #: the tensor the LM head reads: the model's hidden state after its final norm (the MTP head's input), and
+        #: the head's weight (a scored prefill applies it to every row)
+        self._lm_in, self._lm_weight = next((op.inputs[0], op.params["weight"]) for op in g.ops() if op.kind == "LMHead")
         self.mtp_exec = None
         if mtp_graph is None and config.mtp_num_hidden_layers and all(n in weights for n in mtp_param_specs(config)):
             mtp_graph = build_mtp_graph(config, lm_rows="last")
@@ -245,16 +246,19 @@ class ReferenceBatchBackend:
             raise NinfercError("this model has no MTP head: speculative decoding (--spec mtp) is not possible")
         return _PagedSequence(self, seq)
 
-    def _forward(self, seq, ids: list[int]) -> np.ndarray:
-        """The model over ``ids`` appended to ``seq``; logits of the last token [V]. A speculating sequence keeps
-        the hidden rows (the MTP head's input) and the tokens."""
+    def _forward(self, seq, ids: list[int], *, hidden: bool = False):
+        """The model over ``ids`` appended to ``seq``; logits of the last token [V] (with ``hidden``: and the
+        hidden rows the LM head reads, [T, H] fp32). A speculating sequence keeps the hidden rows (the MTP head's
+        input) and the tokens."""
         view = self._view(seq)
-        if not seq.mtp:
+        if not (seq.mtp or hidden):
             return self.exec.forward(list(ids), view)[-1]
         logits, env = self.exec.forward(list(ids), view, capture=True)
-        self._hidden[seq.slot].extend(np.asarray(env[self._lm_in], np.float32))
-        self._tokens[seq.slot].extend(int(t) for t in ids)
-        return logits[-1]
+        rows = np.asarray(env[self._lm_in], np.float32)
+        if seq.mtp:
+            self._hidden[seq.slot].extend(rows)
+            self._tokens[seq.slot].extend(int(t) for t in ids)
+        return (logits[-1], rows) if hidden else logits[-1]
 
     def _snapshot(self, slot: int) -> dict:
         return {n: p[slot].copy() for n, p in (*self.conv.items(), *self.recurrent.items())}
@@ -279,6 +283,34 @@ class ReferenceBatchBackend:
         if seq.mtp:
             self._mtp_rows(seq, seq.length - 1)
         return logits
+
+    #: most tokens of one :meth:`prefill_scored` chunk (the scheduler's cap; the CUDA backend's is its engine's logit
+    #: rows): small, so that the CPU tests score a prompt over several chunks as the GPU does
+    max_scored_tokens = 16
+
+    def prefill_scored(self, seq, ids: list[int], targets: list[int], top_n: int):
+        """:meth:`prefill` of the chunk ``ids`` that also scores the prompt: ``targets[i]`` (the prompt's token after
+        ``ids[i]``; ``len(targets) <= len(ids)``, the chunk's last token unscored where the prompt ends there) under
+        the logits after ``ids[i]``, with ``top_n`` alternatives (:func:`~ninferc.sampling.score_rows`).
+
+        Returns:
+            (the last token's logits [1, V] fp32, as :meth:`prefill`'s, one PromptScore per target).
+
+        Raises:
+            NinfercError: an empty chunk, more targets than tokens or than :attr:`max_scored_tokens`, a context over
+                ``max_context``. NonFiniteLogits: a scored row is not finite (the chunk is appended all the same).
+        """
+        if not ids:
+            raise NinfercError("prefill needs at least one token")
+        if len(ids) > self.max_scored_tokens or len(targets) > len(ids):
+            raise NinfercError(f"a scored prefill chunk takes at most {self.max_scored_tokens} tokens and one target "
+                               f"per token; found {len(ids)} tokens, {len(targets)} targets")
+        self._check(seq, len(ids))
+        last, hidden = self._forward(seq, ids, hidden=True)
+        if seq.mtp:
+            self._mtp_rows(seq, seq.length - 1)
+        logits = ref_linear(hidden[:len(targets)], self.exec.w(self._lm_weight))
+        return last[None], score_rows(logits, targets, top_n)
 
     def _mtp_rows(self, seq, upto: int, last_token: int | None = None):
         """MTP rows ``seq.mtp_length .. upto - 1`` (row t: hidden at t, token at t + 1; the token after the last

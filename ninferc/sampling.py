@@ -220,6 +220,61 @@ class Sampled:
     top: list[tuple[int, float]] = field(default_factory=list)
 
 
+@dataclass
+class PromptScore:
+    """One scored prompt position (a request's ``prompt_logprobs``, a completion's ``echo`` with ``logprobs``): the
+    prompt's ``token`` there, its ``logprob`` under the model's distribution after the tokens before it, its
+    ``rank`` (1 = the most likely token; 1 + the number of tokens with a larger logit) and ``top``, the ``n`` most
+    likely (id, logprob) pairs, most likely first -- raw log-probabilities, as :class:`Sampled`'s."""
+
+    token: int
+    logprob: float
+    rank: int
+    top: list[tuple[int, float]] = field(default_factory=list)
+
+
+def score_rows(logits, targets: list[int], top_n: int, xp=np) -> list[PromptScore]:
+    """Score ``targets[i]`` under row ``i`` of ``logits`` (the rows of a prefill chunk, row i predicting the token
+    after the chunk's token i) for every ``i < len(targets)``.
+
+    Args:
+        logits: [R, V] fp32 (R >= len(targets)), a numpy array or, with ``xp`` = cupy, a device array (the CUDA
+            backend scores where its logits are and reads back only the scores).
+        targets: token ids, each in 0..V - 1. top_n: alternatives per row (0..:data:`MAX_TOP_LOGPROBS`).
+        xp: the array module of ``logits`` (numpy or cupy).
+
+    Returns:
+        one :class:`PromptScore` per target, the log softmax taken in fp32 (vLLM computes its logprobs in fp32).
+
+    Raises:
+        NonFiniteLogits: a scored row holds NaN or Inf (no score is made up for it).
+    """
+    k = len(targets)
+    if k == 0:
+        return []
+    x = logits[:k].astype(xp.float32, copy=False)
+    finite = xp.isfinite(x).all(axis=1)
+    if not bool(finite.all()):
+        row = int(xp.argmin(finite))
+        bad = int((~xp.isfinite(x[row])).sum())
+        raise NonFiniteLogits(f"the model produced {bad} non-finite logits of {x.shape[1]} (NaN or Inf) at the prompt's "
+                              f"scored position {row} of this chunk; no log-probability can be given")
+    m = x.max(axis=1, keepdims=True)
+    lse = (m + xp.log(xp.exp(x - m).sum(axis=1, keepdims=True)))[:, 0]
+    tgt = xp.asarray(np.asarray(targets, np.int64))
+    xt = xp.take_along_axis(x, tgt[:, None], axis=1)[:, 0]
+    rank = (x > xt[:, None]).sum(axis=1) + 1
+    lp = (xt - lse).tolist()
+    ranks = rank.tolist()
+    tops: list = [[] for _ in range(k)]
+    if top_n:  # the top_n largest per row (argpartition), then ordered: most likely first, ties to the lower id
+        idx = xp.argpartition(-x, min(top_n, x.shape[1]) - 1, axis=1)[:, :top_n]
+        vals = (xp.take_along_axis(x, idx, axis=1) - lse[:, None]).tolist()
+        tops = [sorted(zip(i, v), key=lambda iv: (-iv[1], iv[0])) for i, v in zip(idx.tolist(), vals)]
+    return [PromptScore(int(t), float(a), int(r), [(int(i), float(v)) for i, v in top])
+            for t, a, r, top in zip(targets, lp, ranks, tops)]
+
+
 class HostSampler:
     """Samples token ids on the host for one sequence: its parameters, its own seeded generator and the token
     history the penalties read.

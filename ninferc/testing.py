@@ -98,6 +98,18 @@ class FakeBackend:
         seq.length += len(ids)
         return self._row(ids[-1])[None]
 
+    #: most tokens of one scored prefill chunk
+    max_scored_tokens = 4
+
+    def prefill_scored(self, seq, ids, targets, top_n):
+        from ninferc.sampling import score_rows
+
+        assert len(seq.pages) * self.page_size >= seq.length + len(ids)
+        assert len(ids) <= self.max_scored_tokens and len(targets) <= len(ids)
+        self.calls.append(("prefill_scored", seq.slot, len(ids)))
+        seq.length += len(ids)
+        return self._row(ids[-1])[None], score_rows(np.stack([self._row(t) for t in ids]), targets, top_n)
+
     def decode(self, seqs, tokens):
         self.calls.append(("decode", tuple(s.slot for s in seqs)))
         return self._step(seqs, tokens)

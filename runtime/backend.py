@@ -21,6 +21,11 @@ Contract of a backend (duck-typed; :class:`BatchBackend` lists it):
   for a row whose logits are not finite the :class:`~ninferc.sampling.NonFiniteLogits` error (never a token);
   ``rows[i]`` is ``(HostSampler, logprobs or None)`` and holds the request's parameters, its own seeded generator
   and its token history, so a request's draws do not depend on the other rows of the step;
+* for scoring a prompt (optional; ``prompt_logprobs``, a completion's ``echo`` with ``logprobs``):
+  ``prefill_scored(seq, ids, targets, top_n)`` -- ``prefill`` of the chunk that also scores ``targets[i]`` (the
+  prompt's token after ``ids[i]``) under the logits after ``ids[i]``, returning ``(the last token's logits as prefill
+  returns them, [PromptScore])`` (:func:`~ninferc.sampling.score_rows`) -- and ``max_scored_tokens``, the most tokens
+  of such a chunk;
 * ``close()``: release device memory;
 * for the prefix cache (optional): ``state_nbytes(seq)``, ``save_state(seq)`` (a copy of the GDN state of the
   sequence's slot and, when it speculates, what the MTP head needs to resume), ``restore_state(seq, state,

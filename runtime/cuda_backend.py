@@ -43,7 +43,7 @@ from __future__ import annotations
 import numpy as np
 
 from ninferc.errors import NinfercError
-from ninferc.sampling import NonFiniteLogits, SampleError, Sampled, rows_on_device
+from ninferc.sampling import NonFiniteLogits, SampleError, Sampled, rows_on_device, score_rows
 
 #: sampled-id buffers (device + pinned host) in rotation: the scheduler holds at most two unread samples (the step
 #: it reads and the one queued ahead of it), a synchronous sample a third
@@ -67,6 +67,13 @@ class PendingSample:
             self.event.synchronize()
             self._got = self.backend._read_sample(self)
         return self._got
+
+
+#: tokens per chunk of a scored prefill (a request's ``prompt_logprobs``, a completion's ``echo`` with ``logprobs``):
+#: the engine's logit rows are at least this many, which costs SCORED_CHUNK x vocab x 4 bytes of device memory (32 MB
+#: at the 27B's 248,320-token vocabulary) and lets such a prompt go through in chunks of 32 tokens, each one forward
+#: pass, instead of the concurrency's 4
+SCORED_CHUNK = 32
 
 
 class _StepLogits:
@@ -102,7 +109,8 @@ class CudaBatchBackend:
         from ninferc.runtime.engine import Engine
 
         engine = Engine.from_artifact(art, max_context=max_context, max_batch=num_slots, num_pages=num_pages,
-                                      prefill_chunk=prefill_chunk, cuda_graph=cuda_graph, log=log,
+                                      prefill_chunk=prefill_chunk, max_logit_rows=max(num_slots, SCORED_CHUNK),
+                                      cuda_graph=cuda_graph, log=log,
                                       reserve={"prefix_cache_budget": cache_bytes} if cache_bytes else None,
                                       spec_tokens=spec_tokens, draft_lm_head=draft_lm_head)
         self._setup(engine, num_slots=num_slots, max_context=max_context, cuda_graph=cuda_graph,
@@ -151,6 +159,46 @@ class CudaBatchBackend:
         if self.spec_tokens and getattr(seq, "mtp", False):  # the head's rows whose next token is in the chunk
             self._mtp_rows([(seq, s, list(ids), 0, s + T - 1)])
         return _StepLogits(e, 1)
+
+    @property
+    def max_scored_tokens(self) -> int:
+        """Most tokens of one :meth:`prefill_scored` chunk: the engine's logit rows (``Engine.max_logit_rows``)."""
+        return self.engine.max_logit_rows
+
+    def prefill_scored(self, seq, ids: list[int], targets: list[int], top_n: int):
+        """:meth:`prefill` of the chunk ``ids`` with the logits of every token, which score the prompt on the device:
+        ``targets[i]`` (the prompt's token after ``ids[i]``; ``len(targets) <= len(ids)``) under row ``i``, with
+        ``top_n`` alternatives (:func:`~ninferc.sampling.score_rows`, in cupy: only the scores are read back). The
+        last token's logits are then moved to row 0, where :meth:`sample` reads a prefill's.
+
+        Returns:
+            (the last token's logits on the device, as :meth:`prefill`'s, one PromptScore per target).
+
+        Raises:
+            NinfercError: an empty chunk, more tokens than :attr:`max_scored_tokens` or more targets than tokens.
+            NonFiniteLogits: a scored row is not finite (the chunk is appended all the same).
+        """
+        e = self.engine
+        T = len(ids)  # noqa: N806
+        if not 1 <= T <= self.max_scored_tokens or len(targets) > T:
+            raise NinfercError(f"a scored prefill chunk takes 1 to {self.max_scored_tokens} tokens (the engine's logit "
+                               f"rows) and one target per token; found {T} tokens, {len(targets)} targets")
+        self._check_pages(seq, T)
+        s = seq.length
+        if s == 0:
+            self._cur[seq.slot] = self._mtp_len[seq.slot] = 0
+        with e.stream:
+            e.write_meta(tok_pos=np.arange(s, s + T, dtype=np.int32), tok_seq=np.zeros(T, np.int32),
+                         seq_start=[0, T], seq_ctx=[s + T], seq_slot=[self._state_slot(seq)],
+                         row_index=np.arange(T, dtype=np.int32), page_rows=[seq.pages], tokens=list(ids))
+            e.run("prefill", T, 1, T)
+            seq.length += T
+            scores = score_rows(e.logits, targets, top_n, xp=e.cp)
+            if T > 1:
+                e.logits[0] = e.logits[T - 1]
+        if self.spec_tokens and getattr(seq, "mtp", False):
+            self._mtp_rows([(seq, s, list(ids), 0, s + T - 1)])
+        return _StepLogits(e, 1), scores
 
     def _state_slot(self, seq) -> int:
         """The GDN state slot ``seq`` continues from: its group's slot ``_cur`` (the group itself when not

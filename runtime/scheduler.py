@@ -36,8 +36,12 @@ computed for its logits, finds its whole prefix) -- or instead at the positions 
 (``GenerationRequest.checkpoint_at``: a chat's end of messages), where they lie past its cache hit -- and at the end
 of each generation; KV pages held only by the cache are released when admission needs them.
 
-Events reach the request's ``sink`` callable on the engine thread: :class:`TokenEvent`, then one
-:class:`FinishEvent` or :class:`ErrorEvent`.
+A request that scores its prompt (``GenerationRequest.prompt_logprobs``) is prefilled whole, without a prefix-cache
+hit, in chunks of at most the backend's ``max_scored_tokens`` (``prefill_scored``: the logits of every token, each
+scoring the prompt's next token); it may ask for no generated token (``max_tokens`` 0).
+
+Events reach the request's ``sink`` callable on the engine thread: one :class:`PromptEvent` when the request scores
+its prompt, :class:`TokenEvent`, then one :class:`FinishEvent` or :class:`ErrorEvent`.
 """
 
 from __future__ import annotations
@@ -145,6 +149,12 @@ class GenerationRequest:
             ``endpoint`` and ``stream``); copied to :attr:`RequestStats.labels`.
         constraint: None, or the request's grammar state (:class:`ninferc.structured.TokenConstraint`; the server's
             ``response_format``), which its sampler applies (:class:`~ninferc.sampling.HostSampler`).
+        prompt_logprobs: None, or score the prompt: every position after the first gets the log-probability of its
+            token given the tokens before it, its rank and this many alternatives (0..20), delivered in one
+            :class:`PromptEvent` when the prefill ends, before any token. The prompt is then computed whole (no
+            prefix-cache hit: the cached positions' logits are gone), in chunks of the backend's
+            ``max_scored_tokens``, and ``max_tokens`` may be 0 (score only: the request ends with ``length`` after
+            the prefill, no token generated). The backend needs ``prefill_scored``.
     """
 
     request_id: str
@@ -158,6 +168,15 @@ class GenerationRequest:
     checkpoint_at: tuple[int, ...] = ()
     labels: dict = field(default_factory=dict)
     constraint: object = None
+    prompt_logprobs: int | None = None
+
+
+@dataclass
+class PromptEvent:
+    """The scored prompt of a request with ``prompt_logprobs``: one :class:`~ninferc.sampling.PromptScore` per prompt
+    position 1 .. n - 1, in order (position 0 has nothing before it to be scored against)."""
+
+    scores: list
 
 
 @dataclass
@@ -269,7 +288,7 @@ class _Active:
     """A request inside the scheduler."""
 
     __slots__ = ("req", "stats", "seq", "prefilled", "sampler", "last", "out_ids", "cancelled", "reserve",
-                 "last_token_t", "drafts")
+                 "last_token_t", "drafts", "scores")
 
     def __init__(self, req: GenerationRequest, now: float):
         self.req = req
@@ -284,6 +303,7 @@ class _Active:
         self.reserve = 0
         self.last_token_t = 0.0
         self.drafts: list[int] | None = None  # the next round's drafts, made by the last round's verify_round
+        self.scores: list = []  # the prompt's scores so far (prompt_logprobs)
 
 
 @dataclass
@@ -428,8 +448,14 @@ class Scheduler:
         for req in reqs:
             if not req.prompt_ids:
                 raise ServingError("the prompt is empty after tokenisation; give at least one token", param="prompt")
-            if req.max_tokens < 1:
-                raise ServingError(f"max_tokens must be at least 1, found {req.max_tokens}", param="max_tokens")
+            scored = req.prompt_logprobs is not None
+            if req.max_tokens < (0 if scored else 1):
+                raise ServingError(f"max_tokens must be at least {0 if scored else 1}"
+                                   f"{' (0: score the prompt only)' if scored else ''}, found {req.max_tokens}",
+                                   param="max_tokens")
+            if scored and not hasattr(self.backend, "prefill_scored"):
+                raise ServingError(f"the {self.backend.name} backend cannot score a prompt (prompt_logprobs)",
+                                   param="prompt_logprobs")
             self.check(len(req.prompt_ids), req.max_tokens)
         ids = [r.request_id for r in reqs]
         twice = next((rid for k, rid in enumerate(ids) if rid in ids[:k]), None)
@@ -563,7 +589,8 @@ class Scheduler:
             # the KV reservation: prompt + max_tokens (+ the drafts of a last round, which may run past max_tokens)
             extra = self.spec.draft_tokens if spec else 0
             tokens = min(len(prompt) + a.req.max_tokens + extra, self.backend.max_context)
-            hit = cache.lookup(prompt, mtp=spec) if cache is not None else None
+            scored = a.req.prompt_logprobs is not None  # every position's logits are needed: no cached prefix
+            hit = cache.lookup(prompt, mtp=spec) if cache is not None and not scored else None
             shared, copied = cache.shared_and_copied(hit, mtp=spec) if hit is not None else ([], [])
             fresh = pools.pages_for(tokens) - len(shared)
             if pools.pages.free < fresh and not (cache is not None and cache.evict_for_pages(fresh)):
@@ -575,7 +602,7 @@ class Scheduler:
             a.seq.mtp = spec
             for i, src in enumerate(copied):  # private copies of the pages the sequence will write into
                 self.backend.copy_page(src, a.seq.pages[len(shared) + i])
-            if cache is not None:
+            if cache is not None and not scored:
                 cache.stats.queries += 1
                 cache.stats.query_tokens += len(prompt)
             if hit is not None:
@@ -618,7 +645,18 @@ class Scheduler:
         asked = [p for p in own if p > a.prefilled]
         if asked:
             end = min(end, min(asked))
-        logits = self.backend.prefill(a.seq, ids[a.prefilled:end])
+        scored = a.req.prompt_logprobs is not None
+        if scored:
+            end = min(end, a.prefilled + self.backend.max_scored_tokens)
+            try:
+                logits, scores = self.backend.prefill_scored(a.seq, ids[a.prefilled:end], ids[a.prefilled + 1:end + 1],
+                                                             a.req.prompt_logprobs)
+            except SampleError as exc:  # a scored row's logits are not finite
+                self._end_error(a, row_error(exc))
+                return True
+            a.scores.extend(scores)
+        else:
+            logits = self.backend.prefill(a.seq, ids[a.prefilled:end])
         a.prefilled = end
         if iv and end % iv == 0 and end < n - 1:
             self._checkpoint(a, ids[:end], "interval")
@@ -627,7 +665,13 @@ class Scheduler:
         if self.cache is not None and end == n - 1 and n > 1:
             self._checkpoint(a, ids[:end], "prompt")
         if a.prefilled == n:
-            self._sample([a], logits)
+            if scored:
+                a.req.sink(PromptEvent(a.scores))
+                a.scores = []
+            if a.req.max_tokens == 0:  # the prompt scored, nothing to generate
+                self._finish(a, "length")
+            else:
+                self._sample([a], logits)
         return True
 
     def _decode_all(self) -> bool:

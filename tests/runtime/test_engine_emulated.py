@@ -285,3 +285,35 @@ def test_sampled_speculation_draws_on_the_device(emulated_device, emu_art, golde
     (g_ids, g_fin), (s_ids, s_fin) = runs[0]
     assert g_ids == cases[0]["greedy_ids"][:n[0]] and g_fin.stats.spec.rounds >= 2
     assert len(s_ids) == 8 and s_fin.stats.spec.rounds >= 2 and runs[1][1][0] == s_ids
+
+
+def test_a_scored_prompt_through_the_serving_backend(emulated_device, emu_art, goldens):
+    """``prefill_scored`` on the CUDA backend (every row's logits, scored on the device, the last row moved to row 0
+    for the first token), driven by the scheduler in 8-token chunks: HF's top-5 logit gaps at the golden positions
+    within twice ENGINE_LOGITS, and the greedy answer after the scored prompt the golden's."""
+    from ninferc.ir.tolerances import ENGINE_LOGITS
+    from ninferc.runtime.cuda_backend import CudaBatchBackend
+    from ninferc.runtime.scheduler import PromptEvent, Scheduler
+
+    c = goldens["cases"][3]
+    k = min(6, golden_len(c) - 3)
+    ids = c["prompt_ids"] + c["greedy_ids"][:k]
+    be = CudaBatchBackend(emu_art, max_context=128, num_slots=1, num_pages=4, prefill_chunk=CHUNK)
+    assert be.max_scored_tokens >= 32  # the engine's logit rows, raised for scoring (SCORED_CHUNK)
+    s = Scheduler(be, max_concurrency=1, prefill_chunk=CHUNK)
+    evs: dict = {}
+    s.submit(collecting_request("a", ids, 3, evs, prompt_logprobs=5))
+    run_until_idle(s)
+    ev = evs["a"]
+    assert isinstance(ev[0], PromptEvent) and event_ids(ev) == c["greedy_ids"][k:k + 3]
+    scores = ev[0].scores
+    assert [x.token for x in scores] == ids[1:]
+    n = len(c["prompt_ids"])
+    for i in range(k):
+        got = dict(scores[n - 1 + i].top)
+        (g0, l0) = c["top5"][i][0]
+        assert g0 in got and scores[n - 1 + i].rank == 1
+        for gid, logit in c["top5"][i]:
+            if gid in got:
+                assert abs((got[gid] - got[g0]) - (logit - l0)) < 2 * ENGINE_LOGITS.atol
+    be.close()
