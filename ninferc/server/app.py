@@ -25,8 +25,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from pydantic import ValidationError
 
 from ninferc.errors import NinfercError
-from ninferc.runtime.scheduler import (Draining, ErrorEvent, FinishEvent, GenerationRequest, ServingError,
-                                       TokenEvent)
+from ninferc.runtime.scheduler import (Draining, ErrorEvent, FinishEvent, GenerationRequest, PromptEvent,
+                                       ServingError, TokenEvent)
 from ninferc.sampling import MAX_TOP_LOGPROBS, SamplingParams
 from ninferc.server.protocol import (MAX_CHOICES, MAX_STOP_STRINGS, MAX_STOP_TOKEN_IDS, ChatCompletionRequest, CompletionRequest,
                                      DetokenizeRequest, TokenizeRequest, describe_validation_error, error_body)
@@ -242,7 +242,8 @@ def create_app(state: ServerState):
         thinking = starts_in_reasoning(text) if state.reasoning_parser else None
         gens = [_generation(state, request, req, ids, max_tokens, logprobs, chat=True, index=i,
                             checkpoint_at=() if history_end is None else (history_end,), grammar=grammar,
-                            grammar_after_thinking=bool(thinking)) for i in range(req.n)]
+                            grammar_after_thinking=bool(thinking), prompt_logprobs=req.prompt_logprobs)
+                for i in range(req.n)]
         return await _serve(state, request, gens, req, chat=True, thinking=thinking, tool_use=tool_use)
 
     @app.post("/v1/completions")
@@ -260,9 +261,21 @@ def create_app(state: ServerState):
         ids = await _off_loop(_prompt_ids, state, req.prompt)
         grammar = await _off_loop(_grammar, state, req)
         max_tokens = 16 if req.max_tokens is None else req.max_tokens
-        gens = [_generation(state, request, req, ids, max_tokens, req.logprobs, chat=False, index=i, grammar=grammar)
-                for i in range(req.n)]
-        return await _serve(state, request, gens, req, chat=False)
+        # the prompt is scored for prompt_logprobs, and for echo with logprobs (the echoed tokens' logprobs), with
+        # the alternatives either asks for
+        scored = req.prompt_logprobs
+        if req.echo and req.logprobs is not None:
+            scored = max(scored or 0, req.logprobs)
+        if scored is not None and req.n > 1:
+            raise HTTPError(400, f"{'prompt_logprobs' if req.prompt_logprobs is not None else 'echo with logprobs'} "
+                                 f"is not supported with n > 1 (found n = {req.n}): the prompt is scored once per "
+                                 "request", param="n")
+        echo = _echo_text(state, req, ids) if req.echo else None
+        if echo is not None and max_tokens == 0 and scored is None:
+            scored = 0  # the prompt alone is the answer: the request goes through the engine as a scored one
+        gens = [_generation(state, request, req, ids, max_tokens, req.logprobs, chat=False, index=i, grammar=grammar,
+                            prompt_logprobs=scored) for i in range(req.n)]
+        return await _serve(state, request, gens, req, chat=False, echo=echo)
 
     return _RequestId(app)
 
@@ -410,8 +423,27 @@ def _refuse_unsupported(req) -> None:
                         param="service_tier")
     if getattr(req, "modalities", None) not in (None, ["text"]):
         raise HTTPError(400, f"modalities {req.modalities!r} are not supported (text only)", param="modalities")
-    if getattr(req, "echo", False):
-        raise HTTPError(400, "echo is not supported", param="echo")
+    if getattr(req, "echo", False) and hasattr(req, "messages"):
+        raise HTTPError(400, "echo is not supported on chat completions (vLLM's chat echo repeats the last message, "
+                             "which ninferc does not); a completions request echoes its prompt", param="echo")
+    if req.prompt_logprobs is not None:
+        if not 0 <= req.prompt_logprobs <= MAX_TOP_LOGPROBS:
+            raise HTTPError(400, f"prompt_logprobs must be in 0..{MAX_TOP_LOGPROBS} (alternatives per prompt position "
+                                 f"besides its own token), found {req.prompt_logprobs}", param="prompt_logprobs")
+        if req.stream:  # vLLM's rule too: the scores come with the whole response
+            raise HTTPError(400, "prompt_logprobs is not available with stream: true", param="prompt_logprobs")
+        if req.n > 1:
+            raise HTTPError(400, f"prompt_logprobs is not supported with n > 1 (found n = {req.n}): the prompt is "
+                                 "scored once per request", param="n")
+
+
+def _echo_text(state: ServerState, req, ids: list[int]) -> str:
+    """The text a completion's ``echo`` puts before the answer: the request's prompt as sent, or for token ids their
+    text (special tokens as the request's ``skip_special_tokens`` says)."""
+    p = req.prompt
+    if isinstance(p, list) and len(p) == 1 and isinstance(p[0], str):
+        p = p[0]
+    return p if isinstance(p, str) else state.tokenizer.decode(ids, skip_special_tokens=req.skip_special_tokens)
 
 
 async def _off_loop(fn, *args):
@@ -616,14 +648,15 @@ def _encode_chat(state: ServerState, messages: list[dict], kwargs: dict, text: s
 
 def _generation(state: ServerState, request: Request, req, ids: list[int], max_tokens, logprobs, *,
                 chat: bool, checkpoint_at: tuple[int, ...] = (), index: int = 0, grammar: str | None = None,
-                grammar_after_thinking: bool = False) -> GenerationRequest:
+                grammar_after_thinking: bool = False, prompt_logprobs: int | None = None) -> GenerationRequest:
     """The scheduler request of a validated API request (sampling parameters checked; 400 naming the field;
     ``checkpoint_at``: :class:`GenerationRequest`'s). ``index``: which of the request's ``n`` choices (its request
     id gets ``-INDEX`` and its seed, where the request gives one, ``seed + INDEX`` mod 2**64, so each choice is a
     draw of its own and a request reproduces its choices). ``grammar``: the request's compiled ``response_format``
     (:func:`_grammar`), each choice constrained by a state of its own; with ``grammar_after_thinking`` (the prompt
     opened a ``<think>`` block and the server splits reasoning) from the token that closes the block on (vLLM's rule:
-    the reasoning is free, the answer constrained)."""
+    the reasoning is free, the answer constrained). ``prompt_logprobs``: None, or score the prompt with this many
+    alternatives per position (:attr:`GenerationRequest.prompt_logprobs`; ``max_tokens`` may then be 0)."""
     d = state.defaults
     temperature = req.temperature if req.temperature is not None else d.get("temperature", 1.0)
     seed = (req.seed + index) % 2**64 if req.seed is not None else secrets.randbits(63)
@@ -667,8 +700,9 @@ def _generation(state: ServerState, request: Request, req, ids: list[int], max_t
     if not req.ignore_eos:
         stop_ids += list(state.eos_ids) + (list(state.chat_stop_ids) if chat else [])
     req_max = max_tokens
-    if max_tokens is not None and max_tokens < 1:
-        raise HTTPError(400, f"max_tokens must be at least 1, found {max_tokens}", param="max_tokens")
+    if max_tokens is not None and max_tokens < (0 if prompt_logprobs is not None else 1):
+        scoring = " (0 only where the prompt is scored: echo with logprobs, or prompt_logprobs)" if not max_tokens else ""
+        raise HTTPError(400, f"max_tokens must be at least 1{scoring}, found {max_tokens}", param="max_tokens")
     sched = state.engine.scheduler
     if sched is None:
         raise HTTPError(503, f"the engine is not ready ({state.engine.state})", "service_unavailable",
@@ -691,6 +725,7 @@ def _generation(state: ServerState, request: Request, req, ids: list[int], max_t
     return GenerationRequest(request_id=rid, prompt_ids=ids, max_tokens=max_tokens,
                              params=params, stop_ids=frozenset(stop_ids), logprobs=logprobs,
                              output=output, checkpoint_at=checkpoint_at, constraint=constraint,
+                             prompt_logprobs=prompt_logprobs,
                              labels={"endpoint": "chat.completions" if chat else "completions",
                                      "stream": bool(req.stream)})
 
@@ -793,10 +828,10 @@ async def _next_or_disconnect(q: asyncio.Queue, watch: asyncio.Task):
 
 
 async def _serve(state: ServerState, request: Request, gens: list[GenerationRequest], req, *, chat: bool,
-                 thinking: bool | None = None, tool_use: ToolUse | None = None):
+                 thinking: bool | None = None, tool_use: ToolUse | None = None, echo: str | None = None):
     """Submit the request's choices (``gens[i]`` choice ``i``; one unless ``n`` > 1) and answer. ``thinking``: with a
     reasoning parser, whether the answer starts inside a ``<think>`` block (None: no parser); ``tool_use``: the
-    request's tool calling (None: none).
+    request's tool calling (None: none); ``echo``: a completion's echoed prompt text (None: no echo).
 
     All choices are submitted or none (:meth:`~ninferc.runtime.scheduler.Scheduler.submit_group`: a group over the
     room left is a 429). The whole response lists the choices in order, the prompt counted once in the usage and the
@@ -824,7 +859,7 @@ async def _serve(state: ServerState, request: Request, gens: list[GenerationRequ
         sched.submit_group(gens)
     except ServingError as exc:
         raise HTTPError.of(exc) from None
-    fmts = [_Formatter(state, req, g, chat, thinking, tool_use, index=i) for i, g in enumerate(gens)]
+    fmts = [_Formatter(state, req, g, chat, thinking, tool_use, index=i, echo=echo) for i, g in enumerate(gens)]
     for f in fmts[1:]:  # one response: choice 0's id and time
         f.id, f.created = fmts[0].id, fmts[0].created
     ended = [False] * len(gens)  # the engine has ended the choice (its finish or error event arrived)
@@ -851,6 +886,8 @@ async def _serve(state: ServerState, request: Request, gens: list[GenerationRequ
                 i, ev = got
                 if isinstance(ev, TokenEvent):
                     fmts[i].add(ev)
+                elif isinstance(ev, PromptEvent):
+                    fmts[i].prompt_scores = ev.scores
                 elif isinstance(ev, ErrorEvent):
                     ended[i] = True
                     raise HTTPError.of(ev.error)
@@ -881,6 +918,10 @@ async def _serve(state: ServerState, request: Request, gens: list[GenerationRequ
             got = first
             while True:
                 i, ev = got
+                if isinstance(ev, PromptEvent):
+                    fmts[i].prompt_scores = ev.scores
+                elif fmts[i].echo_pending and isinstance(ev, (TokenEvent, FinishEvent)):  # the echoed prompt first
+                    yield fmts[i].sse(fmts[i].echo_chunk())
                 if isinstance(ev, TokenEvent):
                     chunk = fmts[i].delta_chunk(ev)
                     if chunk is not None:
@@ -913,7 +954,7 @@ class _Formatter:
     """Builds the OpenAI response objects of one request (chat or completions, whole or streamed)."""
 
     def __init__(self, state: ServerState, req, gen: GenerationRequest, chat: bool, thinking: bool | None = None,
-                 tool_use: ToolUse | None = None, index: int = 0):
+                 tool_use: ToolUse | None = None, index: int = 0, echo: str | None = None):
         self.state, self.req, self.gen, self.chat = state, req, gen, chat
         #: the choice's index among the request's ``n``
         self.index = index
@@ -933,6 +974,13 @@ class _Formatter:
         #: so far (``completion_tokens`` counts the tokens generated, shown or held back)
         self.continuous_usage = False
         self.generated = 0
+        #: a completion's echoed prompt text (the answer's text starts with it); streamed, it is the first chunk
+        self.echo = echo
+        self.echo_pending = echo is not None
+        if echo is not None:
+            self.text.append(echo)
+        #: the scored prompt (PromptScore per position 1 .. n - 1) of a request with prompt_logprobs
+        self.prompt_scores: list | None = None
 
     def add(self, ev: TokenEvent) -> None:
         self.text.append(ev.text)
@@ -993,11 +1041,65 @@ class _Formatter:
                       "finish_reason": self._finish_reason(ev, calls)}
             obj = "chat.completion"
         else:
-            choice = {"index": self.index, "text": text, "logprobs": self._logprobs(self.sampled),
+            choice = {"index": self.index, "text": text, "logprobs": self._completion_logprobs(),
                       "finish_reason": ev.reason}
+            if self.req.prompt_logprobs is not None:
+                choice["prompt_logprobs"] = self._prompt_logprobs()
             obj = "text_completion"
-        return {"id": self.id, "object": obj, "created": self.created, "model": self.state.model_id,
-                "choices": [choice], "usage": self.usage(ev)}
+        out = {"id": self.id, "object": obj, "created": self.created, "model": self.state.model_id,
+               "choices": [choice], "usage": self.usage(ev)}
+        if self.chat and self.req.prompt_logprobs is not None:  # vLLM's place for a chat's: the response's
+            out["prompt_logprobs"] = self._prompt_logprobs()
+        return out
+
+    # -- the scored prompt ----------------------------------------------------------------------------------
+    def _prompt_logprobs(self) -> list:
+        """vLLM's ``prompt_logprobs``: per prompt position None (the first) or ``{token id (text): {"logprob",
+        "rank", "decoded_token"}}`` for the prompt's token and the ``prompt_logprobs`` most likely ones."""
+        k = self.req.prompt_logprobs
+        out: list = [None]
+        for sc in self.prompt_scores or []:
+            d = {str(sc.token): {"logprob": sc.logprob, "rank": sc.rank, "decoded_token": self._token_str(sc.token)}}
+            for r, (i, lp) in enumerate(sc.top[:k], start=1):
+                d.setdefault(str(i), {"logprob": lp, "rank": r, "decoded_token": self._token_str(i)})
+            out.append(d)
+        return out
+
+    def _echo_logprobs(self) -> dict:
+        """The echoed prompt's part of a completion's ``logprobs`` (OpenAI's legacy shape): its tokens, None for the
+        first token's logprob and alternatives (nothing precedes it), then each token's logprob and the ``logprobs``
+        most likely alternatives (the token's own entry included), offsets from the text's start."""
+        k = self.gen.logprobs or 0
+        ids = self.gen.prompt_ids
+        toks = [self._token_str(t) for t in ids]
+        offs, o = [], 0
+        for t in toks:
+            offs.append(o)
+            o += len(t)
+        lps: list = [None]
+        tops: list = [None]
+        for tok, sc in zip(toks[1:], self.prompt_scores or []):
+            d = {self._token_str(i): lp for i, lp in sc.top[:k]}
+            d[tok] = sc.logprob
+            lps.append(sc.logprob)
+            tops.append(d)
+        return {"tokens": toks, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offs}
+
+    def _completion_logprobs(self):
+        """A whole completion's ``logprobs``: its answer's tokens, after the echoed prompt's where it echoes."""
+        if self.gen.logprobs is None:
+            return None
+        gen = self._logprobs(self.sampled, len(self.echo or ""))
+        if self.echo is None:
+            return gen
+        head = self._echo_logprobs()
+        return {key: head[key] + gen[key] for key in head}
+
+    def echo_chunk(self) -> dict:
+        """The stream's first chunk of a completion that echoes its prompt: the prompt's text (and its logprobs)."""
+        self.echo_pending = False
+        lp = self._echo_logprobs() if self.gen.logprobs is not None else None
+        return self._chunk({"index": self.index, "text": self.echo, "logprobs": lp, "finish_reason": None})
 
     # -- streaming ------------------------------------------------------------------------------------------
     @staticmethod

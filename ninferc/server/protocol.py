@@ -2,16 +2,16 @@
 
 Field semantics follow OpenAI's API reference; the extensions vLLM accepts (``top_k``, ``min_p``,
 ``repetition_penalty``, ``stop_token_ids``, ``ignore_eos``, ``chat_template_kwargs``, ``skip_special_tokens``,
-``include_stop_str_in_output``, ``min_tokens``, chat's ``add_generation_prompt`` and ``continue_final_message``) are
-accepted too, and so are OpenAI's ``logit_bias`` and ``response_format`` (``json_object``, ``json_schema``:
-:mod:`ninferc.structured`).
+``include_stop_str_in_output``, ``min_tokens``, ``prompt_logprobs``, chat's ``add_generation_prompt`` and
+``continue_final_message``) are accepted too, and so are OpenAI's ``logit_bias``, ``response_format`` (``json_object``,
+``json_schema``: :mod:`ninferc.structured`) and the completions' ``echo``.
 OpenAI's bookkeeping fields that do not change what is generated (``user``, ``safety_identifier``, ``metadata``,
 ``prompt_cache_key``, ``store`` false, ``service_tier`` auto / default, ``modalities`` text, ``parallel_tool_calls``
 without tools) are accepted and have no effect; a null where OpenAI's schema allows one means the field's default.
 ``tools`` (``tool_choice`` auto) need a server started with ``--tool-call-parser`` (:mod:`ninferc.server.tools`); with
 ``tool_choice`` none they are left out; ``required`` or a named function force a call (constrained decoding). A field that OpenAI or vLLM defines but ninferc does not implement is refused
 with a 400 that names it (``n`` > 16, other ``response_format`` types,
-``echo``, ``best_of`` > 1, ``suffix``, ``store`` true, ...), and so is any field
+chat's ``echo``, ``best_of`` > 1, ``suffix``, ``store`` true, ...), and so is any field
 that is not part of the API: nothing is silently ignored.
 """
 
@@ -113,6 +113,9 @@ class _Sampling(_Strict):
     min_tokens: StrictInt = 0
     # OpenAI's: {"type": "text" | "json_object" | "json_schema", ...} (ninferc.structured)
     response_format: dict[str, Any] | None = None
+    # vLLM's: score the prompt -- every position after the first gets its token's log-probability, its rank and
+    # this many alternatives (0..20)
+    prompt_logprobs: StrictInt | None = None
 
 
 class ChatCompletionRequest(_Sampling):

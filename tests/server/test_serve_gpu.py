@@ -108,6 +108,55 @@ def test_seeded_device_sampling_repeats_and_logprobs_take_the_host_path(gclient)
 
 
 
+def _gap_errors(entries: dict, golden: list) -> list[float]:
+    """|our log-probability gap - HF's logit gap| to the golden's top token for each golden id scored (vLLM's
+    ``prompt_logprobs`` entries of one position)."""
+    got = {int(k): v["logprob"] for k, v in entries.items()}
+    g0, l0 = golden[0]
+    return [abs((got[i] - got[g0]) - (lg - l0)) for i, lg in golden if i in got]
+
+
+def test_scored_prompts_on_the_gpu_match_the_goldens_and_the_decode_logprobs(gclient, goldens, goldens_long, tok):
+    """Scored prompts through the CUDA engine (chunks of 32 rows, scored on the device): each case's prompt + 16 greedy
+    tokens and the 3,000-token prompt + its continuation with ``max_tokens`` 0 -- HF's top 3 among the scored top 8 at
+    every golden position, gaps within twice ENGINE_LOGITS (a gap is two logits), the greedy token ranked first where
+    its margin is clear; and the scores of a greedy answer's tokens equal that answer's own decode logprobs within
+    twice ENGINE_REORDER (prefill rows against decode steps)."""
+    from ninferc.ir.tolerances import ENGINE_LOGITS, ENGINE_REORDER
+
+    worst = 0.0
+    for c in goldens["cases"]:
+        ids = c["prompt_ids"] + c["greedy_ids"][:16]
+        n = len(c["prompt_ids"])
+        r = gclient.completions.create(model="tiny", prompt=ids, max_tokens=0, echo=True, logprobs=1,
+                                       extra_body={"prompt_logprobs": 8})
+        pl = r.choices[0].model_extra["prompt_logprobs"]
+        assert len(pl) == len(ids) and pl[0] is None and r.usage.completion_tokens == 0
+        assert r.choices[0].logprobs.token_logprobs[1:] == [pl[j][str(ids[j])]["logprob"] for j in range(1, len(ids))]
+        for i, golden in enumerate(c["top5"][:16]):
+            assert all(str(g) in pl[n + i] for g, _ in golden[:3]), (c["prompt"], i)
+            worst = max(worst, *_gap_errors(pl[n + i], golden))
+            if c["top1_margin"][i] > 2 * ENGINE_LOGITS.atol:
+                assert pl[n + i][str(c["greedy_ids"][i])]["rank"] == 1
+        k = min(golden_len(c), 16)  # the greedy answer is the golden's this far
+        plain = gclient.completions.create(model="tiny", prompt=c["prompt_ids"], max_tokens=k, temperature=0,
+                                           logprobs=1, extra_body={"ignore_eos": True}).choices[0]
+        assert plain.text == tok.decode(c["greedy_ids"][:k])
+        scored = [pl[n + i][str(c["greedy_ids"][i])]["logprob"] for i in range(k)]
+        assert scored == pytest.approx(plain.logprobs.token_logprobs, abs=2 * ENGINE_REORDER.atol)
+    L = goldens_long
+    ids = L["prompt_ids"] + L["greedy_ids"]
+    r = gclient.completions.create(model="tiny", prompt=ids, max_tokens=0, extra_body={"prompt_logprobs": 8})
+    pl = r.choices[0].model_extra["prompt_logprobs"]
+    n = len(L["prompt_ids"])
+    golden_at = [(int(p) + 1, top) for p, top in L["prompt_top5_at"].items()] + \
+        [(n + i, top) for i, top in enumerate(L["top5"][:-1])]
+    for j, golden in golden_at:
+        assert all(str(g) in pl[j] for g, _ in golden[:3]), j
+        worst = max(worst, *_gap_errors(pl[j], golden))
+    assert worst < 2 * ENGINE_LOGITS.atol
+
+
 def test_logit_bias_and_min_tokens_on_the_gpu(gclient, goldens, tok):
     """logit_bias and min_tokens take the host sampler on the CUDA engine's logits: -100 on greedy's first token moves
     it, +100 forces one token; a sampled request with min_tokens moves to the GPU sampler once it is reached, and its

@@ -170,6 +170,15 @@ def test_serve_with_spec_mtp(start_server, art, goldens, tiny_dir):
                                        "name": "c", "schema": schema}},
                                    extra_body={"chat_template_kwargs": {"enable_thinking": False}})
     assert r.choices[0].finish_reason == "stop" and json.loads(r.choices[0].message.content)["color"] in ("red", "green")
+    # a scored prompt (echo with logprobs): the scored prefill computes the head's rows too, so the answer after it is
+    # the golden prefix again and the drafts are accepted as after a plain prefill
+    before = len(srv.request_lines())
+    r = cl.completions.create(model="tiny", prompt=c["prompt_ids"], max_tokens=m, temperature=0, echo=True, logprobs=1,
+                              extra_body={"ignore_eos": True})
+    assert r.choices[0].text == tok.decode(c["prompt_ids"]) + tok.decode(c["greedy_ids"][:m])
+    assert r.choices[0].logprobs.token_logprobs[0] is None and len(r.choices[0].logprobs.tokens) == len(c["prompt_ids"]) + m
+    scored_line = srv.wait_request_lines(1, after=before)[-1]
+    assert "spec=mtp" in scored_line and scored_line.split("spec=mtp")[1] == line.split("spec=mtp")[1]
 
 
 def test_spec_rounds_at_a_forced_acceptance(backend):

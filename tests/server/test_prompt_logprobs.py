@@ -1,0 +1,99 @@
+"""Scored prompts through the server (reference backend, fixture checkpoint) with the official ``openai`` client: a
+completion's ``echo`` (the prompt's text and, with ``logprobs``, its tokens' logprobs before the answer's, whole and
+streamed; ``max_tokens`` 0 scores only -- how OpenAI-style evaluation harnesses score a continuation) and vLLM's
+``prompt_logprobs`` (per position the prompt token's logprob and rank and the most likely ids), judged against HF
+transformers' teacher-forced logits in the fixture's goldens."""
+
+from __future__ import annotations
+
+import pytest
+
+from ninferc.tokenizer import Tokenizer
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_dir):
+    return Tokenizer.from_dir(tiny_dir)
+
+
+def _stream(client, **kw):
+    chunks = list(client.completions.create(stream=True, **kw))
+    return "".join(c.choices[0].text for c in chunks if c.choices), chunks
+
+
+def test_echo_and_prompt_logprobs_of_the_goldens_continuations(client, goldens, tok):
+    """Each case's prompt + its first 16 greedy tokens, as token ids, echoed and scored with ``max_tokens`` 0: the
+    text is the ids' text, the usage counts no completion token, and at every generated position the ids ranked 1-5
+    are HF's top 5 (where their logits are apart) with log-probability gaps equal to HF's logit gaps within 2e-4."""
+    for c in goldens["cases"]:
+        ids = c["prompt_ids"] + c["greedy_ids"][:16]
+        n = len(c["prompt_ids"])
+        r = client.completions.create(model="tiny", prompt=ids, max_tokens=0, echo=True, logprobs=5,
+                                      extra_body={"prompt_logprobs": 5})
+        ch = r.choices[0]
+        assert ch.text == tok.decode(ids) and ch.finish_reason == "length"
+        assert r.usage.prompt_tokens == len(ids) and r.usage.completion_tokens == 0
+        lp = ch.logprobs
+        assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == len(ids)
+        assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None and lp.text_offset[0] == 0
+        pl = ch.model_extra["prompt_logprobs"]
+        assert len(pl) == len(ids) and pl[0] is None
+        for j in range(1, len(ids)):
+            own = pl[j][str(ids[j])]
+            assert own["logprob"] == pytest.approx(lp.token_logprobs[j], abs=1e-6)
+            assert own["decoded_token"] == lp.tokens[j]
+            # the 5 most likely (ranks 1-5), and the prompt's token where it is not among them (its rank beyond)
+            assert len(pl[j]) == (5 if own["rank"] <= 5 else 6) == len(lp.top_logprobs[j])
+            assert sorted(v["rank"] for v in pl[j].values())[:5] == [1, 2, 3, 4, 5]
+        for i, golden in enumerate(c["top5"][:16]):
+            entries = pl[n + i]  # the scores of the token at n + i: the logits after position n - 1 + i
+            got = {int(k): v["logprob"] for k, v in entries.items()}
+            g0, l0 = golden[0]
+            for gid, logit in golden:
+                assert gid in got, (c["prompt"], i, gid)
+                assert (got[gid] - got[g0]) == pytest.approx(logit - l0, abs=2e-4)
+            if c["top1_margin"][i] > 1e-3:
+                assert entries[str(c["greedy_ids"][i])]["rank"] == 1
+
+
+def test_echo_with_generation_whole_streamed_and_text_only(client, goldens):
+    """``echo`` puts the prompt, as sent, before the answer; with ``logprobs`` the answer's entries are the plain
+    request's, after the prompt's, their offsets shifted by the prompt's length; streamed, the prompt is the first
+    chunk."""
+    c = goldens["cases"][2]
+    kw = dict(model="tiny", prompt=c["prompt"], max_tokens=8, temperature=0, logprobs=2)
+    plain = client.completions.create(**kw).choices[0]
+    whole = client.completions.create(echo=True, **kw).choices[0]
+    assert whole.text == c["prompt"] + plain.text and whole.finish_reason == plain.finish_reason == "length"
+    p = len(c["prompt_ids"])
+    assert whole.logprobs.tokens[p:] == plain.logprobs.tokens
+    assert whole.logprobs.token_logprobs[p:] == plain.logprobs.token_logprobs
+    assert whole.logprobs.top_logprobs[p:] == plain.logprobs.top_logprobs
+    assert whole.logprobs.text_offset[p:] == [o + len(c["prompt"]) for o in plain.logprobs.text_offset]
+    assert whole.logprobs.token_logprobs[0] is None and all(x is not None for x in whole.logprobs.token_logprobs[1:])
+    text, chunks = _stream(client, echo=True, **kw)
+    assert text == whole.text and chunks[0].choices[0].text == c["prompt"]
+    streamed = [ch.choices[0].logprobs for ch in chunks if ch.choices and ch.choices[0].logprobs]
+    assert sum((x.tokens for x in streamed), []) == whole.logprobs.tokens
+    assert sum((x.token_logprobs for x in streamed), []) == whole.logprobs.token_logprobs
+    assert sum((x.text_offset for x in streamed), []) == whole.logprobs.text_offset
+    # echo alone: no logprobs anywhere; with max_tokens 0 the prompt is the whole answer, streamed or not
+    r = client.completions.create(model="tiny", prompt=c["prompt"], max_tokens=0, echo=True)
+    assert r.choices[0].text == c["prompt"] and r.choices[0].logprobs is None and r.usage.completion_tokens == 0
+    text, chunks = _stream(client, model="tiny", prompt=c["prompt"], max_tokens=0, echo=True)
+    assert text == c["prompt"] and [ch.choices[0].finish_reason for ch in chunks] == [None, "length"]
+
+
+def test_chat_prompt_logprobs_score_the_rendered_prompt(client, goldens):
+    """A chat request's ``prompt_logprobs`` (vLLM's place: the response's) covers the rendered prompt's tokens, with
+    the answer as usual; 0 alternatives lists each position's own token only."""
+    msgs = [{"role": "user", "content": "Write a function that adds two numbers."}]
+    kw = dict(model="tiny", messages=msgs, max_tokens=6, temperature=0,
+              extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    plain = client.chat.completions.create(**kw)
+    r = client.chat.completions.create(**{**kw, "extra_body": {**kw["extra_body"], "prompt_logprobs": 0}})
+    assert r.choices[0].message.content == plain.choices[0].message.content
+    pl = r.model_extra["prompt_logprobs"]
+    assert len(pl) == r.usage.prompt_tokens and pl[0] is None
+    assert all(len(x) == 1 and next(iter(x.values()))["rank"] >= 1 for x in pl[1:])
+    assert "prompt_logprobs" not in (plain.model_extra or {})
