@@ -96,7 +96,9 @@ def kv_pages(kv_capacity: str, *, max_concurrency: int, max_context: int, page_s
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to bind (127.0.0.1: this machine only)")
 @click.option("--port", default=8000, type=click.IntRange(0, 65535), show_default=True,
               help="port to bind; 0 picks a free one (printed)")
-@click.option("--model-id", default=None, help="the model name clients use [default: the file or folder name]")
+@click.option("--model-id", "--served-model-name", "model_id", default=None,
+              help="the model name clients use (--served-model-name: vLLM's name for it) [default: the file or "
+                   "folder name]")
 @click.option("--backend", type=click.Choice(["cuda", "reference"]), default=None,
               help="default: cuda for a .ninfer artifact, reference for a checkpoint directory")
 @click.option("--max-context", default=None, type=click.IntRange(min=2),

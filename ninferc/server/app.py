@@ -140,6 +140,13 @@ def create_app(state: ServerState):
             body["error"] = eng.error
         return JSONResponse(body, status_code=503)
 
+    @app.get("/version")
+    async def version():
+        """ninferc's version (vLLM's route; no key needed, as /health)."""
+        from ninferc import __version__
+
+        return {"version": __version__}
+
     @app.get("/metrics")
     async def metrics():
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest

@@ -15,12 +15,13 @@ KEY = "s3cret-key"
 
 @pytest.fixture(scope="module")
 def keyed(start_server, tiny_dir, tmp_path_factory):
-    """The fixture without its chat template, served with --api-key and a small context."""
+    """The fixture without its chat template, served with --api-key and a small context (named with vLLM's
+    ``--served-model-name``, the alias of ``--model-id``)."""
     d = tmp_path_factory.mktemp("notemplate") / "tiny-notemplate"
     shutil.copytree(tiny_dir, d)
     (d / "chat_template.jinja").chmod(0o644)
     (d / "chat_template.jinja").unlink()
-    return start_server(d, "--model-id", "tiny", "--api-key", KEY, "--max-context", "256")
+    return start_server(d, "--served-model-name", "tiny", "--api-key", KEY, "--max-context", "256")
 
 
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -172,8 +173,11 @@ def test_missing_or_wrong_api_key_is_401(keyed, headers):
         r = httpx.post(keyed.url + path, json=OK, headers=headers) if path.endswith("s") and "compl" in path \
             else httpx.get(keyed.url + path, headers=headers)
         assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
-    assert httpx.get(keyed.url + "/health").status_code == 200  # health and metrics need no key
+    assert httpx.get(keyed.url + "/health").status_code == 200  # health, metrics and version need no key
     assert httpx.get(keyed.url + "/metrics").status_code == 200
+    from ninferc import __version__
+
+    assert httpx.get(keyed.url + "/version").json() == {"version": __version__}
 
 
 def test_routes_and_methods(keyed):
@@ -182,6 +186,7 @@ def test_routes_and_methods(keyed):
     assert r.status_code == 405 and "error" in r.json()
     r = httpx.get(keyed.url + "/v1/models", headers={**AUTH, "x-request-id": "my-id-1"})
     assert r.headers["x-request-id"] == "my-id-1"
+    assert [m["id"] for m in r.json()["data"]] == ["tiny"]  # --served-model-name
 
 
 def test_log_line_and_record_of_a_request_that_ended_waiting():
