@@ -211,6 +211,7 @@ class RequestStats:
     steps_shared: int = 0  # decode steps this request shared with at least one other request
     decode_steps: int = 0
     spec: object = None    # SpecStats when the request decoded speculatively
+    scored: int = 0        # prompt positions scored (a request with prompt_logprobs: prompt_tokens - 1)
     arrival_unix: float = 0.0
     labels: dict = field(default_factory=dict)
 
@@ -226,8 +227,12 @@ class RequestStats:
 
     @property
     def prefill_s(self) -> float | None:
-        """Admission to the first token: the prompt's prefill (its chunks) and the first sample."""
-        return None if self.first_token is None or self.admitted is None else self.first_token - self.admitted
+        """Admission to the first token: the prompt's prefill (its chunks) and the first sample; for a scored prompt
+        that generated nothing (``max_tokens`` 0), admission to its end."""
+        end = self.first_token
+        if end is None and self.scored and not self.generated and self.finish_reason == "length":
+            end = self.finished
+        return None if end is None or self.admitted is None else end - self.admitted
 
     @property
     def decode_s(self) -> float | None:
@@ -666,6 +671,7 @@ class Scheduler:
             self._checkpoint(a, ids[:end], "prompt")
         if a.prefilled == n:
             if scored:
+                a.stats.scored = len(a.scores)
                 a.req.sink(PromptEvent(a.scores))
                 a.scores = []
             if a.req.max_tokens == 0:  # the prompt scored, nothing to generate

@@ -247,6 +247,8 @@ def format_request_line(s: RequestStats, error: ServingError | None = None) -> s
             f"gen={s.generated} queue={_ms(s.queue_s)} ttft={_ms(s.ttft_s)} "
             f"prefill={_rate(s.prefill_tok_s)} decode={_rate(s.decode_tok_s)} "
             f"wall={s.wall_s:.2f}s steps={s.decode_steps} shared={s.steps_shared}")
+    if s.scored:
+        line += f" scored={s.scored}"
     if s.spec is not None:
         line += f" spec={s.spec.describe()}"
     if error is not None:
@@ -266,6 +268,8 @@ def request_record(s: RequestStats, error: ServingError | None = None) -> dict:
            "ttft_s": s.ttft_s, "prefill_s": s.prefill_s, "decode_s": s.decode_s, "prefill_tok_s": s.prefill_tok_s,
            "decode_tok_s": s.decode_tok_s, "wall_s": s.wall_s, "decode_steps": s.decode_steps,
            "shared_steps": s.steps_shared}
+    if s.scored:
+        rec["scored_positions"] = s.scored
     if s.spec is not None:
         rec["spec"] = {"method": "mtp", "rounds": s.spec.rounds, "drafted": s.spec.drafted,
                        "accepted": s.spec.accepted, "accepted_at": list(s.spec.accepted_at),

@@ -77,6 +77,7 @@ def test_max_tokens_zero_scores_the_prompt_and_generates_nothing():
     assert [type(e) for e in ev["a"]] == [PromptEvent, FinishEvent]
     fin = ev["a"][-1]
     assert fin.reason == "length" and fin.stats.generated == 0 and fin.stats.first_token is None
+    assert fin.stats.scored == 2 and fin.stats.prefill_s is not None and fin.stats.prefill_tok_s is not None
     assert [sc.top for sc in ev["a"][0].scores] == [[], []]
     assert not any(c[0] in ("decode", "sample_async") for c in be.calls)
     assert s.pools.pages.free == 16 and s.pools.slots.free == 2

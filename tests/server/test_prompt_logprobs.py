@@ -97,3 +97,13 @@ def test_chat_prompt_logprobs_score_the_rendered_prompt(client, goldens):
     assert len(pl) == r.usage.prompt_tokens and pl[0] is None
     assert all(len(x) == 1 and next(iter(x.values()))["rank"] >= 1 for x in pl[1:])
     assert "prompt_logprobs" not in (plain.model_extra or {})
+
+
+def test_a_scored_request_logs_its_scored_positions_and_prefill_rate(client, tiny_server):
+    """The log line of a scored prompt says how many positions it scored; with ``max_tokens`` 0 its prefill rate is
+    the prompt over admission to the end (there is no first token), so the line still gives a speed."""
+    before = len(tiny_server.request_lines())
+    client.completions.create(model="tiny", prompt=list(range(40, 90)), max_tokens=0, extra_body={"prompt_logprobs": 1})
+    line = tiny_server.wait_request_lines(1, after=before)[-1]
+    assert " gen=0 " in line and " ttft=- " in line and " scored=49" in line
+    assert "prefill=-" not in line and "tok/s decode=-" in line
