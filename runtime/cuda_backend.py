@@ -13,7 +13,8 @@ The policy (scheduler) owns the page tables and GDN slots; this class turns each
   penalties, no min_p, no logprobs) are drawn on the device with their own seed and draw counter (the Philox
   counter of :mod:`ninferc.targets.kernels.sample`, so a row's draw does not depend on its neighbours); the step
   then reads back B ids. Rows needing penalties, min_p, logit_bias, min_tokens or logprobs take the host sampler on
-  the step's logits (``[B, V]`` fp32 copied to the host), stated in ``host_rows`` of :attr:`stats`. A row with non-finite logits
+  their own logits (those rows, ``[b, V]`` fp32, copied to the host; the step's other rows are still drawn on the
+  device), counted in ``host_rows`` of :attr:`stats`. A row with non-finite logits
   becomes :class:`~ninferc.sampling.NonFiniteLogits`: on the host, any NaN or Inf; on the device, the sampler's -1
   for a row whose maximum is not finite (a NaN or +Inf in it, or only -Inf; ``targets/kernels/sample.py``) -- a
   -Inf among finite logits is a token of probability 0 there, not an error, and the step needs no second pass over
@@ -258,17 +259,27 @@ class CudaBatchBackend:
 
     def sample(self, logits: _StepLogits, rows: list) -> list:
         """One :class:`~ninferc.sampling.Sampled` (or :class:`~ninferc.sampling.NonFiniteLogits`) per row; see the
-        module docstring for which rows the GPU sampler draws."""
+        module docstring for which rows the GPU sampler draws. In a step whose rows need both samplers, the device
+        rows are still drawn on the device (their seeded draws are the same whoever shares the step) and only the
+        host rows' logits are copied to the host."""
         if self.samples_on_device(rows):
             return self.sample_async(logits, rows).result()
         if len(rows) != logits.rows:
             raise NinfercError(f"sample: {len(rows)} parameter rows for {logits.rows} logit rows")
-        host = logits.host()
-        self.stats["host_rows"] += logits.rows
-        out: list = [None] * logits.rows
-        for i, (s, lp) in enumerate(rows):
+        on_device = [rows_on_device([r]) for r in rows]
+        pending = self._queue_sample(logits.rows, [r if d else None for r, d in zip(rows, on_device)]) \
+            if any(on_device) else None
+        host_idx = [i for i, d in enumerate(on_device) if not d]
+        e = self.engine
+        with e.stream:
+            host = logits.host() if len(host_idx) == logits.rows else \
+                e.logits[e.cp.asarray(np.array(host_idx, np.int64))].get(stream=e.stream)
+        self.stats["host_rows"] += len(host_idx)
+        out: list = pending.result() if pending is not None else [None] * logits.rows
+        for k, i in enumerate(host_idx):
+            s, lp = rows[i]
             try:
-                out[i] = s.sample(host[i], lp)
+                out[i] = s.sample(host[k], lp)
             except SampleError as exc:  # NaN / Inf logits, or a grammar that allows no token
                 out[i] = exc
         return out
@@ -281,24 +292,32 @@ class CudaBatchBackend:
         Raises:
             NinfercError: a row the GPU sampler cannot draw, or rows that do not match the step's logits.
         """
-        e, cp = self.engine, self.engine.cp
         B = logits.rows  # noqa: N806
         if len(rows) != B:
             raise NinfercError(f"sample: {len(rows)} parameter rows for {B} logit rows")
         if not self.samples_on_device(rows):
             raise NinfercError("sample_async: a row needs the host sampler (penalties, min_p, logit_bias, min_tokens or logprobs)")
+        return self._queue_sample(B, rows)
+
+    def _queue_sample(self, B: int, rows: list) -> PendingSample:  # noqa: N803
+        """:meth:`sample_async` of the step's B rows where ``rows[i]`` is None for a row drawn elsewhere (the host):
+        the device draws it too, with a fixed seed and counter, and :meth:`_read_sample` drops that id."""
+        e, cp = self.engine, self.engine.cp
         slot = self._ring_next
         self._ring_next = (slot + 1) % SAMPLE_RING
         dev = self._ids_dev[slot]
-        greedy = all(s.params.greedy for s, _ in rows)
+        mine = [r for r in rows if r is not None]
+        greedy = all(s.params.greedy for s, _ in mine)
         with e.stream:
-            if not greedy:
+            if not greedy:  # a row drawn elsewhere: temperature 1, no top-k / top-p, seed 0 (its id is dropped)
                 sp = e.sampling
-                sp["temperature"][:B] = cp.asarray([s.params.temperature for s, _ in rows], cp.float32)
-                sp["top_k"][:B] = cp.asarray([s.params.top_k for s, _ in rows], cp.int32)
-                sp["top_p"][:B] = cp.asarray([s.params.top_p for s, _ in rows], cp.float32)
-                sp["seed"][:B] = cp.asarray(np.array([s.params.seed for s, _ in rows], np.uint64))
-                sp["rng_step"][:B] = cp.asarray([s.draws + self._unread.get(id(s), 0) for s, _ in rows], cp.int32)
+                sp["temperature"][:B] = cp.asarray([1.0 if r is None else r[0].params.temperature for r in rows],
+                                                   cp.float32)
+                sp["top_k"][:B] = cp.asarray([0 if r is None else r[0].params.top_k for r in rows], cp.int32)
+                sp["top_p"][:B] = cp.asarray([1.0 if r is None else r[0].params.top_p for r in rows], cp.float32)
+                sp["seed"][:B] = cp.asarray(np.array([0 if r is None else r[0].params.seed for r in rows], np.uint64))
+                sp["rng_step"][:B] = cp.asarray([0 if r is None else r[0].draws + self._unread.get(id(r[0]), 0)
+                                                 for r in rows], cp.int32)
             e.sample_step(greedy, B)
             dev[:B] = e.tokens[:B]
             host = self._ids_host[slot]
@@ -306,16 +325,20 @@ class CudaBatchBackend:
                                         cp.cuda.runtime.memcpyDeviceToHost, e.stream.ptr)
             ev = cp.cuda.Event(disable_timing=True)
             ev.record(e.stream)
-        for s, _ in rows:
+        for s, _ in mine:
             self._unread[id(s)] = self._unread.get(id(s), 0) + 1
-        self.stats["device_rows"] += B
+        self.stats["device_rows"] += len(mine)
         return PendingSample(self, slot, list(rows), ev)
 
     def _read_sample(self, p: PendingSample) -> list:
         """The rows of a finished :class:`PendingSample`, recorded in their samplers."""
         h = self._ids_host[p.slot]
         out: list = []
-        for i, (s, _) in enumerate(p.rows):
+        for i, row in enumerate(p.rows):
+            if row is None:  # a row the host draws
+                out.append(None)
+                continue
+            s = row[0]
             left = self._unread.get(id(s), 0) - 1
             if left > 0:
                 self._unread[id(s)] = left

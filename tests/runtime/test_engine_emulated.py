@@ -317,3 +317,36 @@ def test_a_scored_prompt_through_the_serving_backend(emulated_device, emu_art, g
             if gid in got:
                 assert abs((got[gid] - got[g0]) - (logit - l0)) < 2 * ENGINE_LOGITS.atol
     be.close()
+
+
+def test_a_seeded_device_row_draws_the_same_beside_a_host_row(emulated_device, emu_art, goldens):
+    """A seeded sampled request (drawn on the device) sharing its steps with a request that needs the host sampler
+    (logprobs): the device row is still drawn on the device -- its text is the one it gets alone -- and only the host
+    row's logits are copied (``host_rows``). Until 2026-12-07 such a step drew every row on the host, so a seeded
+    request's text depended on who shared its steps."""
+    from ninferc.runtime.cuda_backend import CudaBatchBackend
+    from ninferc.runtime.scheduler import Scheduler
+    from ninferc.sampling import SamplingParams
+
+    seeded = SamplingParams(temperature=0.9, top_p=0.95, seed=77)
+    a_prompt, b_case = goldens["cases"][0]["prompt_ids"][:8], goldens["cases"][2]
+    n = 5
+
+    def run(with_b: bool):
+        be = CudaBatchBackend(emu_art, max_context=128, num_slots=2, num_pages=8, prefill_chunk=CHUNK)
+        s = Scheduler(be, max_concurrency=2, prefill_chunk=CHUNK)
+        evs: dict = {}
+        s.submit(collecting_request("a", a_prompt, n, evs, params=seeded))
+        if with_b:
+            s.submit(collecting_request("b", b_case["prompt_ids"][:8], n, evs, logprobs=2))
+        run_until_idle(s)
+        stats = dict(be.stats)
+        be.close()
+        return evs, stats
+
+    alone, _ = run(False)
+    both, stats = run(True)
+    assert event_ids(both["a"]) == event_ids(alone["a"])
+    assert both["b"][-1].stats.steps_shared > 0  # they did share steps
+    assert all(x.logprob is not None for ev in both["b"] if hasattr(ev, "sampled") for x in ev.sampled)
+    assert stats["host_rows"] == n  # b's rows only (its first token from its prefill, then 4 shared steps)
