@@ -234,6 +234,7 @@ def create_app(state: ServerState):
         if not req.include_reasoning and not state.reasoning_parser:
             raise HTTPError(400, "include_reasoning: false needs a server started with --reasoning-parser (without "
                                  "one the reasoning is part of content)", param="include_reasoning")
+        _check_group(state, 1, req.n)
         tool_use = _tool_use(state, req)
         tools = tool_use.tools if tool_use else None
         grammar = await _off_loop(_grammar, state, req, tool_use)
@@ -265,7 +266,13 @@ def create_app(state: ServerState):
             raise HTTPError(400, "suffix is not supported", param="suffix")
         if req.logprobs is not None and not 0 <= req.logprobs <= MAX_TOP_LOGPROBS:
             raise HTTPError(400, f"logprobs must be in 0..{MAX_TOP_LOGPROBS}, found {req.logprobs}", param="logprobs")
-        ids = await _off_loop(_prompt_ids, state, req.prompt)
+        prompts = _prompts(req.prompt)
+        if len(prompts) > 1 and req.stream_options is not None and req.stream_options.continuous_usage_stats:
+            raise HTTPError(400, "stream_options.continuous_usage_stats is not supported with several prompts",
+                            param="stream_options.continuous_usage_stats")
+        _check_group(state, len(prompts), req.n)
+        id_lists = await _off_loop(lambda: [_prompt_ids(state, p, "prompt" if len(prompts) == 1 else f"prompt.{k}")
+                                            for k, p in enumerate(prompts)])
         grammar = await _off_loop(_grammar, state, req)
         max_tokens = 16 if req.max_tokens is None else req.max_tokens
         # the prompt is scored for prompt_logprobs, and for echo with logprobs (the echoed tokens' logprobs), with
@@ -277,12 +284,16 @@ def create_app(state: ServerState):
             raise HTTPError(400, f"{'prompt_logprobs' if req.prompt_logprobs is not None else 'echo with logprobs'} "
                                  f"is not supported with n > 1 (found n = {req.n}): the prompt is scored once per "
                                  "request", param="n")
-        echo = _echo_text(state, req, ids) if req.echo else None
-        if echo is not None and max_tokens == 0 and scored is None:
+        echoes = [_echo_text(state, req, p, ids) for p, ids in zip(prompts, id_lists)] if req.echo else None
+        if req.echo and max_tokens == 0 and scored is None:
             scored = 0  # the prompt alone is the answer: the request goes through the engine as a scored one
-        gens = [_generation(state, request, req, ids, max_tokens, req.logprobs, chat=False, index=i, grammar=grammar,
-                            prompt_logprobs=scored) for i in range(req.n)]
-        return await _serve(state, request, gens, req, chat=False, echo=echo)
+        # choice k * n + i: prompt k's choice i (OpenAI's and vLLM's order)
+        gens = [_generation(state, request, req, ids, max_tokens, req.logprobs, chat=False, index=k * req.n + i,
+                            grammar=grammar, prompt_logprobs=scored)
+                for k, ids in enumerate(id_lists) for i in range(req.n)]
+        return await _serve(state, request, gens, req, chat=False,
+                            echo=None if echoes is None else [e for e in echoes for _ in range(req.n)],
+                            per_prompt=req.n)
 
     return _RequestId(app)
 
@@ -444,13 +455,35 @@ def _refuse_unsupported(req) -> None:
                                  "scored once per request", param="n")
 
 
-def _echo_text(state: ServerState, req, ids: list[int]) -> str:
-    """The text a completion's ``echo`` puts before the answer: the request's prompt as sent, or for token ids their
-    text (special tokens as the request's ``skip_special_tokens`` says)."""
-    p = req.prompt
-    if isinstance(p, list) and len(p) == 1 and isinstance(p[0], str):
-        p = p[0]
-    return p if isinstance(p, str) else state.tokenizer.decode(ids, skip_special_tokens=req.skip_special_tokens)
+def _echo_text(state: ServerState, req, prompt, ids: list[int]) -> str:
+    """The text a completion's ``echo`` puts before the answer: the prompt as sent, or for token ids their text
+    (special tokens as the request's ``skip_special_tokens`` says)."""
+    return prompt if isinstance(prompt, str) else state.tokenizer.decode(ids,
+                                                                           skip_special_tokens=req.skip_special_tokens)
+
+
+def _prompts(prompt) -> list:
+    """A completions request's prompts, each text or token ids: ``prompt`` is one text, a list of texts, token ids or
+    a list of token-id lists (OpenAI's four shapes)."""
+    if isinstance(prompt, str):
+        return [prompt]
+    if prompt and isinstance(prompt[0], (str, list)):
+        return list(prompt)
+    return [prompt]
+
+
+def _check_group(state: ServerState, prompts: int, n: int) -> None:
+    """400 where a request's choices (``prompts`` x ``n``, each a request of the scheduler's, admitted together) are
+    more than the server ever holds at once (``--max-concurrency`` + ``--max-pending``): it could only ever get 429."""
+    sched = state.engine.scheduler
+    if sched is None:
+        return
+    room = sched.max_concurrency + sched.max_pending
+    if prompts * n > room:
+        what = f"{prompts} prompts x n = {n}" if prompts > 1 else f"n = {n}"
+        raise HTTPError(400, f"{what} make {prompts * n} requests, more than this server holds at once ({room}: "
+                             f"--max-concurrency {sched.max_concurrency} + --max-pending {sched.max_pending}); send "
+                             "fewer per request", param="prompt" if prompts > 1 else "n")
 
 
 async def _off_loop(fn, *args):
@@ -462,15 +495,11 @@ async def _off_loop(fn, *args):
     return await asyncio.to_thread(fn, *args)
 
 
-def _prompt_ids(state: ServerState, prompt) -> list[int]:
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-        prompt = prompt[0]
-    elif isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
-        raise HTTPError(400, f"prompt: {len(prompt)} prompts in one request are not supported (batch them as "
-                             "separate requests)", param="prompt")
+def _prompt_ids(state: ServerState, prompt, field: str = "prompt") -> list[int]:
+    """The token ids of one prompt (text, or token ids checked against the vocabulary; ``field`` names it in a 400)."""
     if isinstance(prompt, str):
         return state.tokenizer.encode(prompt)
-    _check_token_ids(prompt, state.engine.backend.vocab_size if state.engine.backend is not None else None, "prompt")
+    _check_token_ids(prompt, state.engine.backend.vocab_size if state.engine.backend is not None else None, field)
     return list(prompt)
 
 
@@ -835,10 +864,13 @@ async def _next_or_disconnect(q: asyncio.Queue, watch: asyncio.Task):
 
 
 async def _serve(state: ServerState, request: Request, gens: list[GenerationRequest], req, *, chat: bool,
-                 thinking: bool | None = None, tool_use: ToolUse | None = None, echo: str | None = None):
-    """Submit the request's choices (``gens[i]`` choice ``i``; one unless ``n`` > 1) and answer. ``thinking``: with a
-    reasoning parser, whether the answer starts inside a ``<think>`` block (None: no parser); ``tool_use``: the
-    request's tool calling (None: none); ``echo``: a completion's echoed prompt text (None: no echo).
+                 thinking: bool | None = None, tool_use: ToolUse | None = None, echo: list[str] | None = None,
+                 per_prompt: int | None = None):
+    """Submit the request's choices (``gens[i]`` choice ``i``; one unless ``n`` > 1 or several prompts) and answer.
+    ``thinking``: with a reasoning parser, whether the answer starts inside a ``<think>`` block (None: no parser);
+    ``tool_use``: the request's tool calling (None: none); ``echo``: per choice, a completion's echoed prompt text
+    (None: no echo); ``per_prompt``: choices per prompt (``n``; default all of them: one prompt), whose prompt the
+    usage counts once.
 
     All choices are submitted or none (:meth:`~ninferc.runtime.scheduler.Scheduler.submit_group`: a group over the
     room left is a 429). The whole response lists the choices in order, the prompt counted once in the usage and the
@@ -866,7 +898,8 @@ async def _serve(state: ServerState, request: Request, gens: list[GenerationRequ
         sched.submit_group(gens)
     except ServingError as exc:
         raise HTTPError.of(exc) from None
-    fmts = [_Formatter(state, req, g, chat, thinking, tool_use, index=i, echo=echo) for i, g in enumerate(gens)]
+    fmts = [_Formatter(state, req, g, chat, thinking, tool_use, index=i, echo=None if echo is None else echo[i])
+            for i, g in enumerate(gens)]
     for f in fmts[1:]:  # one response: choice 0's id and time
         f.id, f.created = fmts[0].id, fmts[0].created
     ended = [False] * len(gens)  # the engine has ended the choice (its finish or error event arrived)
@@ -879,8 +912,12 @@ async def _serve(state: ServerState, request: Request, gens: list[GenerationRequ
 
     def usage(finishes: list) -> dict:
         u = [f.usage(ev) for f, ev in zip(fmts, finishes)]
+        firsts = u[::per_prompt or len(u)]  # each prompt counted once
+        prompt = sum(x["prompt_tokens"] for x in firsts)
         done = sum(x["completion_tokens"] for x in u)
-        return {**u[0], "completion_tokens": done, "total_tokens": u[0]["prompt_tokens"] + done}
+        return {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done,
+                "prompt_tokens_details": {"cached_tokens": sum(x["prompt_tokens_details"]["cached_tokens"]
+                                                               for x in firsts)}}
 
     handed_over = False  # the streaming generator owns the request from then on
     try:

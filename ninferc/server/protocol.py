@@ -137,8 +137,8 @@ class ChatCompletionRequest(_Sampling):
 
 
 class CompletionRequest(_Sampling):
-    """``POST /v1/completions``: ``prompt`` is text, a one-element list of text, token ids, or a one-element list
-    of token-id lists; ``max_tokens`` defaults to 16 (OpenAI's default)."""
+    """``POST /v1/completions``: ``prompt`` is text, a list of texts, token ids, or a list of token-id lists (several
+    prompts: choice k x n + i is prompt k's choice i); ``max_tokens`` defaults to 16 (OpenAI's default)."""
 
     prompt: Union[str, list[str], list[StrictInt], list[list[StrictInt]]]
     logprobs: StrictInt | None = None

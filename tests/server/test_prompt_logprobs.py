@@ -107,3 +107,31 @@ def test_a_scored_request_logs_its_scored_positions_and_prefill_rate(client, tin
     line = tiny_server.wait_request_lines(1, after=before)[-1]
     assert " gen=0 " in line and " ttft=- " in line and " scored=49" in line
     assert "prefill=-" not in line and "tok/s decode=-" in line
+
+
+def test_several_prompts_in_one_completions_request(client, goldens, tok):
+    """OpenAI's list of prompts (texts or token-id lists): choice k x n + i is prompt k's choice i, each the same as the
+    prompt sent alone, the usage counting each prompt once; streamed, the choices' chunks carry their index; echo and
+    a scored prompt per prompt."""
+    cases = goldens["cases"][:3]
+    r = client.completions.create(model="tiny", prompt=[c["prompt"] for c in cases], max_tokens=6, temperature=0, n=2)
+    assert [ch.index for ch in r.choices] == list(range(6))
+    for k, c in enumerate(cases):
+        alone = client.completions.create(model="tiny", prompt=c["prompt"], max_tokens=6, temperature=0)
+        assert r.choices[2 * k].text == r.choices[2 * k + 1].text == alone.choices[0].text
+    assert r.usage.prompt_tokens == sum(len(c["prompt_ids"]) for c in cases)
+    assert r.usage.completion_tokens == 36 and r.usage.total_tokens == r.usage.prompt_tokens + 36
+    chunks = list(client.completions.create(model="tiny", prompt=[c["prompt"] for c in cases], max_tokens=6,
+                                            temperature=0, stream=True, stream_options={"include_usage": True}))
+    texts = {}
+    for ch in chunks:
+        for x in ch.choices:
+            texts[x.index] = texts.get(x.index, "") + x.text
+    assert texts == {k: r.choices[2 * k].text for k in range(3)}
+    assert chunks[-1].usage.prompt_tokens == r.usage.prompt_tokens
+    ids = [c["prompt_ids"] + c["greedy_ids"][:4] for c in cases]
+    r = client.completions.create(model="tiny", prompt=ids, max_tokens=0, echo=True, logprobs=1)
+    for ch, x in zip(r.choices, ids):
+        assert ch.text == tok.decode(x) and len(ch.logprobs.token_logprobs) == len(x)
+        assert ch.logprobs.token_logprobs[0] is None
+    assert r.usage.prompt_tokens == sum(map(len, ids)) and r.usage.completion_tokens == 0
