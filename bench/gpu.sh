@@ -105,6 +105,8 @@ ab_run() {  # ab_run NAME WEIGHTS SECONDS VARIANT...: bench/family_ab.py over 4 
 #   2. `ninferc bench` in the same run at 512 (the C = 1 comparison);
 #   3. with PREFIX=1: prefix reuse at 7,680 of 8,192 tokens (prefix_27b W, which also runs alone).
 # Files under $OUT: serve_27b_W.json, bench_27b_W.json, prefix_27b_W.json, and the servers' logs (serve_W.log).
+# SB_LEVELS=8: the concurrency levels (default 1,2,4,8); LOGPROBS_EVERY=K: every K-th request asks for logprobs (its
+# rows host-sampled among device-sampled ones; the JSON is serve_27b_W_lpK.json).
 # Usage (after `source bench/gpu.sh`):  serve_27b bf16 w4
 wait_healthy() {  # wait_healthy PORT SECONDS
   python3 - "$1" "$2" <<'PY'
@@ -129,8 +131,10 @@ serve_27b() {
     local pid=$!
     if wait_healthy 8100 240; then
       echo "serve $w healthy $(el)"
-      timeout 200 python3 bench/serve_bench.py --url http://127.0.0.1:8100 --concurrency 1,2,4,8 --requests 8 \
-        --prompt-tokens 512 --max-tokens 64 --server-log /tmp/req_$w.jsonl --json $OUT/serve_27b_$w.json 2>&1 | grep -v "^wrote"
+      timeout 200 python3 bench/serve_bench.py --url http://127.0.0.1:8100 --concurrency ${SB_LEVELS:-1,2,4,8} \
+        --requests 8 --prompt-tokens 512 --max-tokens 64 --server-log /tmp/req_$w.jsonl \
+        ${LOGPROBS_EVERY:+--logprobs-every $LOGPROBS_EVERY} \
+        --json $OUT/serve_27b_$w${LOGPROBS_EVERY:+_lp$LOGPROBS_EVERY}.json 2>&1 | grep -v "^wrote"
     else
       echo "serve $w never healthy $(el)"; tail -20 /tmp/serve_$w.log | tee $OUT/serve_$w.log
     fi

@@ -57,10 +57,12 @@ def summary(xs: list[float]) -> dict:
             "mean": statistics.fmean(xs) if xs else None, "n": len(xs)}
 
 
-def one_request(client: httpx.Client, url: str, model: str, prompt, max_tokens: int, rid: str) -> dict:
-    """Stream one completion; returns client-side times (seconds) and the token count from the usage chunk."""
+def one_request(client: httpx.Client, url: str, model: str, prompt, max_tokens: int, rid: str,
+                extra: dict | None = None) -> dict:
+    """Stream one completion (``extra``: more request fields); returns client-side times (seconds) and the token
+    count from the usage chunk."""
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
-            "ignore_eos": True, "stream_options": {"include_usage": True}}
+            "ignore_eos": True, "stream_options": {"include_usage": True}, **(extra or {})}
     t0 = time.perf_counter()
     arrivals, usage, first = [], None, None
     with client.stream("POST", url + "/v1/completions", json=body, headers={"x-request-id": rid}) as r:
@@ -91,8 +93,10 @@ def make_prompt(n: int, i: int) -> list[int]:
     return [1 + (i + j * 7919) % 4000 for j in range(n)]
 
 
-def run_level(url: str, model: str, c: int, n: int, prompt, max_tokens: int, tag: str) -> dict:
-    """``n`` requests, ``c`` in flight at a time; ``prompt(i)`` is request ``i``'s prompt."""
+def run_level(url: str, model: str, c: int, n: int, prompt, max_tokens: int, tag: str, logprobs_every: int = 0) -> dict:
+    """``n`` requests, ``c`` in flight at a time; ``prompt(i)`` is request ``i``'s prompt; with ``logprobs_every`` k,
+    requests 0, k, 2k, ... ask for ``logprobs: 1`` (the host sampler: their rows' logits copied to the host each step,
+    the others drawn on the GPU)."""
     results, lock = [], threading.Lock()
     todo = list(range(n))
 
@@ -103,7 +107,8 @@ def run_level(url: str, model: str, c: int, n: int, prompt, max_tokens: int, tag
                     if not todo:
                         return
                     i = todo.pop(0)
-                res = one_request(h, url, model, prompt(i), max_tokens, f"{tag}-c{c}-{i}")
+                res = one_request(h, url, model, prompt(i), max_tokens, f"{tag}-c{c}-{i}",
+                                  {"logprobs": 1} if logprobs_every and i % logprobs_every == 0 else None)
                 res["rid"] = f"{tag}-c{c}-{i}"
                 with lock:
                     results.append(res)
@@ -161,6 +166,8 @@ def main(argv=None) -> int:
     ap.add_argument("--prefix-ttft", default=None, metavar="CACHED/TOTAL",
                     help="measure prefix reuse: TTFT of a TOTAL-token request sharing CACHED tokens vs cold ones")
     ap.add_argument("--repeats", type=int, default=3, help="with --prefix-ttft: rounds of cold / reuse / cold")
+    ap.add_argument("--logprobs-every", type=int, default=0, metavar="K",
+                    help="every K-th request asks for logprobs (host-sampled rows among device-sampled ones)")
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args(argv)
     url = a.url.rstrip("/")
@@ -174,7 +181,8 @@ def main(argv=None) -> int:
     for li, c in enumerate(int(x) for x in a.concurrency.split(",")):
         if not a.no_warmup:  # untimed: first captures of the decode graphs at batch sizes up to c
             run_level(url, model, c, c, lambda i, li=li: make_prompt(16, 3000 + 64 * li + i), 4, tag + "-warm")
-        lv = run_level(url, model, c, a.requests, lambda i, li=li: prompt(300 * li + i), a.max_tokens, tag)
+        lv = run_level(url, model, c, a.requests, lambda i, li=li: prompt(300 * li + i), a.max_tokens, tag,
+                       a.logprobs_every)
         if a.server_log is not None:
             time.sleep(0.2)
             lv["server"] = server_side(a.server_log, lv["rids"])
@@ -187,7 +195,7 @@ def main(argv=None) -> int:
               f"{srv if srv is None else round(srv, 1)} tok/s, errors {len(lv['errors'])}")
     out = provenance(a, url, model)
     out.update({"prompt_tokens": a.prompt_tokens, "max_tokens": a.max_tokens, "shared_prompt": a.shared_prompt,
-                "levels": levels})
+                "logprobs_every": a.logprobs_every, "levels": levels})
     return write(a, out)
 
 
