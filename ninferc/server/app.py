@@ -282,18 +282,22 @@ def create_app(state: ServerState):
             scored = max(scored or 0, req.logprobs)
         if scored is not None and req.n > 1:
             raise HTTPError(400, f"{'prompt_logprobs' if req.prompt_logprobs is not None else 'echo with logprobs'} "
-                                 f"is not supported with n > 1 (found n = {req.n}): the prompt is scored once per "
-                                 "request", param="n")
-        echoes = [_echo_text(state, req, p, ids) for p, ids in zip(prompts, id_lists)] if req.echo else None
-        if req.echo and max_tokens == 0 and scored is None:
-            scored = 0  # the prompt alone is the answer: the request goes through the engine as a scored one
+                                 f"is not supported with n > 1 (found n = {req.n}): ask for the choices in requests of "
+                                 "their own (every choice's prompt scores would be the same)", param="n")
+        for k, ids in enumerate(id_lists):
+            if not ids:
+                raise HTTPError(400, "the prompt is empty after tokenisation; give at least one token",
+                                param="prompt" if len(prompts) == 1 else f"prompt.{k}")
+        echoes = [_echo_text(state, p, ids) for p, ids in zip(prompts, id_lists) for _ in range(req.n)] \
+            if req.echo else None
+        echo_only = req.echo and max_tokens == 0 and scored is None  # the prompts are the whole answer
         # choice k * n + i: prompt k's choice i (OpenAI's and vLLM's order)
         gens = [_generation(state, request, req, ids, max_tokens, req.logprobs, chat=False, index=k * req.n + i,
-                            grammar=grammar, prompt_logprobs=scored)
+                            grammar=grammar, prompt_logprobs=0 if echo_only else scored)
                 for k, ids in enumerate(id_lists) for i in range(req.n)]
-        return await _serve(state, request, gens, req, chat=False,
-                            echo=None if echoes is None else [e for e in echoes for _ in range(req.n)],
-                            per_prompt=req.n)
+        if echo_only:
+            return _echo_only(state, req, gens, echoes, per_prompt=req.n)
+        return await _serve(state, request, gens, req, chat=False, echo=echoes, per_prompt=req.n)
 
     return _RequestId(app)
 
@@ -451,15 +455,15 @@ def _refuse_unsupported(req) -> None:
         if req.stream:  # vLLM's rule too: the scores come with the whole response
             raise HTTPError(400, "prompt_logprobs is not available with stream: true", param="prompt_logprobs")
         if req.n > 1:
-            raise HTTPError(400, f"prompt_logprobs is not supported with n > 1 (found n = {req.n}): the prompt is "
-                                 "scored once per request", param="n")
+            raise HTTPError(400, f"prompt_logprobs is not supported with n > 1 (found n = {req.n}): ask for the "
+                                 "choices in requests of their own (every choice's prompt scores would be the same)",
+                            param="n")
 
 
-def _echo_text(state: ServerState, req, prompt, ids: list[int]) -> str:
-    """The text a completion's ``echo`` puts before the answer: the prompt as sent, or for token ids their text
-    (special tokens as the request's ``skip_special_tokens`` says)."""
-    return prompt if isinstance(prompt, str) else state.tokenizer.decode(ids,
-                                                                           skip_special_tokens=req.skip_special_tokens)
+def _echo_text(state: ServerState, prompt, ids: list[int]) -> str:
+    """The text a completion's ``echo`` puts before the answer: the prompt as sent, or for token ids their text with
+    special tokens written out (as ``/detokenize`` writes them, and as the echoed ``logprobs.tokens`` list them)."""
+    return prompt if isinstance(prompt, str) else state.tokenizer.decode(ids, skip_special_tokens=False)
 
 
 def _prompts(prompt) -> list:
@@ -737,7 +741,7 @@ def _generation(state: ServerState, request: Request, req, ids: list[int], max_t
         stop_ids += list(state.eos_ids) + (list(state.chat_stop_ids) if chat else [])
     req_max = max_tokens
     if max_tokens is not None and max_tokens < (0 if prompt_logprobs is not None else 1):
-        scoring = " (0 only where the prompt is scored: echo with logprobs, or prompt_logprobs)" if not max_tokens else ""
+        scoring = " (0 only with echo or prompt_logprobs)" if not max_tokens else ""
         raise HTTPError(400, f"max_tokens must be at least 1{scoring}, found {max_tokens}", param="max_tokens")
     sched = state.engine.scheduler
     if sched is None:
@@ -911,13 +915,7 @@ async def _serve(state: ServerState, request: Request, gens: list[GenerationRequ
                 sched.cancel(g.request_id)
 
     def usage(finishes: list) -> dict:
-        u = [f.usage(ev) for f, ev in zip(fmts, finishes)]
-        firsts = u[::per_prompt or len(u)]  # each prompt counted once
-        prompt = sum(x["prompt_tokens"] for x in firsts)
-        done = sum(x["completion_tokens"] for x in u)
-        return {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done,
-                "prompt_tokens_details": {"cached_tokens": sum(x["prompt_tokens_details"]["cached_tokens"]
-                                                               for x in firsts)}}
+        return _usage(fmts, finishes, per_prompt)
 
     handed_over = False  # the streaming generator owns the request from then on
     try:
@@ -994,6 +992,44 @@ async def _serve(state: ServerState, request: Request, gens: list[GenerationRequ
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
+def _usage(fmts: list, finishes: list, per_prompt: int | None) -> dict:
+    """The usage of a request's choices (their formatters and finish events, ``per_prompt`` choices per prompt, default
+    all: one prompt): each prompt counted once, the choices' generated tokens summed."""
+    u = [f.usage(ev) for f, ev in zip(fmts, finishes)]
+    firsts = u[::per_prompt or len(u)]
+    prompt = sum(x["prompt_tokens"] for x in firsts)
+    done = sum(x["completion_tokens"] for x in u)
+    return {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done,
+            "prompt_tokens_details": {"cached_tokens": sum(x["prompt_tokens_details"]["cached_tokens"] for x in firsts)}}
+
+
+def _echo_only(state: ServerState, req, gens: list[GenerationRequest], echoes: list[str], per_prompt: int):
+    """A completion that echoes its prompts with ``max_tokens`` 0 and no logprobs: the prompts are the whole answer,
+    so it is answered here (validated as any request, nothing for the engine to compute: no log line), whole or
+    streamed (each choice's echo chunk, then its finish chunk)."""
+    from ninferc.runtime.scheduler import RequestStats
+
+    fmts = [_Formatter(state, req, g, False, index=i, echo=e) for i, (g, e) in enumerate(zip(gens, echoes))]
+    for f in fmts[1:]:
+        f.id, f.created = fmts[0].id, fmts[0].created
+    finishes = [FinishEvent("length", "", RequestStats(g.request_id, len(g.prompt_ids), finish_reason="length"))
+                for g in gens]
+    if not req.stream:
+        whole = [f.response(ev) for f, ev in zip(fmts, finishes)]
+        return {**whole[0], "choices": [w["choices"][0] for w in whole], "usage": _usage(fmts, finishes, per_prompt)}
+
+    def events():
+        for f, ev in zip(fmts, finishes):
+            yield f.sse(f.echo_chunk())
+            yield f.sse(f.finish_chunk(ev))
+        if req.stream_options and req.stream_options.include_usage:
+            yield fmts[0].sse(fmts[0].usage_chunk(_usage(fmts, finishes, per_prompt)))
+        yield b"data: [DONE]\n\n"
+
+    return StreamingResponse(events(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
 class _Formatter:
     """Builds the OpenAI response objects of one request (chat or completions, whole or streamed)."""
 
@@ -1025,6 +1061,9 @@ class _Formatter:
             self.text.append(echo)
         #: the scored prompt (PromptScore per position 1 .. n - 1) of a request with prompt_logprobs
         self.prompt_scores: list | None = None
+        #: the generated tokens' text offsets so far (:meth:`_offsets`)
+        self._gen_decoder = None
+        self._gen_pos = 0
 
     def add(self, ev: TokenEvent) -> None:
         self.text.append(ev.text)
@@ -1035,7 +1074,21 @@ class _Formatter:
         """The text of one token (a special token, e.g. a stop id, as its literal string)."""
         return self.state.tokenizer.decode([t]) or self.state.tokenizer.token_str(t)
 
-    def _logprobs(self, sampled: list, offset: int = 0):
+    def _offsets(self, ids) -> list[int]:
+        """The character offsets in the answer's text where the generated tokens ``ids`` (the next ones, in order:
+        each token is fed once) begin: an incremental detokeniser's running length, after the echoed prompt, so
+        tokens inside one multi-byte character share its offset and the offsets never decrease."""
+        if self._gen_decoder is None:
+            self._gen_decoder = self.state.tokenizer.stream(
+                skip_special_tokens=getattr(self.req, "skip_special_tokens", True))
+            self._gen_pos = len(self.echo or "")
+        out = []
+        for t in ids:
+            out.append(self._gen_pos)
+            self._gen_pos += len(self._gen_decoder.step(t))
+        return out
+
+    def _logprobs(self, sampled: list):
         if self.gen.logprobs is None:
             return None
         if self.chat:
@@ -1047,10 +1100,7 @@ class _Formatter:
                                                   "bytes": list(self._token_str(i).encode())} for i, lp in s.top]})
             return {"content": content}
         toks = [self._token_str(s.token) for s in sampled]
-        offs, o = [], offset
-        for t in toks:
-            offs.append(o)
-            o += len(t)
+        offs = self._offsets([s.token for s in sampled])
         # the legacy API's top_logprobs always hold the sampled token too (up to logprobs + 1 entries); keyed by
         # text, so tokens of the same text (pieces of one multibyte character all read "\ufffd") share an entry,
         # which the sampled token's own logprob wins
@@ -1116,10 +1166,11 @@ class _Formatter:
         k = self.gen.logprobs or 0
         ids = self.gen.prompt_ids
         toks = [self._token_str(t) for t in ids]
+        dec = self.state.tokenizer.stream(skip_special_tokens=False)  # the echo writes special tokens out
         offs, o = [], 0
-        for t in toks:
+        for t in ids:
             offs.append(o)
-            o += len(t)
+            o += len(dec.step(t))
         lps: list = [None]
         tops: list = [None]
         for tok, sc in zip(toks[1:], self.prompt_scores or []):
@@ -1133,7 +1184,7 @@ class _Formatter:
         """A whole completion's ``logprobs``: its answer's tokens, after the echoed prompt's where it echoes."""
         if self.gen.logprobs is None:
             return None
-        gen = self._logprobs(self.sampled, len(self.echo or ""))
+        gen = self._logprobs(self.sampled)
         if self.echo is None:
             return gen
         head = self._echo_logprobs()
@@ -1168,9 +1219,8 @@ class _Formatter:
         self.generated += len(ev.ids)
         if not ev.text and self.gen.logprobs is None:
             return None  # nothing to show yet (an unfinished character, a held-back stop-string prefix, a stop id)
-        offset = sum(len(t) for t in self.text)
         self.text.append(ev.text)
-        lp = self._logprobs(ev.sampled, offset)
+        lp = self._logprobs(ev.sampled)
         if self.chat:
             delta = self._delta(*self._split(ev.text))
             if not delta and lp is None:

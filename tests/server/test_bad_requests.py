@@ -121,8 +121,9 @@ CASES = [
      {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "echo": True}, 400,
      "echo None echo is not supported on chat completions"),
     ("max_tokens 0 without scoring", "/v1/completions", {**OK, "max_tokens": 0}, 400,
-     "max_tokens None max_tokens must be at least 1 (0 only where the prompt is scored: echo with logprobs, or "
-     "prompt_logprobs), found 0"),
+     "max_tokens None max_tokens must be at least 1 (0 only with echo or prompt_logprobs), found 0"),
+    ("an empty prompt among several", "/v1/completions", {**OK, "prompt": ["a", ""]}, 400,
+     "prompt.1 None the prompt is empty after tokenisation"),
     ("prompt_logprobs over 20", "/v1/completions", {**OK, "prompt_logprobs": 21}, 400,
      "prompt_logprobs None prompt_logprobs must be in 0..20"),
     ("prompt_logprobs -1 (vLLM's whole vocabulary)", "/v1/completions", {**OK, "prompt_logprobs": -1}, 400,

@@ -77,11 +77,16 @@ def test_echo_with_generation_whole_streamed_and_text_only(client, goldens):
     assert sum((x.tokens for x in streamed), []) == whole.logprobs.tokens
     assert sum((x.token_logprobs for x in streamed), []) == whole.logprobs.token_logprobs
     assert sum((x.text_offset for x in streamed), []) == whole.logprobs.text_offset
-    # echo alone: no logprobs anywhere; with max_tokens 0 the prompt is the whole answer, streamed or not
+    # echo alone: no logprobs anywhere; with max_tokens 0 the prompt is the whole answer, streamed or not, given
+    # without the engine (nothing to compute: no request log line)
     r = client.completions.create(model="tiny", prompt=c["prompt"], max_tokens=0, echo=True)
     assert r.choices[0].text == c["prompt"] and r.choices[0].logprobs is None and r.usage.completion_tokens == 0
-    text, chunks = _stream(client, model="tiny", prompt=c["prompt"], max_tokens=0, echo=True)
-    assert text == c["prompt"] and [ch.choices[0].finish_reason for ch in chunks] == [None, "length"]
+    assert r.usage.prompt_tokens == len(c["prompt_ids"]) and r.choices[0].finish_reason == "length"
+    text, chunks = _stream(client, model="tiny", prompt=[c["prompt"], "x"], max_tokens=0, echo=True,
+                           stream_options={"include_usage": True})
+    assert text == c["prompt"] + "x" and [ch.choices[0].finish_reason for ch in chunks if ch.choices] == \
+        [None, "length", None, "length"]
+    assert chunks[-1].usage.prompt_tokens == len(c["prompt_ids"]) + 1
 
 
 def test_chat_prompt_logprobs_score_the_rendered_prompt(client, goldens):
@@ -135,3 +140,36 @@ def test_several_prompts_in_one_completions_request(client, goldens, tok):
         assert ch.text == tok.decode(x) and len(ch.logprobs.token_logprobs) == len(x)
         assert ch.logprobs.token_logprobs[0] is None
     assert r.usage.prompt_tokens == sum(map(len, ids)) and r.usage.completion_tokens == 0
+
+
+def _check_offsets(text: str, tokens: list[str], offsets: list[int]) -> None:
+    """Offsets never decrease, and each token whose text is whole (not a piece of a multi-byte character) is found at
+    its offset in ``text``."""
+    assert offsets == sorted(offsets) and offsets[0] >= 0 and offsets[-1] <= len(text)
+    for t, o in zip(tokens, offsets):
+        if "\ufffd" not in t and not t.startswith("<|"):
+            assert text[o:o + len(t)] == t, (t, o, text[o:o + len(t) + 5])
+
+
+def test_echo_offsets_index_the_text_across_multibyte_characters_and_special_tokens(client, tok):
+    """``text_offset`` are character positions in the returned text, for the echoed prompt and the answer alike: a
+    character split over byte tokens (its pieces each read "\ufffd") advances the offset once, whole; token-id prompts
+    echo their special tokens written out, as ``tokens`` lists them (a new-user trial, 2026-12-07: the offsets counted
+    each piece and went backwards, and the echo dropped the special tokens)."""
+    text = "naïve café 日本語 🙂 done"
+    r = client.completions.create(model="tiny", prompt=text, max_tokens=6, temperature=0, echo=True, logprobs=1)
+    ch = r.choices[0]
+    _check_offsets(ch.text, ch.logprobs.tokens, ch.logprobs.text_offset)
+    p = len(tok.encode(text))
+    assert ch.logprobs.text_offset[p] == len(text)  # the answer's first token starts where the prompt ends
+    ids = tok.encode("<|im_start|>user\nhi é<|im_end|>\n")
+    r = client.completions.create(model="tiny", prompt=ids, max_tokens=3, temperature=0, echo=True, logprobs=1)
+    ch = r.choices[0]
+    assert ch.text.startswith("<|im_start|>user\nhi é<|im_end|>\n") and ch.logprobs.tokens[0] == "<|im_start|>"
+    _check_offsets(ch.text, ch.logprobs.tokens, ch.logprobs.text_offset)
+    # the same offsets streamed
+    chunks = list(client.completions.create(model="tiny", prompt=text, max_tokens=6, temperature=0, echo=True,
+                                            logprobs=1, stream=True))
+    offs = [o for c in chunks if c.choices and c.choices[0].logprobs for o in c.choices[0].logprobs.text_offset]
+    assert offs == client.completions.create(model="tiny", prompt=text, max_tokens=6, temperature=0, echo=True,
+                                             logprobs=1).choices[0].logprobs.text_offset
