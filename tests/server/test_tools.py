@@ -164,6 +164,7 @@ class _ScriptedScheduler:
     would: the events go through the request's sink."""
 
     cache = None
+    max_concurrency, max_pending = 4, 16  # the room a request's choices are checked against
 
     def __init__(self):
         self.script, self.reason, self.prompts, self.gens = [], "stop", [], []
