@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ninferc.errors import NinfercError
-from ninferc.sampling import (HostSampler, NonFiniteLogits, Sampled, filtered_probs, log_softmax,
+from ninferc.sampling import (HostSampler, NonFiniteLogits, Sampled, filtered_probs, raw_logprobs,
                               rows_on_device)
 from ninferc.targets.lower import MAX_DRAFT_TOKENS
 
@@ -142,11 +142,7 @@ def accept_drafts(sampler: HostSampler, logits: np.ndarray, drafts: list[int], l
     def emit(j: int, tok: int) -> None:
         s = Sampled(int(tok))
         if logprobs is not None:
-            lp = log_softmax(logits[j])
-            s.logprob = float(lp[tok])
-            if logprobs:
-                top = np.argsort(-lp, kind="stable")[:logprobs]
-                s.top = [(int(i), float(lp[i])) for i in top]
+            s.logprob, s.top = raw_logprobs(logits[j], tok, logprobs)
         sampler.observe(tok)
         out.append(s)
 

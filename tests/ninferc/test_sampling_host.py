@@ -155,3 +155,28 @@ def test_min_tokens_holds_the_stop_ids_back_until_reached_then_frees_the_gpu_sam
     assert toks[:3] == [0, 0, 0] and toks[3:] == [2, 2]
     assert not HostSampler(SamplingParams(min_tokens=3)).holding_stops  # no stop ids: nothing to hold
     assert HostSampler(SamplingParams(min_tokens=3)).device_ok
+
+
+def test_raw_logprobs_equal_a_full_sort_of_the_log_softmax_ties_included():
+    """The partition-based top (:func:`ninferc.sampling.raw_logprobs`) gives exactly what a stable sort of the whole
+    log softmax gives: values, order, and ties broken toward the lower id, across the k-th place too."""
+    import numpy as np
+
+    from ninferc.sampling import log_softmax, raw_logprobs
+
+    rng = np.random.default_rng(5)
+    for trial in range(30):
+        x = rng.normal(size=500).astype(np.float32)
+        if trial % 2:  # ties: repeated values around the top, across the k-th place
+            x[rng.choice(500, 40, replace=False)] = np.sort(x)[-3]
+        lp = log_softmax(x)
+        for n in (0, 1, 3, 5, 20):
+            tok = int(rng.integers(500))
+            got, top = raw_logprobs(x, tok, n)
+            want = np.argsort(-lp, kind="stable")[:n]
+            assert [i for i, _ in top] == [int(i) for i in want]
+            assert [v for _, v in top] == pytest.approx([lp[i] for i in want], abs=1e-12)
+            assert got == pytest.approx(lp[tok], abs=1e-12)
+    assert raw_logprobs(np.zeros(3, np.float32), 1, 20)[1] == [(0, pytest.approx(-np.log(3))),
+                                                             (1, pytest.approx(-np.log(3))),
+                                                             (2, pytest.approx(-np.log(3)))]
