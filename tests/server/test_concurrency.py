@@ -316,20 +316,30 @@ def test_a_long_prompt_being_tokenised_leaves_the_server_answering(tiny_server):
 
 
 def test_n_choices_are_admitted_together_or_not_at_all(start_server, tiny_dir):
-    """A request of n choices over the server's room (concurrency 1, one pending) is a 429 and submits none of them;
-    n within the room is served (one choice running, one waiting); a client leaving a stream or a whole response of
-    n choices cancels every choice."""
+    """A request of n choices over the room left (concurrency 1, one pending, one request running) is a 429 and
+    submits none of them; n over the whole room, which could never be admitted, is a 400 (a 429 until 2026-12-07:
+    retrying could not help); n within the room is served (one choice running, one waiting); a client leaving a
+    stream or a whole response of n choices cancels every choice."""
     srv = start_server(tiny_dir, "--model-id", "tiny", "--max-concurrency", "1", "--max-pending", "1")
     body = {"model": "tiny", "prompt": "def f():", "max_tokens": 4, "temperature": 0}
     r = httpx.post(srv.url + "/v1/completions", json={**body, "n": 3}, timeout=60)
-    assert r.status_code == 429 and "at capacity for 3 more" in r.json()["error"]["message"], r.text
+    assert r.status_code == 400 and r.json()["error"]["message"].startswith(
+        "n = 3 make 3 requests, more than this server holds at once (2: --max-concurrency 1 + --max-pending 1)"), r.text
     r = httpx.post(srv.url + "/v1/completions", json={**body, "n": 2}, timeout=60)
     assert r.status_code == 200 and [c["index"] for c in r.json()["choices"]] == [0, 1]
     _idle(srv)
     m = srv.metrics()
     assert m["ninferc:request_success_total{finished_reason=length}"] == 2  # the two served choices, nothing else
     assert m["ninferc:request_success_total{finished_reason=abort}"] == 0
+
+    def two_more():  # one request runs: two choices do not fit in the one pending place left
+        r = httpx.post(srv.url + "/v1/completions", json={**body, "n": 2}, timeout=60)
+        assert r.status_code == 429 and "at capacity for 2 more" in r.json()["error"]["message"], r.text
+
+    _leave(srv, {**body, "max_tokens": 3000}, True, while_streaming=two_more)
+    m = srv.metrics()
     assert m["ninferc:request_rejected_total{reason=overloaded}"] == 1
+    assert m["ninferc:request_success_total{finished_reason=abort}"] == 1
     for stream in (True, False):  # streamed: choice 0 runs, choice 1 waits; both end when the client leaves
         _leave(srv, {**body, "n": 2, "max_tokens": 3000}, stream)
-    assert srv.metrics()["ninferc:request_success_total{finished_reason=abort}"] == 4
+    assert srv.metrics()["ninferc:request_success_total{finished_reason=abort}"] == 5
