@@ -143,23 +143,10 @@ class CudaBatchBackend:
     # -- steps ------------------------------------------------------------------------------------------
     def prefill(self, seq, ids: list[int]) -> _StepLogits:
         """One chunk of ``seq``'s prompt; the logits of its last token stay on the device (row 0)."""
-        e = self.engine
         T = len(ids)  # noqa: N806
-        if not 1 <= T <= e.prefill_chunk:
-            raise NinfercError(f"prefill chunk of {T} tokens; the engine takes 1 to {e.prefill_chunk}")
-        self._check_pages(seq, T)
-        s = seq.length
-        if s == 0:
-            self._cur[seq.slot] = self._mtp_len[seq.slot] = 0
-        with e.stream:
-            e.write_meta(tok_pos=np.arange(s, s + T, dtype=np.int32), tok_seq=np.zeros(T, np.int32),
-                         seq_start=[0, T], seq_ctx=[s + T], seq_slot=[self._state_slot(seq)], row_index=[T - 1],
-                         page_rows=[seq.pages], tokens=list(ids))
-            e.run("prefill", T, 1, 1)
-        seq.length += T
-        if self.spec_tokens and getattr(seq, "mtp", False):  # the head's rows whose next token is in the chunk
-            self._mtp_rows([(seq, s, list(ids), 0, s + T - 1)])
-        return _StepLogits(e, 1)
+        if not 1 <= T <= self.engine.prefill_chunk:
+            raise NinfercError(f"prefill chunk of {T} tokens; the engine takes 1 to {self.engine.prefill_chunk}")
+        return self._prefill(seq, ids)[0]
 
     @property
     def max_scored_tokens(self) -> int:
@@ -179,25 +166,34 @@ class CudaBatchBackend:
             NinfercError: an empty chunk, more tokens than :attr:`max_scored_tokens` or more targets than tokens.
             NonFiniteLogits: a scored row is not finite (the chunk is appended all the same).
         """
-        e = self.engine
         T = len(ids)  # noqa: N806
         if not 1 <= T <= self.max_scored_tokens or len(targets) > T:
             raise NinfercError(f"a scored prefill chunk takes 1 to {self.max_scored_tokens} tokens (the engine's logit "
                                f"rows) and one target per token; found {T} tokens, {len(targets)} targets")
+        return self._prefill(seq, ids, (targets, top_n))
+
+    def _prefill(self, seq, ids: list[int], score: tuple | None = None) -> tuple:
+        """One prefill chunk (checked by the caller): the last token's logits in row 0 and, with ``score`` =
+        (targets, top_n), every token's logits scored first; returns (logits, scores or None)."""
+        e = self.engine
+        T = len(ids)  # noqa: N806
         self._check_pages(seq, T)
         s = seq.length
         if s == 0:
             self._cur[seq.slot] = self._mtp_len[seq.slot] = 0
+        scores = None
         with e.stream:
             e.write_meta(tok_pos=np.arange(s, s + T, dtype=np.int32), tok_seq=np.zeros(T, np.int32),
                          seq_start=[0, T], seq_ctx=[s + T], seq_slot=[self._state_slot(seq)],
-                         row_index=np.arange(T, dtype=np.int32), page_rows=[seq.pages], tokens=list(ids))
-            e.run("prefill", T, 1, T)
-            seq.length += T
-            scores = score_rows(e.logits, targets, top_n, xp=e.cp)
-            if T > 1:
-                e.logits[0] = e.logits[T - 1]
-        if self.spec_tokens and getattr(seq, "mtp", False):
+                         row_index=[T - 1] if score is None else np.arange(T, dtype=np.int32),
+                         page_rows=[seq.pages], tokens=list(ids))
+            e.run("prefill", T, 1, 1 if score is None else T)
+            seq.length += T  # appended, whether or not its rows score (NonFiniteLogits)
+            if score is not None:
+                scores = score_rows(e.logits, score[0], score[1], xp=e.cp)
+                if T > 1:
+                    e.logits[0] = e.logits[T - 1]
+        if self.spec_tokens and getattr(seq, "mtp", False):  # the head's rows whose next token is in the chunk
             self._mtp_rows([(seq, s, list(ids), 0, s + T - 1)])
         return _StepLogits(e, 1), scores
 
