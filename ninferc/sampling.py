@@ -290,10 +290,18 @@ def score_rows(logits, targets: list[int], top_n: int, xp=np) -> list[PromptScor
     lp = (xt - lse).tolist()
     ranks = rank.tolist()
     tops: list = [[] for _ in range(k)]
-    if top_n:  # the top_n largest per row (argpartition), then ordered: most likely first, ties to the lower id
-        idx = xp.argpartition(-x, min(top_n, x.shape[1]) - 1, axis=1)[:, :top_n]
-        vals = (xp.take_along_axis(x, idx, axis=1) - lse[:, None]).tolist()
-        tops = [sorted(zip(i, v), key=lambda iv: (-iv[1], iv[0])) for i, v in zip(idx.tolist(), vals)]
+    if top_n:  # the top_n largest per row, most likely first, ties to the lower id (as raw_logprobs orders them)
+        n = min(top_n, x.shape[1])
+        idx = xp.argpartition(-x, n - 1, axis=1)[:, :n]
+        vals = xp.take_along_axis(x, idx, axis=1)
+        over = ((x >= vals.min(axis=1, keepdims=True)).sum(axis=1) > n).tolist()  # a tie across the n-th place
+        lse_h, idx_h, vals_h = lse.tolist(), idx.tolist(), vals.tolist()
+        for r in range(k):
+            if over[r]:  # the partition kept any of the tied ids: take the lowest, from the whole tied set
+                ids = xp.flatnonzero(x[r] >= min(vals_h[r])).tolist()
+                idx_h[r], vals_h[r] = ids, x[r][xp.asarray(np.asarray(ids, np.int64))].tolist()
+            tops[r] = sorted(((i, v - lse_h[r]) for i, v in zip(idx_h[r], vals_h[r])),
+                             key=lambda iv: (-iv[1], iv[0]))[:n]
     return [PromptScore(int(t), float(a), int(r), [(int(i), float(v)) for i, v in top])
             for t, a, r, top in zip(targets, lp, ranks, tops)]
 

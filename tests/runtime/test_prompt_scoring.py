@@ -41,6 +41,10 @@ def test_score_rows_matches_log_softmax_rank_and_top():
         assert [v for _, v in sc.top] == pytest.approx([lp[j] for j in order], abs=1e-5)
     assert got[2].top[:2] == [(7, pytest.approx(got[2].top[0][1])), (9, pytest.approx(got[2].top[0][1]))]
     assert got[2].rank == 1  # id 9 ties id 7 for the top: tied logits share a rank (1 + the strictly larger)
+    y = np.zeros((1, 40), np.float32)
+    y[0, [31, 7, 20, 3]] = [2.0, 1.0, 1.0, 1.0]  # three ids tie for places 2-4: top 2 takes the lowest of them
+    assert [i for i, _ in score_rows(y, [0], 2)[0].top] == [31, 3]
+    assert [i for i, _ in score_rows(y, [0], 3)[0].top] == [31, 3, 7]
     assert score_rows(x, [], 5) == []
     x[1, 3] = np.nan
     with pytest.raises(NonFiniteLogits, match="scored position 1"):
