@@ -427,8 +427,9 @@ class HostSampler:
 
 def rows_on_device(rows) -> bool:
     """Whether the GPU sampler can draw every row of a step: ``rows[i] = (HostSampler, logprobs or None)``, each
-    :attr:`HostSampler.device_ok` (no penalties, min_p or logit_bias, no stop id held back by min_tokens) with no
-    logprobs asked (the GPU sampler returns ids only).
+    :attr:`HostSampler.device_ok` (no penalties, min_p or logit_bias, no stop id held back by min_tokens). A row
+    asking for logprobs qualifies: its token is drawn on the device and its logprobs (:func:`raw_logprobs`, which
+    depend on the logits only) are computed on the host from a copy of its logits row, read with the ids.
     The rule both batched backends share: the CUDA backend draws those rows on the device, the reference backend
     schedules them the same way (decode ahead)."""
-    return all(s.device_ok and lp is None for s, lp in rows)
+    return all(s.device_ok for s, _ in rows)

@@ -10,9 +10,12 @@ The policy (scheduler) owns the page tables and GDN slots; this class turns each
   batch size B (:meth:`~ninferc.runtime.engine.Engine.model_graph`; ``cuda_graph=False`` launches it eagerly) --
   the batch changes between steps with no new capture;
 * ``sample(logits, rows)``: rows whose parameters the GPU sampler implements (temperature, top-k, top-p; no
-  penalties, no min_p, no logprobs) are drawn on the device with their own seed and draw counter (the Philox
+  penalties, no min_p) are drawn on the device with their own seed and draw counter (the Philox
   counter of :mod:`ninferc.targets.kernels.sample`, so a row's draw does not depend on its neighbours); the step
-  then reads back B ids. Rows needing penalties, min_p, logit_bias, min_tokens or logprobs take the host sampler on
+  then reads back B ids. Such a row asking for logprobs also has its logits row (``[V]`` fp32) copied to pinned host
+  memory before the draw, and its logprobs are computed on the host from that copy when the ids are read
+  (:func:`~ninferc.sampling.raw_logprobs`; counted in ``logprob_rows`` of :attr:`stats`), so it keeps decode ahead.
+  Rows needing penalties, min_p, logit_bias or min_tokens take the host sampler on
   their own logits (those rows, ``[b, V]`` fp32, copied to the host; the step's other rows are still drawn on the
   device), counted in ``host_rows`` of :attr:`stats`. A row with non-finite logits
   becomes :class:`~ninferc.sampling.NonFiniteLogits`: on the host, any NaN or Inf; on the device, the sampler's -1
@@ -44,7 +47,7 @@ from __future__ import annotations
 import numpy as np
 
 from ninferc.errors import NinfercError
-from ninferc.sampling import NonFiniteLogits, SampleError, Sampled, rows_on_device, score_rows
+from ninferc.sampling import NonFiniteLogits, SampleError, Sampled, raw_logprobs, rows_on_device, score_rows
 
 #: sampled-id buffers (device + pinned host) in rotation: the scheduler holds at most two unread samples (the step
 #: it reads and the one queued ahead of it), a synchronous sample a third
@@ -133,10 +136,14 @@ class CudaBatchBackend:
         self.max_context, self.vocab_size = max_context, e.vocab
         self.memory = e.memory
         self.cuda_graph = cuda_graph
-        self.stats = {"device_rows": 0, "host_rows": 0, "one_read_rounds": 0}
+        self.stats = {"device_rows": 0, "host_rows": 0, "logprob_rows": 0, "one_read_rounds": 0}
         # per rotation slot: num_slots sampled ids (int32) on the device and in pinned host memory
         self._ids_dev = e.cp.zeros((SAMPLE_RING, num_slots), e.cp.int32)
         self._ids_host = [e.pinned_int32(num_slots) for _ in range(SAMPLE_RING)]
+        # per rotation slot, made on first use: the logits rows of the slot's device-drawn rows that ask for
+        # logprobs, pinned fp32 [num_slots, V] (num_slots x V x 4 bytes of host memory each: 7.9 MB at 8 slots and
+        # the 27B's 248,320-token vocabulary)
+        self._lp_host: list = [None] * SAMPLE_RING
         self._ring_next = 0
         self._unread: dict[int, int] = {}  # id(HostSampler) -> its rows queued and not read
 
@@ -250,7 +257,7 @@ class CudaBatchBackend:
     # -- sampling -----------------------------------------------------------------------------------------
     def samples_on_device(self, rows: list) -> bool:
         """Whether the GPU sampler draws every row (``rows[i] = (HostSampler, logprobs or None)``): no penalties, no
-        min_p, no logprobs -- the rows :meth:`sample_async` takes (:func:`~ninferc.sampling.rows_on_device`)."""
+        min_p (logprobs allowed) -- the rows :meth:`sample_async` takes (:func:`~ninferc.sampling.rows_on_device`)."""
         return rows_on_device(rows)
 
     def sample(self, logits: _StepLogits, rows: list) -> list:
@@ -283,7 +290,8 @@ class CudaBatchBackend:
     def sample_async(self, logits: _StepLogits, rows: list) -> PendingSample:
         """Queue the GPU sampler over the step's B rows (all :meth:`samples_on_device`), each with its seed and draw
         counter (draws recorded + draws queued and not read), and one copy of the B ids (-1 where a row's maximum is
-        not finite) to pinned host memory; returns without waiting.
+        not finite) to pinned host memory -- before the draw, a copy of the logits row of each row asking for
+        logprobs (read with the ids: :meth:`PendingSample.result`); returns without waiting.
 
         Raises:
             NinfercError: a row the GPU sampler cannot draw, or rows that do not match the step's logits.
@@ -292,7 +300,8 @@ class CudaBatchBackend:
         if len(rows) != B:
             raise NinfercError(f"sample: {len(rows)} parameter rows for {B} logit rows")
         if not self.samples_on_device(rows):
-            raise NinfercError("sample_async: a row needs the host sampler (penalties, min_p, logit_bias, min_tokens or logprobs)")
+            raise NinfercError("sample_async: a row needs the host sampler (penalties, min_p, logit_bias or "
+                               "min_tokens)")
         return self._queue_sample(B, rows)
 
     def _queue_sample(self, B: int, rows: list) -> PendingSample:  # noqa: N803
@@ -304,7 +313,15 @@ class CudaBatchBackend:
         dev = self._ids_dev[slot]
         mine = [r for r in rows if r is not None]
         greedy = all(s.params.greedy for s, _ in mine)
+        lp_rows = [i for i, r in enumerate(rows) if r is not None and r[1] is not None]
         with e.stream:
+            if lp_rows:  # their logits rows, copied before the sampler runs over them
+                if self._lp_host[slot] is None:
+                    self._lp_host[slot] = e.pinned_float32(self.num_slots * e.vocab).reshape(self.num_slots, e.vocab)
+                buf, row_bytes = self._lp_host[slot], e.vocab * 4
+                for k, i in enumerate(lp_rows):
+                    cp.cuda.runtime.memcpyAsync(buf.ctypes.data + k * row_bytes, e.logits[i].data.ptr, row_bytes,
+                                                cp.cuda.runtime.memcpyDeviceToHost, e.stream.ptr)
             if not greedy:  # a row drawn elsewhere: temperature 1, no top-k / top-p, seed 0 (its id is dropped)
                 sp = e.sampling
                 sp["temperature"][:B] = cp.asarray([1.0 if r is None else r[0].params.temperature for r in rows],
@@ -324,11 +341,14 @@ class CudaBatchBackend:
         for s, _ in mine:
             self._unread[id(s)] = self._unread.get(id(s), 0) + 1
         self.stats["device_rows"] += len(mine)
+        self.stats["logprob_rows"] += len(lp_rows)
         return PendingSample(self, slot, list(rows), ev)
 
     def _read_sample(self, p: PendingSample) -> list:
-        """The rows of a finished :class:`PendingSample`, recorded in their samplers."""
+        """The rows of a finished :class:`PendingSample`, recorded in their samplers, with the logprobs of the rows
+        that ask for them (from their logits rows' copies: :func:`~ninferc.sampling.raw_logprobs`)."""
         h = self._ids_host[p.slot]
+        lp_k = 0  # the next logits row copied for logprobs (in row order)
         out: list = []
         for i, row in enumerate(p.rows):
             if row is None:  # a row the host draws
@@ -340,11 +360,18 @@ class CudaBatchBackend:
                 self._unread[id(s)] = left
             else:
                 self._unread.pop(id(s), None)
+            lp = row[1]
+            if lp is not None:
+                lp_k += 1
             if h[i] < 0:  # the sampler's answer to a row whose maximum is not finite
                 out.append(NonFiniteLogits(_NON_FINITE.format(i=i)))
                 continue
-            s.observe(int(h[i]))
-            out.append(Sampled(int(h[i])))
+            tok = int(h[i])
+            s.observe(tok)
+            got = Sampled(tok)
+            if lp is not None:
+                got.logprob, got.top = raw_logprobs(self._lp_host[p.slot][lp_k - 1], tok, lp)
+            out.append(got)
         return out
 
     # -- speculative decoding with the MTP head (:mod:`ninferc.runtime.spec`) ------------------------------

@@ -729,6 +729,11 @@ class Engine:
         """A pinned host int32 array of ``n`` elements (:func:`cupy_pinned_int32`)."""
         return cupy_pinned_int32(n)
 
+    @staticmethod
+    def pinned_float32(n: int) -> np.ndarray:
+        """A pinned host float32 array of ``n`` elements (:func:`cupy_pinned_int32`'s memory, read as float32)."""
+        return cupy_pinned_int32(n).view(np.float32)
+
     def host(self, arr) -> np.ndarray:
         """A host copy of device array ``arr``, ordered after the work queued on the engine stream."""
         return arr.get(stream=self.stream)

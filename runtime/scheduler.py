@@ -20,7 +20,7 @@ An iteration (:meth:`Scheduler.step`):
    and retire those that finished (stop id, stop string, ``max_tokens``).
 
 Decode ahead: when the backend samples every row of a step on its own device (``sample_async``: no penalties, no
-min_p, no logprobs) and the same requests go on, the next decode step is queued -- fed with the ids the device
+min_p; a row's logprobs are computed on the host from a copy of its logits row) and the same requests go on, the next decode step is queued -- fed with the ids the device
 sampler wrote, before the host reads them -- and only then are the last step's ids read and emitted, so the
 device never waits for the host's per-step work (reading ids, stop strings, streaming, the next step's metadata).
 A request that ends at step N (stop id, stop string) has had step N + 1 queued already: its result is dropped,

@@ -172,8 +172,9 @@ def accept_drafts(sampler: HostSampler, logits: np.ndarray, drafts: list[int], l
 
 def ids_suffice(sampler: HostSampler, logprobs: int | None) -> bool:
     """Whether a request's round can be accepted from one token drawn per verify row (:func:`accept_ids`): the
-    rows the device sampler draws -- greedy or temperature / top-k / top-p, no penalties, no min_p, no logprobs."""
-    return rows_on_device([(sampler, logprobs)])
+    rows the device sampler draws (greedy or temperature / top-k / top-p, no penalties, no min_p) that ask for no
+    logprobs (a round's logprobs need its verify rows' logits on the host)."""
+    return logprobs is None and rows_on_device([(sampler, None)])
 
 
 def accept_ids(sampler: HostSampler, ids, drafts: list[int]) -> list[Sampled]:

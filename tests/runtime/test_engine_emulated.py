@@ -321,9 +321,9 @@ def test_a_scored_prompt_through_the_serving_backend(emulated_device, emu_art, g
 
 def test_a_seeded_device_row_draws_the_same_beside_a_host_row(emulated_device, emu_art, goldens):
     """A seeded sampled request (drawn on the device) sharing its steps with a request that needs the host sampler
-    (logprobs): the device row is still drawn on the device -- its text is the one it gets alone -- and only the host
-    row's logits are copied (``host_rows``). Until 2026-12-07 such a step drew every row on the host, so a seeded
-    request's text depended on who shared its steps."""
+    (a presence penalty): the device row is still drawn on the device -- its text is the one it gets alone -- and
+    only the host row's logits are copied (``host_rows``). Until 2026-12-07 such a step drew every row on the host,
+    so a seeded request's text depended on who shared its steps."""
     from ninferc.runtime.cuda_backend import CudaBatchBackend
     from ninferc.runtime.scheduler import Scheduler
     from ninferc.sampling import SamplingParams
@@ -338,7 +338,8 @@ def test_a_seeded_device_row_draws_the_same_beside_a_host_row(emulated_device, e
         evs: dict = {}
         s.submit(collecting_request("a", a_prompt, n, evs, params=seeded))
         if with_b:
-            s.submit(collecting_request("b", b_case["prompt_ids"][:8], n, evs, logprobs=2))
+            s.submit(collecting_request("b", b_case["prompt_ids"][:8], n, evs, logprobs=2,
+                                        params=SamplingParams(presence_penalty=0.5)))
         run_until_idle(s)
         stats = dict(be.stats)
         be.close()
@@ -350,3 +351,54 @@ def test_a_seeded_device_row_draws_the_same_beside_a_host_row(emulated_device, e
     assert both["b"][-1].stats.steps_shared > 0  # they did share steps
     assert all(x.logprob is not None for ev in both["b"] if hasattr(ev, "sampled") for x in ev.sampled)
     assert stats["host_rows"] == n  # b's rows only (its first token from its prefill, then 4 shared steps)
+
+
+def test_logprobs_rows_are_drawn_on_the_device_with_decode_ahead(emulated_device, emu_art, goldens):
+    """A greedy request asking for logprobs beside a seeded sampled one: both rows are drawn on the device and the
+    steps go ahead (``decode_next``); the logprobs row's logits are copied before the draw (``logprob_rows``, no
+    ``host_rows``) and its logprobs are exactly :func:`~ninferc.sampling.raw_logprobs` of the logits the step wrote
+    for that row (snapshotted here when each sample was queued), its text the golden's, and HF's top-5 logit gaps
+    within twice ENGINE_LOGITS. Until 2026-12-07 such a row took the host sampler and its steps no decode ahead."""
+    import numpy as np
+
+    from ninferc.ir.tolerances import ENGINE_LOGITS
+    from ninferc.runtime.cuda_backend import CudaBatchBackend
+    from ninferc.runtime.scheduler import Scheduler
+    from ninferc.sampling import SamplingParams, raw_logprobs
+
+    c, a_prompt = goldens["cases"][1], goldens["cases"][0]["prompt_ids"][:8]
+    n = min(5, golden_len(c))
+    be = CudaBatchBackend(emu_art, max_context=128, num_slots=2, num_pages=8, prefill_chunk=CHUNK)
+    snaps, ahead = [], []
+    queue, decode_next = be._queue_sample, be.decode_next
+
+    def snapshot(B, rows):  # noqa: N803
+        snaps.extend(np.array(be.engine.logits[i].get()) for i, r in enumerate(rows) if r is not None and r[1])
+        return queue(B, rows)
+
+    def counted(seqs, pending):
+        ahead.append(len(seqs))
+        return decode_next(seqs, pending)
+
+    be._queue_sample, be.decode_next = snapshot, counted
+    s = Scheduler(be, max_concurrency=2, prefill_chunk=CHUNK)
+    evs: dict = {}
+    s.submit(collecting_request("a", a_prompt, n + 2, evs, params=SamplingParams(temperature=0.9, seed=5)))
+    s.submit(collecting_request("b", c["prompt_ids"], n, evs, logprobs=3))
+    run_until_idle(s)
+    stats = dict(be.stats)
+    be.close()
+    got = [x for ev in evs["b"] if hasattr(ev, "sampled") for x in ev.sampled]
+    assert [x.token for x in got] == c["greedy_ids"][:n]
+    assert stats["host_rows"] == 0 and stats["logprob_rows"] == n and 2 in ahead
+    assert len(snaps) == n
+    for x, row in zip(got, snaps):
+        assert (x.logprob, x.top) == raw_logprobs(row, x.token, 3)
+        assert x.top[0][0] == x.token and len(x.top) == 3
+    for i, x in enumerate(got):
+        mine = dict(x.top)
+        (g0, l0) = c["top5"][i][0]
+        assert g0 == x.token
+        for gid, logit in c["top5"][i][:3]:
+            if gid in mine:
+                assert abs((mine[gid] - mine[g0]) - (logit - l0)) < 2 * ENGINE_LOGITS.atol

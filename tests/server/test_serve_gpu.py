@@ -93,7 +93,9 @@ def test_eight_concurrent_streams_equal_the_goldens_on_the_gpu(gpu_server, golde
     assert [out[i] for i in range(8)] == [tok.decode(c["greedy_ids"][:n]) for c, n in zip(cases, lengths)]
 
 
-def test_seeded_device_sampling_repeats_and_logprobs_take_the_host_path(gclient):
+def test_seeded_device_sampling_repeats_and_logprobs_and_penalties_answer(gclient):
+    """A seeded sampled request repeats its text (drawn on the device); a greedy one asking for logprobs (drawn on the
+    device, its logprobs from a copy of its logits row) and a penalised min_p one (the host sampler) answer whole."""
     kw = dict(model="tiny", prompt="class Parser:\n", max_tokens=24, temperature=0.9, top_p=0.95, seed=1234,
               extra_body={"ignore_eos": True})
     assert gclient.completions.create(**kw).choices[0].text == gclient.completions.create(**kw).choices[0].text
