@@ -106,7 +106,7 @@ ab_run() {  # ab_run NAME WEIGHTS SECONDS VARIANT...: bench/family_ab.py over 4 
 #   3. with PREFIX=1: prefix reuse at 7,680 of 8,192 tokens (prefix_27b W, which also runs alone).
 # Files under $OUT: serve_27b_W.json, bench_27b_W.json, prefix_27b_W.json, and the servers' logs (serve_W.log).
 # SB_LEVELS=8: the concurrency levels (default 1,2,4,8); LOGPROBS_EVERY=K: every K-th request asks for logprobs (its
-# rows host-sampled among device-sampled ones; the JSON is serve_27b_W_lpK.json).
+# logits rows copied to the host for them; the JSON is serve_27b_W_lpK.json).
 # Usage (after `source bench/gpu.sh`):  serve_27b bf16 w4
 wait_healthy() {  # wait_healthy PORT SECONDS
   python3 - "$1" "$2" <<'PY'

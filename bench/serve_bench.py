@@ -167,7 +167,7 @@ def main(argv=None) -> int:
                     help="measure prefix reuse: TTFT of a TOTAL-token request sharing CACHED tokens vs cold ones")
     ap.add_argument("--repeats", type=int, default=3, help="with --prefix-ttft: rounds of cold / reuse / cold")
     ap.add_argument("--logprobs-every", type=int, default=0, metavar="K",
-                    help="every K-th request asks for logprobs (host-sampled rows among device-sampled ones)")
+                    help="every K-th request asks for logprobs (its logits rows copied to the host for them)")
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args(argv)
     url = a.url.rstrip("/")
