@@ -106,7 +106,10 @@ ab_run() {  # ab_run NAME WEIGHTS SECONDS VARIANT...: bench/family_ab.py over 4 
 #   3. with PREFIX=1: prefix reuse at 7,680 of 8,192 tokens (prefix_27b W, which also runs alone).
 # Files under $OUT: serve_27b_W.json, bench_27b_W.json, prefix_27b_W.json, and the servers' logs (serve_W.log).
 # SB_LEVELS=8: the concurrency levels (default 1,2,4,8); LOGPROBS_EVERY=K: every K-th request asks for logprobs (its
-# logits rows copied to the host for them; the JSON is serve_27b_W_lpK.json).
+# logits rows copied to the host for them; the JSON is serve_27b_W_lpK.json); SB_SAMPLING=JSON SB_TAG=NAME: more
+# fields of every request (serve_bench.py --sampling; the JSON is serve_27b_W_NAME.json); SB_HOST_ADJUST=1 (JSON ..._hostadj): the server
+# samples rows needing penalties / min_p / logit_bias / min_tokens on the host (bench/serve_host_adjusted.py, the
+# A/B baseline of the device-side adjustments).
 # Usage (after `source bench/gpu.sh`):  serve_27b bf16 w4
 wait_healthy() {  # wait_healthy PORT SECONDS
   python3 - "$1" "$2" <<'PY'
@@ -126,15 +129,18 @@ PY
 serve_27b() {
   local w
   for w in "$@"; do
-    ninferc serve --preset qwen3.8-27b --synthetic-weights --weights $w --max-concurrency 8 --max-context 4096 \
+    local cmd=ninferc
+    [ -n "${SB_HOST_ADJUST:-}" ] && cmd="python3 bench/serve_host_adjusted.py"
+    $cmd serve --preset qwen3.8-27b --synthetic-weights --weights $w --max-concurrency 8 --max-context 4096 \
       --port 8100 --request-log /tmp/req_$w.jsonl > /tmp/serve_$w.log 2>&1 &
     local pid=$!
     if wait_healthy 8100 240; then
       echo "serve $w healthy $(el)"
       timeout 200 python3 bench/serve_bench.py --url http://127.0.0.1:8100 --concurrency ${SB_LEVELS:-1,2,4,8} \
         --requests 8 --prompt-tokens 512 --max-tokens 64 --server-log /tmp/req_$w.jsonl \
-        ${LOGPROBS_EVERY:+--logprobs-every $LOGPROBS_EVERY} \
-        --json $OUT/serve_27b_$w${LOGPROBS_EVERY:+_lp$LOGPROBS_EVERY}.json 2>&1 | grep -v "^wrote"
+        ${LOGPROBS_EVERY:+--logprobs-every $LOGPROBS_EVERY} ${SB_SAMPLING:+--sampling "$SB_SAMPLING"} \
+        --json $OUT/serve_27b_$w${LOGPROBS_EVERY:+_lp$LOGPROBS_EVERY}${SB_SAMPLING:+_$SB_TAG}${SB_HOST_ADJUST:+_hostadj}.json \
+        2>&1 | grep -v "^wrote"
     else
       echo "serve $w never healthy $(el)"; tail -20 /tmp/serve_$w.log | tee $OUT/serve_$w.log
     fi

@@ -93,10 +93,11 @@ def make_prompt(n: int, i: int) -> list[int]:
     return [1 + (i + j * 7919) % 4000 for j in range(n)]
 
 
-def run_level(url: str, model: str, c: int, n: int, prompt, max_tokens: int, tag: str, logprobs_every: int = 0) -> dict:
+def run_level(url: str, model: str, c: int, n: int, prompt, max_tokens: int, tag: str, logprobs_every: int = 0,
+              sampling: dict | None = None) -> dict:
     """``n`` requests, ``c`` in flight at a time; ``prompt(i)`` is request ``i``'s prompt; with ``logprobs_every`` k,
-    requests 0, k, 2k, ... ask for ``logprobs: 1`` (the host sampler: their rows' logits copied to the host each step,
-    the others drawn on the GPU)."""
+    requests 0, k, 2k, ... ask for ``logprobs: 1`` (their rows' logits copied to the host each step); ``sampling``:
+    more fields of every request (temperature, penalties, ...; default greedy)."""
     results, lock = [], threading.Lock()
     todo = list(range(n))
 
@@ -108,7 +109,8 @@ def run_level(url: str, model: str, c: int, n: int, prompt, max_tokens: int, tag
                         return
                     i = todo.pop(0)
                 res = one_request(h, url, model, prompt(i), max_tokens, f"{tag}-c{c}-{i}",
-                                  {"logprobs": 1} if logprobs_every and i % logprobs_every == 0 else None)
+                                  {**(sampling or {}),
+                                   **({"logprobs": 1} if logprobs_every and i % logprobs_every == 0 else {})})
                 res["rid"] = f"{tag}-c{c}-{i}"
                 with lock:
                     results.append(res)
@@ -168,6 +170,9 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="with --prefix-ttft: rounds of cold / reuse / cold")
     ap.add_argument("--logprobs-every", type=int, default=0, metavar="K",
                     help="every K-th request asks for logprobs (its logits rows copied to the host for them)")
+    ap.add_argument("--sampling", type=json.loads, default=None, metavar="JSON",
+                    help="more fields of every timed request, e.g. Qwen3.5's model card's non-thinking settings: "
+                         "'{\"temperature\": 0.7, \"top_p\": 0.8, \"top_k\": 20, \"presence_penalty\": 1.5}'")
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args(argv)
     url = a.url.rstrip("/")
@@ -182,7 +187,7 @@ def main(argv=None) -> int:
         if not a.no_warmup:  # untimed: first captures of the decode graphs at batch sizes up to c
             run_level(url, model, c, c, lambda i, li=li: make_prompt(16, 3000 + 64 * li + i), 4, tag + "-warm")
         lv = run_level(url, model, c, a.requests, lambda i, li=li: prompt(300 * li + i), a.max_tokens, tag,
-                       a.logprobs_every)
+                       a.logprobs_every, a.sampling)
         if a.server_log is not None:
             time.sleep(0.2)
             lv["server"] = server_side(a.server_log, lv["rids"])
@@ -195,7 +200,7 @@ def main(argv=None) -> int:
               f"{srv if srv is None else round(srv, 1)} tok/s, errors {len(lv['errors'])}")
     out = provenance(a, url, model)
     out.update({"prompt_tokens": a.prompt_tokens, "max_tokens": a.max_tokens, "shared_prompt": a.shared_prompt,
-                "logprobs_every": a.logprobs_every, "levels": levels})
+                "logprobs_every": a.logprobs_every, "sampling": a.sampling, "levels": levels})
     return write(a, out)
 
 

@@ -471,7 +471,7 @@ class ReferenceBatchBackend:
     # -- decode ahead (the scheduler's; computed at once here, with the CUDA backend's rules) ------------------
     @staticmethod
     def samples_on_device(rows: list) -> bool:
-        """Whether these rows are the ones the CUDA backend draws on its device (no penalties, no min_p;
+        """Whether these rows are the ones the CUDA backend draws on its device (no grammar;
         :func:`~ninferc.sampling.rows_on_device`): the reference takes decode ahead for exactly those, so
         the CPU tests schedule as the GPU does."""
         return rows_on_device(rows)

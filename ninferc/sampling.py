@@ -347,6 +347,14 @@ class HostSampler:
         return (not p.penalised and p.min_p == 0.0 and not p.logit_bias and not self.holding_stops
                 and self.constraint is None)
 
+    @property
+    def device_drawable(self) -> bool:
+        """Whether the CUDA backend can draw this sequence's next token on the device: everything but a grammar (its
+        mask is computed on the host, by llguidance). The adjustments of step 1 other than the grammar's (logit
+        bias, min_tokens' held stop ids, the penalties over a per-sequence token count kept on the device) and
+        min_p are applied to the row there before the GPU sampler draws (:mod:`ninferc.runtime.cuda_backend`)."""
+        return self.constraint is None
+
     def adjust(self, logits: np.ndarray) -> np.ndarray:
         """The logits after step 1 of the module docstring (the grammar's mask, logit bias, the stop ids held back by
         ``min_tokens``, penalties) for the next token, given the history recorded so far: ``logits`` [V] (any float
@@ -426,10 +434,11 @@ class HostSampler:
 
 
 def rows_on_device(rows) -> bool:
-    """Whether the GPU sampler can draw every row of a step: ``rows[i] = (HostSampler, logprobs or None)``, each
-    :attr:`HostSampler.device_ok` (no penalties, min_p or logit_bias, no stop id held back by min_tokens). A row
-    asking for logprobs qualifies: its token is drawn on the device and its logprobs (:func:`raw_logprobs`, which
-    depend on the logits only) are computed on the host from a copy of its logits row, read with the ids.
+    """Whether the CUDA backend draws every row of a step on the device: ``rows[i] = (HostSampler, logprobs or
+    None)``, each :attr:`HostSampler.device_drawable` (no grammar; penalties, min_p, logit_bias and min_tokens are
+    applied to the row on the device). A row asking for logprobs qualifies: its token is drawn on the device and its
+    logprobs (:func:`raw_logprobs`, which depend on the raw logits only) are computed on the host from a copy of its
+    logits row, read with the ids.
     The rule both batched backends share: the CUDA backend draws those rows on the device, the reference backend
     schedules them the same way (decode ahead)."""
-    return all(s.device_ok for s, _ in rows)
+    return all(s.device_drawable for s, _ in rows)

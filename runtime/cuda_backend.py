@@ -9,13 +9,18 @@ The policy (scheduler) owns the page tables and GDN slots; this class turns each
   page tables, the B token ids) is uploaded, then the decode step is replayed from a CUDA graph captured once per
   batch size B (:meth:`~ninferc.runtime.engine.Engine.model_graph`; ``cuda_graph=False`` launches it eagerly) --
   the batch changes between steps with no new capture;
-* ``sample(logits, rows)``: rows whose parameters the GPU sampler implements (temperature, top-k, top-p; no
-  penalties, no min_p) are drawn on the device with their own seed and draw counter (the Philox
-  counter of :mod:`ninferc.targets.kernels.sample`, so a row's draw does not depend on its neighbours); the step
-  then reads back B ids. Such a row asking for logprobs also has its logits row (``[V]`` fp32) copied to pinned host
-  memory before the draw, and its logprobs are computed on the host from that copy when the ids are read
-  (:func:`~ninferc.sampling.raw_logprobs`; counted in ``logprob_rows`` of :attr:`stats`), so it keeps decode ahead.
-  Rows needing penalties, min_p, logit_bias or min_tokens take the host sampler on
+* ``sample(logits, rows)``: every row without a grammar is drawn on the device with its own seed and draw counter
+  (the GPU sampler's temperature, top-k and top-p; the Philox counter of :mod:`ninferc.targets.kernels.sample`, so a
+  row's draw does not depend on its neighbours); the step then reads back B ids. The rest of the host sampler's
+  rules is applied to such a row's logits on the device first (:meth:`CudaBatchBackend._adjust_rows`, CuPy array
+  operations in the host sampler's order and fp32 arithmetic: logit_bias, min_tokens' held stop ids, the repetition,
+  frequency and presence penalties over a token count per GDN slot kept on the device -- fp32 ``[num_slots, V]``
+  output counts and a uint8 ``[num_slots, V]`` prompt mask, the memory plan's ``sampling_history`` -- and min_p in
+  fp64 as the host compares it), so such rows keep decode ahead; counted in ``adjusted_rows`` of :attr:`stats`.
+  A row asking for logprobs also has its raw logits row (``[V]`` fp32) copied to pinned host memory before any of
+  that, and its logprobs are computed on the host when the ids are read (:func:`~ninferc.sampling.raw_logprobs`;
+  ``logprob_rows``). Rows under a grammar (``response_format``, a forced tool call: llguidance's mask is computed on
+  the host) take the host sampler on
   their own logits (those rows, ``[b, V]`` fp32, copied to the host; the step's other rows are still drawn on the
   device), counted in ``host_rows`` of :attr:`stats`. A row with non-finite logits
   becomes :class:`~ninferc.sampling.NonFiniteLogits`: on the host, any NaN or Inf; on the device, the sampler's -1
@@ -43,6 +48,8 @@ serve tests compare with the goldens up to their first near-tie, as the engine t
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -73,6 +80,10 @@ class PendingSample:
         return self._got
 
 
+#: device bytes per slot and vocabulary entry of the adjusted rows' token history: fp32 output counts + a uint8 prompt
+#: mask (:meth:`CudaBatchBackend._adjust_rows`; 9.9 MB at 8 slots and the 27B's 248,320-token vocabulary)
+HISTORY_BYTES_PER_TOKEN = 5
+
 #: tokens per chunk of a scored prefill (a request's ``prompt_logprobs``, a completion's ``echo`` with ``logprobs``):
 #: the engine's logit rows are at least this many, which costs SCORED_CHUNK x vocab x 4 bytes of device memory (32 MB
 #: at the 27B's 248,320-token vocabulary) and lets such a prompt go through in chunks of 32 tokens, each one forward
@@ -81,10 +92,11 @@ SCORED_CHUNK = 32
 
 
 class _StepLogits:
-    """The logits of the last step, left on the device: ``rows`` rows of ``engine.logits``."""
+    """The logits of the last step, left on the device: ``rows`` rows of ``engine.logits``; ``slots``: each row's
+    sequence's GDN slot (``seq.slot``: where its token counts live, :meth:`CudaBatchBackend._adjust_rows`)."""
 
-    def __init__(self, engine, rows: int):
-        self.e, self.rows = engine, rows
+    def __init__(self, engine, rows: int, slots: list[int]):
+        self.e, self.rows, self.slots = engine, rows, list(slots)
 
     def host(self) -> np.ndarray:
         """[rows, V] fp32 on the host (ordered after the step on the engine stream)."""
@@ -112,10 +124,16 @@ class CudaBatchBackend:
                  draft_lm_head: str = "bf16"):
         from ninferc.runtime.engine import Engine
 
+        from ninferc.artifact import Artifact
+
+        if not hasattr(art, "header"):
+            art = Artifact.open(art)
+        reserve = {"sampling_history": num_slots * art.config.vocab_size * HISTORY_BYTES_PER_TOKEN}
+        if cache_bytes:
+            reserve["prefix_cache_budget"] = cache_bytes
         engine = Engine.from_artifact(art, max_context=max_context, max_batch=num_slots, num_pages=num_pages,
                                       prefill_chunk=prefill_chunk, max_logit_rows=max(num_slots, SCORED_CHUNK),
-                                      cuda_graph=cuda_graph, log=log,
-                                      reserve={"prefix_cache_budget": cache_bytes} if cache_bytes else None,
+                                      cuda_graph=cuda_graph, log=log, reserve=reserve,
                                       spec_tokens=spec_tokens, draft_lm_head=draft_lm_head)
         self._setup(engine, num_slots=num_slots, max_context=max_context, cuda_graph=cuda_graph,
                     spec_tokens=spec_tokens)
@@ -136,7 +154,7 @@ class CudaBatchBackend:
         self.max_context, self.vocab_size = max_context, e.vocab
         self.memory = e.memory
         self.cuda_graph = cuda_graph
-        self.stats = {"device_rows": 0, "host_rows": 0, "logprob_rows": 0, "one_read_rounds": 0}
+        self.stats = {"device_rows": 0, "host_rows": 0, "logprob_rows": 0, "adjusted_rows": 0, "one_read_rounds": 0}
         # per rotation slot: num_slots sampled ids (int32) on the device and in pinned host memory
         self._ids_dev = e.cp.zeros((SAMPLE_RING, num_slots), e.cp.int32)
         self._ids_host = [e.pinned_int32(num_slots) for _ in range(SAMPLE_RING)]
@@ -144,6 +162,11 @@ class CudaBatchBackend:
         # logprobs, pinned fp32 [num_slots, V] (num_slots x V x 4 bytes of host memory each: 7.9 MB at 8 slots and
         # the 27B's 248,320-token vocabulary)
         self._lp_host: list = [None] * SAMPLE_RING
+        # the token history of the rows adjusted on the device, per GDN slot (made on first use, in the memory plan's
+        # sampling_history term): fp32 output counts and a uint8 prompt mask, [num_slots, V] each, and per slot the
+        # sampler they count for and how many of its tokens they hold
+        self._hist_counts = self._hist_prompt = None
+        self._hist_owner: list = [None] * num_slots
         self._ring_next = 0
         self._unread: dict[int, int] = {}  # id(HostSampler) -> its rows queued and not read
 
@@ -202,7 +225,7 @@ class CudaBatchBackend:
                     e.logits[0] = e.logits[T - 1]
         if self.spec_tokens and getattr(seq, "mtp", False):  # the head's rows whose next token is in the chunk
             self._mtp_rows([(seq, s, list(ids), 0, s + T - 1)])
-        return _StepLogits(e, 1), scores
+        return _StepLogits(e, 1, [seq.slot]), scores
 
     def _state_slot(self, seq) -> int:
         """The GDN state slot ``seq`` continues from: its group's slot ``_cur`` (the group itself when not
@@ -244,7 +267,7 @@ class CudaBatchBackend:
                 e.run("decode", B, B, B)
         for x in seqs:
             x.length += 1
-        return _StepLogits(e, B)
+        return _StepLogits(e, B, [x.slot for x in seqs])
 
     def _check_pages(self, seq, tokens: int) -> None:
         need = -(-(seq.length + tokens) // self.page_size)
@@ -270,7 +293,7 @@ class CudaBatchBackend:
         if len(rows) != logits.rows:
             raise NinfercError(f"sample: {len(rows)} parameter rows for {logits.rows} logit rows")
         on_device = [rows_on_device([r]) for r in rows]
-        pending = self._queue_sample(logits.rows, [r if d else None for r, d in zip(rows, on_device)]) \
+        pending = self._queue_sample(logits, [r if d else None for r, d in zip(rows, on_device)]) \
             if any(on_device) else None
         host_idx = [i for i, d in enumerate(on_device) if not d]
         e = self.engine
@@ -300,14 +323,14 @@ class CudaBatchBackend:
         if len(rows) != B:
             raise NinfercError(f"sample: {len(rows)} parameter rows for {B} logit rows")
         if not self.samples_on_device(rows):
-            raise NinfercError("sample_async: a row needs the host sampler (penalties, min_p, logit_bias or "
-                               "min_tokens)")
-        return self._queue_sample(B, rows)
+            raise NinfercError("sample_async: a row needs the host sampler (a grammar)")
+        return self._queue_sample(logits, rows)
 
-    def _queue_sample(self, B: int, rows: list) -> PendingSample:  # noqa: N803
+    def _queue_sample(self, logits: _StepLogits, rows: list) -> PendingSample:
         """:meth:`sample_async` of the step's B rows where ``rows[i]`` is None for a row drawn elsewhere (the host):
         the device draws it too, with a fixed seed and counter, and :meth:`_read_sample` drops that id."""
         e, cp = self.engine, self.engine.cp
+        B = logits.rows  # noqa: N806
         slot = self._ring_next
         self._ring_next = (slot + 1) % SAMPLE_RING
         dev = self._ids_dev[slot]
@@ -322,6 +345,7 @@ class CudaBatchBackend:
                 for k, i in enumerate(lp_rows):
                     cp.cuda.runtime.memcpyAsync(buf.ctypes.data + k * row_bytes, e.logits[i].data.ptr, row_bytes,
                                                 cp.cuda.runtime.memcpyDeviceToHost, e.stream.ptr)
+            counted = self._adjust_rows(rows, logits.slots)
             if not greedy:  # a row drawn elsewhere: temperature 1, no top-k / top-p, seed 0 (its id is dropped)
                 sp = e.sampling
                 sp["temperature"][:B] = cp.asarray([1.0 if r is None else r[0].params.temperature for r in rows],
@@ -333,6 +357,11 @@ class CudaBatchBackend:
                                                  for r in rows], cp.int32)
             e.sample_step(greedy, B)
             dev[:B] = e.tokens[:B]
+            if counted:  # the penalised rows' new tokens join their counts (a -1, a row that drew none, counts nothing)
+                # (index arithmetic, no boolean mask: a mask's data-dependent shape would make CuPy wait for the draw)
+                tok = dev[cp.asarray(np.array([i for i, _ in counted], np.int64))].astype(cp.int64)
+                ks = cp.asarray(np.array([k for _, k in counted], np.int64))
+                self._hist_counts[ks, cp.maximum(tok, 0)] += (tok >= 0).astype(cp.float32)
             host = self._ids_host[slot]
             cp.cuda.runtime.memcpyAsync(host.ctypes.data, dev.data.ptr, host.nbytes,
                                         cp.cuda.runtime.memcpyDeviceToHost, e.stream.ptr)
@@ -343,6 +372,90 @@ class CudaBatchBackend:
         self.stats["device_rows"] += len(mine)
         self.stats["logprob_rows"] += len(lp_rows)
         return PendingSample(self, slot, list(rows), ev)
+
+    def _adjust_rows(self, rows: list, slots: list[int]) -> list[tuple[int, int]]:
+        """Apply step 1 of :mod:`ninferc.sampling`'s rules but the grammar's (logit_bias, min_tokens' held stop ids,
+        the repetition, frequency and presence penalties) and min_p to the step's rows that ask for them, in place in
+        ``engine.logits`` on the engine stream, as :meth:`HostSampler.adjust <ninferc.sampling.HostSampler.adjust>`
+        and :func:`~ninferc.sampling.filtered_probs` compute them on the host (fp32; min_p's comparison in fp64).
+        ``rows[i]``: (HostSampler, logprobs) or None; ``slots[i]``: row i's GDN slot, whose token history
+        (``_hist_counts`` / ``_hist_prompt``) is rebuilt from the sampler's host record when another sampler, or
+        a count of other tokens, holds it. Returns the penalised rows' (row, slot) pairs, whose drawn tokens the
+        caller adds to the counts.
+
+        Raises:
+            NinfercError: a penalised row whose slot history must be rebuilt while draws of it are queued and not
+                read (the host record is behind; the scheduler never asks this)."""
+        e, cp = self.engine, self.engine.cp
+        todo = [(i, r[0], slots[i]) for i, r in enumerate(rows)
+                if r is not None and not r[0].device_ok]  # device_ok: nothing to apply
+        if not todo:
+            return []
+        V = e.vocab  # noqa: N806
+        for i, s, _ in todo:
+            p, x = s.params, e.logits[i]
+            if p.logit_bias:
+                keep = s._bias_ids < V
+                ids = cp.asarray(s._bias_ids[keep])
+                x[ids] = x[ids] + cp.asarray(s._bias[keep])
+            drawn = s.draws + self._unread.get(id(s), 0)  # this row draws the sequence's token number `drawn`
+            if drawn < p.min_tokens and s._stop_ids.size:
+                x[cp.asarray(s._stop_ids[s._stop_ids < V])] = -np.inf
+        pen = [(i, s, k) for i, s, k in todo if s.params.penalised]
+        if pen:
+            self._penalise(pen)
+        for i, s, _ in todo:
+            p = s.params
+            if p.min_p > 0.0 and not p.greedy:  # p_i >= min_p p_max  <=>  x_i / t - x_max / t >= log(min_p), fp64
+                x = e.logits[i].astype(cp.float64) / p.temperature
+                e.logits[i] = cp.where(x - x.max() < math.log(p.min_p), cp.float32(-np.inf), e.logits[i])
+        self.stats["adjusted_rows"] += len(todo)
+        return [(i, k) for i, _, k in pen]
+
+    def _penalise(self, pen: list) -> None:
+        """The penalties of :meth:`_adjust_rows`' rows ``pen`` = [(row, HostSampler, slot)], all rows at once:
+        :func:`~ninferc.sampling.apply_penalties` over the slots' device counts."""
+        e, cp = self.engine, self.engine.cp
+        V = e.vocab  # noqa: N806
+        if self._hist_counts is None:
+            self._hist_counts = cp.zeros((self.num_slots, V), cp.float32)
+            self._hist_prompt = cp.zeros((self.num_slots, V), cp.uint8)
+        for _, s, k in pen:
+            drawn = s.draws + self._unread.get(id(s), 0)
+            owner = self._hist_owner[k]
+            if owner is not None and owner[0] is s and owner[1] == drawn:
+                continue
+            if drawn != s.draws:
+                raise NinfercError(f"GDN slot {k}: a penalised row's token history is not on the device and "
+                                   f"{drawn - s.draws} of its draws are not read yet")
+            self._hist_counts[k] = 0
+            if s.counts:
+                ids = np.fromiter(s.counts.keys(), np.int64)
+                cnt = np.fromiter(s.counts.values(), np.float32)
+                keep = ids < V
+                self._hist_counts[k, cp.asarray(ids[keep])] = cp.asarray(cnt[keep])
+            self._hist_prompt[k] = 0
+            if s.prompt_ids:
+                ids = np.unique(np.asarray(s.prompt_ids, np.int64))
+                self._hist_prompt[k, cp.asarray(ids[(ids >= 0) & (ids < V)])] = 1
+        idx = cp.asarray(np.array([i for i, _, _ in pen], np.int64))
+        ks = cp.asarray(np.array([k for _, _, k in pen], np.int64))
+        x, c = e.logits[idx], self._hist_counts[ks]
+
+        def col(vals):
+            return cp.asarray(np.array(vals, np.float32).reshape(-1, 1))
+
+        rp = [s.params.repetition_penalty for _, s, _ in pen]
+        if any(r != 1.0 for r in rp):
+            r = col(rp)
+            seen = (c > 0) | (self._hist_prompt[ks] > 0)
+            x = cp.where(seen, cp.where(x > 0, x / r, x * r), x)
+        if any(s.params.frequency_penalty or s.params.presence_penalty for _, s, _ in pen):
+            x = x - (col([s.params.frequency_penalty for _, s, _ in pen]) * c
+                     + col([s.params.presence_penalty for _, s, _ in pen]) * (c > 0))
+        e.logits[idx] = x.astype(cp.float32)
+        for _, s, k in pen:
+            self._hist_owner[k] = (s, s.draws + self._unread.get(id(s), 0) + 1)  # counts after this row's draw
 
     def _read_sample(self, p: PendingSample) -> list:
         """The rows of a finished :class:`PendingSample`, recorded in their samplers, with the logprobs of the rows

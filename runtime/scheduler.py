@@ -19,8 +19,9 @@ An iteration (:meth:`Scheduler.step`):
 5. one decode step for every request that has a sampled token to append, sample the next token of each, emit,
    and retire those that finished (stop id, stop string, ``max_tokens``).
 
-Decode ahead: when the backend samples every row of a step on its own device (``sample_async``: no penalties, no
-min_p; a row's logprobs are computed on the host from a copy of its logits row) and the same requests go on, the next decode step is queued -- fed with the ids the device
+Decode ahead: when the backend samples every row of a step on its own device (``sample_async``: every row without a
+grammar -- penalties, min_p, logit_bias and min_tokens are applied there, and a row's logprobs are computed on the
+host from a copy of its logits row) and the same requests go on, the next decode step is queued -- fed with the ids the device
 sampler wrote, before the host reads them -- and only then are the last step's ids read and emitted, so the
 device never waits for the host's per-step work (reading ids, stop strings, streaming, the next step's metadata).
 A request that ends at step N (stop id, stop string) has had step N + 1 queued already: its result is dropped,

@@ -30,8 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ninferc.errors import NinfercError
-from ninferc.sampling import (HostSampler, NonFiniteLogits, Sampled, filtered_probs, raw_logprobs,
-                              rows_on_device)
+from ninferc.sampling import HostSampler, NonFiniteLogits, Sampled, filtered_probs, raw_logprobs
 from ninferc.targets.lower import MAX_DRAFT_TOKENS
 
 
@@ -174,7 +173,7 @@ def ids_suffice(sampler: HostSampler, logprobs: int | None) -> bool:
     """Whether a request's round can be accepted from one token drawn per verify row (:func:`accept_ids`): the
     rows the device sampler draws (greedy or temperature / top-k / top-p, no penalties, no min_p) that ask for no
     logprobs (a round's logprobs need its verify rows' logits on the host)."""
-    return logprobs is None and rows_on_device([(sampler, None)])
+    return logprobs is None and sampler.device_ok
 
 
 def accept_ids(sampler: HostSampler, ids, drafts: list[int]) -> list[Sampled]:

@@ -239,7 +239,7 @@ def make_cupy() -> types.ModuleType:
     for name in ("empty", "zeros", "ones", "empty_like", "asarray", "copyto", "arange", "concatenate"):
         setattr(cp, name, globals()[name])
     for name in ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-                 "uint64", "isfinite", "where", "log", "exp", "argmax", "argmin", "minimum", "array_equal",
+                 "uint64", "isfinite", "where", "log", "exp", "argmax", "argmin", "minimum", "maximum", "array_equal",
                  "argpartition", "take_along_axis", "flatnonzero"):
         setattr(cp, name, getattr(np, name))
     cp.asnumpy = lambda a, stream=None: np.array(a, copy=True, subok=False)  # noqa: ARG005

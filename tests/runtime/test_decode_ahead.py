@@ -86,14 +86,32 @@ def test_cancel_and_non_finite_rows_in_flight():
     assert s.pools.pages.free == s.pools.pages.num_pages and s.pools.slots.free == s.pools.slots.num_slots
 
 
+class _AnyToken:
+    """A grammar state that allows every token (the host sampler computes a grammar's mask)."""
+
+    def allowed(self):
+        return None
+
+    def advance(self, token):
+        pass
+
+
 def test_host_sampled_rows_do_not_go_ahead():
+    """A row under a grammar is sampled on the host (no decode ahead); a penalised one goes ahead (the CUDA backend
+    applies penalties on the device)."""
     be = FakeBackend(ahead=True)
     s = Scheduler(be)
     ev = {}
-    s.submit(_req("a", [1], 6, ev, params=SamplingParams(frequency_penalty=0.5)))
+    s.submit(_req("a", [1], 6, ev, constraint=_AnyToken()))
     _run(s)
     assert len(_ids(ev["a"])) == 6
     assert not any(c[0] in ("sample_async", "decode_next") for c in be.calls)
+    be = FakeBackend(ahead=True)
+    s = Scheduler(be)
+    s.submit(_req("b", [1], 6, ev, params=SamplingParams(frequency_penalty=0.5)))
+    _run(s)
+    assert len(_ids(ev["b"])) == 6
+    assert any(c[0] == "decode_next" for c in be.calls)
 
 
 # ---------------------------------------------------------------------------------------------------------------

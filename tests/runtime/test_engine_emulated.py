@@ -321,12 +321,19 @@ def test_a_scored_prompt_through_the_serving_backend(emulated_device, emu_art, g
 
 def test_a_seeded_device_row_draws_the_same_beside_a_host_row(emulated_device, emu_art, goldens):
     """A seeded sampled request (drawn on the device) sharing its steps with a request that needs the host sampler
-    (a presence penalty): the device row is still drawn on the device -- its text is the one it gets alone -- and
-    only the host row's logits are copied (``host_rows``). Until 2026-12-07 such a step drew every row on the host,
-    so a seeded request's text depended on who shared its steps."""
+    (a grammar; here one that allows every token): the device row is still drawn on the device -- its text is the
+    one it gets alone -- and only the host row's logits are copied (``host_rows``). Until 2026-12-07 such a step drew
+    every row on the host, so a seeded request's text depended on who shared its steps."""
     from ninferc.runtime.cuda_backend import CudaBatchBackend
     from ninferc.runtime.scheduler import Scheduler
     from ninferc.sampling import SamplingParams
+
+    class AnyToken:  # a grammar state that allows every token (HostSampler: no mask)
+        def allowed(self):
+            return None
+
+        def advance(self, token):
+            pass
 
     seeded = SamplingParams(temperature=0.9, top_p=0.95, seed=77)
     a_prompt, b_case = goldens["cases"][0]["prompt_ids"][:8], goldens["cases"][2]
@@ -339,7 +346,7 @@ def test_a_seeded_device_row_draws_the_same_beside_a_host_row(emulated_device, e
         s.submit(collecting_request("a", a_prompt, n, evs, params=seeded))
         if with_b:
             s.submit(collecting_request("b", b_case["prompt_ids"][:8], n, evs, logprobs=2,
-                                        params=SamplingParams(presence_penalty=0.5)))
+                                        constraint=AnyToken()))
         run_until_idle(s)
         stats = dict(be.stats)
         be.close()
@@ -402,3 +409,23 @@ def test_logprobs_rows_are_drawn_on_the_device_with_decode_ahead(emulated_device
         for gid, logit in c["top5"][i][:3]:
             if gid in mine:
                 assert abs((mine[gid] - mine[g0]) - (logit - l0)) < 2 * ENGINE_LOGITS.atol
+
+
+def test_penalties_bias_min_p_and_min_tokens_apply_on_the_device(emulated_device, emu_art, goldens):
+    """Penalised, biased, min_p and min_tokens rows are drawn on the device (no host rows, decode ahead kept): their
+    adjusted logits bit-exact against the host sampler's, min_p's set its, a greedy penalised request the argmax of
+    the host-adjusted rows, and a plain request beside them its golden (:func:`ninferc.testing.
+    check_device_adjusted_rows`). Until 2026-12-07 such rows took the host sampler and their steps no decode ahead."""
+    from ninferc.runtime.cuda_backend import CudaBatchBackend
+    from ninferc.testing import check_device_adjusted_rows
+
+    cases = goldens["cases"]
+    c = cases[1]
+    n = min(5, golden_len(c))
+    be = CudaBatchBackend(emu_art, max_context=128, num_slots=3, num_pages=12, prefill_chunk=CHUNK)
+    try:
+        stats = check_device_adjusted_rows(be, [cases[0]["prompt_ids"][:8], cases[2]["prompt_ids"][:8],
+                                                c["prompt_ids"]], c["greedy_ids"], steps=n, chunk=CHUNK)
+    finally:
+        be.close()
+    assert stats["logprob_rows"] == 0
