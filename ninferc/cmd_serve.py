@@ -115,7 +115,8 @@ def kv_pages(kv_capacity: str, *, max_concurrency: int, max_context: int, page_s
 @click.option("--prefill-chunk", default=1024, type=click.IntRange(min=1), show_default=True,
               help="most prompt tokens per prefill step (a long prompt delays others by at most one chunk)")
 @click.option("--api-key", default=None, envvar="NINFERC_API_KEY",
-              help="require 'Authorization: Bearer KEY' on /v1/* (also NINFERC_API_KEY)")
+              help="require 'Authorization: Bearer KEY' on /v1/*, /tokenize, /detokenize and /reset_prefix_cache "
+                   "(/health, /metrics and /version stay open; also NINFERC_API_KEY)")
 @click.option("--request-log", default=None, type=click.Path(path_type=Path),
               help="also append one JSON line per finished request here")
 @click.option("--drain-timeout", default=30.0, type=click.FloatRange(min=0), show_default=True,
@@ -132,10 +133,11 @@ def kv_pages(kv_capacity: str, *, max_concurrency: int, max_context: int, page_s
 @click.option("--tool-call-parser", type=click.Choice(list(TOOL_PARSERS)), default=None,
               help="chat requests may carry tools, and the calls in an answer go to tool_calls (vLLM's flag and "
                    "names: qwen3_coder for Qwen3.5 / 3.6 / 3.8, hermes for Qwen3; needs a chat template that reads "
-                   "tools) [default: a request with tools gets 400]")
+                   "tools) [default: tool_choice auto (or none given) with tools gets 400; 'required' or a named "
+                   "function still force a call]")
 @click.option("--enable-auto-tool-choice", is_flag=True,
               help="vLLM's companion flag, accepted for its command lines: --tool-call-parser alone turns tool_choice "
-                   "auto on (the only choice besides none ninferc implements)")
+                   "auto on ('required' and a named function force a call with or without either flag)")
 @click.option("--no-prefix-cache", is_flag=True, help="turn prefix reuse across requests off")
 @click.option("--prefix-cache-gib", default=DEFAULT_PREFIX_CACHE_GIB, type=click.FloatRange(min=0, min_open=True),
               show_default=True, help="byte budget of the prefix cache's GDN state checkpoints, GiB")
@@ -464,8 +466,9 @@ def open_model(path: Path, backend: str | None, max_context: int | None, *, draf
         if cache_bytes:
             plan.add("prefix_cache_budget", cache_bytes)
         log(f"memory plan (host memory, reference backend: weights widened to fp32 once, KV kept in fp32): KV pool "
-            f"{num_pages} pages x {page_size} tokens = {num_pages * page_size} tokens; {num_slots} GDN state slots; "
-            f"the prefix cache's budget is an upper bound, used as checkpoints are taken\n{plan.describe()}")
+            f"{num_pages} pages x {page_size} tokens = {num_pages * page_size} tokens; {num_slots} GDN state slots"
+            + ("; the prefix cache's budget is an upper bound, used as checkpoints are taken" if cache_bytes else "")
+            + f"\n{plan.describe()}")
         avail = host_available_bytes()
         if avail is not None:
             try:

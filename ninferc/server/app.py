@@ -75,7 +75,8 @@ class ServerState:
         defaults: sampling defaults from ``generation_config.json`` (``temperature``, ``top_p``, ``top_k``), else
             OpenAI's (temperature 1, top_p 1).
         metrics: the :class:`~ninferc.server.metrics.ServerMetrics`.
-        api_key: required as ``Authorization: Bearer`` on ``/v1/*`` when set.
+        api_key: required as ``Authorization: Bearer`` on ``/v1/*``, ``/tokenize``, ``/detokenize`` and
+            ``/reset_prefix_cache`` when set (``/health``, ``/metrics`` and ``/version`` stay open).
         reasoning_parser: ``qwen3``: chat answers' ``<think>`` blocks go to ``reasoning`` and ``reasoning_content``
             (:mod:`ninferc.server.reasoning`); None: all text is ``content``.
         tool_parser: ``qwen3_coder`` or ``hermes``: chat requests may carry ``tools`` (``tool_choice`` auto), and the

@@ -25,6 +25,9 @@ def servers(start_server, tiny_dir):
     common = ["--model-id", "tiny", "--max-concurrency", "8", "--prefill-chunk", "128"]
     on = start_server(tiny_dir, *common, env={"NINFERC_POISON_FREED": "1"})
     off = start_server(tiny_dir, *common, "--no-prefix-cache")
+    # the startup lines speak of the prefix cache's budget only where there is one (a new-user trial, 2026-12-07)
+    budget = "the prefix cache's budget is an upper bound"
+    assert any(budget in x for x in on.lines) and not any(budget in x for x in off.lines)
     mk = lambda s: openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0, timeout=300)  # noqa: E731
     return on, mk(on), mk(off)
 
