@@ -175,17 +175,20 @@ def nan_final_norm_after(engine, n: int):
     return on_token, seen
 
 
-def check_device_adjusted_rows(be, prompts: list, golden_ids: list[int], steps: int = 5, chunk: int = 8) -> dict:
+def check_device_adjusted_rows(be, prompts: list, golden_ids: list[int], steps: int = 5, chunk: int = 8,
+                               spec_tokens: int = 0) -> dict:
     """The CUDA backend's device-side sampling adjustments (:meth:`~ninferc.runtime.cuda_backend.CudaBatchBackend.
-    _adjust_rows`) against the host sampler, on a built backend ``be`` (3 GDN slots or more; emulated or real GPU):
-    three requests share their steps -- (a) greedy with all three penalties, a logit bias and ``min_tokens`` (the
-    stop ids held back: the backend's EOS), (b) sampled with min_p and a presence penalty, (c) plain greedy on
-    ``prompts[2]``, whose ids must be ``golden_ids[:steps]``. Every adjusted row's logits are snapshotted before and
-    after the adjustment and checked: the penalties, bias and held stop ids bit-exact against
-    :meth:`HostSampler.adjust <ninferc.sampling.HostSampler.adjust>` given the history the row's request had
-    emitted by then, min_p's kept set equal to :func:`~ninferc.sampling.filtered_probs`' support, and (a)'s
-    tokens the argmax of the host-adjusted rows. All rows drawn on the device (``host_rows`` 0) with decode ahead
-    (``decode_next`` called).
+    _adjust`) against the host sampler, on a built backend ``be`` (3 GDN slots or more; emulated or real GPU; with
+    ``spec_tokens`` K, built with them and served with ``--spec mtp``-style rounds of K drafts): three requests share
+    their steps -- (a) greedy with all three penalties, a logit bias and ``min_tokens`` (the stop ids held back: id 2,
+    standing for EOS), (b) sampled with min_p and a presence penalty, (c) plain greedy on ``prompts[2]``, whose ids
+    must be ``golden_ids[:steps]``. Every adjusted row's logits are snapshotted before and after the adjustment and
+    checked: the penalties, bias and held stop ids bit-exact against :meth:`HostSampler.adjust
+    <ninferc.sampling.HostSampler.adjust>` given the history the row's request had by then (its emitted tokens, and
+    for a verify row the drafts before it), min_p's kept set equal to :func:`~ninferc.sampling.filtered_probs`'
+    support, and (a)'s decode-step tokens the argmax of the host-adjusted rows. All rows drawn on the device
+    (``host_rows`` 0): plain, with decode ahead (``decode_next`` called); with K, every round accepted from the drawn
+    ids (``verify`` never asked for logits).
 
     Returns:
         the backend's stats after the run. Raises AssertionError on the first difference.
@@ -193,31 +196,33 @@ def check_device_adjusted_rows(be, prompts: list, golden_ids: list[int], steps: 
     from collections import Counter
 
     from ninferc.runtime.scheduler import Scheduler
+    from ninferc.runtime.spec import SpecConfig
     from ninferc.sampling import HostSampler, SamplingParams, filtered_probs
 
-    eos = 2 if be.vocab_size > 2 else 0
+    eos = 2
     pa = SamplingParams(presence_penalty=1.5, frequency_penalty=0.5, repetition_penalty=1.3, min_tokens=3,
                         logit_bias=((5, 4.0), (7, -100.0)))
     pb = SamplingParams(temperature=0.8, min_p=0.2, presence_penalty=1.5, seed=3)
-    snaps: list = []  # (sampler, draw index, raw row, adjusted row)
+    snaps: list = []  # (sampler, tokens of its record, extra tokens, is a decode row, raw row, adjusted row)
     ahead: list = []
-    adjust, decode_next = be._adjust_rows, be.decode_next
+    adjust, decode_next = be._adjust, be.decode_next
 
-    def spy(rows, slots):
+    def spy(todo, counted):
         e = be.engine
-        who = [(i, r[0], r[0].draws + be._unread.get(id(r[0]), 0)) for i, r in enumerate(rows)
-               if r is not None and not r[0].device_ok]
-        raw = {i: np.array(e.logits[i].get()) for i, _, _ in who}
-        out = adjust(rows, slots)
-        snaps.extend((s, j, raw[i], np.array(e.logits[i].get())) for i, s, j in who)
-        return out
+        who = [(i, s, s.draws + be._unread.get(id(s), 0), list(ex)) for i, s, _, ex in todo]
+        raw = {i: np.array(e.logits[i].get()) for i, _, _, _ in who}
+        adjust(todo, counted)
+        snaps.extend((s, n, ex, counted, raw[i], np.array(e.logits[i].get())) for i, s, n, ex in who)
 
-    def counted(seqs, pending):
+    def counted_next(seqs, pending):
         ahead.append(len(seqs))
         return decode_next(seqs, pending)
 
-    be._adjust_rows, be.decode_next = spy, counted
-    s = Scheduler(be, max_concurrency=3, prefill_chunk=chunk)
+    be._adjust, be.decode_next = spy, counted_next
+    if spec_tokens:
+        be.verify = None  # every round must be accepted from ids drawn on the device
+    s = Scheduler(be, max_concurrency=3, prefill_chunk=chunk,
+                  spec=SpecConfig("mtp", spec_tokens) if spec_tokens else None)
     evs: dict = {}
     s.submit(collecting_request("a", prompts[0], steps, evs, params=pa, stop_ids=frozenset({eos})))
     s.submit(collecting_request("b", prompts[1], steps, evs, params=pb))
@@ -226,24 +231,28 @@ def check_device_adjusted_rows(be, prompts: list, golden_ids: list[int], steps: 
     out = {rid: event_ids(evs[rid]) for rid in "abc"}
     assert out["c"] == list(golden_ids[:steps]), (out["c"], golden_ids[:steps])
     assert be.stats["host_rows"] == 0 and be.stats["adjusted_rows"] == len(snaps) > 0
-    assert ahead and max(ahead) >= 2, ahead  # the penalised rows' steps went ahead (with a row beside them)
+    if spec_tokens:
+        assert all(fin.stats.spec.rounds >= 1 for fin in (evs["a"][-1], evs["b"][-1])), "no speculative rounds"
+        assert any(ex for _, _, ex, _, _, _ in snaps), "no verify row had drafts before it"
+    else:
+        assert ahead and max(ahead) >= 2, ahead  # the adjusted rows' steps went ahead (with a row beside them)
     owner = {"a": (pa, prompts[0]), "b": (pb, prompts[1])}
     seen = Counter()
-    for sampler, j, raw, adjusted in snaps:
+    for sampler, n, extra, is_decode, raw, adjusted in snaps:
         rid = "a" if sampler.params == pa else "b"
         p, prompt = owner[rid]
         host = HostSampler(p, prompt, [eos] if rid == "a" else ())
-        for t in out[rid][:j]:
+        for t in out[rid][:n] + extra:
             host.observe(t)
         want = host.adjust(raw)
         if p.min_p:
             keep = filtered_probs(want, SamplingParams(temperature=p.temperature, min_p=p.min_p)) > 0
-            assert np.array_equal(np.isfinite(adjusted), keep & np.isfinite(want)), (rid, j)
-            assert np.array_equal(adjusted[keep], want[keep]), (rid, j)
+            assert np.array_equal(np.isfinite(adjusted), keep & np.isfinite(want)), (rid, n, extra)
+            assert np.array_equal(adjusted[keep], want[keep]), (rid, n, extra)
         else:
-            assert np.array_equal(adjusted, want), (rid, j, np.flatnonzero(adjusted != want)[:8])
-            if j < len(out[rid]):
-                assert out[rid][j] == int(np.argmax(want)), (rid, j)
+            assert np.array_equal(adjusted, want), (rid, n, extra, np.flatnonzero(adjusted != want)[:8])
+            if is_decode and n < len(out[rid]):
+                assert out[rid][n] == int(np.argmax(want)), (rid, n)
         seen[rid] += 1
-    assert seen["a"] >= len(out["a"]) >= 3 and seen["b"] >= len(out["b"]) >= 1, (seen, out)
+    assert seen["a"] >= 3 and seen["b"] >= 1 and len(out["a"]) >= 3, (seen, out)
     return dict(be.stats)

@@ -50,6 +50,7 @@ serve tests compare with the goldens up to their first near-tie, as the engine t
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import numpy as np
 
@@ -118,6 +119,9 @@ class CudaBatchBackend:
     """
 
     name = "cuda"
+    #: the verify step's draw applies penalties, min_p, logit_bias and min_tokens on the device (:meth:`verify_ids`):
+    #: the scheduler accepts such requests' rounds from the drawn ids (:func:`~ninferc.runtime.spec.ids_suffice`)
+    adjusts_verify_rows = True
 
     def __init__(self, art, *, max_context: int, num_slots: int, num_pages: int, prefill_chunk: int,
                  cuda_graph: bool = True, log=None, cache_bytes: int = 0, spec_tokens: int = 0,
@@ -386,41 +390,50 @@ class CudaBatchBackend:
         Raises:
             NinfercError: a penalised row whose slot history must be rebuilt while draws of it are queued and not
                 read (the host record is behind; the scheduler never asks this)."""
-        e, cp = self.engine, self.engine.cp
-        todo = [(i, r[0], slots[i]) for i, r in enumerate(rows)
+        todo = [(i, r[0], slots[i], ()) for i, r in enumerate(rows)
                 if r is not None and not r[0].device_ok]  # device_ok: nothing to apply
+        self._adjust(todo, counted=True)
+        return [(i, k) for i, s, k, _ in todo if s.params.penalised]
+
+    def _adjust(self, todo: list, counted: bool) -> None:
+        """:meth:`_adjust_rows`' work on ``todo`` = [(logits row, HostSampler, GDN slot, extra)]: ``extra``, the
+        tokens the row's request has after the sampler's record (a verify row's drafts before it; the row draws the
+        request's token number draws + unread + len(extra)); ``counted``: as :meth:`_penalise`."""
+        e, cp = self.engine, self.engine.cp
         if not todo:
-            return []
+            return
         V = e.vocab  # noqa: N806
-        for i, s, _ in todo:
+        for i, s, _, ex in todo:
             p, x = s.params, e.logits[i]
             if p.logit_bias:
                 keep = s._bias_ids < V
                 ids = cp.asarray(s._bias_ids[keep])
                 x[ids] = x[ids] + cp.asarray(s._bias[keep])
-            drawn = s.draws + self._unread.get(id(s), 0)  # this row draws the sequence's token number `drawn`
+            drawn = s.draws + self._unread.get(id(s), 0) + len(ex)  # the row draws the request's token number `drawn`
             if drawn < p.min_tokens and s._stop_ids.size:
                 x[cp.asarray(s._stop_ids[s._stop_ids < V])] = -np.inf
-        pen = [(i, s, k) for i, s, k in todo if s.params.penalised]
+        pen = [t for t in todo if t[1].params.penalised]
         if pen:
-            self._penalise(pen)
-        for i, s, _ in todo:
+            self._penalise(pen, counted)
+        for i, s, _, _ in todo:
             p = s.params
             if p.min_p > 0.0 and not p.greedy:  # p_i >= min_p p_max  <=>  x_i / t - x_max / t >= log(min_p), fp64
                 x = e.logits[i].astype(cp.float64) / p.temperature
                 e.logits[i] = cp.where(x - x.max() < math.log(p.min_p), cp.float32(-np.inf), e.logits[i])
         self.stats["adjusted_rows"] += len(todo)
-        return [(i, k) for i, _, k in pen]
 
-    def _penalise(self, pen: list) -> None:
-        """The penalties of :meth:`_adjust_rows`' rows ``pen`` = [(row, HostSampler, slot)], all rows at once:
-        :func:`~ninferc.sampling.apply_penalties` over the slots' device counts."""
+    def _penalise(self, pen: list, counted: bool) -> None:
+        """The penalties of the rows ``pen`` = [(row, HostSampler, slot, extra)], all rows at once:
+        :func:`~ninferc.sampling.apply_penalties` over the slot's device counts plus the tokens ``extra`` (a verify
+        row's drafts before it, known on the host). ``counted``: the caller adds each row's drawn token to its slot's
+        counts (decode), so the slot then holds one more of the sampler's tokens; otherwise (verify) the slot keeps
+        what it held and is rebuilt from the host record when the sampler has drawn more."""
         e, cp = self.engine, self.engine.cp
         V = e.vocab  # noqa: N806
         if self._hist_counts is None:
             self._hist_counts = cp.zeros((self.num_slots, V), cp.float32)
             self._hist_prompt = cp.zeros((self.num_slots, V), cp.uint8)
-        for _, s, k in pen:
+        for s, k in dict.fromkeys((s, k) for _, s, k, _ in pen):  # each (sampler, slot) once
             drawn = s.draws + self._unread.get(id(s), 0)
             owner = self._hist_owner[k]
             if owner is not None and owner[0] is s and owner[1] == drawn:
@@ -438,24 +451,31 @@ class CudaBatchBackend:
             if s.prompt_ids:
                 ids = np.unique(np.asarray(s.prompt_ids, np.int64))
                 self._hist_prompt[k, cp.asarray(ids[(ids >= 0) & (ids < V)])] = 1
-        idx = cp.asarray(np.array([i for i, _, _ in pen], np.int64))
-        ks = cp.asarray(np.array([k for _, _, k in pen], np.int64))
+            self._hist_owner[k] = (s, drawn)
+        idx = cp.asarray(np.array([i for i, _, _, _ in pen], np.int64))
+        ks = cp.asarray(np.array([k for _, _, k, _ in pen], np.int64))
         x, c = e.logits[idx], self._hist_counts[ks]
+        extra = [(r, t, n) for r, (_, _, _, ex) in enumerate(pen) for t, n in Counter(ex).items() if 0 <= t < V]
+        if extra:  # unique (row, token) pairs, so one fancy-index add is exact
+            c[cp.asarray(np.array([r for r, _, _ in extra], np.int64)),
+              cp.asarray(np.array([t for _, t, _ in extra], np.int64))] += cp.asarray(
+                np.array([n for _, _, n in extra], np.float32))
 
         def col(vals):
             return cp.asarray(np.array(vals, np.float32).reshape(-1, 1))
 
-        rp = [s.params.repetition_penalty for _, s, _ in pen]
+        rp = [s.params.repetition_penalty for _, s, _, _ in pen]
         if any(r != 1.0 for r in rp):
             r = col(rp)
             seen = (c > 0) | (self._hist_prompt[ks] > 0)
             x = cp.where(seen, cp.where(x > 0, x / r, x * r), x)
-        if any(s.params.frequency_penalty or s.params.presence_penalty for _, s, _ in pen):
-            x = x - (col([s.params.frequency_penalty for _, s, _ in pen]) * c
-                     + col([s.params.presence_penalty for _, s, _ in pen]) * (c > 0))
+        if any(s.params.frequency_penalty or s.params.presence_penalty for _, s, _, _ in pen):
+            x = x - (col([s.params.frequency_penalty for _, s, _, _ in pen]) * c
+                     + col([s.params.presence_penalty for _, s, _, _ in pen]) * (c > 0))
         e.logits[idx] = x.astype(cp.float32)
-        for _, s, k in pen:
-            self._hist_owner[k] = (s, s.draws + self._unread.get(id(s), 0) + 1)  # counts after this row's draw
+        if counted:
+            for _, s, k, _ in pen:
+                self._hist_owner[k] = (s, self._hist_owner[k][1] + 1)  # counts after this row's draw
 
     def _read_sample(self, p: PendingSample) -> list:
         """The rows of a finished :class:`PendingSample`, recorded in their samplers, with the logprobs of the rows
@@ -599,18 +619,22 @@ class CudaBatchBackend:
         parameters at Philox counter ``draws + j`` (a greedy sampler's rows: the argmax; all greedy: the argmax
         kernel).
 
+        A sampler with penalties, min_p, logit_bias or min_tokens has its rows adjusted on the device first (row j
+        with the drafts before it counted: :meth:`_adjust`), so :func:`~ninferc.runtime.spec.accept_ids` stays
+        lossless for it (:attr:`adjusts_verify_rows`).
+
         Raises:
-            NinfercError: a sampler the GPU sampler cannot draw for (penalties, min_p, logit_bias, min_tokens)."""
-        return self._verify_step(seqs, token_lists, draw=self._verify_draw(token_lists, samplers))
+            NinfercError: a sampler under a grammar (its mask is the host's)."""
+        return self._verify_step(seqs, token_lists, draw=self._verify_draw(token_lists, samplers), samplers=samplers)
 
     def _verify_draw(self, token_lists: list[list[int]], samplers: list) -> str:
         """The verify step's draw for ``samplers``: ``"argmax"`` (all greedy) or ``"sample"`` (the rows' parameters
         and Philox counters written to the engine's sampling arrays).
 
         Raises:
-            NinfercError: a sampler the GPU sampler cannot draw for (penalties, min_p, logit_bias, min_tokens)."""
-        if any(not s.device_ok for s in samplers):
-            raise NinfercError("verify_ids: a request needs the host sampler (penalties, min_p, logit_bias or min_tokens)")
+            NinfercError: a sampler under a grammar (its mask is the host's)."""
+        if any(not s.device_drawable for s in samplers):
+            raise NinfercError("verify_ids: a request needs the host sampler (a grammar)")
         if all(s.params.greedy for s in samplers):
             return "argmax"
         e, cp = self.engine, self.engine.cp
@@ -627,7 +651,7 @@ class CudaBatchBackend:
         return "sample"
 
     def _verify_step(self, seqs: list, token_lists: list[list[int]], *, draw: str | None,
-                     read: bool = True) -> list[np.ndarray] | list[int]:
+                     read: bool = True, samplers: list | None = None) -> list[np.ndarray] | list[int]:
         e = self.engine
         B = len(seqs)  # noqa: N806
         pos, seq_of, starts, toks = [], [], [0], []
@@ -649,12 +673,18 @@ class CudaBatchBackend:
                          seq_slot_out=[x.slot * self._group for x in seqs], row_index=np.arange(T, dtype=np.int32),
                          page_rows=[x.pages for x in seqs], tokens=toks, token_rows=True)
             then = {"argmax": "sample_rows", "sample": "sample_rows_sample", None: None}[draw]
+            todo = [] if draw is None or samplers is None else [
+                (starts[b] + j, s, x.slot, [int(v) for v in t[1:j + 1]])
+                for b, (x, t, s) in enumerate(zip(seqs, token_lists, samplers)) if not s.device_ok
+                for j in range(len(t))]
             if self.cuda_graph:  # one graph per (T, B, draw): at most max_batch x (K + 1) shapes each
-                e.step_graph("verify", T, B, T, then=then).launch(stream=e.stream)
+                e.step_graph("verify", T, B, T, then=None if todo else then).launch(stream=e.stream)
             else:
                 e.run("verify", T, B, T)
-                if then:
-                    e.run(then, T, B, T)
+            if todo:  # the rows' adjustments between the step and its draw
+                self._adjust(todo, counted=False)
+            if then and (todo or not self.cuda_graph):
+                e.run(then, T, B, T)
             if not read:  # verify_round: the ids stay in e.tokens[:T]
                 host = None
             elif draw:
@@ -716,7 +746,7 @@ class CudaBatchBackend:
         for x, t in zip(seqs, token_lists):  # the draft chain's KV rows, if every draft were kept
             self._check_pages(x, len(t) + next_k - 1)
         draw = self._verify_draw(token_lists, samplers)
-        starts = self._verify_step(seqs, token_lists, draw=draw, read=False)
+        starts = self._verify_step(seqs, token_lists, draw=draw, read=False, samplers=samplers)
         T = starts[-1]  # noqa: N806
         o = e.meta_off
         with e.stream:

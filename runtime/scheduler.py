@@ -746,8 +746,9 @@ class Scheduler:
         for a in rows:
             a.drafts = None
         # every row greedy or plainly sampled: acceptance from a token the backend draws from each verify row (one
-        # read of the ids per round); otherwise from the rows' logits on the host (penalties, min_p, logit_bias, min_tokens, logprobs)
-        on_ids = hasattr(be, "verify_ids") and all(ids_suffice(a.sampler, a.req.logprobs) for a in rows)
+        # read of the ids per round; the CUDA backend adjusts penalised, min_p, logit_bias and min_tokens rows on the
+        # device first); otherwise from the rows' logits on the host (logprobs, a grammar, or such rows elsewhere)
+        on_ids = hasattr(be, "verify_ids") and all(ids_suffice(a.sampler, a.req.logprobs, be) for a in rows)
         token_lists = [[a.last] + d for a, d in zip(rows, drafts)]
         # the next round's draft count per row if every draft is kept; where it is the same non-zero count for every
         # row, the backend that can decides acceptance and drafts the next round on the device (one read per round)

@@ -169,11 +169,14 @@ def accept_drafts(sampler: HostSampler, logits: np.ndarray, drafts: list[int], l
     return out
 
 
-def ids_suffice(sampler: HostSampler, logprobs: int | None) -> bool:
-    """Whether a request's round can be accepted from one token drawn per verify row (:func:`accept_ids`): the
-    rows the device sampler draws (greedy or temperature / top-k / top-p, no penalties, no min_p) that ask for no
-    logprobs (a round's logprobs need its verify rows' logits on the host)."""
-    return logprobs is None and sampler.device_ok
+def ids_suffice(sampler: HostSampler, logprobs: int | None, backend=None) -> bool:
+    """Whether a request's round can be accepted from one token drawn per verify row (:func:`accept_ids`) on
+    ``backend``: a request that asks for no logprobs (a round's logprobs need its verify rows' logits on the host)
+    whose rows the device sampler draws as they are (greedy or temperature / top-k / top-p) -- or, on a backend that
+    adjusts verify rows on the device (``adjusts_verify_rows``: the CUDA backend applies penalties, min_p,
+    logit_bias and min_tokens to row j with the drafts before it counted), any request without a grammar."""
+    return logprobs is None and (sampler.device_ok or (getattr(backend, "adjusts_verify_rows", False)
+                                                        and sampler.device_drawable))
 
 
 def accept_ids(sampler: HostSampler, ids, drafts: list[int]) -> list[Sampled]:

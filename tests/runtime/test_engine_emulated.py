@@ -411,21 +411,25 @@ def test_logprobs_rows_are_drawn_on_the_device_with_decode_ahead(emulated_device
                 assert abs((mine[gid] - mine[g0]) - (logit - l0)) < 2 * ENGINE_LOGITS.atol
 
 
-def test_penalties_bias_min_p_and_min_tokens_apply_on_the_device(emulated_device, emu_art, goldens):
+@pytest.mark.parametrize("k", [0, 2])
+def test_penalties_bias_min_p_and_min_tokens_apply_on_the_device(emulated_device, emu_art, goldens, k):
     """Penalised, biased, min_p and min_tokens rows are drawn on the device (no host rows, decode ahead kept): their
     adjusted logits bit-exact against the host sampler's, min_p's set its, a greedy penalised request the argmax of
     the host-adjusted rows, and a plain request beside them its golden (:func:`ninferc.testing.
-    check_device_adjusted_rows`). Until 2026-12-07 such rows took the host sampler and their steps no decode ahead."""
+    check_device_adjusted_rows`); with K = 2 drafts per round, the verify rows too (the drafts before each row
+    counted), every round accepted from the ids drawn on the device. Until 2026-12-07 such rows took the host sampler:
+    their steps no decode ahead, their rounds the verify rows' logits copied to the host."""
     from ninferc.runtime.cuda_backend import CudaBatchBackend
     from ninferc.testing import check_device_adjusted_rows
 
     cases = goldens["cases"]
     c = cases[1]
     n = min(5, golden_len(c))
-    be = CudaBatchBackend(emu_art, max_context=128, num_slots=3, num_pages=12, prefill_chunk=CHUNK)
+    be = CudaBatchBackend(emu_art, max_context=128, num_slots=3, num_pages=12, prefill_chunk=CHUNK, spec_tokens=k)
     try:
         stats = check_device_adjusted_rows(be, [cases[0]["prompt_ids"][:8], cases[2]["prompt_ids"][:8],
-                                                c["prompt_ids"]], c["greedy_ids"], steps=n, chunk=CHUNK)
+                                                c["prompt_ids"]], c["greedy_ids"], steps=n, chunk=CHUNK,
+                                           spec_tokens=k)
     finally:
         be.close()
     assert stats["logprob_rows"] == 0

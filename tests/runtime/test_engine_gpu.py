@@ -480,21 +480,25 @@ def test_non_finite_logits_give_no_token_on_the_cuda_path(artifacts, goldens, gr
     assert issubclass(NonFiniteLogits, NinfercError)
 
 
-def test_penalties_bias_min_p_and_min_tokens_apply_on_the_gpu(artifacts, goldens):
+@pytest.mark.parametrize("k", [0, 3])
+def test_penalties_bias_min_p_and_min_tokens_apply_on_the_gpu(artifacts, goldens, k):
     """The serving backend's device-side sampling adjustments on the GPU (:func:`ninferc.testing.
     check_device_adjusted_rows`, as on the emulated device): the adjusted rows bit-exact against the host sampler's
-    rules (CuPy's fp32 arithmetic is IEEE as numpy's), min_p's set the host's, every row drawn on the device with
-    decode ahead, the plain request beside them its golden up to its first near-tie."""
+    rules (CuPy's fp32 arithmetic is IEEE as numpy's; each operation its own kernel, so nothing is contracted into an
+    FMA), min_p's set the host's, every row drawn on the device with decode ahead -- or with K = 3 drafts, every
+    verify row adjusted with the drafts before it and every round accepted from the drawn ids -- and the plain
+    request beside them its golden up to its first near-tie."""
     from ninferc.runtime.cuda_backend import CudaBatchBackend
     from ninferc.testing import check_device_adjusted_rows
 
     cases = goldens["cases"]
     c = cases[1]
     n = min(8, greedy_prefix_len(c["top1_margin"]))
-    be = CudaBatchBackend(artifacts["sm_90"], max_context=512, num_slots=3, num_pages=24, prefill_chunk=64)
+    be = CudaBatchBackend(artifacts["sm_90"], max_context=512, num_slots=3, num_pages=24, prefill_chunk=64,
+                          spec_tokens=k)
     try:
         stats = check_device_adjusted_rows(be, [cases[0]["prompt_ids"], cases[2]["prompt_ids"], c["prompt_ids"]],
-                                           c["greedy_ids"], steps=n, chunk=64)
+                                           c["greedy_ids"], steps=n, chunk=64, spec_tokens=k)
     finally:
         be.close()
-    assert stats["adjusted_rows"] >= 2 * n
+    assert stats["adjusted_rows"] >= 2 * n if not k else stats["one_read_rounds"] >= 1

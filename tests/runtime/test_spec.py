@@ -349,6 +349,14 @@ def test_rounds_accept_from_drawn_ids_like_from_logits(ck, gmtp):
     assert ids_suffice(HostSampler(SamplingParams(temperature=0.7, top_p=0.9, top_k=20)), None)
     assert not ids_suffice(HostSampler(SamplingParams(temperature=0.7, min_p=0.1)), None)
     assert not ids_suffice(HostSampler(SamplingParams(frequency_penalty=0.5)), None)
+
+    class Adjusts:  # a backend that adjusts verify rows on the device (the CUDA backend)
+        adjusts_verify_rows = True
+
+    assert ids_suffice(HostSampler(SamplingParams(frequency_penalty=0.5)), None, Adjusts())
+    assert ids_suffice(HostSampler(SamplingParams(temperature=0.7, min_p=0.1)), None, Adjusts())
+    assert not ids_suffice(HostSampler(SamplingParams(frequency_penalty=0.5)), 2, Adjusts())
+    assert not ids_suffice(HostSampler(SamplingParams(), constraint=object()), None, Adjusts())
     assert not ids_suffice(HostSampler(SamplingParams()), 2)
     s = HostSampler(SamplingParams())
     assert [t.token for t in accept_ids(s, [5, 6, 9, 4], [5, 6, 7])] == [5, 6, 9]
