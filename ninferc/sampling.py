@@ -349,16 +349,17 @@ class HostSampler:
         self.counts: dict[int, int] = {}
         #: tokens drawn so far (the GPU sampler's Philox counter for this sequence when it samples on the device)
         self.draws = 0
-        self._stop_ids = np.fromiter(sorted(set(stop_ids)), np.int64) if params.min_tokens else np.zeros(0, np.int64)
-        if params.logit_bias:
-            self._bias_ids = np.array([t for t, _ in params.logit_bias], np.int64)
-            self._bias = np.array([b for _, b in params.logit_bias], np.float32)
+        #: the stop ids ``min_tokens`` holds back (int64, ascending; empty without ``min_tokens``)
+        self.held_stop_ids = np.fromiter(sorted(set(stop_ids)), np.int64) if params.min_tokens else np.zeros(0, np.int64)
+        #: ``logit_bias`` as arrays: its token ids (int64) and their biases (fp32), in the request's order
+        self.bias_ids = np.array([t for t, _ in params.logit_bias], np.int64)
+        self.bias_values = np.array([b for _, b in params.logit_bias], np.float32)
 
     @property
     def holding_stops(self) -> bool:
         """True while ``min_tokens`` holds the stop ids back (fewer tokens generated than it asks, and some stop id
         to hold)."""
-        return self.draws < self.params.min_tokens and self._stop_ids.size > 0
+        return self.draws < self.params.min_tokens and self.held_stop_ids.size > 0
 
     @property
     def device_ok(self) -> bool:
@@ -404,10 +405,10 @@ class HostSampler:
             x[:n][~allowed[:n]] = -np.inf
             x[n:] = -np.inf
         if p.logit_bias:
-            keep = self._bias_ids < x.shape[0]
-            x[self._bias_ids[keep]] += self._bias[keep]
+            keep = self.bias_ids < x.shape[0]
+            x[self.bias_ids[keep]] += self.bias_values[keep]
         if held:
-            x[self._stop_ids[self._stop_ids < x.shape[0]]] = -np.inf
+            x[self.held_stop_ids[self.held_stop_ids < x.shape[0]]] = -np.inf
         if p.penalised:
             x = apply_penalties(x, p, self.prompt_ids, self.counts)
         return x

@@ -406,12 +406,12 @@ class CudaBatchBackend:
         for i, s, _, ex in todo:
             p, x = s.params, e.logits[i]
             if p.logit_bias:
-                keep = s._bias_ids < V
-                ids = cp.asarray(s._bias_ids[keep])
-                x[ids] = x[ids] + cp.asarray(s._bias[keep])
+                keep = s.bias_ids < V
+                ids = cp.asarray(s.bias_ids[keep])
+                x[ids] = x[ids] + cp.asarray(s.bias_values[keep])
             drawn = s.draws + self._unread.get(id(s), 0) + len(ex)  # the row draws the request's token number `drawn`
-            if drawn < p.min_tokens and s._stop_ids.size:
-                x[cp.asarray(s._stop_ids[s._stop_ids < V])] = -np.inf
+            if drawn < p.min_tokens and s.held_stop_ids.size:
+                x[cp.asarray(s.held_stop_ids[s.held_stop_ids < V])] = -np.inf
         pen = [t for t in todo if t[1].params.penalised]
         if pen:
             self._penalise(pen, counted)
