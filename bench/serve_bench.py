@@ -173,6 +173,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sampling", type=json.loads, default=None, metavar="JSON",
                     help="more fields of every timed request, e.g. Qwen3.5's model card's non-thinking settings: "
                          "'{\"temperature\": 0.7, \"top_p\": 0.8, \"top_k\": 20, \"presence_penalty\": 1.5}'")
+    ap.add_argument("--server-command", default=None, metavar="TEXT",
+                    help="how the server was started, recorded in the JSON (the client cannot see it)")
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args(argv)
     url = a.url.rstrip("/")
@@ -213,6 +215,7 @@ def provenance(a, url: str, model: str) -> dict:
     except Exception:  # noqa: BLE001 -- provenance is best effort off the project's tree
         commit = None
     return {"tool": "bench/serve_bench.py", "command": " ".join(sys.argv), "commit": commit, "url": url,
+            "server_command": getattr(a, "server_command", None),
             "model": model, "host": platform.node(), "python": platform.python_version(),
             "server_health": httpx.get(url + "/health").json(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
 
