@@ -13,7 +13,9 @@ A round for one sequence whose last sampled token ``x`` is not yet appended (at 
    ``p_j`` with the draft removed and renormalised; when all k are kept, a bonus token is drawn from ``z_k``. The
    ``p_j`` are exactly the plain sampler's distributions (penalties counted over the tokens accepted so far), so
    the output distribution equals non-speculative sampling, and greedy output equals plain greedy output. A
-   request without penalties, min_p, logit_bias, min_tokens or logprobs is accepted from one token drawn per row
+   request without penalties, min_p, logit_bias, min_tokens or logprobs -- on the CUDA backend, which applies
+   those four to each verify row on the device with the drafts before the row counted, any request without logprobs
+   or a grammar (:func:`ids_suffice`) -- is accepted from one token drawn per row
    instead (:func:`accept_ids`, the same rule in distribution: the rows' argmax or independent draws, drawn where the
    logits are -- on the GPU, no logits leave the device);
 4. the backend keeps the first m + 1 tokens (``x`` and the m accepted drafts): length L + m + 1, GDN state of slot
