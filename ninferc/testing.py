@@ -231,6 +231,8 @@ def check_device_adjusted_rows(be, prompts: list, golden_ids: list[int], steps: 
     out = {rid: event_ids(evs[rid]) for rid in "abc"}
     assert out["c"] == list(golden_ids[:steps]), (out["c"], golden_ids[:steps])
     assert be.stats["host_rows"] == 0 and be.stats["adjusted_rows"] == len(snaps) > 0
+    assert s.snapshot().sampler_rows == {k: be.stats[k] for k in ("device_rows", "host_rows", "adjusted_rows",
+                                                                  "logprob_rows")}  # what /metrics reads
     if spec_tokens:
         assert all(fin.stats.spec.rounds >= 1 for fin in (evs["a"][-1], evs["b"][-1])), "no speculative rounds"
         assert any(ex for _, _, ex, _, _, _ in snaps), "no verify row had drafts before it"

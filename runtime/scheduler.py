@@ -321,6 +321,12 @@ class _Ahead:
     pending: object
 
 
+#: the backend ``stats`` keys a :class:`Snapshot` copies: rows drawn by the GPU sampler, rows drawn by the host sampler,
+#: device rows whose logits were adjusted on the device first (penalties, min_p, logit_bias, min_tokens), and device
+#: rows whose logits were copied to the host for their logprobs (:mod:`ninferc.runtime.cuda_backend`)
+SAMPLER_ROWS = ("device_rows", "host_rows", "adjusted_rows", "logprob_rows")
+
+
 @dataclass
 class Snapshot:
     """Counts read by ``/metrics`` and ``/health`` (thread-safe copy); ``cache_*`` are the prefix cache's (zero
@@ -342,6 +348,9 @@ class Snapshot:
     cache_hits: int = 0
     cache_query_tokens: int = 0
     cache_hit_tokens: int = 0
+    #: the backend's sampled-row counts where it keeps them (the CUDA backend's ``stats``: ``device_rows``,
+    #: ``host_rows``, ``adjusted_rows``, ``logprob_rows``); empty for a backend that keeps none
+    sampler_rows: dict = field(default_factory=dict)
 
 
 class Scheduler:
@@ -868,6 +877,9 @@ class Scheduler:
             s.pages_total, s.pages_free = self.pools.pages.num_pages, self.pools.pages.free
             s.slots_total, s.slots_free = self.pools.slots.num_slots, self.pools.slots.free
             s.iterations = self.iterations
+            st = getattr(self.backend, "stats", None)
+            if isinstance(st, dict):
+                s.sampler_rows = {k: int(st[k]) for k in SAMPLER_ROWS if k in st}
             c = self.cache
             if c is not None:
                 s.cache_enabled = True

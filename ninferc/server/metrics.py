@@ -33,6 +33,11 @@ name                                         type       meaning
 ``ninferc:prefix_cache_checkpoints``,        gauge      checkpoints, KV pages referenced and state bytes held
 ``_pages``, ``_bytes``                                  by the prefix cache
 ``ninferc:prefix_cache_pages_evictable``     gauge      KV pages only the prefix cache holds
+``ninferc:sampler_rows_total``               counter    cuda backend: rows sampled, label ``kind``: device (the
+                                                        GPU sampler), host (a grammar's rows), adjusted (device
+                                                        rows whose penalties, min_p, logit_bias or min_tokens
+                                                        were applied on the device), logprobs (device rows whose
+                                                        logits were copied to the host for their logprobs)
 ``ninferc:spec_decode_num_drafts``           counter    with ``--spec``: speculative verify rounds (each drafts K)
 ``ninferc:spec_decode_num_draft_tokens``     counter    draft tokens proposed
 ``ninferc:spec_decode_num_accepted_tokens``  counter    draft tokens the verifier accepted
@@ -105,6 +110,16 @@ class _PoolCollector:
             g = GaugeMetricFamily(name, doc)
             g.add_metric([], float(v))
             yield g
+        if s.sampler_rows:
+            c = CounterMetricFamily("ninferc:sampler_rows", "Rows sampled, by kind: device (drawn by the GPU "
+                                    "sampler), host (drawn on the host: a grammar), adjusted (device rows adjusted on "
+                                    "the device first: penalties, min_p, logit_bias, min_tokens), logprobs (device "
+                                    "rows whose logits were copied for their logprobs).", labels=["kind"])
+            for key, kind in (("device_rows", "device"), ("host_rows", "host"), ("adjusted_rows", "adjusted"),
+                              ("logprob_rows", "logprobs")):
+                if key in s.sampler_rows:
+                    c.add_metric([kind], float(s.sampler_rows[key]))
+            yield c
         if not s.cache_enabled:
             return
         for name, doc, v in (

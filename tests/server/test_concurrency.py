@@ -343,3 +343,18 @@ def test_n_choices_are_admitted_together_or_not_at_all(start_server, tiny_dir):
     for stream in (True, False):  # streamed: choice 0 runs, choice 1 waits; both end when the client leaves
         _leave(srv, {**body, "n": 2, "max_tokens": 3000}, stream)
     assert srv.metrics()["ninferc:request_success_total{finished_reason=abort}"] == 5
+
+
+def test_sampler_rows_reach_metrics_only_where_the_backend_counts_them():
+    """``ninferc:sampler_rows_total{kind}`` comes from the scheduler's snapshot of the backend's row counts (the
+    CUDA backend's ``stats``); a backend that keeps none (the reference) has no such metric."""
+    from prometheus_client import generate_latest
+
+    from ninferc.runtime.scheduler import Snapshot
+    from ninferc.server.metrics import ServerMetrics
+
+    snap = Snapshot(sampler_rows={"device_rows": 10, "host_rows": 2, "adjusted_rows": 4, "logprob_rows": 1})
+    text = generate_latest(ServerMetrics(lambda: snap).registry).decode()
+    for kind, n in (("device", 10), ("host", 2), ("adjusted", 4), ("logprobs", 1)):
+        assert f'ninferc:sampler_rows_total{{kind="{kind}"}} {float(n)}' in text
+    assert "sampler_rows" not in generate_latest(ServerMetrics(lambda: Snapshot()).registry).decode()
