@@ -36,7 +36,8 @@ DEFAULT_CONTEXT = 4096
 #: KV page size of the reference backend on a checkpoint directory (tokens; an artifact has its own)
 DEFAULT_PAGE_SIZE = 64
 #: the prefix cache's default budget for GDN state checkpoints (GiB): at the 27B shape one checkpoint is ~153 MiB
-#: (49 layers' fp32 recurrent matrices and conv windows), so 4 GiB hold 27
+#: (49 layers' fp32 recurrent matrices and conv windows: 160,161,792 bytes, `ninferc inspect --preset qwen3.8-27b`),
+#: so 4 GiB hold 26
 DEFAULT_PREFIX_CACHE_GIB = 4.0
 
 

@@ -363,9 +363,11 @@ class HostSampler:
 
     @property
     def device_ok(self) -> bool:
-        """Whether the GPU sampler can draw for this sequence's next token: no penalties, no min_p, no logit_bias,
-        and no stop id held back by ``min_tokens`` (the GPU sampler applies temperature, top-k and top-p). Once
-        ``min_tokens`` tokens were generated a sequence may move to the GPU sampler (never back)."""
+        """Whether the GPU sampler can draw this sequence's next token from its logits as they are: no penalties, no
+        min_p, no logit_bias, no stop id held back by ``min_tokens``, no grammar (the GPU sampler applies temperature,
+        top-k and top-p). The CUDA backend draws more (:attr:`device_drawable`: it applies the others to the row on
+        the device first); where nothing needs applying it skips that. Once ``min_tokens`` tokens were generated a
+        sequence has nothing held back (never again)."""
         p = self.params
         return (not p.penalised and p.min_p == 0.0 and not p.logit_bias and not self.holding_stops
                 and self.constraint is None)

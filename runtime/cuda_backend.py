@@ -38,7 +38,8 @@ The policy (scheduler) owns the page tables and GDN slots; this class turns each
   verify step are replayed from CUDA graphs captured per shape (T tokens, B sequences) like the decode step.
   ``verify_round`` is a whole round with one host read: the verify step, the acceptance decided on the device, the
   head's rows and the next round's drafts queued behind it, then one copy of the ids, the accepted counts and the
-  drafts (the scheduler takes it for greedy / plainly sampled rows with the same next draft count).
+  drafts (the scheduler takes it for rounds whose requests ask for no logprobs and have no grammar -- penalised,
+  min_p, logit_bias and min_tokens rows adjusted on the device -- with the same next draft count).
 
 Exactness: a sequence's logits do not depend on the other rows' values, but they do on how the step is cut: a
 decode step of B sequences runs the GEMVs' B-token tiles (tensor-core or integer dot-product) where one sequence
@@ -283,8 +284,9 @@ class CudaBatchBackend:
 
     # -- sampling -----------------------------------------------------------------------------------------
     def samples_on_device(self, rows: list) -> bool:
-        """Whether the GPU sampler draws every row (``rows[i] = (HostSampler, logprobs or None)``): no penalties, no
-        min_p (logprobs allowed) -- the rows :meth:`sample_async` takes (:func:`~ninferc.sampling.rows_on_device`)."""
+        """Whether the GPU sampler draws every row (``rows[i] = (HostSampler, logprobs or None)``): no grammar
+        (penalties, min_p, logit_bias and min_tokens are applied on the device, logprobs computed from a copy of the
+        row) -- the rows :meth:`sample_async` takes (:func:`~ninferc.sampling.rows_on_device`)."""
         return rows_on_device(rows)
 
     def sample(self, logits: _StepLogits, rows: list) -> list:
@@ -685,6 +687,7 @@ class CudaBatchBackend:
                 self._adjust(todo, counted=False)
             if then and (todo or not self.cuda_graph):
                 e.run(then, T, B, T)
+            self.stats["device_rows" if draw else "host_rows"] += T  # drawn on the device, or logits to the host
             if not read:  # verify_round: the ids stay in e.tokens[:T]
                 host = None
             elif draw:

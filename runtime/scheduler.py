@@ -754,7 +754,7 @@ class Scheduler:
         drafts = [a.drafts[:n] if a.drafts is not None else d for a, d, n in zip(rows, drafts, ks)]
         for a in rows:
             a.drafts = None
-        # every row greedy or plainly sampled: acceptance from a token the backend draws from each verify row (one
+        # no request asks for logprobs or has a grammar: acceptance from a token the backend draws from each verify row (one
         # read of the ids per round; the CUDA backend adjusts penalised, min_p, logit_bias and min_tokens rows on the
         # device first); otherwise from the rows' logits on the host (logprobs, a grammar, or such rows elsewhere)
         on_ids = hasattr(be, "verify_ids") and all(ids_suffice(a.sampler, a.req.logprobs, be) for a in rows)

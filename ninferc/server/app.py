@@ -3,7 +3,8 @@ rendering, SSE streaming, metrics. It never touches the backend: requests go to 
 scheduler's thread-safe ``submit`` / ``cancel``, and come back as events on an asyncio queue.
 
 Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``, ``GET /v1/models`` (and ``/v1/models/NAME``),
-``POST /tokenize`` and ``/detokenize`` (vLLM's), ``GET /health``, ``GET /metrics``, ``POST /reset_prefix_cache`` (drop
+``POST /tokenize`` and ``/detokenize`` (vLLM's), ``GET /health``, ``GET /metrics``, ``GET /version`` (vLLM's),
+``POST /reset_prefix_cache`` (drop
 the prefix cache's checkpoints; vLLM's name). Every response carries ``x-request-id`` (the client's, when it sent
 one). Errors use the OpenAI shape ``{"error": {"message", "type", "param", "code"}}`` and never carry a traceback.
 """
