@@ -434,8 +434,17 @@ class ReferenceBatchBackend:
         """:meth:`verify`, returning a token drawn from every row instead of its logits (int [k + 1] per sequence; -1
         for a row whose maximum is not finite, as the GPU sampler answers): a greedy sampler's rows give their argmax,
         a sampling one's a draw from its generator (:meth:`~ninferc.sampling.HostSampler.__call__`, not recorded)."""
+        return self.verify_mixed(seqs, token_lists, samplers)
+
+    def verify_mixed(self, seqs: list, token_lists: list[list[int]], samplers: list) -> list[np.ndarray]:
+        """:meth:`verify_ids` for the sequences with a sampler, :meth:`verify`'s logits ``[k + 1, V]`` for those whose
+        ``samplers[i]`` is None (a round mixing requests accepted from drawn ids with requests accepted from their
+        logits: logprobs, a grammar)."""
         out = []
         for lg, s in zip(self.verify(seqs, token_lists), samplers):
+            if s is None:
+                out.append(lg)
+                continue
             m = lg.max(axis=1)
             ids = np.argmax(lg, axis=1) if s.params.greedy else np.array(
                 [s(row) if np.isfinite(row).all() else -1 for row in lg])

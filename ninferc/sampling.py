@@ -350,7 +350,8 @@ class HostSampler:
         #: tokens drawn so far (the GPU sampler's Philox counter for this sequence when it samples on the device)
         self.draws = 0
         #: the stop ids ``min_tokens`` holds back (int64, ascending; empty without ``min_tokens``)
-        self.held_stop_ids = np.fromiter(sorted(set(stop_ids)), np.int64) if params.min_tokens else np.zeros(0, np.int64)
+        self.held_stop_ids = (np.fromiter(sorted(set(stop_ids)), np.int64) if params.min_tokens
+                              else np.zeros(0, np.int64))
         #: ``logit_bias`` as arrays: its token ids (int64) and their biases (fp32), in the request's order
         self.bias_ids = np.array([t for t, _ in params.logit_bias], np.int64)
         self.bias_values = np.array([b for _, b in params.logit_bias], np.float32)

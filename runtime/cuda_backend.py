@@ -56,7 +56,8 @@ from collections import Counter
 import numpy as np
 
 from ninferc.errors import NinfercError
-from ninferc.sampling import NonFiniteLogits, SampleError, Sampled, raw_logprobs, rows_on_device, score_rows
+from ninferc.sampling import (HostSampler, NonFiniteLogits, SampleError, Sampled, SamplingParams, raw_logprobs,
+                              rows_on_device, score_rows)
 
 #: sampled-id buffers (device + pinned host) in rotation: the scheduler holds at most two unread samples (the step
 #: it reads and the one queued ahead of it), a synchronous sample a third
@@ -81,6 +82,9 @@ class PendingSample:
             self._got = self.backend._read_sample(self)
         return self._got
 
+
+#: the draw of a :meth:`CudaBatchBackend.verify_mixed` row whose logits go to the host (greedy: its id is not read)
+_UNREAD_DRAW = HostSampler(SamplingParams())
 
 #: device bytes per slot and vocabulary entry of the adjusted rows' token history: fp32 output counts + a uint8 prompt
 #: mask (:meth:`CudaBatchBackend._adjust_rows`; 9.9 MB at 8 slots and the 27B's 248,320-token vocabulary)
@@ -629,6 +633,18 @@ class CudaBatchBackend:
             NinfercError: a sampler under a grammar (its mask is the host's)."""
         return self._verify_step(seqs, token_lists, draw=self._verify_draw(token_lists, samplers), samplers=samplers)
 
+    def verify_mixed(self, seqs: list, token_lists: list[list[int]], samplers: list) -> list[np.ndarray]:
+        """:meth:`verify_ids` for the sequences with a sampler and :meth:`verify`'s logits (fp32 ``[k + 1, V]``, copied
+        before the draw) for those whose ``samplers[i]`` is None -- a round mixing requests accepted from drawn ids
+        with requests accepted from their logits (logprobs, a grammar), so the first keep their device draws (a seeded
+        one the text it gets in any round) and only the second's rows leave the device. The draw runs over every row
+        (the logits sequences' rows as greedy ones, their ids unread).
+
+        Raises:
+            NinfercError: as :meth:`verify_ids`."""
+        return self._verify_step(seqs, token_lists, draw=self._verify_draw(
+            token_lists, [s if s is not None else _UNREAD_DRAW for s in samplers]), samplers=samplers)
+
     def _verify_draw(self, token_lists: list[list[int]], samplers: list) -> str:
         """The verify step's draw for ``samplers``: ``"argmax"`` (all greedy) or ``"sample"`` (the rows' parameters
         and Philox counters written to the engine's sampling arrays).
@@ -654,6 +670,9 @@ class CudaBatchBackend:
 
     def _verify_step(self, seqs: list, token_lists: list[list[int]], *, draw: str | None,
                      read: bool = True, samplers: list | None = None) -> list[np.ndarray] | list[int]:
+        """The verify step of every sequence's tokens; with ``draw``, a token drawn from every row (read back as int
+        ids per sequence, or left in ``engine.tokens`` without ``read``), where a sequence whose ``samplers[i]`` is
+        None gets its logits rows instead (:meth:`verify_mixed`); without ``draw``, every row's logits."""
         e = self.engine
         B = len(seqs)  # noqa: N806
         pos, seq_of, starts, toks = [], [], [0], []
@@ -677,17 +696,23 @@ class CudaBatchBackend:
             then = {"argmax": "sample_rows", "sample": "sample_rows_sample", None: None}[draw]
             todo = [] if draw is None or samplers is None else [
                 (starts[b] + j, s, x.slot, [int(v) for v in t[1:j + 1]])
-                for b, (x, t, s) in enumerate(zip(seqs, token_lists, samplers)) if not s.device_ok
+                for b, (x, t, s) in enumerate(zip(seqs, token_lists, samplers)) if s is not None and not s.device_ok
                 for j in range(len(t))]
+            logits_of = [] if draw is None or samplers is None else [b for b, s in enumerate(samplers) if s is None]
             if self.cuda_graph:  # one graph per (T, B, draw): at most max_batch x (K + 1) shapes each
-                e.step_graph("verify", T, B, T, then=None if todo else then).launch(stream=e.stream)
+                e.step_graph("verify", T, B, T, then=None if todo or logits_of else then).launch(stream=e.stream)
             else:
                 e.run("verify", T, B, T)
+            # the logits sequences' rows, before anything adjusts or draws over the logits
+            rows_of = {b: e.host(e.logits[starts[b]:starts[b + 1]]) for b in logits_of}
             if todo:  # the rows' adjustments between the step and its draw
                 self._adjust(todo, counted=False)
-            if then and (todo or not self.cuda_graph):
+            if then and (todo or logits_of or not self.cuda_graph):
                 e.run(then, T, B, T)
-            self.stats["device_rows" if draw else "host_rows"] += T  # drawn on the device, or logits to the host
+            n_host = sum(starts[b + 1] - starts[b] for b in logits_of)
+            # rows drawn on the device, or whose logits went to the host
+            self.stats["device_rows" if draw else "host_rows"] += T - n_host
+            self.stats["host_rows"] += n_host
             if not read:  # verify_round: the ids stay in e.tokens[:T]
                 host = None
             elif draw:
@@ -698,7 +723,7 @@ class CudaBatchBackend:
             x.length += len(t)
         if host is None:
             return starts
-        return [host[starts[b]:starts[b + 1]] for b in range(B)]
+        return [rows_of[b] if b in rows_of else host[starts[b]:starts[b + 1]] for b in range(B)]
 
     def accept(self, seqs: list, accepted: list[int]) -> None:
         """Keep the first ``accepted[i] + 1`` tokens of sequence i's last :meth:`verify`: the length rolls back to

@@ -19,10 +19,10 @@ An iteration (:meth:`Scheduler.step`):
 5. one decode step for every request that has a sampled token to append, sample the next token of each, emit,
    and retire those that finished (stop id, stop string, ``max_tokens``).
 
-Decode ahead: when the backend samples every row of a step on its own device (``sample_async``: every row without a
-grammar -- penalties, min_p, logit_bias and min_tokens are applied there, and a row's logprobs are computed on the
-host from a copy of its logits row) and the same requests go on, the next decode step is queued -- fed with the ids the device
-sampler wrote, before the host reads them -- and only then are the last step's ids read and emitted, so the
+Decode ahead: when the backend samples every row of a step on its own device (``sample_async``: every row without
+a grammar -- penalties, min_p, logit_bias and min_tokens are applied there, and a row's logprobs are computed on the
+host from a copy of its logits row) and the same requests go on, the next decode step is queued -- fed with the ids
+the device sampler wrote, before the host reads them -- and only then are the last step's ids read and emitted, so the
 device never waits for the host's per-step work (reading ids, stop strings, streaming, the next step's metadata).
 A request that ends at step N (stop id, stop string) has had step N + 1 queued already: its result is dropped,
 and its sequence holds one more token than it emitted (inside its KV reservation, which ``max_tokens`` bounds: a
@@ -754,10 +754,15 @@ class Scheduler:
         drafts = [a.drafts[:n] if a.drafts is not None else d for a, d, n in zip(rows, drafts, ks)]
         for a in rows:
             a.drafts = None
-        # no request asks for logprobs or has a grammar: acceptance from a token the backend draws from each verify row (one
-        # read of the ids per round; the CUDA backend adjusts penalised, min_p, logit_bias and min_tokens rows on the
-        # device first); otherwise from the rows' logits on the host (logprobs, a grammar, or such rows elsewhere)
-        on_ids = hasattr(be, "verify_ids") and all(ids_suffice(a.sampler, a.req.logprobs, be) for a in rows)
+        # no request asks for logprobs or has a grammar: acceptance from a token the backend draws from each verify
+        # row (one read of the ids per round; the CUDA backend adjusts penalised, min_p, logit_bias and min_tokens
+        # rows on the device first); otherwise from the rows' logits on the host (logprobs, a grammar, or such rows
+        # on a backend that does not adjust them)
+        by_ids = [hasattr(be, "verify_ids") and ids_suffice(a.sampler, a.req.logprobs, be) for a in rows]
+        on_ids = all(by_ids)
+        # some but not all: those accepted from drawn ids keep them (a seeded request the same text in any round), the
+        # others' rows come back as logits (verify_mixed), where the backend can
+        mixed = not on_ids and any(by_ids) and hasattr(be, "verify_mixed")
         token_lists = [[a.last] + d for a, d in zip(rows, drafts)]
         # the next round's draft count per row if every draft is kept; where it is the same non-zero count for every
         # row, the backend that can decides acceptance and drafts the next round on the device (one read per round)
@@ -765,13 +770,16 @@ class Scheduler:
         one_read = on_ids and hasattr(be, "verify_round") and len(next_ks) == 1 and 0 not in next_ks
         if one_read:
             verified, dev_ms, nxt = be.verify_round(seqs, token_lists, [a.sampler for a in rows], next_ks.pop())
+        elif mixed:
+            verified = be.verify_mixed(seqs, token_lists, [a.sampler if d else None for a, d in zip(rows, by_ids)])
         else:
             verified = (be.verify_ids(seqs, token_lists, [a.sampler for a in rows]) if on_ids
                         else be.verify(seqs, token_lists))
         outs, ms = [], []
         for i, (a, lg, d) in enumerate(zip(rows, verified, drafts)):
             try:
-                toks = accept_ids(a.sampler, lg, d) if on_ids else accept_drafts(a.sampler, lg, d, a.req.logprobs)
+                toks = accept_ids(a.sampler, lg, d) if on_ids or (mixed and by_ids[i]) else \
+                    accept_drafts(a.sampler, lg, d, a.req.logprobs)
             except SampleError as exc:  # NaN / Inf logits, or a grammar that allows no token
                 toks = exc
             outs.append(toks)

@@ -34,9 +34,9 @@ name                                         type       meaning
 ``_pages``, ``_bytes``                                  by the prefix cache
 ``ninferc:prefix_cache_pages_evictable``     gauge      KV pages only the prefix cache holds
 ``ninferc:sampler_rows_total``               counter    cuda backend: rows sampled, label ``kind``: device (the
-                                                        GPU sampler; with --spec, verify rows of rounds accepted
-                                                        from drawn ids), host (a grammar's rows; verify rows of
-                                                        rounds accepted on the host), adjusted (device rows
+                                                        GPU sampler; with --spec, verify rows of requests
+                                                        accepted from drawn ids), host (a grammar's rows; verify rows of
+                                                        requests accepted on the host), adjusted (device rows
                                                         whose penalties, min_p, logit_bias or min_tokens were
                                                         applied on the device), logprobs (device rows whose
                                                         logits were copied to the host for their logprobs)

@@ -193,7 +193,8 @@ def test_draw_from_the_candidates_is_numpy_choice_over_the_dense_distribution():
     logits[[10, 20, 30]] = logits.max()  # ties at the top
     for p in (SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top_k=20),
               SamplingParams(temperature=0.7, top_p=0.8), SamplingParams(temperature=1.3, min_p=0.05),
-              SamplingParams(temperature=0.7, top_k=20, top_p=0.8, min_p=0.01), SamplingParams(temperature=0.5, top_k=2)):
+              SamplingParams(temperature=0.7, top_k=20, top_p=0.8, min_p=0.01),
+              SamplingParams(temperature=0.5, top_k=2)):
         dense = filtered_probs(logits, p)
         ids, probs = filtered_candidates(logits, p)
         assert np.array_equal(np.flatnonzero(dense), ids) and np.array_equal(dense[ids], probs)

@@ -364,3 +364,33 @@ def test_rounds_accept_from_drawn_ids_like_from_logits(ck, gmtp):
     assert s.draws == 7  # every emitted token counted (the device counter of the next round starts there)
     with pytest.raises(NonFiniteLogits):
         accept_ids(s, [5, -1, 7, 4], [5, 6, 7])
+
+
+def test_a_round_mixing_drawn_ids_and_logits_keeps_the_seeded_text(ck, gmtp):
+    """A seeded sampling request (accepted from drawn ids) sharing its rounds with a greedy request asking for
+    logprobs (accepted from its logits): the rounds are mixed (``verify_mixed``), the seeded request's text is the one
+    it gets alone and the logprobs request's the golden's, with its logprobs. Until 2026-12-07 such a round went whole
+    to the logits path, so a seeded text depended on its round-mates."""
+    from ninferc.runtime.scheduler import TokenEvent
+
+    seeded = SamplingParams(temperature=0.8, top_p=0.95, seed=11)
+    c0, c1 = gmtp["cases"][0], gmtp["cases"][1]
+    alone, _ = _generate(_backend(ck), c0["prompt_ids"], 24, k=3, params=seeded)
+    be = _backend(ck)
+    calls = []
+    orig = be.verify_mixed
+    be.verify_mixed = lambda *a: calls.append([x is None for x in a[2]]) or orig(*a)
+    s = Scheduler(be, max_concurrency=2, prefill_chunk=1024, spec=SpecConfig(draft_tokens=3))
+    evs: dict = {}
+    s.submit(GenerationRequest("a", list(c0["prompt_ids"]), 24, params=seeded,
+                               sink=lambda ev: evs.setdefault("a", []).append(ev)))
+    s.submit(GenerationRequest("b", list(c1["prompt_ids"]), 24, logprobs=2,
+                               sink=lambda ev: evs.setdefault("b", []).append(ev)))
+    while not s.idle:
+        s.step()
+    ids = {r: [t for e in evs[r] if isinstance(e, TokenEvent) for t in e.ids] for r in "ab"}
+    assert ids["a"] == alone
+    assert ids["b"] == c1["greedy_ids"][:24]
+    assert all(x.logprob is not None and len(x.top) == 2 for e in evs["b"] if isinstance(e, TokenEvent)
+               for x in e.sampled)
+    assert [False, True] in calls  # b's rows came back as logits, a's as ids, in one verify step
