@@ -258,3 +258,47 @@ def check_device_adjusted_rows(be, prompts: list, golden_ids: list[int], steps: 
         seen[rid] += 1
     assert seen["a"] >= 3 and seen["b"] >= 1 and len(out["a"]) >= 3, (seen, out)
     return dict(be.stats)
+
+
+def check_mixed_speculative_round(make_backend, a_prompt: list, b_prompt: list, b_golden: list, *, a_tokens: int,
+                                  b_tokens: int, k: int, chunk: int) -> dict:
+    """A speculative round mixing a request accepted from ids drawn on the device with one accepted from its logits,
+    on CUDA backends ``make_backend()`` builds (emulated or real GPU; 2 GDN slots or more, ``k`` drafts per round):
+    (a) seeded sampling on ``a_prompt`` (``a_tokens`` tokens), alone and then beside (b) greedy on ``b_prompt`` asking
+    for 2 logprobs (``b_tokens`` tokens). Checked: a's text the same in both runs (its draws keep their Philox
+    counters whoever shares its rounds), b's ids ``b_golden[:b_tokens]`` with their logprobs, the rounds mixed
+    (``verify_mixed`` called, b's rows among ``host_rows``).
+
+    Returns:
+        the second run's backend stats. Raises AssertionError on the first difference.
+    """
+    from ninferc.runtime.scheduler import Scheduler
+    from ninferc.runtime.spec import SpecConfig
+    from ninferc.sampling import SamplingParams
+
+    seeded = SamplingParams(temperature=0.9, top_p=0.95, seed=77)
+
+    def run(with_b: bool):
+        be = make_backend()
+        mixed: list = []
+        orig = be.verify_mixed
+        be.verify_mixed = lambda *a: mixed.append(1) or orig(*a)
+        try:
+            s = Scheduler(be, max_concurrency=2, prefill_chunk=chunk, spec=SpecConfig("mtp", k))
+            evs: dict = {}
+            s.submit(collecting_request("a", a_prompt, a_tokens, evs, params=seeded))
+            if with_b:
+                s.submit(collecting_request("b", b_prompt, b_tokens, evs, logprobs=2))
+            run_until_idle(s)
+            return evs, dict(be.stats), mixed
+        finally:
+            be.close()
+
+    alone, _, _ = run(False)
+    both, stats, mixed = run(True)
+    assert event_ids(both["a"]) == event_ids(alone["a"])
+    assert event_ids(both["b"]) == list(b_golden[:b_tokens])
+    assert all(x.logprob is not None and len(x.top) == 2 for ev in both["b"] if hasattr(ev, "sampled")
+               for x in ev.sampled)
+    assert mixed and stats["host_rows"] > 0
+    return stats

@@ -478,7 +478,7 @@ class CudaBatchBackend:
         if any(s.params.frequency_penalty or s.params.presence_penalty for _, s, _, _ in pen):
             x = x - (col([s.params.frequency_penalty for _, s, _, _ in pen]) * c
                      + col([s.params.presence_penalty for _, s, _, _ in pen]) * (c > 0))
-        e.logits[idx] = x.astype(cp.float32)
+        e.logits[idx] = x  # fp32 throughout (fp32 operands, no float64 scalar)
         if counted:
             for _, s, k, _ in pen:
                 self._hist_owner[k] = (s, self._hist_owner[k][1] + 1)  # counts after this row's draw

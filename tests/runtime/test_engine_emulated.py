@@ -439,35 +439,15 @@ def test_a_mixed_speculative_round_on_the_cuda_backend(emulated_device, emu_art,
     """``--spec mtp`` (K = 2) with a seeded sampling request (accepted from ids drawn on the device) sharing its
     rounds with a greedy request asking for logprobs (accepted from its logits): the rounds are mixed
     (``verify_mixed``: only the logprobs request's rows leave the device, ``host_rows``), the seeded request's text is
-    the one it gets alone (its draws keep their Philox counters) and the greedy one's its golden, with logprobs."""
+    the one it gets alone (its draws keep their Philox counters) and the greedy one's its golden, with logprobs
+    (:func:`ninferc.testing.check_mixed_speculative_round`)."""
     from ninferc.runtime.cuda_backend import CudaBatchBackend
-    from ninferc.runtime.scheduler import Scheduler
-    from ninferc.runtime.spec import SpecConfig
-    from ninferc.sampling import SamplingParams
+    from ninferc.testing import check_mixed_speculative_round
 
-    seeded = SamplingParams(temperature=0.9, top_p=0.95, seed=77)
-    a_prompt, c = goldens["cases"][0]["prompt_ids"][:8], goldens["cases"][1]
+    c = goldens["cases"][1]
     n = min(6, golden_len(c))
-
-    def run(with_b: bool):
-        be = CudaBatchBackend(emu_art, max_context=128, num_slots=2, num_pages=8, prefill_chunk=CHUNK, spec_tokens=2)
-        mixed = []
-        orig = be.verify_mixed
-        be.verify_mixed = lambda *a: mixed.append(1) or orig(*a)
-        s = Scheduler(be, max_concurrency=2, prefill_chunk=CHUNK, spec=SpecConfig("mtp", 2))
-        evs: dict = {}
-        s.submit(collecting_request("a", a_prompt, n, evs, params=seeded))
-        if with_b:
-            s.submit(collecting_request("b", c["prompt_ids"], n, evs, logprobs=2))
-        run_until_idle(s)
-        stats = dict(be.stats)
-        be.close()
-        return evs, stats, mixed
-
-    alone, _, _ = run(False)
-    both, stats, mixed = run(True)
-    assert event_ids(both["a"]) == event_ids(alone["a"])
-    assert event_ids(both["b"]) == c["greedy_ids"][:n]
-    assert all(x.logprob is not None and len(x.top) == 2 for ev in both["b"] if hasattr(ev, "sampled")
-               for x in ev.sampled)
-    assert mixed and stats["host_rows"] > 0
+    check_mixed_speculative_round(
+        lambda: CudaBatchBackend(emu_art, max_context=128, num_slots=2, num_pages=8, prefill_chunk=CHUNK,
+                                 spec_tokens=2),
+        goldens["cases"][0]["prompt_ids"][:8], c["prompt_ids"], c["greedy_ids"], a_tokens=n, b_tokens=n, k=2,
+        chunk=CHUNK)

@@ -507,32 +507,14 @@ def test_penalties_bias_min_p_and_min_tokens_apply_on_the_gpu(artifacts, goldens
 def test_a_mixed_speculative_round_on_the_gpu(artifacts, goldens):
     """``--spec mtp`` (K = 3) on the GPU with a seeded sampling request (accepted from ids drawn on the device) sharing
     its rounds with a greedy request asking for logprobs (accepted from its logits, ``verify_mixed``): the seeded text
-    is the one it gets alone, the greedy one its golden up to its first near-tie, with logprobs."""
+    is the one it gets alone, the greedy one its golden up to its first near-tie, with logprobs
+    (:func:`ninferc.testing.check_mixed_speculative_round`, as on the emulated device)."""
     from ninferc.runtime.cuda_backend import CudaBatchBackend
-    from ninferc.runtime.scheduler import Scheduler
-    from ninferc.runtime.spec import SpecConfig
-    from ninferc.testing import collecting_request, event_ids, run_until_idle
+    from ninferc.testing import check_mixed_speculative_round
 
-    seeded = SamplingParams(temperature=0.9, top_p=0.95, seed=77)
-    a_prompt, c = goldens["cases"][0]["prompt_ids"], goldens["cases"][1]
-    n = min(12, greedy_prefix_len(c["top1_margin"]))
-
-    def run(with_b: bool):
-        be = CudaBatchBackend(artifacts["sm_90"], max_context=512, num_slots=2, num_pages=16, prefill_chunk=64,
-                              spec_tokens=3)
-        s = Scheduler(be, max_concurrency=2, prefill_chunk=64, spec=SpecConfig("mtp", 3))
-        evs: dict = {}
-        s.submit(collecting_request("a", a_prompt, 24, evs, params=seeded))
-        if with_b:
-            s.submit(collecting_request("b", c["prompt_ids"], n, evs, logprobs=2))
-        run_until_idle(s)
-        stats = dict(be.stats)
-        be.close()
-        return evs, stats
-
-    alone, _ = run(False)
-    both, stats = run(True)
-    assert event_ids(both["a"]) == event_ids(alone["a"])
-    assert event_ids(both["b"]) == c["greedy_ids"][:n]
-    assert all(x.logprob is not None for ev in both["b"] if hasattr(ev, "sampled") for x in ev.sampled)
-    assert stats["host_rows"] > 0
+    c = goldens["cases"][1]
+    check_mixed_speculative_round(
+        lambda: CudaBatchBackend(artifacts["sm_90"], max_context=512, num_slots=2, num_pages=16, prefill_chunk=64,
+                                 spec_tokens=3),
+        goldens["cases"][0]["prompt_ids"], c["prompt_ids"], c["greedy_ids"], a_tokens=24,
+        b_tokens=min(12, greedy_prefix_len(c["top1_margin"])), k=3, chunk=64)
