@@ -131,7 +131,7 @@ serve_27b() {
   for w in "$@"; do
     local cmd=ninferc
     [ -n "${SB_HOST_ADJUST:-}" ] && cmd="python3 bench/serve_host_adjusted.py"
-    local srv="$cmd serve --preset qwen3.8-27b --synthetic-weights --weights $w --max-concurrency 8 --max-context 4096 --port 8100 --request-log /tmp/req_$w.jsonl"
+    local srv="$cmd serve --preset qwen3.8-27b --synthetic-weights --weights $w --max-concurrency 8 --max-context 4096 --port 8100 --request-log /tmp/req_$w.jsonl${SB_SPEC:+ --spec mtp --draft-tokens $SB_SPEC}"
     $srv > /tmp/serve_$w.log 2>&1 &
     local pid=$!
     if wait_healthy 8100 240; then
@@ -139,7 +139,7 @@ serve_27b() {
       timeout 200 python3 bench/serve_bench.py --url http://127.0.0.1:8100 --concurrency ${SB_LEVELS:-1,2,4,8} \
         --requests 8 --prompt-tokens 512 --max-tokens 64 --server-log /tmp/req_$w.jsonl \
         ${LOGPROBS_EVERY:+--logprobs-every $LOGPROBS_EVERY} ${SB_SAMPLING:+--sampling "$SB_SAMPLING"} --server-command "$srv" \
-        --json $OUT/serve_27b_$w${LOGPROBS_EVERY:+_lp$LOGPROBS_EVERY}${SB_SAMPLING:+_$SB_TAG}${SB_HOST_ADJUST:+_hostadj}.json \
+        --json $OUT/serve_27b_$w${LOGPROBS_EVERY:+_lp$LOGPROBS_EVERY}${SB_SAMPLING:+_$SB_TAG}${SB_HOST_ADJUST:+_hostadj}${SB_SPEC:+_spec$SB_SPEC}.json \
         2>&1 | grep -v "^wrote"
     else
       echo "serve $w never healthy $(el)"; tail -20 /tmp/serve_$w.log | tee $OUT/serve_$w.log

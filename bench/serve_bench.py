@@ -151,7 +151,19 @@ def server_side(log_path: Path, rids: list[str]) -> dict:
             "queue_s": summary([r["queue_s"] for r in recs if r.get("queue_s") is not None]),
             "prefill_tok_s": summary([r["prefill_tok_s"] for r in recs if r.get("prefill_tok_s")]),
             "shared_step_fraction": summary([r["shared_steps"] / r["decode_steps"] for r in recs
-                                             if r.get("decode_steps")])}
+                                             if r.get("decode_steps")]),
+            **spec_side(recs)}
+
+
+def spec_side(recs: list[dict]) -> dict:
+    """The speculative rounds of a ``--spec mtp`` server's records, summed over them: {"spec": {rounds, drafted,
+    accepted, acceptance (accepted / drafted), tokens_per_round (delivered / rounds)}}; {} where none speculated."""
+    sp = [r["spec"] for r in recs if r.get("spec")]
+    if not sp:
+        return {}
+    tot = {k: sum(s[k] for s in sp) for k in ("rounds", "drafted", "accepted", "delivered")}
+    return {"spec": {**tot, "acceptance": tot["accepted"] / tot["drafted"] if tot["drafted"] else None,
+                     "tokens_per_round": tot["delivered"] / tot["rounds"] if tot["rounds"] else None}}
 
 
 def main(argv=None) -> int:
@@ -199,11 +211,20 @@ def main(argv=None) -> int:
         print(f"C={c}: aggregate {lv['aggregate_tok_s']:.1f} tok/s, client TTFT p50 "
               f"{(lv['client']['ttft_s']['p50'] or 0) * 1e3:.1f} ms p99 {(lv['client']['ttft_s']['p99'] or 0) * 1e3:.1f} "
               f"ms, ITL p50 {(lv['client']['itl_s']['p50'] or 0) * 1e3:.2f} ms, per-request decode (server log) p50 "
-              f"{srv if srv is None else round(srv, 1)} tok/s, errors {len(lv['errors'])}")
+              f"{srv if srv is None else round(srv, 1)} tok/s, errors {len(lv['errors'])}"
+              + spec_line(lv.get("server", {}).get("spec")))
     out = provenance(a, url, model)
     out.update({"prompt_tokens": a.prompt_tokens, "max_tokens": a.max_tokens, "shared_prompt": a.shared_prompt,
                 "logprobs_every": a.logprobs_every, "sampling": a.sampling, "levels": levels})
     return write(a, out)
+
+
+def spec_line(spec: dict | None) -> str:
+    """``, spec: N rounds, A % of drafts accepted, T tokens per round`` of :func:`spec_side`'s summary, or ''."""
+    if not spec:
+        return ""
+    acc = "-" if spec["acceptance"] is None else f"{100 * spec['acceptance']:.0f} %"
+    return f", spec: {spec['rounds']} rounds, {acc} of drafts accepted, {spec['tokens_per_round'] or 0:.2f} tokens per round"
 
 
 def provenance(a, url: str, model: str) -> dict:
