@@ -111,12 +111,21 @@ ab_run() {  # ab_run NAME WEIGHTS SECONDS VARIANT...: bench/family_ab.py over 4 
 # samples rows needing penalties / min_p / logit_bias / min_tokens on the host (bench/serve_host_adjusted.py, the
 # A/B baseline of the device-side adjustments).
 # Usage (after `source bench/gpu.sh`):  serve_27b bf16 w4
-wait_healthy() {  # wait_healthy PORT SECONDS
-  python3 - "$1" "$2" <<'PY'
+wait_healthy() {  # wait_healthy PORT SECONDS [PID]: 0 once /health answers 200; 1 at the time limit, or at once when
+  # the server PID has exited (a zombie until waited for: /proc's state Z) -- run 289 waited 240 s on a refused --spec
+  python3 - "$1" "$2" "${3:-0}" <<'PY'
 import sys, time, httpx
-port, secs = int(sys.argv[1]), float(sys.argv[2])
+port, secs, pid = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+def exited():
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
 end = time.time() + secs
 while time.time() < end:
+    if pid and exited():
+        sys.exit(1)
     try:
         if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
             sys.exit(0)
@@ -134,7 +143,7 @@ serve_27b() {
     local srv="$cmd serve --preset qwen3.8-27b --synthetic-weights --weights $w --max-concurrency 8 --max-context 4096 --port 8100 --request-log /tmp/req_$w.jsonl${SB_SPEC:+ --spec mtp --draft-tokens $SB_SPEC}"
     $srv > /tmp/serve_$w.log 2>&1 &
     local pid=$!
-    if wait_healthy 8100 240; then
+    if wait_healthy 8100 240 $pid; then
       echo "serve $w healthy $(el)"
       timeout 200 python3 bench/serve_bench.py --url http://127.0.0.1:8100 --concurrency ${SB_LEVELS:-1,2,4,8} \
         --requests 8 --prompt-tokens 512 --max-tokens 64 --server-log /tmp/req_$w.jsonl \
@@ -157,7 +166,7 @@ prefix_27b() {  # prefix_27b W [W ...]: prefix reuse at 7,680 of 8,192 tokens al
     ninferc serve --preset qwen3.8-27b --synthetic-weights --weights $w --max-concurrency 1 --max-context 8256 --prefill-chunk 8192 \
       --port 8101 >> /tmp/serve_$w.log 2>&1 &
     pid=$!
-    if wait_healthy 8101 240; then
+    if wait_healthy 8101 240 $pid; then
       timeout 150 python3 bench/serve_bench.py --url http://127.0.0.1:8101 --prefix-ttft 7680/8192 --repeats 3 \
         --json $OUT/prefix_27b_$w.json 2>&1 | grep -v "^wrote"
     else
@@ -172,7 +181,7 @@ serve_demo() {  # the README's serve transcript on the device: the fixture compi
     echo '$ ninferc serve tiny.ninfer --request-log requests.jsonl &'
     ninferc serve /tmp/tiny.ninfer --port 8102 --request-log /tmp/requests.jsonl 2>&1 &
     local pid=$!
-    wait_healthy 8102 120
+    wait_healthy 8102 120 $pid
     python3 - <<'PY'
 import openai
 c = openai.OpenAI(base_url="http://127.0.0.1:8102/v1", api_key="none")

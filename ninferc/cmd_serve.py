@@ -183,7 +183,8 @@ def serve_cmd(path, preset, synthetic_weights, weights_fmt, kv_dtype, host, port
     spec_cfg = spec_config(spec, draft_tokens, draft_lm_head, ctx_obj)
     if preset is not None:
         opened = open_preset(preset, backend, max_context, weights_fmt=weights_fmt or "bf16",
-                             kv_dtype=kv_dtype or "bf16", max_concurrency=max_concurrency)
+                             kv_dtype=kv_dtype or "bf16", max_concurrency=max_concurrency,
+                             mtp=spec_cfg is not None, draft_lm_head=draft_lm_head)
     else:
         opened = open_model(path, backend, max_context, draft_lm_head=draft_lm_head)
     if opened.backend == "reference" and no_cuda_graph:
@@ -492,10 +493,13 @@ def open_model(path: Path, backend: str | None, max_context: int | None, *, draf
 
 
 def open_preset(name: str, backend: str | None, max_context: int | None, *, weights_fmt: str, kv_dtype: str,
-                max_concurrency: int) -> OpenedModel:
+                max_concurrency: int, mtp: bool = False, draft_lm_head: str = "bf16") -> OpenedModel:
     """A built-in model shape with synthetic weights, opened for serving on the CUDA engine: the compiled graph is
     built here (no GPU needed: a bad preset or recipe fails now); the plan for the device (its arch and SM count,
     decode batches 1 and ``max_concurrency``) and the weights, generated on the GPU, come when the backend is made.
+    ``mtp`` (``--spec mtp``): with the one-layer MTP head the Qwen3.5 / 3.6 checkpoints carry, its weights synthetic
+    too (:func:`~ninferc.bench.synthetic_artifact`), so its drafts are rarely accepted: such a server measures the
+    speculative rounds' cost, not MTP's gain. ``draft_lm_head``: ``--draft-lm-head``.
 
     Raises:
         NinfercError: ``--backend reference`` (there are no weights to read on the host); ConfigError: an unknown
@@ -522,10 +526,10 @@ def open_preset(name: str, backend: str | None, max_context: int | None, *, weig
 
         cupy("ninferc serve --preset --synthetic-weights (its weights are generated on the GPU)", hint="")
         return synthetic_artifact(name, recipe, kv_dtype, target=None, max_context=ctx,
-                                  batch=max(num_slots, 1), graph=graph)
+                                  batch=max(num_slots, 1), graph=graph, mtp=mtp)
 
     return _opened_cuda(synthetic, tokenizer=Tokenizer.synthetic(cfg.vocab_size), config=cfg, max_context=ctx,
-                        page_size=page_size, generation_config={})
+                        page_size=page_size, generation_config={}, mtp=mtp, draft_lm_head=draft_lm_head)
 
 
 def _opened_cuda(artifact, *, tokenizer, config, max_context, page_size, generation_config, mtp: bool = False,

@@ -1,6 +1,8 @@
 """`ninferc compile` of the fixture for each arch's reference SKU, and the reference backend on each
 artifact reproduces the goldens (the artifact's compiled graph and tensors, not the checkpoint)."""
 
+import importlib.util
+
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -167,6 +169,18 @@ def test_cli_rejects_bad_input_clearly(tiny_dir, tmp_path, args, needle):
     assert "Traceback" not in r.output
     if "KV page size" in needle:
         assert "graph:" not in r.output  # refused before the graph is built, not after
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cupy") is not None, reason="the message of a machine without CuPy")
+def test_serve_preset_with_spec_mtp_gets_as_far_as_the_gpu():
+    """The preset's synthetic artifact carries an MTP head (synthetic too), so ``--spec mtp`` passes the argument
+    checks and stops only where the weights need a GPU (it was refused as "the artifact carries no MTP head" until
+    2026-12-07: bench/NOTES.md run 289)."""
+    r = CliRunner().invoke(main, ["serve", "--preset", "qwen3.8-27b", "--synthetic-weights", "--spec", "mtp",
+                                  "--draft-lm-head", "w4"])
+    assert r.exit_code == 2, r.output
+    assert "(its weights are generated on the GPU) needs CuPy and an NVIDIA GPU" in r.output, r.output
+    assert "MTP" not in r.output, r.output
 
 
 def test_compile_refuses_to_overwrite_its_own_checkpoint(tiny_dir, tmp_path):
