@@ -154,6 +154,7 @@ serve_27b() {
       echo "serve $w never healthy $(el)"; tail -20 /tmp/serve_$w.log | tee $OUT/serve_$w.log
     fi
     kill $pid; wait $pid; echo "serve $w stopped $(el)"
+    [ -n "${SB_NO_BENCH:-}" ] && continue  # SB_NO_BENCH=1: no `ninferc bench` after the server (another call has it)
     timeout 120 ninferc bench --preset qwen3.8-27b --synthetic-weights --weights $w --prompt-tokens 512 \
       --decode-tokens 64 --tokens-per-seq 2,3,4,6,8 --json $OUT/bench_27b_$w.json > /tmp/bench_$w.log 2>&1
     echo "bench $w rc $? $(el)"; grep -A1 "^context" /tmp/bench_$w.log | tail -1; grep "one sequence x" /tmp/bench_$w.log
