@@ -137,8 +137,9 @@ def kv_pages(kv_capacity: str, *, max_concurrency: int, max_context: int, page_s
                    "tools) [default: tool_choice auto (or none given) with tools gets 400; 'required' or a named "
                    "function still force a call]")
 @click.option("--enable-auto-tool-choice", is_flag=True,
-              help="vLLM's companion flag, accepted for its command lines: --tool-call-parser alone turns tool_choice "
-                   "auto on ('required' and a named function force a call with or without either flag)")
+              help="vLLM's companion flag, accepted for its command lines; it needs --tool-call-parser, which alone "
+                   "turns tool_choice auto on ('required' and a named function force a call with or without either "
+                   "flag)")
 @click.option("--no-prefix-cache", is_flag=True, help="turn prefix reuse across requests off")
 @click.option("--prefix-cache-gib", default=DEFAULT_PREFIX_CACHE_GIB, type=click.FloatRange(min=0, min_open=True),
               show_default=True, help="byte budget of the prefix cache's GDN state checkpoints, GiB")
