@@ -33,7 +33,7 @@ from ninferc.server.protocol import (MAX_CHOICES, MAX_STOP_STRINGS, MAX_STOP_TOK
                                      DetokenizeRequest, TokenizeRequest, describe_validation_error, error_body)
 from ninferc.server.reasoning import THINK_END, ReasoningSplitter, split_reasoning, starts_in_reasoning
 from ninferc.server.tools import (ForcedCallSplitter, ToolCallSplitter, check_tools, forced_call_schema,
-                                  history_tool_calls, split_with, template_reads_tools)
+                                  history_tool_calls, join_deltas, split_with, template_reads_tools)
 from ninferc.structured import GrammarCompiler, StructuredOutputError
 from ninferc.tokenizer import TextOutput
 
@@ -1253,7 +1253,7 @@ class _Formatter:
             content, calls = self.tool_splitter.feed(content)
             if last:
                 held, more = self.tool_splitter.flush()
-                content, calls = content + held, calls + more
+                content, calls = content + held, join_deltas(calls + more)
         return reasoning, content, calls
 
     @staticmethod
@@ -1264,22 +1264,25 @@ class _Formatter:
 
     def _delta(self, reasoning: str, content: str, calls: list = ()) -> dict:
         """A chat delta of the split text's pieces: the reasoning (both names; left out with ``include_reasoning``
-        false), ``content`` and the ``tool_calls`` whose blocks closed (each whole, with its index among the
-        answer's calls), each where non-empty."""
+        false), ``content`` and the ``tool_calls`` entries the splitter decided (a call's start, or the next piece
+        of its arguments; :class:`~ninferc.server.tools.ToolCallSplitter`), each where non-empty."""
         out = {}
         if reasoning and self.include_reasoning:
             out.update(self._reasoning(reasoning))
         if content:
             out["content"] = content
         if calls:
-            first = len(self.tool_splitter.calls) - len(calls)
-            out["tool_calls"] = [c.delta(first + k) for k, c in enumerate(calls)]
+            out["tool_calls"] = calls
         return out
 
     def _finish_reason(self, ev: FinishEvent, calls: list) -> str:
         """``tool_calls`` where the answer made calls and ended by itself or at ``max_tokens`` (vLLM reports the
         calls it extracted so, whatever followed them), else the engine's reason (``abort`` stays); a call forced by
-        name ends with ``stop`` (OpenAI's answer, which vLLM follows since its PR 25054)."""
+        name ends with ``stop`` (OpenAI's answer, which vLLM follows since its PR 25054). An answer that ended inside
+        its last call (``complete`` false: its arguments cut) keeps the engine's reason, ``length`` at ``max_tokens``,
+        as OpenAI reports a call ``max_tokens`` cut."""
+        if calls and not calls[-1].complete:
+            return ev.reason
         if calls and ev.reason in ("stop", "length"):
             named = self.tool_use is not None and self.tool_use.forced not in (None, "required")
             return "stop" if named else "tool_calls"

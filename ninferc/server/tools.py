@@ -27,13 +27,21 @@ The family writes a call as a ``<tool_call>`` ... ``</tool_call>`` block; the pa
 - ``hermes`` (Qwen2.5 / Qwen3 checkpoints): the body is one JSON object ``{"name": ..., "arguments": {...}}``.
 
 An answer that made calls ends with ``finish_reason: "tool_calls"`` (also where ``max_tokens`` cut it after them, as
-vLLM reports it). What is content: the text outside well-formed blocks. Whitespace directly before a call, and an
-answer's trailing whitespace once it has made a call, are dropped (``"Let me look.\\n\\n<tool_call>..."`` -> content
-``"Let me look."``); an answer whose content is then empty has ``content: null``. A block that does not parse (or one
-that ``max_tokens`` cut before its ``</tool_call>``) stays in the content as the model wrote it, so nothing is lost.
-While streaming, text that may be the start of ``<tool_call>`` and trailing whitespace are held back until the next text
-decides them, and a call is sent whole once its block closes (two that close in one piece of text share a delta)
-(:class:`ToolCallSplitter`); the streamed pieces add up to the whole answer's content and calls whatever the cuts.
+vLLM reports it). What is content: the text outside calls. Whitespace directly before a call, and an answer's trailing
+whitespace once it has made a call, are dropped (``"Let me look.\\n\\n<tool_call>..."`` -> content
+``"Let me look."``); an answer whose content is then empty has ``content: null``. A block that is no call stays in the
+content as the model wrote it, so nothing is lost: a hermes block that does not parse, a qwen3_coder block that does
+not open with ``<function=NAME>``, either cut before that is decided.
+
+Streaming (:class:`ToolCallSplitter`): text that may be the start of ``<tool_call>`` and trailing whitespace are held
+back until the next text decides them. A qwen3_coder call streams as vLLM, llama.cpp and OpenAI stream one: its first
+delta entry (``index``, ``id``, ``type``, ``function.name``) comes once ``<function=NAME>`` has, and its arguments
+object follows in pieces as the model writes it -- a string parameter's text as it comes, another type whole at its
+end. From its header on the block is a call: text between parameters or after ``</function>`` is dropped, and an answer
+that ends inside it (``max_tokens``, a stop string) leaves the call cut -- its arguments the JSON text so far, not
+valid JSON, ``finish_reason`` the engine's (``length``), as OpenAI reports a call ``max_tokens`` cut. A hermes call
+(a JSON object, a call only once whole) is sent whole when its block closes. The streamed pieces add up to the whole
+answer's content and calls, to the byte of each call's arguments, whatever the cuts.
 
 The markers are matched on the decoded text: real checkpoints spell ``<tool_call>`` as one added token that
 decoding keeps (it is not ``special``).
@@ -76,6 +84,9 @@ class ToolCall:
     name: str
     arguments: str
     id: str = ""
+    #: false while its block is open, and for good where the answer ended inside it (``max_tokens``, a stop string):
+    #: its arguments are then the JSON text written so far, cut
+    complete: bool = True
 
     def __post_init__(self):
         if not self.id:
@@ -172,9 +183,20 @@ def parse_call(parser: str, body: str, schemas: dict[str, dict]) -> ToolCall | N
 class ToolCallSplitter:
     """Splits one answer's content, given in pieces, into content text and tool calls (module docstring).
 
-    ``feed(text)`` returns ``(content, calls)``: the content text that is decided and the calls whose blocks closed
-    (either may be empty); ``flush()`` at the end returns what was held back. ``calls`` (the attribute) holds every
-    call so far.
+    ``feed(text)`` returns ``(content, deltas)``: the content text that is decided and the streamed deltas' ``tool_calls``
+    entries that are (either may be empty; at most one entry per call and feed): a call's first entry carries its
+    ``index`` (its place among the answer's calls), ``id``, ``type`` and ``function.name`` with the ``arguments`` so far,
+    later ones ``index`` and ``function.arguments``, the next piece of the JSON text. ``flush()`` at the end returns what
+    was held back in the same form. ``calls`` (the attribute) holds every call so far (:class:`ToolCall`, its
+    ``arguments`` the pieces joined), whole or not.
+
+    qwen3_coder calls stream as the model writes them: a call is made once its header, ``<function=NAME>``, has come,
+    and its arguments object grows a parameter at a time -- a string's text as it comes (held back: one trailing newline,
+    and text that may be the start of a closing tag), other types whole at their ``</parameter>``. From its header on
+    the block is a call, whatever follows: text between parameters or after ``</function>`` is dropped, and an answer
+    that ends inside the block leaves the call cut (``complete`` false; its arguments the JSON text so far). A block
+    that never reaches a header is text, as before. hermes calls, a JSON object that is a call only once whole, are sent
+    whole when their block closes.
 
     Args:
         parser: one of :data:`PARSERS`.
@@ -191,6 +213,9 @@ class ToolCallSplitter:
         self._seen = 0  # inside a block: how much of the buffer is known to hold no </tool_call> (a long block is
         # searched once, not once per piece)
         self.calls: list[ToolCall] = []
+        self._deltas: list[dict] = []
+        self._coder: _CoderCall | None = None  # the qwen3_coder call being streamed (after its header)
+        self._whole = False  # inside a block that is parsed whole at its </tool_call> (hermes; no qwen3_coder header)
 
     def _text(self, s: str) -> str:
         """Content text ``s`` after any held whitespace; its own trailing whitespace is held back."""
@@ -199,44 +224,268 @@ class ToolCallSplitter:
         self._ws = s[len(body):]
         return body
 
-    def feed(self, text: str) -> tuple[str, list[ToolCall]]:
+    def _emit(self, call: ToolCall | None, piece: str) -> None:
+        """Appends ``piece`` to the arguments of ``call`` (a kept call; None: one ``parallel`` false drops), and to this
+        feed's deltas."""
+        if call is None or not piece:
+            return
+        call.arguments += piece
+        index = next(i for i, c in enumerate(self.calls) if c is call)
+        last = self._deltas[-1] if self._deltas else None
+        if last is not None and last["index"] == index:
+            last["function"]["arguments"] += piece
+        else:
+            self._deltas.append({"index": index, "function": {"arguments": piece}})
+
+    def _start(self, call: ToolCall) -> ToolCall | None:
+        """A new call (``complete`` as given): kept and announced, or None where ``parallel`` false drops it."""
+        self._ws = ""  # the whitespace before a call is dropped
+        if not (self.parallel or not self.calls):
+            return None
+        self.calls.append(call)
+        self._deltas.append(call.delta(len(self.calls) - 1))
+        return call
+
+    def _out(self, content: str) -> tuple[str, list[dict]]:
+        deltas, self._deltas = self._deltas, []
+        return content, deltas
+
+    def feed(self, text: str) -> tuple[str, list[dict]]:
         self._buf += text
         out: list[str] = []
-        new: list[ToolCall] = []
         while True:
+            if self._in_call and self._coder is not None:
+                rest = self._coder.feed(self._buf)
+                if rest is None:  # the block goes on
+                    self._buf = ""
+                    return self._out("".join(out))
+                self._buf, self._in_call, self._coder = rest, False, None
+                continue
+            if self._in_call and not self._whole:  # qwen3_coder, before its header
+                got = _coder_header(self._buf)
+                if got is None:
+                    return self._out("".join(out))
+                if got is False:
+                    self._whole = True
+                else:
+                    name, used = got
+                    call = self._start(ToolCall(name, "", complete=False))
+                    self._coder = _CoderCall(call, self._schemas.get(name, {}), self._emit)
+                    self._buf = self._buf[used:]
+                continue
             if self._in_call:
                 end = self._buf.find(CALL_END, self._seen)
                 if end < 0:
                     self._seen = max(0, len(self._buf) - len(CALL_END) + 1)
-                    return "".join(out), new
+                    return self._out("".join(out))
                 self._seen = 0
-                body, self._buf, self._in_call = self._buf[:end], self._buf[end + len(CALL_END):], False
+                body, self._buf, self._in_call, self._whole = self._buf[:end], self._buf[end + len(CALL_END):], \
+                    False, False
                 call = parse_call(self.parser, body, self._schemas)
                 if call is None:  # not a call after all: the block is text
                     out.append(self._text(CALL_START + body + CALL_END))
                 else:
-                    self._ws = ""  # the whitespace before a call is dropped
-                    if self.parallel or not self.calls:
-                        self.calls.append(call)
-                        new.append(call)
+                    self._start(call)
                 continue
             start = self._buf.find(CALL_START)
             if start >= 0:
                 out.append(self._text(self._buf[:start]))
                 self._buf, self._in_call = self._buf[start + len(CALL_START):], True
+                self._whole = self.parser != "qwen3_coder"
                 continue
             keep = _held(self._buf, CALL_START)
             out.append(self._text(self._buf[:len(self._buf) - keep]))
             self._buf = self._buf[len(self._buf) - keep:]
-            return "".join(out), new
+            return self._out("".join(out))
 
-    def flush(self) -> tuple[str, list[ToolCall]]:
-        pending = (CALL_START if self._in_call else "") + self._buf  # an unclosed block, or a marker's prefix
+    def flush(self) -> tuple[str, list[dict]]:
+        if self._in_call and self._coder is not None:  # the answer ended inside a call: it stays cut
+            self._coder.cut()
+            pending = ""
+        else:  # an unclosed block with no call header, or a marker's prefix
+            pending = (CALL_START if self._in_call else "") + self._buf
         s = self._ws + pending
-        self._buf, self._ws, self._in_call, self._seen = "", "", False, 0
+        self._buf, self._ws, self._in_call, self._seen, self._coder, self._whole = "", "", False, 0, None, False
         if self.calls and not s.strip():
             s = ""
-        return s, []
+        return self._out(s)
+
+
+_FUNCTION_TAG, _PARAMETER_TAG, _PARAMETER_END, _FUNCTION_END = "<function=", "<parameter=", "</parameter>", "</function>"
+
+
+def _coder_header(buf: str):
+    """A qwen3_coder block's start (the text after ``<tool_call>``): ``(name, length)`` where it opens with
+    ``<function=NAME>`` (whitespace before it allowed; ``length``: the header's characters), False where it cannot
+    (the block is then parsed whole, as text unless it parses), None while undecided."""
+    closed = buf.find(CALL_END)  # the block's end, where the header must come before
+    s = buf.lstrip()
+    lead = len(buf) - len(s)
+    if len(s) < len(_FUNCTION_TAG):
+        return None if _FUNCTION_TAG.startswith(s) and closed < 0 else False
+    if not s.startswith(_FUNCTION_TAG):
+        return False
+    m = re.match(r"[^>\n]*", s[len(_FUNCTION_TAG):])
+    end = len(_FUNCTION_TAG) + m.end()
+    if end == len(s):
+        return None if closed < 0 else False
+    name = m.group(0).strip()
+    if s[end] != ">" or not name or 0 <= closed < lead + end + 1:
+        return False
+    return name, lead + end + 1
+
+
+def _is_string(schema) -> bool:
+    """Whether a qwen3_coder parameter of this JSON schema stays text (:func:`_typed`: type ``string`` or none)."""
+    kind = schema.get("type") if isinstance(schema, dict) else None
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), None)
+    return kind in (None, "string")
+
+
+class _CoderCall:
+    """The body of one qwen3_coder call after its ``<function=NAME>`` header, given in pieces: the arguments object's
+    JSON text, passed to ``emit(call, piece)`` as it is decided (:class:`ToolCallSplitter`'s rules). ``feed(buf)``
+    returns None while the block goes on (``buf`` used up, any undecided tail kept here), else the text after its
+    ``</tool_call>``."""
+
+    def __init__(self, call: ToolCall | None, props: dict, emit):
+        self.call, self.props, self.emit = call, props, emit
+        self.tail = ""  # text held back: a tag's possible start, a value's possible last newline
+        self.key = None  # the open parameter's name
+        self.keys = 0  # parameters written so far
+        self.after = False  # past </function>
+        self.string = self.opened = self.lead = False
+        self.value = ""  # the open value's text not yet written (a non-string value, or a string that may be null)
+
+    def _put(self, piece: str) -> None:
+        self.emit(self.call, piece)
+
+    def _close_object(self) -> None:
+        self._put("}" if self.keys else "{}")
+        self.after = True
+
+    def _value_text(self, piece: str) -> None:
+        """More text of the open value (its one leading newline dropped; a string's text written once it cannot be the
+        value ``null``)."""
+        if self.lead and piece:
+            piece, self.lead = (piece[1:] if piece.startswith("\n") else piece), False
+        self.value += piece
+        if not self.string:
+            return
+        if not self.opened:
+            if "null".startswith(self.value.strip().lower()):
+                return
+            self._put('"')
+            self.opened = True
+        self._put(json.dumps(self.value, ensure_ascii=False)[1:-1])
+        self.value = ""
+
+    def _end_value(self, piece: str) -> None:
+        """The open value's last text (its one trailing newline dropped) and its end."""
+        if self.lead and piece.startswith("\n"):
+            piece = piece[1:]
+        self.lead = False
+        text = self.value + piece
+        text = text[:-1] if text.endswith("\n") else text
+        if self.opened:
+            self._put(json.dumps(text, ensure_ascii=False)[1:-1] + '"')
+        else:
+            self._put(json.dumps(_typed(text, self.props.get(self.key)), ensure_ascii=False))
+        self.key, self.value, self.opened = None, "", False
+
+    def feed(self, buf: str) -> str | None:
+        b = self.tail + buf
+        self.tail = ""
+        while True:
+            if self.after:  # only </tool_call> matters now
+                end = b.find(CALL_END)
+                if end < 0:
+                    self.tail = b[len(b) - _held(b, CALL_END):]
+                    return None
+                return self._finish(b[end + len(CALL_END):])
+            if self.key is not None:
+                b = self._in_value(b)
+                if b is None:
+                    return None
+                continue
+            s = b.lstrip()
+            if s.startswith(_PARAMETER_TAG):
+                m = re.match(r"[^>\n]*", s[len(_PARAMETER_TAG):])
+                end = len(_PARAMETER_TAG) + m.end()
+                if end == len(s):
+                    self.tail = s
+                    return None
+                key = m.group(0).strip()
+                if s[end] != ">" or not key:  # not a parameter tag: stray text
+                    b = s[1:]
+                    continue
+                self._put(("{" if not self.keys else ", ") + json.dumps(key, ensure_ascii=False) + ": ")
+                self.keys += 1
+                self.key, self.value, self.opened, self.lead = key, "", False, True
+                self.string = _is_string(self.props.get(key))
+                b = s[end + 1:]
+                continue
+            if s.startswith(_FUNCTION_END):
+                self._close_object()
+                b = s[len(_FUNCTION_END):]
+                continue
+            if s.startswith(CALL_END):
+                self._close_object()
+                return self._finish(s[len(CALL_END):])
+            if not s or any(t.startswith(s) for t in (_PARAMETER_TAG, _FUNCTION_END, CALL_END)):
+                self.tail = s
+                return None
+            nxt = s.find("<", 1)  # stray text between parameters: dropped
+            b = s[nxt:] if nxt > 0 else ""
+
+    def _in_value(self, b: str) -> str | None:
+        """Text ``b`` inside the open value: the rest after the value's end, or None with the value's undecided tail
+        kept. The value ends at ``</parameter>``, or without it at the next ``<parameter=``, or at ``</tool_call>``
+        (less a ``</function>`` before it)."""
+        ends = [(i, t) for t, i in ((t, b.find(t)) for t in (_PARAMETER_END, _PARAMETER_TAG, CALL_END)) if i >= 0]
+        if ends:
+            i, t = min(ends)
+            if t == _PARAMETER_END:
+                self._end_value(b[:i])
+                return b[i + len(t):]
+            if t == _PARAMETER_TAG:
+                self._end_value(b[:i])
+                return b[i:]
+            f = b.rfind(_FUNCTION_END, 0, i)
+            self._end_value(b[:f if f >= 0 else i])
+            return b[f:] if f >= 0 else b[i:]
+        cut = len(b) - max(_held(b, t) for t in (_PARAMETER_END, _PARAMETER_TAG, CALL_END, _FUNCTION_END))
+        f = b.find(_FUNCTION_END)
+        if 0 <= f < cut:  # perhaps the function's end (a missing </parameter>): decided by what follows
+            cut = f
+        if cut and b[cut - 1] == "\n":  # perhaps the value's last newline
+            cut -= 1
+        self._value_text(b[:cut])
+        self.tail = b[cut:]
+        return None
+
+    def _finish(self, rest: str) -> str:
+        if self.call is not None:
+            self.call.complete = True
+        return rest
+
+    def cut(self) -> None:
+        """The answer ended inside the block: the call stays incomplete, its arguments what was decided (a held tail --
+        a possible tag, a value's possible last newline or ``null`` -- is not written)."""
+        self.tail = ""
+
+
+def join_deltas(entries: list[dict]) -> list[dict]:
+    """Streamed ``tool_calls`` entries (:meth:`ToolCallSplitter.feed`'s, then its ``flush``'s) as one delta's: an entry
+    of the same call as the one before it is merged into it (its arguments appended)."""
+    out: list[dict] = []
+    for e in entries:
+        if out and out[-1]["index"] == e["index"]:
+            out[-1]["function"]["arguments"] += e["function"].get("arguments", "")
+        else:
+            out.append({**e, "function": dict(e["function"])})
+    return out
 
 
 def split_tool_calls(parser: str, text: str, tools: list[dict] | None = None, parallel: bool = True
@@ -250,9 +499,9 @@ def split_with(sp, text: str) -> tuple[str | None, list[ToolCall]]:
     """A whole answer's content ``text`` through a fresh splitter ``sp`` (:class:`ToolCallSplitter` or
     :class:`ForcedCallSplitter`) -> (content, calls); content is None where calls were made and no other text is
     left."""
-    a, calls = sp.feed(text)
-    b, more = sp.flush()
-    content, calls = a + b, calls + more
+    a, _ = sp.feed(text)
+    b, _ = sp.flush()
+    content, calls = a + b, list(sp.calls)
     return (None if calls and not content else content), calls
 
 
@@ -276,8 +525,8 @@ def forced_call_schema(tools: list[dict], name: str | None, parallel: bool = Tru
 
 class ForcedCallSplitter:
     """The answer of a forced call (module docstring), given in pieces: ``feed`` holds everything back (a JSON value is
-    a call only once whole); ``flush`` at the end returns ``("", calls)`` when the text parses as the constrained JSON,
-    else ``(text, [])`` (an answer ``max_tokens`` cut stays content, as the model wrote it). ``calls``: the calls.
+    a call only once whole); ``flush`` at the end returns ``("", deltas)`` (each call whole, as a streamed delta's
+    ``tool_calls`` entry) when the text parses as the constrained JSON, else ``(text, [])`` (an answer ``max_tokens`` cut stays content, as the model wrote it). ``calls``: the calls.
     Arguments are re-serialised (``json.dumps``), so the grammar's free whitespace does not reach them.
 
     Args:
@@ -289,11 +538,11 @@ class ForcedCallSplitter:
         self._buf = ""
         self.calls: list[ToolCall] = []
 
-    def feed(self, text: str) -> tuple[str, list[ToolCall]]:
+    def feed(self, text: str) -> tuple[str, list[dict]]:
         self._buf += text
         return "", []
 
-    def flush(self) -> tuple[str, list[ToolCall]]:
+    def flush(self) -> tuple[str, list[dict]]:
         text, self._buf = self._buf, ""
         try:
             value = json.loads(text)
@@ -309,7 +558,7 @@ class ForcedCallSplitter:
         if not calls:
             return text, []
         self.calls.extend(calls)
-        return "", calls
+        return "", [c.delta(i) for i, c in enumerate(calls)]
 
 
 def check_tools(tools: list) -> list[dict]:

@@ -44,11 +44,34 @@ CASES = [
     ("qwen3_coder", "no call here\n", "no call here\n", []),  # no call: the text as written, whitespace too
     ("qwen3_coder", "a <tool_ b", "a <tool_ b", []),  # a marker's prefix inside the text is text
     ("qwen3_coder", "ends on <tool_", "ends on <tool_", []),
-    ("qwen3_coder", "cut " + CODER_CALL[:40], "cut " + CODER_CALL[:40], []),  # max_tokens inside a call: text
+    # max_tokens before a call's header: text; after it: the call, cut (its arguments the JSON text so far)
+    ("qwen3_coder", "cut " + CODER_CALL[:30], "cut " + CODER_CALL[:30], []),
+    ("qwen3_coder", "cut " + CODER_CALL[:40], "cut", [("get_weather", "")]),
+    ("qwen3_coder", "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar", None,
+     [("get_weather", '{"city": "Par')]),
+    ("qwen3_coder", "<tool_call>\n<function=get_weather>\n<parameter=days>\n3\n</par", None, [("get_weather", '{"days": ')]),
+    ("qwen3_coder", CODER_CALL[:-len("</tool_call>")], None, [("get_weather", '{"city": "Paris", "days": 3}')]),
     ("qwen3_coder", "<tool_call>not a call</tool_call> then", "<tool_call>not a call</tool_call> then", []),
     ("qwen3_coder", "x\n" + CODER_CALL + "\nafter", "x\nafter", [PARIS]),  # text after a call stays content
-    ("qwen3_coder", "<tool_call>\n<function=f>\nstray\n<parameter=a>\n1\n</parameter>\n</function>\n</tool_call>",
-     "<tool_call>\n<function=f>\nstray\n<parameter=a>\n1\n</parameter>\n</function>\n</tool_call>", []),
+    # after the header the block is a call: stray text between parameters and after </function> is dropped
+    ("qwen3_coder", "<tool_call>\n<function=f>\nstray <b>\n<parameter=a>\n1\n</parameter>\nx</function>\nmore\n"
+     "</tool_call>", None, [("f", {"a": "1"})]),
+    ("qwen3_coder", "<tool_call>\n<funct x</tool_call>", "<tool_call>\n<funct x</tool_call>", []),  # no header: text
+    ("qwen3_coder", "<tool_call>\n<function=\nx>\n</function></tool_call>",
+     "<tool_call>\n<function=\nx>\n</function></tool_call>", []),
+    # a string's text as written: quotes, backslashes, tags that are not the parameter's end, newlines inside
+    ("qwen3_coder", "<tool_call>\n<function=get_weather>\n<parameter=city>\n\nSay \"hi\" \\ é <b> </par x\n\n"
+     "</parameter>\n</function>\n</tool_call>", None, [("get_weather", {"city": '\nSay "hi" \\ é <b> </par x\n'})]),
+    # a value holding </function> before its </parameter> keeps it; one missing </parameter> ends at </function>
+    ("qwen3_coder", "<tool_call>\n<function=get_weather>\n<parameter=city>\na</function>b\n</parameter>\n"
+     "<parameter=days>\n3\n</function>\n</tool_call>", None, [("get_weather", {"city": "a</function>b", "days": 3})]),
+    ("qwen3_coder", "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</tool_call>", None,
+     [("get_weather", {"city": "Oslo"})]),  # neither </parameter> nor </function>
+    ("qwen3_coder", "<tool_call>\n<function=get_weather>\n<parameter=city>\nnull\n</parameter>\n<parameter=ratio>"
+     "\nnull\n</parameter>\n<parameter=hours>\n[1, 2]\n</parameter>\n</function>\n</tool_call>", None,
+     [("get_weather", {"city": None, "ratio": None, "hours": [1, 2]})]),
+    ("qwen3_coder", "<tool_call>\n<function=get_weather>\n<parameter=city>\nnullx\n</parameter>\n</function>\n"
+     "</tool_call>", None, [("get_weather", {"city": "nullx"})]),
     ("hermes", "Sure.\n" + HERMES_CALL, "Sure.", [PARIS]),
     ("hermes", '<tool_call>{"name": "now", "arguments": "{}"}</tool_call>', None, [("now", {})]),
     ("hermes", "<tool_call>{not json}</tool_call>", "<tool_call>{not json}</tool_call>", []),
@@ -58,7 +81,23 @@ CASES = [
 
 
 def _calls(calls):
-    return [(c.name, json.loads(c.arguments)) for c in calls]
+    """(name, arguments parsed) of each call; a cut call's arguments as the text they are."""
+    return [(c.name, json.loads(c.arguments) if c.complete else c.arguments) for c in calls]
+
+
+def _assembled(entries):
+    """A client's reading of streamed ``tool_calls`` entries: [(id, name, arguments text)] by index (OpenAI's rule: a
+    call's first entry names it, later ones append to its arguments)."""
+    calls = {}
+    for e in entries:
+        if e["index"] not in calls:
+            assert set(e) == {"index", "id", "type", "function"} and e["type"] == "function", e
+            calls[e["index"]] = [e["id"], e["function"]["name"], e["function"]["arguments"]]
+        else:
+            assert set(e) == {"index", "function"} and set(e["function"]) == {"arguments"}, e
+            calls[e["index"]][2] += e["function"]["arguments"]
+    assert sorted(calls) == list(range(len(calls)))
+    return [tuple(calls[i]) for i in range(len(calls))]
 
 
 @pytest.mark.parametrize("parser,text,content,calls", CASES)
@@ -67,17 +106,40 @@ def test_split_whole_and_streamed_in_every_cut(parser, text, content, calls):
     assert (got_content, _calls(got_calls)) == (content, calls)
     assert all(c.id.startswith("call_") and len(c.id) == 29 for c in got_calls)
     assert len({c.id for c in got_calls}) == len(got_calls)
+    whole = [(c.name, c.arguments) for c in got_calls]
     rng = random.Random(len(text))
     cuts = [[1] * len(text), [len(text)]] + [[rng.randint(1, 6) for _ in range(len(text))] for _ in range(20)]
     for sizes in cuts:
         sp, c, made, i = ToolCallSplitter(parser, TOOLS), "", [], 0
         for n in sizes:
             a, new = sp.feed(text[i:i + n])
+            assert len({e["index"] for e in new}) == len(new)  # one entry per call and delta
             c, made, i = c + a, made + new, i + n
             if i >= len(text):
                 break
-        c += sp.flush()[0]
-        assert (c, _calls(made)) == (content or "", calls), sizes
+        a, new = sp.flush()
+        c, made = c + a, made + new
+        # the stream adds up to the whole answer's content and calls, to the byte of each call's arguments
+        assert (c, [(n, args) for _, n, args in _assembled(made)]) == (content or "", whole), sizes
+        assert [(cid, c.name, c.arguments) for cid, c in zip((e[0] for e in _assembled(made)), sp.calls)] == \
+            _assembled(made)
+
+
+def test_qwen3_coder_arguments_stream_as_they_are_written():
+    """A string parameter's text reaches the client while the model writes it (vLLM, llama.cpp and OpenAI stream a
+    call's arguments); only a possible last newline and a possible closing tag wait."""
+    sp = ToolCallSplitter("qwen3_coder", TOOLS)
+    assert sp.feed("Writing.\n<tool_call>\n<function=get_wea") == ("Writing.", [])
+    _, new = sp.feed("ther>\n<parameter=city>\nSan")
+    assert [(e["function"]["name"], e["function"]["arguments"]) for e in new] == [("get_weather", '{"city": "San')]
+    assert sp.feed(" Francisco\n") == ("", [{"index": 0, "function": {"arguments": " Francisco"}}])
+    assert sp.feed("</para") == ("", [])
+    assert sp.feed("meter>\n<parameter=days>\n1") == ("", [{"index": 0, "function": {"arguments": '", "days": '}}])
+    assert sp.feed("0\n</parameter>\n</function>") == ("", [{"index": 0, "function": {"arguments": "10}"}}])
+    assert not sp.calls[0].complete
+    assert sp.feed("\n</tool_call>") == ("", []) and sp.calls[0].complete
+    assert sp.flush() == ("", [])
+    assert json.loads(sp.calls[0].arguments) == {"city": "San Francisco", "days": 10}
 
 
 def test_streaming_holds_back_only_a_possible_marker_and_trailing_whitespace():
@@ -86,7 +148,7 @@ def test_streaming_holds_back_only_a_possible_marker_and_trailing_whitespace():
     assert sp.feed("box> no") == ("\n<toolbox> no", [])  # it did not
     assert sp.feed("\n\n" + CODER_CALL[:20]) == ("", [])
     content, new = sp.feed(CODER_CALL[20:])
-    assert content == "" and _calls(new) == [PARIS]
+    assert content == "" and [(n, json.loads(a)) for _, n, a in _assembled(new)] == [PARIS] and len(new) == 1
     assert sp.flush() == ("", [])
     # without the tools' schemas every parameter is a string
     assert _calls(split_tool_calls("qwen3_coder", CODER_CALL)[1]) == [("get_weather", {"city": "Paris", "days": "3"})]
@@ -301,8 +363,12 @@ def test_client_reads_calls_whole_and_streamed(scripted):
     assert prompt.startswith("<|im_start|>system\n<tools>\n" + json.dumps(WEATHER, ensure_ascii=False))
     reasoning, content, calls, finish = _stream(client, model="tiny", messages=ASK, tools=TOOLS)
     assert (reasoning, content, finish) == ("I should look it up.\n", "\n\nLet me check.", "tool_calls")
-    assert [(c["name"], json.loads(c["arguments"])) for c in calls] == [
-        (tc.function.name, json.loads(tc.function.arguments)) for tc in m.tool_calls]
+    assert [(c["name"], c["arguments"]) for c in calls] == [
+        (tc.function.name, tc.function.arguments) for tc in m.tool_calls]
+    # the arguments came in pieces as the script wrote them (a chunk per piece at most), not one per call
+    pieces = [tc.function.arguments for ch in client.chat.completions.create(
+        model="tiny", messages=ASK, tools=TOOLS, stream=True) if ch.choices for tc in ch.choices[0].delta.tool_calls or []]
+    assert len(pieces) >= 8 and "".join(pieces) == "".join(tc.function.arguments for tc in m.tool_calls)
     assert all(c["id"].startswith("call_") for c in calls)
 
 
@@ -312,8 +378,18 @@ def test_no_call_cut_call_and_tool_choice_none(scripted):
     r = client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS)
     assert (r.choices[0].message.content, r.choices[0].message.tool_calls, r.choices[0].finish_reason) == (
         "Paris is sunny.\n", None, "stop")
-    # max_tokens after a call: the call stands and the reason is tool_calls (vLLM's); inside the next one, its text is
-    # content
+    # max_tokens inside a call after its header: the call stands, cut (its arguments the JSON text so far), and the
+    # reason is length (OpenAI's), streamed or not
+    sched.script, sched.reason = ["</think>", "Checking.\n" + CODER_CALL[:62]], "length"
+    r = client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS)
+    m = r.choices[0].message
+    assert (m.content, [(c.function.name, c.function.arguments) for c in m.tool_calls], r.choices[0].finish_reason) \
+        == ("Checking.", [("get_weather", '{"city": "Paris')], "length")
+    _, content, calls, finish = _stream(client, model="tiny", messages=ASK, tools=TOOLS)
+    assert (content, [(c["name"], c["arguments"]) for c in calls], finish) == (
+        "Checking.", [("get_weather", '{"city": "Paris')], "length")
+    # max_tokens after a call: the call stands and the reason is tool_calls (vLLM's); inside the next one before its
+    # header, its text is content
     sched.script, sched.reason = ["</think>", CODER_CALL, "\n" + CODER_CALL[:30]], "length"
     r = client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS)
     assert (r.choices[0].message.content, len(r.choices[0].message.tool_calls), r.choices[0].finish_reason) == (
