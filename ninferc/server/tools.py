@@ -112,6 +112,20 @@ def parameter_schemas(tools: list[dict] | None) -> dict[str, dict]:
     return out
 
 
+def _no_constant(name: str):
+    """json.loads' hook for ``NaN``, ``Infinity`` and ``-Infinity``: refused (they are not JSON)."""
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    """json.loads' hook for a number with a fraction or exponent: refused where it overflows to infinity
+    (``1e999``), which JSON cannot write back."""
+    x = float(text)
+    if x in (float("inf"), float("-inf")):
+        raise ValueError(f"{text} overflows a double")
+    return x
+
+
 def _typed(value: str, schema) -> object:
     """A qwen3_coder parameter's text as the type its JSON schema names (module docstring)."""
     if value.strip().lower() == "null":
@@ -125,13 +139,17 @@ def _typed(value: str, schema) -> object:
     if kind == "boolean":
         text = text.lower()
     try:
-        got = json.loads(text)
-    except ValueError:
+        got = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+    except (ValueError, RecursionError):
         if kind not in ("object", "array"):
             return value
         try:  # a Python literal (single quotes, True / None): literal_eval reads literals only, never runs code
             got = ast.literal_eval(text)
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return value
+        try:  # only what JSON can write: no bytes, tuples as keys, sets, inf or nan
+            json.dumps(got, allow_nan=False)
+        except (ValueError, TypeError, RecursionError):
             return value
     want = _JSON_TYPES.get(kind)
     if got is None or want is None:
@@ -164,6 +182,8 @@ def parse_call(parser: str, body: str, schemas: dict[str, dict]) -> ToolCall | N
     if not m:
         return None
     name, inner = m.group(1).strip(), m.group(2)
+    if len(name) > TAG_NAME_MAX:
+        return None
     props = schemas.get(name, {})
     args, pos = {}, 0
     for p in _PARAMETER.finditer(inner):
@@ -173,6 +193,8 @@ def parse_call(parser: str, body: str, schemas: dict[str, dict]) -> ToolCall | N
         value = value[1:] if value.startswith("\n") else value
         value = value[:-1] if value.endswith("\n") else value
         key = p.group(1).strip()
+        if len(key) > TAG_NAME_MAX:
+            return None
         args[key] = _typed(value, props.get(key))
         pos = p.end()
     if inner[pos:].strip() or not name:
@@ -194,8 +216,10 @@ class ToolCallSplitter:
     and its arguments object grows a parameter at a time -- a string's text as it comes (held back: one trailing newline,
     and text that may be the start of a closing tag), other types whole at their ``</parameter>``. From its header on
     the block is a call, whatever follows: text between parameters or after ``</function>`` is dropped, and an answer
-    that ends inside the block leaves the call cut (``complete`` false; its arguments the JSON text so far). A block
-    that never reaches a header is text, as before. hermes calls, a JSON object that is a call only once whole, are sent
+    that ends inside the block leaves the call cut (``complete`` false; its arguments the JSON text so far); a parameter
+    written twice is in the text twice (JSON readers keep the last, as :func:`parse_call`'s object does). A block
+    that never reaches a header is text. Every character is looked at a bounded number of times, however the text is
+    cut (a long string value, a long run of blanks, many calls). hermes calls, a JSON object that is a call only once whole, are sent
     whole when their block closes.
 
     Args:
@@ -216,6 +240,8 @@ class ToolCallSplitter:
         self._deltas: list[dict] = []
         self._coder: _CoderCall | None = None  # the qwen3_coder call being streamed (after its header)
         self._whole = False  # inside a block that is parsed whole at its </tool_call> (hermes; no qwen3_coder header)
+        self._lead = 0  # before a qwen3_coder header: the whitespace the buffer is known to start with
+        self._index: dict[str, int] = {}  # a kept call's id -> its index
 
     def _text(self, s: str) -> str:
         """Content text ``s`` after any held whitespace; its own trailing whitespace is held back."""
@@ -230,7 +256,7 @@ class ToolCallSplitter:
         if call is None or not piece:
             return
         call.arguments += piece
-        index = next(i for i, c in enumerate(self.calls) if c is call)
+        index = self._index[call.id]
         last = self._deltas[-1] if self._deltas else None
         if last is not None and last["index"] == index:
             last["function"]["arguments"] += piece
@@ -242,6 +268,7 @@ class ToolCallSplitter:
         self._ws = ""  # the whitespace before a call is dropped
         if not (self.parallel or not self.calls):
             return None
+        self._index[call.id] = len(self.calls)
         self.calls.append(call)
         self._deltas.append(call.delta(len(self.calls) - 1))
         return call
@@ -262,9 +289,10 @@ class ToolCallSplitter:
                 self._buf, self._in_call, self._coder = rest, False, None
                 continue
             if self._in_call and not self._whole:  # qwen3_coder, before its header
-                got = _coder_header(self._buf)
+                got, self._lead = _coder_header(self._buf, self._lead)
                 if got is None:
                     return self._out("".join(out))
+                self._lead = 0
                 if got is False:
                     self._whole = True
                 else:
@@ -313,26 +341,44 @@ class ToolCallSplitter:
 
 _FUNCTION_TAG, _PARAMETER_TAG, _PARAMETER_END, _FUNCTION_END = "<function=", "<parameter=", "</parameter>", "</function>"
 
+#: the longest function or parameter name a qwen3_coder tag may carry (characters): a longer one is no tag (a stream
+#: would otherwise hold it back without end), for :func:`parse_call` too
+TAG_NAME_MAX = 256
+_TAG_NAME = re.compile(r"[^>\n]*")
 
-def _coder_header(buf: str):
-    """A qwen3_coder block's start (the text after ``<tool_call>``): ``(name, length)`` where it opens with
-    ``<function=NAME>`` (whitespace before it allowed; ``length``: the header's characters), False where it cannot
-    (the block is then parsed whole, as text unless it parses), None while undecided."""
-    closed = buf.find(CALL_END)  # the block's end, where the header must come before
-    s = buf.lstrip()
-    lead = len(buf) - len(s)
-    if len(s) < len(_FUNCTION_TAG):
-        return None if _FUNCTION_TAG.startswith(s) and closed < 0 else False
-    if not s.startswith(_FUNCTION_TAG):
+
+def _tag(s: str, tag: str):
+    """The name of a ``<tag=NAME>`` opening ``s`` (``tag`` = ``<function=`` or ``<parameter=``): ``(name, length)``,
+    False where ``s`` does not open with one (no ``>`` within :data:`TAG_NAME_MAX` characters, a newline or a
+    ``</tool_call>`` in it, a blank name), None while undecided."""
+    if len(s) < len(tag):
+        return None if tag.startswith(s) else False
+    if not s.startswith(tag):
         return False
-    m = re.match(r"[^>\n]*", s[len(_FUNCTION_TAG):])
-    end = len(_FUNCTION_TAG) + m.end()
+    m = _TAG_NAME.match(s, len(tag), len(tag) + TAG_NAME_MAX + 1)
+    end = m.end()
     if end == len(s):
-        return None if closed < 0 else False
-    name = m.group(0).strip()
-    if s[end] != ">" or not name or 0 <= closed < lead + end + 1:
+        return None
+    if end - len(tag) > TAG_NAME_MAX or s[end] != ">" or s.find(CALL_END, 0, end + 1) >= 0:
         return False
-    return name, lead + end + 1
+    name = m.group(0).strip()
+    return (name, end + 1) if name else False
+
+
+def _coder_header(buf: str, lead: int = 0):
+    """A qwen3_coder block's start (the text after ``<tool_call>``) -> ``(got, lead)``: ``got`` is ``(name, length)``
+    where it opens with ``<function=NAME>`` (whitespace before it allowed; ``length``: the header's characters), False
+    where it cannot (the block is then parsed whole, as text unless it parses), None while undecided; ``lead``: the
+    whitespace ``buf`` is known to start with (pass it back with the next, longer ``buf``: each character is looked at
+    once)."""
+    rest = buf[lead:]
+    s = rest.lstrip()
+    lead += len(rest) - len(s)
+    got = _tag(s, _FUNCTION_TAG)
+    closed = buf.find(CALL_END, lead)  # the block's end, before which the header must come
+    if got is None:
+        return (None if closed < 0 else False), lead
+    return got if not got else (got[0], lead + got[1]), lead
 
 
 def _is_string(schema) -> bool:
@@ -357,6 +403,8 @@ class _CoderCall:
         self.after = False  # past </function>
         self.string = self.opened = self.lead = False
         self.value = ""  # the open value's text not yet written (a non-string value, or a string that may be null)
+        self.core, self.gap = "", False  # a string that may be null: its letters so far, a blank after them
+        self.scanned = 0  # inside a value: the start of ``tail`` known to hold no value end (each text searched once)
 
     def _put(self, piece: str) -> None:
         self.emit(self.call, piece)
@@ -374,12 +422,24 @@ class _CoderCall:
         if not self.string:
             return
         if not self.opened:
-            if "null".startswith(self.value.strip().lower()):
+            if self._maybe_null(piece):
                 return
             self._put('"')
             self.opened = True
         self._put(json.dumps(self.value, ensure_ascii=False)[1:-1])
         self.value = ""
+
+    def _maybe_null(self, piece: str) -> bool:
+        """Whether the open string value, ``piece`` added, may still be ``null`` (blanks around it; any case): each
+        character is looked at once (``core``: its letters so far, ``gap``: a blank after them)."""
+        for ch in piece:
+            if ch.isspace():
+                self.gap = self.gap or bool(self.core)
+            elif self.gap or not "null".startswith((self.core + ch).lower()):
+                return False
+            else:
+                self.core += ch
+        return True
 
     def _end_value(self, piece: str) -> None:
         """The open value's last text (its one trailing newline dropped) and its end."""
@@ -411,20 +471,19 @@ class _CoderCall:
                 continue
             s = b.lstrip()
             if s.startswith(_PARAMETER_TAG):
-                m = re.match(r"[^>\n]*", s[len(_PARAMETER_TAG):])
-                end = len(_PARAMETER_TAG) + m.end()
-                if end == len(s):
+                got = _tag(s, _PARAMETER_TAG)
+                if got is None:
                     self.tail = s
                     return None
-                key = m.group(0).strip()
-                if s[end] != ">" or not key:  # not a parameter tag: stray text
+                if got is False:  # not a parameter tag: stray text
                     b = s[1:]
                     continue
+                key, used = got
                 self._put(("{" if not self.keys else ", ") + json.dumps(key, ensure_ascii=False) + ": ")
                 self.keys += 1
                 self.key, self.value, self.opened, self.lead = key, "", False, True
-                self.string = _is_string(self.props.get(key))
-                b = s[end + 1:]
+                self.string, self.core, self.gap, self.scanned = _is_string(self.props.get(key)), "", False, 0
+                b = s[used:]
                 continue
             if s.startswith(_FUNCTION_END):
                 self._close_object()
@@ -443,7 +502,9 @@ class _CoderCall:
         """Text ``b`` inside the open value: the rest after the value's end, or None with the value's undecided tail
         kept. The value ends at ``</parameter>``, or without it at the next ``<parameter=``, or at ``</tool_call>``
         (less a ``</function>`` before it)."""
-        ends = [(i, t) for t, i in ((t, b.find(t)) for t in (_PARAMETER_END, _PARAMETER_TAG, CALL_END)) if i >= 0]
+        from_ = max(0, self.scanned - len(_PARAMETER_END) + 1)
+        ends = [(i, t) for t, i in ((t, b.find(t, from_)) for t in (_PARAMETER_END, _PARAMETER_TAG, CALL_END))
+                if i >= 0]
         if ends:
             i, t = min(ends)
             if t == _PARAMETER_END:
@@ -463,6 +524,7 @@ class _CoderCall:
             cut -= 1
         self._value_text(b[:cut])
         self.tail = b[cut:]
+        self.scanned = len(self.tail)
         return None
 
     def _finish(self, rest: str) -> str:

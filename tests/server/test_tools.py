@@ -57,6 +57,17 @@ CASES = [
     ("qwen3_coder", "<tool_call>\n<function=f>\nstray <b>\n<parameter=a>\n1\n</parameter>\nx</function>\nmore\n"
      "</tool_call>", None, [("f", {"a": "1"})]),
     ("qwen3_coder", "<tool_call>\n<funct x</tool_call>", "<tool_call>\n<funct x</tool_call>", []),  # no header: text
+    # a tag's name runs to its '>', never past the block's end; nor past TAG_NAME_MAX characters
+    ("qwen3_coder", "<tool_call>\n<function=now>\n<parameter=a</tool_call>\nok", "\nok", [("now", {})]),
+    ("qwen3_coder", "<tool_call>\n<function=now>\n<parameter=a</tool_call>\n" + "<tool_call>\n<function=now>\n"
+     "</function>\n</tool_call>", None, [("now", {}), ("now", {})]),
+    ("qwen3_coder", "<tool_call><function=" + "f" * 257 + "></function></tool_call>",
+     "<tool_call><function=" + "f" * 257 + "></function></tool_call>", []),
+    ("qwen3_coder", "<tool_call><function=now><parameter=" + "k" * 257 + ">1</parameter></function></tool_call>", None,
+     [("now", {})]),
+    # a parameter written twice: both in the text, the last one read (as parse_call's object keeps it)
+    ("qwen3_coder", "<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n<parameter=a>\n2\n</parameter>\n"
+     "</function>\n</tool_call>", None, [("f", {"a": "2"})]),
     ("qwen3_coder", "<tool_call>\n<function=\nx>\n</function></tool_call>",
      "<tool_call>\n<function=\nx>\n</function></tool_call>", []),
     # a string's text as written: quotes, backslashes, tags that are not the parameter's end, newlines inside
@@ -184,6 +195,13 @@ def test_parallel_tool_calls_false_keeps_the_first_call():
     ("hours", "(1, 2)", "(1, 2)"),  # a literal of another type than the schema's: the text
     ("where", "__import__('os')", "__import__('os')"),  # never evaluated: literals only
     ("unknown", "42", "42"),  # a parameter the schema does not name: a string
+    # what JSON cannot write stays text: NaN, an overflow to infinity, bytes, tuple keys, nesting past recursion
+    ("ratio", "NaN", "NaN"),
+    ("ratio", "1e999", "1e999"),
+    ("hours", "[1e999]", "[1e999]"),
+    ("hours", "[b'x']", "[b'x']"),
+    ("where", "{(1, 2): 3}", "{(1, 2): 3}"),
+    ("hours", "[" * 100_000, "[" * 100_000),
 ])
 def test_qwen3_coder_parameter_types_follow_the_schema(name, value, typed):
     body = f"\n<function=get_weather>\n<parameter={name}>\n{value}\n</parameter>\n</function>\n"
