@@ -140,6 +140,9 @@ serve_27b() {
   for w in "$@"; do
     local cmd=ninferc
     [ -n "${SB_HOST_ADJUST:-}" ] && cmd="python3 bench/serve_host_adjusted.py"
+    [ -n "${SB_NO_WARM:-}" ] && cmd="python3 bench/serve_no_warm.py"
+    # SB_COLD_CUPY=1: the server's CuPy kernel cache a new empty folder (kernels built at first use are timed)
+    [ -n "${SB_COLD_CUPY:-}" ] && export CUPY_CACHE_DIR=$(mktemp -d /tmp/cupy_cache.XXXX)
     local srv="$cmd serve --preset qwen3.8-27b --synthetic-weights --weights $w --max-concurrency 8 --max-context 4096 --port 8100 --request-log /tmp/req_$w.jsonl${SB_SPEC:+ --spec mtp --draft-tokens $SB_SPEC}"
     $srv > /tmp/serve_$w.log 2>&1 &
     local pid=$!
@@ -148,12 +151,13 @@ serve_27b() {
       timeout 200 python3 bench/serve_bench.py --url http://127.0.0.1:8100 --concurrency ${SB_LEVELS:-1,2,4,8} \
         --requests 8 --prompt-tokens 512 --max-tokens 64 --server-log /tmp/req_$w.jsonl \
         ${LOGPROBS_EVERY:+--logprobs-every $LOGPROBS_EVERY} ${SB_SAMPLING:+--sampling "$SB_SAMPLING"} --server-command "$srv" \
-        --json $OUT/serve_27b_$w${LOGPROBS_EVERY:+_lp$LOGPROBS_EVERY}${SB_SAMPLING:+_$SB_TAG}${SB_HOST_ADJUST:+_hostadj}${SB_SPEC:+_spec$SB_SPEC}.json \
+        --json $OUT/serve_27b_$w${LOGPROBS_EVERY:+_lp$LOGPROBS_EVERY}${SB_SAMPLING:+_$SB_TAG}${SB_HOST_ADJUST:+_hostadj}${SB_SPEC:+_spec$SB_SPEC}${SB_NO_WARM:+_nowarm}${SB_COLD_CUPY:+_cold}.json \
         2>&1 | grep -v "^wrote"
     else
       echo "serve $w never healthy $(el)"; tail -20 /tmp/serve_$w.log | tee $OUT/serve_$w.log
     fi
     kill $pid; wait $pid; echo "serve $w stopped $(el)"
+    [ -n "${SB_COLD_CUPY:-}" ] && { rm -rf "$CUPY_CACHE_DIR"; unset CUPY_CACHE_DIR; }
     [ -n "${SB_NO_BENCH:-}" ] && continue  # SB_NO_BENCH=1: no `ninferc bench` after the server (another call has it)
     timeout 120 ninferc bench --preset qwen3.8-27b --synthetic-weights --weights $w --prompt-tokens 512 \
       --decode-tokens 64 --tokens-per-seq 2,3,4,6,8 --json $OUT/bench_27b_$w.json > /tmp/bench_$w.log 2>&1

@@ -188,7 +188,8 @@ def check_device_adjusted_rows(be, prompts: list, golden_ids: list[int], steps: 
     for a verify row the drafts before it), min_p's kept set equal to :func:`~ninferc.sampling.filtered_probs`'
     support, and (a)'s decode-step tokens the argmax of the host-adjusted rows. All rows drawn on the device
     (``host_rows`` 0): plain, with decode ahead (``decode_next`` called); with K, every round accepted from the drawn
-    ids (``verify`` never asked for logits).
+    ids (``verify`` never asked for logits). First, that the backend's warm-up (:meth:`~ninferc.runtime.cuda_backend.
+    CudaBatchBackend.warm_adjustments`) built the token-history arrays and left them empty.
 
     Returns:
         the backend's stats after the run. Raises AssertionError on the first difference.
@@ -205,6 +206,10 @@ def check_device_adjusted_rows(be, prompts: list, golden_ids: list[int], steps: 
     pb = SamplingParams(temperature=0.8, min_p=0.2, presence_penalty=1.5, seed=3)
     snaps: list = []  # (sampler, tokens of its record, extra tokens, is a decode row, raw row, adjusted row)
     ahead: list = []
+    # the construction's warm-up (CudaBatchBackend.warm_adjustments) built the history arrays and left nothing in them
+    assert be._hist_counts is not None and be.stats["adjusted_rows"] == 0
+    assert all(o is None for o in be._hist_owner)
+    assert not np.asarray(be._hist_counts.get()).any() and not np.asarray(be._hist_prompt.get()).any()
     adjust, decode_next = be._adjust, be.decode_next
 
     def spy(todo, counted):

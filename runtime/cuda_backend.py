@@ -146,6 +146,7 @@ class CudaBatchBackend:
                                       spec_tokens=spec_tokens, draft_lm_head=draft_lm_head)
         self._setup(engine, num_slots=num_slots, max_context=max_context, cuda_graph=cuda_graph,
                     spec_tokens=spec_tokens)
+        self.warm_adjustments()
 
     def _setup(self, engine, *, num_slots: int, max_context: int, cuda_graph: bool, spec_tokens: int) -> None:
         """The backend's state around a built engine (the CPU tests pass an engine double here)."""
@@ -367,11 +368,8 @@ class CudaBatchBackend:
                                                  for r in rows], cp.int32)
             e.sample_step(greedy, B)
             dev[:B] = e.tokens[:B]
-            if counted:  # the penalised rows' new tokens join their counts (a -1, a row that drew none, counts nothing)
-                # (index arithmetic, no boolean mask: a mask's data-dependent shape would make CuPy wait for the draw)
-                tok = dev[cp.asarray(np.array([i for i, _ in counted], np.int64))].astype(cp.int64)
-                ks = cp.asarray(np.array([k for _, k in counted], np.int64))
-                self._hist_counts[ks, cp.maximum(tok, 0)] += (tok >= 0).astype(cp.float32)
+            if counted:
+                self._count_drawn(dev, counted)
             host = self._ids_host[slot]
             cp.cuda.runtime.memcpyAsync(host.ctypes.data, dev.data.ptr, host.nbytes,
                                         cp.cuda.runtime.memcpyDeviceToHost, e.stream.ptr)
@@ -382,6 +380,41 @@ class CudaBatchBackend:
         self.stats["device_rows"] += len(mine)
         self.stats["logprob_rows"] += len(lp_rows)
         return PendingSample(self, slot, list(rows), ev)
+
+    def _count_drawn(self, dev, counted: list[tuple[int, int]]) -> None:
+        """The penalised rows' new tokens (``dev[row]``, int32 on the device; -1, a row that drew none, counts nothing)
+        join their slots' counts; ``counted``: (row, slot) pairs (:meth:`_adjust_rows`'). Index arithmetic, no boolean
+        mask: a mask's data-dependent shape would make CuPy wait for the draw."""
+        cp = self.engine.cp
+        tok = dev[cp.asarray(np.array([i for i, _ in counted], np.int64))].astype(cp.int64)
+        ks = cp.asarray(np.array([k for _, k in counted], np.int64))
+        self._hist_counts[ks, cp.maximum(tok, 0)] += (tok >= 0).astype(cp.float32)
+
+    def warm_adjustments(self) -> None:
+        """Build, before the first request, the CuPy kernels the device-side adjustments launch (:meth:`_adjust`,
+        :meth:`_penalise`, :meth:`_count_drawn`: logit_bias, min_tokens' held stop ids, the three penalties with a
+        verify row's drafts, min_p): CuPy compiles each elementwise, reduction and indexing kernel at its first use
+        (NVRTC), unless its on-disk kernel cache (``CUPY_CACHE_DIR``, default ``~/.cupy/kernel_cache``) has it. On a
+        machine with a cold cache the first penalised requests of run 290 (bench/NOTES.md) waited ~2 s for them, and
+        every request sharing their steps with them. Runs one made-up row through them on ``engine.logits`` row 0
+        (scratch before any step) and GDN slot 0's history, then clears that history and the ``adjusted_rows`` count;
+        waits for the stream. Costs ~2 s on a cold cache, milliseconds on a warm one."""
+        e = self.engine
+        V = e.vocab  # noqa: N806
+        s = HostSampler(SamplingParams(temperature=0.7, top_k=20, top_p=0.8, min_p=0.05, presence_penalty=1.5,
+                                       frequency_penalty=0.5, repetition_penalty=1.1,
+                                       logit_bias=((0, 1.0), (V - 1, -1.0)), min_tokens=2),
+                        prompt_ids=(0, 1), stop_ids=(V - 1,))
+        s.counts = {1: 1}  # a history to rebuild on the device
+        with e.stream:
+            self._adjust([(0, s, 0, (1, 1))], counted=False)  # a verify row: drafts before it
+            self._adjust([(0, s, 0, ())], counted=True)  # a decode row, its draw counted
+            self._count_drawn(self._ids_dev[0], [(0, 0)])
+            self._hist_counts[0] = 0
+            self._hist_prompt[0] = 0
+        e.stream.synchronize()
+        self._hist_owner[0] = None
+        self.stats["adjusted_rows"] = 0
 
     def _adjust_rows(self, rows: list, slots: list[int]) -> list[tuple[int, int]]:
         """Apply step 1 of :mod:`ninferc.sampling`'s rules but the grammar's (logit_bias, min_tokens' held stop ids,
