@@ -394,11 +394,12 @@ class CudaBatchBackend:
         """Build, before the first request, the CuPy kernels the device-side adjustments launch (:meth:`_adjust`,
         :meth:`_penalise`, :meth:`_count_drawn`: logit_bias, min_tokens' held stop ids, the three penalties with a
         verify row's drafts, min_p): CuPy compiles each elementwise, reduction and indexing kernel at its first use
-        (NVRTC), unless its on-disk kernel cache (``CUPY_CACHE_DIR``, default ``~/.cupy/kernel_cache``) has it. On a
-        machine with a cold cache the first penalised requests of run 290 (bench/NOTES.md) waited ~2 s for them, and
-        every request sharing their steps with them. Runs one made-up row through them on ``engine.logits`` row 0
-        (scratch before any step) and GDN slot 0's history, then clears that history and the ``adjusted_rows`` count;
-        waits for the stream. Costs ~2 s on a cold cache, milliseconds on a warm one."""
+        (NVRTC), unless its on-disk kernel cache (``CUPY_CACHE_DIR``, default ``~/.cupy/kernel_cache``) has it -- the
+        likely cause of run 290's ~2 s TTFT stall of the first penalised requests and of every request sharing their
+        steps, on a machine whose cache was cold (bench/NOTES.md; the A/B that would confirm it is
+        ``bench/serve_no_warm.py``). Runs one made-up row through them on ``engine.logits`` row 0 (scratch before any
+        step) and GDN slot 0's history, then clears that history and the ``adjusted_rows`` count; waits for the
+        stream."""
         e = self.engine
         V = e.vocab  # noqa: N806
         s = HostSampler(SamplingParams(temperature=0.7, top_k=20, top_p=0.8, min_p=0.05, presence_penalty=1.5,
