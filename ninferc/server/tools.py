@@ -49,8 +49,9 @@ decoding keeps (it is not ``special``).
 A forced call (``tool_choice`` ``"required"`` or ``{"type": "function", "function": {"name": ...}}``) needs no parser:
 the answer is constrained to JSON (:func:`forced_call_schema`, :mod:`ninferc.structured`) -- the named function's
 arguments object, or for ``required`` an array of ``{"name", "parameters"}`` objects (one at most with
-``parallel_tool_calls`` false) -- which :class:`ForcedCallSplitter` turns into the calls, as vLLM does. Its
-``finish_reason`` is OpenAI's: ``tool_calls`` for ``required``, ``stop`` for a named function.
+``parallel_tool_calls`` false) -- which :class:`ForcedCallSplitter` turns into the calls, as vLLM does: a named
+function's arguments streamed as written, ``required``'s calls whole at the end. Its ``finish_reason`` is OpenAI's:
+``tool_calls`` for ``required``, ``stop`` for a named function (``length`` where ``max_tokens`` cut its arguments).
 """
 
 from __future__ import annotations
@@ -586,10 +587,18 @@ def forced_call_schema(tools: list[dict], name: str | None, parallel: bool = Tru
 
 
 class ForcedCallSplitter:
-    """The answer of a forced call (module docstring), given in pieces: ``feed`` holds everything back (a JSON value is
-    a call only once whole); ``flush`` at the end returns ``("", deltas)`` (each call whole, as a streamed delta's
-    ``tool_calls`` entry) when the text parses as the constrained JSON, else ``(text, [])`` (an answer ``max_tokens`` cut stays content, as the model wrote it). ``calls``: the calls.
-    Arguments are re-serialised (``json.dumps``), so the grammar's free whitespace does not reach them.
+    """The answer of a forced call (module docstring), given in pieces, as :class:`ToolCallSplitter` gives them:
+    ``feed`` -> ``(content, deltas)``, ``flush`` at the end, ``calls`` every call.
+
+    A named function's answer *is* its arguments object, so it streams as vLLM streams one: the call's first entry
+    (``index`` 0, ``id``, ``type``, ``function.name``) with the answer's first text, then its text in pieces as it comes
+    -- the arguments as the model wrote them (blanks before and after the object left out, held back until later text
+    decides them), valid JSON where the grammar let it finish; an answer ``max_tokens`` cut leaves the call cut
+    (``complete`` false, its arguments not valid JSON).
+
+    ``required``'s answer, an array of ``{"name", "parameters"}`` objects, is a set of calls only once whole: ``feed``
+    holds it back, and ``flush`` returns the calls (arguments ``json.dumps`` of each ``parameters``) when the text
+    parses as the constrained JSON, else the text as content (an answer ``max_tokens`` cut, as the model wrote it).
 
     Args:
         name: the named function, or None for ``required``.
@@ -597,23 +606,47 @@ class ForcedCallSplitter:
 
     def __init__(self, name: str | None):
         self.name = name
-        self._buf = ""
+        self._buf = ""  # required: the answer so far; named: blanks before the object or after its text so far
         self.calls: list[ToolCall] = []
 
     def feed(self, text: str) -> tuple[str, list[dict]]:
         self._buf += text
-        return "", []
+        if self.name is None:
+            return "", []
+        out = []
+        if not self.calls:
+            body = self._buf.lstrip()
+            if not body:
+                return "", []
+            self.calls.append(ToolCall(self.name, "", complete=False))
+            out.append(self.calls[0].delta(0))
+            self._buf = body
+        body = self._buf.rstrip()
+        self._buf = self._buf[len(body):]
+        if body:
+            self.calls[0].arguments += body
+            if out:
+                out[0]["function"]["arguments"] += body
+            else:
+                out.append({"index": 0, "function": {"arguments": body}})
+        return "", out
 
     def flush(self) -> tuple[str, list[dict]]:
         text, self._buf = self._buf, ""
+        if self.name is not None:
+            if not self.calls:  # nothing but blanks
+                return text, []
+            try:
+                self.calls[0].complete = isinstance(json.loads(self.calls[0].arguments), dict)
+            except ValueError:
+                pass
+            return "", []
         try:
             value = json.loads(text)
         except ValueError:
             return text, []
-        if self.name is not None:
-            calls = [ToolCall(self.name, json.dumps(value, ensure_ascii=False))] if isinstance(value, dict) else []
-        elif isinstance(value, list) and all(isinstance(v, dict) and isinstance(v.get("name"), str)
-                                             and isinstance(v.get("parameters"), dict) for v in value):
+        if isinstance(value, list) and all(isinstance(v, dict) and isinstance(v.get("name"), str)
+                                           and isinstance(v.get("parameters"), dict) for v in value):
             calls = [ToolCall(v["name"], json.dumps(v["parameters"], ensure_ascii=False)) for v in value]
         else:
             calls = []

@@ -450,20 +450,26 @@ def test_a_conversation_with_past_calls_and_their_results(scripted):
 
 def test_forced_calls_named_and_required_whole_streamed_and_cut(scripted):
     """tool_choice a named function or "required": the answer is constrained JSON (the request carries a grammar
-    state) that becomes the calls, arguments re-serialised; finish_reason stop for a named call, tool_calls for
-    required (OpenAI's); an answer max_tokens cut stays content."""
+    state) that becomes the calls -- a named function's arguments as written, streamed as they come (vLLM's), the
+    required array's calls whole, arguments re-serialised; finish_reason stop for a named call, tool_calls for
+    required (OpenAI's); a named call max_tokens cut stays a call, cut, with length; a required answer cut stays
+    content."""
     client, sched, _ = scripted
     named = {"type": "function", "function": {"name": "get_weather"}}
-    sched.script = ["ok</thi", "nk>\n\n{", '"city"', ':  "Par', 'is",\n  "days": 3', "}"]  # thinking, then JSON
+    sched.script = ["ok</thi", "nk>\n\n{", '"city"', ':  "Par', 'is",\n  "days": 3', "}\n"]  # thinking, then JSON
+    written = '{"city":  "Paris",\n  "days": 3}'
     r = client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, tool_choice=named)
     m = r.choices[0].message
     assert r.choices[0].finish_reason == "stop" and m.content is None
-    assert [(c.function.name, c.function.arguments) for c in m.tool_calls] == [
-        ("get_weather", '{"city": "Paris", "days": 3}')]
+    assert [(c.function.name, c.function.arguments) for c in m.tool_calls] == [("get_weather", written)]
     assert sched.gens[-1].constraint is not None
     reasoning, content, calls, finish = _stream(client, model="tiny", messages=ASK, tools=TOOLS, tool_choice=named)
     assert (reasoning, content, finish) == ("ok", "", "stop")
-    assert [(c["name"], c["arguments"]) for c in calls] == [("get_weather", '{"city": "Paris", "days": 3}')]
+    assert [(c["name"], c["arguments"]) for c in calls] == [("get_weather", written)]
+    pieces = [tc.function.arguments for ch in client.chat.completions.create(
+        model="tiny", messages=ASK, tools=TOOLS, tool_choice=named, stream=True)
+        if ch.choices for tc in ch.choices[0].delta.tool_calls or []]
+    assert pieces == ["{", "\"city\"", ":  \"Par", "is\",\n  \"days\": 3", "}"]  # the call with "{", then as scripted
     sched.script = ['</think>[{"name": "now", "parameters": {}},',
                     ' {"name": "get_weather", "parameters": {"city": "Oslo"}}]']
     r = client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, tool_choice="required")
@@ -474,8 +480,16 @@ def test_forced_calls_named_and_required_whole_streamed_and_cut(scripted):
     assert finish == "tool_calls" and [c["name"] for c in calls] == ["now", "get_weather"]
     sched.script, sched.reason = ['</think>{"city": "Par'], "length"
     r = client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, tool_choice=named)
-    assert r.choices[0].finish_reason == "length" and r.choices[0].message.content == '{"city": "Par'
-    assert not r.choices[0].message.tool_calls
+    m = r.choices[0].message
+    assert (r.choices[0].finish_reason, m.content, [(c.function.name, c.function.arguments) for c in m.tool_calls]) \
+        == ("length", None, [("get_weather", '{"city": "Par')])
+    _, content, calls, finish = _stream(client, model="tiny", messages=ASK, tools=TOOLS, tool_choice=named)
+    assert (finish, content, [(c["name"], c["arguments"]) for c in calls]) == (
+        "length", "", [("get_weather", '{"city": "Par')])
+    sched.script = ['</think>[{"name": "now", "parameters": {}}, {"name": "get_weather", "param']
+    r = client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, tool_choice="required")
+    assert (r.choices[0].finish_reason, r.choices[0].message.tool_calls) == ("length", None)
+    assert r.choices[0].message.content == sched.script[0][len("</think>"):]
     sched.reason = "stop"
 
 
