@@ -387,6 +387,14 @@ def test_client_reads_calls_whole_and_streamed(scripted):
     pieces = [tc.function.arguments for ch in client.chat.completions.create(
         model="tiny", messages=ASK, tools=TOOLS, stream=True) if ch.choices for tc in ch.choices[0].delta.tool_calls or []]
     assert len(pieces) >= 8 and "".join(pieces) == "".join(tc.function.arguments for tc in m.tool_calls)
+    # the official client's stream helper puts them together too, with its argument-delta events
+    with client.chat.completions.stream(model="tiny", messages=ASK, tools=TOOLS) as st:
+        events = [ev.type for ev in st]
+        final = st.get_final_completion()
+    assert [(c.function.name, c.function.arguments) for c in final.choices[0].message.tool_calls] == [
+        (tc.function.name, tc.function.arguments) for tc in m.tool_calls]
+    assert events.count("tool_calls.function.arguments.delta") >= 8 and \
+        events.count("tool_calls.function.arguments.done") == 2
     assert all(c["id"].startswith("call_") for c in calls)
 
 
