@@ -49,9 +49,9 @@ decoding keeps (it is not ``special``).
 A forced call (``tool_choice`` ``"required"`` or ``{"type": "function", "function": {"name": ...}}``) needs no parser:
 the answer is constrained to JSON (:func:`forced_call_schema`, :mod:`ninferc.structured`) -- the named function's
 arguments object, or for ``required`` an array of ``{"name", "parameters"}`` objects (one at most with
-``parallel_tool_calls`` false) -- which :class:`ForcedCallSplitter` turns into the calls, as vLLM does: a named
-function's arguments streamed as written, ``required``'s calls whole at the end. Its ``finish_reason`` is OpenAI's:
-``tool_calls`` for ``required``, ``stop`` for a named function (``length`` where ``max_tokens`` cut its arguments).
+``parallel_tool_calls`` false) -- which :class:`ForcedCallSplitter` turns into the calls as they come, as vLLM
+does, their arguments the JSON the model wrote. Its ``finish_reason`` is OpenAI's: ``tool_calls`` for ``required``,
+``stop`` for a named function (``length`` where ``max_tokens`` cut a call's arguments).
 """
 
 from __future__ import annotations
@@ -590,15 +590,15 @@ class ForcedCallSplitter:
     """The answer of a forced call (module docstring), given in pieces, as :class:`ToolCallSplitter` gives them:
     ``feed`` -> ``(content, deltas)``, ``flush`` at the end, ``calls`` every call.
 
-    A named function's answer *is* its arguments object, so it streams as vLLM streams one: the call's first entry
-    (``index`` 0, ``id``, ``type``, ``function.name``) with the answer's first text, then its text in pieces as it comes
-    -- the arguments as the model wrote them (blanks before and after the object left out, held back until later text
-    decides them), valid JSON where the grammar let it finish; an answer ``max_tokens`` cut leaves the call cut
-    (``complete`` false, its arguments not valid JSON).
-
-    ``required``'s answer, an array of ``{"name", "parameters"}`` objects, is a set of calls only once whole: ``feed``
-    holds it back, and ``flush`` returns the calls (arguments ``json.dumps`` of each ``parameters``) when the text
-    parses as the constrained JSON, else the text as content (an answer ``max_tokens`` cut, as the model wrote it).
+    Calls stream as vLLM streams them, their arguments the JSON the model wrote (blanks after a value left out, held
+    back until later text decides them). A named function's answer *is* its arguments object: the call's first entry
+    (``index`` 0, ``id``, ``type``, ``function.name``) comes with the answer's first text, then the rest in pieces.
+    ``required``'s answer is an array of ``{"name", "parameters"}`` objects: each call's first entry comes once its
+    ``"name"`` string is whole (with its ``parameters`` text so far, where the model wrote that first), then its
+    ``parameters`` value's text in pieces. A call is ``complete`` once its JSON is (the named answer parses as an
+    object; a ``required`` item's object closed); one ``max_tokens`` cut stays a call, cut (its arguments not valid
+    JSON). An answer in which no call began (no named answer's text, no item's ``name``) is content at ``flush``, as
+    written.
 
     Args:
         name: the named function, or None for ``required``.
@@ -606,54 +606,167 @@ class ForcedCallSplitter:
 
     def __init__(self, name: str | None):
         self.name = name
-        self._buf = ""  # required: the answer so far; named: blanks before the object or after its text so far
+        self._buf = ""  # named: blanks before the object or after its text so far; required: the whole answer
         self.calls: list[ToolCall] = []
+        self._deltas: list[dict] = []
+        self._items = _RequiredItems(self) if name is None else None
+
+    def _emit(self, index: int, piece: str) -> None:
+        """``piece`` of call ``index``'s arguments: added to it and to this feed's deltas."""
+        if not piece:
+            return
+        self.calls[index].arguments += piece
+        last = self._deltas[-1] if self._deltas else None
+        if last is not None and last["index"] == index:
+            last["function"]["arguments"] += piece
+        else:
+            self._deltas.append({"index": index, "function": {"arguments": piece}})
+
+    def _start(self, name: str) -> int:
+        """A new call named ``name`` (arguments empty, not complete): announced; returns its index."""
+        self.calls.append(ToolCall(name, "", complete=False))
+        self._deltas.append(self.calls[-1].delta(len(self.calls) - 1))
+        return len(self.calls) - 1
 
     def feed(self, text: str) -> tuple[str, list[dict]]:
         self._buf += text
-        if self.name is None:
-            return "", []
-        out = []
-        if not self.calls:
-            body = self._buf.lstrip()
-            if not body:
-                return "", []
-            self.calls.append(ToolCall(self.name, "", complete=False))
-            out.append(self.calls[0].delta(0))
-            self._buf = body
-        body = self._buf.rstrip()
-        self._buf = self._buf[len(body):]
-        if body:
-            self.calls[0].arguments += body
-            if out:
-                out[0]["function"]["arguments"] += body
-            else:
-                out.append({"index": 0, "function": {"arguments": body}})
-        return "", out
+        if self._items is not None:
+            self._items.feed(text)
+        else:
+            if not self.calls:
+                body = self._buf.lstrip()
+                if body:
+                    self._start(self.name)
+                    self._buf = body
+            if self.calls:
+                body = self._buf.rstrip()
+                self._buf = self._buf[len(body):]
+                self._emit(0, body)
+        deltas, self._deltas = self._deltas, []
+        return "", deltas
 
     def flush(self) -> tuple[str, list[dict]]:
         text, self._buf = self._buf, ""
-        if self.name is not None:
-            if not self.calls:  # nothing but blanks
-                return text, []
+        if not self.calls:  # no call began: the answer as written
+            return text, []
+        if self._items is None:
             try:
                 self.calls[0].complete = isinstance(json.loads(self.calls[0].arguments), dict)
             except ValueError:
                 pass
-            return "", []
-        try:
-            value = json.loads(text)
-        except ValueError:
-            return text, []
-        if isinstance(value, list) and all(isinstance(v, dict) and isinstance(v.get("name"), str)
-                                           and isinstance(v.get("parameters"), dict) for v in value):
-            calls = [ToolCall(v["name"], json.dumps(v["parameters"], ensure_ascii=False)) for v in value]
-        else:
-            calls = []
-        if not calls:
-            return text, []
-        self.calls.extend(calls)
-        return "", [c.delta(i) for i, c in enumerate(calls)]
+        return "", []
+
+
+class _RequiredItems:
+    """``tool_choice: "required"``'s answer, ``[{"name": ..., "parameters": {...}}, ...]``, read as it comes (a JSON
+    lexer over its characters, each looked at once) for :class:`ForcedCallSplitter`: an item's ``name`` string starts
+    its call; its ``parameters`` value's text (from its first character to the item's next ``,`` or ``}``, blanks
+    after it left out) is the call's arguments, sent as it comes once the call has started (held until then); the
+    item's closing ``}`` completes it."""
+
+    def __init__(self, sp: ForcedCallSplitter):
+        self.sp = sp
+        self.depth = 0  # open containers
+        self.in_str = self.esc = False
+        self.key = None  # the item's key whose value comes (depth 2)
+        self.expect = "key"  # at depth 2: "key", "colon", "value", "after"
+        self.token: list[str] | None = None  # a depth-2 string being read (a key, or the name's value)
+        self.capture = False  # inside the parameters value
+        self.held = ""  # captured text not yet sent (before the call's start, or blanks that may end the value)
+        self.call: int | None = None  # the item's call index
+        self.item_open = False
+
+    def _send(self, piece: str) -> None:
+        """Captured text: sent where the call has started, its trailing blanks held back until more comes."""
+        self.held += piece
+        if self.call is None:
+            return
+        body = self.held.rstrip()
+        self.held = self.held[len(body):]
+        self.sp._emit(self.call, body)
+
+    def _end_value(self) -> None:
+        if self.capture:
+            self.capture = False
+            if self.call is not None:
+                self.held = ""  # the blanks after the value
+            else:
+                self.held = self.held.rstrip()
+        self.key, self.expect = None, "key"
+
+    def feed(self, text: str) -> None:
+        cap: list[str] = []
+        for ch in text:
+            if self.capture and not (self.depth == 2 and not self.in_str and ch in ",}"):
+                cap.append(ch)
+            if self.in_str:
+                if self.token is not None:
+                    self.token.append(ch)
+                if self.esc:
+                    self.esc = False
+                elif ch == "\\":
+                    self.esc = True
+                elif ch == '"':
+                    self.in_str = False
+                    if self.token is not None:
+                        self._string_done(json.loads('"' + "".join(self.token)))
+                continue
+            if ch == '"':
+                self.in_str = True
+                if self.depth == 2 and self.expect in ("key", "value") and not self.capture:
+                    self.token = []
+                else:
+                    self.token = None
+                if self.depth == 2 and self.expect == "value" and self.key == "parameters":
+                    self.capture, self.expect = True, "after"
+                    cap.append(ch)
+                continue
+            if ch in "[{":
+                self.depth += 1
+                if self.depth == 2 and ch == "{":
+                    self.item_open, self.call, self.held, self.key, self.expect = True, None, "", None, "key"
+                elif self.depth == 3 and self.expect == "value" and self.key == "parameters":
+                    self.capture, self.expect = True, "after"
+                    cap.append(ch)
+                continue
+            if ch in "]}":
+                if self.depth == 2 and ch == "}":
+                    self._flush_cap(cap)
+                    self._end_value()
+                    if self.call is not None:
+                        self.sp.calls[self.call].complete = True
+                    self.item_open = False
+                self.depth = max(0, self.depth - 1)
+                continue
+            if self.depth != 2:
+                continue
+            if ch == ":" and self.expect == "colon":
+                self.expect = "value"
+            elif ch == ",":
+                self._flush_cap(cap)
+                self._end_value()
+            elif not ch.isspace() and self.expect == "value" and self.key == "parameters":
+                self.capture, self.expect = True, "after"  # a scalar value
+                cap.append(ch)
+            elif not ch.isspace() and self.expect == "value":
+                self.expect = "after"  # another key's scalar value: skipped
+        self._flush_cap(cap)
+
+    def _flush_cap(self, cap: list[str]) -> None:
+        if cap:
+            self._send("".join(cap))
+            cap.clear()
+
+    def _string_done(self, value: str) -> None:
+        """A depth-2 string ended: a key (its value comes) or the name's value (the call starts)."""
+        self.token = None
+        if self.expect == "key":
+            self.key, self.expect = value, "colon"
+        elif self.expect == "value":
+            if self.key == "name" and self.call is None:
+                self.call = self.sp._start(value)
+                self._send("")  # the parameters text written before the name
+            self.expect = "after"
 
 
 def check_tools(tools: list) -> list[dict]:

@@ -458,10 +458,9 @@ def test_a_conversation_with_past_calls_and_their_results(scripted):
 
 def test_forced_calls_named_and_required_whole_streamed_and_cut(scripted):
     """tool_choice a named function or "required": the answer is constrained JSON (the request carries a grammar
-    state) that becomes the calls -- a named function's arguments as written, streamed as they come (vLLM's), the
-    required array's calls whole, arguments re-serialised; finish_reason stop for a named call, tool_calls for
-    required (OpenAI's); a named call max_tokens cut stays a call, cut, with length; a required answer cut stays
-    content."""
+    state) that becomes the calls, their arguments as written, streamed as they come (vLLM's); finish_reason stop for
+    a named call, tool_calls for required (OpenAI's); a call max_tokens cut stays a call, cut, with length; an answer
+    cut before any call began stays content."""
     client, sched, _ = scripted
     named = {"type": "function", "function": {"name": "get_weather"}}
     sched.script = ["ok</thi", "nk>\n\n{", '"city"', ':  "Par', 'is",\n  "days": 3', "}\n"]  # thinking, then JSON
@@ -479,13 +478,19 @@ def test_forced_calls_named_and_required_whole_streamed_and_cut(scripted):
         if ch.choices for tc in ch.choices[0].delta.tool_calls or []]
     assert pieces == ["{", "\"city\"", ":  \"Par", "is\",\n  \"days\": 3", "}"]  # the call with "{", then as scripted
     sched.script = ['</think>[{"name": "now", "parameters": {}},',
-                    ' {"name": "get_weather", "parameters": {"city": "Oslo"}}]']
+                    ' {"name": "get_weather", "parameters": {"city": ', '"Oslo"}}]']
     r = client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, tool_choice="required")
     assert r.choices[0].finish_reason == "tool_calls"
-    assert [(c.function.name, json.loads(c.function.arguments)) for c in r.choices[0].message.tool_calls] == [
-        ("now", {}), ("get_weather", {"city": "Oslo"})]
+    assert [(c.function.name, c.function.arguments) for c in r.choices[0].message.tool_calls] == [
+        ("now", "{}"), ("get_weather", '{"city": "Oslo"}')]
     _, _, calls, finish = _stream(client, model="tiny", messages=ASK, tools=TOOLS, tool_choice="required")
-    assert finish == "tool_calls" and [c["name"] for c in calls] == ["now", "get_weather"]
+    assert finish == "tool_calls" and [(c["name"], c["arguments"]) for c in calls] == [
+        ("now", "{}"), ("get_weather", '{"city": "Oslo"}')]
+    entries = [tc for ch in client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS,
+                                                            tool_choice="required", stream=True)
+               if ch.choices for tc in ch.choices[0].delta.tool_calls or []]
+    assert [(e.index, e.function.name, e.function.arguments) for e in entries] == [
+        (0, "now", "{}"), (1, "get_weather", '{"city":'), (1, None, ' "Oslo"}')]  # as the model wrote them
     sched.script, sched.reason = ['</think>{"city": "Par'], "length"
     r = client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, tool_choice=named)
     m = r.choices[0].message
@@ -494,11 +499,46 @@ def test_forced_calls_named_and_required_whole_streamed_and_cut(scripted):
     _, content, calls, finish = _stream(client, model="tiny", messages=ASK, tools=TOOLS, tool_choice=named)
     assert (finish, content, [(c["name"], c["arguments"]) for c in calls]) == (
         "length", "", [("get_weather", '{"city": "Par')])
-    sched.script = ['</think>[{"name": "now", "parameters": {}}, {"name": "get_weather", "param']
+    # required, cut inside its second call: the first whole, the second cut; cut before any name: content
+    sched.script = ['</think>[{"name": "now", "parameters": {}}, {"name": "get_weather", "parameters": {"ci']
     r = client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, tool_choice="required")
-    assert (r.choices[0].finish_reason, r.choices[0].message.tool_calls) == ("length", None)
-    assert r.choices[0].message.content == sched.script[0][len("</think>"):]
+    m = r.choices[0].message
+    assert (r.choices[0].finish_reason, m.content, [(c.function.name, c.function.arguments) for c in m.tool_calls]) \
+        == ("length", None, [("now", "{}"), ("get_weather", '{"ci')])
+    sched.script = ['</think>[{"parameters": {"city": "Oslo"}, "na']
+    r = client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, tool_choice="required")
+    assert (r.choices[0].finish_reason, r.choices[0].message.content, r.choices[0].message.tool_calls) == (
+        "length", '[{"parameters": {"city": "Oslo"}, "na', None)
     sched.reason = "stop"
+
+
+def test_required_calls_stream_from_their_json_in_every_cut():
+    """tool_choice required's answer, read as it comes: every item a call, named once its "name" string is whole
+    (parameters written first are held until then), its arguments the parameters value's text as written -- JSON
+    equal to the item's -- whatever the key order, blanks, escapes, nesting, and the cuts."""
+    from ninferc.server.tools import ForcedCallSplitter, split_with
+
+    rng = random.Random(7)
+    for trial in range(60):
+        items = [{"name": rng.choice(["now", "get_weather", 'q"\\x\u00e9']),
+                  "parameters": rng.choice([{}, {"city": 'O"slo\\ }{,]['}, {"a": [1, {"b": None}], "c": -2.5e3},
+                                            {"s": "x" * rng.randint(0, 30), "t": True}])} for _ in range(rng.randint(1, 3))]
+        if trial % 2:
+            items = [dict(reversed(list(it.items()))) for it in items]  # parameters before name
+        text = json.dumps(items, indent=rng.choice([None, 1, 2]), separators=rng.choice([None, (",", ":")]),
+                          ensure_ascii=rng.random() < 0.5)
+        content, calls = split_with(ForcedCallSplitter(None), text)
+        assert content is None and [(c.name, json.loads(c.arguments), c.complete) for c in calls] == [
+            (it["name"], it["parameters"], True) for it in items]
+        assert all(c.arguments == c.arguments.strip() for c in calls)  # the blanks around a value left out
+        for _ in range(5):
+            sp, made, i = ForcedCallSplitter(None), [], 0
+            while i < len(text):
+                n = rng.randint(1, 7)
+                made += sp.feed(text[i:i + n])[1]
+                i += n
+            made += sp.flush()[1]
+            assert [(n, a) for _, n, a in _assembled(made)] == [(c.name, c.arguments) for c in calls], text
 
 
 def test_forced_call_schemas():
