@@ -245,11 +245,14 @@ class ToolCallSplitter:
         self._index: dict[str, int] = {}  # a kept call's id -> its index
 
     def _text(self, s: str) -> str:
-        """Content text ``s`` after any held whitespace; its own trailing whitespace is held back."""
-        s = self._ws + s
+        """Content text ``s`` after any held whitespace; its own trailing whitespace is held back (a run of it added
+        to the held, not searched again)."""
         body = s.rstrip()
-        self._ws = s[len(body):]
-        return body
+        if not body:
+            self._ws += s
+            return ""
+        out, self._ws = self._ws + body, s[len(body):]
+        return out
 
     def _emit(self, call: ToolCall | None, piece: str) -> None:
         """Appends ``piece`` to the arguments of ``call`` (a kept call; None: one ``parallel`` false drops), and to this
@@ -629,21 +632,31 @@ class ForcedCallSplitter:
         return len(self.calls) - 1
 
     def feed(self, text: str) -> tuple[str, list[dict]]:
-        self._buf += text
         if self._items is not None:
+            if not self.calls:  # kept for flush while no call began
+                self._buf += text
             self._items.feed(text)
+        elif not self.calls:
+            if text.strip():  # the object begins: the call starts with it (blanks before it left out)
+                self._start(self.name)
+                self._buf = ""
+                self._named(text.lstrip())
+            else:
+                self._buf += text
         else:
-            if not self.calls:
-                body = self._buf.lstrip()
-                if body:
-                    self._start(self.name)
-                    self._buf = body
-            if self.calls:
-                body = self._buf.rstrip()
-                self._buf = self._buf[len(body):]
-                self._emit(0, body)
+            self._named(text)
         deltas, self._deltas = self._deltas, []
         return "", deltas
+
+    def _named(self, text: str) -> None:
+        """More of a named call's arguments: sent, less trailing blanks, which wait for text after them (a run of
+        blanks is added to those held, not searched again)."""
+        body = text.rstrip()
+        if not body:
+            self._buf += text
+            return
+        out, self._buf = self._buf + body, text[len(body):]
+        self._emit(0, out)
 
     def flush(self) -> tuple[str, list[dict]]:
         text, self._buf = self._buf, ""
@@ -675,15 +688,18 @@ class _RequiredItems:
         self.held = ""  # captured text not yet sent (before the call's start, or blanks that may end the value)
         self.call: int | None = None  # the item's call index
         self.item_open = False
+        self.seen = False  # the item's parameters value has begun
 
     def _send(self, piece: str) -> None:
-        """Captured text: sent where the call has started, its trailing blanks held back until more comes."""
-        self.held += piece
-        if self.call is None:
+        """Captured text: sent where the call has started, its trailing blanks held back until more comes (a run of
+        blanks is added to the held ones, not searched again)."""
+        self.seen = self.seen or bool(piece)
+        body = piece.rstrip()
+        if self.call is None or not body:
+            self.held += piece
             return
-        body = self.held.rstrip()
-        self.held = self.held[len(body):]
-        self.sp._emit(self.call, body)
+        out, self.held = self.held + body, piece[len(body):]
+        self.sp._emit(self.call, out)
 
     def _end_value(self) -> None:
         if self.capture:
@@ -709,7 +725,12 @@ class _RequiredItems:
                 elif ch == '"':
                     self.in_str = False
                     if self.token is not None:
-                        self._string_done(json.loads('"' + "".join(self.token)))
+                        raw = "".join(self.token)
+                        try:
+                            value = json.loads('"' + raw)
+                        except ValueError:  # an escape JSON does not know (no grammar allows it): as written
+                            value = raw[:-1]
+                        self._string_done(value)
                 continue
             if ch == '"':
                 self.in_str = True
@@ -725,6 +746,7 @@ class _RequiredItems:
                 self.depth += 1
                 if self.depth == 2 and ch == "{":
                     self.item_open, self.call, self.held, self.key, self.expect = True, None, "", None, "key"
+                    self.seen = False
                 elif self.depth == 3 and self.expect == "value" and self.key == "parameters":
                     self.capture, self.expect = True, "after"
                     cap.append(ch)
@@ -733,7 +755,7 @@ class _RequiredItems:
                 if self.depth == 2 and ch == "}":
                     self._flush_cap(cap)
                     self._end_value()
-                    if self.call is not None:
+                    if self.call is not None and self.seen:  # an item without parameters stays cut
                         self.sp.calls[self.call].complete = True
                     self.item_open = False
                 self.depth = max(0, self.depth - 1)
@@ -765,7 +787,8 @@ class _RequiredItems:
         elif self.expect == "value":
             if self.key == "name" and self.call is None:
                 self.call = self.sp._start(value)
-                self._send("")  # the parameters text written before the name
+                out, self.held = self.held, ""  # the parameters text written before the name (no blanks after it)
+                self.sp._emit(self.call, out)
             self.expect = "after"
 
 
