@@ -541,6 +541,20 @@ def test_required_calls_stream_from_their_json_in_every_cut():
             assert [(n, a) for _, n, a in _assembled(made)] == [(c.name, c.arguments) for c in calls], text
 
 
+@pytest.mark.parametrize("text,calls", [
+    ('[{"name": "f"}]', [("f", "", False)]),  # no parameters: the call stays cut
+    ('[{"name": "a\\x", "parameters": {}}]', [("a\\x", "{}", True)]),  # an escape JSON does not know: as written
+    ('[{"parameters": {"k": 1}, "name": "f"}, {"name": "g", "parameters": 2}]', [("f", '{"k": 1}', True),
+                                                                                ("g", "2", True)]),
+])
+def test_required_answers_no_grammar_allows(text, calls):
+    """What a grammar would not let through is read without an error (a stream must not fail mid-answer)."""
+    from ninferc.server.tools import ForcedCallSplitter, split_with
+
+    _, got = split_with(ForcedCallSplitter(None), text)
+    assert [(c.name, c.arguments, c.complete) for c in got] == calls
+
+
 def test_forced_call_schemas():
     from ninferc.server.tools import forced_call_schema
 
