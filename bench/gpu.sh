@@ -135,7 +135,11 @@ while time.time() < end:
 sys.exit(1)
 PY
 }
-serve_27b() {
+serve_27b() {  # serve_27b W [W ...]: the 27B served per weight format, bench/serve_bench.py against it, then the C = 1
+  # `ninferc bench` (JSON $OUT/serve_27b_W[...].json, $OUT/bench_27b_W.json). Knobs: SB_LEVELS (default 1,2,4,8),
+  # LOGPROBS_EVERY=K, SB_SAMPLING=JSON with SB_TAG, SB_HOST_ADJUST=1 (bench/serve_host_adjusted.py), SB_SPEC=K
+  # (--spec mtp --draft-tokens K), SB_NO_WARM=1 (bench/serve_no_warm.py), SB_COLD_CUPY=1 (an empty CuPy kernel cache),
+  # SB_NO_BENCH=1 (no `ninferc bench` after), PREFIX=1 (prefix_27b after)
   local w
   for w in "$@"; do
     local cmd=ninferc
