@@ -687,7 +687,6 @@ class _RequiredItems:
         self.capture = False  # inside the parameters value
         self.held = ""  # captured text not yet sent (before the call's start, or blanks that may end the value)
         self.call: int | None = None  # the item's call index
-        self.item_open = False
         self.seen = False  # the item's parameters value has begun
 
     def _send(self, piece: str) -> None:
@@ -713,6 +712,9 @@ class _RequiredItems:
     def feed(self, text: str) -> None:
         cap: list[str] = []
         for ch in text:
+            if (self.depth == 2 and self.expect == "value" and self.key == "parameters" and not self.in_str
+                    and not ch.isspace()):  # the parameters value begins, whatever its kind
+                self.capture, self.expect = True, "after"
             if self.capture and not (self.depth == 2 and not self.in_str and ch in ",}"):
                 cap.append(ch)
             if self.in_str:
@@ -738,18 +740,11 @@ class _RequiredItems:
                     self.token = []
                 else:
                     self.token = None
-                if self.depth == 2 and self.expect == "value" and self.key == "parameters":
-                    self.capture, self.expect = True, "after"
-                    cap.append(ch)
                 continue
             if ch in "[{":
                 self.depth += 1
-                if self.depth == 2 and ch == "{":
-                    self.item_open, self.call, self.held, self.key, self.expect = True, None, "", None, "key"
-                    self.seen = False
-                elif self.depth == 3 and self.expect == "value" and self.key == "parameters":
-                    self.capture, self.expect = True, "after"
-                    cap.append(ch)
+                if self.depth == 2 and ch == "{":  # an item begins
+                    self.call, self.held, self.key, self.expect, self.seen = None, "", None, "key", False
                 continue
             if ch in "]}":
                 if self.depth == 2 and ch == "}":
@@ -757,7 +752,6 @@ class _RequiredItems:
                     self._end_value()
                     if self.call is not None and self.seen:  # an item without parameters stays cut
                         self.sp.calls[self.call].complete = True
-                    self.item_open = False
                 self.depth = max(0, self.depth - 1)
                 continue
             if self.depth != 2:
@@ -767,9 +761,6 @@ class _RequiredItems:
             elif ch == ",":
                 self._flush_cap(cap)
                 self._end_value()
-            elif not ch.isspace() and self.expect == "value" and self.key == "parameters":
-                self.capture, self.expect = True, "after"  # a scalar value
-                cap.append(ch)
             elif not ch.isspace() and self.expect == "value":
                 self.expect = "after"  # another key's scalar value: skipped
         self._flush_cap(cap)
