@@ -203,7 +203,38 @@ def parse_call(parser: str, body: str, schemas: dict[str, dict]) -> ToolCall | N
     return ToolCall(name, json.dumps(args, ensure_ascii=False))
 
 
-class ToolCallSplitter:
+class _CallStream:
+    """What the splitters share: ``calls`` (every call so far) and the streamed ``tool_calls`` entries of the current
+    feed -- a call's first entry at :meth:`_start`, its arguments' later pieces merged per call (:meth:`_emit`)."""
+
+    def __init__(self):
+        self.calls: list[ToolCall] = []
+        self._deltas: list[dict] = []
+
+    def _start(self, call: ToolCall) -> int:
+        """``call`` (its ``arguments`` those it starts with) added and announced; returns its index."""
+        self.calls.append(call)
+        self._deltas.append(call.delta(len(self.calls) - 1))
+        return len(self.calls) - 1
+
+    def _emit(self, index: int | None, piece: str) -> None:
+        """``piece`` of call ``index``'s arguments, added to it and to this feed's entries (None: a call dropped)."""
+        if index is None or not piece:
+            return
+        self.calls[index].arguments += piece
+        last = self._deltas[-1] if self._deltas else None
+        if last is not None and last["index"] == index:
+            last["function"]["arguments"] += piece
+        else:
+            self._deltas.append({"index": index, "function": {"arguments": piece}})
+
+    def _taken(self) -> list[dict]:
+        """This feed's entries, handed over (the next feed starts none)."""
+        deltas, self._deltas = self._deltas, []
+        return deltas
+
+
+class ToolCallSplitter(_CallStream):
     """Splits one answer's content, given in pieces, into content text and tool calls (module docstring).
 
     ``feed(text)`` returns ``(content, deltas)``: the content text that is decided and the streamed deltas' ``tool_calls``
@@ -232,17 +263,15 @@ class ToolCallSplitter:
     def __init__(self, parser: str, tools: list[dict] | None = None, parallel: bool = True):
         if parser not in PARSERS:
             raise ValueError(f"tool-call parser {parser!r} is not one of {', '.join(PARSERS)}")
+        super().__init__()
         self.parser, self.parallel = parser, parallel
         self._schemas = parameter_schemas(tools)
         self._buf, self._ws, self._in_call = "", "", False
         self._seen = 0  # inside a block: how much of the buffer is known to hold no </tool_call> (a long block is
         # searched once, not once per piece)
-        self.calls: list[ToolCall] = []
-        self._deltas: list[dict] = []
         self._coder: _CoderCall | None = None  # the qwen3_coder call being streamed (after its header)
         self._whole = False  # inside a block that is parsed whole at its </tool_call> (hermes; no qwen3_coder header)
         self._lead = 0  # before a qwen3_coder header: the whitespace the buffer is known to start with
-        self._index: dict[str, int] = {}  # a kept call's id -> its index
 
     def _text(self, s: str) -> str:
         """Content text ``s`` after any held whitespace; its own trailing whitespace is held back (a run of it added
@@ -254,32 +283,14 @@ class ToolCallSplitter:
         out, self._ws = self._ws + body, s[len(body):]
         return out
 
-    def _emit(self, call: ToolCall | None, piece: str) -> None:
-        """Appends ``piece`` to the arguments of ``call`` (a kept call; None: one ``parallel`` false drops), and to this
-        feed's deltas."""
-        if call is None or not piece:
-            return
-        call.arguments += piece
-        index = self._index[call.id]
-        last = self._deltas[-1] if self._deltas else None
-        if last is not None and last["index"] == index:
-            last["function"]["arguments"] += piece
-        else:
-            self._deltas.append({"index": index, "function": {"arguments": piece}})
-
-    def _start(self, call: ToolCall) -> ToolCall | None:
-        """A new call (``complete`` as given): kept and announced, or None where ``parallel`` false drops it."""
-        self._ws = ""  # the whitespace before a call is dropped
-        if not (self.parallel or not self.calls):
-            return None
-        self._index[call.id] = len(self.calls)
-        self.calls.append(call)
-        self._deltas.append(call.delta(len(self.calls) - 1))
-        return call
+    def _keep(self, call: ToolCall) -> int | None:
+        """A new call (``complete`` as given): kept and announced (its index), or None where ``parallel`` false drops
+        it; the whitespace before it is dropped."""
+        self._ws = ""
+        return self._start(call) if self.parallel or not self.calls else None
 
     def _out(self, content: str) -> tuple[str, list[dict]]:
-        deltas, self._deltas = self._deltas, []
-        return content, deltas
+        return content, self._taken()
 
     def feed(self, text: str) -> tuple[str, list[dict]]:
         self._buf += text
@@ -301,8 +312,8 @@ class ToolCallSplitter:
                     self._whole = True
                 else:
                     name, used = got
-                    call = self._start(ToolCall(name, "", complete=False))
-                    self._coder = _CoderCall(call, self._schemas.get(name, {}), self._emit)
+                    index = self._keep(ToolCall(name, "", complete=False))
+                    self._coder = _CoderCall(index, self, self._schemas.get(name, {}))
                     self._buf = self._buf[used:]
                 continue
             if self._in_call:
@@ -317,7 +328,7 @@ class ToolCallSplitter:
                 if call is None:  # not a call after all: the block is text
                     out.append(self._text(CALL_START + body + CALL_END))
                 else:
-                    self._start(call)
+                    self._keep(call)
                 continue
             start = self._buf.find(CALL_START)
             if start >= 0:
@@ -395,12 +406,13 @@ def _is_string(schema) -> bool:
 
 class _CoderCall:
     """The body of one qwen3_coder call after its ``<function=NAME>`` header, given in pieces: the arguments object's
-    JSON text, passed to ``emit(call, piece)`` as it is decided (:class:`ToolCallSplitter`'s rules). ``feed(buf)``
+    JSON text, passed to ``sp._emit(index, piece)`` as it is decided (:class:`ToolCallSplitter`'s rules; ``index``
+    None: a call ``parallel`` false drops). ``feed(buf)``
     returns None while the block goes on (``buf`` used up, any undecided tail kept here), else the text after its
     ``</tool_call>``."""
 
-    def __init__(self, call: ToolCall | None, props: dict, emit):
-        self.call, self.props, self.emit = call, props, emit
+    def __init__(self, index: int | None, sp: _CallStream, props: dict):
+        self.index, self.sp, self.props = index, sp, props
         self.tail = ""  # text held back: a tag's possible start, a value's possible last newline
         self.key = None  # the open parameter's name
         self.keys = 0  # parameters written so far
@@ -411,7 +423,7 @@ class _CoderCall:
         self.scanned = 0  # inside a value: the start of ``tail`` known to hold no value end (each text searched once)
 
     def _put(self, piece: str) -> None:
-        self.emit(self.call, piece)
+        self.sp._emit(self.index, piece)
 
     def _close_object(self) -> None:
         self._put("}" if self.keys else "{}")
@@ -532,8 +544,8 @@ class _CoderCall:
         return None
 
     def _finish(self, rest: str) -> str:
-        if self.call is not None:
-            self.call.complete = True
+        if self.index is not None:
+            self.sp.calls[self.index].complete = True
         return rest
 
     def cut(self) -> None:
@@ -589,7 +601,7 @@ def forced_call_schema(tools: list[dict], name: str | None, parallel: bool = Tru
     return {"type": "array", "minItems": 1, **({} if parallel else {"maxItems": 1}), "items": item}
 
 
-class ForcedCallSplitter:
+class ForcedCallSplitter(_CallStream):
     """The answer of a forced call (module docstring), given in pieces, as :class:`ToolCallSplitter` gives them:
     ``feed`` -> ``(content, deltas)``, ``flush`` at the end, ``calls`` every call.
 
@@ -608,28 +620,10 @@ class ForcedCallSplitter:
     """
 
     def __init__(self, name: str | None):
+        super().__init__()
         self.name = name
         self._buf = ""  # named: blanks before the object or after its text so far; required: the whole answer
-        self.calls: list[ToolCall] = []
-        self._deltas: list[dict] = []
         self._items = _RequiredItems(self) if name is None else None
-
-    def _emit(self, index: int, piece: str) -> None:
-        """``piece`` of call ``index``'s arguments: added to it and to this feed's deltas."""
-        if not piece:
-            return
-        self.calls[index].arguments += piece
-        last = self._deltas[-1] if self._deltas else None
-        if last is not None and last["index"] == index:
-            last["function"]["arguments"] += piece
-        else:
-            self._deltas.append({"index": index, "function": {"arguments": piece}})
-
-    def _start(self, name: str) -> int:
-        """A new call named ``name`` (arguments empty, not complete): announced; returns its index."""
-        self.calls.append(ToolCall(name, "", complete=False))
-        self._deltas.append(self.calls[-1].delta(len(self.calls) - 1))
-        return len(self.calls) - 1
 
     def feed(self, text: str) -> tuple[str, list[dict]]:
         if self._items is not None:
@@ -638,15 +632,14 @@ class ForcedCallSplitter:
             self._items.feed(text)
         elif not self.calls:
             if text.strip():  # the object begins: the call starts with it (blanks before it left out)
-                self._start(self.name)
+                self._start(ToolCall(self.name, "", complete=False))
                 self._buf = ""
                 self._named(text.lstrip())
             else:
                 self._buf += text
         else:
             self._named(text)
-        deltas, self._deltas = self._deltas, []
-        return "", deltas
+        return "", self._taken()
 
     def _named(self, text: str) -> None:
         """More of a named call's arguments: sent, less trailing blanks, which wait for text after them (a run of
@@ -777,7 +770,7 @@ class _RequiredItems:
             self.key, self.expect = value, "colon"
         elif self.expect == "value":
             if self.key == "name" and self.call is None:
-                self.call = self.sp._start(value)
+                self.call = self.sp._start(ToolCall(value, "", complete=False))
                 out, self.held = self.held, ""  # the parameters text written before the name (no blanks after it)
                 self.sp._emit(self.call, out)
             self.expect = "after"
