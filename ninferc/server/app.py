@@ -33,7 +33,7 @@ from ninferc.server.protocol import (MAX_CHOICES, MAX_STOP_STRINGS, MAX_STOP_TOK
                                      DetokenizeRequest, TokenizeRequest, describe_validation_error, error_body)
 from ninferc.server.reasoning import THINK_END, ReasoningSplitter, split_reasoning, starts_in_reasoning
 from ninferc.server.tools import (ForcedCallSplitter, ToolCallSplitter, check_tools, forced_call_schema,
-                                  history_tool_calls, join_deltas, split_with, template_reads_tools)
+                                  history_tool_calls, split_with, template_reads_tools)
 from ninferc.structured import GrammarCompiler, StructuredOutputError
 from ninferc.tokenizer import TextOutput
 
@@ -1253,7 +1253,7 @@ class _Formatter:
             content, calls = self.tool_splitter.feed(content)
             if last:
                 held, more = self.tool_splitter.flush()
-                content, calls = content + held, join_deltas(calls + more)
+                content, calls = content + held, calls + more
         return reasoning, content, calls
 
     @staticmethod

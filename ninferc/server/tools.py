@@ -554,18 +554,6 @@ class _CoderCall:
         self.tail = ""
 
 
-def join_deltas(entries: list[dict]) -> list[dict]:
-    """Streamed ``tool_calls`` entries (:meth:`ToolCallSplitter.feed`'s, then its ``flush``'s) as one delta's: an entry
-    of the same call as the one before it is merged into it (its arguments appended)."""
-    out: list[dict] = []
-    for e in entries:
-        if out and out[-1]["index"] == e["index"]:
-            out[-1]["function"]["arguments"] += e["function"].get("arguments", "")
-        else:
-            out.append({**e, "function": dict(e["function"])})
-    return out
-
-
 def split_tool_calls(parser: str, text: str, tools: list[dict] | None = None, parallel: bool = True
                      ) -> tuple[str | None, list[ToolCall]]:
     """A whole answer's content ``text`` -> (content, calls); content is None where calls were made and no other
