@@ -451,3 +451,34 @@ def test_a_mixed_speculative_round_on_the_cuda_backend(emulated_device, emu_art,
                                  spec_tokens=2),
         goldens["cases"][0]["prompt_ids"][:8], c["prompt_ids"], c["greedy_ids"], a_tokens=n, b_tokens=n, k=2,
         chunk=CHUNK)
+
+
+def test_bench_forced_acceptance_decides_each_round(emulated_device, emu_art, goldens):
+    """``bench/serve_forced_accept.py`` (the served tok/s at a forced acceptance profile, for synthetic weights whose
+    drafts are never accepted): at 0.5 of K = 2 drafts every full round accepts exactly one -- where the trained head
+    alone accepts 2 in most of case 2's rounds and 0 in most of case 3's (goldens-mtp.json) -- through the device's
+    one-read rounds (``verify_round``, whose acceptance the scheduler checks against the host's rule) and the
+    rounds whose ids are read back (``verify_ids``); every round the scheduler counted is one the probe forced."""
+    import sys
+    from collections import Counter
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import serve_forced_accept as probe
+
+    undo = probe.force_acceptance(0.5, seed=1)
+    try:
+        cases = [goldens["cases"][i] for i in (2, 3)]
+        out = _serve(emu_art, [c["prompt_ids"] for c in cases], [7, 7], 2)
+    finally:
+        undo()
+    per_round = [m for _, fin in out for m in fin.stats.spec.per_round]
+    forced = [km for step in undo.counts for km in step]
+    assert all(fin.stats.spec.rounds >= 2 for _, fin in out)
+    assert Counter(per_round) == Counter(m for _, m in forced)
+    assert {m for k, m in forced if k == 2} == {1} and sum(k == 2 for k, _ in forced) >= 4
+    assert _serve.one_read_rounds >= 1
+    with pytest.raises(Exception, match="accept-rate must be in"):
+        probe.force_acceptance(1.5)
+    assert probe.forced_ids([5, 7, 9, 11], 1, 100) == [7, 10] and probe.forced_ids([5, 7, 99], 2, 100) == [7, 99]
+    assert probe.forced_ids([5, 99], 0, 100) == [0]
