@@ -208,20 +208,31 @@ class _CallStream:
     feed -- a call's first entry at :meth:`_start`, its arguments' later pieces merged per call (:meth:`_emit`)."""
 
     def __init__(self):
-        self.calls: list[ToolCall] = []
+        self._calls: list[ToolCall] = []
+        self._pieces: dict[int, list[str]] = {}  # arguments pieces not yet joined into their call (:attr:`calls`)
         self._deltas: list[dict] = []
+
+    @property
+    def calls(self) -> list[ToolCall]:
+        """Every call so far, each one's ``arguments`` whole: the pieces :meth:`_emit` took are joined here, once,
+        so that a call's arguments streamed in n pieces cost O(n) (a ``+=`` per piece on the call's string copied it
+        each time: 4.4 s of a 400 KB argument fed 4 characters at a time, 2026-12-07)."""
+        for i, parts in self._pieces.items():
+            self._calls[i].arguments += "".join(parts)
+        self._pieces.clear()
+        return self._calls
 
     def _start(self, call: ToolCall) -> int:
         """``call`` (its ``arguments`` those it starts with) added and announced; returns its index."""
-        self.calls.append(call)
-        self._deltas.append(call.delta(len(self.calls) - 1))
-        return len(self.calls) - 1
+        self._calls.append(call)
+        self._deltas.append(call.delta(len(self._calls) - 1))
+        return len(self._calls) - 1
 
     def _emit(self, index: int | None, piece: str) -> None:
         """``piece`` of call ``index``'s arguments, added to it and to this feed's entries (None: a call dropped)."""
         if index is None or not piece:
             return
-        self.calls[index].arguments += piece
+        self._pieces.setdefault(index, []).append(piece)
         last = self._deltas[-1] if self._deltas else None
         if last is not None and last["index"] == index:
             last["function"]["arguments"] += piece
@@ -287,7 +298,7 @@ class ToolCallSplitter(_CallStream):
         """A new call (``complete`` as given): kept and announced (its index), or None where ``parallel`` false drops
         it; the whitespace before it is dropped."""
         self._ws = ""
-        return self._start(call) if self.parallel or not self.calls else None
+        return self._start(call) if self.parallel or not self._calls else None
 
     def _out(self, content: str) -> tuple[str, list[dict]]:
         return content, self._taken()
@@ -349,7 +360,7 @@ class ToolCallSplitter(_CallStream):
             pending = (CALL_START if self._in_call else "") + self._buf
         s = self._ws + pending
         self._buf, self._ws, self._in_call, self._seen, self._coder, self._whole = "", "", False, 0, None, False
-        if self.calls and not s.strip():
+        if self._calls and not s.strip():
             s = ""
         return self._out(s)
 
@@ -545,7 +556,7 @@ class _CoderCall:
 
     def _finish(self, rest: str) -> str:
         if self.index is not None:
-            self.sp.calls[self.index].complete = True
+            self.sp._calls[self.index].complete = True
         return rest
 
     def cut(self) -> None:
@@ -615,10 +626,10 @@ class ForcedCallSplitter(_CallStream):
 
     def feed(self, text: str) -> tuple[str, list[dict]]:
         if self._items is not None:
-            if not self.calls:  # kept for flush while no call began
+            if not self._calls:  # kept for flush while no call began
                 self._buf += text
             self._items.feed(text)
-        elif not self.calls:
+        elif not self._calls:
             if text.strip():  # the object begins: the call starts with it (blanks before it left out)
                 self._start(ToolCall(self.name, "", complete=False))
                 self._buf = ""
@@ -641,7 +652,7 @@ class ForcedCallSplitter(_CallStream):
 
     def flush(self) -> tuple[str, list[dict]]:
         text, self._buf = self._buf, ""
-        if not self.calls:  # no call began: the answer as written
+        if not self._calls:  # no call began: the answer as written
             return text, []
         if self._items is None:
             try:
@@ -732,7 +743,7 @@ class _RequiredItems:
                     self._flush_cap(cap)
                     self._end_value()
                     if self.call is not None and self.seen:  # an item without parameters stays cut
-                        self.sp.calls[self.call].complete = True
+                        self.sp._calls[self.call].complete = True
                 self.depth = max(0, self.depth - 1)
                 continue
             if self.depth != 2:

@@ -126,6 +126,8 @@ def test_split_whole_and_streamed_in_every_cut(parser, text, content, calls):
             a, new = sp.feed(text[i:i + n])
             assert len({e["index"] for e in new}) == len(new)  # one entry per call and delta
             c, made, i = c + a, made + new, i + n
+            # at any point a call's arguments are what its entries carried so far (pieces join when calls is read)
+            assert [(x.name, x.arguments) for x in sp.calls] == [(n, args) for _, n, args in _assembled(made)]
             if i >= len(text):
                 break
         a, new = sp.flush()
@@ -537,6 +539,8 @@ def test_required_calls_stream_from_their_json_in_every_cut():
                 n = rng.randint(1, 7)
                 made += sp.feed(text[i:i + n])[1]
                 i += n
+                if i % 3 == 0:  # a read mid-stream joins the pieces so far; later pieces still add up
+                    assert [(x.name, x.arguments) for x in sp.calls] == [(n, a) for _, n, a in _assembled(made)]
             made += sp.flush()[1]
             assert [(n, a) for _, n, a in _assembled(made)] == [(c.name, c.arguments) for c in calls], text
 
