@@ -1,6 +1,6 @@
-"""CPU timing of the server's streamed tool calls (``ninferc.server.tools.ToolCallSplitter``, qwen3_coder): one call
-whose string argument is SIZE characters of code (a coding agent's ``write_file``), fed 4 characters at a time (about
-a token's text), the streamed entries collected as a client would. Reports seconds per size, to show whether the
+"""CPU timing of the server's streamed tool calls (``ninferc.server.tools.ToolCallSplitter``, qwen3_coder and hermes):
+one call whose string argument is SIZE characters of code (a coding agent's ``write_file``), fed 4 characters at a
+time (about a token's text), the streamed entries collected as a client would. Reports seconds per size, to show whether the
 cost grows linearly with the argument (it did not before 2026-12-07: each piece was added to the call's string).
 
 Usage: ``python3 bench/tool_stream_cpu.py [--sizes 100000,400000,1600000] [--json bench/results/F.json]``.
@@ -23,13 +23,17 @@ TOOLS = [{"type": "function", "function": {"name": "write_file", "parameters": {
 LINE = "line of code = 1 + 2  # comment\n"  # 32 characters
 
 
-def timed(size: int, piece: int = 4) -> float:
-    """Seconds to stream a call with a ``size``-character argument in ``piece``-character feeds (checked: the
-    entries add up to the call's arguments, whose content is the argument)."""
+def timed(parser: str, size: int, piece: int = 4) -> float:
+    """Seconds to stream a ``parser`` call with a ``size``-character argument in ``piece``-character feeds (checked:
+    the entries add up to the call's arguments, whose content is the argument)."""
     body = LINE * (size // len(LINE))
-    text = (f"<tool_call>\n<function=write_file>\n<parameter=path>\na.py\n</parameter>\n<parameter=content>\n{body}"
-            "\n</parameter>\n</function>\n</tool_call>")
-    sp, parts = ToolCallSplitter("qwen3_coder", TOOLS), []
+    if parser == "hermes":
+        text = "<tool_call>\n" + json.dumps({"name": "write_file", "arguments": {"path": "a.py", "content": body}}) \
+            + "\n</tool_call>"
+    else:
+        text = ("<tool_call>\n<function=write_file>\n<parameter=path>\na.py\n</parameter>\n<parameter=content>\n"
+                f"{body}\n</parameter>\n</function>\n</tool_call>")
+    sp, parts = ToolCallSplitter(parser, TOOLS), []
     t0 = time.perf_counter()
     for i in range(0, len(text), piece):
         parts += [e["function"]["arguments"] for e in sp.feed(text[i:i + piece])[1]]
@@ -47,9 +51,9 @@ def main() -> None:
     ap.add_argument("--json")
     a = ap.parse_args()
     sizes = [int(s) for s in a.sizes.split(",")]
-    rows = [{"size_chars": s, "seconds": timed(s)} for s in sizes]
+    rows = [{"parser": p, "size_chars": s, "seconds": timed(p, s)} for p in ("qwen3_coder", "hermes") for s in sizes]
     for r in rows:
-        print(f"{r['size_chars']:>9} characters: {r['seconds']:.3f} s ({r['seconds'] / r['size_chars'] * 1e6:.2f} us "
+        print(f"{r['parser']:>11} {r['size_chars']:>9} characters: {r['seconds']:.3f} s ({r['seconds'] / r['size_chars'] * 1e6:.2f} us "
               "per character)")
     if a.json:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,

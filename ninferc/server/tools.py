@@ -278,8 +278,11 @@ class ToolCallSplitter(_CallStream):
         self.parser, self.parallel = parser, parallel
         self._schemas = parameter_schemas(tools)
         self._buf, self._ws, self._in_call = "", "", False
-        self._seen = 0  # inside a block: how much of the buffer is known to hold no </tool_call> (a long block is
-        # searched once, not once per piece)
+        # inside a block parsed whole: its text so far in pieces (joined once, at its </tool_call>: a += per piece
+        # copied it, quadratic in its length -- 17 s for a 1.6 MB hermes call, 2026-12-07) and their last characters,
+        # where the marker may have begun
+        self._body: list[str] = []
+        self._tail = ""
         self._coder: _CoderCall | None = None  # the qwen3_coder call being streamed (after its header)
         self._whole = False  # inside a block that is parsed whole at its </tool_call> (hermes; no qwen3_coder header)
         self._lead = 0  # before a qwen3_coder header: the whitespace the buffer is known to start with
@@ -304,7 +307,15 @@ class ToolCallSplitter(_CallStream):
         return content, self._taken()
 
     def feed(self, text: str) -> tuple[str, list[dict]]:
-        self._buf += text
+        if self._body:  # inside a whole block: only the seam with the new text is searched for its end
+            seam = self._tail + text
+            if CALL_END not in seam:
+                self._body.append(text)
+                self._tail = seam[-(len(CALL_END) - 1):]
+                return self._out("")
+            self._buf, self._body, self._tail = "".join(self._body) + text, [], ""
+        else:
+            self._buf += text
         out: list[str] = []
         while True:
             if self._in_call and self._coder is not None:
@@ -328,11 +339,10 @@ class ToolCallSplitter(_CallStream):
                     self._buf = self._buf[used:]
                 continue
             if self._in_call:
-                end = self._buf.find(CALL_END, self._seen)
+                end = self._buf.find(CALL_END)
                 if end < 0:
-                    self._seen = max(0, len(self._buf) - len(CALL_END) + 1)
+                    self._body, self._tail, self._buf = [self._buf], self._buf[-(len(CALL_END) - 1):], ""
                     return self._out("".join(out))
-                self._seen = 0
                 body, self._buf, self._in_call, self._whole = self._buf[:end], self._buf[end + len(CALL_END):], \
                     False, False
                 call = parse_call(self.parser, body, self._schemas)
@@ -357,9 +367,10 @@ class ToolCallSplitter(_CallStream):
             self._coder.cut()
             pending = ""
         else:  # an unclosed block with no call header, or a marker's prefix
-            pending = (CALL_START if self._in_call else "") + self._buf
+            pending = (CALL_START if self._in_call else "") + "".join(self._body) + self._buf
         s = self._ws + pending
-        self._buf, self._ws, self._in_call, self._seen, self._coder, self._whole = "", "", False, 0, None, False
+        self._buf, self._ws, self._in_call, self._coder, self._whole = "", "", False, None, False
+        self._body, self._tail = [], ""
         if self._calls and not s.strip():
             s = ""
         return self._out(s)

@@ -88,6 +88,11 @@ CASES = [
     ("hermes", "<tool_call>{not json}</tool_call>", "<tool_call>{not json}</tool_call>", []),
     ("hermes", '<tool_call>{"arguments": {}}</tool_call>', '<tool_call>{"arguments": {}}</tool_call>', []),
     ("hermes", "", "", []),
+    # an answer cut inside a block that is parsed whole: the block is text, as written
+    ("hermes", 'A.\n<tool_call>\n{"name": "now", "argu', 'A.\n<tool_call>\n{"name": "now", "argu', []),
+    ("hermes", '<tool_call>{"name": "now", "arguments": {}}</tool_call> then <tool_call>{"na',
+     ' then <tool_call>{"na', [("now", {})]),
+    ("qwen3_coder", "A.\n<tool_call>\nnot a header at all", "A.\n<tool_call>\nnot a header at all", []),
 ]
 
 
