@@ -128,6 +128,9 @@ def kv_pages(kv_capacity: str, *, max_concurrency: int, max_context: int, page_s
 @click.option("--draft-tokens", default=3, type=int, show_default=True, help="with --spec: drafts per round, 1-5")
 @click.option("--draft-lm-head", type=click.Choice(["bf16", "w8", "w4"]), default="bf16", show_default=True,
               help="with --spec: the drafts' LM head format (verification always uses the model's own)")
+@click.option("--spec-disable-by-batch-size", "spec_disable_by_batch_size", type=int, default=None,
+              help="with --spec: a round of more than N decoding requests drafts nothing (each verifies its one "
+                   "token; drafting resumes at N or fewer), vLLM's disable_by_batch_size [default: always draft]")
 @click.option("--reasoning-parser", type=click.Choice(list(REASONING_PARSERS)), default=None,
               help="chat answers' <think> blocks go to the message's reasoning (and reasoning_content), the rest to "
                    "content (vLLM's flag; needs a chat template that writes <think>) [default: all text is content]")
@@ -148,7 +151,7 @@ def kv_pages(kv_capacity: str, *, max_concurrency: int, max_context: int, page_s
                    "at the ends of prompts and generations) [default: --prefill-chunk rounded down to pages]")
 def serve_cmd(path, preset, synthetic_weights, weights_fmt, kv_dtype, host, port, model_id, backend, max_context, kv_capacity, max_concurrency, max_pending,
               pending_timeout_ms, prefill_chunk, api_key, request_log, drain_timeout, no_cuda_graph, spec,
-              draft_tokens, draft_lm_head, reasoning_parser, tool_call_parser, enable_auto_tool_choice,
+              draft_tokens, draft_lm_head, spec_disable_by_batch_size, reasoning_parser, tool_call_parser, enable_auto_tool_choice,
               no_prefix_cache, prefix_cache_gib,
               prefix_checkpoint_interval):
     """Serve a model over the OpenAI API (chat and text completions, streaming), with continuous batching, a
@@ -181,7 +184,7 @@ def serve_cmd(path, preset, synthetic_weights, weights_fmt, kv_dtype, host, port
         except OSError as exc:
             raise NinfercError(f"--request-log {request_log}: cannot open it for appending ({exc.strerror})") from None
     ctx_obj = click.get_current_context()
-    spec_cfg = spec_config(spec, draft_tokens, draft_lm_head, ctx_obj)
+    spec_cfg = spec_config(spec, draft_tokens, draft_lm_head, ctx_obj, spec_disable_by_batch_size)
     if preset is not None:
         opened = open_preset(preset, backend, max_context, weights_fmt=weights_fmt or "bf16",
                              kv_dtype=kv_dtype or "bf16", max_concurrency=max_concurrency,
@@ -238,7 +241,9 @@ def serve_cmd(path, preset, synthetic_weights, weights_fmt, kv_dtype, host, port
     _log(f"ninferc serve: model {model_id!r} ({path or preset + ', synthetic ' + (weights_fmt or 'bf16') + ' weights'}), backend {opened.backend}, context {ctx} tokens, "
          f"concurrency {max_concurrency}, pending {max_pending}, prefill chunk {prefill_chunk}, "
          f"chat template {'yes' if chat else 'none (chat requests get 400)'}"
-         + (f", spec mtp with {spec_cfg.draft_tokens} draft{'s' if spec_cfg.draft_tokens != 1 else ''} per round (draft LM head {draft_lm_head})"
+         + (f", spec mtp with {spec_cfg.draft_tokens} draft{'s' if spec_cfg.draft_tokens != 1 else ''} per round (draft LM head {draft_lm_head}"
+            + (f"; none in rounds of more than {spec_cfg.disable_by_batch_size} requests"
+               if spec_cfg.disable_by_batch_size else "") + ")"
             if spec_cfg else "")
          + (f", reasoning parser {reasoning_parser}" if reasoning_parser else "")
          + (f", tool-call parser {tool_call_parser}" if tool_call_parser else ""))
@@ -363,20 +368,23 @@ def check_bind(host: str, port: int) -> None:
                                "(--port 0 picks a free port)") from None
 
 
-def spec_config(spec: str | None, draft_tokens: int, draft_lm_head: str, ctx):
-    """The :class:`~ninferc.runtime.spec.SpecConfig` of ``--spec`` / ``--draft-tokens``, or None.
+def spec_config(spec: str | None, draft_tokens: int, draft_lm_head: str, ctx,
+                disable_by_batch_size: int | None = None):
+    """The :class:`~ninferc.runtime.spec.SpecConfig` of ``--spec`` / ``--draft-tokens`` /
+    ``--spec-disable-by-batch-size``, or None.
 
     Raises:
-        NinfercError: ``--draft-tokens`` or ``--draft-lm-head`` given without ``--spec``; a bad draft count.
+        NinfercError: ``--draft-tokens``, ``--draft-lm-head`` or ``--spec-disable-by-batch-size`` given without
+            ``--spec``; a bad draft count or batch size.
     """
     if spec is None:
-        for name in ("draft_tokens", "draft_lm_head"):
-            if option_given(ctx, name):
+        for name in ("draft_tokens", "draft_lm_head", "spec_disable_by_batch_size"):
+            if name in ctx.params and option_given(ctx, name):  # the last is serve's only
                 raise NinfercError(f"--{name.replace('_', '-')} applies with --spec mtp")
         return None
     from ninferc.runtime.spec import SpecConfig
 
-    return SpecConfig(spec, draft_tokens)
+    return SpecConfig(spec, draft_tokens, disable_by_batch_size)
 
 
 class OpenedModel:

@@ -746,7 +746,8 @@ class Scheduler:
         (:func:`~ninferc.runtime.spec.accept_ids`) runs on the ids read and must agree."""
         from ninferc.runtime.spec import accept_drafts, accept_ids, ids_suffice
 
-        be, k = self.backend, self.spec.draft_tokens
+        # a round of more than --spec-disable-by-batch-size sequences drafts nothing: one token each, verified
+        be, k = self.backend, self.spec.draft_tokens if self.spec.drafts_in(len(rows)) else 0
         seqs = [a.seq for a in rows]
         ks = [max(0, min(k, a.reserve - 1 - a.seq.length)) for a in rows]  # never past the reserved pages
         # the drafts the last round made on the device (verify_round) for the rows that have them; the others draft

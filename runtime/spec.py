@@ -38,14 +38,19 @@ from ninferc.targets.lower import MAX_DRAFT_TOKENS
 
 @dataclass(frozen=True)
 class SpecConfig:
-    """``method`` ``"mtp"`` (the checkpoint's own head) and ``draft_tokens`` k in 1..:data:`MAX_DRAFT_TOKENS`.
+    """``method`` ``"mtp"`` (the checkpoint's own head) and ``draft_tokens`` k in 1..:data:`MAX_DRAFT_TOKENS`;
+    ``disable_by_batch_size`` N (vLLM's speculative ``disable_by_batch_size``): a round of more than N sequences
+    drafts nothing -- each verifies its one token, its MTP head rows kept so that drafting resumes once N or fewer
+    decode -- or None to draft in every round. Where speculation pays at high concurrency depends on the card and the
+    acceptance (bench/README, "Runs waiting"), so there is no default cut.
 
     Raises:
-        NinfercError: another method, or k out of range (names the value and the range).
+        NinfercError: another method, k out of range, N not an integer >= 1 (names the value and the range).
     """
 
     method: str = "mtp"
     draft_tokens: int = 3
+    disable_by_batch_size: int | None = None
 
     def __post_init__(self):
         if self.method != "mtp":
@@ -54,6 +59,13 @@ class SpecConfig:
                 or not 1 <= self.draft_tokens <= MAX_DRAFT_TOKENS:
             raise NinfercError(f"--draft-tokens must be an integer in 1..{MAX_DRAFT_TOKENS}, "
                                f"found {self.draft_tokens!r}")
+        n = self.disable_by_batch_size
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise NinfercError(f"--spec-disable-by-batch-size must be an integer >= 1, found {n!r}")
+
+    def drafts_in(self, batch: int) -> bool:
+        """Whether a round of ``batch`` sequences drafts (``disable_by_batch_size`` unset, or ``batch`` <= it)."""
+        return self.disable_by_batch_size is None or batch <= self.disable_by_batch_size
 
 
 @dataclass

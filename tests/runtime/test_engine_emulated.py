@@ -68,10 +68,10 @@ def test_decode_stream_equals_the_goldens(emulated_device, emu_art, goldens):
 
 
 def _serve(art, prompts, n, k, *, cache_bytes: int = 0, one_by_one: bool = False, draft_lm_head: str = "bf16",
-           params=None, no_logits: bool = False):
-    """The prompts through the serving backend and the scheduler (greedy; ``k`` drafts per round, or None), at once
-    or ``one_by_one``; with ``cache_bytes``, the prefix cache (checkpoints at the ends of prompts and generations,
-    freed pages poisoned)."""
+           params=None, no_logits: bool = False, spec_cut: int | None = None):
+    """The prompts through the serving backend and the scheduler (greedy; ``k`` drafts per round, or None, and
+    ``spec_cut`` the rounds' ``disable_by_batch_size``), at once or ``one_by_one``; with ``cache_bytes``, the prefix
+    cache (checkpoints at the ends of prompts and generations, freed pages poisoned)."""
     from ninferc.runtime.cuda_backend import CudaBatchBackend
     from ninferc.runtime.scheduler import Scheduler
     from ninferc.runtime.spec import SpecConfig
@@ -79,7 +79,8 @@ def _serve(art, prompts, n, k, *, cache_bytes: int = 0, one_by_one: bool = False
     be = CudaBatchBackend(art, max_context=128, num_slots=len(prompts), num_pages=4 * len(prompts),
                           prefill_chunk=CHUNK, spec_tokens=k or 0, cache_bytes=cache_bytes,
                           draft_lm_head=draft_lm_head)
-    s = Scheduler(be, max_concurrency=len(prompts), prefill_chunk=CHUNK, spec=SpecConfig("mtp", k) if k else None,
+    s = Scheduler(be, max_concurrency=len(prompts), prefill_chunk=CHUNK,
+                  spec=SpecConfig("mtp", k, spec_cut) if k else None,
                   prefix_cache_bytes=cache_bytes, checkpoint_interval=0,
                   poison_freed=bool(cache_bytes))
     if no_logits:  # every round must be accepted from ids drawn on the device
@@ -482,3 +483,16 @@ def test_bench_forced_acceptance_decides_each_round(emulated_device, emu_art, go
         probe.force_acceptance(1.5)
     assert probe.forced_ids([5, 7, 9, 11], 1, 100) == [7, 10] and probe.forced_ids([5, 7, 99], 2, 100) == [7, 99]
     assert probe.forced_ids([5, 99], 0, 100) == [0]
+
+
+def test_rounds_past_the_batch_cut_on_the_cuda_backend(emulated_device, emu_art, goldens):
+    """``--spec-disable-by-batch-size 2`` on the CUDA backend: the rounds of two requests decide acceptance and draft
+    the next round on the device (``verify_round``); when the third joins, its rounds verify one token each and the
+    drafts already made are dropped; when it ends, drafting resumes. Each request's ids are its golden's."""
+    cases = goldens["cases"][:3]
+    n = [min(m, golden_len(c)) for c, m in zip(cases, (12, 12, 3))]
+    out = _serve(emu_art, [c["prompt_ids"] for c in cases], n, 2, spec_cut=2)
+    for c, m, (ids, fin) in zip(cases, n, out):
+        assert ids == c["greedy_ids"][:m] and fin.reason == "length"
+    assert _serve.one_read_rounds >= 1
+    assert out[2][1].stats.spec.drafted == 0  # the third request decoded only in rounds of three

@@ -238,6 +238,40 @@ def test_spec_refused_without_an_mtp_head(tiny_dir, ck):
         SpecConfig(draft_tokens=6)
     with pytest.raises(NinfercError, match="not supported"):
         SpecConfig(method="eagle")
+    for bad in (0, -1, True, 2.0):
+        with pytest.raises(NinfercError, match=f"--spec-disable-by-batch-size must be an integer >= 1, found {bad!r}"):
+            SpecConfig(disable_by_batch_size=bad)
+
+
+def test_rounds_past_the_batch_cut_draft_nothing_and_stay_lossless(ck, gmtp):
+    """``disable_by_batch_size`` 2 with three requests: every round of three sequences drafts nothing (each verifies
+    its one token), rounds of two or fewer draft, and each request's ids are its golden greedy run -- the MTP head's
+    rows kept through the rounds without drafts, so the drafts after them are the head's (at least one accepted)."""
+    be = _backend(ck)
+    calls = []
+    draft = be.draft
+
+    def recorded(seqs, last, ks, **kw):
+        calls.append((len(seqs), list(ks)))
+        return draft(seqs, last, ks, **kw)
+
+    be.draft = recorded
+    cases = [gmtp["cases"][i] for i in (0, 1, 2)]
+    n = [16, 40, 48]
+    s = Scheduler(be, max_concurrency=3, prefill_chunk=1024, spec=SpecConfig(draft_tokens=2, disable_by_batch_size=2))
+    evs = {}
+    for r, (c, m) in enumerate(zip(cases, n)):
+        s.submit(GenerationRequest(str(r), list(c["prompt_ids"]), m, params=SamplingParams(),
+                                   sink=lambda ev, r=r: evs.setdefault(r, []).append(ev)))
+    while not s.idle:
+        s.step()
+    for r, (c, m) in enumerate(zip(cases, n)):
+        assert [t for e in evs[r] if isinstance(e, TokenEvent) for t in e.ids] == c["greedy_ids"][:m]
+    three = [ks for b, ks in calls if b == 3]
+    assert three and all(k == 0 for ks in three for k in ks)
+    assert any(k > 0 for b, ks in calls if b <= 2 for k in ks)
+    late = evs[2][-1].stats.spec  # the longest request: rounds without drafts, then with
+    assert late.drafted < 2 * late.rounds and late.accepted >= 1
 
 
 def test_stats_describe():

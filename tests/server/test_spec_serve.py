@@ -149,6 +149,9 @@ def test_spec_with_response_format_equals_plain(spec_server, client):
     (["--draft-tokens", "2"], "--draft-tokens applies with --spec mtp"),
     (["--spec", "mtp", "--draft-tokens", "0"], "--draft-tokens must be an integer in 1..5, found 0"),
     (["--draft-lm-head", "w4"], "--draft-lm-head applies with --spec mtp"),
+    (["--spec-disable-by-batch-size", "4"], "--spec-disable-by-batch-size applies with --spec mtp"),
+    (["--spec", "mtp", "--spec-disable-by-batch-size", "0"], "--spec-disable-by-batch-size must be an integer >= 1, "
+                                                             "found 0"),
 ])
 def test_spec_flags_refused_clearly(tiny_dir, args, needle):
     r = CliRunner().invoke(main, ["serve", str(tiny_dir), *args])
