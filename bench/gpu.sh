@@ -140,7 +140,8 @@ serve_27b() {  # serve_27b W [W ...]: the 27B served per weight format, bench/se
   # LOGPROBS_EVERY=K, SB_SAMPLING=JSON with SB_TAG, SB_HOST_ADJUST=1 (bench/serve_host_adjusted.py), SB_SPEC=K
   # (--spec mtp --draft-tokens K), SB_NO_WARM=1 (bench/serve_no_warm.py), SB_COLD_CUPY=1 (an empty CuPy kernel cache),
   # SB_NO_BENCH=1 (no `ninferc bench` after), PREFIX=1 (prefix_27b after), SB_ACCEPT=R with SB_SPEC (each round's
-  # acceptance forced to R of the drafts: bench/serve_forced_accept.py)
+  # acceptance forced to R of the drafts: bench/serve_forced_accept.py), SB_SPEC_CUT=N with SB_SPEC
+  # (--spec-disable-by-batch-size N)
   local w
   for w in "$@"; do
     local cmd=ninferc
@@ -149,7 +150,7 @@ serve_27b() {  # serve_27b W [W ...]: the 27B served per weight format, bench/se
     [ -n "${SB_ACCEPT:-}" ] && cmd="python3 bench/serve_forced_accept.py --accept-rate $SB_ACCEPT"
     # SB_COLD_CUPY=1: the server's CuPy kernel cache a new empty folder (kernels built at first use are timed)
     [ -n "${SB_COLD_CUPY:-}" ] && export CUPY_CACHE_DIR=$(mktemp -d /tmp/cupy_cache.XXXX)
-    local srv="$cmd serve --preset qwen3.8-27b --synthetic-weights --weights $w --max-concurrency 8 --max-context 4096 --port 8100 --request-log /tmp/req_$w.jsonl${SB_SPEC:+ --spec mtp --draft-tokens $SB_SPEC}"
+    local srv="$cmd serve --preset qwen3.8-27b --synthetic-weights --weights $w --max-concurrency 8 --max-context 4096 --port 8100 --request-log /tmp/req_$w.jsonl${SB_SPEC:+ --spec mtp --draft-tokens $SB_SPEC}${SB_SPEC_CUT:+ --spec-disable-by-batch-size $SB_SPEC_CUT}"
     $srv > /tmp/serve_$w.log 2>&1 &
     local pid=$!
     if wait_healthy 8100 240 $pid; then
@@ -157,7 +158,7 @@ serve_27b() {  # serve_27b W [W ...]: the 27B served per weight format, bench/se
       timeout 200 python3 bench/serve_bench.py --url http://127.0.0.1:8100 --concurrency ${SB_LEVELS:-1,2,4,8} \
         --requests 8 --prompt-tokens 512 --max-tokens 64 --server-log /tmp/req_$w.jsonl \
         ${LOGPROBS_EVERY:+--logprobs-every $LOGPROBS_EVERY} ${SB_SAMPLING:+--sampling "$SB_SAMPLING"} --server-command "$srv" \
-        --json $OUT/serve_27b_$w${LOGPROBS_EVERY:+_lp$LOGPROBS_EVERY}${SB_SAMPLING:+_$SB_TAG}${SB_HOST_ADJUST:+_hostadj}${SB_SPEC:+_spec$SB_SPEC}${SB_ACCEPT:+_acc$SB_ACCEPT}${SB_NO_WARM:+_nowarm}${SB_COLD_CUPY:+_cold}.json \
+        --json $OUT/serve_27b_$w${LOGPROBS_EVERY:+_lp$LOGPROBS_EVERY}${SB_SAMPLING:+_$SB_TAG}${SB_HOST_ADJUST:+_hostadj}${SB_SPEC:+_spec$SB_SPEC}${SB_ACCEPT:+_acc$SB_ACCEPT}${SB_SPEC_CUT:+_cut$SB_SPEC_CUT}${SB_NO_WARM:+_nowarm}${SB_COLD_CUPY:+_cold}.json \
         2>&1 | grep -v "^wrote"
     else
       echo "serve $w never healthy $(el)"; tail -20 /tmp/serve_$w.log | tee $OUT/serve_$w.log

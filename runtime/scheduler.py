@@ -797,7 +797,9 @@ class Scheduler:
             if isinstance(toks, Exception):
                 self._end_error(a, row_error(toks))
                 continue
-            self._emit_many(a, toks, now, spec_round=(len(d), m))
+            # a row that drafted nothing (its token budget's end, or --spec-disable-by-batch-size) took a plain step:
+            # not a round of its speculative stats (vLLM's num_drafts counts steps with drafts)
+            self._emit_many(a, toks, now, spec_round=(len(d), m) if d else None)
 
     def _sample(self, rows: list[_Active], logits) -> None:
         got = self.backend.sample(logits, [(a.sampler, a.req.logprobs) for a in rows])

@@ -117,7 +117,7 @@ class SpecStats:
             self.accepted_at[j] += 1
 
     def describe(self) -> str:
-        """``mtp 3.29 tok/round, 76 % accepted`` (the per-request log's ``spec=`` field: tokens per verify step, and
+        """``mtp 3.29 tok/round, 76 % accepted`` (the per-request log's ``spec=`` field: tokens per round with drafts, and
         the share of drafted tokens accepted); ``mtp no rounds`` where the request ended before a round (its record's
         ``tokens_per_round`` and ``acceptance`` are null)."""
         if not self.rounds:  # the request ended with the prefill's token: no round, nothing to rate

@@ -61,9 +61,10 @@ its whole wait; the queue-time histogram counts admitted requests); ttft = arriv
 one); prefill = (prompt - cached) / (first token time -
 admission time), so it includes the iterations the request's chunks waited behind other requests' steps; decode =
 (gen - 1) / (last token time - first token time); steps = decode (or speculative) steps, shared = those it shared
-with other requests; spec = the tokens the request took per verify step ((gen - 1) / steps: a round cut short by
-max_tokens or a stop counts what it delivered) and the share of drafted tokens the verifier accepted. All measured by
-the server.
+with other requests; spec = the tokens the request took per round with drafts (a round cut short by max_tokens or a
+stop counts what it delivered; a step that drafted nothing -- at the token budget's end, or in a batch past
+``--spec-disable-by-batch-size`` -- is a step but no round) and the share of drafted tokens the verifier accepted. All
+measured by the server.
 """
 
 from __future__ import annotations

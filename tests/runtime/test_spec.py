@@ -270,8 +270,10 @@ def test_rounds_past_the_batch_cut_draft_nothing_and_stay_lossless(ck, gmtp):
     three = [ks for b, ks in calls if b == 3]
     assert three and all(k == 0 for ks in three for k in ks)
     assert any(k > 0 for b, ks in calls if b <= 2 for k in ks)
-    late = evs[2][-1].stats.spec  # the longest request: rounds without drafts, then with
-    assert late.drafted < 2 * late.rounds and late.accepted >= 1
+    # the longest request: steps without drafts (not rounds of its speculative stats), then rounds with
+    st = evs[2][-1].stats
+    assert 1 <= st.spec.rounds < st.decode_steps and st.spec.drafted == 2 * st.spec.rounds and st.spec.accepted >= 1
+    assert st.spec.delivered < n[2] - 1
 
 
 def test_stats_describe():
