@@ -86,7 +86,7 @@ def force_acceptance(rate: float, seed: int = 0):
 def main(argv: list[str]) -> None:
     if len(argv) < 2 or argv[0] != "--accept-rate":
         raise SystemExit("usage: python3 bench/serve_forced_accept.py --accept-rate R serve ARGS...")
-    if "reference" in argv:  # only the CUDA backend's verify step is forced
+    if any(a == "reference" or a.endswith("=reference") for a in argv):  # only the CUDA backend's rounds are forced
         raise SystemExit("serve_forced_accept: forces the CUDA backend's rounds only (found --backend reference)")
     try:
         force_acceptance(float(argv[1]))

@@ -260,7 +260,7 @@ def _run_spec(opened, ids: list[int], *, max_new: int, params, prefill_chunk: in
     log(f"prompt {st.prompt_tokens} token{'s' if st.prompt_tokens != 1 else ''}, generated {st.generated} ({end.reason}); TTFT {(st.ttft_s or 0) * 1e3:.1f} "
         f"ms, prefill {_rate(st.prefill_tok_s)}, decode {_rate(st.decode_tok_s)}")
     head = f"spec: mtp, {spec.draft_tokens} draft{'s' if spec.draft_tokens != 1 else ''} per round: "
-    if not sp.rounds:  # the prefill's token ended it (as the server's log line says)
+    if not sp.rounds:  # the prefill's token ended it, or no step had room to draft (as the server's log line says)
         log(head + "no rounds")
         return
     log(head + f"{sp.rounds} round{'s' if sp.rounds != 1 else ''}, {sp.drafted} drafted, {sp.accepted} accepted "

@@ -83,7 +83,7 @@ class SpecStats:
     per_round: list[int] = field(default_factory=list)  # accepted drafts of each round, in order
     delivered: int = 0
     #: drafts per round (``--draft-tokens``): ``accepted_at`` holds a count per draft position from the start, zeros
-    #: where a request ended before any round (its one token from the prefill)
+    #: where a request had no round (its one token from the prefill, or no step that drafted)
     draft_tokens: int = 0
 
     def __post_init__(self):
@@ -91,7 +91,7 @@ class SpecStats:
 
     @property
     def tokens_per_round(self) -> float | None:
-        """delivered / rounds: the tokens one verify step gave the request on average ((accepted + rounds) / rounds
+        """delivered / rounds: the tokens one round with drafts gave the request on average ((accepted + rounds) / rounds
         where no round was cut short)."""
         return self.delivered / self.rounds if self.rounds else None
 
@@ -118,9 +118,10 @@ class SpecStats:
 
     def describe(self) -> str:
         """``mtp 3.29 tok/round, 76 % accepted`` (the per-request log's ``spec=`` field: tokens per round with drafts, and
-        the share of drafted tokens accepted); ``mtp no rounds`` where the request ended before a round (its record's
+        the share of drafted tokens accepted); ``mtp no rounds`` where the request had none: it ended with the prefill's
+        token, or drafted in none of its steps (``--spec-disable-by-batch-size``, the token budget's end; its record's
         ``tokens_per_round`` and ``acceptance`` are null)."""
-        if not self.rounds:  # the request ended with the prefill's token: no round, nothing to rate
+        if not self.rounds:  # no round with drafts: nothing to rate
             return "mtp no rounds"
         tpr, acc = self.tokens_per_round, self.acceptance
         return f"mtp {tpr:.2f} tok/round, {100 * (acc or 0):.0f} % accepted"

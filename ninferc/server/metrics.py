@@ -40,7 +40,9 @@ name                                         type       meaning
                                                         whose penalties, min_p, logit_bias or min_tokens were
                                                         applied on the device), logprobs (device rows whose
                                                         logits were copied to the host for their logprobs)
-``ninferc:spec_decode_num_drafts``           counter    with ``--spec``: speculative verify rounds (each drafts K)
+``ninferc:spec_decode_num_drafts``           counter    with ``--spec``: speculative verify rounds with
+                                                        drafts (K each, fewer at a request's token
+                                                        budget's end)
 ``ninferc:spec_decode_num_draft_tokens``     counter    draft tokens proposed
 ``ninferc:spec_decode_num_accepted_tokens``  counter    draft tokens the verifier accepted
 ``ninferc:spec_decode_num_accepted_tokens``  counter    accepted drafts by position in the round, label
