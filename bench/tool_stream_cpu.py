@@ -1,7 +1,8 @@
 """CPU timing of the server's streamed tool calls (``ninferc.server.tools.ToolCallSplitter``, qwen3_coder and hermes):
 one call whose string argument is SIZE characters of code (a coding agent's ``write_file``), fed 4 characters at a
-time (about a token's text), the streamed entries collected as a client would. Reports seconds per size, to show whether the
-cost grows linearly with the argument (it did not before 2026-12-07: each piece was added to the call's string).
+time (about a token's text), the streamed entries collected as a client would. Reports seconds per size, to show
+whether the cost grows linearly with the argument (it did not before 2026-12-07: each piece was added to the call's
+string).
 
 Usage: ``python3 bench/tool_stream_cpu.py [--sizes 100000,400000,1600000] [--json bench/results/F.json]``.
 """
@@ -11,11 +12,11 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+from ninferc.bench import git_commit
 from ninferc.server.tools import ToolCallSplitter
 
 TOOLS = [{"type": "function", "function": {"name": "write_file", "parameters": {
@@ -50,17 +51,20 @@ def main() -> None:
     ap.add_argument("--sizes", default="100000,400000,1600000")
     ap.add_argument("--json")
     a = ap.parse_args()
-    sizes = [int(s) for s in a.sizes.split(",")]
+    try:
+        sizes = [int(s) for s in a.sizes.split(",")]
+    except ValueError:
+        ap.error(f"--sizes must be comma-separated integers, found {a.sizes!r}")
+    if min(sizes) < len(LINE):
+        ap.error(f"--sizes must be at least {len(LINE)} characters each (one line of code), found {min(sizes)}")
     rows = [{"parser": p, "size_chars": s, "seconds": timed(p, s)} for p in ("qwen3_coder", "hermes") for s in sizes]
     for r in rows:
-        print(f"{r['parser']:>11} {r['size_chars']:>9} characters: {r['seconds']:.3f} s ({r['seconds'] / r['size_chars'] * 1e6:.2f} us "
-              "per character)")
+        us = r["seconds"] / r["size_chars"] * 1e6
+        print(f"{r['parser']:>11} {r['size_chars']:>9} characters: {r['seconds']:.3f} s ({us:.2f} us per character)")
     if a.json:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=Path(__file__).parent).stdout.strip()
         Path(a.json).write_text(json.dumps({
             "tool": "bench/tool_stream_cpu.py", "command": " ".join(["bench/tool_stream_cpu.py", *sys.argv[1:]]),
-            "commit": commit, "host": platform.node(), "cpu": platform.processor() or platform.machine(),
+            "commit": git_commit(), "host": platform.node(), "cpu": platform.processor() or platform.machine(),
             "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows},
             indent=1) + "\n")
         print(f"wrote {a.json}")
