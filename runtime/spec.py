@@ -73,8 +73,8 @@ class SpecStats:
     """Per request: ``rounds`` (verify steps with drafts; a step that drafted nothing is not one), ``drafted`` and
     ``accepted`` draft tokens, ``accepted_at[j]`` how often the draft at position j + 1 was accepted, ``per_round``
     the accepted count of each round -- the verifier's decisions, whether or not the request used every token they
-    gave -- and ``delivered`` the tokens the rounds handed the request: a round that accepts m drafts yields m + 1 tokens, fewer when ``max_tokens``, a stop id or a stop
-    string ends the request inside them."""
+    gave -- and ``delivered`` the tokens the rounds handed the request: a round that accepts m drafts yields m + 1
+    tokens, fewer when ``max_tokens``, a stop id or a stop string ends the request inside them."""
 
     rounds: int = 0
     drafted: int = 0
