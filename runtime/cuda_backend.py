@@ -559,7 +559,8 @@ class CudaBatchBackend:
         """The MTP head's rows now known, in one packed step of the head's program: ``items`` are
         ``(seq, s0, toks, r0, end)`` -- the model's last step put ``toks`` at positions ``s0 ..`` with hidden rows from
         ``r0``; rows ``_mtp_len .. end - 1`` are computed (position s0 - 1 from the pending row), then the hidden row of
-        position ``end`` becomes the pending row."""
+        position ``end`` becomes the pending row. Only the rows' KV is kept (what later drafts attend to): the step
+        computes no logits, so it does not read the LM head (:meth:`Engine.step_plan` with R = 0)."""
         e = self.engine
         pos, seq_of, starts, ctx, pages, toks_in, hid = [], [], [0], [], [], [], []
         for seq, s0, toks, r0, end in items:
@@ -588,7 +589,7 @@ class CudaBatchBackend:
                 e.write_meta(tok_pos=pos, tok_seq=seq_of, seq_start=starts, seq_ctx=ctx, seq_slot=np.zeros(B, np.int32),
                              row_index=[0], page_rows=pages, tokens=toks_in, hidden_rows=hid,
                              token_rows=mode == "verify")
-                e.run(mode, T, B, 1, mtp=True)
+                e.run(mode, T, B, 0, mtp=True)  # the head's KV rows only: no logits row (no LM head read)
         with e.stream:
             for seq, s0, toks, r0, end in items:
                 e.mtp_src[seq.slot] = e.mtp_src[self._main_row(r0 + end - s0)]

@@ -334,7 +334,10 @@ class Engine:
 
     def step_plan(self, mode: str, T: int, B: int, R: int, *, mtp: bool = False) -> StepPlan:  # noqa: N803
         """Launches (+ argument tuples) for one step of the model (``mtp``: of the MTP head's program, modes
-        ``decode``, ``prefill`` and ``verify``: a round's few rows per sequence); checked against the device; cached."""
+        ``decode``, ``prefill`` and ``verify``: a round's few rows per sequence); checked against the device; cached.
+        ``R = 0`` in those modes: a step that computes no logits rows -- its steps of R rows (the gathered final norm
+        and the LM head, a V x H GEMV: 2.5 GB of bf16 weights at the 27B shape) left out; the MTP head's rows whose
+        only use is the head's KV (``CudaBatchBackend._mtp_rows``)."""
         key = (mode, T, B, R, mtp)
         sp = self._steps.get(key)
         if sp is not None:
@@ -358,6 +361,8 @@ class Engine:
             steps = [self.program.row_sampler()]
         else:
             steps = [self.program.sampler(mode == "sample_argmax")]
+        if R == 0 and mode in ("decode", "prefill", "verify"):  # no logits rows: their gathered norm and LM head
+            steps = [s for s in steps if s.rows != "R"]
         launches, memo = {}, {}
         for s in steps:
             # a launch depends only on the family, problem and counts: the 65 layers' steps share ~15 of

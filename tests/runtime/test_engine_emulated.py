@@ -97,6 +97,11 @@ def _serve(art, prompts, n, k, *, cache_bytes: int = 0, one_by_one: bool = False
                           if key[0] == "verify" and not key[-1] for st, ln, _, _ in sp.launches
                           if ln.kernel.family.startswith("attn_")}
     _serve.mtp_modes = {key[0] for key in be.engine._steps if key[-1]}  # the MTP head's step modes
+    # the head's steps per logit-row count R: their step ops (R = 0, its KV rows only, must not read the LM head)
+    _serve.mtp_ops = {}
+    for key, sp in be.engine._steps.items():
+        if key[-1] and key[0] in ("decode", "prefill", "verify"):
+            _serve.mtp_ops.setdefault(key[3], set()).update(st.op for st, _, _, _ in sp.launches)
     _serve.one_read_rounds = be.stats.get("one_read_rounds", 0)
     be.close()
     return [(event_ids(evs[str(i)]), evs[str(i)][-1]) for i in range(len(prompts))]
@@ -137,6 +142,9 @@ def test_mtp_speculation_reproduces_the_golden_runs(emulated_device, emu_art, go
     assert all(z == t for t, f, z in _serve.verify_attn if f == "attn_decode")
     # the head's rows: the prompt's in its prefill mode, a round's in its verify mode; its drafts in decode mode
     assert {"prefill", "verify", "decode"} <= _serve.mtp_modes
+    # ... the prompt's and a round's rows (R = 0) without the LM head, which only the drafts (R = B) read
+    assert "mtp.lm_head" not in _serve.mtp_ops[0] and "mtp.L0.mlp.down" in _serve.mtp_ops[0]
+    assert all("mtp.lm_head" in ops for r, ops in _serve.mtp_ops.items() if r)
     # the rounds decided acceptance and drafted the next round on the device, one host read each (verify_round;
     # the first round's drafts came from draft()), but where a row's next draft count was cut by its token budget
     rounds = max(fin.stats.spec.rounds for _, fin in out)
