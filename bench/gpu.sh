@@ -190,14 +190,14 @@ prefix_27b() {  # prefix_27b W [W ...]: prefix reuse at 7,680 of 8,192 tokens al
 serve_demo() {  # the README's serve transcript on the device: the fixture compiled for it, served, two requests
   ninferc compile tests/fixtures/qwen35-tiny-code --target sm_90 --sku h200 -o /tmp/tiny.ninfer > /dev/null 2>&1
   {
-    echo '$ ninferc serve tiny.ninfer --request-log requests.jsonl &'
+    echo '$ ninferc serve tiny.ninfer --port 8102 --request-log requests.jsonl &'
     ninferc serve /tmp/tiny.ninfer --port 8102 --request-log /tmp/requests.jsonl 2>&1 &
     local pid=$!
     wait_healthy 8102 120 $pid
     python3 - <<'PY'
 import openai
 c = openai.OpenAI(base_url="http://127.0.0.1:8102/v1", api_key="none")
-print("$ python3 client.py   # openai client: one chat completion, one streamed completion")
+print("$ python3   # the openai client of bench/gpu.sh serve_demo: one chat completion, one streamed completion")
 r = c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Write a Python function that adds two numbers."}],
                               max_tokens=48, temperature=0, extra_body={"chat_template_kwargs": {"enable_thinking": False}})
 print(repr(r.choices[0].message.content), r.usage.completion_tokens, "tokens")

@@ -102,13 +102,14 @@ def kv_pages(kv_capacity: str, *, max_concurrency: int, max_context: int, page_s
                    "folder name]")
 @click.option("--backend", type=click.Choice(["cuda", "reference"]), default=None,
               help="default: cuda for a .ninfer artifact, reference for a checkpoint directory")
-@click.option("--max-context", default=None, type=click.IntRange(min=2),
-              help="tokens one request may hold, prompt + generated [default: the artifact's compile-time "
-                   "--max-context; 4096 for a checkpoint directory]")
+@click.option("--max-context", "--max-model-len", "max_context", default=None, type=click.IntRange(min=2),
+              help="tokens one request may hold, prompt + generated (--max-model-len: vLLM's name for it) [default: "
+                   "the artifact's compile-time --max-context; 4096 for a checkpoint directory]")
 @click.option("--kv-capacity", default="auto", show_default=True,
               help="KV pool size in tokens (at least --max-context), or 'auto' = --max-concurrency x --max-context")
-@click.option("--max-concurrency", default=4, type=click.IntRange(1, 256), show_default=True,
-              help="requests decoded together (each holds a GDN state slot)")
+@click.option("--max-concurrency", "--max-num-seqs", "max_concurrency", default=4, type=click.IntRange(1, 256),
+              show_default=True, help="requests decoded together, each holding a GDN state slot (--max-num-seqs: "
+                                      "vLLM's name for it)")
 @click.option("--max-pending", default=16, type=click.IntRange(min=0), show_default=True,
               help="requests that may wait for admission beyond those; more get 429")
 @click.option("--pending-timeout-ms", default=600_000, type=click.IntRange(min=1), show_default=True,
@@ -125,12 +126,15 @@ def kv_pages(kv_capacity: str, *, max_concurrency: int, max_context: int, page_s
 @click.option("--no-cuda-graph", is_flag=True, help="cuda backend: launch decode steps eagerly")
 @click.option("--spec", type=click.Choice(["mtp"]), default=None,
               help="speculative decoding with the checkpoint's multi-token-prediction head (lossless)")
-@click.option("--draft-tokens", default=3, type=int, show_default=True, help="with --spec: drafts per round, 1-5")
+@click.option("--draft-tokens", "--num-speculative-tokens", "draft_tokens", default=3, type=int, show_default=True,
+              help="with --spec: drafts per round (a round: the drafts, then one verify step of them), 1-5 "
+                   "(--num-speculative-tokens: vLLM's name for it)")
 @click.option("--draft-lm-head", type=click.Choice(["bf16", "w8", "w4"]), default="bf16", show_default=True,
               help="with --spec: the drafts' LM head format (verification always uses the model's own)")
-@click.option("--spec-disable-by-batch-size", "spec_disable_by_batch_size", type=int, default=None,
-              help="with --spec: a round of more than N decoding requests drafts nothing (each verifies its one "
-                   "token; drafting resumes at N or fewer), vLLM's disable_by_batch_size [default: always draft]")
+@click.option("--spec-disable-by-batch-size", "spec_disable_by_batch_size", type=int, default=None, metavar="N",
+              help="with --spec: N >= 1; a step of more than N decoding requests drafts nothing (each verifies its "
+                   "one token; drafting resumes at N or fewer), vLLM's disable_by_batch_size [default: always "
+                   "draft]")
 @click.option("--reasoning-parser", type=click.Choice(list(REASONING_PARSERS)), default=None,
               help="chat answers' <think> blocks go to the message's reasoning (and reasoning_content), the rest to "
                    "content (vLLM's flag; needs a chat template that writes <think>) [default: all text is content]")

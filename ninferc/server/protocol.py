@@ -210,6 +210,11 @@ def describe_validation_error(exc: ValidationError) -> tuple[str, str | None]:
                 "the fields it accepts)", param)
     if e.get("type") == "missing":
         return f"required field {param!r} is missing", param
+    if e.get("type") in ("too_short", "too_long"):  # a list's length (strings' own types are string_too_*)
+        ctx = e.get("ctx") or {}
+        bound = (f"at least {ctx.get('min_length')}" if e["type"] == "too_short"
+                 else f"at most {ctx.get('max_length')}")
+        return f"{param} must hold {bound} item(s), found {ctx.get('actual_length')}", param
     got = e.get("input")
     shown = repr(got) if not isinstance(got, (dict, list)) else type(got).__name__
     members = [x for err in errors for x in err.get("loc", ())[len(path):len(path) + 1] if _is_member(x)]

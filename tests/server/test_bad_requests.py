@@ -16,12 +16,12 @@ KEY = "s3cret-key"
 @pytest.fixture(scope="module")
 def keyed(start_server, tiny_dir, tmp_path_factory):
     """The fixture without its chat template, served with --api-key and a small context (named with vLLM's
-    ``--served-model-name``, the alias of ``--model-id``)."""
+    ``--served-model-name`` and ``--max-model-len``, the aliases of ``--model-id`` and ``--max-context``)."""
     d = tmp_path_factory.mktemp("notemplate") / "tiny-notemplate"
     shutil.copytree(tiny_dir, d)
     (d / "chat_template.jinja").chmod(0o644)
     (d / "chat_template.jinja").unlink()
-    return start_server(d, "--served-model-name", "tiny", "--api-key", KEY, "--max-context", "256")
+    return start_server(d, "--served-model-name", "tiny", "--api-key", KEY, "--max-model-len", "256")
 
 
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -51,7 +51,8 @@ CASES = [
     ("wrong type", "/v1/completions", {**OK, "max_tokens": "ten"}, 400, "max_tokens"),
     ("missing prompt", "/v1/completions", {"model": "tiny"}, 400, "prompt"),
     ("no messages", "/v1/chat/completions", {"model": "tiny"}, 400, "messages"),
-    ("empty messages", "/v1/chat/completions", {"model": "tiny", "messages": []}, 400, "messages"),
+    ("empty messages", "/v1/chat/completions", {"model": "tiny", "messages": []}, 400,
+     "messages must hold at least 1 item(s), found 0"),
     ("bad role", "/v1/chat/completions", {"model": "tiny", "messages": [{"role": "robot", "content": "x"}]}, 400,
      "messages.0.role"),
     ("enable_thinking a string", "/v1/chat/completions",

@@ -23,8 +23,9 @@ def request_log(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def spec_server(start_server, tiny_dir, request_log):
-    return start_server(tiny_dir, "--model-id", "tiny", "--spec", "mtp", "--draft-tokens", "3",
-                        "--max-concurrency", "4", "--request-log", str(request_log))
+    # vLLM's names for --draft-tokens and --max-concurrency
+    return start_server(tiny_dir, "--model-id", "tiny", "--spec", "mtp", "--num-speculative-tokens", "3",
+                        "--max-num-seqs", "4", "--request-log", str(request_log))
 
 
 def test_spec_server_equals_plain_server_alone_and_concurrent(spec_server, client, goldens):
@@ -156,6 +157,16 @@ def test_spec_with_response_format_equals_plain(spec_server, client):
 def test_spec_flags_refused_clearly(tiny_dir, args, needle):
     r = CliRunner().invoke(main, ["serve", str(tiny_dir), *args])
     assert r.exit_code == 2 and needle in r.output, r.output
+
+
+def test_vllm_flag_names_set_the_same_options(tiny_dir):
+    """vLLM's names for serve's options (``--max-model-len``, ``--max-num-seqs``, ``--num-speculative-tokens``,
+    ``--served-model-name``) set ours, as a vLLM user types them."""
+    ctx = main.commands["serve"].make_context("serve", [
+        str(tiny_dir), "--max-model-len", "512", "--max-num-seqs", "6", "--spec", "mtp", "--num-speculative-tokens",
+        "2", "--served-model-name", "m"])
+    assert {k: ctx.params[k] for k in ("max_context", "max_concurrency", "draft_tokens", "model_id")} == {
+        "max_context": 512, "max_concurrency": 6, "draft_tokens": 2, "model_id": "m"}
 
 
 def test_spec_refused_for_a_model_without_mtp(tmp_path, tiny_dir):
