@@ -13,7 +13,8 @@ from ninferc.cli import main
      "Invalid value for '--draft-tokens': 9 is not in the range 1<=x<=5. (see 'ninferc plan --help')"),
     (("plan", "--target", "sm_89", "--sms", "0"), "Invalid value for '--sms': 0 is not in the range x>=1."),
     (("plan", "--sms", "3"), "Missing option '--target'. (see 'ninferc plan --help')"),
-    (("serve", "x", "--max-context", "1"), "Invalid value for '--max-context': 1 is not in the range x>=2."),
+    (("serve", "x", "--max-context", "1"),  # the option's both names (vLLM's --max-model-len)
+     "Invalid value for '--max-context' / '--max-model-len': 1 is not in the range x>=2."),
     (("compile", "x", "--target", "sm_89", "-o", "x.ninfer", "--max-context", "1"), "'--max-context': 1 is not in"),
     (("compile", "x", "--target", "sm_89", "--weights", "w3"), "Invalid value for '--weights': 'w3' is not one of"),
     (("run", "x", "--bogus"), "No such option '--bogus'. (see 'ninferc run --help')"),
