@@ -135,6 +135,10 @@ def kv_pages(kv_capacity: str, *, max_concurrency: int, max_context: int, page_s
               help="with --spec: N >= 1; a step of more than N decoding requests drafts nothing (each verifies its "
                    "one token; drafting resumes at N or fewer), vLLM's disable_by_batch_size [default: always "
                    "draft]")
+@click.option("--speculative-config", "speculative_config", default=None, metavar="JSON",
+              help="vLLM's form of --spec / --draft-tokens / --spec-disable-by-batch-size: e.g. '{\"method\": \"mtp\", "
+                   "\"num_speculative_tokens\": 3}' (keys method: mtp or qwen3_next_mtp, num_speculative_tokens, "
+                   "disable_by_batch_size)")
 @click.option("--reasoning-parser", type=click.Choice(list(REASONING_PARSERS)), default=None,
               help="chat answers' <think> blocks go to the message's reasoning (and reasoning_content), the rest to "
                    "content (vLLM's flag; needs a chat template that writes <think>) [default: all text is content]")
@@ -155,7 +159,7 @@ def kv_pages(kv_capacity: str, *, max_concurrency: int, max_context: int, page_s
                    "at the ends of prompts and generations) [default: --prefill-chunk rounded down to pages]")
 def serve_cmd(path, preset, synthetic_weights, weights_fmt, kv_dtype, host, port, model_id, backend, max_context, kv_capacity, max_concurrency, max_pending,
               pending_timeout_ms, prefill_chunk, api_key, request_log, drain_timeout, no_cuda_graph, spec,
-              draft_tokens, draft_lm_head, spec_disable_by_batch_size, reasoning_parser, tool_call_parser, enable_auto_tool_choice,
+              draft_tokens, draft_lm_head, spec_disable_by_batch_size, speculative_config, reasoning_parser, tool_call_parser, enable_auto_tool_choice,
               no_prefix_cache, prefix_cache_gib,
               prefix_checkpoint_interval):
     """Serve a model over the OpenAI API (chat and text completions, streaming), with continuous batching, a
@@ -188,6 +192,14 @@ def serve_cmd(path, preset, synthetic_weights, weights_fmt, kv_dtype, host, port
         except OSError as exc:
             raise NinfercError(f"--request-log {request_log}: cannot open it for appending ({exc.strerror})") from None
     ctx_obj = click.get_current_context()
+    if speculative_config is not None:
+        given = [n for n in ("spec", "draft_tokens", "spec_disable_by_batch_size") if option_given(ctx_obj, n)]
+        if given:
+            raise NinfercError(f"--speculative-config and --{given[0].replace('_', '-')} both set speculative decoding; "
+                               "give one of them")
+        spec, k, cut = parse_speculative_config(speculative_config)
+        draft_tokens = draft_tokens if k is None else k
+        spec_disable_by_batch_size = cut
     spec_cfg = spec_config(spec, draft_tokens, draft_lm_head, ctx_obj, spec_disable_by_batch_size)
     if preset is not None:
         opened = open_preset(preset, backend, max_context, weights_fmt=weights_fmt or "bf16",
@@ -370,6 +382,46 @@ def check_bind(host: str, port: int) -> None:
         except OSError as exc:
             raise NinfercError(f"--host {host} --port {port}: cannot bind ({exc.strerror}); another server there? "
                                "(--port 0 picks a free port)") from None
+
+
+#: vLLM's ``speculative_config`` methods that mean the checkpoint's own MTP head (vllm/config/speculative.py)
+VLLM_MTP_METHODS = ("mtp", "qwen3_next_mtp")
+#: the ``speculative_config`` keys serve takes, and the option each stands for
+VLLM_SPEC_KEYS = {"method": "--spec", "num_speculative_tokens": "--draft-tokens",
+                  "disable_by_batch_size": "--spec-disable-by-batch-size"}
+
+
+def parse_speculative_config(text: str) -> tuple[str, int | None, int | None]:
+    """vLLM's ``--speculative-config`` JSON as serve's options: ``(spec, draft_tokens or None, disable_by_batch_size
+    or None)``, e.g. ``'{"method": "mtp", "num_speculative_tokens": 3}'`` -> ``("mtp", 3, None)``. The counts'
+    ranges are checked where the options' are (:class:`~ninferc.runtime.spec.SpecConfig`).
+
+    Raises:
+        NinfercError: not a JSON object; no ``method``, or one other than the MTP head's (:data:`VLLM_MTP_METHODS`);
+            a key serve does not take (named, with those it takes: :data:`VLLM_SPEC_KEYS`); a count that is not an
+            integer.
+    """
+    try:
+        cfg = json.loads(text)
+    except ValueError as exc:
+        raise NinfercError(f"--speculative-config is not JSON ({exc})") from None
+    if not isinstance(cfg, dict):
+        raise NinfercError(f"--speculative-config must be a JSON object, found {type(cfg).__name__}")
+    other = [k for k in cfg if k not in VLLM_SPEC_KEYS]
+    if other:
+        raise NinfercError(f"--speculative-config key {other[0]!r} is not supported; ninferc takes "
+                           + ", ".join(VLLM_SPEC_KEYS))
+    method = cfg.get("method")
+    if method not in VLLM_MTP_METHODS:
+        raise NinfercError(f"--speculative-config method must be one of {', '.join(VLLM_MTP_METHODS)} (the "
+                           f"checkpoint's own MTP head; ninferc has no other drafter), found {method!r}")
+    counts = []
+    for key in ("num_speculative_tokens", "disable_by_batch_size"):
+        v = cfg.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            raise NinfercError(f"--speculative-config {key} must be an integer, found {v!r}")
+        counts.append(v)
+    return "mtp", counts[0], counts[1]
 
 
 def spec_config(spec: str | None, draft_tokens: int, draft_lm_head: str, ctx,

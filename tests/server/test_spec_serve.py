@@ -23,9 +23,10 @@ def request_log(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def spec_server(start_server, tiny_dir, request_log):
-    # vLLM's names for --draft-tokens and --max-concurrency
-    return start_server(tiny_dir, "--model-id", "tiny", "--spec", "mtp", "--num-speculative-tokens", "3",
-                        "--max-num-seqs", "4", "--request-log", str(request_log))
+    # as vLLM is started: --speculative-config for --spec mtp --draft-tokens 3, --max-num-seqs for --max-concurrency
+    return start_server(tiny_dir, "--model-id", "tiny", "--speculative-config",
+                        '{"method": "mtp", "num_speculative_tokens": 3}', "--max-num-seqs", "4",
+                        "--request-log", str(request_log))
 
 
 def test_spec_server_equals_plain_server_alone_and_concurrent(spec_server, client, goldens):
@@ -167,6 +168,36 @@ def test_vllm_flag_names_set_the_same_options(tiny_dir):
         "2", "--served-model-name", "m"])
     assert {k: ctx.params[k] for k in ("max_context", "max_concurrency", "draft_tokens", "model_id")} == {
         "max_context": 512, "max_concurrency": 6, "draft_tokens": 2, "model_id": "m"}
+
+
+@pytest.mark.parametrize("text,want", [
+    ('{"method": "mtp", "num_speculative_tokens": 2}', ("mtp", 2, None)),
+    ('{"method": "qwen3_next_mtp", "num_speculative_tokens": 4, "disable_by_batch_size": 6}', ("mtp", 4, 6)),
+    ('{"method": "mtp"}', ("mtp", None, None)),
+])
+def test_vllm_speculative_config_reads_as_the_spec_options(text, want):
+    from ninferc.cmd_serve import parse_speculative_config
+
+    assert parse_speculative_config(text) == want
+
+
+@pytest.mark.parametrize("args,needle", [
+    (['{"method": "eagle3", "model": "x"}'], "key 'model' is not supported; ninferc takes method, "
+                                             "num_speculative_tokens, disable_by_batch_size"),
+    (['{"method": "ngram"}'], "method must be one of mtp, qwen3_next_mtp (the checkpoint's own MTP head; ninferc "
+                              "has no other drafter), found 'ngram'"),
+    (['{"num_speculative_tokens": 2}'], "method must be one of mtp, qwen3_next_mtp"),
+    (['{"method": "mtp", "num_speculative_tokens": "2"}'], "num_speculative_tokens must be an integer, found '2'"),
+    (['{"method": "mtp", "num_speculative_tokens": 9}'], "--draft-tokens must be an integer in 1..5, found 9"),
+    (['{"method": "mtp", "disable_by_batch_size": 0}'], "--spec-disable-by-batch-size must be an integer >= 1"),
+    (['[1]'], "must be a JSON object, found list"),
+    (['{"method": mtp}'], "--speculative-config is not JSON"),
+    (['{"method": "mtp"}', "--draft-tokens", "2"], "--speculative-config and --draft-tokens both set"),
+    (['{"method": "mtp"}', "--spec", "mtp"], "--speculative-config and --spec both set"),
+])
+def test_vllm_speculative_config_refused_clearly(tiny_dir, args, needle):
+    r = CliRunner().invoke(main, ["serve", str(tiny_dir), "--speculative-config", *args])
+    assert r.exit_code == 2 and needle in r.output, r.output
 
 
 def test_spec_refused_for_a_model_without_mtp(tmp_path, tiny_dir):
