@@ -132,9 +132,8 @@ def kv_pages(kv_capacity: str, *, max_concurrency: int, max_context: int, page_s
 @click.option("--draft-lm-head", type=click.Choice(["bf16", "w8", "w4"]), default="bf16", show_default=True,
               help="with --spec: the drafts' LM head format (verification always uses the model's own)")
 @click.option("--spec-disable-by-batch-size", "spec_disable_by_batch_size", type=int, default=None, metavar="N",
-              help="with --spec: N >= 1; a step of more than N decoding requests drafts nothing (each verifies its "
-                   "one token; drafting resumes at N or fewer), vLLM's disable_by_batch_size [default: always "
-                   "draft]")
+              help="with --spec: N >= 1; a step of more than N decoding requests drafts nothing (a plain decode "
+                   "step; drafting resumes at N or fewer), vLLM's disable_by_batch_size [default: always draft]")
 @click.option("--speculative-config", "speculative_config", default=None, metavar="JSON",
               help="vLLM's form of --spec / --draft-tokens / --spec-disable-by-batch-size: e.g. '{\"method\": \"mtp\", "
                    "\"num_speculative_tokens\": 3}' (keys method: mtp or qwen3_next_mtp, num_speculative_tokens, "

@@ -413,8 +413,9 @@ class Scheduler:
         self.waiting: deque[_Active] = deque()
         self.running: list[_Active] = []   # admitted, in admission order
         self._ahead: _Ahead | None = None   # a decode step queued and not read (decode ahead, module docstring)
-        #: whether the backend can sample on its device and decode from those ids before they are read
-        self.decode_ahead = hasattr(backend, "sample_async") and spec is None
+        #: whether the backend can sample on its device and decode from those ids before they are read (a
+        #: speculating server's plain steps too: those of more requests than --spec-disable-by-batch-size)
+        self.decode_ahead = hasattr(backend, "sample_async")
         self._snap = Snapshot()
         self.iterations = 0
         self._update_snapshot()
@@ -696,10 +697,14 @@ class Scheduler:
             rows = [a for a in self.running if a.last is not None]
             if not rows:
                 return False
-            if self.spec is not None:
+            if self.spec is not None and self.spec.drafts_in(len(rows)):
                 self._count_step(rows)
                 self._spec_round(rows)
                 return True
+            # a plain step: no speculation, or more decoding requests than --spec-disable-by-batch-size (the backend
+            # keeps the MTP head's rows of a speculating sequence, so drafting resumes at any later step)
+            for a in rows:
+                a.drafts = None  # drafts the last round made on the device are dropped
             logits = self.backend.decode([a.seq for a in rows], [a.last for a in rows])
             params = [(a.sampler, a.req.logprobs) for a in rows]
             if not (self.decode_ahead and self.backend.samples_on_device(params)):
@@ -727,6 +732,8 @@ class Scheduler:
         none is at its last token (``max_tokens``)."""
         if any(a.seq is None for a in rows):
             return False
+        if self.spec is not None and self.spec.drafts_in(len(rows)):  # the next step is a speculative round
+            return False
         if sum(1 for a in self.running if a.last is not None and a not in rows):
             return False
         return all(a.stats.generated + 1 < a.req.max_tokens and a.seq.length + 1 <= a.reserve for a in rows)
@@ -746,8 +753,7 @@ class Scheduler:
         (:func:`~ninferc.runtime.spec.accept_ids`) runs on the ids read and must agree."""
         from ninferc.runtime.spec import accept_drafts, accept_ids, ids_suffice
 
-        # a round of more than --spec-disable-by-batch-size sequences drafts nothing: one token each, verified
-        be, k = self.backend, self.spec.draft_tokens if self.spec.drafts_in(len(rows)) else 0
+        be, k = self.backend, self.spec.draft_tokens  # (more rows than --spec-disable-by-batch-size: _decode_all)
         seqs = [a.seq for a in rows]
         ks = [max(0, min(k, a.reserve - 1 - a.seq.length)) for a in rows]  # never past the reserved pages
         # the drafts the last round made on the device (verify_round) for the rows that have them; the others draft

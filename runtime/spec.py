@@ -39,9 +39,9 @@ from ninferc.targets.lower import MAX_DRAFT_TOKENS
 @dataclass(frozen=True)
 class SpecConfig:
     """``method`` ``"mtp"`` (the checkpoint's own head) and ``draft_tokens`` k in 1..:data:`MAX_DRAFT_TOKENS`;
-    ``disable_by_batch_size`` N (vLLM's speculative ``disable_by_batch_size``): a round of more than N sequences
-    drafts nothing -- each verifies its one token, its MTP head rows kept so that drafting resumes once N or fewer
-    decode -- or None to draft in every round. Where speculation pays at high concurrency depends on the card and the
+    ``disable_by_batch_size`` N (vLLM's speculative ``disable_by_batch_size``): a step of more than N decoding
+    sequences drafts nothing -- a plain decode step (decode ahead included), the MTP head's rows kept so that drafting
+    resumes once N or fewer decode -- or None to draft in every round. Where speculation pays at high concurrency depends on the card and the
     acceptance (bench/README, "Runs waiting"), so there is no default cut.
 
     Raises:

@@ -449,9 +449,10 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096, fuse_no
     reference side of an A/B benchmark (bench/fuse_norm_ab.py); the kernels it needs are a subset of the
     folded program's, so either program runs on the same artifact.
 
-    ``mtp_hidden`` (the model's graph, an engine that speculates with the MTP head): the prefill and verify steps also
-    store the final norm's output for *every* token (bf16, in the engine's :data:`MTP_HIDDEN_SRC` buffer), which the
-    head's rows read; the final norm's own launch keeps gathering the rows the LM head needs.
+    ``mtp_hidden`` (the model's graph, an engine that speculates with the MTP head): the prefill, verify and decode
+    steps also store the final norm's output for *every* token (bf16, in the engine's :data:`MTP_HIDDEN_SRC` buffer),
+    which the head's rows read (a decode step's: a speculating server's steps that draft nothing,
+    ``CudaBatchBackend._mtp_decode_rows``); the final norm's own launch keeps gathering the rows the LM head needs.
 
     The MTP head's graph (:func:`ninferc.ir.qwen3_5.build_mtp_graph`, ``meta["mtp"]``) lowers like the model's, with
     two rules of its own: its ``hidden`` input is the model's final-norm output, bf16 on the GPU, read by the
@@ -505,8 +506,8 @@ def lower(graph: Graph, *, page_size: int = 64, max_context: int = 4096, fuse_no
                       "w": P(op.params["weight"]), "y": y_ref,
                       "row_index": Ref("meta", "row_index") if gather else NULL, "eps": F32(a["eps"])}, layer=L,
                      absorbed_by=pc[0], absorbed_into=pc[1]))
-            if gather and mtp_hidden and not is_mtp:  # every token's hidden row for the MTP head (prefill, verify)
-                add(Step(f"{op.name}.mtp_hidden", op.name, "prefill", "rmsnorm",
+            if gather and mtp_hidden and not is_mtp:  # every token's hidden row for the MTP head (every mode)
+                add(Step(f"{op.name}.mtp_hidden", op.name, "both", "rmsnorm",
                          RMSNormProblem(D, mode, bool(a["unit_offset"]), False, float(a["eps"])), "T",
                          {"x": T(op.inputs[0]), "d": T(op.inputs[1]) if k == "AddRMSNorm" else NULL,
                           "w": P(op.params["weight"]), "y": T(MTP_HIDDEN_SRC), "row_index": NULL,

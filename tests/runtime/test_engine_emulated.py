@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from ninferc.ir.tolerances import GREEDY_MARGIN
@@ -67,6 +68,9 @@ def test_decode_stream_equals_the_goldens(emulated_device, emu_art, goldens):
     s.close()
 
 
+_serve_decodes: list[int] = []
+
+
 def _serve(art, prompts, n, k, *, cache_bytes: int = 0, one_by_one: bool = False, draft_lm_head: str = "bf16",
            params=None, no_logits: bool = False, spec_cut: int | None = None):
     """The prompts through the serving backend and the scheduler (greedy; ``k`` drafts per round, or None, and
@@ -85,6 +89,14 @@ def _serve(art, prompts, n, k, *, cache_bytes: int = 0, one_by_one: bool = False
                   poison_freed=bool(cache_bytes))
     if no_logits:  # every round must be accepted from ids drawn on the device
         be.verify = None
+    _serve_decodes.clear()
+    for name in ("decode", "decode_next"):
+        orig = getattr(be, name)
+        setattr(be, name, lambda seqs, x, orig=orig: _serve_decodes.append(len(seqs)) or orig(seqs, x))
+    _serve.verified = []  # the token lists ([last] + drafts) of every verify step, in order
+    for name in ("verify_round", "verify_ids"):
+        orig = getattr(be, name)
+        setattr(be, name, lambda seqs, tl, *a, orig=orig: _serve.verified.append(tl) or orig(seqs, tl, *a))
     evs: dict = {}
     for i, p in enumerate(prompts):
         s.submit(collecting_request(str(i), p, n[i], evs, **({"params": params[i]} if params else {})))
@@ -103,6 +115,7 @@ def _serve(art, prompts, n, k, *, cache_bytes: int = 0, one_by_one: bool = False
         if key[-1] and key[0] in ("decode", "prefill", "verify"):
             _serve.mtp_ops.setdefault(key[3], set()).update(st.op for st, _, _, _ in sp.launches)
     _serve.one_read_rounds = be.stats.get("one_read_rounds", 0)
+    _serve.decode_batches = _serve_decodes  # sequences per plain decode step (decode and decode_next)
     be.close()
     return [(event_ids(evs[str(i)]), evs[str(i)][-1]) for i in range(len(prompts))]
 
@@ -493,14 +506,80 @@ def test_bench_forced_acceptance_decides_each_round(emulated_device, emu_art, go
     assert probe.forced_ids([5, 99], 0, 100) == [0]
 
 
-def test_rounds_past_the_batch_cut_on_the_cuda_backend(emulated_device, emu_art, goldens):
-    """``--spec-disable-by-batch-size 2`` on the CUDA backend: the rounds of two requests decide acceptance and draft
-    the next round on the device (``verify_round``); when the third joins, its rounds verify one token each and the
-    drafts already made are dropped; when it ends, drafting resumes. Each request's ids are its golden's."""
+def test_rounds_past_the_batch_cut_on_the_cuda_backend(emulated_device, emu_art, goldens, tiny_dir):
+    """``--spec-disable-by-batch-size`` on the CUDA backend. N = 2, three requests: the rounds of two decide
+    acceptance and draft the next round on the device (``verify_round``); while three decode, the steps are plain
+    decode steps and the drafts already made are dropped; when the third ends, drafting resumes; each request's ids
+    are its golden's. N = 1, two requests: the plain steps of two (decode ahead: ``decode_next``) keep the MTP head's
+    rows, so the rounds of the request left alone accept what the same schedule accepts on the reference backend,
+    whose head computes its rows from the hidden states it kept."""
+    from ninferc.checkpoint import Checkpoint
+    from ninferc.reference_backend import ReferenceBatchBackend
+    from ninferc.runtime.scheduler import GenerationRequest, Scheduler
+    from ninferc.runtime.spec import SpecConfig
+    from ninferc.sampling import SamplingParams
+
     cases = goldens["cases"][:3]
     n = [min(m, golden_len(c)) for c, m in zip(cases, (12, 12, 3))]
     out = _serve(emu_art, [c["prompt_ids"] for c in cases], n, 2, spec_cut=2)
     for c, m, (ids, fin) in zip(cases, n, out):
         assert ids == c["greedy_ids"][:m] and fin.reason == "length"
     assert _serve.one_read_rounds >= 1
-    assert out[2][1].stats.spec.drafted == 0  # the third request decoded only in rounds of three
+    assert out[2][1].stats.spec.drafted == 0  # the third request decoded only in steps of three
+    assert 3 in _serve.decode_batches and max(_serve.decode_batches) == 3  # ... plain ones
+
+    cases, n = cases[:2], [min(12, golden_len(cases[0])), 4]
+    out = _serve(emu_art, [c["prompt_ids"] for c in cases], n, 2, spec_cut=1)
+    assert _serve.decode_batches.count(2) >= 2  # plain steps of two, the later ones queued ahead
+    ck = Checkpoint(tiny_dir, notice=None)
+    be = ReferenceBatchBackend(ck.config, ck, num_pages=8, page_size=32, num_slots=2, max_context=128)
+    verified = []
+    verify_ids = be.verify_ids
+    be.verify_ids = lambda seqs, tl, sp: verified.append(tl) or verify_ids(seqs, tl, sp)
+    s = Scheduler(be, max_concurrency=2, prefill_chunk=CHUNK, spec=SpecConfig("mtp", 2, 1))
+    evs: dict = {}
+    for i, c in enumerate(cases):
+        s.submit(GenerationRequest(str(i), list(c["prompt_ids"]), n[i], params=SamplingParams(),
+                                   sink=lambda ev, i=i: evs.setdefault(i, []).append(ev)))
+    while not s.idle:
+        s.step()
+    for i, (c, (ids, fin)) in enumerate(zip(cases, out)):
+        assert ids == c["greedy_ids"][:n[i]]
+        ref = evs[i][-1].stats
+        assert (fin.stats.decode_steps, fin.stats.spec.per_round) == (ref.decode_steps, ref.spec.per_round)
+    # the drafts themselves, round by round (those after the plain steps come from the head's rows they kept)
+    assert _serve.verified == verified
+    st = out[0][1].stats
+    assert st.spec.rounds >= 2 and st.decode_steps > st.spec.rounds and st.spec.accepted >= 1
+
+
+def test_plain_decode_steps_keep_the_mtp_heads_rows(emulated_device, emu_art, goldens):
+    """A speculating sequence's plain decode steps (those of a ``--spec-disable-by-batch-size`` server past its cut)
+    leave the MTP head where one-token verify steps and :meth:`accept` leave it: the same pending hidden row (the
+    last position's model row, bf16, up to the two programs' rounding) and the same drafts after."""
+    from ninferc.runtime.backend import KVPools
+    from ninferc.runtime.cuda_backend import CudaBatchBackend
+
+    be = CudaBatchBackend(emu_art, max_context=128, num_slots=2, num_pages=8, prefill_chunk=CHUNK, spec_tokens=2)
+    pools = KVPools(be.num_pages, be.page_size, be.num_slots)
+    c = goldens["cases"][0]
+    p, g, steps = c["prompt_ids"], c["greedy_ids"], 4
+    plain, verified = (pools.open_shared([], pools.pages_for(len(p) + steps + 3)) for _ in range(2))
+    for x in (plain, verified):
+        x.mtp = True
+        for i in range(0, len(p), CHUNK):
+            be.prefill(x, p[i:i + CHUNK])
+    for t in g[:steps]:
+        be.decode([plain], [t])
+        be.verify([verified], [[t]])
+        be.accept([verified], [0])
+    assert plain.length == verified.length == len(p) + steps
+    e = be.engine
+
+    def pending(x):
+        return (e.host(e.mtp_src[x.slot]).astype(np.uint32) << 16).view(np.float32)
+
+    a, b = pending(plain), pending(verified)
+    assert np.abs(a).max() > 0 and np.allclose(a, b, rtol=2e-2, atol=2e-2 * np.abs(b).max())
+    assert be.draft([plain], [g[steps]], [2]) == be.draft([verified], [g[steps]], [2])
+    be.close()

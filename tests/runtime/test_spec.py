@@ -244,18 +244,20 @@ def test_spec_refused_without_an_mtp_head(tiny_dir, ck):
 
 
 def test_rounds_past_the_batch_cut_draft_nothing_and_stay_lossless(ck, gmtp):
-    """``disable_by_batch_size`` 2 with three requests: every round of three sequences drafts nothing (each verifies
-    its one token), rounds of two or fewer draft, and each request's ids are its golden greedy run -- the MTP head's
-    rows kept through the rounds without drafts, so the drafts after them are the head's (at least one accepted)."""
+    """``disable_by_batch_size`` 2 with three requests: every step of three sequences is a plain decode step (no
+    draft, no verify), rounds of two or fewer draft, and each request's ids are its golden greedy run -- the MTP head's
+    rows kept through the plain steps, so the drafts after them are the head's (at least one accepted)."""
     be = _backend(ck)
-    calls = []
-    draft = be.draft
+    calls, decodes, verifies = [], [], []
+    draft, decode, verify_ids = be.draft, be.decode, be.verify_ids
 
     def recorded(seqs, last, ks, **kw):
         calls.append((len(seqs), list(ks)))
         return draft(seqs, last, ks, **kw)
 
     be.draft = recorded
+    be.decode = lambda seqs, toks: decodes.append(len(seqs)) or decode(seqs, toks)
+    be.verify_ids = lambda seqs, tl, sp: verifies.append(len(seqs)) or verify_ids(seqs, tl, sp)  # greedy rounds
     cases = [gmtp["cases"][i] for i in (0, 1, 2)]
     n = [16, 40, 48]
     s = Scheduler(be, max_concurrency=3, prefill_chunk=1024, spec=SpecConfig(draft_tokens=2, disable_by_batch_size=2))
@@ -267,8 +269,7 @@ def test_rounds_past_the_batch_cut_draft_nothing_and_stay_lossless(ck, gmtp):
         s.step()
     for r, (c, m) in enumerate(zip(cases, n)):
         assert [t for e in evs[r] if isinstance(e, TokenEvent) for t in e.ids] == c["greedy_ids"][:m]
-    three = [ks for b, ks in calls if b == 3]
-    assert three and all(k == 0 for ks in three for k in ks)
+    assert 3 in decodes and verifies and 3 not in verifies and all(b <= 2 for b, _ in calls)
     assert any(k > 0 for b, ks in calls if b <= 2 for k in ks)
     # the longest request: steps without drafts (not rounds of its speculative stats), then rounds with
     st = evs[2][-1].stats

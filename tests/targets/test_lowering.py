@@ -174,12 +174,14 @@ def test_mtp_head_lowers_and_plans(tiny_dir, arch, sku):
             assert not [n for n in arg_names(step, ln) if n not in scal and n not in step.bind], step.name
     ln = step_launch(hid, ctx, T=9, B=2, R=2)
     assert ln.tokens == 9  # every MTP row reads its hidden row
-    # the model's program for a speculating engine stores every token's final-norm row (prefill and verify only)
+    # the model's program for a speculating engine stores every token's final-norm row, in every mode (decode too:
+    # a speculating server's steps past --spec-disable-by-batch-size keep the head's rows); a plain engine's does not
     prog = lower(run_pipeline(build_graph(cfg, lm_rows="last")), mtp_hidden=True)
     extra = [s for s in prog.steps if s.bind.get("y") == Ref("tensor", MTP_HIDDEN_SRC)]
     assert len(extra) == 1 and extra[0].rows == "T" and not extra[0].problem.gather
-    assert extra[0] in prog.for_mode("prefill") and extra[0] in prog.for_mode("verify")
-    assert extra[0] not in prog.for_mode("decode")
+    assert all(extra[0] in prog.for_mode(m) for m in ("prefill", "verify", "decode"))
+    plain = lower(run_pipeline(build_graph(cfg, lm_rows="last")))
+    assert not [s for s in plain.steps if s.bind.get("y") == Ref("tensor", MTP_HIDDEN_SRC)]
 
 
 def test_plan_verify_steps_bounds(graph):
