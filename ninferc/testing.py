@@ -307,3 +307,40 @@ def check_mixed_speculative_round(make_backend, a_prompt: list, b_prompt: list, 
                for x in ev.sampled)
     assert mixed and stats["host_rows"] > 0
     return stats
+
+
+def check_plain_steps_keep_mtp_rows(be, prompt: list, golden: list, *, chunk: int, steps: int = 4) -> None:
+    """A speculating sequence's plain decode steps (those of a ``--spec-disable-by-batch-size`` server past its cut)
+    leave the MTP head where one-token verify steps and ``accept()`` leave it, on a CUDA backend ``be`` (emulated or
+    real GPU; 2 GDN slots, ``spec_tokens`` >= 2): two sequences prefill ``prompt`` in ``chunk``-token pieces, then
+    take ``golden[:steps]`` one by plain ``decode``, the other by ``verify`` + ``accept(0)``. Checked: their pending
+    hidden rows (bf16, compared as fp32) agree up to the two programs' rounding (2 % of the row's largest value) and
+    are not zero, the next 2 drafts after ``golden[steps]`` are the same, and a decode step mixing a speculating and a
+    plain sequence is refused. Raises AssertionError on the first difference."""
+    import pytest
+
+    from ninferc.errors import NinfercError
+    from ninferc.runtime.backend import KVPools
+
+    pools = KVPools(be.num_pages, be.page_size, be.num_slots)
+    plain, verified = (pools.open_shared([], pools.pages_for(len(prompt) + steps + 3)) for _ in range(2))
+    for x in (plain, verified):
+        x.mtp = True
+        for i in range(0, len(prompt), chunk):
+            be.prefill(x, prompt[i:i + chunk])
+    for t in golden[:steps]:
+        be.decode([plain], [t])
+        be.verify([verified], [[t]])
+        be.accept([verified], [0])
+    assert plain.length == verified.length == len(prompt) + steps
+    e = be.engine
+
+    def pending(x):
+        return (e.host(e.mtp_src[x.slot]).astype(np.uint32) << 16).view(np.float32)
+
+    a, b = pending(plain), pending(verified)
+    assert np.abs(a).max() > 0 and np.allclose(a, b, rtol=2e-2, atol=2e-2 * np.abs(b).max())
+    assert be.draft([plain], [golden[steps]], [2]) == be.draft([verified], [golden[steps]], [2])
+    verified.mtp = False
+    with pytest.raises(NinfercError, match="speculating and plain sequences together"):
+        be.decode([plain, verified], [golden[steps]] * 2)

@@ -266,9 +266,9 @@ class CudaBatchBackend:
                                "each")
         for x in seqs:
             self._check_pages(x, 1)
-        spec = [b for b, x in enumerate(seqs) if self.spec_tokens and getattr(x, "mtp", False)]
+        spec = self.spec_tokens and any(getattr(x, "mtp", False) for x in seqs)
         if spec:  # speculating sequences in a step that drafts nothing: the head's rows go on (_mtp_decode_rows)
-            self._mtp_decode_rows(seqs, spec, tokens)
+            self._mtp_decode_rows(seqs, tokens)
         rows = np.arange(B, dtype=np.int32)
         with e.stream:
             e.write_meta(tok_pos=[x.length for x in seqs], tok_seq=rows, seq_start=np.arange(B + 1, dtype=np.int32),
@@ -279,48 +279,44 @@ class CudaBatchBackend:
             else:
                 e.run("decode", B, B, B)
             if spec:  # the step's hidden rows become the pending rows (the next row of the head reads them)
-                e.mtp_src[cp.asarray([seqs[b].slot for b in spec], dtype=cp.int32)] = \
-                    e.mtp_src[cp.asarray([self._main_row(b) for b in spec], dtype=cp.int32)]
-        for b in spec:
-            self._mtp_len[seqs[b].slot] = seqs[b].length
+                slots = cp.asarray([x.slot for x in seqs], dtype=cp.int32)
+                e.mtp_src[slots] = e.mtp_src[self._main_row(0):self._main_row(B)]
+        if spec:
+            for x in seqs:
+                self._mtp_len[x.slot] = x.length
         for x in seqs:
             x.length += 1
         return _StepLogits(e, B, [x.slot for x in seqs])
 
-    def _mtp_decode_rows(self, seqs: list, spec: list[int], tokens: list[int] | None) -> None:
-        """Before a decode step of ``seqs`` (lengths L not yet advanced) whose rows ``spec`` speculate -- a step of a
-        ``--spec mtp`` server that drafts nothing (``--spec-disable-by-batch-size``) -- the MTP head's row of each
-        such sequence's position L - 1 from its pending hidden row and the step's input token (as :meth:`draft`'s
+    def _mtp_decode_rows(self, seqs: list, tokens: list[int] | None) -> None:
+        """Before a decode step of speculating ``seqs`` (lengths L not yet advanced) -- a step of a ``--spec mtp``
+        server that drafts nothing (``--spec-disable-by-batch-size``) -- the MTP head's row of each sequence's
+        position L - 1 from its pending hidden row and the step's input token (as :meth:`draft`'s
         first step computes it, without the LM head: R = 0), so that drafting can resume at any later step; the
         decode step then makes its own hidden rows the pending ones (:meth:`_decode`). ``tokens``: the step's host
         ids, or None when the device token buffer holds them (:meth:`decode_next`). A row the head computed already
         (after :meth:`verify_round`'s or :meth:`draft`'s first draft) is computed again, to the same values.
 
         Raises:
-            NinfercError: a sequence whose head rows stop before L - 1 (a step that skipped them)."""
-        e, cp = self.engine, self.engine.cp
-        for b in spec:
-            x = seqs[b]
+            NinfercError: a step mixing speculating and plain sequences (a server's are all one or the other); a
+                sequence whose head rows stop before L - 1 (a step that skipped them)."""
+        e = self.engine
+        if not all(getattr(x, "mtp", False) for x in seqs):
+            raise NinfercError("decode: a step of speculating and plain sequences together; the head's rows need "
+                               "every sequence of the step to speculate, or none")
+        for x in seqs:
             if not x.length - 1 <= self._mtp_len[x.slot] <= x.length:
                 raise NinfercError(f"decode: MTP rows of group {x.slot} stop at {self._mtp_len[x.slot]}, the step "
                                    f"appends at {x.length}")
-        n, ar = len(spec), np.arange(len(spec), dtype=np.int32)
+        n, ar = len(seqs), np.arange(len(seqs), dtype=np.int32)
         with e.stream:
-            full = None
-            if tokens is None and n < len(seqs):  # the speculating rows' ids first; the step's own put back after
-                full = e.tokens[:len(seqs)].copy()
-                e.tokens[:n] = full[cp.asarray(spec, dtype=cp.int32)]
-            e.write_meta(tok_pos=[seqs[b].length - 1 for b in spec], tok_seq=ar,
-                         seq_start=np.arange(n + 1, dtype=np.int32), seq_ctx=[seqs[b].length for b in spec],
-                         seq_slot=np.zeros(n, np.int32), row_index=ar, page_rows=[seqs[b].pages for b in spec],
-                         tokens=None if tokens is None else [int(tokens[b]) for b in spec],
-                         hidden_rows=[seqs[b].slot for b in spec])
+            e.write_meta(tok_pos=[x.length - 1 for x in seqs], tok_seq=ar, seq_start=np.arange(n + 1, dtype=np.int32),
+                         seq_ctx=[x.length for x in seqs], seq_slot=np.zeros(n, np.int32), row_index=ar,
+                         page_rows=[x.pages for x in seqs], tokens=tokens, hidden_rows=[x.slot for x in seqs])
             if self.cuda_graph:
                 e.step_graph("decode", n, n, 0, mtp=True).launch(stream=e.stream)
             else:
                 e.run("decode", n, n, 0, mtp=True)
-            if full is not None:
-                e.tokens[:len(seqs)] = full
 
     def _check_pages(self, seq, tokens: int) -> None:
         need = -(-(seq.length + tokens) // self.page_size)

@@ -753,7 +753,7 @@ class Scheduler:
         (:func:`~ninferc.runtime.spec.accept_ids`) runs on the ids read and must agree."""
         from ninferc.runtime.spec import accept_drafts, accept_ids, ids_suffice
 
-        be, k = self.backend, self.spec.draft_tokens  # (more rows than --spec-disable-by-batch-size: _decode_all)
+        be, k = self.backend, self.spec.draft_tokens  # (steps past --spec-disable-by-batch-size: _decode_all's)
         seqs = [a.seq for a in rows]
         ks = [max(0, min(k, a.reserve - 1 - a.seq.length)) for a in rows]  # never past the reserved pages
         # the drafts the last round made on the device (verify_round) for the rows that have them; the others draft
@@ -803,8 +803,8 @@ class Scheduler:
             if isinstance(toks, Exception):
                 self._end_error(a, row_error(toks))
                 continue
-            # a row that drafted nothing (its token budget's end, or --spec-disable-by-batch-size) took a plain step:
-            # not a round of its speculative stats (vLLM's num_drafts counts steps with drafts)
+            # a row that drafted nothing (its token budget's end) took a plain step: not a round of its speculative
+            # stats (vLLM's num_drafts counts steps with drafts)
             self._emit_many(a, toks, now, spec_round=(len(d), m) if d else None)
 
     def _sample(self, rows: list[_Active], logits) -> None:

@@ -41,8 +41,9 @@ class SpecConfig:
     """``method`` ``"mtp"`` (the checkpoint's own head) and ``draft_tokens`` k in 1..:data:`MAX_DRAFT_TOKENS`;
     ``disable_by_batch_size`` N (vLLM's speculative ``disable_by_batch_size``): a step of more than N decoding
     sequences drafts nothing -- a plain decode step (decode ahead included), the MTP head's rows kept so that drafting
-    resumes once N or fewer decode -- or None to draft in every round. Where speculation pays at high concurrency depends on the card and the
-    acceptance (bench/README, "Runs waiting"), so there is no default cut.
+    resumes once N or fewer decode -- or None to draft in every round. Where speculation pays at high concurrency
+    depends on the card, the weight format and the acceptance (README, speculative serving: runs 293-294), so there is
+    no default cut.
 
     Raises:
         NinfercError: another method, k out of range, N not an integer >= 1 (names the value and the range).
@@ -64,7 +65,8 @@ class SpecConfig:
             raise NinfercError(f"--spec-disable-by-batch-size must be an integer >= 1, found {n!r}")
 
     def drafts_in(self, batch: int) -> bool:
-        """Whether a round of ``batch`` sequences drafts (``disable_by_batch_size`` unset, or ``batch`` <= it)."""
+        """Whether a step of ``batch`` decoding sequences drafts (``disable_by_batch_size`` unset, or ``batch`` at
+        most it)."""
         return self.disable_by_batch_size is None or batch <= self.disable_by_batch_size
 
 
@@ -91,8 +93,8 @@ class SpecStats:
 
     @property
     def tokens_per_round(self) -> float | None:
-        """delivered / rounds: the tokens one round with drafts gave the request on average ((accepted + rounds) / rounds
-        where no round was cut short)."""
+        """delivered / rounds: the tokens one round with drafts gave the request on average ((accepted + rounds) /
+        rounds where no round was cut short)."""
         return self.delivered / self.rounds if self.rounds else None
 
     @property
@@ -117,10 +119,10 @@ class SpecStats:
             self.accepted_at[j] += 1
 
     def describe(self) -> str:
-        """``mtp 3.29 tok/round, 76 % accepted`` (the per-request log's ``spec=`` field: tokens per round with drafts, and
-        the share of drafted tokens accepted); ``mtp no rounds`` where the request had none: it ended with the prefill's
-        token, or drafted in none of its steps (``--spec-disable-by-batch-size``, the token budget's end; its record's
-        ``tokens_per_round`` and ``acceptance`` are null)."""
+        """``mtp 3.29 tok/round, 76 % accepted`` (the per-request log's ``spec=`` field: tokens per round with drafts,
+        and the share of drafted tokens accepted); ``mtp no rounds`` where the request had none: it ended with the
+        prefill's token, or drafted in none of its steps (``--spec-disable-by-batch-size``, the token budget's end;
+        its record's ``tokens_per_round`` and ``acceptance`` are null)."""
         if not self.rounds:  # no round with drafts: nothing to rate
             return "mtp no rounds"
         tpr, acc = self.tokens_per_round, self.acceptance

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 from ninferc.ir.tolerances import GREEDY_MARGIN
@@ -554,32 +553,14 @@ def test_rounds_past_the_batch_cut_on_the_cuda_backend(emulated_device, emu_art,
 
 
 def test_plain_decode_steps_keep_the_mtp_heads_rows(emulated_device, emu_art, goldens):
-    """A speculating sequence's plain decode steps (those of a ``--spec-disable-by-batch-size`` server past its cut)
-    leave the MTP head where one-token verify steps and :meth:`accept` leave it: the same pending hidden row (the
-    last position's model row, bf16, up to the two programs' rounding) and the same drafts after."""
-    from ninferc.runtime.backend import KVPools
+    """A speculating sequence's plain decode steps keep the MTP head's rows as verify steps + accept() do
+    (:func:`ninferc.testing.check_plain_steps_keep_mtp_rows`)."""
     from ninferc.runtime.cuda_backend import CudaBatchBackend
+    from ninferc.testing import check_plain_steps_keep_mtp_rows
 
-    be = CudaBatchBackend(emu_art, max_context=128, num_slots=2, num_pages=8, prefill_chunk=CHUNK, spec_tokens=2)
-    pools = KVPools(be.num_pages, be.page_size, be.num_slots)
     c = goldens["cases"][0]
-    p, g, steps = c["prompt_ids"], c["greedy_ids"], 4
-    plain, verified = (pools.open_shared([], pools.pages_for(len(p) + steps + 3)) for _ in range(2))
-    for x in (plain, verified):
-        x.mtp = True
-        for i in range(0, len(p), CHUNK):
-            be.prefill(x, p[i:i + CHUNK])
-    for t in g[:steps]:
-        be.decode([plain], [t])
-        be.verify([verified], [[t]])
-        be.accept([verified], [0])
-    assert plain.length == verified.length == len(p) + steps
-    e = be.engine
-
-    def pending(x):
-        return (e.host(e.mtp_src[x.slot]).astype(np.uint32) << 16).view(np.float32)
-
-    a, b = pending(plain), pending(verified)
-    assert np.abs(a).max() > 0 and np.allclose(a, b, rtol=2e-2, atol=2e-2 * np.abs(b).max())
-    assert be.draft([plain], [g[steps]], [2]) == be.draft([verified], [g[steps]], [2])
-    be.close()
+    be = CudaBatchBackend(emu_art, max_context=128, num_slots=2, num_pages=8, prefill_chunk=CHUNK, spec_tokens=2)
+    try:
+        check_plain_steps_keep_mtp_rows(be, c["prompt_ids"], c["greedy_ids"], chunk=CHUNK)
+    finally:
+        be.close()

@@ -132,11 +132,9 @@ def test_speculative_greedy_equals_the_goldens_and_plain(backend, goldens, gmtp,
 def test_steps_past_the_batch_cut_are_plain_and_keep_the_heads_rows(backend, goldens):
     """``--spec-disable-by-batch-size 2`` with the five golden prompts: steps of three or more decoding requests are
     plain decode steps (decode ahead), rounds of two or fewer draft; every output is its golden's prefix, and drafting
-    after the plain steps is accepted. Then one sequence's plain decode steps against another's one-token verify steps
-    and accept(): the same pending hidden row (up to the programs' rounding) and the same drafts after."""
-    import numpy as np
-
-    from ninferc.runtime.backend import KVPools
+    after the plain steps is accepted. Then :func:`ninferc.testing.check_plain_steps_keep_mtp_rows` (plain steps against
+    one-token verify steps + accept())."""
+    from ninferc.testing import check_plain_steps_keep_mtp_rows
 
     cases = goldens["cases"]
     n = [min(golden_len(c), 40) for c in cases]
@@ -145,27 +143,8 @@ def test_steps_past_the_batch_cut_are_plain_and_keep_the_heads_rows(backend, gol
         assert ids == c["greedy_ids"][:m]
     stats = [fin.stats for _, fin in out]
     assert any(st.decode_steps > st.spec.rounds for st in stats) and sum(st.spec.accepted for st in stats) >= 1
-    be = backend(2, slots=2)
-    pools = KVPools(be.num_pages, be.page_size, be.num_slots)
     c = cases[0]
-    p, g, steps = c["prompt_ids"], c["greedy_ids"], 4
-    plain, verified = (pools.open_shared([], pools.pages_for(len(p) + steps + 3)) for _ in range(2))
-    for x in (plain, verified):
-        x.mtp = True
-        for i in range(0, len(p), 64):  # the backend's prefill chunk
-            be.prefill(x, p[i:i + 64])
-    for t in g[:steps]:
-        be.decode([plain], [t])
-        be.verify([verified], [[t]])
-        be.accept([verified], [0])
-    e = be.engine
-
-    def pending(x):
-        return (e.host(e.mtp_src[x.slot]).astype(np.uint32) << 16).view(np.float32)
-
-    a, b = pending(plain), pending(verified)
-    assert np.abs(a).max() > 0 and np.allclose(a, b, rtol=2e-2, atol=2e-2 * np.abs(b).max())
-    assert be.draft([plain], [g[steps]], [2]) == be.draft([verified], [g[steps]], [2])
+    check_plain_steps_keep_mtp_rows(backend(2, slots=2), c["prompt_ids"], c["greedy_ids"], chunk=64)
 
 
 def test_rounds_with_different_draft_counts_and_the_context_end(backend, goldens):
